@@ -1,0 +1,83 @@
+//! The CPU backend: kernels from [`crate::ops`] run on a dedicated rayon pool, so
+//! `--threads` is honoured without touching the global pool of an embedding program.
+
+use std::sync::Arc;
+
+use rayon::ThreadPool;
+
+use super::Backend;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::reduce::{Geometry, Reduce, TileReducer};
+use crate::ops::{elementwise, generate, reduce};
+
+/// Runs kernels on a rayon pool of a fixed size.
+#[derive(Clone, Debug)]
+pub struct CpuBackend {
+    pool: Arc<ThreadPool>,
+}
+
+impl CpuBackend {
+    /// A backend with `threads` workers (`None`: one per available core).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for zero threads; [`Error::Internal`] if the pool cannot start.
+    pub fn new(threads: Option<usize>) -> Result<Self> {
+        let n = match threads {
+            Some(0) => return Err(Error::invalid("--threads must be at least 1")),
+            Some(n) => n,
+            None => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(|i| format!("tilestream-cpu-{i}"))
+            .build()
+            .map_err(|e| Error::Internal(format!("cannot start {n} worker threads: {e}")))?;
+        Ok(CpuBackend { pool: Arc::new(pool) })
+    }
+}
+
+/// Runs a reducer's tiles inside the backend's pool.
+struct InPool {
+    pool: Arc<ThreadPool>,
+    inner: Box<dyn TileReducer>,
+}
+
+impl TileReducer for InPool {
+    fn feed_bytes(&mut self, start: u64, bytes: &[u8]) {
+        let inner = &mut self.inner;
+        self.pool.install(|| inner.feed_bytes(start, bytes));
+    }
+    fn into_bytes(self: Box<Self>) -> Vec<u8> {
+        self.inner.into_bytes()
+    }
+}
+
+impl Backend for CpuBackend {
+    fn describe(&self) -> String {
+        format!("cpu (rayon, {} threads)", self.threads())
+    }
+
+    fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    fn reducer(&self, op: Reduce, dtype: DType, geometry: Geometry) -> Result<Box<dyn TileReducer>> {
+        Ok(Box::new(InPool {
+            pool: self.pool.clone(),
+            inner: reduce::reducer(op, dtype, geometry, self.threads()),
+        }))
+    }
+
+    fn affine(&self, inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType, scale: f64, offset: f64) -> Result<()> {
+        self.pool
+            .install(|| elementwise::affine_bytes(inp, in_dtype, out, out_dtype, scale, offset));
+        Ok(())
+    }
+
+    fn generate(&self, out: &mut [u8], dtype: DType, start: u64, last_dim: u64, seed: u64) -> Result<()> {
+        self.pool
+            .install(|| generate::fill_bytes(out, dtype, start, last_dim, seed));
+        Ok(())
+    }
+}

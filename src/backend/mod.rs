@@ -1,0 +1,40 @@
+//! Backends: *how* an operation runs on a tile. The engine plans and streams tiles; a
+//! backend turns each tile's bytes into results. [`CpuBackend`] runs everywhere (rayon,
+//! work split inside each tile); a CUDA backend slots in behind the same trait.
+
+mod cpu;
+
+pub use cpu::CpuBackend;
+
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::ops::reduce::{Geometry, Reduce, TileReducer};
+
+/// The compute side of the pipeline. Methods are called from the pipeline's compute
+/// thread, one tile at a time, in plan order.
+pub trait Backend: Send + Sync {
+    /// One line saying what this backend is (`cpu (rayon, 8 threads)`).
+    fn describe(&self) -> String;
+
+    /// Worker threads used inside a tile.
+    fn threads(&self) -> usize;
+
+    /// A streaming reducer for `op` over `geometry` of `dtype` elements.
+    ///
+    /// # Errors
+    /// If the backend cannot run this reduction.
+    fn reducer(&self, op: Reduce, dtype: DType, geometry: Geometry) -> Result<Box<dyn TileReducer>>;
+
+    /// `out = cast(scale * inp + offset)` for one tile.
+    ///
+    /// # Errors
+    /// If the backend fails to run the kernel.
+    fn affine(&self, inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType, scale: f64, offset: f64)
+    -> Result<()>;
+
+    /// Fills one tile (flat elements from `start`) with `tilestream gen` data.
+    ///
+    /// # Errors
+    /// If the backend fails to run the kernel.
+    fn generate(&self, out: &mut [u8], dtype: DType, start: u64, last_dim: u64, seed: u64) -> Result<()>;
+}

@@ -1,0 +1,481 @@
+//! Element types: the [`DType`] tag read from file headers, and the [`Element`] trait that
+//! typed kernels are generic over.
+//!
+//! Conversions from `f64` are the casts tilestream applies everywhere a result changes
+//! type: to floats they round to nearest even (f16/bf16 through `half`), to integers they
+//! round toward zero, saturate at the type's limits and map NaN to 0, to bool they test
+//! `!= 0`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use bytemuck::{Pod, Zeroable};
+use half::{bf16, f16};
+
+use crate::error::Error;
+
+/// A one-byte boolean element (0 = false, anything else = true), as numpy stores `bool`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Pod, Zeroable)]
+#[repr(transparent)]
+pub struct Bool(pub u8);
+
+/// The element type of a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// numpy `bool`, one byte.
+    Bool,
+    /// unsigned 8-bit integer.
+    U8,
+    /// unsigned 16-bit integer.
+    U16,
+    /// unsigned 32-bit integer.
+    U32,
+    /// unsigned 64-bit integer.
+    U64,
+    /// signed 8-bit integer.
+    I8,
+    /// signed 16-bit integer.
+    I16,
+    /// signed 32-bit integer.
+    I32,
+    /// signed 64-bit integer.
+    I64,
+    /// IEEE half precision.
+    F16,
+    /// bfloat16 (stored in `.npy` with the descr `bfloat16`, which numpy reads once
+    /// `ml_dtypes` is imported).
+    BF16,
+    /// IEEE single precision.
+    F32,
+    /// IEEE double precision.
+    F64,
+}
+
+impl DType {
+    /// Every dtype, in a fixed order.
+    pub const ALL: [DType; 13] = [
+        DType::Bool,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+    ];
+
+    /// Bytes per element.
+    #[must_use]
+    pub fn size(self) -> usize {
+        match self {
+            DType::Bool | DType::U8 | DType::I8 => 1,
+            DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
+            DType::U32 | DType::I32 | DType::F32 => 4,
+            DType::U64 | DType::I64 | DType::F64 => 8,
+        }
+    }
+
+    /// Short name as used on the command line (`f32`, `u16`, `bool`, ...).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::U8 => "u8",
+            DType::U16 => "u16",
+            DType::U32 => "u32",
+            DType::U64 => "u64",
+            DType::I8 => "i8",
+            DType::I16 => "i16",
+            DType::I32 => "i32",
+            DType::I64 => "i64",
+            DType::F16 => "f16",
+            DType::BF16 => "bf16",
+            DType::F32 => "f32",
+            DType::F64 => "f64",
+        }
+    }
+
+    /// True for f16, bf16, f32 and f64.
+    #[must_use]
+    pub fn is_float(self) -> bool {
+        matches!(self, DType::F16 | DType::BF16 | DType::F32 | DType::F64)
+    }
+
+    /// True for the unsigned integer types.
+    #[must_use]
+    pub fn is_unsigned(self) -> bool {
+        matches!(self, DType::U8 | DType::U16 | DType::U32 | DType::U64)
+    }
+
+    /// The `.npy` header `descr` string for this dtype (little-endian).
+    #[must_use]
+    pub fn npy_descr(self) -> &'static str {
+        match self {
+            DType::Bool => "|b1",
+            DType::U8 => "|u1",
+            DType::U16 => "<u2",
+            DType::U32 => "<u4",
+            DType::U64 => "<u8",
+            DType::I8 => "|i1",
+            DType::I16 => "<i2",
+            DType::I32 => "<i4",
+            DType::I64 => "<i8",
+            DType::F16 => "<f2",
+            DType::BF16 => "bfloat16",
+            DType::F32 => "<f4",
+            DType::F64 => "<f8",
+        }
+    }
+
+    /// Parses a `.npy` `descr`. Big-endian, object, string and structured dtypes are
+    /// refused with a message saying why.
+    ///
+    /// # Errors
+    /// A message (without the file name) describing the unsupported descr.
+    pub fn from_npy_descr(descr: &str) -> Result<Self, String> {
+        let d = descr.trim();
+        if d == "bfloat16" || d == "<bfloat16" {
+            return Ok(DType::BF16);
+        }
+        let (order, code) = if let Some(rest) = d.strip_prefix(['<', '|', '=']) {
+            ('<', rest)
+        } else if let Some(rest) = d.strip_prefix('>') {
+            ('>', rest)
+        } else {
+            ('<', d)
+        };
+        let dtype = match code {
+            "b1" | "?" => DType::Bool,
+            "u1" => DType::U8,
+            "u2" => DType::U16,
+            "u4" => DType::U32,
+            "u8" => DType::U64,
+            "i1" => DType::I8,
+            "i2" => DType::I16,
+            "i4" => DType::I32,
+            "i8" => DType::I64,
+            "f2" => DType::F16,
+            "f4" => DType::F32,
+            "f8" => DType::F64,
+            c if c.starts_with('O') => {
+                return Err(format!(
+                    "object dtype '{descr}' is not supported (only numeric arrays can be streamed)"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "dtype '{descr}' is not supported (supported: bool, u8-u64, i8-i64, f16, bf16, f32, f64)"
+                ));
+            }
+        };
+        if order == '>' && dtype.size() > 1 {
+            return Err(format!(
+                "big-endian dtype '{descr}' is not supported: convert with numpy `a.astype(a.dtype.newbyteorder('<'))`"
+            ));
+        }
+        Ok(dtype)
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for DType {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        let t = s.trim().to_ascii_lowercase();
+        let d = match t.as_str() {
+            "bool" | "b1" => DType::Bool,
+            "u8" | "uint8" => DType::U8,
+            "u16" | "uint16" => DType::U16,
+            "u32" | "uint32" => DType::U32,
+            "u64" | "uint64" => DType::U64,
+            "i8" | "int8" => DType::I8,
+            "i16" | "int16" => DType::I16,
+            "i32" | "int32" => DType::I32,
+            "i64" | "int64" => DType::I64,
+            "f16" | "float16" | "half" => DType::F16,
+            "bf16" | "bfloat16" => DType::BF16,
+            "f32" | "float32" | "float" => DType::F32,
+            "f64" | "float64" | "double" => DType::F64,
+            _ => {
+                return Err(Error::invalid(format!(
+                    "unknown dtype '{s}': expected one of bool, u8, u16, u32, u64, i8, i16, i32, i64, f16, bf16, f32, f64"
+                )));
+            }
+        };
+        Ok(d)
+    }
+}
+
+/// A Rust type that is the in-memory form of one [`DType`].
+///
+/// Kernels are generic over `Element`; [`dispatch_dtype!`](crate::dispatch_dtype) turns a
+/// runtime [`DType`] into the matching type.
+pub trait Element: Pod + Send + Sync + PartialOrd + fmt::Debug + 'static {
+    /// The tag of this type.
+    const DTYPE: DType;
+    /// Smallest value (negative infinity for floats).
+    const LOWEST: Self;
+    /// Largest value (positive infinity for floats).
+    const HIGHEST: Self;
+    /// Widens to f64 (exact for every type but 64-bit integers beyond 2^53).
+    fn to_f64(self) -> f64;
+    /// Converts from f64 with tilestream's cast rules (see the module docs).
+    fn from_f64(v: f64) -> Self;
+    /// Widens to i64 for exact integer sums (wrapping for u64 beyond i64::MAX; floats
+    /// truncate, but float sums never use this).
+    fn to_i64(self) -> i64;
+    /// True if this value is NaN (always false for integers).
+    #[inline]
+    fn is_nan(self) -> bool {
+        false
+    }
+}
+
+macro_rules! int_element {
+    ($t:ty, $d:expr) => {
+        impl Element for $t {
+            const DTYPE: DType = $d;
+            const LOWEST: Self = <$t>::MIN;
+            const HIGHEST: Self = <$t>::MAX;
+            #[inline]
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            #[inline]
+            fn from_f64(v: f64) -> Self {
+                // `as` from float to int rounds toward zero, saturates and maps NaN to 0.
+                v as $t
+            }
+            #[inline]
+            fn to_i64(self) -> i64 {
+                self as i64
+            }
+        }
+    };
+}
+int_element!(u8, DType::U8);
+int_element!(u16, DType::U16);
+int_element!(u32, DType::U32);
+int_element!(u64, DType::U64);
+int_element!(i8, DType::I8);
+int_element!(i16, DType::I16);
+int_element!(i32, DType::I32);
+int_element!(i64, DType::I64);
+
+impl Element for Bool {
+    const DTYPE: DType = DType::Bool;
+    const LOWEST: Self = Bool(0);
+    const HIGHEST: Self = Bool(1);
+    #[inline]
+    fn to_f64(self) -> f64 {
+        f64::from(u8::from(self.0 != 0))
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        Bool(u8::from(v != 0.0))
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        i64::from(self.0 != 0)
+    }
+}
+
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+    const LOWEST: Self = f32::NEG_INFINITY;
+    const HIGHEST: Self = f32::INFINITY;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        f64::from(self)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline]
+    fn is_nan(self) -> bool {
+        self.is_nan()
+    }
+}
+
+impl Element for f64 {
+    const DTYPE: DType = DType::F64;
+    const LOWEST: Self = f64::NEG_INFINITY;
+    const HIGHEST: Self = f64::INFINITY;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        self
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        self as i64
+    }
+    #[inline]
+    fn is_nan(self) -> bool {
+        self.is_nan()
+    }
+}
+
+impl Element for f16 {
+    const DTYPE: DType = DType::F16;
+    const LOWEST: Self = f16::NEG_INFINITY;
+    const HIGHEST: Self = f16::INFINITY;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        f16::to_f64(self)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        f16::to_f64(self) as i64
+    }
+    #[inline]
+    fn is_nan(self) -> bool {
+        f16::is_nan(self)
+    }
+}
+
+impl Element for bf16 {
+    const DTYPE: DType = DType::BF16;
+    const LOWEST: Self = bf16::NEG_INFINITY;
+    const HIGHEST: Self = bf16::INFINITY;
+    #[inline]
+    fn to_f64(self) -> f64 {
+        bf16::to_f64(self)
+    }
+    #[inline]
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+    #[inline]
+    fn to_i64(self) -> i64 {
+        bf16::to_f64(self) as i64
+    }
+    #[inline]
+    fn is_nan(self) -> bool {
+        bf16::is_nan(self)
+    }
+}
+
+/// Runs `$body` with the type alias `$t` bound to the Rust type of the runtime dtype `$d`.
+///
+/// ```
+/// use tilestream::{dispatch_dtype, DType, Element};
+/// let size = dispatch_dtype!(DType::F16, T => std::mem::size_of::<T>());
+/// assert_eq!(size, 2);
+/// ```
+#[macro_export]
+macro_rules! dispatch_dtype {
+    ($d:expr, $t:ident => $body:expr) => {
+        match $d {
+            $crate::DType::Bool => {
+                type $t = $crate::dtype::Bool;
+                $body
+            }
+            $crate::DType::U8 => {
+                type $t = u8;
+                $body
+            }
+            $crate::DType::U16 => {
+                type $t = u16;
+                $body
+            }
+            $crate::DType::U32 => {
+                type $t = u32;
+                $body
+            }
+            $crate::DType::U64 => {
+                type $t = u64;
+                $body
+            }
+            $crate::DType::I8 => {
+                type $t = i8;
+                $body
+            }
+            $crate::DType::I16 => {
+                type $t = i16;
+                $body
+            }
+            $crate::DType::I32 => {
+                type $t = i32;
+                $body
+            }
+            $crate::DType::I64 => {
+                type $t = i64;
+                $body
+            }
+            $crate::DType::F16 => {
+                type $t = ::half::f16;
+                $body
+            }
+            $crate::DType::BF16 => {
+                type $t = ::half::bf16;
+                $body
+            }
+            $crate::DType::F32 => {
+                type $t = f32;
+                $body
+            }
+            $crate::DType::F64 => {
+                type $t = f64;
+                $body
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descr_roundtrip_for_every_dtype() {
+        for d in DType::ALL {
+            assert_eq!(DType::from_npy_descr(d.npy_descr()), Ok(d));
+            assert_eq!(d.name().parse::<DType>().ok(), Some(d));
+        }
+    }
+
+    #[test]
+    fn refuses_big_endian_and_object() {
+        assert!(DType::from_npy_descr(">f4").unwrap_err().contains("big-endian"));
+        assert!(DType::from_npy_descr("|O").unwrap_err().contains("object"));
+        assert!(DType::from_npy_descr("<c8").is_err());
+        // single-byte types have no byte order
+        assert_eq!(DType::from_npy_descr(">u1"), Ok(DType::U8));
+    }
+
+    #[test]
+    fn casts_saturate_and_map_nan_to_zero() {
+        assert_eq!(u8::from_f64(300.0), 255);
+        assert_eq!(u8::from_f64(-3.0), 0);
+        assert_eq!(i16::from_f64(f64::NAN), 0);
+        assert_eq!(i32::from_f64(-2.7), -2);
+        assert_eq!(Bool::from_f64(0.5), Bool(1));
+        assert_eq!(f16::from_f64(65520.0), f16::INFINITY);
+        // round to nearest even: 1 + 2^-11 is halfway between 1 and the next f16
+        assert_eq!(f16::from_f64(1.0 + 2f64.powi(-11)), f16::ONE);
+    }
+}

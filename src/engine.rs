@@ -1,0 +1,511 @@
+//! The engine: budget + backend + planner + pipeline, and the library's entry points.
+//!
+//! ```no_run
+//! use tilestream::{Axis, Engine, MemoryBudget, Reduce, TensorFile};
+//! # fn main() -> tilestream::Result<()> {
+//! let engine = Engine::new(MemoryBudget::parse("512MiB")?)?.with_threads(4)?;
+//! let x = TensorFile::open("x.npy")?;
+//! let (means, report) = engine.reduce(&x, Reduce::Mean, Axis(0))?;
+//! println!("{} column means in {:.2} s", means.len(), report.wall_s);
+//! # Ok(()) }
+//! ```
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::backend::{Backend, CpuBackend};
+use crate::budget::{MemoryBudget, fmt_bytes};
+use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
+use crate::ops::reduce::{Geometry, Reduce, ReduceOver};
+use crate::pipeline::{self, Progress, StageTimes, Stream};
+use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
+use crate::tensor::{OutputFile, TensorFile, fmt_shape, same_file, window_slack};
+
+/// A progress callback shared with the pipeline threads.
+pub type ProgressCallback = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// Runs operations on on-disk tensors under one memory budget.
+#[derive(Clone)]
+pub struct Engine {
+    budget: MemoryBudget,
+    backend: Arc<dyn Backend>,
+    depth: usize,
+    max_tile_bytes: u64,
+    progress: Option<ProgressCallback>,
+}
+
+impl fmt::Debug for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Engine")
+            .field("budget", &self.budget)
+            .field("backend", &self.backend.describe())
+            .field("depth", &self.depth)
+            .field("max_tile_bytes", &self.max_tile_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a run did: tiles, bytes, time per stage, memory.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// The operation, in words.
+    pub op: String,
+    /// Backend that computed it.
+    pub backend: String,
+    /// Shape of the streamed tensor.
+    pub input_shape: Vec<usize>,
+    /// Shape of the result.
+    pub output_shape: Vec<usize>,
+    /// Dtype of the result.
+    pub output_dtype: String,
+    /// Number of tiles.
+    pub tiles: usize,
+    /// Shape of a full tile.
+    pub tile_shape: Vec<usize>,
+    /// Staging slots.
+    pub depth: usize,
+    /// Worker threads.
+    pub threads: usize,
+    /// Bytes read from inputs.
+    pub bytes_read: u64,
+    /// Bytes written to the output.
+    pub bytes_written: u64,
+    /// Wall time in seconds.
+    pub wall_s: f64,
+    /// (bytes read + bytes written) / wall time, in GB/s (10^9).
+    pub gb_per_s: f64,
+    /// Seconds the read stage was busy (mapping and faulting in windows).
+    pub read_busy_s: f64,
+    /// Seconds the compute stage was busy.
+    pub compute_busy_s: f64,
+    /// Seconds the write stage was busy.
+    pub write_busy_s: f64,
+    /// The budget, in bytes.
+    pub budget_bytes: u64,
+    /// Most bytes reserved at once.
+    pub peak_reserved_bytes: u64,
+    /// Peak resident set of the whole process so far, in bytes (getrusage).
+    pub peak_rss_bytes: u64,
+}
+
+impl fmt::Display for RunReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} -> {} {}", self.op, fmt_shape(&self.output_shape), self.output_dtype)?;
+        writeln!(
+            f,
+            "  {} tiles of {} on {}, depth {}",
+            self.tiles,
+            fmt_shape(&self.tile_shape),
+            self.backend,
+            self.depth
+        )?;
+        writeln!(
+            f,
+            "  read {} written {} in {:.3} s = {:.2} GB/s",
+            fmt_bytes(self.bytes_read),
+            fmt_bytes(self.bytes_written),
+            self.wall_s,
+            self.gb_per_s
+        )?;
+        writeln!(
+            f,
+            "  busy: read {:.3} s, compute {:.3} s, write {:.3} s",
+            self.read_busy_s, self.compute_busy_s, self.write_busy_s
+        )?;
+        write!(
+            f,
+            "  memory: peak reserved {} of {} budget; peak RSS {}",
+            fmt_bytes(self.peak_reserved_bytes),
+            fmt_bytes(self.budget_bytes),
+            fmt_bytes(self.peak_rss_bytes)
+        )
+    }
+}
+
+/// Peak resident set size of this process in bytes.
+#[must_use]
+pub fn peak_rss() -> u64 {
+    // SAFETY: getrusage writes into the struct we pass; zeroed is a valid initial value.
+    unsafe {
+        let mut ru: libc::rusage = std::mem::zeroed();
+        if libc::getrusage(libc::RUSAGE_SELF, &raw mut ru) == 0 {
+            ru.ru_maxrss as u64 * 1024
+        } else {
+            0
+        }
+    }
+}
+
+/// An in-memory result (small: reductions produce these).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Array {
+    dtype: DType,
+    shape: Vec<usize>,
+    data: Vec<u8>,
+}
+
+impl Array {
+    /// Wraps little-endian C-order bytes.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if the byte count does not match shape and dtype.
+    pub fn from_bytes(dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> Result<Self> {
+        let n: usize = shape.iter().product();
+        if n * dtype.size() != data.len() {
+            return Err(Error::invalid(format!(
+                "{} bytes do not make a {} {dtype} array",
+                data.len(),
+                fmt_shape(&shape)
+            )));
+        }
+        Ok(Array { dtype, shape, data })
+    }
+
+    /// Element type.
+    #[must_use]
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Shape (empty for a scalar).
+    #[must_use]
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Number of elements.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.data.len() / self.dtype.size()
+    }
+
+    /// True if there are no elements.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The raw bytes.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The elements as `T`, or `None` if `T` is not this array's dtype.
+    #[must_use]
+    pub fn to_vec<T: Element>(&self) -> Option<Vec<T>> {
+        (T::DTYPE == self.dtype).then(|| bytemuck::pod_collect_to_vec(&self.data))
+    }
+
+    /// The elements widened to f64.
+    #[must_use]
+    pub fn to_f64(&self) -> Vec<f64> {
+        crate::dispatch_dtype!(self.dtype, T => {
+            bytemuck::pod_collect_to_vec::<u8, T>(&self.data).into_iter().map(Element::to_f64).collect()
+        })
+    }
+
+    /// Casts to another dtype (through f64, with tilestream's cast rules).
+    #[must_use]
+    pub fn cast(&self, to: DType) -> Array {
+        if to == self.dtype {
+            return self.clone();
+        }
+        let mut out = vec![0u8; self.len() * to.size()];
+        // one call on the whole (small) array; alignment handled by the kernel
+        let mut words = vec![0u64; out.len().div_ceil(8)];
+        let dst = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..out.len()];
+        crate::ops::elementwise::affine_bytes(&self.data, self.dtype, dst, to, 1.0, 0.0);
+        out.copy_from_slice(dst);
+        Array { dtype: to, shape: self.shape.clone(), data: out }
+    }
+
+    /// Writes the array to `path` (`.npy` by extension, raw otherwise), atomically.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be written.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let out = OutputFile::create(path, &self.shape, self.dtype)?;
+        out.write_at(0, &self.data)?;
+        out.finish()
+    }
+}
+
+impl Engine {
+    /// An engine with the CPU backend on all cores, pipeline depth 3, 16 MiB tiles at most.
+    ///
+    /// # Errors
+    /// If the worker threads cannot start.
+    pub fn new(budget: MemoryBudget) -> Result<Self> {
+        Ok(Engine {
+            budget,
+            backend: Arc::new(CpuBackend::new(None)?),
+            depth: DEFAULT_DEPTH,
+            max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
+            progress: None,
+        })
+    }
+
+    /// Uses `n` CPU worker threads.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for 0 threads.
+    pub fn with_threads(mut self, n: usize) -> Result<Self> {
+        self.backend = Arc::new(CpuBackend::new(Some(n))?);
+        Ok(self)
+    }
+
+    /// Uses another backend.
+    #[must_use]
+    pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// Sets the pipeline depth (staging slots, at least 1; 2-3 is enough to overlap stages).
+    #[must_use]
+    pub fn with_depth(mut self, depth: usize) -> Self {
+        self.depth = depth.max(1);
+        self
+    }
+
+    /// Caps one tile's staging bytes (default 16 MiB).
+    #[must_use]
+    pub fn with_max_tile_bytes(mut self, bytes: u64) -> Self {
+        self.max_tile_bytes = bytes.max(1);
+        self
+    }
+
+    /// Calls `f` after every tile with the run's progress.
+    #[must_use]
+    pub fn with_progress(mut self, f: ProgressCallback) -> Self {
+        self.progress = Some(f);
+        self
+    }
+
+    /// The budget.
+    #[must_use]
+    pub fn budget(&self) -> &MemoryBudget {
+        &self.budget
+    }
+
+    fn request(&self, what: String, shape: &[usize]) -> PlanRequest {
+        PlanRequest {
+            what,
+            shape: shape.to_vec(),
+            in_bytes_per_elem: 0,
+            inputs: 0,
+            out_bytes_per_elem: 0,
+            resident_bytes: 0,
+            resident_what: String::new(),
+            scratch_per_elem: 0,
+            depth: self.depth,
+            budget: self.budget.limit(),
+            max_tile_bytes: self.max_tile_bytes,
+            window_slack: window_slack(),
+        }
+    }
+
+    fn report(&self, plan: &Plan, op: String, input_shape: &[usize], out_shape: &[usize], out_dtype: DType, t: StageTimes) -> RunReport {
+        let secs = t.wall.as_secs_f64();
+        RunReport {
+            op,
+            backend: self.backend.describe(),
+            input_shape: input_shape.to_vec(),
+            output_shape: out_shape.to_vec(),
+            output_dtype: out_dtype.name().into(),
+            tiles: plan.num_tiles,
+            tile_shape: plan.tile_shape.clone(),
+            depth: plan.depth,
+            threads: self.backend.threads(),
+            bytes_read: t.bytes_read,
+            bytes_written: t.bytes_written,
+            wall_s: secs,
+            gb_per_s: if secs > 0.0 { (t.bytes_read + t.bytes_written) as f64 / secs / 1e9 } else { 0.0 },
+            read_busy_s: t.read.as_secs_f64(),
+            compute_busy_s: t.compute.as_secs_f64(),
+            write_busy_s: t.write.as_secs_f64(),
+            budget_bytes: self.budget.limit(),
+            peak_reserved_bytes: self.budget.peak(),
+            peak_rss_bytes: peak_rss(),
+        }
+    }
+
+    fn stream<'a>(&'a self, plan: &'a Plan, inputs: &'a [&'a TensorFile], output: Option<&'a OutputFile>) -> Stream<'a> {
+        Stream {
+            plan,
+            budget: &self.budget,
+            inputs,
+            output,
+            progress: self.progress.as_deref().map(|p| p as &(dyn Fn(&Progress) + Sync)),
+        }
+    }
+
+    /// Plans a reduction without running it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad axis or an empty tensor; [`Error::Budget`] if the
+    /// budget is too small.
+    pub fn plan_reduce(&self, input: &TensorFile, op: Reduce, over: impl Into<ReduceOver>) -> Result<Plan> {
+        let over = over.into();
+        let shape = input.shape();
+        let dtype = input.dtype();
+        let g = Geometry::new(shape, over)?;
+        if input.info().is_empty() {
+            return Err(Error::invalid(format!(
+                "{}: cannot reduce an empty tensor (shape {})",
+                input.path().display(),
+                fmt_shape(shape)
+            )));
+        }
+        let acc = op.acc_bytes(dtype);
+        let result = g.outer * g.out_per_outer() * op.output_dtype(dtype).size() as u64;
+        let states = (self.backend.threads() as u64 + 1) * g.state_bytes(acc);
+        let over_txt = match over {
+            ReduceOver::All => "all elements".to_string(),
+            ReduceOver::Axis(a) => format!("axis {a}"),
+        };
+        let mut req = self.request(
+            format!("reduce {} over {over_txt} of {} {dtype}", op.name(), fmt_shape(shape)),
+            shape,
+        );
+        req.in_bytes_per_elem = dtype.size() as u64;
+        req.inputs = 1;
+        req.resident_bytes = result + states;
+        req.resident_what = format!("{} result + accumulators", fmt_bytes(result));
+        req.scratch_per_elem = g.scratch_per_elem(acc);
+        Ok(Plan::new(&req)?)
+    }
+
+    /// Reduces `input` and returns the result in memory (its bytes count in the budget).
+    ///
+    /// # Errors
+    /// As [`plan_reduce`](Self::plan_reduce), plus I/O errors while streaming.
+    pub fn reduce(&self, input: &TensorFile, op: Reduce, over: impl Into<ReduceOver>) -> Result<(Array, RunReport)> {
+        let over = over.into();
+        let plan = self.plan_reduce(input, op, over)?;
+        self.budget.reset_peak();
+        let g = Geometry::new(input.shape(), over)?;
+        let _resident = self.budget.reserve("reduction result and accumulators", plan.resident_bytes)?;
+        let mut reducer = self.backend.reducer(op, input.dtype(), g)?;
+        let inputs = [input];
+        let times = pipeline::run(&self.stream(&plan, &inputs, None), |tile, ins, _| {
+            reducer.feed_bytes(tile.start, ins[0]);
+            Ok(())
+        })?;
+        let out_dtype = op.output_dtype(input.dtype());
+        let out_shape: Vec<usize> = match over {
+            ReduceOver::All => vec![],
+            ReduceOver::Axis(a) => input.shape().iter().enumerate().filter(|&(i, _)| i != a).map(|(_, &d)| d).collect(),
+        };
+        let array = Array::from_bytes(out_dtype, out_shape.clone(), reducer.into_bytes())?;
+        let report = self.report(&plan, plan.what.clone(), input.shape(), &out_shape, out_dtype, times);
+        Ok((array, report))
+    }
+
+    /// Reduces `input` and writes the result to `out` (`.npy` or raw), cast to `dtype` if given.
+    ///
+    /// # Errors
+    /// As [`reduce`](Self::reduce), plus [`Error::Invalid`] if `out` is the input, and I/O
+    /// errors writing `out`.
+    pub fn reduce_to_file(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: impl Into<ReduceOver>,
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[input])?;
+        let (array, mut report) = self.reduce(input, op, over)?;
+        let array = dtype.map_or(array.clone(), |d| array.cast(d));
+        array.save(out)?;
+        report.output_dtype = array.dtype().name().into();
+        Ok(report)
+    }
+
+    /// Plans `affine` without running it.
+    ///
+    /// # Errors
+    /// [`Error::Budget`] if the budget is too small.
+    pub fn plan_affine(&self, input: &TensorFile, out_dtype: Option<DType>) -> Result<Plan> {
+        let od = out_dtype.unwrap_or(input.dtype());
+        let mut req = self.request(
+            format!("affine of {} {} -> {od}", fmt_shape(input.shape()), input.dtype()),
+            input.shape(),
+        );
+        req.in_bytes_per_elem = input.dtype().size() as u64;
+        req.inputs = 1;
+        req.out_bytes_per_elem = od.size() as u64;
+        Ok(Plan::new(&req)?)
+    }
+
+    /// Writes `cast(scale * input + offset)` to `out` (`.npy` or raw), streaming.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if `out` is the input; [`Error::Budget`]; I/O errors. On error
+    /// nothing is left at `out`.
+    pub fn affine(&self, input: &TensorFile, out: impl AsRef<Path>, scale: f64, offset: f64, dtype: Option<DType>) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[input])?;
+        let od = dtype.unwrap_or(input.dtype());
+        let plan = self.plan_affine(input, dtype)?;
+        self.budget.reset_peak();
+        let output = OutputFile::create(out, input.shape(), od)?;
+        let inputs = [input];
+        let backend = &self.backend;
+        let times = pipeline::run(&self.stream(&plan, &inputs, Some(&output)), |_, ins, o| {
+            backend.affine(ins[0], input.dtype(), o, od, scale, offset)
+        })?;
+        output.finish()?;
+        let op = format!("affine {scale} * x + {offset} of {}", input.path().display());
+        Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
+    }
+
+    /// Plans `generate` without running it.
+    ///
+    /// # Errors
+    /// [`Error::Budget`] if the budget is too small.
+    pub fn plan_generate(&self, shape: &[usize], dtype: DType) -> Result<Plan> {
+        let mut req = self.request(format!("generate {} {dtype}", fmt_shape(shape)), shape);
+        req.out_bytes_per_elem = dtype.size() as u64;
+        Ok(Plan::new(&req)?)
+    }
+
+    /// Writes a tensor of standard-normal values plus a per-column offset `col / 100` to
+    /// `out`, streamed (any size); the values depend only on `seed`.
+    ///
+    /// # Errors
+    /// [`Error::Budget`]; I/O errors. On error nothing is left at `out`.
+    pub fn generate(&self, out: impl AsRef<Path>, shape: &[usize], dtype: DType, seed: u64) -> Result<RunReport> {
+        if shape.is_empty() {
+            return Err(Error::invalid("generate needs a shape of rank 1 or more"));
+        }
+        let plan = self.plan_generate(shape, dtype)?;
+        self.budget.reset_peak();
+        let output = OutputFile::create(out.as_ref(), shape, dtype)?;
+        let last = if shape.len() >= 2 { shape[shape.len() - 1] as u64 } else { 0 };
+        let backend = &self.backend;
+        let times = pipeline::run(&self.stream(&plan, &[], Some(&output)), |tile, _, o| {
+            backend.generate(o, dtype, tile.start, last, seed)
+        })?;
+        output.finish()?;
+        let op = format!("generate {} {dtype} (seed {seed})", fmt_shape(shape));
+        Ok(self.report(&plan, op, shape, shape, dtype, times))
+    }
+}
+
+fn check_not_input(out: &Path, inputs: &[&TensorFile]) -> Result<()> {
+    for i in inputs {
+        if same_file(out, i.path()) {
+            return Err(Error::invalid(format!(
+                "output {} is also an input: write to another file",
+                out.display()
+            )));
+        }
+    }
+    Ok(())
+}

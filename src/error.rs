@@ -1,0 +1,78 @@
+//! Errors of every layer, gathered in one [`Error`] so callers match on one type.
+//!
+//! Messages are one line, lowercase, name the file or value at fault and carry the
+//! numbers involved, so a person can act on them without a backtrace.
+
+use std::path::{Path, PathBuf};
+
+use crate::budget::BudgetError;
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every error tilestream reports.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An operating-system call on a file failed.
+    #[error("cannot {action} {}: {source}", path.display())]
+    Io {
+        /// What was being done ("open", "read", "write", "map a window of", ...).
+        action: &'static str,
+        /// The file concerned.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file's contents do not describe a tensor tilestream can read.
+    #[error("{}: {msg}", path.display())]
+    Format {
+        /// The file concerned.
+        path: PathBuf,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// The memory budget cannot hold what the operation needs.
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+    /// The request itself is wrong (bad axis, shape mismatch, unknown dtype...): a usage error.
+    #[error("{0}")]
+    Invalid(String),
+    /// A pipeline worker thread panicked (a bug: please report it).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// Builds an [`Error::Io`].
+    pub fn io(action: &'static str, path: impl AsRef<Path>, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
+    }
+
+    /// Builds an [`Error::Format`].
+    pub fn format(path: impl AsRef<Path>, msg: impl Into<String>) -> Self {
+        Error::Format {
+            path: path.as_ref().to_path_buf(),
+            msg: msg.into(),
+        }
+    }
+
+    /// Builds an [`Error::Invalid`].
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Error::Invalid(msg.into())
+    }
+
+    /// Process exit code for this error: 2 for usage errors (bad arguments, a budget too
+    /// small for the request), 1 for runtime failures (I/O, corrupt files).
+    #[must_use]
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::Invalid(_) | Error::Budget(_) => 2,
+            Error::Io { .. } | Error::Format { .. } | Error::Internal(_) => 1,
+        }
+    }
+}

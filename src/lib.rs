@@ -1,0 +1,81 @@
+//! # tilestream
+//!
+//! Process arrays larger than memory, from disk, under a memory budget you choose.
+//!
+//! A 3075200 × 512 float32 array is 6.3 GB: `np.load` on a laptop fails with "out of
+//! memory allocating tensor". tilestream reaches the file through memory-mapped windows,
+//! plans tiles that fit the budget, and streams them through a read → compute → write
+//! pipeline with a fixed pool of staging slots, so peak memory stays flat while reading,
+//! computing and writing overlap.
+//!
+//! ```
+//! # fn main() -> tilestream::Result<()> {
+//! use tilestream::{Axis, DType, Engine, MemoryBudget, Reduce, TensorFile};
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("x.npy");
+//!
+//! // a 10000 × 64 f32 array of N(col/100, 1) values, written tile by tile
+//! let engine = Engine::new(MemoryBudget::parse("1MiB")?)?;
+//! engine.generate(&path, &[10_000, 64], DType::F32, 42)?;
+//!
+//! // column means under a 1 MiB budget: the everyday one-line call
+//! let means = tilestream::reduce(&path, Reduce::Mean, Axis(0), MemoryBudget::parse("1MiB")?)?;
+//! let m = means.to_f64();
+//! assert_eq!(m.len(), 64);
+//! assert!((m[50] - 0.5).abs() < 0.05);
+//!
+//! // or with the engine, for repeated calls and a run report
+//! let (std, report) = engine.reduce(&TensorFile::open(&path)?, Reduce::Std { ddof: 0 }, Axis(0))?;
+//! assert!(report.peak_reserved_bytes <= 1 << 20);
+//! assert!((std.to_f64()[0] - 1.0).abs() < 0.05);
+//! # Ok(()) }
+//! ```
+//!
+//! ## Pieces
+//! - [`tensor`]: `.npy` (1.0/2.0/3.0) and raw files, windows, atomic outputs.
+//! - [`budget`]: [`MemoryBudget`] and RAII reservations.
+//! - [`plan`]: the pure tile planner.
+//! - [`pipeline`]: the read/compute/write scheduler.
+//! - [`backend`]: the compute seam; [`CpuBackend`] on rayon.
+//! - [`ops`]: reductions, elementwise, generation.
+//! - [`engine`]: [`Engine`], the library entry points.
+//!
+//! ## Features
+//! None yet: the crate is pure Rust and CPU-only. A `cuda` feature arrives with the CUDA
+//! backend.
+
+pub mod backend;
+pub mod budget;
+pub mod dtype;
+pub mod engine;
+pub mod error;
+pub mod ops;
+pub mod pipeline;
+pub mod plan;
+pub mod tensor;
+
+use std::path::Path;
+
+pub use backend::{Backend, CpuBackend};
+pub use budget::{BudgetError, MemoryBudget, Reservation, parse_size};
+pub use dtype::{DType, Element};
+pub use engine::{Array, Engine, RunReport};
+pub use error::{Error, Result};
+pub use ops::{Axis, Reduce, ReduceOver};
+pub use pipeline::Progress;
+pub use plan::Plan;
+pub use tensor::{TensorFile, TensorInfo};
+
+/// Reduces the `.npy` file at `path` under `budget`, with all cores: the everyday call.
+///
+/// `over` is an [`Axis`] or [`ReduceOver::All`]. The result is small and returned in
+/// memory; see [`Engine::reduce`] for the run report and [`Engine::reduce_to_file`] to
+/// write it.
+///
+/// # Errors
+/// [`Error`] if the file cannot be read, the axis is out of range, or the budget is too
+/// small (the message says what would fit).
+pub fn reduce(path: impl AsRef<Path>, op: Reduce, over: impl Into<ReduceOver>, budget: MemoryBudget) -> Result<Array> {
+    let input = TensorFile::open(path)?;
+    Engine::new(budget)?.reduce(&input, op, over).map(|(a, _)| a)
+}

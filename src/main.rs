@@ -1,0 +1,280 @@
+//! The `tilestream` command: streams operations over on-disk arrays under a memory budget.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use tilestream::tensor::{Format, fmt_shape, parse_shape};
+use tilestream::{DType, Engine, Error, MemoryBudget, Plan, Reduce, ReduceOver, Result, RunReport, TensorFile};
+
+const DEFAULT_MEMORY: &str = "1GiB";
+
+#[derive(Parser)]
+#[command(
+    name = "tilestream",
+    version,
+    about = "Process arrays larger than memory, from disk, under a memory budget.",
+    after_help = "Examples:
+  tilestream gen x.npy --shape 3075200x512 --dtype f32 --seed 1
+  tilestream info x.npy
+  tilestream reduce x.npy mean.npy --op mean --axis 0 --memory 256MiB
+  tilestream affine x.npy y.npy --scale 2 --offset 1 --dtype f16
+  tilestream plan reduce x.npy m.npy --op std --axis 0 --memory 64MiB
+
+Exit codes: 0 success, 1 runtime failure (I/O, corrupt file), 2 usage error (bad arguments, budget too small)."
+)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct Common {
+    /// Memory budget for everything the engine holds: staging windows and buffers,
+    /// accumulators, results (e.g. 512MiB, 2GB, 1.5GiB, or bytes).
+    #[arg(long, short = 'm', default_value = DEFAULT_MEMORY, global = true)]
+    memory: String,
+    /// Worker threads for compute (default: all cores).
+    #[arg(long, short = 'j', global = true)]
+    threads: Option<usize>,
+    /// Pipeline depth: staging slots in flight.
+    #[arg(long, default_value_t = 3, global = true)]
+    depth: usize,
+    /// Print the run report as one JSON object on stdout.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+/// How to read an input that is not `.npy`.
+#[derive(Args, Clone)]
+struct RawSpec {
+    /// Shape of a raw (headerless) input, e.g. 3075200x512.
+    #[arg(long)]
+    shape: Option<String>,
+    /// Dtype of a raw input (bool, u8..u64, i8..i64, f16, bf16, f32, f64).
+    #[arg(long = "in-dtype")]
+    in_dtype: Option<String>,
+}
+
+#[derive(Args, Clone)]
+struct ReduceArgs {
+    /// Input tensor (.npy, or raw with --shape and --in-dtype).
+    input: PathBuf,
+    /// Output file for the result (.npy, or raw for any other extension).
+    output: PathBuf,
+    /// Reduction: sum, mean, min, max, var, std.
+    #[arg(long, default_value = "sum")]
+    op: String,
+    /// Axis to reduce; omit to reduce over all elements.
+    #[arg(long)]
+    axis: Option<usize>,
+    /// Delta degrees of freedom for var and std (divisor n - ddof).
+    #[arg(long, default_value_t = 0)]
+    ddof: u32,
+    /// Cast the result to this dtype.
+    #[arg(long)]
+    dtype: Option<String>,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
+#[derive(Args, Clone)]
+struct AffineArgs {
+    /// Input tensor (.npy, or raw with --shape and --in-dtype).
+    input: PathBuf,
+    /// Output file (.npy, or raw for any other extension).
+    output: PathBuf,
+    /// Multiplier a in y = a*x + b.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    scale: f64,
+    /// Offset b in y = a*x + b.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    offset: f64,
+    /// Output dtype (default: the input's). Floats round to nearest even; integers
+    /// round toward zero, saturate, and take NaN to 0.
+    #[arg(long)]
+    dtype: Option<String>,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
+#[derive(Args, Clone)]
+struct GenArgs {
+    /// Output file (.npy, or raw for any other extension).
+    output: PathBuf,
+    /// Shape, e.g. 3075200x512.
+    #[arg(long)]
+    shape: String,
+    /// Element type.
+    #[arg(long, default_value = "f32")]
+    dtype: String,
+    /// Random seed (the values depend only on it, never on budget or threads).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+#[derive(Subcommand, Clone)]
+enum Op {
+    /// Reduce along an axis or over everything: sum, mean, min, max, var, std.
+    #[command(after_help = "Examples:
+  tilestream reduce x.npy colmean.npy --op mean --axis 0 --memory 256MiB
+  tilestream reduce x.npy total.npy --op sum
+  tilestream reduce x.raw rowstd.npy --op std --axis 1 --ddof 1 --shape 1000x512 --in-dtype f32
+
+Results: sum is f64 for floats, i64 for signed ints and bool, u64 for unsigned; mean, var
+and std are f64; min and max keep the input dtype. Bit-identical whatever --memory and
+--threads.")]
+    Reduce(ReduceArgs),
+    /// Elementwise y = scale * x + offset, cast to --dtype.
+    #[command(after_help = "Example:
+  tilestream affine x.npy y.npy --scale 2 --offset 1 --dtype f16 --memory 512MiB")]
+    Affine(AffineArgs),
+    /// Write a tensor of N(col/100, 1) values, streamed (any size).
+    #[command(after_help = "Example:
+  tilestream gen x.npy --shape 3075200x512 --dtype f32 --seed 1   # 6.3 GB")]
+    Gen(GenArgs),
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    #[command(flatten)]
+    Op(Op),
+    /// Show a tensor file's format, shape, dtype and size.
+    #[command(after_help = "Example:\n  tilestream info x.npy")]
+    Info {
+        /// Tensor file.
+        input: PathBuf,
+        #[command(flatten)]
+        raw: RawSpec,
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the plan of an operation (tiles, bytes per stage, budget) without running it.
+    #[command(after_help = "Example:\n  tilestream plan reduce x.npy m.npy --op mean --axis 0 --memory 256MiB")]
+    Plan {
+        #[command(subcommand)]
+        op: Op,
+    },
+}
+
+fn engine(c: &Common) -> Result<Engine> {
+    let budget = MemoryBudget::parse(&c.memory)?;
+    let e = Engine::new(budget)?.with_depth(c.depth);
+    match c.threads {
+        Some(n) => e.with_threads(n),
+        None => Ok(e),
+    }
+}
+
+fn open(path: &PathBuf, raw: &RawSpec) -> Result<TensorFile> {
+    match (&raw.shape, &raw.in_dtype) {
+        (Some(s), Some(d)) => TensorFile::open_raw(path, &parse_shape(s)?, d.parse()?),
+        (None, None) => TensorFile::open(path),
+        _ => Err(Error::invalid("a raw input needs both --shape and --in-dtype")),
+    }
+}
+
+fn dtype_opt(d: Option<&String>) -> Result<Option<DType>> {
+    d.map(|s| s.parse()).transpose()
+}
+
+fn plan_of(e: &Engine, op: &Op) -> Result<Plan> {
+    match op {
+        Op::Reduce(a) => {
+            let x = open(&a.input, &a.raw)?;
+            e.plan_reduce(&x, Reduce::parse(&a.op, a.ddof)?, ReduceOver::from(a.axis))
+        }
+        Op::Affine(a) => {
+            let x = open(&a.input, &a.raw)?;
+            e.plan_affine(&x, dtype_opt(a.dtype.as_ref())?)
+        }
+        Op::Gen(a) => e.plan_generate(&parse_shape(&a.shape)?, a.dtype.parse()?),
+    }
+}
+
+fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
+    match op {
+        Op::Reduce(a) => {
+            let x = open(&a.input, &a.raw)?;
+            let r = Reduce::parse(&a.op, a.ddof)?;
+            e.reduce_to_file(&x, r, ReduceOver::from(a.axis), &a.output, dtype_opt(a.dtype.as_ref())?)
+        }
+        Op::Affine(a) => {
+            let x = open(&a.input, &a.raw)?;
+            e.affine(&x, &a.output, a.scale, a.offset, dtype_opt(a.dtype.as_ref())?)
+        }
+        Op::Gen(a) => e.generate(&a.output, &parse_shape(&a.shape)?, a.dtype.parse()?, a.seed),
+    }
+}
+
+fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
+    let t = open(path, raw)?;
+    let i = t.info();
+    let format = match i.format {
+        Format::Npy { version: (a, b) } => format!("npy {a}.{b}"),
+        Format::Raw => "raw".into(),
+    };
+    if json {
+        let v = serde_json::json!({
+            "path": path, "format": format, "shape": i.shape, "dtype": i.dtype.name(),
+            "elements": i.len(), "bytes": i.nbytes(), "data_offset": i.data_offset,
+        });
+        println!("{v}");
+    } else {
+        println!("{}", path.display());
+        println!("  format:      {format}");
+        println!("  shape:       {} (rank {})", fmt_shape(&i.shape), i.shape.len());
+        println!("  dtype:       {}", i.dtype);
+        println!("  elements:    {}", i.len());
+        println!("  data:        {} bytes ({}) at offset {}", i.nbytes(), tilestream::budget::fmt_bytes(i.nbytes()), i.data_offset);
+    }
+    Ok(())
+}
+
+fn main_inner(cli: Cli) -> Result<()> {
+    let common = &cli.common;
+    match cli.cmd {
+        Cmd::Info { input, raw, json } => info(&input, &raw, json),
+        Cmd::Plan { op } => {
+            let e = engine(common)?;
+            let p = plan_of(&e, &op)?;
+            if common.json {
+                let v = serde_json::json!({
+                    "what": p.what, "tiles": p.num_tiles, "tile_shape": p.tile_shape,
+                    "split_axis": p.split_axis, "halo": 0, "depth": p.depth,
+                    "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_buffer_bytes,
+                    "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
+                    "budget_bytes": p.budget,
+                });
+                println!("{v}");
+            } else {
+                println!("{p}");
+            }
+            Ok(())
+        }
+        Cmd::Op(op) => {
+            let e = engine(common)?;
+            let r = run_op(&e, &op)?;
+            if common.json {
+                println!("{}", serde_json::to_string(&r).map_err(|e| Error::Internal(e.to_string()))?);
+            } else {
+                println!("{r}");
+            }
+            Ok(())
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match main_inner(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("tilestream: error: {e}");
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}

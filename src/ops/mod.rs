@@ -1,0 +1,8 @@
+//! Operations: *what* is computed on a tile. The engine plans and streams; these modules
+//! hold the arithmetic, written once, generic over the element types.
+
+pub mod elementwise;
+pub mod generate;
+pub mod reduce;
+
+pub use reduce::{Axis, Reduce, ReduceOver};

@@ -1,0 +1,369 @@
+//! The planner: pure arithmetic (no I/O) that turns an operation's shapes, element sizes,
+//! resident bytes, pipeline depth and memory budget into tiles.
+//!
+//! Tiles are boxes that are contiguous in C order: blocks of whole rows of the leading
+//! axis when one such row fits, otherwise single leading rows split along axis 1, and so
+//! on down to runs of the last axis. Every tile is therefore one contiguous byte range of
+//! each input file (one mapped window) and of the output (one positioned write).
+//!
+//! Budget arithmetic, with `depth` staging slots each holding one tile's input windows
+//! and output buffer:
+//!
+//! ```text
+//! reserved = resident + depth × (tile_elems × (in_bytes + out_bytes) + inputs × page_slack)
+//! ```
+//!
+//! The largest tile that keeps `reserved <= budget` is taken, capped at
+//! [`PlanRequest::max_tile_bytes`] (bigger tiles do not make streaming faster, they only
+//! make the pipeline coarser), then evened out so the last tile is not a sliver.
+
+use std::fmt;
+
+use crate::budget::{BudgetError, fmt_bytes};
+use crate::tensor::fmt_shape;
+
+/// Smallest tile the planner will make, in elements (or the whole tensor if smaller).
+pub const MIN_TILE_ELEMS: u64 = 1024;
+
+/// Default cap on one tile's staging bytes (inputs + output).
+pub const DEFAULT_MAX_TILE_BYTES: u64 = 16 << 20;
+
+/// Default pipeline depth (staging slots).
+pub const DEFAULT_DEPTH: usize = 3;
+
+/// What the planner is asked to plan.
+#[derive(Clone, Debug)]
+pub struct PlanRequest {
+    /// Human description of the operation, used in the plan and in errors.
+    pub what: String,
+    /// Shape of the iteration space (the streamed input's shape, or the output's for
+    /// generators).
+    pub shape: Vec<usize>,
+    /// Sum of the element sizes of the streamed inputs.
+    pub in_bytes_per_elem: u64,
+    /// Number of streamed inputs (each costs page slack per window).
+    pub inputs: usize,
+    /// Staging-buffer bytes of output per element (0 when the result stays resident).
+    pub out_bytes_per_elem: u64,
+    /// Bytes held for the whole run (accumulators, result, resident operands).
+    pub resident_bytes: u64,
+    /// Scratch bytes per element of the tile being computed (one tile at a time).
+    pub scratch_per_elem: u64,
+    /// What the resident bytes are, for the printout.
+    pub resident_what: String,
+    /// Staging slots in the pipeline.
+    pub depth: usize,
+    /// The memory budget in bytes.
+    pub budget: u64,
+    /// Cap on one tile's staging bytes.
+    pub max_tile_bytes: u64,
+    /// Page slack per mapped window (two pages: alignment at both ends).
+    pub window_slack: u64,
+}
+
+/// A tile: the flat C-order element range `[start, start + len)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tile {
+    /// Position in the plan's order.
+    pub index: usize,
+    /// First element (flat index).
+    pub start: u64,
+    /// Number of elements.
+    pub len: u64,
+}
+
+/// The result of planning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// Human description of the operation.
+    pub what: String,
+    /// Shape of the iteration space.
+    pub shape: Vec<usize>,
+    /// Axis along which tiles are cut (axes before it have extent 1 in a tile).
+    pub split_axis: usize,
+    /// Extent of a full tile along `split_axis`.
+    pub extent: usize,
+    /// Shape of a full tile.
+    pub tile_shape: Vec<usize>,
+    /// Number of tiles.
+    pub num_tiles: usize,
+    /// Elements of a full tile.
+    pub tile_elems: u64,
+    /// Bytes of input windows per slot (all inputs, page slack included).
+    pub window_bytes: u64,
+    /// Bytes of output staging buffer per slot.
+    pub out_buffer_bytes: u64,
+    /// Bytes held for the whole run.
+    pub resident_bytes: u64,
+    /// What the resident bytes are.
+    pub resident_what: String,
+    /// Staging slots.
+    pub depth: usize,
+    /// Total bytes the run will reserve at most.
+    pub reserved_bytes: u64,
+    /// The budget.
+    pub budget: u64,
+}
+
+impl Plan {
+    /// Plans `req`.
+    ///
+    /// # Errors
+    /// [`BudgetError::TooSmall`] if the budget cannot hold the resident bytes plus `depth`
+    /// slots of the smallest tile; the error spells out the arithmetic and the smallest
+    /// budget that works.
+    pub fn new(req: &PlanRequest) -> Result<Plan, BudgetError> {
+        let depth = req.depth.max(1) as u64;
+        let total: u64 = req.shape.iter().map(|&d| d as u64).product();
+        let per_elem = (req.in_bytes_per_elem + req.out_bytes_per_elem).max(1);
+        let slack = req.inputs as u64 * req.window_slack;
+        let min_elems = total.clamp(1, MIN_TILE_ELEMS);
+        let scratch = req.scratch_per_elem;
+        let min_needed = req.resident_bytes + depth * (min_elems * per_elem + slack) + min_elems * scratch;
+        if min_needed > req.budget {
+            let mut arithmetic = format!(
+                "{depth} staging slots × ({min_elems} elements × {per_elem} B{})",
+                if slack > 0 { format!(" + {} page slack", fmt_bytes(slack)) } else { String::new() }
+            );
+            if scratch > 0 {
+                arithmetic.push_str(&format!(" + {min_elems} elements × {scratch} B of scratch"));
+            }
+            if req.resident_bytes > 0 {
+                arithmetic.push_str(&format!(" + {} of {}", fmt_bytes(req.resident_bytes), req.resident_what));
+            }
+            return Err(BudgetError::TooSmall {
+                what: req.what.clone(),
+                arithmetic,
+                needed: min_needed,
+                limit: req.budget,
+            });
+        }
+        let avail = req.budget - req.resident_bytes - depth * slack;
+        let max_elems = (avail / (depth * per_elem + scratch))
+            .min((req.max_tile_bytes / per_elem).max(min_elems))
+            .max(min_elems);
+
+        let rank = req.shape.len();
+        let (split_axis, extent, num_tiles) = if total == 0 {
+            (0, 0, 0)
+        } else if rank == 0 {
+            (0, 1, 1)
+        } else {
+            let mut chosen = (rank - 1, 1usize, 0usize);
+            for a in 0..rank {
+                let sub: u64 = req.shape[a + 1..].iter().map(|&d| d as u64).product();
+                if sub <= max_elems {
+                    let d = req.shape[a] as u64;
+                    let k = (max_elems / sub).clamp(1, d);
+                    // even the tiles out: same count, sizes differing by at most one row
+                    let n_along = d.div_ceil(k);
+                    let k = d.div_ceil(n_along);
+                    let outer: u64 = req.shape[..a].iter().map(|&x| x as u64).product();
+                    chosen = (a, k as usize, (outer * n_along) as usize);
+                    break;
+                }
+            }
+            chosen
+        };
+        let tile_shape: Vec<usize> = if rank == 0 {
+            vec![]
+        } else {
+            (0..rank)
+                .map(|a| match a.cmp(&split_axis) {
+                    std::cmp::Ordering::Less => 1,
+                    std::cmp::Ordering::Equal => extent,
+                    std::cmp::Ordering::Greater => req.shape[a],
+                })
+                .collect()
+        };
+        let tile_elems: u64 = if total == 0 { 0 } else { tile_shape.iter().map(|&d| d as u64).product() };
+        let window_bytes = if req.inputs == 0 { 0 } else { tile_elems * req.in_bytes_per_elem + slack };
+        let out_buffer_bytes = tile_elems * req.out_bytes_per_elem;
+        let slots = depth.min(num_tiles.max(1) as u64);
+        let reserved_bytes =
+            req.resident_bytes + slots * (window_bytes + out_buffer_bytes) + tile_elems * scratch;
+        Ok(Plan {
+            what: req.what.clone(),
+            shape: req.shape.clone(),
+            split_axis,
+            extent,
+            tile_shape,
+            num_tiles,
+            tile_elems,
+            window_bytes,
+            out_buffer_bytes,
+            resident_bytes: req.resident_bytes,
+            resident_what: req.resident_what.clone(),
+            depth: depth as usize,
+            reserved_bytes,
+            budget: req.budget,
+        })
+    }
+
+    /// The `i`-th tile, in C order of the tiled space.
+    #[must_use]
+    pub fn tile(&self, i: usize) -> Tile {
+        if self.shape.is_empty() {
+            return Tile { index: 0, start: 0, len: 1 };
+        }
+        let a = self.split_axis;
+        let d = self.shape[a] as u64;
+        let sub: u64 = self.shape[a + 1..].iter().map(|&x| x as u64).product();
+        let n_along = d.div_ceil(self.extent as u64);
+        let outer = i as u64 / n_along;
+        let c = i as u64 % n_along;
+        let first = c * self.extent as u64;
+        let rows = (self.extent as u64).min(d - first);
+        Tile {
+            index: i,
+            start: outer * d * sub + first * sub,
+            len: rows * sub,
+        }
+    }
+
+    /// All tiles in order.
+    pub fn tiles(&self) -> impl Iterator<Item = Tile> + '_ {
+        (0..self.num_tiles).map(|i| self.tile(i))
+    }
+}
+
+impl fmt::Display for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "plan:           {}", self.what)?;
+        if self.num_tiles == 0 {
+            return writeln!(f, "tiles:          none (the tensor is empty)");
+        }
+        let last = self.tile(self.num_tiles - 1);
+        let cut = if self.split_axis == 0 {
+            "leading-axis row blocks".to_string()
+        } else {
+            format!("one leading row does not fit: split along axis {}", self.split_axis)
+        };
+        writeln!(
+            f,
+            "tiles:          {} of {} ({cut}); last tile {} elements",
+            self.num_tiles,
+            fmt_shape(&self.tile_shape),
+            last.len
+        )?;
+        writeln!(f, "halo:           none")?;
+        writeln!(
+            f,
+            "per stage:      read windows {} | compute in place | write buffer {}",
+            fmt_bytes(self.window_bytes),
+            fmt_bytes(self.out_buffer_bytes)
+        )?;
+        writeln!(f, "staging slots:  {} (pipeline depth)", self.depth)?;
+        writeln!(
+            f,
+            "resident:       {}{}",
+            fmt_bytes(self.resident_bytes),
+            if self.resident_bytes > 0 { format!(" ({})", self.resident_what) } else { String::new() }
+        )?;
+        write!(
+            f,
+            "reserved:       {} of {} budget ({:.1}%)",
+            fmt_bytes(self.reserved_bytes),
+            fmt_bytes(self.budget),
+            100.0 * self.reserved_bytes as f64 / self.budget as f64
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(shape: &[usize], budget: u64) -> PlanRequest {
+        PlanRequest {
+            what: "test".into(),
+            shape: shape.to_vec(),
+            in_bytes_per_elem: 4,
+            inputs: 1,
+            out_bytes_per_elem: 2,
+            resident_bytes: 0,
+            scratch_per_elem: 0,
+            resident_what: String::new(),
+            depth: 3,
+            budget,
+            max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
+            window_slack: 8192,
+        }
+    }
+
+    fn check_cover(p: &Plan) {
+        let total: u64 = p.shape.iter().map(|&d| d as u64).product();
+        let mut next = 0;
+        for t in p.tiles() {
+            assert_eq!(t.start, next, "tiles must be contiguous and in order");
+            assert!(t.len > 0 && t.len <= p.tile_elems);
+            next += t.len;
+        }
+        assert_eq!(next, total);
+        assert!(p.reserved_bytes <= p.budget);
+    }
+
+    #[test]
+    fn table() {
+        // (shape, budget, expected split axis, expected tile shape, expected tiles)
+        let cases: &[(&[usize], u64, usize, &[usize], usize)] = &[
+            // 16 MiB cap / 6 B = 2796202 elements = 5461 rows -> 564 tiles, evened to 5453 rows
+            (&[3_075_200, 512], 256 << 20, 0, &[5453, 512], 564),
+            (&[100, 10], 1 << 20, 0, &[100, 10], 1),
+            // a row of 1M f32+f16 (6 MB) does not fit 3 slots in 4 MiB: split along axis 1;
+            // (4 MiB - 3 x 8 KiB) / 18 B = 231651 elements -> 5 tiles per row of 209716
+            (&[4, 1 << 20], 4 << 20, 1, &[1, 209_716], 20),
+            (&[7], 1 << 20, 0, &[7], 1),
+            (&[3, 5, 7, 11], 1 << 20, 0, &[3, 5, 7, 11], 1),
+            (&[0, 5], 1 << 20, 0, &[0, 5], 0),
+        ];
+        for &(shape, budget, axis, tshape, n) in cases {
+            let p = Plan::new(&req(shape, budget)).unwrap();
+            assert_eq!(p.split_axis, axis, "{shape:?}");
+            assert_eq!(p.tile_shape, tshape, "{shape:?}");
+            assert_eq!(p.num_tiles, n, "{shape:?}");
+            check_cover(&p);
+        }
+    }
+
+    #[test]
+    fn any_shape_fits_one_mebibyte() {
+        for shape in [vec![1usize << 30], vec![3, 1 << 28], vec![2, 3, 1 << 26, 5], vec![1 << 22, 1 << 20]] {
+            let p = Plan::new(&req(&shape, 1 << 20)).unwrap();
+            assert!(p.reserved_bytes <= 1 << 20);
+            assert!(p.tile_elems >= MIN_TILE_ELEMS);
+            // spot-check contiguity at the start and the end
+            assert_eq!(p.tile(0).start, 0);
+            let last = p.tile(p.num_tiles - 1);
+            let total: u64 = shape.iter().map(|&d| d as u64).product();
+            assert_eq!(last.start + last.len, total);
+        }
+    }
+
+    #[test]
+    fn too_small_budget_states_arithmetic() {
+        let mut r = req(&[1000, 1000], 1 << 20);
+        r.budget = 20_000;
+        let e = Plan::new(&r).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("3 staging slots × (1024 elements × 6 B + 8.0 KiB page slack)"), "{msg}");
+        assert!(msg.contains("the smallest budget that works is 42.0 KiB"), "{msg}");
+        if let BudgetError::TooSmall { needed, .. } = e {
+            r.budget = needed;
+            assert!(Plan::new(&r).is_ok());
+            r.budget = needed - 1;
+            assert!(Plan::new(&r).is_err());
+        } else {
+            panic!("wrong error {e:?}");
+        }
+    }
+
+    #[test]
+    fn resident_bytes_count() {
+        let mut r = req(&[1000, 1000], 1 << 20);
+        r.resident_bytes = 2 << 20;
+        r.resident_what = "accumulators".into();
+        let msg = Plan::new(&r).unwrap_err().to_string();
+        assert!(msg.contains("2.0 MiB of accumulators"), "{msg}");
+    }
+}

@@ -1,0 +1,484 @@
+//! On-disk tensors: opening `.npy` and raw files, mapping windows of them, and creating
+//! outputs that appear at their path only once complete.
+//!
+//! Input data is only ever reached through [`Window`]s: a memory map of the byte range one
+//! tile needs (page-aligned outward), prefaulted by the read stage and unmapped as soon as
+//! the compute stage is done with it, so resident memory stays bounded by the windows in
+//! flight. The whole file is never mapped, which is what lets a 6 GB file be processed
+//! under `ulimit -v 2GiB`.
+//!
+//! Outputs are written with positioned writes (`pwrite`) from staging buffers into a
+//! temporary file beside the destination, then fsynced and renamed into place: a failed
+//! or interrupted run leaves nothing at the output path.
+
+pub mod npy;
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use memmap2::{Mmap, MmapOptions};
+
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// How a tensor is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// numpy `.npy`, with its version.
+    Npy {
+        /// (major, minor) format version.
+        version: (u8, u8),
+    },
+    /// Headerless little-endian C-order data; shape and dtype given by the user.
+    Raw,
+}
+
+/// Shape, dtype and layout of a tensor file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Storage format.
+    pub format: Format,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape, C order.
+    pub shape: Vec<usize>,
+    /// Byte offset of the first element in the file.
+    pub data_offset: u64,
+}
+
+impl TensorInfo {
+    /// Number of elements (checked against overflow when the file was opened).
+    #[must_use]
+    pub fn len(&self) -> u64 {
+        self.shape.iter().map(|&d| d as u64).product()
+    }
+
+    /// True if some dimension is zero.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes of data.
+    #[must_use]
+    pub fn nbytes(&self) -> u64 {
+        self.len() * self.dtype.size() as u64
+    }
+}
+
+/// Formats a shape the way the command line takes it: `3075200x512`.
+#[must_use]
+pub fn fmt_shape(shape: &[usize]) -> String {
+    if shape.is_empty() {
+        return "scalar".into();
+    }
+    shape
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("x")
+}
+
+/// Parses a shape such as `3075200x512` or `4,20000,20000`.
+///
+/// # Errors
+/// [`Error::Invalid`] if an entry is not a non-negative integer.
+pub fn parse_shape(s: &str) -> Result<Vec<usize>> {
+    let parts: Vec<&str> = s.split(['x', 'X', ',', '*']).map(str::trim).collect();
+    if parts.is_empty() || parts.iter().any(|p| p.is_empty()) {
+        return Err(Error::invalid(format!(
+            "cannot parse shape '{s}': expected dimensions separated by 'x', e.g. 3075200x512"
+        )));
+    }
+    parts
+        .iter()
+        .map(|p| {
+            p.parse::<usize>().map_err(|_| {
+                Error::invalid(format!(
+                    "cannot parse shape '{s}': '{p}' is not a non-negative integer"
+                ))
+            })
+        })
+        .collect()
+}
+
+/// Number of elements of `shape`, or an error naming `path` if the count or the byte size
+/// overflows.
+fn checked_nbytes(path: &Path, shape: &[usize], dtype: DType) -> Result<u64> {
+    let mut n: u64 = 1;
+    for &d in shape {
+        n = n.checked_mul(d as u64).ok_or_else(|| {
+            Error::format(path, format!("shape {} overflows a 64-bit element count", fmt_shape(shape)))
+        })?;
+    }
+    n.checked_mul(dtype.size() as u64)
+        .filter(|&b| b <= i64::MAX as u64)
+        .ok_or_else(|| {
+            Error::format(path, format!("shape {} of {dtype} overflows a 64-bit byte count", fmt_shape(shape)))
+        })
+}
+
+/// An open input tensor. Holds the file open; maps nothing until asked for a window.
+#[derive(Debug)]
+pub struct TensorFile {
+    path: PathBuf,
+    file: File,
+    info: TensorInfo,
+}
+
+impl TensorFile {
+    /// Opens a `.npy` file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened or read; [`Error::Format`] if the header is
+    /// malformed, describes an unsupported dtype or order, or disagrees with the file size;
+    /// [`Error::Invalid`] if the name does not end in `.npy` (raw files need
+    /// [`open_raw`](Self::open_raw)).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if !is_npy_path(path) {
+            return Err(Error::invalid(format!(
+                "{}: not a .npy file; for raw binary data give its --shape and --dtype",
+                path.display()
+            )));
+        }
+        let mut file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let file_len = file_len(&file, path)?;
+        let mut pre = [0u8; npy::PREAMBLE];
+        let got = read_up_to(&mut file, &mut pre).map_err(|e| Error::io("read", path, e))?;
+        let hlen = npy::header_len(&pre[..got]).map_err(|m| Error::format(path, m))?;
+        if hlen as u64 > file_len || hlen > 64 << 20 {
+            return Err(Error::format(
+                path,
+                format!("truncated .npy header: header length field says {hlen} bytes, file has {file_len}"),
+            ));
+        }
+        let mut head = vec![0u8; hlen];
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| Error::io("read", path, e))?;
+        let h = npy::parse_header(&head).map_err(|m| Error::format(path, m))?;
+        let nbytes = checked_nbytes(path, &h.shape, h.dtype)?;
+        let have = file_len - h.data_offset;
+        if have != nbytes {
+            let what = if have < nbytes { "truncated" } else { "longer than its header says" };
+            return Err(Error::format(
+                path,
+                format!(
+                    "file is {what}: header says {} {} = {nbytes} bytes of data, file holds {have}",
+                    fmt_shape(&h.shape),
+                    h.dtype
+                ),
+            ));
+        }
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::Npy { version: h.version },
+                dtype: h.dtype,
+                shape: h.shape,
+                data_offset: h.data_offset,
+            },
+        })
+    }
+
+    /// Opens a headerless raw file of the given shape and dtype (little-endian, C order).
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if its size is not exactly
+    /// what the shape and dtype need.
+    pub fn open_raw(path: impl AsRef<Path>, shape: &[usize], dtype: DType) -> Result<Self> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let len = file_len(&file, path)?;
+        let nbytes = checked_nbytes(path, shape, dtype)?;
+        if len != nbytes {
+            return Err(Error::format(
+                path,
+                format!(
+                    "size mismatch: --shape {} --dtype {dtype} needs {nbytes} bytes, file holds {len}",
+                    fmt_shape(shape)
+                ),
+            ));
+        }
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::Raw,
+                dtype,
+                shape: shape.to_vec(),
+                data_offset: 0,
+            },
+        })
+    }
+
+    /// Opens `path` as `.npy`, or as raw data when `raw` gives (shape, dtype).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open) and [`open_raw`](Self::open_raw).
+    pub fn open_any(path: impl AsRef<Path>, raw: Option<(&[usize], DType)>) -> Result<Self> {
+        match raw {
+            Some((shape, dtype)) => Self::open_raw(path, shape, dtype),
+            None => Self::open(path),
+        }
+    }
+
+    /// The file's path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Shape, dtype and layout.
+    #[must_use]
+    pub fn info(&self) -> &TensorInfo {
+        &self.info
+    }
+
+    /// Shape.
+    #[must_use]
+    pub fn shape(&self) -> &[usize] {
+        &self.info.shape
+    }
+
+    /// Element type.
+    #[must_use]
+    pub fn dtype(&self) -> DType {
+        self.info.dtype
+    }
+
+    /// The underlying open file (used to compare identities of inputs and outputs).
+    #[must_use]
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Maps the elements `[start, start + count)` (flat C-order indices), prefaulting the
+    /// pages so that the compute stage does not stall on them.
+    ///
+    /// The file size is checked again first: a file truncated since it was opened gives an
+    /// error here instead of a SIGBUS later.
+    ///
+    /// # Errors
+    /// [`Error::Format`] if the file shrank; [`Error::Io`] if the map fails.
+    pub fn map_window(&self, start: u64, count: u64) -> Result<Window> {
+        let es = self.info.dtype.size() as u64;
+        let begin = self.info.data_offset + start * es;
+        let len = count * es;
+        if len == 0 {
+            return Ok(Window { map: None, skip: 0, len: 0 });
+        }
+        let now = file_len(&self.file, &self.path)?;
+        if begin + len > now {
+            return Err(Error::format(
+                &self.path,
+                format!("file changed size while in use: it now holds {now} bytes, {} are needed", begin + len),
+            ));
+        }
+        let page = page_size();
+        let aligned = begin / page * page;
+        let skip = (begin - aligned) as usize;
+        // SAFETY: the map is read-only and private to this process. Another process could
+        // truncate or rewrite the file while it is mapped; the size was checked just above,
+        // which is the best a reader of a shared file can do (documented in the README).
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(aligned)
+                .len(skip + len as usize)
+                .populate()
+                .map(&self.file)
+        }
+        .map_err(|e| Error::io("map a window of", &self.path, e))?;
+        Ok(Window { map: Some(map), skip, len: len as usize })
+    }
+}
+
+/// Bytes that mapping `count` elements may cost beyond the data itself (page alignment at
+/// both ends).
+#[must_use]
+pub fn window_slack() -> u64 {
+    2 * page_size()
+}
+
+/// The system page size.
+#[must_use]
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as u64 } else { 4096 }
+}
+
+/// A mapped byte range of an input file; unmapped on drop.
+#[derive(Debug)]
+pub struct Window {
+    map: Option<Mmap>,
+    skip: usize,
+    len: usize,
+}
+
+impl Window {
+    /// The mapped data bytes.
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        match &self.map {
+            Some(m) => &m[self.skip..self.skip + self.len],
+            None => &[],
+        }
+    }
+}
+
+fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+fn file_len(file: &File, path: &Path) -> Result<u64> {
+    let m = file.metadata().map_err(|e| Error::io("stat", path, e))?;
+    if m.is_dir() {
+        return Err(Error::format(path, "is a directory, not a tensor file"));
+    }
+    Ok(m.len())
+}
+
+/// True if the path names a `.npy` file (by extension, case-insensitive).
+#[must_use]
+pub fn is_npy_path(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("npy"))
+}
+
+/// An output tensor being written: a temporary file beside the destination that becomes
+/// the destination in [`finish`](Self::finish). Dropped without `finish`, it is deleted.
+#[derive(Debug)]
+pub struct OutputFile {
+    dest: PathBuf,
+    tmp: tempfile::NamedTempFile,
+    data_offset: u64,
+    dtype: DType,
+    shape: Vec<usize>,
+}
+
+impl OutputFile {
+    /// Creates the temporary file for an output of `shape` and `dtype` at `dest`: `.npy`
+    /// (with header) if the name ends in `.npy`, raw data otherwise.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the directory is missing or not writable, or the file cannot be
+    /// sized.
+    pub fn create(dest: impl AsRef<Path>, shape: &[usize], dtype: DType) -> Result<Self> {
+        let dest = dest.as_ref();
+        let nbytes = checked_nbytes(dest, shape, dtype)?;
+        let dir = match dest.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let name = dest
+            .file_name()
+            .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?;
+        if dest.is_dir() {
+            return Err(Error::invalid(format!("{}: is a directory; give an output file name", dest.display())));
+        }
+        let tmp = tempfile::Builder::new()
+            .prefix(&format!(".{}.", name.to_string_lossy()))
+            .suffix(".tilestream-tmp")
+            .tempfile_in(&dir)
+            .map_err(|e| Error::io("create a temporary output file in", &dir, e))?;
+        let header = if is_npy_path(dest) {
+            npy::build_header(dtype, shape)
+        } else {
+            Vec::new()
+        };
+        let data_offset = header.len() as u64;
+        tmp.as_file()
+            .write_all_at(&header, 0)
+            .map_err(|e| Error::io("write", tmp.path(), e))?;
+        tmp.as_file()
+            .set_len(data_offset + nbytes)
+            .map_err(|e| Error::io("size", dest, e))?;
+        Ok(OutputFile {
+            dest: dest.to_path_buf(),
+            tmp,
+            data_offset,
+            dtype,
+            shape: shape.to_vec(),
+        })
+    }
+
+    /// The destination path.
+    #[must_use]
+    pub fn path(&self) -> &Path {
+        &self.dest
+    }
+
+    /// Shape of the output.
+    #[must_use]
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// Element type of the output.
+    #[must_use]
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// Writes `bytes` at element index `start` (flat C order).
+    ///
+    /// # Errors
+    /// [`Error::Io`] on a failed write (disk full, file size limit...).
+    pub fn write_at(&self, start: u64, bytes: &[u8]) -> Result<()> {
+        let off = self.data_offset + start * self.dtype.size() as u64;
+        self.tmp
+            .as_file()
+            .write_all_at(bytes, off)
+            .map_err(|e| Error::io("write", &self.dest, e))
+    }
+
+    /// Flushes the data to disk and renames the file into place (replacing what was
+    /// there), then syncs the directory so the rename survives a crash.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the flush or rename fails; the temporary file is removed then.
+    pub fn finish(self) -> Result<()> {
+        self.tmp
+            .as_file()
+            .sync_all()
+            .map_err(|e| Error::io("flush", &self.dest, e))?;
+        let dest = self.dest;
+        self.tmp
+            .persist(&dest)
+            .map_err(|e| Error::io("rename the finished output to", &dest, e.error))?;
+        if let Some(dir) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+            // Best effort: some filesystems refuse fsync on a directory.
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+
+    /// The open temporary file (used to compare identities of inputs and outputs).
+    #[must_use]
+    pub fn file(&self) -> &File {
+        self.tmp.as_file()
+    }
+}
+
+/// True if `a` and `b` are the same file on disk (same device and inode).
+#[must_use]
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
