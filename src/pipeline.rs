@@ -176,6 +176,7 @@ where
     };
 
     let mut times = StageTimes::default();
+    let (mut computed, mut written) = (0usize, 0usize);
     std::thread::scope(|scope| {
         let shared = &shared;
         let report = &report;
@@ -202,7 +203,7 @@ where
                             Ok(w) => windows.push(w),
                             Err(e) => {
                                 shared.fail(e);
-                                return busy;
+                                return (busy, 0);
                             }
                         }
                     }
@@ -212,7 +213,7 @@ where
                         break;
                     }
                 }
-                busy
+                (busy, 0)
             }))
         };
 
@@ -226,6 +227,7 @@ where
             scope.spawn(move || {
                 let mut busy = Duration::ZERO;
                 let mut done = 0usize;
+                let mut computed = 0usize;
                 let mut bytes = 0u64;
                 for tile in plan.tiles() {
                     if shared.stopped() {
@@ -268,6 +270,7 @@ where
                         shared.fail(e);
                         break;
                     }
+                    computed += 1;
                     match buffer {
                         Some(b) => {
                             if write_tx.send((tile, b)).is_err() {
@@ -281,7 +284,7 @@ where
                         }
                     }
                 }
-                busy
+                (busy, computed)
             })
         };
 
@@ -303,32 +306,38 @@ where
                     done += 1;
                     bytes += tile.len * (in_elem + out_elem);
                     report(done, bytes);
-                    if free_tx.send(buf).is_err() {
-                        break;
-                    }
+                    // The compute stage may have finished already: keep draining.
+                    let _ = free_tx.send(buf);
                 }
-                busy
+                (busy, done)
             })
         });
 
-        let join = |h: std::thread::ScopedJoinHandle<'_, Duration>, name: &str| match h.join() {
+        let join = |h: std::thread::ScopedJoinHandle<'_, (Duration, usize)>, name: &str| match h.join() {
             Ok(d) => d,
             Err(_) => {
                 shared.fail(Error::Internal(format!("the {name} stage panicked")));
-                Duration::ZERO
+                (Duration::ZERO, 0)
             }
         };
         if let Some(h) = reader {
-            times.read = join(h, "read");
+            times.read = join(h, "read").0;
         }
-        times.compute = join(computer, "compute");
+        (times.compute, computed) = join(computer, "compute");
         if let Some(h) = writer {
-            times.write = join(h, "write");
+            (times.write, written) = join(h, "write");
         }
     });
 
     if let Some(e) = shared.error.into_inner().ok().flatten() {
         return Err(e);
+    }
+    // Never report success for a run that lost a tile.
+    if computed != plan.num_tiles || (s.output.is_some() && written != plan.num_tiles) {
+        return Err(Error::Internal(format!(
+            "pipeline ended early: {computed} of {} tiles computed, {written} written",
+            plan.num_tiles
+        )));
     }
     let elems: u64 = plan.tiles().map(|t| t.len).sum();
     times.bytes_read = elems * in_elem;

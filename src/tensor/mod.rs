@@ -390,6 +390,8 @@ impl OutputFile {
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{}.", name.to_string_lossy()))
             .suffix(".tilestream-tmp")
+            // like any new file: 0666 less the umask (tempfile's default is 0600)
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
             .tempfile_in(&dir)
             .map_err(|e| Error::io("create a temporary output file in", &dir, e))?;
         let header = if is_npy_path(dest) {
