@@ -1,0 +1,62 @@
+//! Helpers shared by the integration tests: writing `.npy` files independently of the
+//! engine's output path, and running the binary.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use tilestream::DType;
+use tilestream::tensor::npy::build_header;
+
+/// Writes `data` (little-endian element bytes) as a `.npy` of `shape` and `dtype`.
+pub fn write_npy(path: &Path, dtype: DType, shape: &[usize], data: &[u8]) {
+    let mut bytes = build_header(dtype, shape);
+    bytes.extend_from_slice(data);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Reads the data bytes of a `.npy` written by tilestream (header parsed independently:
+/// the header length field is at bytes 8..10 for version 1).
+pub fn read_npy_data(path: &Path) -> Vec<u8> {
+    let b = std::fs::read(path).unwrap();
+    assert_eq!(&b[..6], b"\x93NUMPY");
+    let start = match b[6] {
+        1 => 10 + u16::from_le_bytes([b[8], b[9]]) as usize,
+        _ => 12 + u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize,
+    };
+    b[start..].to_vec()
+}
+
+/// The tilestream binary built by cargo for these tests.
+pub fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_tilestream"))
+}
+
+/// Runs the binary with `args` and returns its output.
+pub fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+/// Runs the binary, asserting success, and returns stdout.
+pub fn ok(args: &[&str]) -> String {
+    let o = run(args);
+    assert!(
+        o.status.success(),
+        "tilestream {args:?} failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// A small deterministic pseudo-random generator (so the tests need no extra crate).
+pub struct Lcg(pub u64);
+impl Lcg {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 11
+    }
+    /// Uniform in [0, 1).
+    pub fn f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 42) as f64
+    }
+}
