@@ -396,9 +396,48 @@ impl<A: Copy> State<A> {
 }
 
 /// Adds rows `seg` of `data` into `acc` (which holds columns `seg.ca..seg.cb`, or a
-/// sub-range `cols` of them).
+/// sub-range `cols` of them), with the widest vector instructions the CPU has.
+///
+/// Vectorization runs across columns, so every column sees the same sequence of IEEE
+/// additions whichever path runs: results are bit-identical between them. FMA is not
+/// enabled, since fusing would change rounding.
 #[inline]
 fn accumulate<T: Element, K: Kernel<T>>(
+    data: &[T],
+    vcols: usize,
+    seg: Seg,
+    cols: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { accumulate_avx2::<T, K>(data, vcols, seg, cols, acc, shift) };
+        return;
+    }
+    accumulate_rows::<T, K>(data, vcols, seg, cols, acc, shift);
+}
+
+/// [`accumulate_rows`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn accumulate_avx2<T: Element, K: Kernel<T>>(
+    data: &[T],
+    vcols: usize,
+    seg: Seg,
+    cols: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) {
+    accumulate_rows::<T, K>(data, vcols, seg, cols, acc, shift);
+}
+
+#[inline(always)]
+fn accumulate_rows<T: Element, K: Kernel<T>>(
     data: &[T],
     vcols: usize,
     seg: Seg,

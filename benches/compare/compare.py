@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark: tilestream vs the physical limit (a C pread loop) vs numpy.
+
+One command (from the repository root):
+
+    python3 benches/compare/compare.py            # 3075200x512 f32 (6.3 GB), 5 runs each
+
+It builds tilestream (release) and the C baseline, creates a virtual environment with
+numpy in benches/compare/.venv, generates the input once in benches/compare/work/
+(reused when present), warms the page cache, then runs every engine in alternation
+--runs times. For each it records the median wall time and the peak resident set of the
+child process (os.wait4, the same figure as /usr/bin/time -v "Maximum resident set
+size"), and prints a markdown table with ratios to tilestream. Results also go to
+benches/compare/results/<task>.json.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+VENV = HERE / ".venv"
+WORK = HERE / "work"
+BIN = ROOT / "target" / "release" / "tilestream"
+
+
+def sh(cmd, **kw):
+    print("+", " ".join(str(c) for c in cmd), file=sys.stderr)
+    subprocess.run(cmd, check=True, **kw)
+
+
+def setup(rows, cols):
+    sh(["cargo", "build", "--release", "--quiet"], cwd=ROOT)
+    if not (VENV / "bin" / "python").exists():
+        sh([sys.executable, "-m", "venv", str(VENV)])
+    py = VENV / "bin" / "python"
+    if subprocess.run([py, "-c", "import numpy"], capture_output=True).returncode != 0:
+        sh([py, "-m", "pip", "install", "--quiet", "numpy"])
+    WORK.mkdir(exist_ok=True)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    colsum = WORK / "colsum"
+    if not colsum.exists() or colsum.stat().st_mtime < (HERE / "colsum.c").stat().st_mtime:
+        sh([cc, "-O3", "-march=native", "-o", str(colsum), str(HERE / "colsum.c")])
+    x = WORK / f"x_{rows}x{cols}.npy"
+    if not x.exists():
+        sh([BIN, "gen", x, "--shape", f"{rows}x{cols}", "--dtype", "f32", "--seed", "1", "--memory", "256MiB"])
+    return py, colsum, x
+
+
+def measure(cmd):
+    """Runs cmd; returns (wall seconds, peak RSS bytes of that child)."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t0
+    err = p.stderr.read().decode()
+    p.stderr.close()
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{cmd} failed: {err}")
+    return wall, ru.ru_maxrss * 1024
+
+
+def warm(path):
+    # Small reads into one reused buffer: a child's ru_maxrss starts from this process's
+    # high-water mark at fork, so the driver must stay small to measure children fairly.
+    buf = bytearray(1 << 20)
+    with open(path, "rb", buffering=0) as f:
+        while f.readinto(buf):
+            pass
+
+
+def machine():
+    cpu = "unknown cpu"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=3075200)
+    ap.add_argument("--cols", type=int, default=512)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--memory", default="256MiB", help="tilestream budget")
+    ap.add_argument("--numpy-whole", action="store_true", help="also run numpy on the whole memmap")
+    a = ap.parse_args()
+
+    py, colsum, x = setup(a.rows, a.cols)
+    out = WORK / "m.npy"
+    engines = {
+        "tilestream": [BIN, "reduce", x, out, "--op", "mean", "--axis", "0", "--memory", a.memory],
+        "C pread 8 MiB, 1 thread (limit)": [colsum, x, str(a.rows), str(a.cols)],
+        "numpy memmap, 64 MiB row blocks": [py, HERE / "numpy_colmean.py", x, "blocks"],
+    }
+    if a.numpy_whole:
+        engines["numpy memmap, whole array"] = [py, HERE / "numpy_colmean.py", x, "whole"]
+    print(f"warming the page cache with {x.name} ({x.stat().st_size / 1e9:.2f} GB)", file=sys.stderr)
+    warm(x)
+    samples = {k: [] for k in engines}
+    for r in range(a.runs):
+        for name, cmd in engines.items():
+            samples[name].append(measure([str(c) for c in cmd]))
+        print(f"run {r + 1}/{a.runs} done", file=sys.stderr)
+
+    size = x.stat().st_size
+    base = statistics.median(w for w, _ in samples["tilestream"])
+    rows = []
+    for name, s in samples.items():
+        wall = statistics.median(w for w, _ in s)
+        rss = max(m for _, m in s)
+        rows.append({"engine": name, "median_s": wall, "gb_per_s": size / wall / 1e9,
+                     "peak_rss_mib": rss / 2**20, "time_vs_tilestream": wall / base})
+    desc = machine()
+    print(f"\nColumn mean of {a.rows}x{a.cols} f32 ({size / 1e9:.2f} GB), page cache warm, "
+          f"median of {a.runs} alternating runs; tilestream --memory {a.memory}.\nMachine: {desc}\n")
+    print("| engine | median wall | GB/s | peak RSS | time / tilestream |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['engine']} | {r['median_s']:.3f} s | {r['gb_per_s']:.2f} | {r['peak_rss_mib']:.0f} MiB | {r['time_vs_tilestream']:.2f}x |")
+    (HERE / "results").mkdir(exist_ok=True)
+    (HERE / "results" / "colmean.json").write_text(json.dumps(
+        {"machine": desc, "rows": a.rows, "cols": a.cols, "memory": a.memory, "runs": a.runs, "results": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
