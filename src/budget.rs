@@ -239,6 +239,7 @@ impl Drop for Reservation {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

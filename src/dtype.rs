@@ -42,8 +42,9 @@ pub enum DType {
     I64,
     /// IEEE half precision.
     F16,
-    /// bfloat16 (stored in `.npy` with the descr `bfloat16`, which numpy reads once
-    /// `ml_dtypes` is imported).
+    /// bfloat16. Written to `.npy` with the descr `bfloat16`, which numpy reads once
+    /// `ml_dtypes` is imported; read from `bfloat16` or from `V2`, which is what numpy
+    /// writes for an `ml_dtypes` bfloat16 array.
     BF16,
     /// IEEE single precision.
     F32,
@@ -139,7 +140,8 @@ impl DType {
     /// A message (without the file name) describing the unsupported descr.
     pub fn from_npy_descr(descr: &str) -> Result<Self, String> {
         let d = descr.trim();
-        if d == "bfloat16" || d == "<bfloat16" {
+        // numpy saves ml_dtypes' bfloat16 as a 2-byte void ('<V2'): read it as bf16.
+        if matches!(d, "bfloat16" | "<bfloat16" | "<V2" | "|V2" | "V2") {
             return Ok(DType::BF16);
         }
         let (order, code) = if let Some(rest) = d.strip_prefix(['<', '|', '=']) {
@@ -232,7 +234,7 @@ pub trait Element: Pod + Send + Sync + PartialOrd + fmt::Debug + 'static {
     fn to_f64(self) -> f64;
     /// Converts from f64 with tilestream's cast rules (see the module docs).
     fn from_f64(v: f64) -> Self;
-    /// Widens to i64 for exact integer sums (wrapping for u64 beyond i64::MAX; floats
+    /// Widens to i64 for exact integer sums (wrapping for u64 beyond `i64::MAX`; floats
     /// truncate, but float sums never use this).
     fn to_i64(self) -> i64;
     /// True if this value is NaN (always false for integers).
@@ -447,6 +449,7 @@ macro_rules! dispatch_dtype {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -460,7 +463,11 @@ mod tests {
 
     #[test]
     fn refuses_big_endian_and_object() {
-        assert!(DType::from_npy_descr(">f4").unwrap_err().contains("big-endian"));
+        assert!(
+            DType::from_npy_descr(">f4")
+                .unwrap_err()
+                .contains("big-endian")
+        );
         assert!(DType::from_npy_descr("|O").unwrap_err().contains("object"));
         assert!(DType::from_npy_descr("<c8").is_err());
         // single-byte types have no byte order

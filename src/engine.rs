@@ -94,7 +94,13 @@ pub struct RunReport {
 
 impl fmt::Display for RunReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} -> {} {}", self.op, fmt_shape(&self.output_shape), self.output_dtype)?;
+        writeln!(
+            f,
+            "{} -> {} {}",
+            self.op,
+            fmt_shape(&self.output_shape),
+            self.output_dtype
+        )?;
         writeln!(
             f,
             "  {} tiles of {} on {}, depth {}",
@@ -221,7 +227,11 @@ impl Array {
         let dst = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..out.len()];
         crate::ops::elementwise::affine_bytes(&self.data, self.dtype, dst, to, 1.0, 0.0);
         out.copy_from_slice(dst);
-        Array { dtype: to, shape: self.shape.clone(), data: out }
+        Array {
+            dtype: to,
+            shape: self.shape.clone(),
+            data: out,
+        }
     }
 
     /// Writes the array to `path` (`.npy` by extension, raw otherwise), atomically.
@@ -310,7 +320,15 @@ impl Engine {
         }
     }
 
-    fn report(&self, plan: &Plan, op: String, input_shape: &[usize], out_shape: &[usize], out_dtype: DType, t: StageTimes) -> RunReport {
+    fn report(
+        &self,
+        plan: &Plan,
+        op: String,
+        input_shape: &[usize],
+        out_shape: &[usize],
+        out_dtype: DType,
+        t: StageTimes,
+    ) -> RunReport {
         let secs = t.wall.as_secs_f64();
         RunReport {
             op,
@@ -325,7 +343,11 @@ impl Engine {
             bytes_read: t.bytes_read,
             bytes_written: t.bytes_written,
             wall_s: secs,
-            gb_per_s: if secs > 0.0 { (t.bytes_read + t.bytes_written) as f64 / secs / 1e9 } else { 0.0 },
+            gb_per_s: if secs > 0.0 {
+                (t.bytes_read + t.bytes_written) as f64 / secs / 1e9
+            } else {
+                0.0
+            },
             read_busy_s: t.read.as_secs_f64(),
             compute_busy_s: t.compute.as_secs_f64(),
             write_busy_s: t.write.as_secs_f64(),
@@ -335,13 +357,21 @@ impl Engine {
         }
     }
 
-    fn stream<'a>(&'a self, plan: &'a Plan, inputs: &'a [&'a TensorFile], output: Option<&'a OutputFile>) -> Stream<'a> {
+    fn stream<'a>(
+        &'a self,
+        plan: &'a Plan,
+        inputs: &'a [&'a TensorFile],
+        output: Option<&'a OutputFile>,
+    ) -> Stream<'a> {
         Stream {
             plan,
             budget: &self.budget,
             inputs,
             output,
-            progress: self.progress.as_deref().map(|p| p as &(dyn Fn(&Progress) + Sync)),
+            progress: self
+                .progress
+                .as_deref()
+                .map(|p| p as &(dyn Fn(&Progress) + Sync)),
         }
     }
 
@@ -350,7 +380,12 @@ impl Engine {
     /// # Errors
     /// [`Error::Invalid`] for a bad axis or an empty tensor; [`Error::Budget`] if the
     /// budget is too small.
-    pub fn plan_reduce(&self, input: &TensorFile, op: Reduce, over: impl Into<ReduceOver>) -> Result<Plan> {
+    pub fn plan_reduce(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: impl Into<ReduceOver>,
+    ) -> Result<Plan> {
         let over = over.into();
         let shape = input.shape();
         let dtype = input.dtype();
@@ -370,13 +405,17 @@ impl Engine {
             ReduceOver::Axis(a) => format!("axis {a}"),
         };
         let mut req = self.request(
-            format!("reduce {} over {over_txt} of {} {dtype}", op.name(), fmt_shape(shape)),
+            format!(
+                "reduce {} over {over_txt} of {} {dtype}",
+                op.name(),
+                fmt_shape(shape)
+            ),
             shape,
         );
         req.in_bytes_per_elem = dtype.size() as u64;
         req.inputs = 1;
         req.resident_bytes = result + states;
-        req.resident_what = format!("{} result + accumulators", fmt_bytes(result));
+        req.resident_what = format!("result ({}) and accumulators", fmt_bytes(result));
         req.scratch_per_elem = g.scratch_per_elem(acc);
         Ok(Plan::new(&req)?)
     }
@@ -385,12 +424,19 @@ impl Engine {
     ///
     /// # Errors
     /// As [`plan_reduce`](Self::plan_reduce), plus I/O errors while streaming.
-    pub fn reduce(&self, input: &TensorFile, op: Reduce, over: impl Into<ReduceOver>) -> Result<(Array, RunReport)> {
+    pub fn reduce(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: impl Into<ReduceOver>,
+    ) -> Result<(Array, RunReport)> {
         let over = over.into();
         let plan = self.plan_reduce(input, op, over)?;
         self.budget.reset_peak();
         let g = Geometry::new(input.shape(), over)?;
-        let _resident = self.budget.reserve("reduction result and accumulators", plan.resident_bytes)?;
+        let _resident = self
+            .budget
+            .reserve("reduction result and accumulators", plan.resident_bytes)?;
         let mut reducer = self.backend.reducer(op, input.dtype(), g)?;
         let inputs = [input];
         let times = pipeline::run(&self.stream(&plan, &inputs, None), |tile, ins, _| {
@@ -400,10 +446,23 @@ impl Engine {
         let out_dtype = op.output_dtype(input.dtype());
         let out_shape: Vec<usize> = match over {
             ReduceOver::All => vec![],
-            ReduceOver::Axis(a) => input.shape().iter().enumerate().filter(|&(i, _)| i != a).map(|(_, &d)| d).collect(),
+            ReduceOver::Axis(a) => input
+                .shape()
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != a)
+                .map(|(_, &d)| d)
+                .collect(),
         };
         let array = Array::from_bytes(out_dtype, out_shape.clone(), reducer.into_bytes())?;
-        let report = self.report(&plan, plan.what.clone(), input.shape(), &out_shape, out_dtype, times);
+        let report = self.report(
+            &plan,
+            plan.what.clone(),
+            input.shape(),
+            &out_shape,
+            out_dtype,
+            times,
+        );
         Ok((array, report))
     }
 
@@ -435,7 +494,11 @@ impl Engine {
     pub fn plan_affine(&self, input: &TensorFile, out_dtype: Option<DType>) -> Result<Plan> {
         let od = out_dtype.unwrap_or(input.dtype());
         let mut req = self.request(
-            format!("affine of {} {} -> {od}", fmt_shape(input.shape()), input.dtype()),
+            format!(
+                "affine of {} {} -> {od}",
+                fmt_shape(input.shape()),
+                input.dtype()
+            ),
             input.shape(),
         );
         req.in_bytes_per_elem = input.dtype().size() as u64;
@@ -449,7 +512,14 @@ impl Engine {
     /// # Errors
     /// [`Error::Invalid`] if `out` is the input; [`Error::Budget`]; I/O errors. On error
     /// nothing is left at `out`.
-    pub fn affine(&self, input: &TensorFile, out: impl AsRef<Path>, scale: f64, offset: f64, dtype: Option<DType>) -> Result<RunReport> {
+    pub fn affine(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        scale: f64,
+        offset: f64,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[input])?;
         let od = dtype.unwrap_or(input.dtype());
         let plan = self.plan_affine(input, dtype)?;
@@ -461,7 +531,10 @@ impl Engine {
             backend.affine(ins[0], input.dtype(), o, od, scale, offset)
         })?;
         output.finish()?;
-        let op = format!("affine {scale} * x + {offset} of {}", input.path().display());
+        let op = format!(
+            "affine {scale} * x + {offset} of {}",
+            input.path().display()
+        );
         Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
     }
 
@@ -480,14 +553,24 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::Budget`]; I/O errors. On error nothing is left at `out`.
-    pub fn generate(&self, out: impl AsRef<Path>, shape: &[usize], dtype: DType, seed: u64) -> Result<RunReport> {
+    pub fn generate(
+        &self,
+        out: impl AsRef<Path>,
+        shape: &[usize],
+        dtype: DType,
+        seed: u64,
+    ) -> Result<RunReport> {
         if shape.is_empty() {
             return Err(Error::invalid("generate needs a shape of rank 1 or more"));
         }
         let plan = self.plan_generate(shape, dtype)?;
         self.budget.reset_peak();
         let output = OutputFile::create(out.as_ref(), shape, dtype)?;
-        let last = if shape.len() >= 2 { shape[shape.len() - 1] as u64 } else { 0 };
+        let last = if shape.len() >= 2 {
+            shape[shape.len() - 1] as u64
+        } else {
+            0
+        };
         let backend = &self.backend;
         let times = pipeline::run(&self.stream(&plan, &[], Some(&output)), |tile, _, o| {
             backend.generate(o, dtype, tile.start, last, seed)

@@ -75,7 +75,14 @@ pub use tensor::{TensorFile, TensorInfo};
 /// # Errors
 /// [`Error`] if the file cannot be read, the axis is out of range, or the budget is too
 /// small (the message says what would fit).
-pub fn reduce(path: impl AsRef<Path>, op: Reduce, over: impl Into<ReduceOver>, budget: MemoryBudget) -> Result<Array> {
+pub fn reduce(
+    path: impl AsRef<Path>,
+    op: Reduce,
+    over: impl Into<ReduceOver>,
+    budget: MemoryBudget,
+) -> Result<Array> {
     let input = TensorFile::open(path)?;
-    Engine::new(budget)?.reduce(&input, op, over).map(|(a, _)| a)
+    Engine::new(budget)?
+        .reduce(&input, op, over)
+        .map(|(a, _)| a)
 }

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
-use tilestream::{DType, Engine, Error, MemoryBudget, Plan, Reduce, ReduceOver, Result, RunReport, TensorFile};
+use tilestream::{
+    DType, Engine, Error, MemoryBudget, Plan, Reduce, ReduceOver, Result, RunReport, TensorFile,
+};
 
 const DEFAULT_MEMORY: &str = "1GiB";
 
@@ -153,7 +155,9 @@ enum Cmd {
         json: bool,
     },
     /// Print the plan of an operation (tiles, bytes per stage, budget) without running it.
-    #[command(after_help = "Example:\n  tilestream plan reduce x.npy m.npy --op mean --axis 0 --memory 256MiB")]
+    #[command(
+        after_help = "Example:\n  tilestream plan reduce x.npy m.npy --op mean --axis 0 --memory 256MiB"
+    )]
     Plan {
         #[command(subcommand)]
         op: Op,
@@ -173,7 +177,9 @@ fn open(path: &PathBuf, raw: &RawSpec) -> Result<TensorFile> {
     match (&raw.shape, &raw.in_dtype) {
         (Some(s), Some(d)) => TensorFile::open_raw(path, &parse_shape(s)?, d.parse()?),
         (None, None) => TensorFile::open(path),
-        _ => Err(Error::invalid("a raw input needs both --shape and --in-dtype")),
+        _ => Err(Error::invalid(
+            "a raw input needs both --shape and --in-dtype",
+        )),
     }
 }
 
@@ -200,11 +206,23 @@ fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
         Op::Reduce(a) => {
             let x = open(&a.input, &a.raw)?;
             let r = Reduce::parse(&a.op, a.ddof)?;
-            e.reduce_to_file(&x, r, ReduceOver::from(a.axis), &a.output, dtype_opt(a.dtype.as_ref())?)
+            e.reduce_to_file(
+                &x,
+                r,
+                ReduceOver::from(a.axis),
+                &a.output,
+                dtype_opt(a.dtype.as_ref())?,
+            )
         }
         Op::Affine(a) => {
             let x = open(&a.input, &a.raw)?;
-            e.affine(&x, &a.output, a.scale, a.offset, dtype_opt(a.dtype.as_ref())?)
+            e.affine(
+                &x,
+                &a.output,
+                a.scale,
+                a.offset,
+                dtype_opt(a.dtype.as_ref())?,
+            )
         }
         Op::Gen(a) => e.generate(&a.output, &parse_shape(&a.shape)?, a.dtype.parse()?, a.seed),
     }
@@ -226,10 +244,19 @@ fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
     } else {
         println!("{}", path.display());
         println!("  format:      {format}");
-        println!("  shape:       {} (rank {})", fmt_shape(&i.shape), i.shape.len());
+        println!(
+            "  shape:       {} (rank {})",
+            fmt_shape(&i.shape),
+            i.shape.len()
+        );
         println!("  dtype:       {}", i.dtype);
         println!("  elements:    {}", i.len());
-        println!("  data:        {} bytes ({}) at offset {}", i.nbytes(), tilestream::budget::fmt_bytes(i.nbytes()), i.data_offset);
+        println!(
+            "  data:        {} bytes ({}) at offset {}",
+            i.nbytes(),
+            tilestream::budget::fmt_bytes(i.nbytes()),
+            i.data_offset
+        );
     }
     Ok(())
 }
@@ -259,7 +286,10 @@ fn main_inner(cli: Cli) -> Result<()> {
             let e = engine(common)?;
             let r = run_op(&e, &op)?;
             if common.json {
-                println!("{}", serde_json::to_string(&r).map_err(|e| Error::Internal(e.to_string()))?);
+                println!(
+                    "{}",
+                    serde_json::to_string(&r).map_err(|e| Error::Internal(e.to_string()))?
+                );
             } else {
                 println!("{r}");
             }

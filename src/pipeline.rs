@@ -147,15 +147,24 @@ where
     let (free_tx, free_rx) = bounded::<Buffer>(slots);
     for _ in 0..slots {
         if !s.inputs.is_empty() {
-            let r = s.budget.reserve("input windows of one staging slot", plan.window_bytes)?;
-            tok_tx.send(r).map_err(|_| Error::Internal("token channel closed".into()))?;
+            let r = s
+                .budget
+                .reserve("input windows of one staging slot", plan.window_bytes)?;
+            tok_tx
+                .send(r)
+                .map_err(|_| Error::Internal("token channel closed".into()))?;
         }
         if s.output.is_some() {
             let bytes = plan.tile_elems * out_elem;
-            let r = s.budget.reserve("output buffer of one staging slot", bytes)?;
+            let r = s
+                .budget
+                .reserve("output buffer of one staging slot", bytes)?;
             let words = vec![0u64; bytes.div_ceil(8) as usize];
             free_tx
-                .send(Buffer { words, _reservation: r })
+                .send(Buffer {
+                    words,
+                    _reservation: r,
+                })
                 .map_err(|_| Error::Internal("buffer channel closed".into()))?;
         }
     }
@@ -208,7 +217,11 @@ where
                         }
                     }
                     busy += t0.elapsed();
-                    let item = ReadTile { tile, windows, token: Some(token) };
+                    let item = ReadTile {
+                        tile,
+                        windows,
+                        token: Some(token),
+                    };
                     if read_tx.send(item).is_err() {
                         break;
                     }
@@ -234,7 +247,11 @@ where
                         break;
                     }
                     let mut read = if s.inputs.is_empty() {
-                        ReadTile { tile, windows: Vec::new(), token: None }
+                        ReadTile {
+                            tile,
+                            windows: Vec::new(),
+                            token: None,
+                        }
                     } else {
                         match read_rx.recv() {
                             Ok(r) => r,
@@ -313,13 +330,14 @@ where
             })
         });
 
-        let join = |h: std::thread::ScopedJoinHandle<'_, (Duration, usize)>, name: &str| match h.join() {
-            Ok(d) => d,
-            Err(_) => {
-                shared.fail(Error::Internal(format!("the {name} stage panicked")));
-                (Duration::ZERO, 0)
-            }
-        };
+        let join =
+            |h: std::thread::ScopedJoinHandle<'_, (Duration, usize)>, name: &str| match h.join() {
+                Ok(d) => d,
+                Err(_) => {
+                    shared.fail(Error::Internal(format!("the {name} stage panicked")));
+                    (Duration::ZERO, 0)
+                }
+            };
         if let Some(h) = reader {
             times.read = join(h, "read").0;
         }

@@ -119,17 +119,26 @@ impl Plan {
         let slack = req.inputs as u64 * req.window_slack;
         let min_elems = total.clamp(1, MIN_TILE_ELEMS);
         let scratch = req.scratch_per_elem;
-        let min_needed = req.resident_bytes + depth * (min_elems * per_elem + slack) + min_elems * scratch;
+        let min_needed =
+            req.resident_bytes + depth * (min_elems * per_elem + slack) + min_elems * scratch;
         if min_needed > req.budget {
             let mut arithmetic = format!(
                 "{depth} staging slots × ({min_elems} elements × {per_elem} B{})",
-                if slack > 0 { format!(" + {} page slack", fmt_bytes(slack)) } else { String::new() }
+                if slack > 0 {
+                    format!(" + {} page slack", fmt_bytes(slack))
+                } else {
+                    String::new()
+                }
             );
             if scratch > 0 {
                 arithmetic.push_str(&format!(" + {min_elems} elements × {scratch} B of scratch"));
             }
             if req.resident_bytes > 0 {
-                arithmetic.push_str(&format!(" + {} of {}", fmt_bytes(req.resident_bytes), req.resident_what));
+                arithmetic.push_str(&format!(
+                    " + {} of {}",
+                    fmt_bytes(req.resident_bytes),
+                    req.resident_what
+                ));
             }
             return Err(BudgetError::TooSmall {
                 what: req.what.clone(),
@@ -176,8 +185,16 @@ impl Plan {
                 })
                 .collect()
         };
-        let tile_elems: u64 = if total == 0 { 0 } else { tile_shape.iter().map(|&d| d as u64).product() };
-        let window_bytes = if req.inputs == 0 { 0 } else { tile_elems * req.in_bytes_per_elem + slack };
+        let tile_elems: u64 = if total == 0 {
+            0
+        } else {
+            tile_shape.iter().map(|&d| d as u64).product()
+        };
+        let window_bytes = if req.inputs == 0 {
+            0
+        } else {
+            tile_elems * req.in_bytes_per_elem + slack
+        };
         let out_buffer_bytes = tile_elems * req.out_bytes_per_elem;
         let slots = depth.min(num_tiles.max(1) as u64);
         let reserved_bytes =
@@ -204,7 +221,11 @@ impl Plan {
     #[must_use]
     pub fn tile(&self, i: usize) -> Tile {
         if self.shape.is_empty() {
-            return Tile { index: 0, start: 0, len: 1 };
+            return Tile {
+                index: 0,
+                start: 0,
+                len: 1,
+            };
         }
         let a = self.split_axis;
         let d = self.shape[a] as u64;
@@ -237,7 +258,10 @@ impl fmt::Display for Plan {
         let cut = if self.split_axis == 0 {
             "leading-axis row blocks".to_string()
         } else {
-            format!("one leading row does not fit: split along axis {}", self.split_axis)
+            format!(
+                "one leading row does not fit: split along axis {}",
+                self.split_axis
+            )
         };
         writeln!(
             f,
@@ -258,7 +282,11 @@ impl fmt::Display for Plan {
             f,
             "resident:       {}{}",
             fmt_bytes(self.resident_bytes),
-            if self.resident_bytes > 0 { format!(" ({})", self.resident_what) } else { String::new() }
+            if self.resident_bytes > 0 {
+                format!(" ({})", self.resident_what)
+            } else {
+                String::new()
+            }
         )?;
         write!(
             f,
@@ -271,6 +299,7 @@ impl fmt::Display for Plan {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -304,6 +333,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::type_complexity)]
     fn table() {
         // (shape, budget, expected split axis, expected tile shape, expected tiles)
         let cases: &[(&[usize], u64, usize, &[usize], usize)] = &[
@@ -328,7 +358,12 @@ mod tests {
 
     #[test]
     fn any_shape_fits_one_mebibyte() {
-        for shape in [vec![1usize << 30], vec![3, 1 << 28], vec![2, 3, 1 << 26, 5], vec![1 << 22, 1 << 20]] {
+        for shape in [
+            vec![1usize << 30],
+            vec![3, 1 << 28],
+            vec![2, 3, 1 << 26, 5],
+            vec![1 << 22, 1 << 20],
+        ] {
             let p = Plan::new(&req(&shape, 1 << 20)).unwrap();
             assert!(p.reserved_bytes <= 1 << 20);
             assert!(p.tile_elems >= MIN_TILE_ELEMS);
@@ -346,8 +381,14 @@ mod tests {
         r.budget = 20_000;
         let e = Plan::new(&r).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.contains("3 staging slots × (1024 elements × 6 B + 8.0 KiB page slack)"), "{msg}");
-        assert!(msg.contains("the smallest budget that works is 42.0 KiB"), "{msg}");
+        assert!(
+            msg.contains("3 staging slots × (1024 elements × 6 B + 8.0 KiB page slack)"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("the smallest budget that works is 42.0 KiB"),
+            "{msg}"
+        );
         if let BudgetError::TooSmall { needed, .. } = e {
             r.budget = needed;
             assert!(Plan::new(&r).is_ok());

@@ -2,6 +2,14 @@
 //! computations, memory measured on the child process, errors checked for message and
 //! exit code (and for never being a panic).
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::missing_panics_doc,
+    clippy::float_cmp,
+    clippy::zombie_processes,
+    clippy::items_after_statements
+)]
+
 mod common;
 
 use std::path::Path;
@@ -32,7 +40,11 @@ fn run_measured(args: &[&str]) -> (i32, String, u64) {
         use std::io::Read;
         e.read_to_string(&mut stderr).unwrap();
     }
-    let code = if libc::WIFEXITED(status) { libc::WEXITSTATUS(status) } else { -1 };
+    let code = if libc::WIFEXITED(status) {
+        libc::WEXITSTATUS(status)
+    } else {
+        -1
+    };
     (code, stderr, ru.ru_maxrss as u64 * 1024)
 }
 
@@ -41,10 +53,20 @@ fn fails(args: &[&str], code: i32, fragment: &str) {
     let o = run(args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(code), "{args:?}: stderr {err}");
-    assert!(err.contains(fragment), "{args:?}: expected '{fragment}' in: {err}");
+    assert!(
+        err.contains(fragment),
+        "{args:?}: expected '{fragment}' in: {err}"
+    );
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
-    assert!(err.starts_with("tilestream: error:") || code == 2, "{args:?}: {err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: error is not one line: {err}");
+    assert!(
+        err.starts_with("tilestream: error:") || code == 2,
+        "{args:?}: {err}"
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: error is not one line: {err}"
+    );
 }
 
 #[test]
@@ -54,18 +76,47 @@ fn peak_memory_of_200mb_runs_stays_within_budget() {
     let dir = tempfile::tempdir().unwrap();
     let x = dir.path().join("x.npy");
     // 100000 x 500 f32 = 200 MB
-    let (code, err, gen_rss) = run_measured(&["gen", p(&x), "--shape", "100000x500", "--memory", "16MiB"]);
+    let (code, err, gen_rss) =
+        run_measured(&["gen", p(&x), "--shape", "100000x500", "--memory", "16MiB"]);
     assert_eq!(code, 0, "{err}");
     assert!(std::fs::metadata(&x).unwrap().len() > 200_000_000);
     let m = dir.path().join("m.npy");
-    let (code, err, red_rss) = run_measured(&["reduce", p(&x), p(&m), "--op", "std", "--axis", "0", "--memory", "16MiB"]);
+    let (code, err, red_rss) = run_measured(&[
+        "reduce",
+        p(&x),
+        p(&m),
+        "--op",
+        "std",
+        "--axis",
+        "0",
+        "--memory",
+        "16MiB",
+    ]);
     assert_eq!(code, 0, "{err}");
     let y = dir.path().join("y.npy");
-    let (code, err, aff_rss) = run_measured(&["affine", p(&x), p(&y), "--scale", "2", "--offset", "1", "--dtype", "f16", "--memory", "16MiB"]);
+    let (code, err, aff_rss) = run_measured(&[
+        "affine",
+        p(&x),
+        p(&y),
+        "--scale",
+        "2",
+        "--offset",
+        "1",
+        "--dtype",
+        "f16",
+        "--memory",
+        "16MiB",
+    ]);
     assert_eq!(code, 0, "{err}");
     for (what, rss) in [("gen", gen_rss), ("reduce", red_rss), ("affine", aff_rss)] {
-        eprintln!("{what}: peak RSS {} MiB (budget 16 MiB + 48 MiB overhead allowed)", rss >> 20);
-        assert!(rss <= BUDGET + OVERHEAD, "{what}: peak RSS {rss} exceeds 16 MiB + 48 MiB");
+        eprintln!(
+            "{what}: peak RSS {} MiB (budget 16 MiB + 48 MiB overhead allowed)",
+            rss >> 20
+        );
+        assert!(
+            rss <= BUDGET + OVERHEAD,
+            "{what}: peak RSS {rss} exceeds 16 MiB + 48 MiB"
+        );
     }
     // the std of column j of gen's N(j/100, 1) data is about 1
     let s: Vec<f64> = bytemuck::pod_collect_to_vec(&read_npy_data(&m));
@@ -78,9 +129,33 @@ fn gen_is_identical_whatever_the_budget_and_threads() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a.npy");
     let b = dir.path().join("b.raw");
-    ok(&["gen", p(&a), "--shape", "3001x37", "--dtype", "f64", "--seed", "9", "--memory", "1GiB"]);
+    ok(&[
+        "gen",
+        p(&a),
+        "--shape",
+        "3001x37",
+        "--dtype",
+        "f64",
+        "--seed",
+        "9",
+        "--memory",
+        "1GiB",
+    ]);
     // a tiny budget: hundreds of tiles cutting the random streams' chunks anywhere
-    ok(&["gen", p(&b), "--shape", "3001x37", "--dtype", "f64", "--seed", "9", "--memory", "40KiB", "--threads", "1"]);
+    ok(&[
+        "gen",
+        p(&b),
+        "--shape",
+        "3001x37",
+        "--dtype",
+        "f64",
+        "--seed",
+        "9",
+        "--memory",
+        "40KiB",
+        "--threads",
+        "1",
+    ]);
     let da = read_npy_data(&a);
     assert_eq!(da, std::fs::read(&b).unwrap());
     let v: Vec<f64> = bytemuck::pod_collect_to_vec(&da);
@@ -90,7 +165,16 @@ fn gen_is_identical_whatever_the_budget_and_threads() {
     assert!((mean36 - 0.36).abs() < 0.1, "{mean36}");
     // another seed differs
     let c = dir.path().join("c.npy");
-    ok(&["gen", p(&c), "--shape", "3001x37", "--dtype", "f64", "--seed", "10"]);
+    ok(&[
+        "gen",
+        p(&c),
+        "--shape",
+        "3001x37",
+        "--dtype",
+        "f64",
+        "--seed",
+        "10",
+    ]);
     assert_ne!(read_npy_data(&c), da);
 }
 
@@ -98,11 +182,31 @@ fn gen_is_identical_whatever_the_budget_and_threads() {
 fn affine_matches_elementwise_oracle_and_casts() {
     let dir = tempfile::tempdir().unwrap();
     let x = dir.path().join("x.npy");
-    let vals: Vec<f32> = (0..50_000).map(|i| (i as f32 - 25_000.0) * 0.013).chain([f32::NAN, f32::INFINITY]).collect();
+    let vals: Vec<f32> = (0..50_000)
+        .map(|i| (i as f32 - 25_000.0) * 0.013)
+        .chain([f32::NAN, f32::INFINITY])
+        .collect();
     write_npy(&x, DType::F32, &[50_002], bytemuck::cast_slice(&vals));
-    for (dtype, budget) in [("f16", "48KiB"), ("i16", "1MiB"), ("u8", "64KiB"), ("f64", "1GiB")] {
+    for (dtype, budget) in [
+        ("f16", "48KiB"),
+        ("i16", "1MiB"),
+        ("u8", "64KiB"),
+        ("f64", "1GiB"),
+    ] {
         let y = dir.path().join(format!("y_{dtype}.npy"));
-        ok(&["affine", p(&x), p(&y), "--scale", "-2", "--offset", "1.5", "--dtype", dtype, "--memory", budget]);
+        ok(&[
+            "affine",
+            p(&x),
+            p(&y),
+            "--scale",
+            "-2",
+            "--offset",
+            "1.5",
+            "--dtype",
+            dtype,
+            "--memory",
+            budget,
+        ]);
         let data = read_npy_data(&y);
         for (i, &v) in vals.iter().enumerate() {
             let want = -2.0 * f64::from(v) + 1.5;
@@ -113,11 +217,26 @@ fn affine_matches_elementwise_oracle_and_casts() {
             let expect = match dtype {
                 "f16" => f64::from(half::f16::from_f64(want)),
                 // integers: toward zero, saturating, NaN -> 0
-                "i16" => if want.is_nan() { 0.0 } else { want.trunc().clamp(-32768.0, 32767.0) },
-                "u8" => if want.is_nan() { 0.0 } else { want.trunc().clamp(0.0, 255.0) },
+                "i16" => {
+                    if want.is_nan() {
+                        0.0
+                    } else {
+                        want.trunc().clamp(-32768.0, 32767.0)
+                    }
+                }
+                "u8" => {
+                    if want.is_nan() {
+                        0.0
+                    } else {
+                        want.trunc().clamp(0.0, 255.0)
+                    }
+                }
                 _ => want,
             };
-            assert!(got == expect || got.is_nan() && expect.is_nan(), "{dtype} element {i}: {got} vs {expect}");
+            assert!(
+                got == expect || got.is_nan() && expect.is_nan(),
+                "{dtype} element {i}: {got} vs {expect}"
+            );
         }
     }
 }
@@ -129,27 +248,63 @@ fn reduce_cli_writes_npy_and_json_report() {
     let vals: Vec<i32> = (0..1200).collect();
     write_npy(&x, DType::I32, &[40, 30], bytemuck::cast_slice(&vals));
     let s = dir.path().join("s.npy");
-    let out = ok(&["reduce", p(&x), p(&s), "--op", "sum", "--axis", "1", "--json"]);
+    let out = ok(&[
+        "reduce",
+        p(&x),
+        p(&s),
+        "--op",
+        "sum",
+        "--axis",
+        "1",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["tiles"], 1);
     assert_eq!(v["output_shape"], serde_json::json!([40]));
-    for k in ["bytes_read", "wall_s", "gb_per_s", "read_busy_s", "compute_busy_s", "write_busy_s", "peak_reserved_bytes"] {
+    for k in [
+        "bytes_read",
+        "wall_s",
+        "gb_per_s",
+        "read_busy_s",
+        "compute_busy_s",
+        "write_busy_s",
+        "peak_reserved_bytes",
+    ] {
         assert!(v.get(k).is_some(), "missing {k}");
     }
     let sums: Vec<i64> = bytemuck::pod_collect_to_vec(&read_npy_data(&s));
-    let want: Vec<i64> = (0..40).map(|r| (0..30).map(|c| i64::from(r * 30 + c)).sum()).collect();
+    let want: Vec<i64> = (0..40)
+        .map(|r| (0..30).map(|c| i64::from(r * 30 + c)).sum())
+        .collect();
     assert_eq!(sums, want);
     // over all elements -> a 0-d array
     let t = dir.path().join("t.npy");
     ok(&["reduce", p(&x), p(&t), "--op", "max"]);
     let head = std::fs::read(&t).unwrap();
     assert!(String::from_utf8_lossy(&head[..128]).contains("'shape': ()"));
-    assert_eq!(bytemuck::pod_read_unaligned::<i32>(&read_npy_data(&t)), 1199);
+    assert_eq!(
+        bytemuck::pod_read_unaligned::<i32>(&read_npy_data(&t)),
+        1199
+    );
     // raw input and a cast result
     let raw = dir.path().join("x.bin");
     std::fs::write(&raw, bytemuck::cast_slice(&vals)).unwrap();
     let m = dir.path().join("m.npy");
-    ok(&["reduce", p(&raw), p(&m), "--op", "mean", "--axis", "0", "--shape", "40x30", "--in-dtype", "i32", "--dtype", "f32"]);
+    ok(&[
+        "reduce",
+        p(&raw),
+        p(&m),
+        "--op",
+        "mean",
+        "--axis",
+        "0",
+        "--shape",
+        "40x30",
+        "--in-dtype",
+        "i32",
+        "--dtype",
+        "f32",
+    ]);
     let means: Vec<f32> = bytemuck::pod_collect_to_vec(&read_npy_data(&m));
     assert_eq!(means[0], 585.0);
 }
@@ -159,11 +314,38 @@ fn plan_prints_tiles_and_budget() {
     let dir = tempfile::tempdir().unwrap();
     let x = dir.path().join("x.npy");
     write_npy(&x, DType::F32, &[100_000, 10], &vec![0u8; 4_000_000]);
-    let out = ok(&["plan", "reduce", p(&x), "m.npy", "--op", "mean", "--axis", "0", "--memory", "1MiB"]);
-    for k in ["tiles:", "halo:", "per stage:", "reserved:", "of 1.0 MiB budget"] {
+    let out = ok(&[
+        "plan",
+        "reduce",
+        p(&x),
+        "m.npy",
+        "--op",
+        "mean",
+        "--axis",
+        "0",
+        "--memory",
+        "1MiB",
+    ]);
+    for k in [
+        "tiles:",
+        "halo:",
+        "per stage:",
+        "reserved:",
+        "of 1.0 MiB budget",
+    ] {
         assert!(out.contains(k), "missing {k} in {out}");
     }
-    let out = ok(&["plan", "affine", p(&x), "y.npy", "--dtype", "f16", "--memory", "1MiB", "--json"]);
+    let out = ok(&[
+        "plan",
+        "affine",
+        p(&x),
+        "y.npy",
+        "--dtype",
+        "f16",
+        "--memory",
+        "1MiB",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert!(v["tiles"].as_u64().unwrap() > 10);
     assert!(v["reserved_bytes"].as_u64().unwrap() <= 1 << 20);
@@ -179,20 +361,58 @@ fn errors_are_one_line_with_exit_codes() {
     let out = d("out.npy");
 
     // budget too small: usage error with the arithmetic and the smallest budget
-    fails(&["reduce", p(&good), p(&out), "--op", "mean", "--axis", "0", "--memory", "10KiB"], 2, "the smallest budget that works is");
-    fails(&["reduce", p(&good), p(&out), "--memory", "lots"], 2, "cannot parse memory size 'lots'");
-    fails(&["reduce", p(&good), p(&out), "--axis", "2"], 2, "axis 2 is out of range for a tensor of rank 2");
-    fails(&["reduce", p(&good), p(&out), "--op", "median"], 2, "unknown reduction 'median'");
-    fails(&["affine", p(&good), p(&out), "--dtype", "f8"], 2, "unknown dtype 'f8'");
+    fails(
+        &[
+            "reduce",
+            p(&good),
+            p(&out),
+            "--op",
+            "mean",
+            "--axis",
+            "0",
+            "--memory",
+            "10KiB",
+        ],
+        2,
+        "the smallest budget that works is",
+    );
+    fails(
+        &["reduce", p(&good), p(&out), "--memory", "lots"],
+        2,
+        "cannot parse memory size 'lots'",
+    );
+    fails(
+        &["reduce", p(&good), p(&out), "--axis", "2"],
+        2,
+        "axis 2 is out of range for a tensor of rank 2",
+    );
+    fails(
+        &["reduce", p(&good), p(&out), "--op", "median"],
+        2,
+        "unknown reduction 'median'",
+    );
+    fails(
+        &["affine", p(&good), p(&out), "--dtype", "f8"],
+        2,
+        "unknown dtype 'f8'",
+    );
     fails(&["affine", p(&good), p(&good)], 2, "is also an input");
-    fails(&["reduce", p(&good), p(&out), "--threads", "0"], 2, "--threads must be at least 1");
+    fails(
+        &["reduce", p(&good), p(&out), "--threads", "0"],
+        2,
+        "--threads must be at least 1",
+    );
 
     // truncated data
     let t = d("trunc.npy");
     let mut b = std::fs::read(&good).unwrap();
     b.truncate(b.len() - 3);
     std::fs::write(&t, &b).unwrap();
-    fails(&["reduce", p(&t), p(&out)], 1, "file is truncated: header says 1000x100 f32 = 400000 bytes of data, file holds 399997");
+    fails(
+        &["reduce", p(&t), p(&out)],
+        1,
+        "file is truncated: header says 1000x100 f32 = 400000 bytes of data, file holds 399997",
+    );
     // header that lies about the shape (claims more data than there is)
     let l = d("lies.npy");
     let mut b = tilestream::tensor::npy::build_header(DType::F64, &[1000, 100]);
@@ -212,29 +432,106 @@ fn errors_are_one_line_with_exit_codes() {
         std::fs::write(&path, h).unwrap();
         path
     };
-    fails(&["info", p(&mk("f.npy", "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }"))], 1, "Fortran-order arrays are not supported");
-    fails(&["info", p(&mk("be.npy", "{'descr': '>f4', 'fortran_order': False, 'shape': (12,), }"))], 1, "big-endian dtype '>f4' is not supported");
-    fails(&["info", p(&mk("o.npy", "{'descr': '|O', 'fortran_order': False, 'shape': (6,), }"))], 1, "object dtype");
-    fails(&["info", p(&mk("bad.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (3, x), }"))], 1, "malformed .npy header");
-    fails(&["info", p(&mk("huge.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"))], 1, "overflows");
+    fails(
+        &[
+            "info",
+            p(&mk(
+                "f.npy",
+                "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }",
+            )),
+        ],
+        1,
+        "Fortran-order arrays are not supported",
+    );
+    fails(
+        &[
+            "info",
+            p(&mk(
+                "be.npy",
+                "{'descr': '>f4', 'fortran_order': False, 'shape': (12,), }",
+            )),
+        ],
+        1,
+        "big-endian dtype '>f4' is not supported",
+    );
+    fails(
+        &[
+            "info",
+            p(&mk(
+                "o.npy",
+                "{'descr': '|O', 'fortran_order': False, 'shape': (6,), }",
+            )),
+        ],
+        1,
+        "object dtype",
+    );
+    fails(
+        &[
+            "info",
+            p(&mk(
+                "bad.npy",
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (3, x), }",
+            )),
+        ],
+        1,
+        "malformed .npy header",
+    );
+    fails(
+        &[
+            "info",
+            p(&mk(
+                "huge.npy",
+                "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }",
+            )),
+        ],
+        1,
+        "overflows",
+    );
     // raw size mismatch, missing file, missing output directory, a directory as input
     let raw = d("x.raw");
     std::fs::write(&raw, vec![0u8; 1000]).unwrap();
-    fails(&["reduce", p(&raw), p(&out), "--shape", "10x10", "--in-dtype", "f32"], 1, "size mismatch: --shape 10x10 --dtype f32 needs 400 bytes, file holds 1000");
-    fails(&["reduce", p(&raw), p(&out), "--shape", "10x25"], 2, "needs both --shape and --in-dtype");
+    fails(
+        &[
+            "reduce",
+            p(&raw),
+            p(&out),
+            "--shape",
+            "10x10",
+            "--in-dtype",
+            "f32",
+        ],
+        1,
+        "size mismatch: --shape 10x10 --dtype f32 needs 400 bytes, file holds 1000",
+    );
+    fails(
+        &["reduce", p(&raw), p(&out), "--shape", "10x25"],
+        2,
+        "needs both --shape and --in-dtype",
+    );
     fails(&["reduce", p(&raw), p(&out)], 2, "not a .npy file");
     fails(&["reduce", p(&d("missing.npy")), p(&out)], 1, "cannot open");
-    fails(&["affine", p(&good), p(&d("no/such/dir/y.npy"))], 1, "cannot create a temporary output file in");
+    fails(
+        &["affine", p(&good), p(&d("no/such/dir/y.npy"))],
+        1,
+        "cannot create a temporary output file in",
+    );
     // zero-sized dimension
     let z = d("z.npy");
     write_npy(&z, DType::F32, &[0, 5], &[]);
-    fails(&["reduce", p(&z), p(&out), "--op", "mean"], 2, "cannot reduce an empty tensor");
+    fails(
+        &["reduce", p(&z), p(&out), "--op", "mean"],
+        2,
+        "cannot reduce an empty tensor",
+    );
     // a bad command line is clap's usage error, exit 2
     assert_eq!(run(&["reduce"]).status.code(), Some(2));
     // nothing was left behind at the output path, and no temporary files
     assert!(!out.exists());
-    let stray: Vec<_> = std::fs::read_dir(dir.path()).unwrap().filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".tilestream-tmp")).collect();
+    let stray: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tilestream-tmp"))
+        .collect();
     assert!(stray.is_empty(), "{stray:?}");
 }
 
@@ -246,4 +543,32 @@ fn help_carries_examples() {
         let h = ok(&[sub, "--help"]);
         assert!(h.contains("Example"), "{sub} --help has no example");
     }
+}
+
+#[test]
+fn runs_under_an_address_space_limit_smaller_than_the_file() {
+    // A 1.5 GB (sparse) file under `ulimit -v 512MiB`: mapping it whole would fail.
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("big.npy");
+    let shape = [375_000usize, 1024];
+    let header = tilestream::tensor::npy::build_header(DType::F32, &shape);
+    let f = std::fs::File::create(&x).unwrap();
+    use std::io::Write;
+    (&f).write_all(&header).unwrap();
+    f.set_len(header.len() as u64 + 375_000 * 1024 * 4).unwrap();
+    let m = dir.path().join("m.npy");
+    let script = format!(
+        "ulimit -v 524288 && exec '{}' reduce '{}' '{}' --op max --axis 0 --memory 64MiB",
+        env!("CARGO_BIN_EXE_tilestream"),
+        p(&x),
+        p(&m)
+    );
+    let o = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: Vec<f32> = bytemuck::pod_collect_to_vec(&read_npy_data(&m));
+    assert_eq!(v, vec![0.0; 1024]);
 }

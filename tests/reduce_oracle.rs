@@ -2,25 +2,36 @@
 //! column, primes, rank 1 to 4), dtypes, axes and budgets that force hundreds of tiles;
 //! and bit-identity of the result across budgets and thread counts.
 
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
 mod common;
 
 use common::{Lcg, write_npy};
 use proptest::prelude::*;
-use tilestream::{BudgetError, DType, Element, Engine, Error, MemoryBudget, Reduce, ReduceOver, TensorFile};
+use tilestream::{
+    BudgetError, DType, Element, Engine, Error, MemoryBudget, Reduce, ReduceOver, TensorFile,
+};
 
 /// Plain f64 oracle: reduces `x` (row-major `shape`) over `over`.
 fn oracle(x: &[f64], shape: &[usize], over: ReduceOver, op: Reduce) -> Vec<f64> {
     let (outer, len, inner) = match over {
         ReduceOver::All => (1, x.len(), 1),
-        ReduceOver::Axis(a) => (shape[..a].iter().product(), shape[a], shape[a + 1..].iter().product::<usize>()),
+        ReduceOver::Axis(a) => (
+            shape[..a].iter().product(),
+            shape[a],
+            shape[a + 1..].iter().product::<usize>(),
+        ),
     };
     let mut out = Vec::with_capacity(outer * inner);
     for o in 0..outer {
         for i in 0..inner {
-            let v: Vec<f64> = (0..len).map(|r| x[o * len * inner + r * inner + i]).collect();
+            let v: Vec<f64> = (0..len)
+                .map(|r| x[o * len * inner + r * inner + i])
+                .collect();
             let n = len as f64;
             let mean = v.iter().sum::<f64>() / n;
-            let var = |d: u32| v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - f64::from(d));
+            let var =
+                |d: u32| v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - f64::from(d));
             out.push(match op {
                 Reduce::Sum => v.iter().sum(),
                 Reduce::Mean => mean,
@@ -53,10 +64,23 @@ fn random_data(dtype: DType, n: usize, seed: u64) -> (Vec<u8>, Vec<f64>) {
 }
 
 /// Runs a reduction, raising the budget to the planner's stated minimum if it is too small.
-fn reduce_at(x: &TensorFile, op: Reduce, over: ReduceOver, budget: u64, threads: usize) -> (Vec<u8>, usize) {
-    let engine = |b: u64| Engine::new(MemoryBudget::new(b)).unwrap().with_threads(threads).unwrap();
+fn reduce_at(
+    x: &TensorFile,
+    op: Reduce,
+    over: ReduceOver,
+    budget: u64,
+    threads: usize,
+) -> (Vec<u8>, usize) {
+    let engine = |b: u64| {
+        Engine::new(MemoryBudget::new(b))
+            .unwrap()
+            .with_threads(threads)
+            .unwrap()
+    };
     let (a, r) = match engine(budget).reduce(x, op, over) {
-        Err(Error::Budget(BudgetError::TooSmall { needed, .. })) => engine(needed).reduce(x, op, over).unwrap(),
+        Err(Error::Budget(BudgetError::TooSmall { needed, .. })) => {
+            engine(needed).reduce(x, op, over).unwrap()
+        }
         other => other.unwrap(),
     };
     (a.bytes().to_vec(), r.tiles)
@@ -77,7 +101,9 @@ fn check(shape: &[usize], dtype: DType, over: ReduceOver, op: Reduce, seed: u64)
     });
     assert_eq!(got.len(), want.len());
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let tol = if matches!(op, Reduce::Min | Reduce::Max) || !dtype.is_float() && matches!(op, Reduce::Sum) {
+        let tol = if matches!(op, Reduce::Min | Reduce::Max)
+            || !dtype.is_float() && matches!(op, Reduce::Sum)
+        {
             0.0
         } else {
             1e-9 * w.abs().max(1.0)
@@ -92,14 +118,27 @@ fn check(shape: &[usize], dtype: DType, over: ReduceOver, op: Reduce, seed: u64)
     for (budget, threads) in [(40 << 10, 1), (64 << 10, 3), (200 << 10, 2), (3 << 20, 1)] {
         let (b, tiles) = reduce_at(&x, op, over, budget, threads);
         most_tiles = most_tiles.max(tiles);
-        assert!(b == base, "{shape:?} {dtype} {over:?} {op:?}: result bytes differ at budget {budget}, {threads} threads");
+        assert!(
+            b == base,
+            "{shape:?} {dtype} {over:?} {op:?}: result bytes differ at budget {budget}, {threads} threads"
+        );
     }
     if n >= 300_000 && over == ReduceOver::Axis(0) && shape.len() == 2 && shape[1] < 64 {
-        assert!(most_tiles >= 100, "expected a budget forcing hundreds of tiles, got {most_tiles}");
+        assert!(
+            most_tiles >= 100,
+            "expected a budget forcing hundreds of tiles, got {most_tiles}"
+        );
     }
 }
 
-const OPS: [Reduce; 6] = [Reduce::Sum, Reduce::Mean, Reduce::Min, Reduce::Max, Reduce::Var { ddof: 1 }, Reduce::Std { ddof: 0 }];
+const OPS: [Reduce; 6] = [
+    Reduce::Sum,
+    Reduce::Mean,
+    Reduce::Min,
+    Reduce::Max,
+    Reduce::Var { ddof: 1 },
+    Reduce::Std { ddof: 0 },
+];
 
 #[test]
 fn edge_shapes_every_op() {
@@ -139,8 +178,20 @@ fn every_dtype() {
 
 #[test]
 fn hundreds_of_tiles() {
-    check(&[300_007, 3], DType::F32, ReduceOver::Axis(0), Reduce::Mean, 7);
-    check(&[300_007, 3], DType::F64, ReduceOver::Axis(0), Reduce::Var { ddof: 0 }, 8);
+    check(
+        &[300_007, 3],
+        DType::F32,
+        ReduceOver::Axis(0),
+        Reduce::Mean,
+        7,
+    );
+    check(
+        &[300_007, 3],
+        DType::F64,
+        ReduceOver::Axis(0),
+        Reduce::Var { ddof: 0 },
+        8,
+    );
 }
 
 #[test]
@@ -154,7 +205,10 @@ fn nan_propagates_like_numpy() {
     for op in OPS {
         let (a, _) = e.reduce(&x, op, ReduceOver::Axis(0)).unwrap();
         let v = a.to_f64();
-        assert!(v[0].is_nan(), "{op:?}: NaN in column 0 must propagate, got {v:?}");
+        assert!(
+            v[0].is_nan(),
+            "{op:?}: NaN in column 0 must propagate, got {v:?}"
+        );
         assert!(!v[1].is_nan(), "{op:?}: column 1 has no NaN, got {v:?}");
     }
 }

@@ -33,7 +33,9 @@ impl CpuBackend {
             .thread_name(|i| format!("tilestream-cpu-{i}"))
             .build()
             .map_err(|e| Error::Internal(format!("cannot start {n} worker threads: {e}")))?;
-        Ok(CpuBackend { pool: Arc::new(pool) })
+        Ok(CpuBackend {
+            pool: Arc::new(pool),
+        })
     }
 }
 
@@ -62,20 +64,40 @@ impl Backend for CpuBackend {
         self.pool.current_num_threads()
     }
 
-    fn reducer(&self, op: Reduce, dtype: DType, geometry: Geometry) -> Result<Box<dyn TileReducer>> {
+    fn reducer(
+        &self,
+        op: Reduce,
+        dtype: DType,
+        geometry: Geometry,
+    ) -> Result<Box<dyn TileReducer>> {
         Ok(Box::new(InPool {
             pool: self.pool.clone(),
             inner: reduce::reducer(op, dtype, geometry, self.threads()),
         }))
     }
 
-    fn affine(&self, inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType, scale: f64, offset: f64) -> Result<()> {
+    fn affine(
+        &self,
+        inp: &[u8],
+        in_dtype: DType,
+        out: &mut [u8],
+        out_dtype: DType,
+        scale: f64,
+        offset: f64,
+    ) -> Result<()> {
         self.pool
             .install(|| elementwise::affine_bytes(inp, in_dtype, out, out_dtype, scale, offset));
         Ok(())
     }
 
-    fn generate(&self, out: &mut [u8], dtype: DType, start: u64, last_dim: u64, seed: u64) -> Result<()> {
+    fn generate(
+        &self,
+        out: &mut [u8],
+        dtype: DType,
+        start: u64,
+        last_dim: u64,
+        seed: u64,
+    ) -> Result<()> {
         self.pool
             .install(|| generate::fill_bytes(out, dtype, start, last_dim, seed));
         Ok(())

@@ -23,18 +23,33 @@ pub trait Backend: Send + Sync {
     ///
     /// # Errors
     /// If the backend cannot run this reduction.
-    fn reducer(&self, op: Reduce, dtype: DType, geometry: Geometry) -> Result<Box<dyn TileReducer>>;
+    fn reducer(&self, op: Reduce, dtype: DType, geometry: Geometry)
+    -> Result<Box<dyn TileReducer>>;
 
     /// `out = cast(scale * inp + offset)` for one tile.
     ///
     /// # Errors
     /// If the backend fails to run the kernel.
-    fn affine(&self, inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType, scale: f64, offset: f64)
-    -> Result<()>;
+    fn affine(
+        &self,
+        inp: &[u8],
+        in_dtype: DType,
+        out: &mut [u8],
+        out_dtype: DType,
+        scale: f64,
+        offset: f64,
+    ) -> Result<()>;
 
     /// Fills one tile (flat elements from `start`) with `tilestream gen` data.
     ///
     /// # Errors
     /// If the backend fails to run the kernel.
-    fn generate(&self, out: &mut [u8], dtype: DType, start: u64, last_dim: u64, seed: u64) -> Result<()>;
+    fn generate(
+        &self,
+        out: &mut [u8],
+        dtype: DType,
+        start: u64,
+        last_dim: u64,
+        seed: u64,
+    ) -> Result<()>;
 }

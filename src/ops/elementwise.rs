@@ -22,7 +22,14 @@ fn affine_typed<I: Element, O: Element>(x: &[I], y: &mut [O], scale: f64, offset
 }
 
 /// Computes `out = cast(scale * inp + offset)` for one tile of bytes.
-pub(crate) fn affine_bytes(inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType, scale: f64, offset: f64) {
+pub(crate) fn affine_bytes(
+    inp: &[u8],
+    in_dtype: DType,
+    out: &mut [u8],
+    out_dtype: DType,
+    scale: f64,
+    offset: f64,
+) {
     crate::dispatch_dtype!(in_dtype, I => {
         let owned;
         let x: &[I] = match bytemuck::try_cast_slice(inp) {
@@ -35,6 +42,6 @@ pub(crate) fn affine_bytes(inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtyp
         crate::dispatch_dtype!(out_dtype, O => {
             let y: &mut [O] = bytemuck::cast_slice_mut(out);
             affine_typed::<I, O>(x, y, scale, offset);
-        })
+        });
     });
 }

@@ -183,7 +183,13 @@ impl Geometry {
         };
         let vcols = if inner > 1 { inner as usize } else { LANES };
         let block_rows = (BLOCK_ELEMS / vcols as u64).max(1);
-        Ok(Geometry { outer, len, inner, vcols, block_rows })
+        Ok(Geometry {
+            outer,
+            len,
+            inner,
+            vcols,
+            block_rows,
+        })
     }
 
     /// Outputs per outer index.
@@ -236,11 +242,13 @@ impl<T: Element> Kernel<T> for FloatSum {
     fn zero(&self) -> f64 {
         0.0
     }
-    #[inline(always)]
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
     fn push(a: &mut f64, x: T, _: f64) {
         *a += x.to_f64();
     }
     #[inline(always)]
+    #[allow(clippy::inline_always)]
     fn merge(a: &mut f64, b: &f64) {
         *a += *b;
     }
@@ -262,16 +270,22 @@ impl<T: Element, O: Element> Kernel<T> for IntSum<O> {
     fn zero(&self) -> i64 {
         0
     }
-    #[inline(always)]
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
     fn push(a: &mut i64, x: T, _: f64) {
         *a = a.wrapping_add(x.to_i64());
     }
     #[inline(always)]
+    #[allow(clippy::inline_always)]
     fn merge(a: &mut i64, b: &i64) {
         *a = a.wrapping_add(*b);
     }
     fn finish(&self, a: &i64, n: u64) -> O {
-        let v = if self.unsigned { *a as u64 as f64 } else { *a as f64 };
+        let v = if self.unsigned {
+            *a as u64 as f64
+        } else {
+            *a as f64
+        };
         if self.mean {
             O::from_f64(v / n as f64)
         } else if self.unsigned {
@@ -294,13 +308,15 @@ impl<T: Element> Kernel<T> for Moments {
     fn zero(&self) -> [f64; 2] {
         [0.0; 2]
     }
-    #[inline(always)]
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
     fn push(a: &mut [f64; 2], x: T, shift: f64) {
         let d = x.to_f64() - shift;
         a[0] += d;
         a[1] += d * d;
     }
     #[inline(always)]
+    #[allow(clippy::inline_always)]
     fn merge(a: &mut [f64; 2], b: &[f64; 2]) {
         a[0] += b[0];
         a[1] += b[1];
@@ -325,13 +341,15 @@ impl<T: Element> Kernel<T> for MinK {
     fn zero(&self) -> T {
         T::HIGHEST
     }
-    #[inline(always)]
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
     fn push(a: &mut T, x: T, _: f64) {
         if x < *a || x.is_nan() {
             *a = x;
         }
     }
     #[inline(always)]
+    #[allow(clippy::inline_always)]
     fn merge(a: &mut T, b: &T) {
         Self::push(a, *b, 0.0);
     }
@@ -348,13 +366,15 @@ impl<T: Element> Kernel<T> for MaxK {
     fn zero(&self) -> T {
         T::LOWEST
     }
-    #[inline(always)]
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
     fn push(a: &mut T, x: T, _: f64) {
         if x > *a || x.is_nan() {
             *a = x;
         }
     }
     #[inline(always)]
+    #[allow(clippy::inline_always)]
     fn merge(a: &mut T, b: &T) {
         Self::push(a, *b, 0.0);
     }
@@ -436,7 +456,9 @@ unsafe fn accumulate_avx2<T: Element, K: Kernel<T>>(
     accumulate_rows::<T, K>(data, vcols, seg, cols, acc, shift);
 }
 
+// inline(always) so the body is compiled with AVX2 inside `accumulate_avx2`
 #[inline(always)]
+#[allow(clippy::inline_always)]
 fn accumulate_rows<T: Element, K: Kernel<T>>(
     data: &[T],
     vcols: usize,
@@ -490,12 +512,24 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
             let at = (p - p0) as usize;
             if col != 0 || p1 - p < vc {
                 let cb = vc.min(col + (p1 - p));
-                out.push(Seg { ra: row, rb: row + 1, ca: col as usize, cb: cb as usize, at });
+                out.push(Seg {
+                    ra: row,
+                    rb: row + 1,
+                    ca: col as usize,
+                    cb: cb as usize,
+                    at,
+                });
                 p += cb - col;
             } else {
                 let next_block = (row / b + 1) * b;
                 let rows = ((p1 - p) / vc).min(next_block - row);
-                out.push(Seg { ra: row, rb: row + rows, ca: 0, cb: vc as usize, at });
+                out.push(Seg {
+                    ra: row,
+                    rb: row + rows,
+                    ca: 0,
+                    cb: vc as usize,
+                    at,
+                });
                 p += rows * vc;
             }
         }
@@ -693,19 +727,38 @@ where
 
 /// Builds the CPU streaming reducer for `op` over `g` on elements of `dtype`, splitting
 /// work across `threads` (which changes the work split, never the arithmetic).
+#[must_use]
 pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn TileReducer> {
     fn int<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
         let unsigned = T::DTYPE.is_unsigned();
         match op {
-            Reduce::Sum if unsigned => {
-                Box::new(Reducer::<T, _>::new(IntSum::<u64> { mean: false, unsigned, _o: std::marker::PhantomData }, g, th))
-            }
-            Reduce::Sum => {
-                Box::new(Reducer::<T, _>::new(IntSum::<i64> { mean: false, unsigned, _o: std::marker::PhantomData }, g, th))
-            }
-            Reduce::Mean => {
-                Box::new(Reducer::<T, _>::new(IntSum::<f64> { mean: true, unsigned, _o: std::marker::PhantomData }, g, th))
-            }
+            Reduce::Sum if unsigned => Box::new(Reducer::<T, _>::new(
+                IntSum::<u64> {
+                    mean: false,
+                    unsigned,
+                    _o: std::marker::PhantomData,
+                },
+                g,
+                th,
+            )),
+            Reduce::Sum => Box::new(Reducer::<T, _>::new(
+                IntSum::<i64> {
+                    mean: false,
+                    unsigned,
+                    _o: std::marker::PhantomData,
+                },
+                g,
+                th,
+            )),
+            Reduce::Mean => Box::new(Reducer::<T, _>::new(
+                IntSum::<f64> {
+                    mean: true,
+                    unsigned,
+                    _o: std::marker::PhantomData,
+                },
+                g,
+                th,
+            )),
             _ => common::<T>(op, g, th),
         }
     }
@@ -720,9 +773,15 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
         match op {
             Reduce::Min => Box::new(Reducer::<T, _>::new(MinK, g, th)),
             Reduce::Max => Box::new(Reducer::<T, _>::new(MaxK, g, th)),
-            Reduce::Var { ddof } => Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: false }, g, th)),
-            Reduce::Std { ddof } => Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: true }, g, th)),
-            Reduce::Sum | Reduce::Mean => unreachable!("sum and mean are dispatched by dtype class"),
+            Reduce::Var { ddof } => {
+                Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: false }, g, th))
+            }
+            Reduce::Std { ddof } => {
+                Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: true }, g, th))
+            }
+            Reduce::Sum | Reduce::Mean => {
+                unreachable!("sum and mean are dispatched by dtype class")
+            }
         }
     }
     crate::dispatch_dtype!(dtype, T => {
@@ -731,6 +790,7 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -744,7 +804,9 @@ mod tests {
                     .collect();
                 let n = v.len() as f64;
                 let mean = v.iter().sum::<f64>() / n;
-                let var = |d: u32| v.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / (n - f64::from(d));
+                let var = |d: u32| {
+                    v.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / (n - f64::from(d))
+                };
                 out.push(match op {
                     Reduce::Sum => v.iter().sum(),
                     Reduce::Mean => mean,
@@ -781,24 +843,40 @@ mod tests {
         ];
         for &(shape, over) in shapes {
             let n: usize = shape.iter().product();
-            let x: Vec<f32> = (0..n).map(|i| ((i * 7919 % 1013) as f32) * 0.37 - 100.0).collect();
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919 % 1013) as f32) * 0.37 - 100.0)
+                .collect();
             let xf: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
             let g = Geometry::new(shape, over).unwrap();
-            for op in [Reduce::Sum, Reduce::Mean, Reduce::Min, Reduce::Max, Reduce::Var { ddof: 1 }, Reduce::Std { ddof: 0 }] {
+            for op in [
+                Reduce::Sum,
+                Reduce::Mean,
+                Reduce::Min,
+                Reduce::Max,
+                Reduce::Var { ddof: 1 },
+                Reduce::Std { ddof: 0 },
+            ] {
                 let want = oracle(&xf, &g, op);
                 let base = run(shape, over, op, &x, n);
                 for tile in [1, 7, 1024, 4099, n / 3 + 1] {
                     let got = run(shape, over, op, &x, tile.max(1));
-                    assert_eq!(got, base, "{shape:?} {over:?} {op:?} tile {tile}: bytes differ");
+                    assert_eq!(
+                        got, base,
+                        "{shape:?} {over:?} {op:?} tile {tile}: bytes differ"
+                    );
                 }
                 let got: Vec<f64> = if op.output_dtype(DType::F32) == DType::F32 {
-                    bytemuck::cast_slice::<u8, f32>(&base).iter().map(|&v| f64::from(v)).collect()
+                    bytemuck::cast_slice::<u8, f32>(&base)
+                        .iter()
+                        .map(|&v| f64::from(v))
+                        .collect()
                 } else {
                     bytemuck::cast_slice::<u8, f64>(&base).to_vec()
                 };
                 assert_eq!(got.len(), want.len());
                 for (a, b) in got.iter().zip(&want) {
-                    let same = (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+                    let same =
+                        (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-9 * b.abs().max(1.0);
                     assert!(same, "{shape:?} {over:?} {op:?}: {a} vs {b}");
                 }
             }

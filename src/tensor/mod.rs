@@ -110,13 +110,25 @@ fn checked_nbytes(path: &Path, shape: &[usize], dtype: DType) -> Result<u64> {
     let mut n: u64 = 1;
     for &d in shape {
         n = n.checked_mul(d as u64).ok_or_else(|| {
-            Error::format(path, format!("shape {} overflows a 64-bit element count", fmt_shape(shape)))
+            Error::format(
+                path,
+                format!(
+                    "shape {} overflows a 64-bit element count",
+                    fmt_shape(shape)
+                ),
+            )
         })?;
     }
     n.checked_mul(dtype.size() as u64)
-        .filter(|&b| b <= i64::MAX as u64)
+        .filter(|&b| i64::try_from(b).is_ok())
         .ok_or_else(|| {
-            Error::format(path, format!("shape {} of {dtype} overflows a 64-bit byte count", fmt_shape(shape)))
+            Error::format(
+                path,
+                format!(
+                    "shape {} of {dtype} overflows a 64-bit byte count",
+                    fmt_shape(shape)
+                ),
+            )
         })
 }
 
@@ -152,7 +164,9 @@ impl TensorFile {
         if hlen as u64 > file_len || hlen > 64 << 20 {
             return Err(Error::format(
                 path,
-                format!("truncated .npy header: header length field says {hlen} bytes, file has {file_len}"),
+                format!(
+                    "truncated .npy header: header length field says {hlen} bytes, file has {file_len}"
+                ),
             ));
         }
         let mut head = vec![0u8; hlen];
@@ -162,7 +176,11 @@ impl TensorFile {
         let nbytes = checked_nbytes(path, &h.shape, h.dtype)?;
         let have = file_len - h.data_offset;
         if have != nbytes {
-            let what = if have < nbytes { "truncated" } else { "longer than its header says" };
+            let what = if have < nbytes {
+                "truncated"
+            } else {
+                "longer than its header says"
+            };
             return Err(Error::format(
                 path,
                 format!(
@@ -269,31 +287,66 @@ impl TensorFile {
         let begin = self.info.data_offset + start * es;
         let len = count * es;
         if len == 0 {
-            return Ok(Window { map: None, skip: 0, len: 0 });
+            return Ok(Window {
+                map: None,
+                skip: 0,
+                len: 0,
+            });
         }
         let now = file_len(&self.file, &self.path)?;
         if begin + len > now {
             return Err(Error::format(
                 &self.path,
-                format!("file changed size while in use: it now holds {now} bytes, {} are needed", begin + len),
+                format!(
+                    "file changed size while in use: it now holds {now} bytes, {} are needed",
+                    begin + len
+                ),
             ));
         }
         let page = page_size();
         let aligned = begin / page * page;
         let skip = (begin - aligned) as usize;
+        let mut opts = MmapOptions::new();
+        opts.offset(aligned).len(skip + len as usize);
         // SAFETY: the map is read-only and private to this process. Another process could
         // truncate or rewrite the file while it is mapped; the size was checked just above,
         // which is the best a reader of a shared file can do (documented in the README).
-        let map = unsafe {
-            MmapOptions::new()
-                .offset(aligned)
-                .len(skip + len as usize)
-                .populate()
-                .map(&self.file)
+        let map = unsafe { opts.map(&self.file) }
+            .map_err(|e| Error::io("map a window of", &self.path, e))?;
+        // Pages already in the page cache are cheapest faulted in lazily by the compute
+        // threads (the kernel maps them in batches); pages that are not are read here, in
+        // the read stage, so disk I/O overlaps the compute of the previous tile.
+        if !fully_resident(&map) && map.advise(memmap2::Advice::PopulateRead).is_err() {
+            // kernels before 5.14: touch one byte per page
+            let mut acc = 0u8;
+            for b in map.iter().step_by(page as usize) {
+                acc ^= *b;
+            }
+            std::hint::black_box(acc);
         }
-        .map_err(|e| Error::io("map a window of", &self.path, e))?;
-        Ok(Window { map: Some(map), skip, len: len as usize })
+        Ok(Window {
+            map: Some(map),
+            skip,
+            len: len as usize,
+        })
     }
+}
+
+/// True if every page of `map` is in the page cache (`mincore`). On error, false.
+fn fully_resident(map: &Mmap) -> bool {
+    let page = page_size() as usize;
+    let pages = map.len().div_ceil(page);
+    let mut vec = vec![0u8; pages];
+    // SAFETY: `map` is a live mapping of `map.len()` bytes starting at a page boundary, and
+    // `vec` has one byte per page of it, as mincore requires.
+    let rc = unsafe {
+        libc::mincore(
+            map.as_ptr() as *mut libc::c_void,
+            map.len(),
+            vec.as_mut_ptr(),
+        )
+    };
+    rc == 0 && vec.iter().all(|&v| v & 1 == 1)
 }
 
 /// Bytes that mapping `count` elements may cost beyond the data itself (page alignment at
@@ -385,7 +438,10 @@ impl OutputFile {
             .file_name()
             .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?;
         if dest.is_dir() {
-            return Err(Error::invalid(format!("{}: is a directory; give an output file name", dest.display())));
+            return Err(Error::invalid(format!(
+                "{}: is a directory; give an output file name",
+                dest.display()
+            )));
         }
         let tmp = tempfile::Builder::new()
             .prefix(&format!(".{}.", name.to_string_lossy()))

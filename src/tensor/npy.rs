@@ -194,7 +194,11 @@ fn parse_dict(text: &str) -> Result<Dict, String> {
                 d.fortran_order = Some(match c.word() {
                     b"True" => true,
                     b"False" => false,
-                    _ => return Err("malformed .npy header: fortran_order is not True or False".into()),
+                    _ => {
+                        return Err(
+                            "malformed .npy header: fortran_order is not True or False".into()
+                        );
+                    }
                 });
             }
             "shape" => {
@@ -208,7 +212,9 @@ fn parse_dict(text: &str) -> Result<Dict, String> {
                     let w = std::str::from_utf8(w).unwrap_or("");
                     let w = w.strip_suffix('L').unwrap_or(w);
                     let n: usize = w.parse().map_err(|_| {
-                        format!("malformed .npy header: shape entry '{w}' is not a non-negative integer")
+                        format!(
+                            "malformed .npy header: shape entry '{w}' is not a non-negative integer"
+                        )
                     })?;
                     shape.push(n);
                     if !c.eat(b',') {
@@ -272,6 +278,7 @@ pub fn build_header(dtype: DType, shape: &[usize]) -> Vec<u8> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -315,16 +322,28 @@ mod tests {
         };
         let f = mk("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }").unwrap_err();
         assert!(f.contains("Fortran"), "{f}");
-        assert!(mk("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }")
-            .unwrap_err()
-            .contains("big-endian"));
-        assert!(mk("{'descr': '|O', 'fortran_order': False, 'shape': (3,), }")
-            .unwrap_err()
-            .contains("object"));
-        assert!(mk("{'descr': '<f4', 'shape': (3,), }").unwrap_err().contains("fortran_order"));
+        assert!(
+            mk("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }")
+                .unwrap_err()
+                .contains("big-endian")
+        );
+        assert!(
+            mk("{'descr': '|O', 'fortran_order': False, 'shape': (3,), }")
+                .unwrap_err()
+                .contains("object")
+        );
+        assert!(
+            mk("{'descr': '<f4', 'shape': (3,), }")
+                .unwrap_err()
+                .contains("fortran_order")
+        );
         assert!(mk("{'descr': '<f4', 'fortran_order': False, 'shape': (-3,), }").is_err());
         assert!(mk("{'descr': '<f4', 'fortran_order': False, 'shape': (3,)").is_err());
-        assert!(parse_header(b"PK\x03\x04 not numpy").unwrap_err().contains("magic"));
+        assert!(
+            parse_header(b"PK\x03\x04 not numpy")
+                .unwrap_err()
+                .contains("magic")
+        );
         // Fortran order of a 1-d array is the same bytes as C order: accepted
         assert!(mk("{'descr': '<f4', 'fortran_order': True, 'shape': (5,), }").is_ok());
     }

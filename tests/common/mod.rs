@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests: writing `.npy` files independently of the
 //! engine's output path, and running the binary.
 #![allow(dead_code)]
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -52,7 +53,10 @@ pub fn ok(args: &[&str]) -> String {
 pub struct Lcg(pub u64);
 impl Lcg {
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
         self.0 >> 11
     }
     /// Uniform in [0, 1).
