@@ -68,12 +68,24 @@ def measure(cmd):
 
 
 def warm(path):
-    # Small reads into one reused buffer: a child's ru_maxrss starts from this process's
-    # high-water mark at fork, so the driver must stay small to measure children fairly.
-    buf = bytearray(1 << 20)
-    with open(path, "rb", buffering=0) as f:
-        while f.readinto(buf):
-            pass
+    """Puts the file in the page cache the way a first sequential read leaves it.
+
+    Evicts it first: how pages are cached (large folios after a sequential read, small
+    ones after hours of memory pressure) changes the cost of every memory-mapped read,
+    numpy's included, by up to 2x on this kind of machine, so every round starts from the
+    same state. Small reads into one reused buffer: a child's ru_maxrss starts from this
+    process's high-water mark at fork, so the driver must stay small to measure children
+    fairly.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        buf = bytearray(1 << 20)
+        with os.fdopen(os.dup(fd), "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+    finally:
+        os.close(fd)
 
 
 def machine():
@@ -107,10 +119,10 @@ def main():
     }
     if a.numpy_whole:
         engines["numpy memmap, whole array"] = [py, HERE / "numpy_colmean.py", x, "whole"]
-    print(f"warming the page cache with {x.name} ({x.stat().st_size / 1e9:.2f} GB)", file=sys.stderr)
-    warm(x)
     samples = {k: [] for k in engines}
     for r in range(a.runs):
+        # every round starts from the same page-cache state (see warm)
+        warm(x)
         for name, cmd in engines.items():
             samples[name].append(measure([str(c) for c in cmd]))
         print(f"run {r + 1}/{a.runs} done", file=sys.stderr)
@@ -124,8 +136,9 @@ def main():
         rows.append({"engine": name, "median_s": wall, "gb_per_s": size / wall / 1e9,
                      "peak_rss_mib": rss / 2**20, "time_vs_tilestream": wall / base})
     desc = machine()
-    print(f"\nColumn mean of {a.rows}x{a.cols} f32 ({size / 1e9:.2f} GB), page cache warm, "
-          f"median of {a.runs} alternating runs; tilestream --memory {a.memory}.\nMachine: {desc}\n")
+    print(f"\nColumn mean of {a.rows}x{a.cols} f32 ({size / 1e9:.2f} GB), page cache warm (evicted, then "
+          f"read once sequentially, before each round), median of {a.runs} alternating rounds; "
+          f"tilestream --memory {a.memory}.\nMachine: {desc}\n")
     print("| engine | median wall | GB/s | peak RSS | time / tilestream |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
