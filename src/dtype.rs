@@ -237,6 +237,12 @@ pub trait Element: Pod + Send + Sync + PartialOrd + fmt::Debug + 'static {
     /// Widens to i64 for exact integer sums (wrapping for u64 beyond `i64::MAX`; floats
     /// truncate, but float sums never use this).
     fn to_i64(self) -> i64;
+    /// Widens an integer or bool exactly (floats truncate toward zero, saturating; casts
+    /// from floats never use this).
+    fn to_i128(self) -> i128;
+    /// From an integer: saturating for integer types, correctly rounded (nearest even)
+    /// for f32 and f64, through f64 for f16 and bf16.
+    fn from_i128(v: i128) -> Self;
     /// True if this value is NaN (always false for integers).
     #[inline]
     fn is_nan(self) -> bool {
@@ -262,6 +268,14 @@ macro_rules! int_element {
             #[inline]
             fn to_i64(self) -> i64 {
                 self as i64
+            }
+            #[inline]
+            fn to_i128(self) -> i128 {
+                self as i128
+            }
+            #[inline]
+            fn from_i128(v: i128) -> Self {
+                v.clamp(<$t>::MIN as i128, <$t>::MAX as i128) as $t
             }
         }
     };
@@ -291,6 +305,14 @@ impl Element for Bool {
     fn to_i64(self) -> i64 {
         i64::from(self.0 != 0)
     }
+    #[inline]
+    fn to_i128(self) -> i128 {
+        i128::from(self.0 != 0)
+    }
+    #[inline]
+    fn from_i128(v: i128) -> Self {
+        Bool(u8::from(v != 0))
+    }
 }
 
 impl Element for f32 {
@@ -308,6 +330,14 @@ impl Element for f32 {
     #[inline]
     fn to_i64(self) -> i64 {
         self as i64
+    }
+    #[inline]
+    fn to_i128(self) -> i128 {
+        Element::to_f64(self) as i128
+    }
+    #[inline]
+    fn from_i128(v: i128) -> Self {
+        v as f32
     }
     #[inline]
     fn is_nan(self) -> bool {
@@ -332,6 +362,14 @@ impl Element for f64 {
         self as i64
     }
     #[inline]
+    fn to_i128(self) -> i128 {
+        Element::to_f64(self) as i128
+    }
+    #[inline]
+    fn from_i128(v: i128) -> Self {
+        v as f64
+    }
+    #[inline]
     fn is_nan(self) -> bool {
         self.is_nan()
     }
@@ -354,9 +392,37 @@ impl Element for f16 {
         f16::to_f64(self) as i64
     }
     #[inline]
+    fn to_i128(self) -> i128 {
+        Element::to_f64(self) as i128
+    }
+    #[inline]
+    fn from_i128(v: i128) -> Self {
+        f16::from_f64(v as f64)
+    }
+    #[inline]
     fn is_nan(self) -> bool {
         f16::is_nan(self)
     }
+}
+
+/// f64 to bf16, rounded to nearest even.
+///
+/// `half::bf16::from_f64` is not correctly rounded for some values (e.g. -50.625015258789
+/// becomes -50.5 instead of -50.75), so: round to f32 *to odd* (truncate, then set the
+/// last bit if anything was dropped), which keeps the information a second rounding
+/// needs, then round that f32 to bf16 to nearest even.
+#[must_use]
+#[allow(clippy::float_cmp)] // exactness is the point: was anything dropped?
+pub fn bf16_from_f64(v: f64) -> bf16 {
+    let t = v as f32;
+    let mut bits = t.to_bits();
+    if t.is_finite() && f64::from(t) != v {
+        if f64::from(t).abs() > v.abs() {
+            bits -= 1; // rounded away from zero: step back toward zero
+        }
+        bits |= 1;
+    }
+    bf16::from_f32(f32::from_bits(bits))
 }
 
 impl Element for bf16 {
@@ -369,11 +435,19 @@ impl Element for bf16 {
     }
     #[inline]
     fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
+        bf16_from_f64(v)
     }
     #[inline]
     fn to_i64(self) -> i64 {
         bf16::to_f64(self) as i64
+    }
+    #[inline]
+    fn to_i128(self) -> i128 {
+        Element::to_f64(self) as i128
+    }
+    #[inline]
+    fn from_i128(v: i128) -> Self {
+        bf16_from_f64(v as f64)
     }
     #[inline]
     fn is_nan(self) -> bool {
@@ -449,7 +523,7 @@ macro_rules! dispatch_dtype {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::float_cmp)]
 mod tests {
     use super::*;
 
@@ -472,6 +546,62 @@ mod tests {
         assert!(DType::from_npy_descr("<c8").is_err());
         // single-byte types have no byte order
         assert_eq!(DType::from_npy_descr(">u1"), Ok(DType::U8));
+    }
+
+    /// Exact oracle: the two bf16 neighbours of `v` and their midpoint are exact in f64.
+    fn bf16_rne_oracle(v: f64) -> bf16 {
+        let t = bf16::from_bits(((v as f32).to_bits() >> 16) as u16); // truncated toward zero
+        let lo = if f64::from(t.to_f32()).abs() <= v.abs() {
+            t
+        } else {
+            bf16::from_bits(t.to_bits() - 1)
+        };
+        let hi = bf16::from_bits(lo.to_bits() + 1);
+        let (a, b) = (f64::from(lo.to_f32()), f64::from(hi.to_f32()));
+        let mid = f64::midpoint(a, b);
+        match v.abs().partial_cmp(&mid.abs()) {
+            Some(std::cmp::Ordering::Less) => lo,
+            Some(std::cmp::Ordering::Greater) => hi,
+            _ => {
+                if lo.to_bits() & 1 == 0 {
+                    lo
+                } else {
+                    hi
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bf16_from_f64_rounds_to_nearest_even() {
+        assert_eq!(
+            bf16_from_f64(-50.625_015_258_789_06),
+            bf16::from_f32(-50.75)
+        );
+        let mut s: u64 = 7;
+        for _ in 0..1_000_000 {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            // finite f64 values within bf16's normal range, with random low bits
+            let v = f64::from_bits((s >> 12) | (0x3F0u64 + (s >> 60) * 8) << 52)
+                * if s & 1 == 0 { 1.0 } else { -1.0 };
+            assert_eq!(
+                bf16_from_f64(v).to_bits(),
+                bf16_rne_oracle(v).to_bits(),
+                "{v:e}"
+            );
+        }
+        // halfway cases go to even
+        let one = 1.0f64;
+        assert_eq!(bf16_from_f64(one + 2f64.powi(-8)), bf16::ONE);
+        assert_eq!(
+            bf16_from_f64(one + 3.0 * 2f64.powi(-8)).to_f32(),
+            1.0 + 2f32.powi(-6)
+        );
+        assert!(bf16_from_f64(f64::NAN).is_nan());
+        assert_eq!(bf16_from_f64(f64::INFINITY), bf16::INFINITY);
+        assert_eq!(bf16_from_f64(1e300), bf16::INFINITY);
     }
 
     #[test]

@@ -20,8 +20,9 @@ use crate::backend::{Backend, CpuBackend};
 use crate::budget::{MemoryBudget, fmt_bytes};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::ops::expr::{self, Program};
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver};
-use crate::pipeline::{self, Progress, StageTimes, Stream};
+use crate::pipeline::{self, InputStream, Progress, StageTimes, Stream};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
 use crate::tensor::{OutputFile, TensorFile, fmt_shape, same_file, window_slack};
 
@@ -360,7 +361,7 @@ impl Engine {
     fn stream<'a>(
         &'a self,
         plan: &'a Plan,
-        inputs: &'a [&'a TensorFile],
+        inputs: &'a [InputStream<'a>],
         output: Option<&'a OutputFile>,
     ) -> Stream<'a> {
         Stream {
@@ -438,7 +439,7 @@ impl Engine {
             .budget
             .reserve("reduction result and accumulators", plan.resident_bytes)?;
         let mut reducer = self.backend.reducer(op, input.dtype(), g)?;
-        let inputs = [input];
+        let inputs = [InputStream::whole(input)];
         let times = pipeline::run(&self.stream(&plan, &inputs, None), |tile, ins, _| {
             reducer.feed_bytes(tile.start, ins[0]);
             Ok(())
@@ -525,7 +526,7 @@ impl Engine {
         let plan = self.plan_affine(input, dtype)?;
         self.budget.reset_peak();
         let output = OutputFile::create(out, input.shape(), od)?;
-        let inputs = [input];
+        let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let times = pipeline::run(&self.stream(&plan, &inputs, Some(&output)), |_, ins, o| {
             backend.affine(ins[0], input.dtype(), o, od, scale, offset)
@@ -536,6 +537,186 @@ impl Engine {
             input.path().display()
         );
         Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
+    }
+
+    /// Plans `cast` without running it.
+    ///
+    /// # Errors
+    /// [`Error::Budget`] if the budget is too small.
+    pub fn plan_cast(&self, input: &TensorFile, dtype: DType) -> Result<Plan> {
+        self.plan_affine(input, Some(dtype)).map(|mut p| {
+            p.what = format!(
+                "cast {} {} -> {dtype}",
+                fmt_shape(input.shape()),
+                input.dtype()
+            );
+            p
+        })
+    }
+
+    /// Writes `input` cast to `dtype` to `out`, streaming. Integer to integer casts are
+    /// exact and saturate; float to f16/bf16 rounds to nearest even; float to integer
+    /// rounds toward zero, saturates and maps NaN to 0.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if `out` is the input; [`Error::Budget`]; I/O errors. On error
+    /// nothing is left at `out`.
+    pub fn cast(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        dtype: DType,
+    ) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[input])?;
+        let plan = self.plan_cast(input, dtype)?;
+        self.budget.reset_peak();
+        let output = OutputFile::create(out, input.shape(), dtype)?;
+        let inputs = [InputStream::whole(input)];
+        let backend = &self.backend;
+        let times = pipeline::run(&self.stream(&plan, &inputs, Some(&output)), |_, ins, o| {
+            backend.cast(ins[0], input.dtype(), o, dtype)
+        })?;
+        output.finish()?;
+        let op = format!("cast {} to {dtype}", input.path().display());
+        Ok(self.report(&plan, op, input.shape(), input.shape(), dtype, times))
+    }
+
+    /// Resolves an expression's inputs: the compiled program, its streams (file and base
+    /// offset for each), the shape it iterates over and the default output dtype.
+    fn bind<'a>(
+        src: &str,
+        inputs: &[(&str, &'a TensorFile)],
+    ) -> Result<(Program, Vec<InputStream<'a>>, Vec<usize>, DType)> {
+        let e = expr::parse(src)
+            .map_err(|e| Error::invalid(format!("cannot parse expression '{src}' at {e}")))?;
+        let program = Program::compile(&e);
+        if program.streams.is_empty() {
+            return Err(Error::invalid(format!(
+                "expression '{src}' uses no input: name one given with --in NAME=FILE"
+            )));
+        }
+        let mut streams = Vec::new();
+        let mut shape: Option<(Vec<usize>, String)> = None;
+        for r in &program.streams {
+            let Some(&(_, file)) = inputs.iter().find(|(n, _)| *n == r.name) else {
+                let known: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+                return Err(Error::invalid(format!(
+                    "expression '{src}' at column {}: unknown input '{}' (inputs given: {}); add --in {}=FILE",
+                    r.column,
+                    r.name,
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    },
+                    r.name
+                )));
+            };
+            let (s, base, label) = match r.index {
+                None => (file.shape().to_vec(), 0u64, r.name.clone()),
+                Some(i) => {
+                    let fs = file.shape();
+                    if fs.len() < 2 || i >= fs[0] {
+                        return Err(Error::invalid(format!(
+                            "expression '{src}' at column {}: {}[{i}] is out of range: {} has shape {} (index the leading axis, 0 to {})",
+                            r.column,
+                            r.name,
+                            r.name,
+                            fmt_shape(fs),
+                            fs.first().copied().unwrap_or(1).saturating_sub(1)
+                        )));
+                    }
+                    let plane: u64 = fs[1..].iter().map(|&d| d as u64).product();
+                    (
+                        fs[1..].to_vec(),
+                        i as u64 * plane,
+                        format!("{}[{i}]", r.name),
+                    )
+                }
+            };
+            match &shape {
+                None => shape = Some((s, label)),
+                Some((s0, l0)) if *s0 != s => {
+                    return Err(Error::invalid(format!(
+                        "expression '{src}': {l0} has shape {} but {label} has shape {}; inputs must have the same shape",
+                        fmt_shape(s0),
+                        fmt_shape(&s)
+                    )));
+                }
+                Some(_) => {}
+            }
+            streams.push(InputStream { file, base });
+        }
+        let shape = shape.map(|(s, _)| s).unwrap_or_default();
+        // default result: the widest float input; f32 for f16 with bf16; f64 if no float input
+        let floats: Vec<DType> = streams
+            .iter()
+            .map(|s| s.file.dtype())
+            .filter(|d| d.is_float())
+            .collect();
+        let out = if floats.is_empty() || floats.contains(&DType::F64) {
+            DType::F64
+        } else if floats.contains(&DType::F32)
+            || (floats.contains(&DType::F16) && floats.contains(&DType::BF16))
+        {
+            DType::F32
+        } else {
+            floats[0]
+        };
+        Ok((program, streams, shape, out))
+    }
+
+    /// Plans `map` without running it.
+    ///
+    /// # Errors
+    /// As [`map`](Self::map), without I/O.
+    pub fn plan_map(
+        &self,
+        src: &str,
+        inputs: &[(&str, &TensorFile)],
+        dtype: Option<DType>,
+    ) -> Result<Plan> {
+        let (_, streams, shape, default) = Self::bind(src, inputs)?;
+        let od = dtype.unwrap_or(default);
+        let mut req = self.request(
+            format!("map '{src}' over {} -> {od}", fmt_shape(&shape)),
+            &shape,
+        );
+        req.in_bytes_per_elem = streams.iter().map(|s| s.file.dtype().size() as u64).sum();
+        req.inputs = streams.len();
+        req.out_bytes_per_elem = od.size() as u64;
+        Ok(Plan::new(&req)?)
+    }
+
+    /// Evaluates the elementwise expression `src` over named inputs of one shape (or
+    /// planes `s[k]` of a band-sequential input) in one pass, writing the result cast to
+    /// `dtype` (default: the widest float input, f64 if none) to `out`.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a parse error (with its column), an unknown input, an index
+    /// out of range, mismatched shapes, or `out` being an input; [`Error::Budget`]; I/O
+    /// errors. On error nothing is left at `out`.
+    pub fn map(
+        &self,
+        src: &str,
+        inputs: &[(&str, &TensorFile)],
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
+        let files: Vec<&TensorFile> = inputs.iter().map(|(_, f)| *f).collect();
+        check_not_input(out.as_ref(), &files)?;
+        let (program, streams, shape, default) = Self::bind(src, inputs)?;
+        let od = dtype.unwrap_or(default);
+        let plan = self.plan_map(src, inputs, dtype)?;
+        self.budget.reset_peak();
+        let output = OutputFile::create(out, &shape, od)?;
+        let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
+        let backend = &self.backend;
+        let times = pipeline::run(&self.stream(&plan, &streams, Some(&output)), |_, ins, o| {
+            backend.map(&program, ins, &dtypes, o, od)
+        })?;
+        output.finish()?;
+        Ok(self.report(&plan, format!("map '{src}'"), &shape, &shape, od, times))
     }
 
     /// Plans `generate` without running it.

@@ -21,6 +21,8 @@ const DEFAULT_MEMORY: &str = "1GiB";
   tilestream info x.npy
   tilestream reduce x.npy mean.npy --op mean --axis 0 --memory 256MiB
   tilestream affine x.npy y.npy --scale 2 --offset 1 --dtype f16
+  tilestream map '(x*2+1)' y.npy --in x=x.npy --dtype f16
+  tilestream cast x.npy x16.npy --dtype bf16
   tilestream plan reduce x.npy m.npy --op std --axis 0 --memory 64MiB
 
 Exit codes: 0 success, 1 runtime failure (I/O, corrupt file), 2 usage error (bad arguments, budget too small)."
@@ -103,6 +105,35 @@ struct AffineArgs {
 }
 
 #[derive(Args, Clone)]
+struct MapArgs {
+    /// The expression, e.g. '(x*2+1)' or '(s[7] - s[3]) / (s[7] + s[3])'.
+    expr: String,
+    /// Output file (.npy, or raw for any other extension).
+    output: PathBuf,
+    /// A named input, NAME=FILE (repeatable).
+    #[arg(long = "in", value_name = "NAME=FILE", required = true)]
+    inputs: Vec<String>,
+    /// Output dtype (default: the widest float input, f64 if there is none).
+    #[arg(long)]
+    dtype: Option<String>,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
+#[derive(Args, Clone)]
+struct CastArgs {
+    /// Input tensor (.npy, or raw with --shape and --in-dtype).
+    input: PathBuf,
+    /// Output file (.npy, or raw for any other extension).
+    output: PathBuf,
+    /// Target dtype.
+    #[arg(long)]
+    dtype: String,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
+#[derive(Args, Clone)]
 struct GenArgs {
     /// Output file (.npy, or raw for any other extension).
     output: PathBuf,
@@ -133,6 +164,24 @@ and std are f64; min and max keep the input dtype. Bit-identical whatever --memo
     #[command(after_help = "Example:
   tilestream affine x.npy y.npy --scale 2 --offset 1 --dtype f16 --memory 512MiB")]
     Affine(AffineArgs),
+    /// Evaluate an elementwise expression over named inputs in one pass.
+    #[command(after_help = "Examples:
+  tilestream map '(x*2+1)' y.npy --in x=x.npy --dtype f16
+  tilestream map 'where(a > b, a - b, 0)' d.npy --in a=a.npy --in b=b.npy
+  tilestream map '(s[7] - s[3]) / (s[7] + s[3])' ndvi.npy --in s=scene.npy   # bands of one file
+
+Operators: + - * / ** (right-assoc), unary -, < <= > >= == != (give 1 or 0).
+Functions: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip(x,lo,hi)
+where(cond,a,b). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once at the end.")]
+    Map(MapArgs),
+    /// Cast to another dtype.
+    #[command(after_help = "Examples:
+  tilestream cast x.npy x16.npy --dtype f16
+  tilestream cast counts.npy c8.npy --dtype u8      # saturates at 0 and 255
+
+Floats to f16/bf16 round to nearest even; floats to integers round toward zero, saturate,
+and take NaN to 0; integers to integers are exact and saturate.")]
+    Cast(CastArgs),
     /// Write a tensor of N(col/100, 1) values, streamed (any size).
     #[command(after_help = "Example:
   tilestream gen x.npy --shape 3075200x512 --dtype f32 --seed 1   # 6.3 GB")]
@@ -187,8 +236,31 @@ fn dtype_opt(d: Option<&String>) -> Result<Option<DType>> {
     d.map(|s| s.parse()).transpose()
 }
 
+/// Opens `--in NAME=FILE` inputs.
+fn open_named(specs: &[String], raw: &RawSpec) -> Result<Vec<(String, TensorFile)>> {
+    specs
+        .iter()
+        .map(|s| {
+            let (name, path) = s
+                .split_once('=')
+                .filter(|(n, p)| !n.is_empty() && !p.is_empty())
+                .ok_or_else(|| {
+                    Error::invalid(format!("--in '{s}': expected NAME=FILE, e.g. --in x=x.npy"))
+                })?;
+            Ok((name.trim().to_string(), open(&PathBuf::from(path), raw)?))
+        })
+        .collect()
+}
+
 fn plan_of(e: &Engine, op: &Op) -> Result<Plan> {
     match op {
+        Op::Map(a) => {
+            let files = open_named(&a.inputs, &a.raw)?;
+            let named: Vec<(&str, &TensorFile)> =
+                files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+            e.plan_map(&a.expr, &named, dtype_opt(a.dtype.as_ref())?)
+        }
+        Op::Cast(a) => e.plan_cast(&open(&a.input, &a.raw)?, a.dtype.parse()?),
         Op::Reduce(a) => {
             let x = open(&a.input, &a.raw)?;
             e.plan_reduce(&x, Reduce::parse(&a.op, a.ddof)?, ReduceOver::from(a.axis))
@@ -203,6 +275,13 @@ fn plan_of(e: &Engine, op: &Op) -> Result<Plan> {
 
 fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
     match op {
+        Op::Map(a) => {
+            let files = open_named(&a.inputs, &a.raw)?;
+            let named: Vec<(&str, &TensorFile)> =
+                files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+            e.map(&a.expr, &named, &a.output, dtype_opt(a.dtype.as_ref())?)
+        }
+        Op::Cast(a) => e.cast(&open(&a.input, &a.raw)?, &a.output, a.dtype.parse()?),
         Op::Reduce(a) => {
             let x = open(&a.input, &a.raw)?;
             let r = Reduce::parse(&a.op, a.ddof)?;

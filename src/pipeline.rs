@@ -72,12 +72,31 @@ pub struct Stream<'a> {
     pub plan: &'a Plan,
     /// Budget the staging slots are reserved from.
     pub budget: &'a MemoryBudget,
-    /// Inputs read tile by tile (the same flat range of each).
-    pub inputs: &'a [&'a TensorFile],
+    /// Inputs read tile by tile: tile `[start, start + len)` reads elements
+    /// `[base + start, base + start + len)` of each stream's file.
+    pub inputs: &'a [InputStream<'a>],
     /// Output written tile by tile, if any.
     pub output: Option<&'a OutputFile>,
     /// Optional progress callback.
     pub progress: Option<ProgressFn<'a>>,
+}
+
+/// One streamed input: a file and the element offset the tiled space starts at in it
+/// (non-zero for a plane of a band-sequential image, `s[7]`).
+#[derive(Clone, Copy, Debug)]
+pub struct InputStream<'a> {
+    /// The file.
+    pub file: &'a TensorFile,
+    /// Element offset of the tiled space's first element in the file.
+    pub base: u64,
+}
+
+impl<'a> InputStream<'a> {
+    /// The whole file, from its first element.
+    #[must_use]
+    pub fn whole(file: &'a TensorFile) -> Self {
+        InputStream { file, base: 0 }
+    }
 }
 
 struct ReadTile {
@@ -135,7 +154,7 @@ where
     let plan = s.plan;
     let slots = plan.depth.min(plan.num_tiles.max(1));
     let out_elem = s.output.map_or(0, |o| o.dtype().size() as u64);
-    let in_elem: u64 = s.inputs.iter().map(|t| t.dtype().size() as u64).sum();
+    let in_elem: u64 = s.inputs.iter().map(|t| t.file.dtype().size() as u64).sum();
     let started = Instant::now();
     let shared = Shared {
         stop: AtomicBool::new(false),
@@ -208,7 +227,7 @@ where
                     let t0 = Instant::now();
                     let mut windows = Vec::with_capacity(s.inputs.len());
                     for input in s.inputs {
-                        match input.map_window(tile.start, tile.len) {
+                        match input.file.map_window(input.base + tile.start, tile.len) {
                             Ok(w) => windows.push(w),
                             Err(e) => {
                                 shared.fail(e);

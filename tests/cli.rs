@@ -108,7 +108,32 @@ fn peak_memory_of_200mb_runs_stays_within_budget() {
         "16MiB",
     ]);
     assert_eq!(code, 0, "{err}");
-    for (what, rss) in [("gen", gen_rss), ("reduce", red_rss), ("affine", aff_rss)] {
+    let z = dir.path().join("z.npy");
+    let (code, err, map_rss) = run_measured(&[
+        "map",
+        "where(x > 0, sqrt(x), x * x) + x / 3",
+        p(&z),
+        "--in",
+        &format!("x={}", p(&x)),
+        "--in",
+        &format!("u={}", p(&y)),
+        "--dtype",
+        "bf16",
+        "--memory",
+        "16MiB",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let c = dir.path().join("c.npy");
+    let (code, err, cast_rss) =
+        run_measured(&["cast", p(&x), p(&c), "--dtype", "i16", "--memory", "16MiB"]);
+    assert_eq!(code, 0, "{err}");
+    for (what, rss) in [
+        ("gen", gen_rss),
+        ("reduce", red_rss),
+        ("affine", aff_rss),
+        ("map", map_rss),
+        ("cast", cast_rss),
+    ] {
         eprintln!(
             "{what}: peak RSS {} MiB (budget 16 MiB + 48 MiB overhead allowed)",
             rss >> 20

@@ -8,6 +8,7 @@ use rayon::ThreadPool;
 use super::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::expr::Program;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::ops::{elementwise, generate, reduce};
 
@@ -87,6 +88,25 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         self.pool
             .install(|| elementwise::affine_bytes(inp, in_dtype, out, out_dtype, scale, offset));
+        Ok(())
+    }
+
+    fn cast(&self, inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType) -> Result<()> {
+        self.pool
+            .install(|| elementwise::cast_bytes(inp, in_dtype, out, out_dtype));
+        Ok(())
+    }
+
+    fn map(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        in_dtypes: &[DType],
+        out: &mut [u8],
+        out_dtype: DType,
+    ) -> Result<()> {
+        self.pool
+            .install(|| program.eval_tile(inputs, in_dtypes, out, out_dtype));
         Ok(())
     }
 

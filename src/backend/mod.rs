@@ -8,6 +8,7 @@ pub use cpu::CpuBackend;
 
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::expr::Program;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 
 /// The compute side of the pipeline. Methods are called from the pipeline's compute
@@ -38,6 +39,25 @@ pub trait Backend: Send + Sync {
         out_dtype: DType,
         scale: f64,
         offset: f64,
+    ) -> Result<()>;
+
+    /// Casts one tile from `in_dtype` to `out_dtype`.
+    ///
+    /// # Errors
+    /// If the backend fails to run the kernel.
+    fn cast(&self, inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType) -> Result<()>;
+
+    /// Evaluates a compiled expression over one tile: `inputs[k]` holds stream `k`.
+    ///
+    /// # Errors
+    /// If the backend fails to run the kernel.
+    fn map(
+        &self,
+        program: &Program,
+        inputs: &[&[u8]],
+        in_dtypes: &[DType],
+        out: &mut [u8],
+        out_dtype: DType,
     ) -> Result<()>;
 
     /// Fills one tile (flat elements from `start`) with `tilestream gen` data.

@@ -1,5 +1,10 @@
-//! Elementwise `y = scale * x + offset` with a cast of the result: the write path of the
-//! engine. (The full expression language builds on the same tile loop.)
+//! Elementwise kernels: `y = scale * x + offset` with a cast of the result, and casts.
+//!
+//! Casts follow tilestream's rules (see [`crate::dtype`]): between integer types exactly
+//! (through i128, saturating); from integers to floats correctly rounded; between floats
+//! through f64, which is exact for widening and rounds once to nearest even when
+//! narrowing. f32 ↔ f16/bf16 use `half`'s slice conversions, which take the hardware
+//! path (F16C) where the CPU has one; they round to nearest even like the scalar path.
 //!
 //! Each tile is processed in blocks of [`BLOCK`] elements spread over the rayon pool; the
 //! arithmetic is done in f64 and cast with tilestream's cast rules (see [`crate::dtype`]).
@@ -42,6 +47,87 @@ pub(crate) fn affine_bytes(
         crate::dispatch_dtype!(out_dtype, O => {
             let y: &mut [O] = bytemuck::cast_slice_mut(out);
             affine_typed::<I, O>(x, y, scale, offset);
+        });
+    });
+}
+
+fn cast_typed<I: Element, O: Element>(x: &[I], y: &mut [O]) {
+    let ints = !I::DTYPE.is_float();
+    y.par_chunks_mut(BLOCK)
+        .zip(x.par_chunks(BLOCK))
+        .for_each(|(yo, xi)| {
+            if ints {
+                yo.iter_mut()
+                    .zip(xi)
+                    .for_each(|(o, &i)| *o = O::from_i128(i.to_i128()));
+            } else {
+                yo.iter_mut()
+                    .zip(xi)
+                    .for_each(|(o, &i)| *o = O::from_f64(i.to_f64()));
+            }
+        });
+}
+
+/// Casts one tile of bytes from `in_dtype` to `out_dtype`.
+pub(crate) fn cast_bytes(inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType) {
+    use half::slice::HalfFloatSliceExt;
+    use half::{bf16, f16};
+    if in_dtype == out_dtype {
+        out.copy_from_slice(inp);
+        return;
+    }
+    if let (DType::F32, Ok(x)) = (in_dtype, bytemuck::try_cast_slice::<u8, f32>(inp)) {
+        match out_dtype {
+            DType::F16 => {
+                let y: &mut [f16] = bytemuck::cast_slice_mut(out);
+                y.par_chunks_mut(BLOCK)
+                    .zip(x.par_chunks(BLOCK))
+                    .for_each(|(o, i)| o.convert_from_f32_slice(i));
+                return;
+            }
+            DType::BF16 => {
+                let y: &mut [bf16] = bytemuck::cast_slice_mut(out);
+                y.par_chunks_mut(BLOCK)
+                    .zip(x.par_chunks(BLOCK))
+                    .for_each(|(o, i)| o.convert_from_f32_slice(i));
+                return;
+            }
+            _ => {}
+        }
+    }
+    if out_dtype == DType::F32 {
+        let y: &mut [f32] = bytemuck::cast_slice_mut(out);
+        match (
+            in_dtype,
+            bytemuck::try_cast_slice::<u8, f16>(inp),
+            bytemuck::try_cast_slice::<u8, bf16>(inp),
+        ) {
+            (DType::F16, Ok(x), _) => {
+                y.par_chunks_mut(BLOCK)
+                    .zip(x.par_chunks(BLOCK))
+                    .for_each(|(o, i)| i.convert_to_f32_slice(o));
+                return;
+            }
+            (DType::BF16, _, Ok(x)) => {
+                y.par_chunks_mut(BLOCK)
+                    .zip(x.par_chunks(BLOCK))
+                    .for_each(|(o, i)| i.convert_to_f32_slice(o));
+                return;
+            }
+            _ => {}
+        }
+    }
+    crate::dispatch_dtype!(in_dtype, I => {
+        let owned;
+        let x: &[I] = match bytemuck::try_cast_slice(inp) {
+            Ok(x) => x,
+            Err(_) => {
+                owned = bytemuck::pod_collect_to_vec::<u8, I>(inp);
+                &owned
+            }
+        };
+        crate::dispatch_dtype!(out_dtype, O => {
+            cast_typed::<I, O>(x, bytemuck::cast_slice_mut(out));
         });
     });
 }

@@ -2,6 +2,7 @@
 //! hold the arithmetic, written once, generic over the element types.
 
 pub mod elementwise;
+pub mod expr;
 pub mod generate;
 pub mod reduce;
 
