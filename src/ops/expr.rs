@@ -720,14 +720,19 @@ impl Program {
     ) {
         let n = out.len() / out_dtype.size();
         let es = out_dtype.size();
-        out.par_chunks_mut(BLOCK * es).enumerate().for_each_init(
-            || vec![0.0f64; self.regs.max(1) * BLOCK + BLOCK],
-            |scratch, (b, o)| {
-                let start = b * BLOCK;
-                let len = (n - start).min(BLOCK);
-                self.eval_block(inputs, in_dtypes, start, len, scratch, o, out_dtype);
-            },
-        );
+        // Each parallel job takes JOB_BLOCKS blocks and one scratch allocation for all of
+        // them (a per-block allocation would cost more than the arithmetic).
+        const JOB_BLOCKS: usize = 32;
+        out.par_chunks_mut(BLOCK * JOB_BLOCKS * es)
+            .enumerate()
+            .for_each(|(j, o)| {
+                let mut scratch = vec![0.0f64; self.regs.max(1) * BLOCK + BLOCK];
+                for (b, ob) in o.chunks_mut(BLOCK * es).enumerate() {
+                    let start = (j * JOB_BLOCKS + b) * BLOCK;
+                    let len = (n - start).min(BLOCK);
+                    self.eval_block(inputs, in_dtypes, start, len, &mut scratch, ob, out_dtype);
+                }
+            });
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -869,13 +874,7 @@ fn load(bytes: &[u8], d: DType, dst: &mut [f64]) {
     });
 }
 
-/// Casts `src` into `out` (bytes of dtype `d`) with tilestream's cast rules.
-fn store(src: &[f64], out: &mut [u8], d: DType) {
-    crate::dispatch_dtype!(d, T => {
-        let o: &mut [T] = bytemuck::cast_slice_mut(out);
-        o.iter_mut().zip(src).for_each(|(o, &v)| *o = T::from_f64(v));
-    });
-}
+use crate::dtype::store_f64 as store;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::float_cmp)]
