@@ -718,11 +718,11 @@ impl Program {
         out: &mut [u8],
         out_dtype: DType,
     ) {
-        let n = out.len() / out_dtype.size();
-        let es = out_dtype.size();
         // Each parallel job takes JOB_BLOCKS blocks and one scratch allocation for all of
         // them (a per-block allocation would cost more than the arithmetic).
         const JOB_BLOCKS: usize = 32;
+        let n = out.len() / out_dtype.size();
+        let es = out_dtype.size();
         out.par_chunks_mut(BLOCK * JOB_BLOCKS * es)
             .enumerate()
             .for_each(|(j, o)| {
