@@ -318,6 +318,7 @@ impl Engine {
             budget: self.budget.limit(),
             max_tile_bytes: self.max_tile_bytes,
             window_slack: window_slack(),
+            min_tile: crate::plan::MIN_TILE_ELEMS,
         }
     }
 
@@ -369,6 +370,7 @@ impl Engine {
             budget: &self.budget,
             inputs,
             output,
+            out_per_item: 1,
             progress: self
                 .progress
                 .as_deref()
@@ -645,7 +647,11 @@ impl Engine {
                 }
                 Some(_) => {}
             }
-            streams.push(InputStream { file, base });
+            streams.push(InputStream {
+                file,
+                base,
+                per_item: 1,
+            });
         }
         let shape = shape.map(|(s, _)| s).unwrap_or_default();
         // default result: the widest float input; f32 for f16 with bf16; f64 if no float input
@@ -717,6 +723,123 @@ impl Engine {
         })?;
         output.finish()?;
         Ok(self.report(&plan, format!("map '{src}'"), &shape, &shape, od, times))
+    }
+
+    fn matmul_shapes(x: &TensorFile, w: &TensorFile) -> Result<(usize, usize, usize)> {
+        let (xs, ws) = (x.shape(), w.shape());
+        if xs.len() != 2 || ws.len() != 2 {
+            return Err(Error::invalid(format!(
+                "matmul needs X of rank 2 (R x K) and W of rank 2 (K x N), got X {} and W {}",
+                fmt_shape(xs),
+                fmt_shape(ws)
+            )));
+        }
+        if xs[1] != ws[0] {
+            return Err(Error::invalid(format!(
+                "matmul shapes do not match: X is {} and W is {}; X's columns ({}) must equal W's rows ({})",
+                fmt_shape(xs),
+                fmt_shape(ws),
+                xs[1],
+                ws[0]
+            )));
+        }
+        Ok((xs[0], xs[1], ws[1]))
+    }
+
+    /// Plans `matmul` without running it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for mismatched shapes; [`Error::Budget`] if W, or W plus one row
+    /// tile, does not fit.
+    pub fn plan_matmul(
+        &self,
+        x: &TensorFile,
+        w: &TensorFile,
+        dtype: Option<DType>,
+    ) -> Result<Plan> {
+        let (r, k, n) = Self::matmul_shapes(x, w)?;
+        let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
+        let od = dtype.unwrap_or(c);
+        let w_bytes = (k * n * c.size()) as u64;
+        if w_bytes > self.budget.limit() {
+            return Err(Error::Budget(crate::budget::BudgetError::TooSmall {
+                what: format!(
+                    "matmul with W {} {} held in memory",
+                    fmt_shape(w.shape()),
+                    w.dtype()
+                ),
+                arithmetic: format!("W alone needs {k} x {n} x {} B", c.size()),
+                needed: w_bytes
+                    + (k * x.dtype().size() + n * od.size()) as u64 * 3
+                    + 3 * window_slack(),
+                limit: self.budget.limit(),
+            }));
+        }
+        let mut req = self.request(
+            format!(
+                "matmul {} {} @ {} {} -> {} {od}",
+                fmt_shape(x.shape()),
+                x.dtype(),
+                fmt_shape(w.shape()),
+                w.dtype(),
+                fmt_shape(&[r, n])
+            ),
+            &[r],
+        );
+        req.in_bytes_per_elem = (k * x.dtype().size()) as u64;
+        req.inputs = 1;
+        req.out_bytes_per_elem = (n * od.size()) as u64;
+        req.resident_bytes = w_bytes;
+        req.resident_what = format!("W as {c}");
+        req.scratch_per_elem = (if x.dtype() == c { 0 } else { k * c.size() }
+            + if od == c { 0 } else { n * (c.size() + 8) }) as u64;
+        req.min_tile = 1;
+        let mut plan = Plan::new(&req)?;
+        plan.tile_shape = vec![plan.extent, k];
+        Ok(plan)
+    }
+
+    /// Writes `X @ W` to `out`: X (R x K) streamed by row tiles, W (K x N) held in memory
+    /// (its bytes count in the budget), cast to `dtype` (default: f32 when both operands
+    /// are exact in f32, f64 otherwise).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for mismatched shapes or `out` being an input; [`Error::Budget`]
+    /// if W does not fit; I/O errors. On error nothing is left at `out`.
+    pub fn matmul(
+        &self,
+        x: &TensorFile,
+        w: &TensorFile,
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[x, w])?;
+        let (r, k, n) = Self::matmul_shapes(x, w)?;
+        let plan = self.plan_matmul(x, w, dtype)?;
+        let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
+        let od = dtype.unwrap_or(c);
+        self.budget.reset_peak();
+        let _w_reservation = self.budget.reserve("resident W", plan.resident_bytes)?;
+        let resident = {
+            let win = w.map_window(0, (k * n) as u64)?;
+            crate::ops::matmul::Resident::new(win.bytes(), w.dtype(), c)
+        };
+        let output = OutputFile::create(out, &[r, n], od)?;
+        let inputs = [InputStream {
+            file: x,
+            base: 0,
+            per_item: k as u64,
+        }];
+        let backend = &self.backend;
+        let mut stream = self.stream(&plan, &inputs, Some(&output));
+        stream.out_per_item = n as u64;
+        let xd = x.dtype();
+        let times = pipeline::run(&stream, |_, ins, o| {
+            backend.matmul(ins[0], xd, &resident, k, n, o, od)
+        })?;
+        output.finish()?;
+        let op = format!("matmul {} @ {}", x.path().display(), w.path().display());
+        Ok(self.report(&plan, op, x.shape(), &[r, n], od, times))
     }
 
     /// Plans `generate` without running it.

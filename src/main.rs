@@ -121,6 +121,19 @@ struct MapArgs {
 }
 
 #[derive(Args, Clone)]
+struct MatmulArgs {
+    /// Left operand X (R x K), streamed by row tiles.
+    x: PathBuf,
+    /// Right operand W (K x N), held in memory (counts in --memory).
+    w: PathBuf,
+    /// Output file (R x N; .npy, or raw for any other extension).
+    output: PathBuf,
+    /// Output dtype (default: f32 when both operands are exact in f32, f64 otherwise).
+    #[arg(long)]
+    dtype: Option<String>,
+}
+
+#[derive(Args, Clone)]
 struct CastArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
     input: PathBuf,
@@ -174,6 +187,13 @@ Operators: + - * / ** (right-assoc), unary -, < <= > >= == != (give 1 or 0).
 Functions: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip(x,lo,hi)
 where(cond,a,b). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once at the end.")]
     Map(MapArgs),
+    /// Matrix product X @ W with X streamed and W resident.
+    #[command(after_help = "Example:
+  tilestream matmul x.npy w.npy proj.npy --memory 512MiB    # 3075200x512 @ 512x64
+
+Kernel: matrixmultiply's blocked sgemm/dgemm, rows split across --threads. Computed in f32
+when both operands are exact in f32 (f16, bf16, f32, small integers), else in f64.")]
+    Matmul(MatmulArgs),
     /// Cast to another dtype.
     #[command(after_help = "Examples:
   tilestream cast x.npy x16.npy --dtype f16
@@ -261,6 +281,11 @@ fn plan_of(e: &Engine, op: &Op) -> Result<Plan> {
             e.plan_map(&a.expr, &named, dtype_opt(a.dtype.as_ref())?)
         }
         Op::Cast(a) => e.plan_cast(&open(&a.input, &a.raw)?, a.dtype.parse()?),
+        Op::Matmul(a) => e.plan_matmul(
+            &TensorFile::open(&a.x)?,
+            &TensorFile::open(&a.w)?,
+            dtype_opt(a.dtype.as_ref())?,
+        ),
         Op::Reduce(a) => {
             let x = open(&a.input, &a.raw)?;
             e.plan_reduce(&x, Reduce::parse(&a.op, a.ddof)?, ReduceOver::from(a.axis))
@@ -282,6 +307,12 @@ fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
             e.map(&a.expr, &named, &a.output, dtype_opt(a.dtype.as_ref())?)
         }
         Op::Cast(a) => e.cast(&open(&a.input, &a.raw)?, &a.output, a.dtype.parse()?),
+        Op::Matmul(a) => e.matmul(
+            &TensorFile::open(&a.x)?,
+            &TensorFile::open(&a.w)?,
+            &a.output,
+            dtype_opt(a.dtype.as_ref())?,
+        ),
         Op::Reduce(a) => {
             let x = open(&a.input, &a.raw)?;
             let r = Reduce::parse(&a.op, a.ddof)?;

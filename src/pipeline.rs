@@ -77,6 +77,8 @@ pub struct Stream<'a> {
     pub inputs: &'a [InputStream<'a>],
     /// Output written tile by tile, if any.
     pub output: Option<&'a OutputFile>,
+    /// Output elements per element of the tiled space (1, or N for a matmul row).
+    pub out_per_item: u64,
     /// Optional progress callback.
     pub progress: Option<ProgressFn<'a>>,
 }
@@ -89,13 +91,20 @@ pub struct InputStream<'a> {
     pub file: &'a TensorFile,
     /// Element offset of the tiled space's first element in the file.
     pub base: u64,
+    /// File elements per element of the tiled space (1, or a row length when the plan
+    /// counts rows, as for matmul).
+    pub per_item: u64,
 }
 
 impl<'a> InputStream<'a> {
     /// The whole file, from its first element.
     #[must_use]
     pub fn whole(file: &'a TensorFile) -> Self {
-        InputStream { file, base: 0 }
+        InputStream {
+            file,
+            base: 0,
+            per_item: 1,
+        }
     }
 }
 
@@ -153,8 +162,12 @@ where
 {
     let plan = s.plan;
     let slots = plan.depth.min(plan.num_tiles.max(1));
-    let out_elem = s.output.map_or(0, |o| o.dtype().size() as u64);
-    let in_elem: u64 = s.inputs.iter().map(|t| t.file.dtype().size() as u64).sum();
+    let out_elem = s.output.map_or(0, |o| o.dtype().size() as u64) * s.out_per_item;
+    let in_elem: u64 = s
+        .inputs
+        .iter()
+        .map(|t| t.file.dtype().size() as u64 * t.per_item)
+        .sum();
     let started = Instant::now();
     let shared = Shared {
         stop: AtomicBool::new(false),
@@ -227,7 +240,10 @@ where
                     let t0 = Instant::now();
                     let mut windows = Vec::with_capacity(s.inputs.len());
                     for input in s.inputs {
-                        match input.file.map_window(input.base + tile.start, tile.len) {
+                        match input.file.map_window(
+                            input.base + tile.start * input.per_item,
+                            tile.len * input.per_item,
+                        ) {
                             Ok(w) => windows.push(w),
                             Err(e) => {
                                 shared.fail(e);
@@ -334,7 +350,7 @@ where
                 for (tile, buf) in &write_rx {
                     let t0 = Instant::now();
                     let n = (tile.len * out_elem) as usize;
-                    if let Err(e) = out.write_at(tile.start, buf.bytes(n)) {
+                    if let Err(e) = out.write_at(tile.start * s.out_per_item, buf.bytes(n)) {
                         shared.fail(e);
                         break;
                     }

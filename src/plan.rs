@@ -59,6 +59,9 @@ pub struct PlanRequest {
     pub max_tile_bytes: u64,
     /// Page slack per mapped window (two pages: alignment at both ends).
     pub window_slack: u64,
+    /// Smallest tile, in elements of `shape` (default [`MIN_TILE_ELEMS`]; 1 when an element
+    /// of the plan is a whole row, as for matmul).
+    pub min_tile: u64,
 }
 
 /// A tile: the flat C-order element range `[start, start + len)`.
@@ -117,7 +120,7 @@ impl Plan {
         let total: u64 = req.shape.iter().map(|&d| d as u64).product();
         let per_elem = (req.in_bytes_per_elem + req.out_bytes_per_elem).max(1);
         let slack = req.inputs as u64 * req.window_slack;
-        let min_elems = total.clamp(1, MIN_TILE_ELEMS);
+        let min_elems = total.clamp(1, req.min_tile.max(1));
         let scratch = req.scratch_per_elem;
         let min_needed =
             req.resident_bytes + depth * (min_elems * per_elem + slack) + min_elems * scratch;
@@ -317,6 +320,7 @@ mod tests {
             budget,
             max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
             window_slack: 8192,
+            min_tile: MIN_TILE_ELEMS,
         }
     }
 

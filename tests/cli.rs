@@ -127,12 +127,23 @@ fn peak_memory_of_200mb_runs_stays_within_budget() {
     let (code, err, cast_rss) =
         run_measured(&["cast", p(&x), p(&c), "--dtype", "i16", "--memory", "16MiB"]);
     assert_eq!(code, 0, "{err}");
+    let w = dir.path().join("w.npy");
+    write_npy(
+        &w,
+        DType::F32,
+        &[500, 16],
+        bytemuck::cast_slice(&vec![0.5f32; 8000]),
+    );
+    let mm = dir.path().join("mm.npy");
+    let (code, err, mm_rss) = run_measured(&["matmul", p(&x), p(&w), p(&mm), "--memory", "16MiB"]);
+    assert_eq!(code, 0, "{err}");
     for (what, rss) in [
         ("gen", gen_rss),
         ("reduce", red_rss),
         ("affine", aff_rss),
         ("map", map_rss),
         ("cast", cast_rss),
+        ("matmul", mm_rss),
     ] {
         eprintln!(
             "{what}: peak RSS {} MiB (budget 16 MiB + 48 MiB overhead allowed)",

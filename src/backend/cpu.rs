@@ -9,6 +9,7 @@ use super::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::expr::Program;
+use crate::ops::matmul::{self, Resident};
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::ops::{elementwise, generate, reduce};
 
@@ -107,6 +108,22 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         self.pool
             .install(|| program.eval_tile(inputs, in_dtypes, out, out_dtype));
+        Ok(())
+    }
+
+    fn matmul(
+        &self,
+        x: &[u8],
+        xd: DType,
+        w: &Resident,
+        k: usize,
+        n: usize,
+        out: &mut [u8],
+        od: DType,
+    ) -> Result<()> {
+        let threads = self.threads();
+        self.pool
+            .install(|| matmul::matmul_tile(x, xd, w, k, n, out, od, threads));
         Ok(())
     }
 

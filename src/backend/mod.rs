@@ -9,6 +9,7 @@ pub use cpu::CpuBackend;
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::expr::Program;
+use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 
 /// The compute side of the pipeline. Methods are called from the pipeline's compute
@@ -58,6 +59,23 @@ pub trait Backend: Send + Sync {
         in_dtypes: &[DType],
         out: &mut [u8],
         out_dtype: DType,
+    ) -> Result<()>;
+
+    /// Multiplies one tile of X rows (`rows × k`, dtype `xd`) by the resident W (`k × n`),
+    /// writing `rows × n` elements of dtype `od`.
+    ///
+    /// # Errors
+    /// If the backend fails to run the kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        x: &[u8],
+        xd: DType,
+        w: &Resident,
+        k: usize,
+        n: usize,
+        out: &mut [u8],
+        od: DType,
     ) -> Result<()>;
 
     /// Fills one tile (flat elements from `start`) with `tilestream gen` data.

@@ -4,6 +4,7 @@
 pub mod elementwise;
 pub mod expr;
 pub mod generate;
+pub mod matmul;
 pub mod reduce;
 
 pub use reduce::{Axis, Reduce, ReduceOver};
