@@ -1,4 +1,4 @@
-//! matmul against numpy goldens (tests/golden, made by tests/golden/make_golden.py) and a
+//! matmul against numpy goldens (`tests/golden`, made by `tests/golden/make_golden.py`) and a
 //! naive f64 triple-loop oracle over mixed dtypes, at budgets forcing many tiles; results
 //! bit-identical across budgets and thread counts.
 

@@ -63,6 +63,9 @@ impl Resident {
     }
 }
 
+/// A row-major gemm kernel: (m, k, n, A, B, C).
+type Gemm<C> = fn(usize, usize, usize, &[C], &[C], &mut [C]);
+
 /// Rows per parallel gemm call.
 fn chunk_rows(rows: usize, threads: usize) -> usize {
     rows.div_ceil(threads * 4).max(16)
@@ -75,7 +78,7 @@ fn gemm_rows<C: Element>(
     k: usize,
     n: usize,
     threads: usize,
-    f: fn(usize, usize, usize, &[C], &[C], &mut [C]),
+    f: Gemm<C>,
 ) {
     let rows = y.len() / n;
     let cr = chunk_rows(rows, threads);
@@ -138,8 +141,13 @@ fn dgemm(m: usize, k: usize, n: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
 }
 
 /// Computes one tile: `x` holds `rows × k` elements of dtype `xd`; `out` receives
-/// `rows × n` elements of dtype `od`.
-pub(crate) fn matmul_tile(
+/// `rows × n` elements of dtype `od`. Public so benchmarks can time the same kernel on
+/// in-memory data.
+///
+/// # Panics
+/// If the byte lengths do not match `rows × k` and `rows × n`.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_tile(
     x: &[u8],
     xd: DType,
     w: &Resident,
