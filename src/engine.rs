@@ -842,6 +842,122 @@ impl Engine {
         Ok(self.report(&plan, op, x.shape(), &[r, n], od, times))
     }
 
+    /// Column means and standard deviations (over axis 0) in **one** pass over the data:
+    /// every tile is fed to a mean reducer and a std reducer, so the statistics are exactly
+    /// those of `reduce --op mean` and `reduce --op std` (bit for bit) for one read.
+    ///
+    /// # Errors
+    /// As [`reduce`](Self::reduce).
+    pub fn column_stats(&self, input: &TensorFile, ddof: u32) -> Result<(Array, Array, RunReport)> {
+        let over = ReduceOver::Axis(0);
+        let std_op = Reduce::Std { ddof };
+        // both reducers' results and accumulators are resident for the whole pass
+        let resident = self.plan_reduce(input, std_op, over)?.resident_bytes
+            + self.plan_reduce(input, Reduce::Mean, over)?.resident_bytes;
+        let g = Geometry::new(input.shape(), over)?;
+        let mut req = self.request(
+            format!(
+                "column mean and std of {} {}",
+                fmt_shape(input.shape()),
+                input.dtype()
+            ),
+            input.shape(),
+        );
+        req.in_bytes_per_elem = input.dtype().size() as u64;
+        req.inputs = 1;
+        req.resident_bytes = resident;
+        req.resident_what = "mean and std results and accumulators".into();
+        req.scratch_per_elem = g.scratch_per_elem(16) + g.scratch_per_elem(8);
+        let plan = Plan::new(&req)?;
+        self.budget.reset_peak();
+        let _resident = self
+            .budget
+            .reserve("mean and std results and accumulators", resident)?;
+        let mut mean_r = self.backend.reducer(Reduce::Mean, input.dtype(), g)?;
+        let mut std_r = self.backend.reducer(std_op, input.dtype(), g)?;
+        let inputs = [InputStream::whole(input)];
+        let times = pipeline::run(&self.stream(&plan, &inputs, None), |tile, ins, _| {
+            mean_r.feed_bytes(tile.start, ins[0]);
+            std_r.feed_bytes(tile.start, ins[0]);
+            Ok(())
+        })?;
+        let shape = input.shape()[1..].to_vec();
+        let mean = Array::from_bytes(DType::F64, shape.clone(), mean_r.into_bytes())?;
+        let std = Array::from_bytes(DType::F64, shape.clone(), std_r.into_bytes())?;
+        let what = format!("column mean and std of {}", input.path().display());
+        let report = self.report(&plan, what, input.shape(), &shape, DType::F64, times);
+        Ok((mean, std, report))
+    }
+
+    /// Standardizes per column (statistics over axis 0, one value per element of the
+    /// trailing axes): pass 1 computes mean and std ([`column_stats`](Self::column_stats)),
+    /// pass 2 writes `(x - mean) / std` cast to `dtype` (default f32, or f64 for f64 input).
+    /// A column with std 0 gives inf or NaN, as numpy's `(x - m) / s` does. If `stats` is
+    /// given, the mean and std used are written there as an `.npz` (`mean`, `std`).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a rank-0 input or `out` being the input; [`Error::Budget`];
+    /// I/O errors. On error nothing is left at `out`.
+    pub fn standardize(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+        ddof: u32,
+        stats: Option<&Path>,
+    ) -> Result<(RunReport, RunReport)> {
+        check_not_input(out.as_ref(), &[input])?;
+        if input.shape().len() < 2 {
+            return Err(Error::invalid(format!(
+                "standardize needs rank 2 or more (rows x columns), {} has shape {}",
+                input.path().display(),
+                fmt_shape(input.shape())
+            )));
+        }
+        let od = dtype.unwrap_or(if input.dtype() == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        });
+        let (mean, std, stats_report) = self.column_stats(input, ddof)?;
+        if let Some(p) = stats {
+            write_npz(p, &[("mean", &mean), ("std", &std)])?;
+        }
+        let m = mean.to_f64();
+        let sd = std.to_f64();
+        let mut req = self.request(
+            format!(
+                "standardize {} {} -> {od}",
+                fmt_shape(input.shape()),
+                input.dtype()
+            ),
+            input.shape(),
+        );
+        req.in_bytes_per_elem = input.dtype().size() as u64;
+        req.inputs = 1;
+        req.out_bytes_per_elem = od.size() as u64;
+        req.resident_bytes = (m.len() * 16) as u64;
+        req.resident_what = "mean and std".into();
+        req.scratch_per_elem = 8;
+        let plan = Plan::new(&req)?;
+        self.budget.reset_peak();
+        let _resident = self.budget.reserve("mean and std", plan.resident_bytes)?;
+        let output = OutputFile::create(out, input.shape(), od)?;
+        let inputs = [InputStream::whole(input)];
+        let backend = &self.backend;
+        let xd = input.dtype();
+        let times = pipeline::run(
+            &self.stream(&plan, &inputs, Some(&output)),
+            |tile, ins, o| backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od),
+        )?;
+        output.finish()?;
+        let op = format!("standardize {}", input.path().display());
+        Ok((
+            stats_report,
+            self.report(&plan, op, input.shape(), input.shape(), od, times),
+        ))
+    }
+
     /// Plans `generate` without running it.
     ///
     /// # Errors
@@ -894,5 +1010,42 @@ fn check_not_input(out: &Path, inputs: &[&TensorFile]) -> Result<()> {
             )));
         }
     }
+    Ok(())
+}
+
+/// Writes arrays to an `.npz` (a zip of `.npy` entries, stored uncompressed) that
+/// `np.load(path)[name]` reads; atomically, like every output.
+///
+/// # Errors
+/// [`Error::Io`] if the file cannot be written.
+pub fn write_npz(path: &Path, arrays: &[(&str, &Array)]) -> Result<()> {
+    use std::io::Write;
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".npz.")
+        .suffix(".tilestream-tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(&dir)
+        .map_err(|e| Error::io("create a temporary output file in", &dir, e))?;
+    let io = |e: zip::result::ZipError| Error::io("write", path, std::io::Error::other(e));
+    let mut z = zip::ZipWriter::new(tmp.as_file());
+    let opts =
+        zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
+    for (name, a) in arrays {
+        z.start_file(format!("{name}.npy"), opts).map_err(io)?;
+        let mut bytes = crate::tensor::npy::build_header(a.dtype(), a.shape());
+        bytes.extend_from_slice(a.bytes());
+        z.write_all(&bytes)
+            .map_err(|e| Error::io("write", path, e))?;
+    }
+    z.finish().map_err(io)?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| Error::io("flush", path, e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("rename the finished output to", path, e.error))?;
     Ok(())
 }

@@ -134,6 +134,25 @@ struct MatmulArgs {
 }
 
 #[derive(Args, Clone)]
+struct StandardizeArgs {
+    /// Input tensor (rows x columns...; .npy, or raw with --shape and --in-dtype).
+    input: PathBuf,
+    /// Output file (.npy, or raw for any other extension).
+    output: PathBuf,
+    /// Output dtype (default f32; f64 for f64 input).
+    #[arg(long)]
+    dtype: Option<String>,
+    /// Delta degrees of freedom of the std (divisor n - ddof).
+    #[arg(long, default_value_t = 0)]
+    ddof: u32,
+    /// Also write the mean and std used to this .npz (`np.load(path)["mean"]`, `["std"]`).
+    #[arg(long)]
+    stats: Option<PathBuf>,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
+#[derive(Args, Clone)]
 struct CastArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
     input: PathBuf,
@@ -194,6 +213,15 @@ where(cond,a,b). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once a
 Kernel: matrixmultiply's blocked sgemm/dgemm, rows split across --threads. Computed in f32
 when both operands are exact in f32 (f16, bf16, f32, small integers), else in f64.")]
     Matmul(MatmulArgs),
+    /// Per-column (x - mean) / std in two passes: statistics, then apply.
+    #[command(after_help = "Examples:
+  tilestream standardize x.npy z.npy --memory 512MiB
+  tilestream standardize x.npy z16.npy --dtype f16 --stats stats.npz
+
+Pass 1 computes each column's mean and std in one read (the same arithmetic as reduce
+--op mean / --op std); pass 2 writes (x - mean) / std. A constant column gives inf or NaN,
+as in numpy.")]
+    Standardize(StandardizeArgs),
     /// Cast to another dtype.
     #[command(after_help = "Examples:
   tilestream cast x.npy x16.npy --dtype f16
@@ -281,6 +309,10 @@ fn plan_of(e: &Engine, op: &Op) -> Result<Plan> {
             e.plan_map(&a.expr, &named, dtype_opt(a.dtype.as_ref())?)
         }
         Op::Cast(a) => e.plan_cast(&open(&a.input, &a.raw)?, a.dtype.parse()?),
+        Op::Standardize(a) => {
+            let x = open(&a.input, &a.raw)?;
+            e.plan_reduce(&x, Reduce::Std { ddof: a.ddof }, ReduceOver::Axis(0))
+        }
         Op::Matmul(a) => e.plan_matmul(
             &TensorFile::open(&a.x)?,
             &TensorFile::open(&a.w)?,
@@ -307,6 +339,30 @@ fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
             e.map(&a.expr, &named, &a.output, dtype_opt(a.dtype.as_ref())?)
         }
         Op::Cast(a) => e.cast(&open(&a.input, &a.raw)?, &a.output, a.dtype.parse()?),
+        Op::Standardize(a) => {
+            let x = open(&a.input, &a.raw)?;
+            let (stats, apply) = e.standardize(
+                &x,
+                &a.output,
+                dtype_opt(a.dtype.as_ref())?,
+                a.ddof,
+                a.stats.as_deref(),
+            )?;
+            // the two passes, reported as one run: times and bytes add up
+            let mut r = apply;
+            r.op = format!(
+                "standardize {} (statistics pass, then apply pass)",
+                a.input.display()
+            );
+            r.tiles += stats.tiles;
+            r.bytes_read += stats.bytes_read;
+            r.wall_s += stats.wall_s;
+            r.read_busy_s += stats.read_busy_s;
+            r.compute_busy_s += stats.compute_busy_s;
+            r.peak_reserved_bytes = r.peak_reserved_bytes.max(stats.peak_reserved_bytes);
+            r.gb_per_s = (r.bytes_read + r.bytes_written) as f64 / r.wall_s.max(1e-9) / 1e9;
+            Ok(r)
+        }
         Op::Matmul(a) => e.matmul(
             &TensorFile::open(&a.x)?,
             &TensorFile::open(&a.w)?,

@@ -137,6 +137,19 @@ fn peak_memory_of_200mb_runs_stays_within_budget() {
     let mm = dir.path().join("mm.npy");
     let (code, err, mm_rss) = run_measured(&["matmul", p(&x), p(&w), p(&mm), "--memory", "16MiB"]);
     assert_eq!(code, 0, "{err}");
+    let st = dir.path().join("st.npy");
+    let (code, err, st_rss) = run_measured(&[
+        "standardize",
+        p(&x),
+        p(&st),
+        "--dtype",
+        "f16",
+        "--stats",
+        p(&dir.path().join("st.npz")),
+        "--memory",
+        "16MiB",
+    ]);
+    assert_eq!(code, 0, "{err}");
     for (what, rss) in [
         ("gen", gen_rss),
         ("reduce", red_rss),
@@ -144,6 +157,7 @@ fn peak_memory_of_200mb_runs_stays_within_budget() {
         ("map", map_rss),
         ("cast", cast_rss),
         ("matmul", mm_rss),
+        ("standardize", st_rss),
     ] {
         eprintln!(
             "{what}: peak RSS {} MiB (budget 16 MiB + 48 MiB overhead allowed)",

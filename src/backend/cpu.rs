@@ -127,6 +127,22 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn standardize(
+        &self,
+        inp: &[u8],
+        in_dtype: DType,
+        start: u64,
+        mean: &[f64],
+        std: &[f64],
+        out: &mut [u8],
+        out_dtype: DType,
+    ) -> Result<()> {
+        self.pool.install(|| {
+            elementwise::standardize_bytes(inp, in_dtype, start, mean, std, out, out_dtype);
+        });
+        Ok(())
+    }
+
     fn generate(
         &self,
         out: &mut [u8],

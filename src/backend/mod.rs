@@ -78,6 +78,23 @@ pub trait Backend: Send + Sync {
         od: DType,
     ) -> Result<()>;
 
+    /// Standardizes one tile starting at flat element `start`: `(x - mean[c]) / std[c]`
+    /// with `c` the index modulo `mean.len()`.
+    ///
+    /// # Errors
+    /// If the backend fails to run the kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn standardize(
+        &self,
+        inp: &[u8],
+        in_dtype: DType,
+        start: u64,
+        mean: &[f64],
+        std: &[f64],
+        out: &mut [u8],
+        out_dtype: DType,
+    ) -> Result<()>;
+
     /// Fills one tile (flat elements from `start`) with `tilestream gen` data.
     ///
     /// # Errors

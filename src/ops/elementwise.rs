@@ -131,3 +131,40 @@ pub(crate) fn cast_bytes(inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype:
         });
     });
 }
+
+/// `out = cast((x - mean[c]) / std[c])` for one tile starting at flat element `start`,
+/// where `c = index % mean.len()` (per-column standardization of the last axes).
+pub(crate) fn standardize_bytes(
+    inp: &[u8],
+    in_dtype: DType,
+    start: u64,
+    mean: &[f64],
+    std: &[f64],
+    out: &mut [u8],
+    out_dtype: DType,
+) {
+    let cols = mean.len() as u64;
+    let es = out_dtype.size();
+    crate::dispatch_dtype!(in_dtype, I => {
+        let owned;
+        let x: &[I] = match bytemuck::try_cast_slice(inp) {
+            Ok(x) => x,
+            Err(_) => {
+                owned = bytemuck::pod_collect_to_vec::<u8, I>(inp);
+                &owned
+            }
+        };
+        out.par_chunks_mut(BLOCK * es).zip(x.par_chunks(BLOCK)).enumerate().for_each(|(b, (o, xi))| {
+            let mut tmp = vec![0f64; xi.len()];
+            let mut c = ((start + (b * BLOCK) as u64) % cols) as usize;
+            for (t, &v) in tmp.iter_mut().zip(xi) {
+                *t = (v.to_f64() - mean[c]) / std[c];
+                c += 1;
+                if c == mean.len() {
+                    c = 0;
+                }
+            }
+            crate::dtype::store_f64(&tmp, o, out_dtype);
+        });
+    });
+}
