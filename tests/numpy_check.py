@@ -66,7 +66,16 @@ def check(d):
     x = np.load(d / "f32_v1.npy")
     assert y.dtype == np.float16
     np.testing.assert_array_equal(y, (x.astype(np.float64) * 2 + 1).astype(np.float16))
-    print(f"numpy agrees on {n} reductions and the affine cast")
+    z = np.load(d / "z.npy")
+    st = np.load(d / "stats.npz")
+    m, sd = x.astype(np.float64).mean(0), x.astype(np.float64).std(0)
+    np.testing.assert_allclose(st["mean"], m, rtol=1e-12)
+    np.testing.assert_allclose(st["std"], sd, rtol=1e-9)
+    np.testing.assert_array_equal(z, ((x.astype(np.float64) - st["mean"]) / st["std"]).astype(np.float32))
+    s3 = np.load(d / "f64_v2.npy")
+    ndvi = np.load(d / "ndvi.npy")
+    np.testing.assert_array_equal(ndvi, (s3[7] - s3[3]) / (s3[7] + s3[3]))
+    print(f"numpy agrees on {n} reductions, the affine cast, standardize (+ .npz) and map")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,26 @@ fn numpy_reads_and_agrees() {
         "--memory",
         "256KiB",
     ]);
+    let f32in = format!("{d}/f32_v1.npy");
+    ok(&[
+        "standardize",
+        &f32in,
+        &format!("{d}/z.npy"),
+        "--stats",
+        &format!("{d}/stats.npz"),
+        "--memory",
+        "256KiB",
+    ]);
+    let s3 = format!("s={d}/f64_v2.npy");
+    ok(&[
+        "map",
+        "(s[7] - s[3]) / (s[7] + s[3])",
+        &format!("{d}/ndvi.npy"),
+        "--in",
+        &s3,
+        "--memory",
+        "256KiB",
+    ]);
     let o = Command::new(&python)
         .args([script, "check", d])
         .output()

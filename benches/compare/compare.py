@@ -3,7 +3,9 @@
 
 One command (from the repository root):
 
-    python3 benches/compare/compare.py            # 3075200x512 f32 (6.3 GB), 5 runs each
+    python3 benches/compare/compare.py                  # column mean, 3075200x512 f32 (6.3 GB)
+    python3 benches/compare/compare.py --task map_f16   # map '(x*2+1)' --dtype f16 vs numpy blocks
+    python3 benches/compare/compare.py --task matmul    # 512x64 projection vs in-memory product
 
 It builds tilestream (release) and the C baseline, creates a virtual environment with
 numpy in benches/compare/.venv, generates the input once in benches/compare/work/
@@ -33,11 +35,12 @@ BIN = ROOT / "target" / "release" / "tilestream"
 
 def sh(cmd, **kw):
     print("+", " ".join(str(c) for c in cmd), file=sys.stderr)
-    subprocess.run(cmd, check=True, **kw)
+    subprocess.run(cmd, check=True, stdout=sys.stderr, **kw)
 
 
 def setup(rows, cols):
     sh(["cargo", "build", "--release", "--quiet"], cwd=ROOT)
+    sh(["cargo", "bench", "--quiet", "--no-run", "--bench", "matmul_inmem"], cwd=ROOT)
     if not (VENV / "bin" / "python").exists():
         sh([sys.executable, "-m", "venv", str(VENV)])
     py = VENV / "bin" / "python"
@@ -55,15 +58,21 @@ def setup(rows, cols):
 
 
 def measure(cmd):
-    """Runs cmd; returns (wall seconds, peak RSS bytes of that child)."""
+    """Runs cmd; returns (seconds, peak RSS bytes of that child). The seconds are the wall
+    time, or the figure after "product " when the command prints one (the in-memory
+    matmul bench, whose wall time would include loading X into RAM)."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = p.stdout.read().decode()
     _, status, ru = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t0
     err = p.stderr.read().decode()
+    p.stdout.close()
     p.stderr.close()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{cmd} failed: {err}")
+    if "product " in out:
+        wall = float(out.split("product ", 1)[1].split(" s", 1)[0])
     return wall, ru.ru_maxrss * 1024
 
 
@@ -108,17 +117,35 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--memory", default="256MiB", help="tilestream budget")
     ap.add_argument("--numpy-whole", action="store_true", help="also run numpy on the whole memmap")
+    ap.add_argument("--task", choices=["colmean", "map_f16", "matmul"], default="colmean")
     a = ap.parse_args()
 
     py, colsum, x = setup(a.rows, a.cols)
-    out = WORK / "m.npy"
-    engines = {
-        "tilestream": [BIN, "reduce", x, out, "--op", "mean", "--axis", "0", "--memory", a.memory],
-        "C pread 8 MiB, 1 thread (limit)": [colsum, x, str(a.rows), str(a.cols)],
-        "numpy memmap, 64 MiB row blocks": [py, HERE / "numpy_colmean.py", x, "blocks"],
-    }
-    if a.numpy_whole:
-        engines["numpy memmap, whole array"] = [py, HERE / "numpy_colmean.py", x, "whole"]
+    out = WORK / "out.npy"
+    if a.task == "colmean":
+        title = "Column mean"
+        engines = {
+            "tilestream": [BIN, "reduce", x, out, "--op", "mean", "--axis", "0", "--memory", a.memory],
+            "C pread 8 MiB, 1 thread (limit)": [colsum, x, str(a.rows), str(a.cols)],
+            "numpy memmap, 64 MiB row blocks": [py, HERE / "numpy_colmean.py", x, "blocks"],
+        }
+        if a.numpy_whole:
+            engines["numpy memmap, whole array"] = [py, HERE / "numpy_colmean.py", x, "whole"]
+    elif a.task == "map_f16":
+        title = "map '(x*2+1)' --dtype f16 written to disk"
+        engines = {
+            "tilestream": [BIN, "map", "(x*2+1)", out, "--in", f"x={x}", "--dtype", "f16", "--memory", a.memory],
+            "numpy memmap, 64 MiB row blocks -> memmap": [py, HERE / "numpy_map.py", x, WORK / "out_numpy.npy"],
+        }
+    else:
+        title = f"Projection {a.rows}x{a.cols} @ {a.cols}x64"
+        w = WORK / f"w_{a.cols}x64.npy"
+        if not w.exists():
+            sh([BIN, "gen", w, "--shape", f"{a.cols}x64", "--dtype", "f32", "--seed", "2"])
+        engines = {
+            "tilestream matmul (streamed)": [BIN, "matmul", x, w, out, "--memory", a.memory],
+            "same kernel, X in memory (product only)": ["cargo", "bench", "--quiet", "--bench", "matmul_inmem", "--", x, w],
+        }
     samples = {k: [] for k in engines}
     for r in range(a.runs):
         # every round starts from the same page-cache state (see warm)
@@ -128,7 +155,7 @@ def main():
         print(f"run {r + 1}/{a.runs} done", file=sys.stderr)
 
     size = x.stat().st_size
-    base = statistics.median(w for w, _ in samples["tilestream"])
+    base = statistics.median(w for w, _ in next(iter(samples.values())))
     rows = []
     for name, s in samples.items():
         wall = statistics.median(w for w, _ in s)
@@ -136,7 +163,7 @@ def main():
         rows.append({"engine": name, "median_s": wall, "gb_per_s": size / wall / 1e9,
                      "peak_rss_mib": rss / 2**20, "time_vs_tilestream": wall / base})
     desc = machine()
-    print(f"\nColumn mean of {a.rows}x{a.cols} f32 ({size / 1e9:.2f} GB), page cache warm (evicted, then "
+    print(f"\n{title} of {a.rows}x{a.cols} f32 ({size / 1e9:.2f} GB), page cache warm (evicted, then "
           f"read once sequentially, before each round), median of {a.runs} alternating rounds; "
           f"tilestream --memory {a.memory}.\nMachine: {desc}\n")
     print("| engine | median wall | GB/s | peak RSS | time / tilestream |")
@@ -144,7 +171,7 @@ def main():
     for r in rows:
         print(f"| {r['engine']} | {r['median_s']:.3f} s | {r['gb_per_s']:.2f} | {r['peak_rss_mib']:.0f} MiB | {r['time_vs_tilestream']:.2f}x |")
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / "colmean.json").write_text(json.dumps(
+    (HERE / "results" / f"{a.task}.json").write_text(json.dumps(
         {"machine": desc, "rows": a.rows, "cols": a.cols, "memory": a.memory, "runs": a.runs, "results": rows}, indent=2))
 
 
