@@ -490,6 +490,16 @@ impl Element for bf16 {
     }
 }
 
+/// Views little-endian bytes as `[T]`: borrowed when aligned (always, for windows of
+/// `.npy` data, whose headers are 64-byte aligned), copied otherwise.
+#[must_use]
+pub fn typed<T: Pod>(bytes: &[u8]) -> std::borrow::Cow<'_, [T]> {
+    match bytemuck::try_cast_slice(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => std::borrow::Cow::Owned(bytemuck::pod_collect_to_vec(bytes)),
+    }
+}
+
 /// Runs `$body` with the type alias `$t` bound to the Rust type of the runtime dtype `$d`.
 ///
 /// ```

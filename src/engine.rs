@@ -1020,16 +1020,7 @@ fn check_not_input(out: &Path, inputs: &[&TensorFile]) -> Result<()> {
 /// [`Error::Io`] if the file cannot be written.
 pub fn write_npz(path: &Path, arrays: &[(&str, &Array)]) -> Result<()> {
     use std::io::Write;
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".npz.")
-        .suffix(".tilestream-tmp")
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-        .tempfile_in(&dir)
-        .map_err(|e| Error::io("create a temporary output file in", &dir, e))?;
+    let tmp = crate::tensor::temp_beside(path)?;
     let io = |e: zip::result::ZipError| Error::io("write", path, std::io::Error::other(e));
     let mut z = zip::ZipWriter::new(tmp.as_file());
     let opts =

@@ -36,14 +36,8 @@ pub(crate) fn affine_bytes(
     offset: f64,
 ) {
     crate::dispatch_dtype!(in_dtype, I => {
-        let owned;
-        let x: &[I] = match bytemuck::try_cast_slice(inp) {
-            Ok(x) => x,
-            Err(_) => {
-                owned = bytemuck::pod_collect_to_vec::<u8, I>(inp);
-                &owned
-            }
-        };
+        let x = crate::dtype::typed::<I>(inp);
+        let x: &[I] = &x;
         crate::dispatch_dtype!(out_dtype, O => {
             let y: &mut [O] = bytemuck::cast_slice_mut(out);
             affine_typed::<I, O>(x, y, scale, offset);
@@ -118,14 +112,8 @@ pub(crate) fn cast_bytes(inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype:
         }
     }
     crate::dispatch_dtype!(in_dtype, I => {
-        let owned;
-        let x: &[I] = match bytemuck::try_cast_slice(inp) {
-            Ok(x) => x,
-            Err(_) => {
-                owned = bytemuck::pod_collect_to_vec::<u8, I>(inp);
-                &owned
-            }
-        };
+        let x = crate::dtype::typed::<I>(inp);
+        let x: &[I] = &x;
         crate::dispatch_dtype!(out_dtype, O => {
             cast_typed::<I, O>(x, bytemuck::cast_slice_mut(out));
         });
@@ -146,14 +134,8 @@ pub(crate) fn standardize_bytes(
     let cols = mean.len() as u64;
     let es = out_dtype.size();
     crate::dispatch_dtype!(in_dtype, I => {
-        let owned;
-        let x: &[I] = match bytemuck::try_cast_slice(inp) {
-            Ok(x) => x,
-            Err(_) => {
-                owned = bytemuck::pod_collect_to_vec::<u8, I>(inp);
-                &owned
-            }
-        };
+        let x = crate::dtype::typed::<I>(inp);
+        let x: &[I] = &x;
         out.par_chunks_mut(BLOCK * es).zip(x.par_chunks(BLOCK)).enumerate().for_each(|(b, (o, xi))| {
             let mut tmp = vec![0f64; xi.len()];
             let mut c = ((start + (b * BLOCK) as u64) % cols) as usize;

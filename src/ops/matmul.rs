@@ -63,80 +63,100 @@ impl Resident {
     }
 }
 
-/// A row-major gemm kernel: (m, k, n, A, B, C).
-type Gemm<C> = fn(usize, usize, usize, &[C], &[C], &mut [C]);
-
-/// Rows per parallel gemm call.
-fn chunk_rows(rows: usize, threads: usize) -> usize {
-    rows.div_ceil(threads * 4).max(16)
+/// The compute types and their `matrixmultiply` kernels.
+pub trait Gemm: Element {
+    /// Row-major `C (m×n) = A (m×k) · B (k×n)`.
+    fn gemm(m: usize, k: usize, n: usize, a: &[Self], b: &[Self], c: &mut [Self]);
 }
 
-fn gemm_rows<C: Element>(
-    x: &[C],
-    w: &[C],
-    y: &mut [C],
-    k: usize,
-    n: usize,
-    threads: usize,
-    f: Gemm<C>,
-) {
-    let rows = y.len() / n;
-    let cr = chunk_rows(rows, threads);
-    y.par_chunks_mut(cr * n)
-        .zip(x.par_chunks(cr * k))
-        .for_each(|(yc, xc)| f(yc.len() / n, k, n, xc, w, yc));
-}
-
-fn sgemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    assert!(
-        a.len() >= m * k && b.len() >= k * n && c.len() >= m * n,
-        "gemm operand sizes"
-    );
-    // SAFETY: row-major A (m×k), B (k×n), C (m×n) with the strides given, inside the
-    // slices (checked just above); C does not alias A or B (distinct borrows).
-    unsafe {
-        matrixmultiply::sgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            k as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            0.0,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
+impl Gemm for f32 {
+    fn gemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+        assert!(
+            a.len() >= m * k && b.len() >= k * n && c.len() >= m * n,
+            "gemm operand sizes"
         );
+        // SAFETY: row-major A (m×k), B (k×n), C (m×n) with the strides given, inside the
+        // slices (checked just above); C does not alias A or B (distinct borrows).
+        unsafe {
+            matrixmultiply::sgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.as_ptr(),
+                k as isize,
+                1,
+                b.as_ptr(),
+                n as isize,
+                1,
+                0.0,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
     }
 }
 
-fn dgemm(m: usize, k: usize, n: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
-    assert!(
-        a.len() >= m * k && b.len() >= k * n && c.len() >= m * n,
-        "gemm operand sizes"
-    );
-    // SAFETY: as in `sgemm`.
-    unsafe {
-        matrixmultiply::dgemm(
-            m,
-            k,
-            n,
-            1.0,
-            a.as_ptr(),
-            k as isize,
-            1,
-            b.as_ptr(),
-            n as isize,
-            1,
-            0.0,
-            c.as_mut_ptr(),
-            n as isize,
-            1,
+impl Gemm for f64 {
+    fn gemm(m: usize, k: usize, n: usize, a: &[f64], b: &[f64], c: &mut [f64]) {
+        assert!(
+            a.len() >= m * k && b.len() >= k * n && c.len() >= m * n,
+            "gemm operand sizes"
         );
+        // SAFETY: as for f32.
+        unsafe {
+            matrixmultiply::dgemm(
+                m,
+                k,
+                n,
+                1.0,
+                a.as_ptr(),
+                k as isize,
+                1,
+                b.as_ptr(),
+                n as isize,
+                1,
+                0.0,
+                c.as_mut_ptr(),
+                n as isize,
+                1,
+            );
+        }
+    }
+}
+
+/// One tile in compute type `C`: rows split across the pool, cast to `od` at the end.
+#[allow(clippy::too_many_arguments)]
+fn tile_in<C: Gemm>(
+    x: &[u8],
+    xd: DType,
+    w: &[C],
+    k: usize,
+    n: usize,
+    out: &mut [u8],
+    od: DType,
+    threads: usize,
+) {
+    let xs: std::borrow::Cow<'_, [C]> = if xd == C::DTYPE {
+        crate::dtype::typed::<C>(x)
+    } else {
+        std::borrow::Cow::Owned(crate::dispatch_dtype!(xd, T => widen::<T, C>(x)))
+    };
+    let rows = out.len() / od.size() / n;
+    let cr = rows.div_ceil(threads * 4).max(16);
+    let run = |y: &mut [C]| {
+        y.par_chunks_mut(cr * n)
+            .zip(xs.par_chunks(cr * k))
+            .for_each(|(yc, xc)| C::gemm(yc.len() / n, k, n, xc, w, yc));
+    };
+    if od == C::DTYPE {
+        run(bytemuck::cast_slice_mut(out));
+    } else {
+        let mut y = vec![C::from_f64(0.0); rows * n];
+        run(&mut y);
+        let y64: Vec<f64> = y.iter().map(|&v| v.to_f64()).collect();
+        store_f64(&y64, out, od);
     }
 }
 
@@ -158,40 +178,7 @@ pub fn matmul_tile(
     threads: usize,
 ) {
     match w {
-        Resident::F32(wv) => {
-            let owned;
-            let xs: &[f32] = match (xd, bytemuck::try_cast_slice::<u8, f32>(x)) {
-                (DType::F32, Ok(s)) => s,
-                _ => {
-                    owned = crate::dispatch_dtype!(xd, T => widen::<T, f32>(x));
-                    &owned
-                }
-            };
-            if od == DType::F32 {
-                gemm_rows(xs, wv, bytemuck::cast_slice_mut(out), k, n, threads, sgemm);
-            } else {
-                let mut y = vec![0f32; out.len() / od.size()];
-                gemm_rows(xs, wv, &mut y, k, n, threads, sgemm);
-                let y64: Vec<f64> = y.iter().map(|&v| f64::from(v)).collect();
-                store_f64(&y64, out, od);
-            }
-        }
-        Resident::F64(wv) => {
-            let owned;
-            let xs: &[f64] = match (xd, bytemuck::try_cast_slice::<u8, f64>(x)) {
-                (DType::F64, Ok(s)) => s,
-                _ => {
-                    owned = crate::dispatch_dtype!(xd, T => widen::<T, f64>(x));
-                    &owned
-                }
-            };
-            if od == DType::F64 {
-                gemm_rows(xs, wv, bytemuck::cast_slice_mut(out), k, n, threads, dgemm);
-            } else {
-                let mut y = vec![0f64; out.len() / od.size()];
-                gemm_rows(xs, wv, &mut y, k, n, threads, dgemm);
-                store_f64(&y, out, od);
-            }
-        }
+        Resident::F32(wv) => tile_in::<f32>(x, xd, wv, k, n, out, od, threads),
+        Resident::F64(wv) => tile_in::<f64>(x, xd, wv, k, n, out, od, threads),
     }
 }

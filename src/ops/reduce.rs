@@ -711,14 +711,7 @@ where
     K::A: Send,
 {
     fn feed_bytes(&mut self, start: u64, bytes: &[u8]) {
-        match bytemuck::try_cast_slice::<u8, T>(bytes) {
-            Ok(data) => self.tile(start, data),
-            Err(_) => {
-                // misaligned window (raw file at an odd offset): copy to aligned memory
-                let data: Vec<T> = bytemuck::pod_collect_to_vec(bytes);
-                self.tile(start, &data);
-            }
-        }
+        self.tile(start, &crate::dtype::typed::<T>(bytes));
     }
     fn into_bytes(self: Box<Self>) -> Vec<u8> {
         bytemuck::cast_slice(&self.result).to_vec()

@@ -409,6 +409,28 @@ pub fn is_npy_path(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("npy"))
 }
 
+/// A temporary file in the directory of `dest` (so that renaming it onto `dest` is
+/// atomic), named `.{dest name}.XXXX.tilestream-tmp`, created 0666 less the umask.
+///
+/// # Errors
+/// [`Error::Io`] if the directory is missing or not writable.
+pub fn temp_beside(dest: &Path) -> Result<tempfile::NamedTempFile> {
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = dest
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?;
+    tempfile::Builder::new()
+        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .suffix(".tilestream-tmp")
+        // like any new file: 0666 less the umask (tempfile's default is 0600)
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(&dir)
+        .map_err(|e| Error::io("create a temporary output file in", &dir, e))
+}
+
 /// An output tensor being written: a temporary file beside the destination that becomes
 /// the destination in [`finish`](Self::finish). Dropped without `finish`, it is deleted.
 #[derive(Debug)]
@@ -430,26 +452,13 @@ impl OutputFile {
     pub fn create(dest: impl AsRef<Path>, shape: &[usize], dtype: DType) -> Result<Self> {
         let dest = dest.as_ref();
         let nbytes = checked_nbytes(dest, shape, dtype)?;
-        let dir = match dest.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = dest
-            .file_name()
-            .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?;
         if dest.is_dir() {
             return Err(Error::invalid(format!(
                 "{}: is a directory; give an output file name",
                 dest.display()
             )));
         }
-        let tmp = tempfile::Builder::new()
-            .prefix(&format!(".{}.", name.to_string_lossy()))
-            .suffix(".tilestream-tmp")
-            // like any new file: 0666 less the umask (tempfile's default is 0600)
-            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-            .tempfile_in(&dir)
-            .map_err(|e| Error::io("create a temporary output file in", &dir, e))?;
+        let tmp = temp_beside(dest)?;
         let header = if is_npy_path(dest) {
             npy::build_header(dtype, shape)
         } else {
