@@ -378,6 +378,31 @@ impl Engine {
         }
     }
 
+    /// The life of a written output: created as a temporary file beside `out`, filled by
+    /// the pipeline (`compute` per tile), then flushed and renamed into place. On error the
+    /// temporary file is removed and nothing appears at `out`.
+    #[allow(clippy::too_many_arguments)]
+    fn run_to_file<F>(
+        &self,
+        plan: &Plan,
+        inputs: &[InputStream<'_>],
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+        out_per_item: u64,
+        compute: F,
+    ) -> Result<StageTimes>
+    where
+        F: FnMut(crate::plan::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+    {
+        let output = OutputFile::create(out, shape, dtype)?;
+        let mut stream = self.stream(plan, inputs, Some(&output));
+        stream.out_per_item = out_per_item;
+        let times = pipeline::run(&stream, compute)?;
+        output.finish()?;
+        Ok(times)
+    }
+
     /// Plans a reduction without running it.
     ///
     /// # Errors
@@ -527,13 +552,17 @@ impl Engine {
         let od = dtype.unwrap_or(input.dtype());
         let plan = self.plan_affine(input, dtype)?;
         self.budget.reset_peak();
-        let output = OutputFile::create(out, input.shape(), od)?;
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
-        let times = pipeline::run(&self.stream(&plan, &inputs, Some(&output)), |_, ins, o| {
-            backend.affine(ins[0], input.dtype(), o, od, scale, offset)
-        })?;
-        output.finish()?;
+        let times = self.run_to_file(
+            &plan,
+            &inputs,
+            out.as_ref(),
+            input.shape(),
+            od,
+            1,
+            |_, ins, o| backend.affine(ins[0], input.dtype(), o, od, scale, offset),
+        )?;
         let op = format!(
             "affine {scale} * x + {offset} of {}",
             input.path().display()
@@ -572,13 +601,17 @@ impl Engine {
         check_not_input(out.as_ref(), &[input])?;
         let plan = self.plan_cast(input, dtype)?;
         self.budget.reset_peak();
-        let output = OutputFile::create(out, input.shape(), dtype)?;
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
-        let times = pipeline::run(&self.stream(&plan, &inputs, Some(&output)), |_, ins, o| {
-            backend.cast(ins[0], input.dtype(), o, dtype)
-        })?;
-        output.finish()?;
+        let times = self.run_to_file(
+            &plan,
+            &inputs,
+            out.as_ref(),
+            input.shape(),
+            dtype,
+            1,
+            |_, ins, o| backend.cast(ins[0], input.dtype(), o, dtype),
+        )?;
         let op = format!("cast {} to {dtype}", input.path().display());
         Ok(self.report(&plan, op, input.shape(), input.shape(), dtype, times))
     }
@@ -715,13 +748,12 @@ impl Engine {
         let od = dtype.unwrap_or(default);
         let plan = self.plan_map(src, inputs, dtype)?;
         self.budget.reset_peak();
-        let output = OutputFile::create(out, &shape, od)?;
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
         let backend = &self.backend;
-        let times = pipeline::run(&self.stream(&plan, &streams, Some(&output)), |_, ins, o| {
-            backend.map(&program, ins, &dtypes, o, od)
-        })?;
-        output.finish()?;
+        let times =
+            self.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, |_, ins, o| {
+                backend.map(&program, ins, &dtypes, o, od)
+            })?;
         Ok(self.report(&plan, format!("map '{src}'"), &shape, &shape, od, times))
     }
 
@@ -824,20 +856,22 @@ impl Engine {
             let win = w.map_window(0, (k * n) as u64)?;
             crate::ops::matmul::Resident::new(win.bytes(), w.dtype(), c)
         };
-        let output = OutputFile::create(out, &[r, n], od)?;
         let inputs = [InputStream {
             file: x,
             base: 0,
             per_item: k as u64,
         }];
         let backend = &self.backend;
-        let mut stream = self.stream(&plan, &inputs, Some(&output));
-        stream.out_per_item = n as u64;
         let xd = x.dtype();
-        let times = pipeline::run(&stream, |_, ins, o| {
-            backend.matmul(ins[0], xd, &resident, k, n, o, od)
-        })?;
-        output.finish()?;
+        let times = self.run_to_file(
+            &plan,
+            &inputs,
+            out.as_ref(),
+            &[r, n],
+            od,
+            n as u64,
+            |_, ins, o| backend.matmul(ins[0], xd, &resident, k, n, o, od),
+        )?;
         let op = format!("matmul {} @ {}", x.path().display(), w.path().display());
         Ok(self.report(&plan, op, x.shape(), &[r, n], od, times))
     }
@@ -942,15 +976,18 @@ impl Engine {
         let plan = Plan::new(&req)?;
         self.budget.reset_peak();
         let _resident = self.budget.reserve("mean and std", plan.resident_bytes)?;
-        let output = OutputFile::create(out, input.shape(), od)?;
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let xd = input.dtype();
-        let times = pipeline::run(
-            &self.stream(&plan, &inputs, Some(&output)),
+        let times = self.run_to_file(
+            &plan,
+            &inputs,
+            out.as_ref(),
+            input.shape(),
+            od,
+            1,
             |tile, ins, o| backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od),
         )?;
-        output.finish()?;
         let op = format!("standardize {}", input.path().display());
         Ok((
             stats_report,
@@ -985,17 +1022,15 @@ impl Engine {
         }
         let plan = self.plan_generate(shape, dtype)?;
         self.budget.reset_peak();
-        let output = OutputFile::create(out.as_ref(), shape, dtype)?;
         let last = if shape.len() >= 2 {
             shape[shape.len() - 1] as u64
         } else {
             0
         };
         let backend = &self.backend;
-        let times = pipeline::run(&self.stream(&plan, &[], Some(&output)), |tile, _, o| {
+        let times = self.run_to_file(&plan, &[], out.as_ref(), shape, dtype, 1, |tile, _, o| {
             backend.generate(o, dtype, tile.start, last, seed)
         })?;
-        output.finish()?;
         let op = format!("generate {} {dtype} (seed {seed})", fmt_shape(shape));
         Ok(self.report(&plan, op, shape, shape, dtype, times))
     }
