@@ -26,6 +26,10 @@ use crate::pipeline::{self, InputStream, Progress, StageTimes, Stream};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
 use crate::tensor::{OutputFile, TensorFile, fmt_shape, same_file, window_slack};
 
+mod imagery;
+
+pub use imagery::{Edge, PatchSpec};
+
 /// A progress callback shared with the pipeline threads.
 pub type ProgressCallback = Arc<dyn Fn(&Progress) + Send + Sync>;
 
@@ -331,6 +335,20 @@ impl Engine {
         out_dtype: DType,
         t: StageTimes,
     ) -> RunReport {
+        let tiles = (plan.num_tiles, plan.tile_shape.clone(), plan.depth);
+        self.report_tiles(tiles, op, input_shape, out_shape, out_dtype, t)
+    }
+
+    /// A run's report from its tile count, tile shape and depth.
+    fn report_tiles(
+        &self,
+        (tiles, tile_shape, depth): (usize, Vec<usize>, usize),
+        op: String,
+        input_shape: &[usize],
+        out_shape: &[usize],
+        out_dtype: DType,
+        t: StageTimes,
+    ) -> RunReport {
         let secs = t.wall.as_secs_f64();
         RunReport {
             op,
@@ -338,9 +356,9 @@ impl Engine {
             input_shape: input_shape.to_vec(),
             output_shape: out_shape.to_vec(),
             output_dtype: out_dtype.name().into(),
-            tiles: plan.num_tiles,
-            tile_shape: plan.tile_shape.clone(),
-            depth: plan.depth,
+            tiles,
+            tile_shape,
+            depth,
             threads: self.backend.threads(),
             bytes_read: t.bytes_read,
             bytes_written: t.bytes_written,
@@ -379,8 +397,21 @@ impl Engine {
     }
 
     /// The life of a written output: created as a temporary file beside `out`, filled by
-    /// the pipeline (`compute` per tile), then flushed and renamed into place. On error the
-    /// temporary file is removed and nothing appears at `out`.
+    /// `fill`, then flushed and renamed into place. On error the temporary file is
+    /// removed and nothing appears at `out`.
+    fn to_file<T>(
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+        fill: impl FnOnce(&OutputFile) -> Result<T>,
+    ) -> Result<T> {
+        let output = OutputFile::create(out, shape, dtype)?;
+        let r = fill(&output)?;
+        output.finish()?;
+        Ok(r)
+    }
+
+    /// [`Engine::to_file`] filled by the pipeline over a flat plan (`compute` per tile).
     #[allow(clippy::too_many_arguments)]
     fn run_to_file<F>(
         &self,
@@ -395,12 +426,11 @@ impl Engine {
     where
         F: FnMut(crate::plan::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     {
-        let output = OutputFile::create(out, shape, dtype)?;
-        let mut stream = self.stream(plan, inputs, Some(&output));
-        stream.out_per_item = out_per_item;
-        let times = pipeline::run(&stream, compute)?;
-        output.finish()?;
-        Ok(times)
+        Self::to_file(out, shape, dtype, |output| {
+            let mut stream = self.stream(plan, inputs, Some(output));
+            stream.out_per_item = out_per_item;
+            pipeline::run(&stream, compute)
+        })
     }
 
     /// Plans a reduction without running it.
@@ -1071,6 +1101,21 @@ pub fn write_npz(path: &Path, arrays: &[(&str, &Array)]) -> Result<()> {
     tmp.as_file()
         .sync_all()
         .map_err(|e| Error::io("flush", path, e))?;
+    tmp.persist(path)
+        .map_err(|e| Error::io("rename the finished output to", path, e.error))?;
+    Ok(())
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file beside it, flushed, then renamed.
+///
+/// # Errors
+/// [`Error::Io`] if the file cannot be written.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::io::Write;
+    let mut tmp = crate::tensor::temp_beside(path)?;
+    tmp.write_all(bytes)
+        .and_then(|()| tmp.as_file().sync_all())
+        .map_err(|e| Error::io("write", path, e))?;
     tmp.persist(path)
         .map_err(|e| Error::io("rename the finished output to", path, e.error))?;
     Ok(())

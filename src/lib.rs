@@ -53,6 +53,7 @@ pub mod ops;
 pub mod pipeline;
 pub mod plan;
 pub mod tensor;
+pub mod tiling;
 
 use std::path::Path;
 

@@ -4,9 +4,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use tilestream::engine::{Edge, PatchSpec};
+use tilestream::ops::stencil::{Filter, Stencil};
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
+use tilestream::tiling::{Boundary, BoxPlan};
 use tilestream::{
-    DType, Engine, Error, MemoryBudget, Plan, Reduce, ReduceOver, Result, RunReport, TensorFile,
+    Array, DType, Engine, Error, MemoryBudget, Plan, Reduce, ReduceOver, Result, RunReport,
+    TensorFile,
 };
 
 const DEFAULT_MEMORY: &str = "1GiB";
@@ -23,6 +27,9 @@ const DEFAULT_MEMORY: &str = "1GiB";
   tilestream affine x.npy y.npy --scale 2 --offset 1 --dtype f16
   tilestream map '(x*2+1)' y.npy --in x=x.npy --dtype f16
   tilestream cast x.npy x16.npy --dtype bf16
+  tilestream stencil scene.npy blur.npy --filter gaussian:sigma=2 --memory 128MiB
+  tilestream transpose x.npy xt.npy
+  tilestream tiles scene.npy patches/ --size 512 --overlap 32
   tilestream plan reduce x.npy m.npy --op std --axis 0 --memory 64MiB
 
 Exit codes: 0 success, 1 runtime failure (I/O, corrupt file), 2 usage error (bad arguments, budget too small)."
@@ -180,6 +187,57 @@ struct GenArgs {
     seed: u64,
 }
 
+#[derive(Args, Clone)]
+struct StencilArgs {
+    /// Input image: (height, width) or (bands, height, width); .npy, or raw with --shape
+    /// and --in-dtype.
+    input: PathBuf,
+    /// Output file (same shape; .npy, or raw for any other extension).
+    output: PathBuf,
+    /// The filter: gaussian:sigma=S[,truncate=T] | box:size=N | sobel[:axis=0|1] |
+    /// median:size=N | convolve:KERNEL.npy
+    #[arg(long)]
+    filter: String,
+    /// Values outside the image: reflect | nearest | wrap | constant:V.
+    #[arg(long, default_value = "reflect")]
+    boundary: String,
+    /// Output dtype (default: the input's; integers round toward zero and saturate).
+    #[arg(long)]
+    dtype: Option<String>,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
+#[derive(Args, Clone)]
+struct TransposeArgs {
+    /// Input array (rank 2, or rank 3 to transpose the last two axes of each band).
+    input: PathBuf,
+    /// Output file (.npy, or raw for any other extension).
+    output: PathBuf,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
+#[derive(Args, Clone)]
+struct TilesArgs {
+    /// Input image: (height, width) or (bands, height, width).
+    input: PathBuf,
+    /// Directory for the patches and index.csv (created if missing).
+    outdir: PathBuf,
+    /// Patch side in pixels.
+    #[arg(long, default_value_t = 512)]
+    size: usize,
+    /// Pixels shared by neighbouring patches (stride = size - overlap).
+    #[arg(long, default_value_t = 0)]
+    overlap: usize,
+    /// At the right and bottom edges: shift (move the last patch back to end at the edge)
+    /// or pad (keep the stride, pad with zeros).
+    #[arg(long, default_value = "shift")]
+    edge: String,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
 #[derive(Subcommand, Clone)]
 enum Op {
     /// Reduce along an axis or over everything: sum, mean, min, max, var, std.
@@ -230,6 +288,34 @@ as in numpy.")]
 Floats to f16/bf16 round to nearest even; floats to integers round toward zero, saturate,
 and take NaN to 0; integers to integers are exact and saturate.")]
     Cast(CastArgs),
+    /// Neighbourhood filter over each band of an image, tiled with halos (no seams).
+    #[command(after_help = "Examples:
+  tilestream stencil scene.npy blur.npy --filter gaussian:sigma=2 --memory 128MiB
+  tilestream stencil dem.npy edges.npy --filter sobel --boundary nearest --dtype f32
+  tilestream stencil img.npy med.npy --filter median:size=3
+  tilestream stencil img.npy out.npy --filter convolve:kernel.npy --boundary constant:0
+
+Semantics follow scipy.ndimage (gaussian_filter, uniform_filter, sobel, median_filter,
+convolve) applied to each (height, width) plane; `sobel` without an axis is the gradient
+magnitude hypot(sobel axis 0, sobel axis 1). Computed in f32 for inputs of up to 16 bits
+and f32, in f64 otherwise. Tiles are full-width row blocks when a few rows fit the budget,
+else 2-D blocks with halos on both axes.")]
+    Stencil(StencilArgs),
+    /// Out-of-core transpose of a rank-2 array (or of the last two axes of rank 3).
+    #[command(after_help = "Example:
+  tilestream transpose x.npy xt.npy --memory 256MiB
+
+Works in square-ish blocks: each block reads runs of its width from the source rows and
+writes runs of its height into the destination rows.")]
+    Transpose(TransposeArgs),
+    /// Cut an image into patch files with overlap, plus an index.csv.
+    #[command(after_help = "Example:
+  tilestream tiles scene.npy patches/ --size 512 --overlap 32
+
+Each patch is written as <stem>_r<row>_c<col>.npy (row, col: its offset in the image; all
+bands of a rank-3 image in one file). index.csv (file,row,col,height,width) is written
+last, after every patch is flushed: a directory with an index.csv is complete.")]
+    Tiles(TilesArgs),
     /// Write a tensor of N(col/100, 1) values, streamed (any size).
     #[command(after_help = "Example:
   tilestream gen x.npy --shape 3075200x512 --dtype f32 --seed 1   # 6.3 GB")]
@@ -300,8 +386,101 @@ fn open_named(specs: &[String], raw: &RawSpec) -> Result<Vec<(String, TensorFile
         .collect()
 }
 
-fn plan_of(e: &Engine, op: &Op) -> Result<Plan> {
-    match op {
+/// A flat or a box plan, for `tilestream plan`.
+enum AnyPlan {
+    Flat(Plan),
+    Box(BoxPlan),
+}
+
+impl AnyPlan {
+    fn json(&self) -> serde_json::Value {
+        match self {
+            AnyPlan::Flat(p) => serde_json::json!({
+                "what": p.what, "tiles": p.num_tiles, "tile_shape": p.tile_shape,
+                "split_axis": p.split_axis, "halo": [0, 0], "depth": p.depth,
+                "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_buffer_bytes,
+                "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
+                "budget_bytes": p.budget,
+            }),
+            AnyPlan::Box(p) => serde_json::json!({
+                "what": p.what, "tiles": p.num_tiles, "tile_shape": [p.tile.0, p.tile.1],
+                "full_width": p.tile.1 == p.dims[2],
+                "halo": [p.halo_rows.total(), p.halo_cols.total()], "depth": p.depth,
+                "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_slot_elems * p.out_bytes,
+                "scratch_bytes": p.scratch_bytes,
+                "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
+                "budget_bytes": p.budget,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for AnyPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AnyPlan::Flat(p) => p.fmt(f),
+            AnyPlan::Box(p) => p.fmt(f),
+        }
+    }
+}
+
+/// Reads a small convolution kernel (rank 1 or 2, at most 65536 weights) as f64.
+fn load_kernel(path: &str) -> Result<(Vec<f64>, usize, usize)> {
+    let t = TensorFile::open(path)?;
+    let (rows, cols) = match *t.shape() {
+        [n] => (1, n),
+        [r, c] => (r, c),
+        _ => {
+            return Err(Error::invalid(format!(
+                "convolve kernel {path} has shape {}: give a 1-D or 2-D array",
+                fmt_shape(t.shape())
+            )));
+        }
+    };
+    if rows * cols == 0 || rows * cols > 65536 {
+        return Err(Error::invalid(format!(
+            "convolve kernel {path} has {} weights: give between 1 and 65536",
+            rows * cols
+        )));
+    }
+    let w = t.map_window(0, (rows * cols) as u64)?;
+    let a = Array::from_bytes(t.dtype(), vec![rows * cols], w.bytes().to_vec())?;
+    Ok((a.to_f64(), rows, cols))
+}
+
+fn stencil_of(a: &StencilArgs) -> Result<Stencil> {
+    Stencil::new(
+        Filter::parse(&a.filter, load_kernel)?,
+        a.boundary.parse::<Boundary>()?,
+    )
+}
+
+fn patch_spec(a: &TilesArgs) -> Result<PatchSpec> {
+    Ok(PatchSpec {
+        size: a.size,
+        overlap: a.overlap,
+        edge: a.edge.parse::<Edge>()?,
+    })
+}
+
+fn plan_of(e: &Engine, op: &Op) -> Result<AnyPlan> {
+    let flat = match op {
+        Op::Stencil(a) => {
+            let x = open(&a.input, &a.raw)?;
+            return Ok(AnyPlan::Box(e.plan_stencil(
+                &x,
+                &stencil_of(a)?,
+                dtype_opt(a.dtype.as_ref())?,
+            )?));
+        }
+        Op::Transpose(a) => {
+            return Ok(AnyPlan::Box(e.plan_transpose(&open(&a.input, &a.raw)?)?));
+        }
+        Op::Tiles(a) => {
+            return Ok(AnyPlan::Box(
+                e.plan_patches(&open(&a.input, &a.raw)?, patch_spec(a)?)?,
+            ));
+        }
         Op::Map(a) => {
             let files = open_named(&a.inputs, &a.raw)?;
             let named: Vec<(&str, &TensorFile)> =
@@ -327,11 +506,23 @@ fn plan_of(e: &Engine, op: &Op) -> Result<Plan> {
             e.plan_affine(&x, dtype_opt(a.dtype.as_ref())?)
         }
         Op::Gen(a) => e.plan_generate(&parse_shape(&a.shape)?, a.dtype.parse()?),
-    }
+    };
+    flat.map(AnyPlan::Flat)
 }
 
 fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
     match op {
+        Op::Stencil(a) => {
+            let x = open(&a.input, &a.raw)?;
+            e.stencil(&x, &a.output, &stencil_of(a)?, dtype_opt(a.dtype.as_ref())?)
+        }
+        Op::Transpose(a) => e.transpose(&open(&a.input, &a.raw)?, &a.output),
+        Op::Tiles(a) => {
+            let x = open(&a.input, &a.raw)?;
+            let (mut r, n) = e.patches(&x, &a.outdir, patch_spec(a)?)?;
+            r.op = format!("{} -> {n} patches in {}", r.op, a.outdir.display());
+            Ok(r)
+        }
         Op::Map(a) => {
             let files = open_named(&a.inputs, &a.raw)?;
             let named: Vec<(&str, &TensorFile)> =
@@ -435,14 +626,7 @@ fn main_inner(cli: Cli) -> Result<()> {
             let e = engine(common)?;
             let p = plan_of(&e, &op)?;
             if common.json {
-                let v = serde_json::json!({
-                    "what": p.what, "tiles": p.num_tiles, "tile_shape": p.tile_shape,
-                    "split_axis": p.split_axis, "halo": 0, "depth": p.depth,
-                    "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_buffer_bytes,
-                    "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
-                    "budget_bytes": p.budget,
-                });
-                println!("{v}");
+                println!("{}", p.json());
             } else {
                 println!("{p}");
             }

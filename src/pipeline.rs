@@ -108,8 +108,135 @@ impl<'a> InputStream<'a> {
     }
 }
 
-struct ReadTile {
-    tile: Tile,
+/// One window a tile maps: elements `[start, start + len)` of input `input`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Read {
+    /// Index of the input file.
+    pub input: usize,
+    /// First element (flat index into the file's data).
+    pub start: u64,
+    /// Elements mapped.
+    pub len: u64,
+    /// Which of the mapped pages the tile touches (and the read stage prefaults).
+    pub touch: Touch,
+}
+
+/// Which part of a mapped window a tile reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Touch {
+    /// Every element.
+    All,
+    /// Only some column runs of each row of `row` elements: `runs[..nruns]` as
+    /// `(first column, columns)`. Pages outside the runs are never faulted in, which is
+    /// what keeps a narrow tile of a very wide image cheap.
+    Rows {
+        /// Row length in elements.
+        row: u64,
+        /// Column runs `(first, count)`.
+        runs: [(u64, u64); 3],
+        /// Runs used.
+        nruns: usize,
+    },
+}
+
+impl Touch {
+    /// Elements touched in a window of `len` elements.
+    #[must_use]
+    pub fn touched(&self, len: u64) -> u64 {
+        match *self {
+            Touch::All => len,
+            Touch::Rows { row, runs, nruns } => {
+                (len / row.max(1)) * runs[..nruns].iter().map(|r| r.1).sum::<u64>()
+            }
+        }
+    }
+}
+
+/// One positioned write of a tile's output buffer: `len` elements from element
+/// `buf_elem` of the buffer to element `file_elem` of the output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Write {
+    /// Destination element in the output file.
+    pub file_elem: u64,
+    /// Source element in the staging buffer.
+    pub buf_elem: u64,
+    /// Elements.
+    pub len: u64,
+}
+
+/// How a plan's tiles map onto files: what each tile reads and where its output goes.
+/// [`run`] streams flat C-order tiles; box-shaped tiles with halos (filters, transpose)
+/// use their own layout through [`run_layout`].
+pub trait Layout: Sync {
+    /// A tile of this layout, handed to the compute callback.
+    type Tile: Copy + Send + Sync + std::fmt::Debug;
+    /// Number of tiles.
+    fn num_tiles(&self) -> usize;
+    /// The `i`-th tile in plan order.
+    fn tile(&self, i: usize) -> Self::Tile;
+    /// The windows tile `t` maps, appended to `out` (in the order compute receives them).
+    fn reads(&self, t: &Self::Tile, out: &mut Vec<Read>);
+    /// Output elements of tile `t` (the used length of its staging buffer).
+    fn out_elems(&self, t: &Self::Tile) -> u64;
+    /// Where tile `t`'s output buffer goes, appended to `out`.
+    fn writes(&self, t: &Self::Tile, out: &mut Vec<Write>);
+    /// Staging slots.
+    fn depth(&self) -> usize;
+    /// Bytes reserved per slot for the input windows (page slack included).
+    fn window_bytes(&self) -> u64;
+    /// Output staging elements per slot (the largest tile's output).
+    fn out_slot_elems(&self) -> u64;
+}
+
+/// The layout of a flat [`Plan`]: each tile is one contiguous range of every input and of
+/// the output.
+struct FlatLayout<'a> {
+    plan: &'a Plan,
+    inputs: &'a [InputStream<'a>],
+    out_per_item: u64,
+}
+
+impl Layout for FlatLayout<'_> {
+    type Tile = Tile;
+    fn num_tiles(&self) -> usize {
+        self.plan.num_tiles
+    }
+    fn tile(&self, i: usize) -> Tile {
+        self.plan.tile(i)
+    }
+    fn reads(&self, t: &Tile, out: &mut Vec<Read>) {
+        for (k, input) in self.inputs.iter().enumerate() {
+            out.push(Read {
+                input: k,
+                start: input.base + t.start * input.per_item,
+                len: t.len * input.per_item,
+                touch: Touch::All,
+            });
+        }
+    }
+    fn out_elems(&self, t: &Tile) -> u64 {
+        t.len * self.out_per_item
+    }
+    fn writes(&self, t: &Tile, out: &mut Vec<Write>) {
+        out.push(Write {
+            file_elem: t.start * self.out_per_item,
+            buf_elem: 0,
+            len: t.len * self.out_per_item,
+        });
+    }
+    fn depth(&self) -> usize {
+        self.plan.depth
+    }
+    fn window_bytes(&self) -> u64 {
+        self.plan.window_bytes
+    }
+    fn out_slot_elems(&self) -> u64 {
+        self.plan.tile_elems * self.out_per_item
+    }
+}
+
+struct ReadTile<T> {
+    tile: T,
     windows: Vec<Window>,
     token: Option<Reservation>,
 }
@@ -160,37 +287,58 @@ pub fn run<F>(s: &Stream<'_>, compute: F) -> Result<StageTimes>
 where
     F: FnMut(Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
 {
-    let plan = s.plan;
-    let slots = plan.depth.min(plan.num_tiles.max(1));
-    let out_elem = s.output.map_or(0, |o| o.dtype().size() as u64) * s.out_per_item;
-    let in_elem: u64 = s
-        .inputs
-        .iter()
-        .map(|t| t.file.dtype().size() as u64 * t.per_item)
-        .sum();
+    let layout = FlatLayout {
+        plan: s.plan,
+        inputs: s.inputs,
+        out_per_item: s.out_per_item,
+    };
+    let files: Vec<&TensorFile> = s.inputs.iter().map(|i| i.file).collect();
+    run_layout(&layout, &files, s.budget, s.output, s.progress, compute)
+}
+
+/// Runs `compute(tile, windows, output_bytes)` over every tile of `layout`, with reading,
+/// computing and writing overlapped: the general form of [`run`]. `windows` holds the
+/// bytes of each [`Read`] of the tile, in the order [`Layout::reads`] gave them;
+/// `output_bytes` is the tile's staging buffer, written out as [`Layout::writes`] says.
+///
+/// # Errors
+/// As for [`run`].
+#[allow(clippy::too_many_arguments)]
+pub fn run_layout<L, F>(
+    layout: &L,
+    files: &[&TensorFile],
+    budget: &MemoryBudget,
+    output: Option<&OutputFile>,
+    progress: Option<ProgressFn<'_>>,
+    compute: F,
+) -> Result<StageTimes>
+where
+    L: Layout,
+    F: FnMut(L::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+{
+    let num_tiles = layout.num_tiles();
+    let slots = layout.depth().max(1).min(num_tiles.max(1));
+    let out_elem = output.map_or(0, |o| o.dtype().size() as u64);
     let started = Instant::now();
     let shared = Shared {
         stop: AtomicBool::new(false),
         error: Mutex::new(None),
     };
+    let has_inputs = !files.is_empty();
 
     // Staging slots, reserved up front: if they do not fit, nothing starts.
     let (tok_tx, tok_rx) = bounded::<Reservation>(slots);
     let (free_tx, free_rx) = bounded::<Buffer>(slots);
     for _ in 0..slots {
-        if !s.inputs.is_empty() {
-            let r = s
-                .budget
-                .reserve("input windows of one staging slot", plan.window_bytes)?;
+        if has_inputs {
+            let r = budget.reserve("input windows of one staging slot", layout.window_bytes())?;
             tok_tx
                 .send(r)
                 .map_err(|_| Error::Internal("token channel closed".into()))?;
         }
-        if s.output.is_some() {
-            let bytes = plan.tile_elems * out_elem;
-            let r = s
-                .budget
-                .reserve("output buffer of one staging slot", bytes)?;
+        if output.is_some() {
+            let bytes = layout.out_slot_elems() * out_elem;
+            let r = budget.reserve("output buffer of one staging slot", bytes)?;
             let words = vec![0u64; bytes.div_ceil(8) as usize];
             free_tx
                 .send(Buffer {
@@ -200,54 +348,62 @@ where
                 .map_err(|_| Error::Internal("buffer channel closed".into()))?;
         }
     }
-    let (read_tx, read_rx) = bounded::<ReadTile>(slots);
-    let (write_tx, write_rx) = bounded::<(Tile, Buffer)>(slots);
+    let (read_tx, read_rx) = bounded::<ReadTile<L::Tile>>(slots);
+    let (write_tx, write_rx) = bounded::<(L::Tile, u64, Buffer)>(slots);
 
     let report = |done: usize, bytes: u64| {
-        if let Some(p) = s.progress {
+        if let Some(p) = progress {
             p(&Progress {
                 tiles_done: done,
-                tiles_total: plan.num_tiles,
+                tiles_total: num_tiles,
                 bytes_done: bytes,
-                reserved: s.budget.reserved(),
-                budget: s.budget.limit(),
+                reserved: budget.reserved(),
+                budget: budget.limit(),
                 elapsed: started.elapsed(),
             });
         }
     };
+    // Bytes a tile reads (touched elements of its windows).
+    let read_bytes = |tile: &L::Tile, reads: &mut Vec<Read>| -> u64 {
+        reads.clear();
+        layout.reads(tile, reads);
+        reads
+            .iter()
+            .map(|r| r.touch.touched(r.len) * files[r.input].dtype().size() as u64)
+            .sum()
+    };
 
     let mut times = StageTimes::default();
     let (mut computed, mut written) = (0usize, 0usize);
+    let (mut total_read, mut total_written) = (0u64, 0u64);
     std::thread::scope(|scope| {
         let shared = &shared;
         let report = &report;
+        let read_bytes = &read_bytes;
 
         // ---- read stage
-        let reader = if s.inputs.is_empty() {
-            drop(tok_rx);
-            drop(read_tx);
-            None
-        } else {
+        let reader = if has_inputs {
             let tok_rx = tok_rx;
             let read_tx = read_tx;
             Some(scope.spawn(move || {
                 let mut busy = Duration::ZERO;
-                for tile in plan.tiles() {
+                let mut reads = Vec::new();
+                for i in 0..num_tiles {
+                    let tile = layout.tile(i);
                     let Ok(token) = tok_rx.recv() else { break };
                     if shared.stopped() {
                         break;
                     }
                     let t0 = Instant::now();
-                    let mut windows = Vec::with_capacity(s.inputs.len());
-                    for input in s.inputs {
-                        match input.file.map_window(
-                            input.base + tile.start * input.per_item,
-                            tile.len * input.per_item,
-                        ) {
+                    reads.clear();
+                    layout.reads(&tile, &mut reads);
+                    let mut windows = Vec::with_capacity(reads.len());
+                    for r in &reads {
+                        match files[r.input].map_window_touch(r.start, r.len, r.touch) {
                             Ok(w) => windows.push(w),
                             Err(e) => {
                                 shared.fail(e);
-                                return (busy, 0);
+                                return (busy, 0, 0);
                             }
                         }
                     }
@@ -261,12 +417,16 @@ where
                         break;
                     }
                 }
-                (busy, 0)
+                (busy, 0, 0)
             }))
+        } else {
+            drop(tok_rx);
+            drop(read_tx);
+            None
         };
 
         // ---- compute stage
-        let has_output = s.output.is_some();
+        let has_output = output.is_some();
         let computer = {
             let tok_tx = tok_tx;
             let free_rx = free_rx;
@@ -277,23 +437,25 @@ where
                 let mut done = 0usize;
                 let mut computed = 0usize;
                 let mut bytes = 0u64;
-                for tile in plan.tiles() {
+                let mut reads = Vec::new();
+                for i in 0..num_tiles {
                     if shared.stopped() {
                         break;
                     }
-                    let mut read = if s.inputs.is_empty() {
-                        ReadTile {
-                            tile,
-                            windows: Vec::new(),
-                            token: None,
-                        }
-                    } else {
+                    let mut read = if has_inputs {
                         match read_rx.recv() {
                             Ok(r) => r,
                             Err(_) => break,
                         }
+                    } else {
+                        ReadTile {
+                            tile: layout.tile(i),
+                            windows: Vec::new(),
+                            token: None,
+                        }
                     };
-                    debug_assert_eq!(read.tile, tile);
+                    let tile = read.tile;
+                    let in_bytes = read_bytes(&tile, &mut reads);
                     let mut buffer = if has_output {
                         match free_rx.recv() {
                             Ok(b) => Some(b),
@@ -302,7 +464,7 @@ where
                     } else {
                         None
                     };
-                    let out_len = (tile.len * out_elem) as usize;
+                    let out_len = (layout.out_elems(&tile) * out_elem) as usize;
                     let t0 = Instant::now();
                     let result = {
                         let ins: Vec<&[u8]> = read.windows.iter().map(Window::bytes).collect();
@@ -323,62 +485,70 @@ where
                         break;
                     }
                     computed += 1;
+                    bytes += in_bytes;
                     match buffer {
                         Some(b) => {
-                            if write_tx.send((tile, b)).is_err() {
+                            if write_tx.send((tile, in_bytes, b)).is_err() {
                                 break;
                             }
                         }
                         None => {
                             done += 1;
-                            bytes += tile.len * in_elem;
                             report(done, bytes);
                         }
                     }
                 }
-                (busy, computed)
+                (busy, computed, bytes)
             })
         };
 
         // ---- write stage
-        let writer = s.output.map(|out| {
+        let writer = output.map(|out| {
             let free_tx = free_tx;
             scope.spawn(move || {
                 let mut busy = Duration::ZERO;
                 let mut done = 0usize;
                 let mut bytes = 0u64;
-                for (tile, buf) in &write_rx {
+                let mut written = 0u64;
+                let mut writes = Vec::new();
+                'tiles: for (tile, in_bytes, buf) in &write_rx {
                     let t0 = Instant::now();
-                    let n = (tile.len * out_elem) as usize;
-                    if let Err(e) = out.write_at(tile.start * s.out_per_item, buf.bytes(n)) {
-                        shared.fail(e);
-                        break;
+                    writes.clear();
+                    layout.writes(&tile, &mut writes);
+                    let used = (layout.out_elems(&tile) * out_elem) as usize;
+                    let data = buf.bytes(used);
+                    for w in &writes {
+                        let from = (w.buf_elem * out_elem) as usize;
+                        let n = (w.len * out_elem) as usize;
+                        if let Err(e) = out.write_at(w.file_elem, &data[from..from + n]) {
+                            shared.fail(e);
+                            break 'tiles;
+                        }
+                        written += n as u64;
                     }
                     busy += t0.elapsed();
                     done += 1;
-                    bytes += tile.len * (in_elem + out_elem);
+                    bytes += in_bytes + used as u64;
                     report(done, bytes);
                     // The compute stage may have finished already: keep draining.
                     let _ = free_tx.send(buf);
                 }
-                (busy, done)
+                (busy, done, written)
             })
         });
 
-        let join =
-            |h: std::thread::ScopedJoinHandle<'_, (Duration, usize)>, name: &str| match h.join() {
-                Ok(d) => d,
-                Err(_) => {
-                    shared.fail(Error::Internal(format!("the {name} stage panicked")));
-                    (Duration::ZERO, 0)
-                }
-            };
+        let join = |h: std::thread::ScopedJoinHandle<'_, (Duration, usize, u64)>, name: &str| {
+            h.join().unwrap_or_else(|_| {
+                shared.fail(Error::Internal(format!("the {name} stage panicked")));
+                (Duration::ZERO, 0, 0)
+            })
+        };
         if let Some(h) = reader {
             times.read = join(h, "read").0;
         }
-        (times.compute, computed) = join(computer, "compute");
+        (times.compute, computed, total_read) = join(computer, "compute");
         if let Some(h) = writer {
-            (times.write, written) = join(h, "write");
+            (times.write, written, total_written) = join(h, "write");
         }
     });
 
@@ -386,15 +556,13 @@ where
         return Err(e);
     }
     // Never report success for a run that lost a tile.
-    if computed != plan.num_tiles || (s.output.is_some() && written != plan.num_tiles) {
+    if computed != num_tiles || (output.is_some() && written != num_tiles) {
         return Err(Error::Internal(format!(
-            "pipeline ended early: {computed} of {} tiles computed, {written} written",
-            plan.num_tiles
+            "pipeline ended early: {computed} of {num_tiles} tiles computed, {written} written"
         )));
     }
-    let elems: u64 = plan.tiles().map(|t| t.len).sum();
-    times.bytes_read = elems * in_elem;
-    times.bytes_written = elems * out_elem;
+    times.bytes_read = total_read;
+    times.bytes_written = total_written;
     times.wall = started.elapsed();
     Ok(times)
 }

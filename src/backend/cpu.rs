@@ -11,7 +11,8 @@ use crate::error::{Error, Result};
 use crate::ops::expr::Program;
 use crate::ops::matmul::{self, Resident};
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
-use crate::ops::{elementwise, generate, reduce};
+use crate::ops::stencil::{self, TileJob};
+use crate::ops::{elementwise, generate, reduce, transpose};
 
 /// Runs kernels on a rayon pool of a fixed size.
 #[derive(Clone, Debug)]
@@ -154,5 +155,23 @@ impl Backend for CpuBackend {
         self.pool
             .install(|| generate::fill_bytes(out, dtype, start, last_dim, seed));
         Ok(())
+    }
+
+    fn stencil(&self, job: &TileJob<'_>, arena: &mut Vec<f64>, out: &mut [u8]) -> Result<()> {
+        self.pool.install(|| stencil::run_tile(job, arena, out))
+    }
+
+    fn transpose(
+        &self,
+        window: &[u8],
+        row_len: usize,
+        c0: usize,
+        rows: usize,
+        cols: usize,
+        es: usize,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.pool
+            .install(|| transpose::transpose_block(window, row_len, c0, rows, cols, es, out))
     }
 }

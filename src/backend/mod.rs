@@ -11,6 +11,7 @@ use crate::error::Result;
 use crate::ops::expr::Program;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
+use crate::ops::stencil::TileJob;
 
 /// The compute side of the pipeline. Methods are called from the pipeline's compute
 /// thread, one tile at a time, in plan order.
@@ -106,5 +107,29 @@ pub trait Backend: Send + Sync {
         start: u64,
         last_dim: u64,
         seed: u64,
+    ) -> Result<()>;
+
+    /// Runs one tile of a neighbourhood filter into `out`, with `arena` as reusable
+    /// scratch (see [`crate::ops::stencil`]).
+    ///
+    /// # Errors
+    /// If the backend fails to run the kernel.
+    fn stencil(&self, job: &TileJob<'_>, arena: &mut Vec<f64>, out: &mut [u8]) -> Result<()>;
+
+    /// Transposes the `rows × cols` block at column `c0` of a window of full rows of
+    /// `row_len` elements of `es` bytes into `out` (`cols × rows`).
+    ///
+    /// # Errors
+    /// If the backend fails to run the kernel.
+    #[allow(clippy::too_many_arguments)]
+    fn transpose(
+        &self,
+        window: &[u8],
+        row_len: usize,
+        c0: usize,
+        rows: usize,
+        cols: usize,
+        es: usize,
+        out: &mut [u8],
     ) -> Result<()>;
 }

@@ -6,5 +6,7 @@ pub mod expr;
 pub mod generate;
 pub mod matmul;
 pub mod reduce;
+pub mod stencil;
+pub mod transpose;
 
 pub use reduce::{Axis, Reduce, ReduceOver};

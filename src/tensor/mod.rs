@@ -22,6 +22,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::pipeline::Touch;
 
 /// How a tensor is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -283,6 +284,16 @@ impl TensorFile {
     /// # Errors
     /// [`Error::Format`] if the file shrank; [`Error::Io`] if the map fails.
     pub fn map_window(&self, start: u64, count: u64) -> Result<Window> {
+        self.map_window_touch(start, count, Touch::All)
+    }
+
+    /// Maps the elements `[start, start + count)` like [`TensorFile::map_window`], but
+    /// prefaults only the pages `touch` says the tile reads: for [`Touch::Rows`], the
+    /// column runs of each row. Other pages of the window stay unmapped until touched.
+    ///
+    /// # Errors
+    /// As for [`TensorFile::map_window`].
+    pub fn map_window_touch(&self, start: u64, count: u64, touch: Touch) -> Result<Window> {
         let es = self.info.dtype.size() as u64;
         let begin = self.info.data_offset + start * es;
         let len = count * es;
@@ -316,13 +327,22 @@ impl TensorFile {
         // Pages already in the page cache are cheapest faulted in lazily by the compute
         // threads (the kernel maps them in batches); pages that are not are read here, in
         // the read stage, so disk I/O overlaps the compute of the previous tile.
-        if !fully_resident(&map) && map.advise(memmap2::Advice::PopulateRead).is_err() {
-            // kernels before 5.14: touch one byte per page
-            let mut acc = 0u8;
-            for b in map.iter().step_by(page as usize) {
-                acc ^= *b;
+        match touch {
+            Touch::All => {
+                if !fully_resident(&map) {
+                    populate(&map, 0, map.len());
+                }
             }
-            std::hint::black_box(acc);
+            Touch::Rows { row, runs, nruns } => {
+                let row_bytes = row * es;
+                for r in 0..count / row.max(1) {
+                    for &(c0, n) in &runs[..nruns] {
+                        let from = skip as u64 + r * row_bytes + c0 * es;
+                        let a = from / page * page;
+                        populate(&map, a as usize, (from + n * es - a) as usize);
+                    }
+                }
+            }
         }
         Ok(Window {
             map: Some(map),
@@ -330,6 +350,27 @@ impl TensorFile {
             len: len as usize,
         })
     }
+}
+
+/// Faults in `len` bytes of `map` from `offset` (a page boundary) in one call where the
+/// kernel has `MADV_POPULATE_READ` (5.14+), else by touching one byte per page.
+fn populate(map: &Mmap, offset: usize, len: usize) {
+    let len = len.min(map.len().saturating_sub(offset));
+    if len == 0
+        || map
+            .advise_range(memmap2::Advice::PopulateRead, offset, len)
+            .is_ok()
+    {
+        return;
+    }
+    let mut acc = 0u8;
+    for b in map[offset..offset + len]
+        .iter()
+        .step_by(page_size() as usize)
+    {
+        acc ^= *b;
+    }
+    std::hint::black_box(acc);
 }
 
 /// True if every page of `map` is in the page cache (`mincore`). On error, false.

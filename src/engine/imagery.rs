@@ -1,0 +1,564 @@
+//! Engine entry points for box-tiled operations on images: neighbourhood filters,
+//! out-of-core transpose and cutting an image into patch files. They share the box
+//! planner of [`crate::tiling`] and the pipeline's general [`Layout`] form.
+//!
+//! [`Layout`]: crate::pipeline::Layout
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use super::{Engine, RunReport, check_not_input};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::stencil::{Stencil, TileJob};
+use crate::pipeline::{self, ProgressFn};
+use crate::tensor::{TensorFile, fmt_shape, npy};
+use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
+
+/// How `tiles` treats the right and bottom edges when the stride does not land on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Edge {
+    /// The last patch of each row and column is moved back to end at the edge, so every
+    /// patch has the full size (it overlaps its neighbour more).
+    Shift,
+    /// Patches keep the stride and are padded with zeros past the edge.
+    Pad,
+}
+
+impl std::str::FromStr for Edge {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "shift" => Ok(Edge::Shift),
+            "pad" => Ok(Edge::Pad),
+            _ => Err(Error::Invalid(format!(
+                "unknown edge mode `{s}`: use shift or pad"
+            ))),
+        }
+    }
+}
+
+/// How to cut an image into patches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PatchSpec {
+    /// Patch side in pixels.
+    pub size: usize,
+    /// Pixels shared by neighbouring patches (the stride is `size - overlap`).
+    pub overlap: usize,
+    /// What happens at the right and bottom edges.
+    pub edge: Edge,
+}
+
+/// Patch starts along an axis of `n` pixels.
+fn patch_starts(n: usize, spec: PatchSpec, axis: &str) -> Result<Vec<(i64, usize)>> {
+    let stride = spec.size - spec.overlap;
+    if n < spec.size && spec.edge == Edge::Shift {
+        return Err(Error::Invalid(format!(
+            "the image has {n} {axis}, fewer than the patch size {}: use --edge pad or a \
+             smaller --size",
+            spec.size
+        )));
+    }
+    let count = n.saturating_sub(spec.overlap).max(1).div_ceil(stride);
+    let mut starts: Vec<(i64, usize)> = (0..count)
+        .map(|i| ((i * stride) as i64, spec.size))
+        .collect();
+    if spec.edge == Edge::Shift {
+        for s in &mut starts {
+            s.0 = s.0.min((n - spec.size) as i64);
+        }
+        starts.dedup();
+    }
+    Ok(starts)
+}
+
+/// `bands × height × width` of a rank-2 or rank-3 image.
+fn image_dims(input: &TensorFile, op: &str) -> Result<[usize; 3]> {
+    match *input.shape() {
+        [h, w] => Ok([1, h, w]),
+        [b, h, w] => Ok([b, h, w]),
+        _ => Err(Error::Invalid(format!(
+            "{op} works on rank-2 (height, width) or rank-3 (bands, height, width) arrays; \
+             {} has shape {}",
+            input.path().display(),
+            fmt_shape(input.shape())
+        ))),
+    }
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    fn box_request(
+        &self,
+        what: String,
+        dims: [usize; 3],
+        in_bytes: u64,
+        out_bytes: u64,
+        halos: (Halo, Halo),
+        boundary: Boundary,
+        scratch: Scratch,
+        cuts: Cuts,
+        out: OutMap,
+    ) -> BoxRequest {
+        BoxRequest {
+            what,
+            dims,
+            in_bytes,
+            out_bytes,
+            halo_rows: halos.0,
+            halo_cols: halos.1,
+            boundary,
+            scratch,
+            resident_bytes: 0,
+            resident_what: String::new(),
+            depth: self.depth,
+            budget: self.budget.limit(),
+            max_tile_bytes: self.max_tile_bytes,
+            cuts,
+            out,
+        }
+    }
+
+    fn progress_fn(&self) -> Option<ProgressFn<'_>> {
+        self.progress
+            .as_deref()
+            .map(|p| p as &(dyn Fn(&crate::pipeline::Progress) + Sync))
+    }
+
+    /// Plans a filter without running it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an input that is not an image; [`Error::Budget`] if not
+    /// even a one-pixel tile fits.
+    pub fn plan_stencil(
+        &self,
+        input: &TensorFile,
+        stencil: &Stencil,
+        dtype: Option<DType>,
+    ) -> Result<BoxPlan> {
+        let dims = image_dims(input, "stencil")?;
+        let od = dtype.unwrap_or(input.dtype());
+        let mut req = self.box_request(
+            format!(
+                "{} ({} boundary) of {} {} -> {od}",
+                stencil.filter,
+                stencil.boundary,
+                fmt_shape(input.shape()),
+                input.dtype()
+            ),
+            dims,
+            input.dtype().size() as u64,
+            od.size() as u64,
+            stencil.halos(),
+            stencil.boundary,
+            stencil.scratch(input.dtype()),
+            Cuts::Auto { prefer_rows: true },
+            OutMap::Same,
+        );
+        if let crate::ops::stencil::Filter::Convolve { weights, .. } = &stencil.filter {
+            req.resident_bytes = 16 * weights.len() as u64;
+            req.resident_what = "convolution kernel".into();
+        }
+        Ok(BoxPlan::new(&req)?)
+    }
+
+    /// Filters each band of a rank-2 `(H, W)` or rank-3 `(bands, H, W)` image with
+    /// `stencil`, writing `out` (same shape, `dtype` or the input's). The result equals
+    /// filtering the whole image at once: tiles overlap by the filter's halo.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad input or `out` being the input; [`Error::Budget`];
+    /// I/O errors. On error nothing is left at `out`.
+    pub fn stencil(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        stencil: &Stencil,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[input])?;
+        let od = dtype.unwrap_or(input.dtype());
+        let plan = self.plan_stencil(input, stencil, dtype)?;
+        self.budget.reset_peak();
+        let _scratch = self.budget.reserve(
+            "filter scratch and kernel",
+            plan.scratch_bytes + plan.resident_bytes,
+        )?;
+        let backend = &self.backend;
+        let mut arena = Vec::new();
+        let times = Self::to_file(out.as_ref(), input.shape(), od, |output| {
+            pipeline::run_layout(
+                &plan,
+                &[input],
+                &self.budget,
+                Some(output),
+                self.progress_fn(),
+                |tile: BoxTile, windows, o| {
+                    let job = TileJob {
+                        stencil,
+                        plan: &plan,
+                        tile: &tile,
+                        windows,
+                        in_dtype: input.dtype(),
+                        out_dtype: od,
+                    };
+                    backend.stencil(&job, &mut arena, o)
+                },
+            )
+        })?;
+        let op = format!(
+            "stencil {} ({} boundary) of {}",
+            stencil.filter,
+            stencil.boundary,
+            input.path().display()
+        );
+        Ok(self.report_tiles(
+            (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth),
+            op,
+            input.shape(),
+            input.shape(),
+            od,
+            times,
+        ))
+    }
+
+    /// Plans a transpose without running it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an input of rank other than 2 or 3; [`Error::Budget`].
+    pub fn plan_transpose(&self, input: &TensorFile) -> Result<BoxPlan> {
+        let dims = image_dims(input, "transpose")?;
+        let es = input.dtype().size() as u64;
+        let req = self.box_request(
+            format!(
+                "transpose of the last two axes of {} {}",
+                fmt_shape(input.shape()),
+                input.dtype()
+            ),
+            dims,
+            es,
+            es,
+            (Halo::default(), Halo::default()),
+            Boundary::Nearest,
+            Scratch::default(),
+            Cuts::Auto { prefer_rows: false },
+            OutMap::Transposed,
+        );
+        Ok(BoxPlan::new(&req)?)
+    }
+
+    /// Writes the transpose of the last two axes of a rank-2 or rank-3 array to `out`,
+    /// in square-ish blocks: reads are runs of block width from each source row, writes
+    /// runs of block height into each destination row.
+    ///
+    /// # Errors
+    /// As [`Engine::stencil`].
+    pub fn transpose(&self, input: &TensorFile, out: impl AsRef<Path>) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[input])?;
+        let plan = self.plan_transpose(input)?;
+        let [bands, h, w] = plan.dims;
+        let out_shape: Vec<usize> = if input.shape().len() == 2 {
+            vec![w, h]
+        } else {
+            vec![bands, w, h]
+        };
+        self.budget.reset_peak();
+        let backend = &self.backend;
+        let es = input.dtype().size();
+        let times = Self::to_file(out.as_ref(), &out_shape, input.dtype(), |output| {
+            pipeline::run_layout(
+                &plan,
+                &[input],
+                &self.budget,
+                Some(output),
+                self.progress_fn(),
+                |tile: BoxTile, windows, o| {
+                    backend.transpose(
+                        windows[0],
+                        w,
+                        tile.c0 as usize,
+                        tile.rows(),
+                        tile.cols(),
+                        es,
+                        o,
+                    )
+                },
+            )
+        })?;
+        let op = format!("transpose of {}", input.path().display());
+        Ok(self.report_tiles(
+            (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth),
+            op,
+            input.shape(),
+            &out_shape,
+            input.dtype(),
+            times,
+        ))
+    }
+
+    /// Plans cutting an image into patches.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad spec or input; [`Error::Budget`] if one patch does not
+    /// fit.
+    pub fn plan_patches(&self, input: &TensorFile, spec: PatchSpec) -> Result<BoxPlan> {
+        let dims = image_dims(input, "tiles")?;
+        if spec.size == 0 || spec.overlap >= spec.size {
+            return Err(Error::Invalid(format!(
+                "patch size {} with overlap {}: the overlap must be smaller than the size",
+                spec.size, spec.overlap
+            )));
+        }
+        let rows = patch_starts(dims[1], spec, "rows")?;
+        let cols = patch_starts(dims[2], spec, "columns")?;
+        let es = input.dtype().size() as u64;
+        let mut req = self.box_request(
+            format!(
+                "{}x{} patches (overlap {}) of {} {}",
+                spec.size,
+                spec.size,
+                spec.overlap,
+                fmt_shape(input.shape()),
+                input.dtype()
+            ),
+            dims,
+            es,
+            0,
+            (Halo::default(), Halo::default()),
+            Boundary::Constant(0.0),
+            Scratch {
+                padded: 0,
+                row_pass: 0,
+                tile: es * dims[0] as u64,
+            },
+            Cuts::Given { rows, cols },
+            OutMap::None,
+        );
+        // the index held until the end: one line per patch
+        let n = dims[0] as u64 * req_cuts(&req);
+        req.resident_bytes = n * 96;
+        req.resident_what = "patch index".into();
+        Ok(BoxPlan::new(&req)?)
+    }
+
+    /// Cuts a rank-2 or rank-3 image into `size × size` patches (all bands of a patch in
+    /// one file for rank 3), each written to `outdir` as `<stem>_r<row>_c<col>.npy`, and
+    /// writes `index.csv` (`file,row,col,height,width` with the patch's offsets in the
+    /// image) last: a directory with an `index.csv` is complete. Returns the report and
+    /// the number of patches.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad spec or input; [`Error::Budget`]; I/O errors.
+    pub fn patches(
+        &self,
+        input: &TensorFile,
+        outdir: impl AsRef<Path>,
+        spec: PatchSpec,
+    ) -> Result<(RunReport, usize)> {
+        let outdir = outdir.as_ref();
+        let plan = self.plan_patches(input, spec)?;
+        let bands = plan.dims[0];
+        std::fs::create_dir_all(outdir).map_err(|e| Error::io("create directory", outdir, e))?;
+        let index_path = outdir.join("index.csv");
+        match std::fs::remove_file(&index_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove the old", &index_path, e)),
+        }
+        let stem = input
+            .path()
+            .file_stem()
+            .map_or_else(|| "patch".to_string(), |s| s.to_string_lossy().into_owned());
+        self.budget.reset_peak();
+        let _resident = self.budget.reserve(
+            "patch buffer and index",
+            plan.resident_bytes + plan.scratch_bytes,
+        )?;
+        let es = input.dtype().size();
+        let per_band = plan.row_cuts.len() * plan.col_cuts.len();
+        let mut index = String::from("file,row,col,height,width\n");
+        let mut patch = vec![0u8; spec.size * spec.size * es * bands];
+        let mut written = 0usize;
+        let order = PatchOrder {
+            plan: &plan,
+            bands,
+            per_band,
+        };
+        let shape_of = |r: usize| -> Vec<usize> {
+            if input.shape().len() == 2 {
+                vec![r, r]
+            } else {
+                vec![bands, r, r]
+            }
+        };
+        let times = pipeline::run_layout(
+            &order,
+            &[input],
+            &self.budget,
+            None,
+            self.progress_fn(),
+            |tile: BoxTile, windows, _| {
+                let band = tile.band;
+                let plane = spec.size * spec.size * es;
+                gather_bytes(
+                    &plan,
+                    &tile,
+                    windows,
+                    es,
+                    &mut patch[band * plane..(band + 1) * plane],
+                );
+                if band + 1 < bands {
+                    return Ok(());
+                }
+                let name = format!("{stem}_r{}_c{}.npy", tile.r0, tile.c0);
+                let path = outdir.join(&name);
+                write_npy(&path, input.dtype(), &shape_of(spec.size), &patch)?;
+                let _ = writeln!(
+                    index,
+                    "{name},{},{},{},{}",
+                    tile.r0, tile.c0, spec.size, spec.size
+                );
+                written += 1;
+                Ok(())
+            },
+        )?;
+        sync_dir(outdir)?;
+        crate::engine::write_atomic(&index_path, index.as_bytes())?;
+        let op = format!(
+            "tiles {}x{} overlap {} of {}",
+            spec.size,
+            spec.size,
+            spec.overlap,
+            input.path().display()
+        );
+        let report = self.report_tiles(
+            (plan.num_tiles, vec![spec.size, spec.size], plan.depth),
+            op,
+            input.shape(),
+            &shape_of(spec.size),
+            input.dtype(),
+            times,
+        );
+        Ok((report, written))
+    }
+}
+
+fn req_cuts(req: &BoxRequest) -> u64 {
+    match &req.cuts {
+        Cuts::Given { rows, cols } => (rows.len() * cols.len()) as u64,
+        Cuts::Auto { .. } => 0,
+    }
+}
+
+/// The patch plan's tiles reordered position-major (all bands of one patch position in a
+/// row), so that one patch file can be written as soon as its last band is read.
+struct PatchOrder<'a> {
+    plan: &'a BoxPlan,
+    bands: usize,
+    per_band: usize,
+}
+
+impl pipeline::Layout for PatchOrder<'_> {
+    type Tile = BoxTile;
+    fn num_tiles(&self) -> usize {
+        self.plan.num_tiles
+    }
+    fn tile(&self, i: usize) -> BoxTile {
+        let (pos, band) = (i / self.bands, i % self.bands);
+        let mut t = self.plan.box_tile(band * self.per_band + pos);
+        t.index = i;
+        t
+    }
+    fn reads(&self, t: &BoxTile, out: &mut Vec<pipeline::Read>) {
+        self.plan.reads(t, out);
+    }
+    fn out_elems(&self, _: &BoxTile) -> u64 {
+        0
+    }
+    fn writes(&self, _: &BoxTile, _: &mut Vec<pipeline::Write>) {}
+    fn depth(&self) -> usize {
+        self.plan.depth
+    }
+    fn window_bytes(&self) -> u64 {
+        self.plan.window_bytes
+    }
+    fn out_slot_elems(&self) -> u64 {
+        0
+    }
+}
+
+/// Copies a tile's box (no halo) out of its windows as raw elements, zeros where the box
+/// extends past the image.
+fn gather_bytes(plan: &BoxPlan, t: &BoxTile, windows: &[&[u8]], es: usize, out: &mut [u8]) {
+    let [_, h, w] = plan.dims;
+    let src = plan.sources(t);
+    let tw = t.cols();
+    let (ca, cb) = (t.c0.max(0), t.c1.min(w as i64));
+    for (i, orow) in out.chunks_mut(tw * es).take(t.rows()).enumerate() {
+        orow.fill(0);
+        let r = t.r0 + i as i64;
+        if r < 0 || r >= h as i64 || cb <= ca {
+            continue;
+        }
+        let Some((k, off)) = src.locate(r as usize) else {
+            continue;
+        };
+        let row = &windows[k][off * w * es..(off + 1) * w * es];
+        let from = (ca - t.c0) as usize * es;
+        let n = (cb - ca) as usize * es;
+        orow[from..from + n].copy_from_slice(&row[ca as usize * es..ca as usize * es + n]);
+    }
+}
+
+fn write_npy(path: &PathBuf, dtype: DType, shape: &[usize], data: &[u8]) -> Result<()> {
+    let mut f = std::fs::File::create(path).map_err(|e| Error::io("create", path, e))?;
+    f.write_all(&npy::build_header(dtype, shape))
+        .and_then(|()| f.write_all(data))
+        .map_err(|e| Error::io("write", path, e))
+}
+
+/// Flushes every file written in `dir` (one `syncfs` for the file system) before the
+/// index that makes the directory complete is written.
+fn sync_dir(dir: &Path) -> Result<()> {
+    let d = std::fs::File::open(dir).map_err(|e| Error::io("open", dir, e))?;
+    // SAFETY: `d` is an open file descriptor for the duration of the call.
+    let rc = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&d)) };
+    if rc != 0 {
+        return Err(Error::io("flush", dir, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_positions() {
+        let spec = PatchSpec {
+            size: 4,
+            overlap: 1,
+            edge: Edge::Shift,
+        };
+        assert_eq!(
+            patch_starts(10, spec, "rows").unwrap(),
+            vec![(0, 4), (3, 4), (6, 4)]
+        );
+        assert_eq!(
+            patch_starts(11, spec, "rows").unwrap(),
+            vec![(0, 4), (3, 4), (6, 4), (7, 4)]
+        );
+        let pad = PatchSpec {
+            edge: Edge::Pad,
+            ..spec
+        };
+        assert_eq!(
+            patch_starts(11, pad, "rows").unwrap(),
+            vec![(0, 4), (3, 4), (6, 4), (9, 4)]
+        );
+        assert_eq!(patch_starts(2, pad, "rows").unwrap(), vec![(0, 4)]);
+        assert!(patch_starts(2, spec, "rows").is_err());
+    }
+}

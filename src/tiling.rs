@@ -1,0 +1,833 @@
+//! Box tiles with halos, for operations that need a neighbourhood (filters) or a 2-D
+//! block (transpose, patches) rather than a contiguous run of elements.
+//!
+//! The tiled space is `bands × height × width` (the last two axes of a rank-2 or rank-3
+//! array). A tile is a box `rows × cols` of one band; reading it takes the box grown by a
+//! halo on each side. Halo positions outside the image are resolved by a [`Boundary`]
+//! mode exactly as `scipy.ndimage` does, so a filtered tile equals the same region of
+//! the image filtered whole: no seams.
+//!
+//! What a tile maps is the set of *source rows* its padded box needs, coalesced into at
+//! most three contiguous row ranges (three for `wrap` and `reflect` at the image edges,
+//! where halo rows come from the far side or are mirrored), each one window. When the box
+//! is narrower than the image, only the needed column runs of each row are prefaulted
+//! ([`Touch::Rows`]), so a 1000-column tile of a 100000-column image costs a thousand
+//! columns of memory, not a hundred thousand.
+//!
+//! Budget arithmetic for a tile of `th × tw` with halos `hr` (rows) and `hc` (columns):
+//!
+//! ```text
+//! window  = min(H, th + hr) × (tw + hc) × in_bytes  (+ page slack per window or run)
+//! reserved = resident + scratch(th, tw) + depth × (window + th × tw × out_bytes)
+//! ```
+//!
+//! Full-width row blocks are preferred (each window is one contiguous range and each
+//! output block one write) when a block of at least a few rows fits; otherwise the
+//! planner takes square-ish tiles, splitting both axes with halos on both.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::budget::{BudgetError, fmt_bytes};
+use crate::error::{Error, Result};
+use crate::pipeline::{Layout, Read, Touch, Write};
+use crate::tensor::{fmt_shape, page_size};
+
+/// How a filter sees positions outside the image (`scipy.ndimage` modes).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Boundary {
+    /// `d c b a | a b c d | d c b a`: mirrored about the edge, the edge value repeated.
+    Reflect,
+    /// `a a a a | a b c d | d d d d`: the edge value repeated.
+    Nearest,
+    /// `a b c d | a b c d | a b c d`: periodic.
+    Wrap,
+    /// `v v v v | a b c d | v v v v`: a constant.
+    Constant(f64),
+}
+
+impl Boundary {
+    /// The source index of position `i` along an axis of `n` elements, or `None` for a
+    /// position that takes the constant.
+    #[must_use]
+    pub fn source(self, i: i64, n: usize) -> Option<usize> {
+        let n = n as i64;
+        if (0..n).contains(&i) {
+            return Some(i as usize);
+        }
+        match self {
+            Boundary::Constant(_) => None,
+            Boundary::Nearest => Some(i.clamp(0, n - 1) as usize),
+            Boundary::Wrap => Some(i.rem_euclid(n) as usize),
+            Boundary::Reflect => {
+                let p = i.rem_euclid(2 * n);
+                Some(if p < n { p } else { 2 * n - 1 - p } as usize)
+            }
+        }
+    }
+
+    /// Most column runs one row of a narrow padded box can need.
+    fn max_runs(self) -> u64 {
+        match self {
+            Boundary::Constant(_) | Boundary::Nearest => 1,
+            Boundary::Wrap => 2,
+            Boundary::Reflect => 3,
+        }
+    }
+}
+
+impl FromStr for Boundary {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let (name, arg) = match s.split_once(':') {
+            Some((n, a)) => (n, Some(a)),
+            None => (s, None),
+        };
+        let mode = match (name, arg) {
+            ("reflect", None) => Boundary::Reflect,
+            ("nearest", None) => Boundary::Nearest,
+            ("wrap", None) => Boundary::Wrap,
+            ("constant", None) => Boundary::Constant(0.0),
+            ("constant", Some(v)) => Boundary::Constant(v.trim().parse().map_err(|_| {
+                Error::Invalid(format!(
+                    "boundary `{s}`: `{v}` is not a number (write e.g. constant:0 or constant:nan)"
+                ))
+            })?),
+            _ => {
+                return Err(Error::Invalid(format!(
+                    "unknown boundary `{s}`: use reflect, nearest, wrap or constant:VALUE"
+                )));
+            }
+        };
+        Ok(mode)
+    }
+}
+
+impl fmt::Display for Boundary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Boundary::Reflect => write!(f, "reflect"),
+            Boundary::Nearest => write!(f, "nearest"),
+            Boundary::Wrap => write!(f, "wrap"),
+            Boundary::Constant(v) => write!(f, "constant:{v}"),
+        }
+    }
+}
+
+/// Halo widths along one axis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Halo {
+    /// Positions needed before the tile.
+    pub before: usize,
+    /// Positions needed after the tile.
+    pub after: usize,
+}
+
+impl Halo {
+    /// The same width on both sides.
+    #[must_use]
+    pub fn symmetric(r: usize) -> Self {
+        Halo {
+            before: r,
+            after: r,
+        }
+    }
+    /// Both sides together.
+    #[must_use]
+    pub fn total(self) -> usize {
+        self.before + self.after
+    }
+}
+
+/// Where a box tile's output goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutMap {
+    /// Same position in an output of the input's shape (filters).
+    Same,
+    /// Transposed position in an output of shape `bands × width × height`; the staging
+    /// buffer holds the tile transposed (`cols × rows`).
+    Transposed,
+    /// No streamed output (the compute step writes files of its own).
+    None,
+}
+
+/// Scratch the compute step holds for one tile, in bytes per element of each stage.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Scratch {
+    /// Per element of the padded box `(th + hr) × (tw + hc)`.
+    pub padded: u64,
+    /// Per element of a row pass `th × (tw + hc)`.
+    pub row_pass: u64,
+    /// Per element of the tile `th × tw`.
+    pub tile: u64,
+}
+
+impl Scratch {
+    fn bytes(self, th: u64, tw: u64, hr: u64, hc: u64) -> u64 {
+        self.padded * (th + hr) * (tw + hc) + self.row_pass * th * (tw + hc) + self.tile * th * tw
+    }
+}
+
+/// How the planner may cut the image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cuts {
+    /// Choose tiles from the budget; `prefer_rows` takes full-width row blocks when a
+    /// block of a few rows fits (filters), otherwise square-ish blocks (transpose).
+    Auto {
+        /// Prefer full-width row blocks.
+        prefer_rows: bool,
+    },
+    /// Given tile positions: `(first, extent)` along rows and along columns (patches). A
+    /// position may extend past the image with a constant boundary.
+    Given {
+        /// Row positions `(first row, rows)`.
+        rows: Vec<(i64, usize)>,
+        /// Column positions `(first column, columns)`.
+        cols: Vec<(i64, usize)>,
+    },
+}
+
+/// What a box plan is asked to plan.
+#[derive(Clone, Debug)]
+pub struct BoxRequest {
+    /// Human description, for the plan printout and errors.
+    pub what: String,
+    /// `bands × height × width` (bands is 1 for a rank-2 image).
+    pub dims: [usize; 3],
+    /// Bytes per input element.
+    pub in_bytes: u64,
+    /// Bytes per output staging element (0 without streamed output).
+    pub out_bytes: u64,
+    /// Halo along rows.
+    pub halo_rows: Halo,
+    /// Halo along columns.
+    pub halo_cols: Halo,
+    /// Boundary mode for halo positions outside the image.
+    pub boundary: Boundary,
+    /// Compute scratch.
+    pub scratch: Scratch,
+    /// Bytes held for the whole run.
+    pub resident_bytes: u64,
+    /// What they are.
+    pub resident_what: String,
+    /// Staging slots.
+    pub depth: usize,
+    /// The budget.
+    pub budget: u64,
+    /// Cap on one tile's staging bytes (input box + output).
+    pub max_tile_bytes: u64,
+    /// How to cut.
+    pub cuts: Cuts,
+    /// Where the output goes.
+    pub out: OutMap,
+}
+
+/// One box tile: rows `[r0, r1)` and columns `[c0, c1)` of band `band`. With given cuts
+/// and a constant boundary the box may extend past the image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BoxTile {
+    /// Position in plan order.
+    pub index: usize,
+    /// Band (0 for a rank-2 image).
+    pub band: usize,
+    /// First row.
+    pub r0: i64,
+    /// One past the last row.
+    pub r1: i64,
+    /// First column.
+    pub c0: i64,
+    /// One past the last column.
+    pub c1: i64,
+}
+
+impl BoxTile {
+    /// Rows of the tile.
+    #[must_use]
+    pub fn rows(&self) -> usize {
+        (self.r1 - self.r0) as usize
+    }
+    /// Columns of the tile.
+    #[must_use]
+    pub fn cols(&self) -> usize {
+        (self.c1 - self.c0) as usize
+    }
+}
+
+/// Where the padded box of a tile comes from: its source row ranges (one window each, in
+/// order) and the column runs read from every row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sources {
+    /// Source row ranges `[start, end)`, ascending, one mapped window each.
+    pub rows: Vec<(usize, usize)>,
+    /// Column runs `(first, count)`, ascending.
+    pub cols: Vec<(usize, usize)>,
+}
+
+impl Sources {
+    /// The window index and row within it of source row `r`.
+    #[must_use]
+    pub fn locate(&self, r: usize) -> Option<(usize, usize)> {
+        self.rows
+            .iter()
+            .position(|&(a, b)| (a..b).contains(&r))
+            .map(|k| (k, r - self.rows[k].0))
+    }
+}
+
+/// Coalesces the sources of positions `[from, to)` along an axis of `n` into ascending
+/// runs; the whole axis when the span covers it.
+fn runs(from: i64, to: i64, n: usize, mode: Boundary) -> Vec<(usize, usize)> {
+    if n == 0 || to <= from {
+        return Vec::new();
+    }
+    if (to - from) as usize >= n && !matches!(mode, Boundary::Constant(_)) {
+        return vec![(0, n)];
+    }
+    let mut idx: Vec<usize> = (from..to).filter_map(|i| mode.source(i, n)).collect();
+    idx.sort_unstable();
+    idx.dedup();
+    let mut out: Vec<(usize, usize)> = Vec::new();
+    for i in idx {
+        match out.last_mut() {
+            Some(last) if last.1 == i => last.1 = i + 1,
+            _ => out.push((i, i + 1)),
+        }
+    }
+    out
+}
+
+/// A plan of box tiles.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BoxPlan {
+    /// Human description.
+    pub what: String,
+    /// `bands × height × width`.
+    pub dims: [usize; 3],
+    /// Row positions of the tiles `(first, rows)`.
+    pub row_cuts: Vec<(i64, usize)>,
+    /// Column positions of the tiles `(first, cols)`.
+    pub col_cuts: Vec<(i64, usize)>,
+    /// Halo along rows.
+    pub halo_rows: Halo,
+    /// Halo along columns.
+    pub halo_cols: Halo,
+    /// Boundary mode.
+    pub boundary: Boundary,
+    /// Largest tile `rows × cols`.
+    pub tile: (usize, usize),
+    /// Number of tiles.
+    pub num_tiles: usize,
+    /// Bytes of input windows per slot.
+    pub window_bytes: u64,
+    /// Output staging elements per slot.
+    pub out_slot_elems: u64,
+    /// Compute scratch for the largest tile.
+    pub scratch_bytes: u64,
+    /// Bytes held for the whole run.
+    pub resident_bytes: u64,
+    /// What they are.
+    pub resident_what: String,
+    /// Staging slots.
+    pub depth: usize,
+    /// Total bytes the run reserves at most.
+    pub reserved_bytes: u64,
+    /// The budget.
+    pub budget: u64,
+    /// Bytes per input element.
+    pub in_bytes: u64,
+    /// Bytes per output staging element.
+    pub out_bytes: u64,
+    /// Where the output goes.
+    pub out: OutMap,
+}
+
+/// Bytes of the input windows of a `th × tw` tile.
+fn window_bytes(req: &BoxRequest, th: u64, tw: u64) -> u64 {
+    let [_, h, w] = req.dims;
+    let page = page_size();
+    let rows = (th + req.halo_rows.total() as u64).min(h as u64);
+    let span = tw + req.halo_cols.total() as u64;
+    // Up to three windows of whole rows: their pages, alignment at both ends included.
+    let whole = rows * w as u64 * req.in_bytes + 3 * 2 * page;
+    if span >= w as u64 {
+        whole
+    } else {
+        // Column runs of each row: a run of b bytes touches at most b / page + 2 pages.
+        whole.min(rows * (span * req.in_bytes + req.boundary.max_runs() * 2 * page))
+    }
+}
+
+impl BoxPlan {
+    /// Plans `req`.
+    ///
+    /// # Errors
+    /// [`BudgetError::TooSmall`] when not even a one-pixel tile (or a given patch) fits,
+    /// with the arithmetic spelled out.
+    pub fn new(req: &BoxRequest) -> std::result::Result<BoxPlan, BudgetError> {
+        let [bands, h, w] = req.dims;
+        let depth = req.depth.max(1) as u64;
+        let (hr, hc) = (req.halo_rows.total() as u64, req.halo_cols.total() as u64);
+        let cost = |th: u64, tw: u64| {
+            req.resident_bytes
+                + req.scratch.bytes(th, tw, hr, hc)
+                + depth * (window_bytes(req, th, tw) + th * tw * req.out_bytes)
+        };
+        let staging = |th: u64, tw: u64| th * tw * req.out_bytes + window_bytes(req, th, tw);
+        let too_small = |th: u64, tw: u64| {
+            let mut arithmetic = format!(
+                "{depth} staging slots × ({} of input window{} + {} of output) for a {th}x{tw} tile",
+                fmt_bytes(window_bytes(req, th, tw)),
+                if hr + hc > 0 {
+                    format!(" with a halo of {hr} rows and {hc} columns")
+                } else {
+                    String::new()
+                },
+                fmt_bytes(th * tw * req.out_bytes)
+            );
+            let sc = req.scratch.bytes(th, tw, hr, hc);
+            if sc > 0 {
+                arithmetic.push_str(&format!(" + {} of compute scratch", fmt_bytes(sc)));
+            }
+            if req.resident_bytes > 0 {
+                arithmetic.push_str(&format!(
+                    " + {} of {}",
+                    fmt_bytes(req.resident_bytes),
+                    req.resident_what
+                ));
+            }
+            BudgetError::TooSmall {
+                what: req.what.clone(),
+                arithmetic,
+                needed: cost(th, tw),
+                limit: req.budget,
+            }
+        };
+        let empty = bands == 0 || h == 0 || w == 0;
+        let (row_cuts, col_cuts) = match &req.cuts {
+            Cuts::Given { rows, cols } => {
+                let th = rows.iter().map(|r| r.1).max().unwrap_or(0) as u64;
+                let tw = cols.iter().map(|c| c.1).max().unwrap_or(0) as u64;
+                if !empty && cost(th, tw) > req.budget {
+                    return Err(too_small(th, tw));
+                }
+                (rows.clone(), cols.clone())
+            }
+            Cuts::Auto { .. } if empty => (Vec::new(), Vec::new()),
+            Cuts::Auto { prefer_rows } => {
+                let (hh, ww) = (h as u64, w as u64);
+                if cost(1, 1) > req.budget {
+                    return Err(too_small(1, 1));
+                }
+                let ok = |th: u64, tw: u64| {
+                    cost(th, tw) <= req.budget
+                        && (staging(th, tw) <= req.max_tile_bytes || th * tw == 1)
+                };
+                // largest x in [1, hi] with pred(x), pred monotone decreasing
+                let largest = |hi: u64, pred: &dyn Fn(u64) -> bool| {
+                    let (mut lo, mut hi) = (1u64, hi);
+                    while lo < hi {
+                        let mid = lo + (hi - lo).div_ceil(2);
+                        if pred(mid) { lo = mid } else { hi = mid - 1 }
+                    }
+                    lo
+                };
+                let full_rows = largest(hh, &|th| ok(th, ww));
+                let want_rows = hh.min((2 * hr).max(8));
+                let (th, tw) = if *prefer_rows && ok(full_rows, ww) && full_rows >= want_rows {
+                    (full_rows, ww)
+                } else {
+                    let s = largest(hh.max(ww), &|s| ok(s.min(hh), s.min(ww)));
+                    (s.min(hh), s.min(ww))
+                };
+                (even_cuts(hh, th), even_cuts(ww, tw))
+            }
+        };
+        let th = row_cuts.iter().map(|r| r.1).max().unwrap_or(0);
+        let tw = col_cuts.iter().map(|c| c.1).max().unwrap_or(0);
+        let num_tiles = if empty {
+            0
+        } else {
+            bands * row_cuts.len() * col_cuts.len()
+        };
+        let (t64h, t64w) = (th as u64, tw as u64);
+        let window = if num_tiles == 0 {
+            0
+        } else {
+            window_bytes(req, t64h, t64w)
+        };
+        let out_slot_elems = if req.out == OutMap::None {
+            0
+        } else {
+            t64h * t64w
+        };
+        let scratch_bytes = if num_tiles == 0 {
+            0
+        } else {
+            req.scratch.bytes(t64h, t64w, hr, hc)
+        };
+        let slots = depth.min(num_tiles.max(1) as u64);
+        Ok(BoxPlan {
+            what: req.what.clone(),
+            dims: req.dims,
+            row_cuts,
+            col_cuts,
+            halo_rows: req.halo_rows,
+            halo_cols: req.halo_cols,
+            boundary: req.boundary,
+            tile: (th, tw),
+            num_tiles,
+            window_bytes: window,
+            out_slot_elems,
+            scratch_bytes,
+            resident_bytes: req.resident_bytes,
+            resident_what: req.resident_what.clone(),
+            depth: depth as usize,
+            reserved_bytes: req.resident_bytes
+                + scratch_bytes
+                + slots * (window + out_slot_elems * req.out_bytes),
+            budget: req.budget,
+            in_bytes: req.in_bytes,
+            out_bytes: req.out_bytes,
+            out: req.out,
+        })
+    }
+
+    /// The tile with index `i` (band-major, then row blocks, then column blocks).
+    #[must_use]
+    pub fn box_tile(&self, i: usize) -> BoxTile {
+        let per_band = self.row_cuts.len() * self.col_cuts.len();
+        let band = i / per_band;
+        let rem = i % per_band;
+        let (r0, nr) = self.row_cuts[rem / self.col_cuts.len()];
+        let (c0, nc) = self.col_cuts[rem % self.col_cuts.len()];
+        BoxTile {
+            index: i,
+            band,
+            r0,
+            r1: r0 + nr as i64,
+            c0,
+            c1: c0 + nc as i64,
+        }
+    }
+
+    /// The source rows and column runs of tile `t`'s padded box.
+    #[must_use]
+    pub fn sources(&self, t: &BoxTile) -> Sources {
+        let [_, h, w] = self.dims;
+        Sources {
+            rows: runs(
+                t.r0 - self.halo_rows.before as i64,
+                t.r1 + self.halo_rows.after as i64,
+                h,
+                self.boundary,
+            ),
+            cols: runs(
+                t.c0 - self.halo_cols.before as i64,
+                t.c1 + self.halo_cols.after as i64,
+                w,
+                self.boundary,
+            ),
+        }
+    }
+}
+
+/// Cuts `n` into pieces of at most `k`, evened out so they differ by at most one.
+fn even_cuts(n: u64, k: u64) -> Vec<(i64, usize)> {
+    let pieces = n.div_ceil(k.max(1));
+    let k = n.div_ceil(pieces.max(1));
+    (0..pieces)
+        .map(|p| {
+            let a = p * k;
+            (a as i64, (k.min(n - a)) as usize)
+        })
+        .collect()
+}
+
+impl Layout for BoxPlan {
+    type Tile = BoxTile;
+    fn num_tiles(&self) -> usize {
+        self.num_tiles
+    }
+    fn tile(&self, i: usize) -> BoxTile {
+        self.box_tile(i)
+    }
+    fn reads(&self, t: &BoxTile, out: &mut Vec<Read>) {
+        let [_, h, w] = self.dims;
+        let src = self.sources(t);
+        let full = src.cols.len() == 1 && src.cols[0] == (0, w);
+        let mut touch = Touch::Rows {
+            row: w as u64,
+            runs: [(0, 0); 3],
+            nruns: 0,
+        };
+        if let Touch::Rows { runs, nruns, .. } = &mut touch {
+            for (k, &(c, n)) in src.cols.iter().take(3).enumerate() {
+                runs[k] = (c as u64, n as u64);
+                *nruns = k + 1;
+            }
+        }
+        if full {
+            touch = Touch::All;
+        }
+        for &(a, b) in &src.rows {
+            out.push(Read {
+                input: 0,
+                start: ((t.band * h + a) * w) as u64,
+                len: ((b - a) * w) as u64,
+                touch,
+            });
+        }
+    }
+    fn out_elems(&self, t: &BoxTile) -> u64 {
+        if self.out == OutMap::None {
+            0
+        } else {
+            (t.rows() * t.cols()) as u64
+        }
+    }
+    fn writes(&self, t: &BoxTile, out: &mut Vec<Write>) {
+        let [_, h, w] = self.dims;
+        let (th, tw) = (t.rows() as u64, t.cols() as u64);
+        let (r0, c0) = (t.r0 as u64, t.c0 as u64);
+        let band = t.band as u64;
+        let (h, w) = (h as u64, w as u64);
+        match self.out {
+            OutMap::None => {}
+            OutMap::Same if tw == w => out.push(Write {
+                file_elem: (band * h + r0) * w,
+                buf_elem: 0,
+                len: th * w,
+            }),
+            OutMap::Same => out.extend((0..th).map(|i| Write {
+                file_elem: (band * h + r0 + i) * w + c0,
+                buf_elem: i * tw,
+                len: tw,
+            })),
+            OutMap::Transposed if th == h => out.push(Write {
+                file_elem: (band * w + c0) * h,
+                buf_elem: 0,
+                len: tw * h,
+            }),
+            OutMap::Transposed => out.extend((0..tw).map(|j| Write {
+                file_elem: (band * w + c0 + j) * h + r0,
+                buf_elem: j * th,
+                len: th,
+            })),
+        }
+    }
+    fn depth(&self) -> usize {
+        self.depth
+    }
+    fn window_bytes(&self) -> u64 {
+        self.window_bytes
+    }
+    fn out_slot_elems(&self) -> u64 {
+        self.out_slot_elems
+    }
+}
+
+impl fmt::Display for BoxPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "plan:           {}", self.what)?;
+        if self.num_tiles == 0 {
+            return writeln!(f, "tiles:          none (the image is empty)");
+        }
+        let [bands, h, w] = self.dims;
+        let how = if self.tile.1 == w {
+            "full-width row blocks"
+        } else {
+            "2-D blocks"
+        };
+        writeln!(
+            f,
+            "tiles:          {} of at most {}x{} ({how}; {} band{} of {})",
+            self.num_tiles,
+            self.tile.0,
+            self.tile.1,
+            bands,
+            if bands == 1 { "" } else { "s" },
+            fmt_shape(&[h, w])
+        )?;
+        writeln!(
+            f,
+            "halo:           {} rows, {} columns ({} boundary)",
+            self.halo_rows.total(),
+            self.halo_cols.total(),
+            self.boundary
+        )?;
+        writeln!(
+            f,
+            "per stage:      read windows {} | compute scratch {} | write buffer {}",
+            fmt_bytes(self.window_bytes),
+            fmt_bytes(self.scratch_bytes),
+            fmt_bytes(self.out_slot_elems * self.out_bytes)
+        )?;
+        writeln!(f, "staging slots:  {} (pipeline depth)", self.depth)?;
+        writeln!(
+            f,
+            "resident:       {}{}",
+            fmt_bytes(self.resident_bytes),
+            if self.resident_bytes > 0 {
+                format!(" ({})", self.resident_what)
+            } else {
+                String::new()
+            }
+        )?;
+        write!(
+            f,
+            "reserved:       {} of {} budget ({:.1}%)",
+            fmt_bytes(self.reserved_bytes),
+            fmt_bytes(self.budget),
+            100.0 * self.reserved_bytes as f64 / self.budget as f64
+        )
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn req(dims: [usize; 3], halo: usize, budget: u64, boundary: Boundary) -> BoxRequest {
+        BoxRequest {
+            what: "test".into(),
+            dims,
+            in_bytes: 4,
+            out_bytes: 4,
+            halo_rows: Halo::symmetric(halo),
+            halo_cols: Halo::symmetric(halo),
+            boundary,
+            scratch: Scratch {
+                padded: 4,
+                row_pass: 4,
+                tile: 4,
+            },
+            resident_bytes: 0,
+            resident_what: String::new(),
+            depth: 3,
+            budget,
+            max_tile_bytes: 16 << 20,
+            cuts: Cuts::Auto { prefer_rows: true },
+            out: OutMap::Same,
+        }
+    }
+
+    #[test]
+    fn boundary_sources_follow_scipy() {
+        // scipy.ndimage docs: reflect (d c b a | a b c d | d c b a), etc.
+        let n = 4;
+        let got = |m: Boundary| -> Vec<Option<usize>> { (-4..8).map(|i| m.source(i, n)).collect() };
+        let s = |v: &[usize]| v.iter().map(|&x| Some(x)).collect::<Vec<_>>();
+        assert_eq!(
+            got(Boundary::Reflect),
+            s(&[3, 2, 1, 0, 0, 1, 2, 3, 3, 2, 1, 0])
+        );
+        assert_eq!(
+            got(Boundary::Nearest),
+            s(&[0, 0, 0, 0, 0, 1, 2, 3, 3, 3, 3, 3])
+        );
+        assert_eq!(
+            got(Boundary::Wrap),
+            s(&[0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3])
+        );
+        let c = got(Boundary::Constant(1.0));
+        assert_eq!(c[3], None);
+        assert_eq!(c[4], Some(0));
+        // reflect beyond one period (an image smaller than the filter)
+        assert_eq!(Boundary::Reflect.source(-9, 4), Some(0));
+        assert_eq!(Boundary::Reflect.source(1, 1), Some(0));
+    }
+
+    #[test]
+    fn boundary_parse() {
+        assert_eq!("wrap".parse::<Boundary>().unwrap(), Boundary::Wrap);
+        assert_eq!(
+            "constant:-2.5".parse::<Boundary>().unwrap(),
+            Boundary::Constant(-2.5)
+        );
+        assert!("constant:x".parse::<Boundary>().is_err());
+        assert!("mirror".parse::<Boundary>().is_err());
+    }
+
+    #[test]
+    fn runs_coalesce() {
+        assert_eq!(runs(-2, 3, 10, Boundary::Wrap), vec![(0, 3), (8, 10)]);
+        assert_eq!(runs(-2, 3, 10, Boundary::Reflect), vec![(0, 3)]);
+        assert_eq!(runs(-5, 1, 10, Boundary::Reflect), vec![(0, 5)]);
+        assert_eq!(runs(8, 12, 10, Boundary::Constant(0.0)), vec![(8, 10)]);
+        assert_eq!(runs(-3, 30, 10, Boundary::Nearest), vec![(0, 10)]);
+        // a narrow tile inside a halo wider than itself, at the left edge
+        assert_eq!(runs(-6, 8, 20, Boundary::Reflect), vec![(0, 8)]);
+    }
+
+    fn check_cover(p: &BoxPlan) {
+        let [bands, h, w] = p.dims;
+        let mut seen = vec![0u8; bands * h * w];
+        for i in 0..p.num_tiles {
+            let t = p.box_tile(i);
+            for r in t.r0..t.r1 {
+                for c in t.c0..t.c1 {
+                    seen[(t.band * h + r as usize) * w + c as usize] += 1;
+                }
+            }
+        }
+        assert!(
+            seen.iter().all(|&s| s == 1),
+            "tiles must cover every pixel once"
+        );
+    }
+
+    #[test]
+    fn wide_image_splits_in_two_dimensions() {
+        // 100000 x 100000 f32 at 64 MiB: full rows cannot fit, so blocks split both axes.
+        let p = BoxPlan::new(&req([1, 100_000, 100_000], 8, 64 << 20, Boundary::Reflect)).unwrap();
+        assert!(p.tile.1 < 100_000, "{p}");
+        assert!(p.tile.0 > 100 && p.tile.1 > 100, "{p}");
+        assert!(p.reserved_bytes <= 64 << 20, "{p}");
+        let small = BoxPlan::new(&req([2, 300, 500], 3, 2_000_000, Boundary::Wrap)).unwrap();
+        assert!(small.num_tiles > 2);
+        check_cover(&small);
+        assert!(small.reserved_bytes <= 2_000_000);
+    }
+
+    #[test]
+    fn full_width_rows_when_they_fit() {
+        let p = BoxPlan::new(&req([1, 20_000, 20_000], 8, 128 << 20, Boundary::Reflect)).unwrap();
+        assert_eq!(p.tile.1, 20_000, "{p}");
+        check_cover(&p);
+        assert!(p.reserved_bytes <= 128 << 20);
+    }
+
+    #[test]
+    fn too_small_budget_explains() {
+        let e = BoxPlan::new(&req([1, 100, 100], 50, 1000, Boundary::Reflect)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("halo of 100 rows"), "{msg}");
+    }
+
+    #[test]
+    fn writes_cover_the_output() {
+        let mut r = req([2, 37, 53], 2, 600_000, Boundary::Nearest);
+        for out in [OutMap::Same, OutMap::Transposed] {
+            r.out = out;
+            r.cuts = Cuts::Auto { prefer_rows: false };
+            let p = BoxPlan::new(&r).unwrap();
+            assert!(p.num_tiles > 4);
+            let mut seen = vec![0u8; 2 * 37 * 53];
+            let mut ws = Vec::new();
+            for i in 0..p.num_tiles {
+                let t = p.box_tile(i);
+                ws.clear();
+                p.writes(&t, &mut ws);
+                let n: u64 = ws.iter().map(|w| w.len).sum();
+                assert_eq!(n, p.out_elems(&t));
+                for w in &ws {
+                    for k in 0..w.len {
+                        seen[(w.file_elem + k) as usize] += 1;
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&s| s == 1), "{out:?}");
+        }
+    }
+}
