@@ -372,7 +372,8 @@ impl BoxPlan {
                 + req.scratch.bytes(th, tw, hr, hc)
                 + depth * (window_bytes(req, th, tw) + th * tw * req.out_bytes)
         };
-        let staging = |th: u64, tw: u64| th * tw * req.out_bytes + window_bytes(req, th, tw);
+        // the cap is on the tile's own data (halo and page slack excluded)
+        let staging = |th: u64, tw: u64| th * tw * (req.in_bytes + req.out_bytes);
         let too_small = |th: u64, tw: u64| {
             let mut arithmetic = format!(
                 "{depth} staging slots × ({} of input window{} + {} of output) for a {th}x{tw} tile",
