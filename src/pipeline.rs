@@ -127,8 +127,9 @@ pub enum Touch {
     /// Every element.
     All,
     /// Only some column runs of each row of `row` elements: `runs[..nruns]` as
-    /// `(first column, columns)`. Pages outside the runs are never faulted in, which is
-    /// what keeps a narrow tile of a very wide image cheap.
+    /// `(first column, columns)`. They are read into a compact buffer (each row's runs
+    /// one after another), so a 1000-column tile of a 100000-column image costs a
+    /// thousand columns of memory, not a hundred thousand.
     Rows {
         /// Row length in elements.
         row: u64,

@@ -65,15 +65,6 @@ impl Boundary {
             }
         }
     }
-
-    /// Most column runs one row of a narrow padded box can need.
-    fn max_runs(self) -> u64 {
-        match self {
-            Boundary::Constant(_) | Boundary::Nearest => 1,
-            Boundary::Wrap => 2,
-            Boundary::Reflect => 3,
-        }
-    }
 }
 
 impl FromStr for Boundary {
@@ -259,11 +250,31 @@ impl BoxTile {
 pub struct Sources {
     /// Source row ranges `[start, end)`, ascending, one mapped window each.
     pub rows: Vec<(usize, usize)>,
-    /// Column runs `(first, count)`, ascending.
+    /// Column runs `[start, end)`, ascending.
     pub cols: Vec<(usize, usize)>,
 }
 
 impl Sources {
+    /// Elements per row of the tile's windows: the column runs, one after another (the
+    /// whole row when the runs cover it).
+    #[must_use]
+    pub fn row_len(&self) -> usize {
+        self.cols.iter().map(|r| r.1 - r.0).sum()
+    }
+
+    /// Position of source column `c` within a window row, if it is read.
+    #[must_use]
+    pub fn col_pos(&self, c: usize) -> Option<usize> {
+        let mut at = 0;
+        for &(a, b) in &self.cols {
+            if (a..b).contains(&c) {
+                return Some(at + c - a);
+            }
+            at += b - a;
+        }
+        None
+    }
+
     /// The window index and row within it of source row `r`.
     #[must_use]
     pub fn locate(&self, r: usize) -> Option<(usize, usize)> {
@@ -352,8 +363,8 @@ fn window_bytes(req: &BoxRequest, th: u64, tw: u64) -> u64 {
     if span >= w as u64 {
         whole
     } else {
-        // Column runs of each row: a run of b bytes touches at most b / page + 2 pages.
-        whole.min(rows * (span * req.in_bytes + req.boundary.max_runs() * 2 * page))
+        // Column runs of each row, read into a compact buffer: exactly their bytes.
+        whole.min(rows * span * req.in_bytes)
     }
 }
 
@@ -562,8 +573,8 @@ impl Layout for BoxPlan {
             nruns: 0,
         };
         if let Touch::Rows { runs, nruns, .. } = &mut touch {
-            for (k, &(c, n)) in src.cols.iter().take(3).enumerate() {
-                runs[k] = (c as u64, n as u64);
+            for (k, &(a, b)) in src.cols.iter().take(3).enumerate() {
+                runs[k] = (a as u64, (b - a) as u64);
                 *nruns = k + 1;
             }
         }

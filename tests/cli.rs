@@ -622,3 +622,78 @@ fn runs_under_an_address_space_limit_smaller_than_the_file() {
     let v: Vec<f32> = bytemuck::pod_collect_to_vec(&read_npy_data(&m));
     assert_eq!(v, vec![0.0; 1024]);
 }
+
+#[test]
+fn peak_memory_of_imagery_runs_stays_within_budget() {
+    const BUDGET: u64 = 16 << 20;
+    const OVERHEAD: u64 = 48 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("img.npy");
+    // 3000 x 20000 f32 = 240 MB, 15x the budget; a full-width block of rows with the
+    // gaussian's 16-row halo does not fit in 16 MiB, so the filters tile in 2-D.
+    let (code, err, _) =
+        run_measured(&["gen", p(&x), "--shape", "3000x20000", "--memory", "16MiB"]);
+    assert_eq!(code, 0, "{err}");
+    let mut runs = Vec::new();
+    for (name, filter) in [
+        ("gaussian", "gaussian:sigma=2"),
+        ("median", "median:size=3"),
+    ] {
+        let y = dir.path().join(format!("{name}.npy"));
+        let (code, err, rss) = run_measured(&[
+            "stencil",
+            p(&x),
+            p(&y),
+            "--filter",
+            filter,
+            "--memory",
+            "16MiB",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        std::fs::remove_file(&y).unwrap();
+        runs.push((name, rss));
+    }
+    let plan = ok(&[
+        "plan",
+        "stencil",
+        p(&x),
+        "y.npy",
+        "--filter",
+        "gaussian:sigma=2",
+        "--memory",
+        "16MiB",
+        "--json",
+    ]);
+    let plan: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_eq!(plan["full_width"], false, "{plan}");
+    let t = dir.path().join("t.npy");
+    let (code, err, rss) = run_measured(&["transpose", p(&x), p(&t), "--memory", "16MiB"]);
+    assert_eq!(code, 0, "{err}");
+    std::fs::remove_file(&t).unwrap();
+    runs.push(("transpose", rss));
+    let patches = dir.path().join("patches");
+    let (code, err, rss) = run_measured(&[
+        "tiles",
+        p(&x),
+        p(&patches),
+        "--size",
+        "512",
+        "--overlap",
+        "32",
+        "--memory",
+        "16MiB",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(patches.join("index.csv").exists());
+    runs.push(("tiles", rss));
+    for (what, rss) in runs {
+        eprintln!(
+            "{what}: peak RSS {} MiB (budget 16 MiB + 48 MiB allowed)",
+            rss >> 20
+        );
+        assert!(
+            rss <= BUDGET + OVERHEAD,
+            "{what}: peak RSS {rss} exceeds 16 MiB + 48 MiB"
+        );
+    }
+}

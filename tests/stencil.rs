@@ -4,7 +4,7 @@
 //! one plain loop per 1-D pass, boundaries resolved by walking the mirror/wrap instead of
 //! modular arithmetic. It is itself checked against scipy goldens (`tests/golden`, made by
 //! `tests/golden/make_stencil_golden.py`).
-#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc, clippy::float_cmp)]
 
 mod common;
 
@@ -63,7 +63,15 @@ fn cval(mode: Boundary) -> f64 {
 
 /// 1-D correlation along `axis` (0 rows, 1 columns) of an `h × w` image:
 /// `out[i] = Σ_t k[t] · in[i + t - before]`.
-fn corr1d(x: &[f64], h: usize, w: usize, axis: usize, k: &[f64], before: usize, mode: Boundary) -> Vec<f64> {
+fn corr1d(
+    x: &[f64],
+    h: usize,
+    w: usize,
+    axis: usize,
+    k: &[f64],
+    before: usize,
+    mode: Boundary,
+) -> Vec<f64> {
     let mut out = vec![0.0; h * w];
     for r in 0..h {
         for c in 0..w {
@@ -240,9 +248,21 @@ fn oracle_matches_scipy_goldens() {
     let x = f32s(&golden("stencil_x.npy"));
     let shape = [2, 37, 45];
     let cases = [
-        ("gaussian:sigma=1.5", Boundary::Reflect, "stencil_gaussian_s1.5_reflect.npy"),
-        ("gaussian:sigma=3", Boundary::Wrap, "stencil_gaussian_s3_wrap.npy"),
-        ("sobel", Boundary::Constant(2.0), "stencil_sobel_constant2.npy"),
+        (
+            "gaussian:sigma=1.5",
+            Boundary::Reflect,
+            "stencil_gaussian_s1.5_reflect.npy",
+        ),
+        (
+            "gaussian:sigma=3",
+            Boundary::Wrap,
+            "stencil_gaussian_s3_wrap.npy",
+        ),
+        (
+            "sobel",
+            Boundary::Constant(2.0),
+            "stencil_sobel_constant2.npy",
+        ),
         ("sobel", Boundary::Nearest, "stencil_sobel_nearest.npy"),
     ];
     for (spec, mode, file) in cases {
@@ -267,16 +287,39 @@ fn engine_matches_scipy_goldens_at_any_budget() {
     let dir = tempfile::tempdir().unwrap();
     let x = TensorFile::open(golden("stencil_x.npy")).unwrap();
     let cases = [
-        ("gaussian:sigma=1.5", "reflect", "stencil_gaussian_s1.5_reflect.npy", 2e-6),
-        ("gaussian:sigma=3", "wrap", "stencil_gaussian_s3_wrap.npy", 2e-6),
+        (
+            "gaussian:sigma=1.5",
+            "reflect",
+            "stencil_gaussian_s1.5_reflect.npy",
+            2e-6,
+        ),
+        (
+            "gaussian:sigma=3",
+            "wrap",
+            "stencil_gaussian_s3_wrap.npy",
+            2e-6,
+        ),
         ("sobel", "constant:2", "stencil_sobel_constant2.npy", 2e-6),
         ("sobel", "nearest", "stencil_sobel_nearest.npy", 2e-6),
-        ("median:size=3", "reflect", "stencil_median3_reflect.npy", 0.0),
-        ("median:size=4", "constant:0.5", "stencil_median4_constant.npy", 0.0),
+        (
+            "median:size=3",
+            "reflect",
+            "stencil_median3_reflect.npy",
+            0.0,
+        ),
+        (
+            "median:size=4",
+            "constant:0.5",
+            "stencil_median4_constant.npy",
+            0.0,
+        ),
     ];
     for (spec, mode, file, tol) in cases {
-        let st = Stencil::new(Filter::parse(spec, |_| unreachable!()).unwrap(), mode.parse().unwrap())
-            .unwrap();
+        let st = Stencil::new(
+            Filter::parse(spec, |_| unreachable!()).unwrap(),
+            mode.parse().unwrap(),
+        )
+        .unwrap();
         let want = if tol == 0.0 {
             f32s(&golden(file))
         } else {
@@ -288,7 +331,11 @@ fn engine_matches_scipy_goldens_at_any_budget() {
             let r = e.stencil(&x, &out, &st, Some(DType::F32)).unwrap();
             let got = f32s(&out);
             let err = max_rel_err(&got, &want);
-            assert!(err <= tol, "{spec} {mode} at {budget}/{max_tile}: {err:e} ({} tiles)", r.tiles);
+            assert!(
+                err <= tol,
+                "{spec} {mode} at {budget}/{max_tile}: {err:e} ({} tiles)",
+                r.tiles
+            );
         }
     }
 }
@@ -316,13 +363,23 @@ fn every_filter_and_mode_matches_the_oracle_and_ignores_tiling() {
                 let mut most_tiles = 0;
                 for (budget, max_tile) in [("64MiB", 16 << 20), ("2MiB", 1500), ("2MiB", 100)] {
                     let out = dir.path().join("y.npy");
-                    let r = engine(budget, max_tile).stencil(&x, &out, &st, None).unwrap();
+                    let r = engine(budget, max_tile)
+                        .stencil(&x, &out, &st, None)
+                        .unwrap();
                     most_tiles = most_tiles.max(r.tiles);
                     if max_tile == 100 && shape == [29, 61] {
                         // 2-D tiles, narrower and shorter than the halo of sigma=3 (12)
-                        assert!(r.tile_shape[1] < 61 && r.tile_shape[0] > 1, "{:?}", r.tile_shape);
+                        assert!(
+                            r.tile_shape[1] < 61 && r.tile_shape[0] > 1,
+                            "{:?}",
+                            r.tile_shape
+                        );
                         if matches!(f, Filter::Gaussian { sigma, .. } if sigma > 2.0) {
-                            assert!(r.tile_shape[0] < 12 && r.tile_shape[1] < 12, "{:?}", r.tile_shape);
+                            assert!(
+                                r.tile_shape[0] < 12 && r.tile_shape[1] < 12,
+                                "{:?}",
+                                r.tile_shape
+                            );
                         }
                     }
                     let bytes = read_npy_data(&out);
@@ -330,12 +387,18 @@ fn every_filter_and_mode_matches_the_oracle_and_ignores_tiling() {
                         .into_iter()
                         .map(f64::from)
                         .collect();
-                    let tol = if matches!(f, Filter::Median { .. }) { 0.0 } else { 3e-6 };
+                    let tol = if matches!(f, Filter::Median { .. }) {
+                        0.0
+                    } else {
+                        3e-6
+                    };
                     let err = max_rel_err(&got, &want);
                     assert!(err <= tol, "{f} {mode} {shape:?} at {max_tile}: {err:e}");
                     match &first {
                         None => first = Some(bytes),
-                        Some(b) => assert!(b == &bytes, "{f} {mode} {shape:?}: tiling changed bits"),
+                        Some(b) => {
+                            assert!(b == &bytes, "{f} {mode} {shape:?}: tiling changed bits");
+                        }
                     }
                 }
                 if n > 100 {
@@ -371,7 +434,9 @@ fn dtypes_in_and_out() {
     let x = TensorFile::open(&p).unwrap();
     let f = Filter::Box { size: 5 };
     let st = Stencil::new(f.clone(), Boundary::Reflect).unwrap();
-    engine("4MiB", 700).stencil(&x, &out, &st, Some(DType::F64)).unwrap();
+    engine("4MiB", 700)
+        .stencil(&x, &out, &st, Some(DType::F64))
+        .unwrap();
     let got = f64s(&out);
     let xf: Vec<f64> = data.iter().map(|&v| f64::from(v)).collect();
     let want = oracle(&f, Boundary::Reflect, &xf, h, w);
@@ -439,7 +504,11 @@ fn transpose_matches_and_ignores_tiling() {
             let k = want_shape.len();
             want_shape.swap(k - 1, k - 2);
             assert_eq!(t.shape(), &want_shape[..]);
-            assert!(read_npy_data(&out) == want, "{shape:?} {dtype} at {max_tile} ({} tiles)", r.tiles);
+            assert!(
+                read_npy_data(&out) == want,
+                "{shape:?} {dtype} at {max_tile} ({} tiles)",
+                r.tiles
+            );
         }
     }
 }
@@ -486,6 +555,9 @@ fn patches_cover_the_image_with_an_index() {
                 }
             }
         }
-        assert!(covered.iter().all(|&c| c), "{edge:?}: some pixel in no patch");
+        assert!(
+            covered.iter().all(|&c| c),
+            "{edge:?}: some pixel in no patch"
+        );
     }
 }

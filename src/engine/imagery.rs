@@ -274,10 +274,11 @@ impl Engine {
                 Some(output),
                 self.progress_fn(),
                 |tile: BoxTile, windows, o| {
+                    let src = plan.sources(&tile);
                     backend.transpose(
                         windows[0],
-                        w,
-                        tile.c0 as usize,
+                        src.row_len(),
+                        src.col_pos(tile.c0 as usize).unwrap_or(0),
                         tile.rows(),
                         tile.cols(),
                         es,
@@ -504,10 +505,12 @@ fn gather_bytes(plan: &BoxPlan, t: &BoxTile, windows: &[&[u8]], es: usize, out: 
         let Some((k, off)) = src.locate(r as usize) else {
             continue;
         };
-        let row = &windows[k][off * w * es..(off + 1) * w * es];
+        let rl = src.row_len();
+        let row = &windows[k][off * rl * es..(off + 1) * rl * es];
         let from = (ca - t.c0) as usize * es;
         let n = (cb - ca) as usize * es;
-        orow[from..from + n].copy_from_slice(&row[ca as usize * es..ca as usize * es + n]);
+        let at = src.col_pos(ca as usize).unwrap_or(0) * es;
+        orow[from..from + n].copy_from_slice(&row[at..at + n]);
     }
 }
 

@@ -693,9 +693,15 @@ fn gather<F: Real>(job: &TileJob<'_>, padded: &mut [F], pw: usize) -> Result<()>
     };
     let r_first = job.tile.r0 - plan.halo_rows.before as i64;
     let c_first = job.tile.c0 - plan.halo_cols.before as i64;
+    // position in a window row of each padded column's source (None: the constant)
     let cols: Vec<Option<usize>> = (0..pw)
-        .map(|j| plan.boundary.source(c_first + j as i64, w))
+        .map(|j| {
+            plan.boundary
+                .source(c_first + j as i64, w)
+                .and_then(|c| src.col_pos(c))
+        })
         .collect();
+    let rl = src.row_len();
     // The run of padded columns that are the image's own, contiguous in a source row.
     let inside = (0..pw)
         .filter(|&j| (0..w as i64).contains(&(c_first + j as i64)))
@@ -713,7 +719,7 @@ fn gather<F: Real>(job: &TileJob<'_>, padded: &mut [F], pw: usize) -> Result<()>
                 return Ok(());
             };
             let (k, off) = locate(&src, r, job.tile.index)?;
-            let bytes = &job.windows[k][off * w * es..(off + 1) * w * es];
+            let bytes = &job.windows[k][off * rl * es..(off + 1) * rl * es];
             dispatch_dtype!(in_dtype, T => convert_row::<T, F>(bytes, prow, &cols, inside, cval));
             Ok(())
         })

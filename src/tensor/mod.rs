@@ -287,19 +287,29 @@ impl TensorFile {
         self.map_window_touch(start, count, Touch::All)
     }
 
-    /// Maps the elements `[start, start + count)` like [`TensorFile::map_window`], but
-    /// prefaults only the pages `touch` says the tile reads: for [`Touch::Rows`], the
-    /// column runs of each row. Other pages of the window stay unmapped until touched.
+    /// Reads the elements `[start, start + count)` as `touch` says: [`Touch::All`] maps
+    /// them like [`TensorFile::map_window`]; [`Touch::Rows`] reads only the column runs of
+    /// each row, with positioned reads, into a compact owned buffer (each row the runs
+    /// one after another).
+    ///
+    /// Why narrow windows are read rather than mapped: on a fault the kernel maps up to
+    /// 64 KiB of cached pages around the faulting one (fault-around), so touching a
+    /// 2 KiB run of each row of a mapped window would cost up to 32 times that in
+    /// resident memory, beyond any budget's reach.
     ///
     /// # Errors
     /// As for [`TensorFile::map_window`].
     pub fn map_window_touch(&self, start: u64, count: u64, touch: Touch) -> Result<Window> {
+        if let Touch::Rows { row, runs, nruns } = touch {
+            return self.read_runs(start, count, row, &runs[..nruns]);
+        }
         let es = self.info.dtype.size() as u64;
         let begin = self.info.data_offset + start * es;
         let len = count * es;
         if len == 0 {
             return Ok(Window {
                 map: None,
+                owned: Vec::new(),
                 skip: 0,
                 len: 0,
             });
@@ -327,27 +337,51 @@ impl TensorFile {
         // Pages already in the page cache are cheapest faulted in lazily by the compute
         // threads (the kernel maps them in batches); pages that are not are read here, in
         // the read stage, so disk I/O overlaps the compute of the previous tile.
-        match touch {
-            Touch::All => {
-                if !fully_resident(&map) {
-                    populate(&map, 0, map.len());
-                }
-            }
-            Touch::Rows { row, runs, nruns } => {
-                let row_bytes = row * es;
-                for r in 0..count / row.max(1) {
-                    for &(c0, n) in &runs[..nruns] {
-                        let from = skip as u64 + r * row_bytes + c0 * es;
-                        let a = from / page * page;
-                        populate(&map, a as usize, (from + n * es - a) as usize);
-                    }
-                }
-            }
+        if !fully_resident(&map) {
+            populate(&map, 0, map.len());
         }
         Ok(Window {
             map: Some(map),
+            owned: Vec::new(),
             skip,
             len: len as usize,
+        })
+    }
+
+    /// Reads column runs `(first, count)` of each row of `row` elements in the elements
+    /// `[start, start + count)` into a compact buffer.
+    fn read_runs(&self, start: u64, count: u64, row: u64, runs: &[(u64, u64)]) -> Result<Window> {
+        let es = self.info.dtype.size() as u64;
+        let rows = count / row.max(1);
+        let width: u64 = runs.iter().map(|r| r.1).sum();
+        let end = self.info.data_offset + (start + count) * es;
+        let now = file_len(&self.file, &self.path)?;
+        if end > now {
+            return Err(Error::format(
+                &self.path,
+                format!(
+                    "file changed size while in use: it now holds {now} bytes, {end} are needed"
+                ),
+            ));
+        }
+        let mut owned = vec![0u8; (rows * width * es) as usize];
+        let mut at = 0usize;
+        for r in 0..rows {
+            for &(c0, n) in runs {
+                let len = (n * es) as usize;
+                let off = self.info.data_offset + (start + r * row + c0) * es;
+                self.file
+                    .read_exact_at(&mut owned[at..at + len], off)
+                    .map_err(|e| Error::io("read a window of", &self.path, e))?;
+                at += len;
+            }
+        }
+        let len = owned.len();
+        Ok(Window {
+            map: None,
+            owned,
+            skip: 0,
+            len,
         })
     }
 }
@@ -405,10 +439,12 @@ pub fn page_size() -> u64 {
     if p > 0 { p as u64 } else { 4096 }
 }
 
-/// A mapped byte range of an input file; unmapped on drop.
+/// A byte range of an input file: mapped (unmapped on drop), or read into a compact
+/// buffer for narrow windows ([`Touch::Rows`]).
 #[derive(Debug)]
 pub struct Window {
     map: Option<Mmap>,
+    owned: Vec<u8>,
     skip: usize,
     len: usize,
 }
@@ -419,7 +455,7 @@ impl Window {
     pub fn bytes(&self) -> &[u8] {
         match &self.map {
             Some(m) => &m[self.skip..self.skip + self.len],
-            None => &[],
+            None => &self.owned,
         }
     }
 }
