@@ -6,6 +6,7 @@ One command (from the repository root):
     python3 benches/compare/compare.py                  # column mean, 3075200x512 f32 (6.3 GB)
     python3 benches/compare/compare.py --task map_f16   # map '(x*2+1)' --dtype f16 vs numpy blocks
     python3 benches/compare/compare.py --task matmul    # 512x64 projection vs in-memory product
+    python3 benches/compare/compare.py --task gaussian  # 20000x20000 stencil vs scipy.ndimage
 
 It builds tilestream (release) and the C baseline, creates a virtual environment with
 numpy in benches/compare/.venv, generates the input once in benches/compare/work/
@@ -44,8 +45,8 @@ def setup(rows, cols):
     if not (VENV / "bin" / "python").exists():
         sh([sys.executable, "-m", "venv", str(VENV)])
     py = VENV / "bin" / "python"
-    if subprocess.run([py, "-c", "import numpy"], capture_output=True).returncode != 0:
-        sh([py, "-m", "pip", "install", "--quiet", "numpy"])
+    if subprocess.run([py, "-c", "import numpy, scipy"], capture_output=True).returncode != 0:
+        sh([py, "-m", "pip", "install", "--quiet", "numpy", "scipy"])
     WORK.mkdir(exist_ok=True)
     cc = shutil.which("cc") or shutil.which("gcc")
     colsum = WORK / "colsum"
@@ -60,7 +61,8 @@ def setup(rows, cols):
 def measure(cmd):
     """Runs cmd; returns (seconds, peak RSS bytes of that child). The seconds are the wall
     time, or the figure after "product " when the command prints one (the in-memory
-    matmul bench, whose wall time would include loading X into RAM)."""
+    matmul bench, whose wall time would include loading X into RAM), or after "timed "
+    (scipy on an image already loaded)."""
     t0 = time.perf_counter()
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out = p.stdout.read().decode()
@@ -71,8 +73,9 @@ def measure(cmd):
     p.stderr.close()
     if os.waitstatus_to_exitcode(status) != 0:
         raise RuntimeError(f"{cmd} failed: {err}")
-    if "product " in out:
-        wall = float(out.split("product ", 1)[1].split(" s", 1)[0])
+    for marker in ("product ", "timed "):
+        if marker in out:
+            wall = float(out.split(marker, 1)[1].split(" s", 1)[0])
     return wall, ru.ru_maxrss * 1024
 
 
@@ -112,13 +115,16 @@ def machine():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rows", type=int, default=3075200)
-    ap.add_argument("--cols", type=int, default=512)
+    ap.add_argument("--rows", type=int, help="default 3075200 (20000 for gaussian)")
+    ap.add_argument("--cols", type=int, help="default 512 (20000 for gaussian)")
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--memory", default="256MiB", help="tilestream budget")
     ap.add_argument("--numpy-whole", action="store_true", help="also run numpy on the whole memmap")
-    ap.add_argument("--task", choices=["colmean", "map_f16", "matmul"], default="colmean")
+    ap.add_argument("--task", choices=["colmean", "map_f16", "matmul", "gaussian"], default="colmean")
     a = ap.parse_args()
+    square = a.task == "gaussian"
+    a.rows = a.rows or (20000 if square else 3075200)
+    a.cols = a.cols or (20000 if square else 512)
 
     py, colsum, x = setup(a.rows, a.cols)
     out = WORK / "out.npy"
@@ -136,6 +142,12 @@ def main():
         engines = {
             "tilestream": [BIN, "map", "(x*2+1)", out, "--in", f"x={x}", "--dtype", "f16", "--memory", a.memory],
             "numpy memmap, 64 MiB row blocks -> memmap": [py, HERE / "numpy_map.py", x, WORK / "out_numpy.npy"],
+        }
+    elif a.task == "gaussian":
+        title = "Gaussian filter sigma=2 (reflect), result written to disk by tilestream, kept in memory by scipy"
+        engines = {
+            "tilestream stencil (streamed, written)": [BIN, "stencil", x, out, "--filter", "gaussian:sigma=2", "--memory", a.memory],
+            "scipy.ndimage.gaussian_filter, image in memory (filter only)": [py, HERE / "scipy_gaussian.py", x],
         }
     else:
         title = f"Projection {a.rows}x{a.cols} @ {a.cols}x64"
