@@ -41,6 +41,7 @@ pub struct Engine {
     depth: usize,
     max_tile_bytes: u64,
     progress: Option<ProgressCallback>,
+    durable: bool,
 }
 
 impl fmt::Debug for Engine {
@@ -262,6 +263,7 @@ impl Engine {
             depth: DEFAULT_DEPTH,
             max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
             progress: None,
+            durable: true,
         })
     }
 
@@ -278,6 +280,16 @@ impl Engine {
     #[must_use]
     pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Self {
         self.backend = backend;
+        self
+    }
+
+    /// Whether outputs are flushed to disk before they are renamed into place (default
+    /// true; writeback of each tile starts as soon as it is written). Off, an output is
+    /// still complete and atomically renamed when the call returns, but sits in the page
+    /// cache: a power failure soon after may lose it, as with `cp` or `np.save`.
+    #[must_use]
+    pub fn with_durable(mut self, yes: bool) -> Self {
+        self.durable = yes;
         self
     }
 
@@ -400,12 +412,13 @@ impl Engine {
     /// `fill`, then flushed and renamed into place. On error the temporary file is
     /// removed and nothing appears at `out`.
     fn to_file<T>(
+        &self,
         out: &Path,
         shape: &[usize],
         dtype: DType,
         fill: impl FnOnce(&OutputFile) -> Result<T>,
     ) -> Result<T> {
-        let output = OutputFile::create(out, shape, dtype)?;
+        let output = OutputFile::create(out, shape, dtype)?.durable(self.durable);
         let r = fill(&output)?;
         output.finish()?;
         Ok(r)
@@ -426,7 +439,7 @@ impl Engine {
     where
         F: FnMut(crate::plan::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     {
-        Self::to_file(out, shape, dtype, |output| {
+        self.to_file(out, shape, dtype, |output| {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;
             pipeline::run(&stream, compute)

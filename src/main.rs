@@ -56,6 +56,11 @@ struct Common {
     /// Print the run report as one JSON object on stdout.
     #[arg(long, global = true)]
     json: bool,
+    /// Do not flush outputs to disk before renaming them into place: faster when the
+    /// output is larger than the disk writes in the run's time, but a power failure soon
+    /// after may lose it (as with cp or np.save). Outputs are still atomic.
+    #[arg(long, global = true)]
+    no_sync: bool,
 }
 
 /// How to read an input that is not `.npy`.
@@ -349,7 +354,9 @@ enum Cmd {
 
 fn engine(c: &Common) -> Result<Engine> {
     let budget = MemoryBudget::parse(&c.memory)?;
-    let e = Engine::new(budget)?.with_depth(c.depth);
+    let e = Engine::new(budget)?
+        .with_depth(c.depth)
+        .with_durable(!c.no_sync);
     match c.threads {
         Some(n) => e.with_threads(n),
         None => Ok(e),

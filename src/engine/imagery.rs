@@ -187,7 +187,7 @@ impl Engine {
         )?;
         let backend = &self.backend;
         let mut arena = Vec::new();
-        let times = Self::to_file(out.as_ref(), input.shape(), od, |output| {
+        let times = self.to_file(out.as_ref(), input.shape(), od, |output| {
             pipeline::run_layout(
                 &plan,
                 &[input],
@@ -266,7 +266,7 @@ impl Engine {
         self.budget.reset_peak();
         let backend = &self.backend;
         let es = input.dtype().size();
-        let times = Self::to_file(out.as_ref(), &out_shape, input.dtype(), |output| {
+        let times = self.to_file(out.as_ref(), &out_shape, input.dtype(), |output| {
             pipeline::run_layout(
                 &plan,
                 &[input],

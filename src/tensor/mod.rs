@@ -512,6 +512,7 @@ pub fn temp_beside(dest: &Path) -> Result<tempfile::NamedTempFile> {
 /// the destination in [`finish`](Self::finish). Dropped without `finish`, it is deleted.
 #[derive(Debug)]
 pub struct OutputFile {
+    durable: bool,
     dest: PathBuf,
     tmp: tempfile::NamedTempFile,
     data_offset: u64,
@@ -549,6 +550,7 @@ impl OutputFile {
             .set_len(data_offset + nbytes)
             .map_err(|e| Error::io("size", dest, e))?;
         Ok(OutputFile {
+            durable: true,
             dest: dest.to_path_buf(),
             tmp,
             data_offset,
@@ -581,10 +583,32 @@ impl OutputFile {
     /// [`Error::Io`] on a failed write (disk full, file size limit...).
     pub fn write_at(&self, start: u64, bytes: &[u8]) -> Result<()> {
         let off = self.data_offset + start * self.dtype.size() as u64;
-        self.tmp
-            .as_file()
-            .write_all_at(bytes, off)
-            .map_err(|e| Error::io("write", &self.dest, e))
+        let file = self.tmp.as_file();
+        file.write_all_at(bytes, off)
+            .map_err(|e| Error::io("write", &self.dest, e))?;
+        if self.durable {
+            // Start writing this range back now, asynchronously, so the disk works while
+            // later tiles compute and the flush in `finish` has little left to wait for.
+            // SAFETY: the descriptor is open; the call only schedules writeback.
+            unsafe {
+                libc::sync_file_range(
+                    std::os::fd::AsRawFd::as_raw_fd(file),
+                    off as libc::off64_t,
+                    bytes.len() as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether [`finish`](Self::finish) flushes the data to disk before the rename
+    /// (default true). Without it the output is still complete and atomically renamed,
+    /// but a power failure soon after may lose it, as with `cp` or `np.save`.
+    #[must_use]
+    pub fn durable(mut self, yes: bool) -> Self {
+        self.durable = yes;
+        self
     }
 
     /// Flushes the data to disk and renames the file into place (replacing what was
@@ -593,15 +617,17 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Io`] if the flush or rename fails; the temporary file is removed then.
     pub fn finish(self) -> Result<()> {
-        self.tmp
-            .as_file()
-            .sync_all()
-            .map_err(|e| Error::io("flush", &self.dest, e))?;
+        if self.durable {
+            self.tmp
+                .as_file()
+                .sync_all()
+                .map_err(|e| Error::io("flush", &self.dest, e))?;
+        }
         let dest = self.dest;
         self.tmp
             .persist(&dest)
             .map_err(|e| Error::io("rename the finished output to", &dest, e.error))?;
-        if let Some(dir) = dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Some(dir) = dest.parent().filter(|p| self.durable && !p.as_os_str().is_empty()) {
             // Best effort: some filesystems refuse fsync on a directory.
             if let Ok(d) = File::open(dir) {
                 let _ = d.sync_all();
