@@ -1,16 +1,21 @@
 //! The `tilestream` command: streams operations over on-disk arrays under a memory budget.
 
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tilestream::budget::fmt_bytes;
 use tilestream::engine::{Edge, PatchSpec};
 use tilestream::ops::stencil::{Filter, Stencil};
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
 use tilestream::tiling::{Boundary, BoxPlan};
 use tilestream::{
-    Array, DType, Engine, Error, MemoryBudget, Plan, Reduce, ReduceOver, Result, RunReport,
-    TensorFile,
+    Array, DType, Engine, Error, MemoryBudget, Plan, Progress, Reduce, ReduceOver, Result,
+    RunReport, TensorFile,
 };
 
 const DEFAULT_MEMORY: &str = "1GiB";
@@ -56,6 +61,9 @@ struct Common {
     /// Print the run report as one JSON object on stdout.
     #[arg(long, global = true)]
     json: bool,
+    /// Progress bar on stderr: auto (only when stderr is a terminal), never, always.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "never", "always"], global = true)]
+    progress: String,
     /// Do not flush outputs to disk before renaming them into place: faster when the
     /// output is larger than the disk writes in the run's time, but a power failure soon
     /// after may lose it (as with cp or np.save). Outputs are still atomic.
@@ -363,6 +371,61 @@ fn engine(c: &Common) -> Result<Engine> {
     }
 }
 
+/// One progress line: tiles, throughput, memory, ETA.
+fn progress_line(p: &Progress) -> String {
+    let secs = p.elapsed.as_secs_f64().max(1e-9);
+    let eta = if p.tiles_done > 0 && p.tiles_total >= p.tiles_done {
+        secs / p.tiles_done as f64 * (p.tiles_total - p.tiles_done) as f64
+    } else {
+        0.0
+    };
+    format!(
+        "{:.2} GB/s, memory {} of {}, ETA {eta:.0} s",
+        p.bytes_done as f64 / secs / 1e9,
+        fmt_bytes(p.reserved),
+        fmt_bytes(p.budget)
+    )
+}
+
+/// Progress for `--progress`: an indicatif bar when stderr is a terminal; with `always`
+/// and no terminal, a plain line at most once a second (and at the last tile), for logs.
+fn with_progress_bar(e: Engine, mode: &str) -> (Engine, Option<ProgressBar>) {
+    let tty = std::io::stderr().is_terminal();
+    if mode == "never" || (mode == "auto" && !tty) {
+        return (e, None);
+    }
+    if !tty {
+        let last = Mutex::new(None::<Instant>);
+        let e = e.with_progress(Arc::new(move |p: &Progress| {
+            let Ok(mut last) = last.lock() else { return };
+            let due = last.is_none_or(|t| t.elapsed().as_secs_f64() >= 1.0);
+            if due || p.tiles_done == p.tiles_total {
+                *last = Some(Instant::now());
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "tilestream: {}/{} tiles, {}",
+                    p.tiles_done,
+                    p.tiles_total,
+                    progress_line(p)
+                );
+            }
+        }));
+        return (e, None);
+    }
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(10));
+    bar.set_style(
+        ProgressStyle::with_template("[{elapsed_precise}] {bar:30} {pos}/{len} tiles, {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let b = bar.clone();
+    let e = e.with_progress(Arc::new(move |p: &Progress| {
+        b.set_length(p.tiles_total as u64);
+        b.set_position(p.tiles_done as u64);
+        b.set_message(progress_line(p));
+    }));
+    (e, Some(bar))
+}
+
 fn open(path: &PathBuf, raw: &RawSpec) -> Result<TensorFile> {
     match (&raw.shape, &raw.in_dtype) {
         (Some(s), Some(d)) => TensorFile::open_raw(path, &parse_shape(s)?, d.parse()?),
@@ -640,8 +703,12 @@ fn main_inner(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Op(op) => {
-            let e = engine(common)?;
-            let r = run_op(&e, &op)?;
+            let (e, bar) = with_progress_bar(engine(common)?, &common.progress);
+            let r = run_op(&e, &op);
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            let r = r?;
             if common.json {
                 println!(
                     "{}",

@@ -820,6 +820,7 @@ mod tests {
     #[test]
     fn writes_cover_the_output() {
         let mut r = req([2, 37, 53], 2, 600_000, Boundary::Nearest);
+        r.max_tile_bytes = 2000;
         for out in [OutMap::Same, OutMap::Transposed] {
             r.out = out;
             r.cuts = Cuts::Auto { prefer_rows: false };

@@ -697,3 +697,45 @@ fn peak_memory_of_imagery_runs_stays_within_budget() {
         );
     }
 }
+
+#[test]
+fn progress_is_off_when_piped_and_on_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "3000x500", "--memory", "4MiB"]);
+    let y = dir.path().join("y.npy");
+    // stderr is a pipe here: the default (auto) draws nothing
+    let o = run(&["affine", p(&x), p(&y), "--scale", "2", "--memory", "4MiB"]);
+    assert!(o.status.success());
+    assert!(
+        o.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // always: plain progress lines, the last one at the last tile
+    let o = run(&[
+        "affine",
+        p(&x),
+        p(&y),
+        "--memory",
+        "4MiB",
+        "--progress",
+        "always",
+    ]);
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let last = err.lines().last().unwrap_or_default().to_string();
+    assert!(last.starts_with("tilestream: "), "{err}");
+    let (done, total) = last["tilestream: ".len()..]
+        .split_once(" tiles")
+        .and_then(|(t, _)| t.split_once('/'))
+        .unwrap();
+    assert_eq!(done, total, "{err}");
+    assert!(total.parse::<usize>().unwrap() > 1, "{err}");
+    assert!(
+        last.contains("GB/s") && last.contains("of 4.0 MiB"),
+        "{err}"
+    );
+    let o = run(&["affine", p(&x), p(&y), "--progress", "sometimes"]);
+    assert_eq!(o.status.code(), Some(2));
+}

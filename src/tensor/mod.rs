@@ -627,7 +627,10 @@ impl OutputFile {
         self.tmp
             .persist(&dest)
             .map_err(|e| Error::io("rename the finished output to", &dest, e.error))?;
-        if let Some(dir) = dest.parent().filter(|p| self.durable && !p.as_os_str().is_empty()) {
+        if let Some(dir) = dest
+            .parent()
+            .filter(|p| self.durable && !p.as_os_str().is_empty())
+        {
             // Best effort: some filesystems refuse fsync on a directory.
             if let Ok(d) = File::open(dir) {
                 let _ = d.sync_all();
