@@ -7,10 +7,11 @@
 //! ```
 //!
 //! Steps: stream-generate the array (N(col/100, 1) values), compute column means and
-//! standard deviations, and write `2x + 1` cast to f16 into a new file. Prints each
-//! result's summary, its throughput, and the peak resident memory of the process next to
-//! the budget and next to what `np.load` would need. Set `TILESTREAM_DIR` to choose where
-//! the files go (default: a temporary directory, removed at the end).
+//! standard deviations, standardize it and cast to f16 into a new file, and project it onto
+//! 64 random directions (a 512 × 64 Gaussian matrix held in memory). Prints each result's
+//! summary, its throughput, and the peak resident memory of the process next to the budget
+//! and next to what `np.load` would need. Set `TILESTREAM_DIR` to choose where the files go
+//! (kept there; default: a temporary directory, removed at the end).
 
 use std::time::Instant;
 
@@ -64,21 +65,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         r.wall_s, r.gb_per_s
     );
 
-    let y_path = dir.join("y_f16.npy");
-    let r = engine.affine(&x, &y_path, 2.0, 1.0, Some(DType::F16))?;
-    let y = TensorFile::open(&y_path)?;
+    let z_path = dir.join("z_f16.npy");
+    let (stats, apply) = engine.standardize(&x, &z_path, Some(DType::F16), 0, None)?;
+    let z = TensorFile::open(&z_path)?;
     println!(
-        "2x+1 -> f16:  {:>7.2} s  {:>6.2} GB/s   wrote {} {:?} {}",
-        r.wall_s,
-        r.gb_per_s,
-        y_path
+        "standardize:  {:>7.2} s  {:>6.2} GB/s   (x - mean) / std -> {} {:?} {}",
+        stats.wall_s + apply.wall_s,
+        (stats.bytes_read + apply.bytes_read + apply.bytes_written) as f64
+            / (stats.wall_s + apply.wall_s).max(1e-9)
+            / 1e9,
+        z_path
             .file_name()
             .map(|n| n.to_string_lossy())
             .unwrap_or_default(),
-        y.shape(),
-        y.dtype()
+        z.shape(),
+        z.dtype()
     );
 
+    let w_path = dir.join("directions.npy");
+    engine.generate(&w_path, &[cols, 64], DType::F32, 2)?;
+    let p_path = dir.join("projection.npy");
+    let r = engine.matmul(&x, &TensorFile::open(&w_path)?, &p_path, None)?;
+    println!(
+        "project:      {:>7.2} s  {:>6.2} GB/s   X @ W (512 x 64, resident) -> {:?}",
+        r.wall_s, r.gb_per_s, r.output_shape
+    );
     let rss = peak_rss();
     println!(
         "peak resident memory: {} (budget {budget}); np.load(\"x.npy\") would need {}",
