@@ -661,7 +661,7 @@ impl Engine {
 
     /// Resolves an expression's inputs: the compiled program, its streams (file and base
     /// offset for each), the shape it iterates over and the default output dtype.
-    fn bind<'a>(
+    pub(crate) fn bind<'a>(
         src: &str,
         inputs: &[(&str, &'a TensorFile)],
     ) -> Result<(Program, Vec<InputStream<'a>>, Vec<usize>, DType)> {

@@ -54,6 +54,7 @@ pub mod pipeline;
 pub mod plan;
 pub mod tensor;
 pub mod tiling;
+pub mod workflow;
 
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! The `tilestream` command: streams operations over on-disk arrays under a memory budget.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -13,9 +13,10 @@ use tilestream::engine::{Edge, PatchSpec};
 use tilestream::ops::stencil::{Filter, Stencil};
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
 use tilestream::tiling::{Boundary, BoxPlan};
+use tilestream::workflow::{Workflow, load_kernel};
 use tilestream::{
-    Array, DType, Engine, Error, MemoryBudget, Plan, Progress, Reduce, ReduceOver, Result,
-    RunReport, TensorFile,
+    DType, Engine, Error, MemoryBudget, Plan, Progress, Reduce, ReduceOver, Result, RunReport,
+    TensorFile,
 };
 
 const DEFAULT_MEMORY: &str = "1GiB";
@@ -50,8 +51,9 @@ struct Cli {
 struct Common {
     /// Memory budget for everything the engine holds: staging windows and buffers,
     /// accumulators, results (e.g. 512MiB, 2GB, 1.5GiB, or bytes).
-    #[arg(long, short = 'm', default_value = DEFAULT_MEMORY, global = true)]
-    memory: String,
+    /// [default: 1GiB, or a pipeline file's `memory`]
+    #[arg(long, short = 'm', global = true)]
+    memory: Option<String>,
     /// Worker threads for compute (default: all cores).
     #[arg(long, short = 'j', global = true)]
     threads: Option<usize>,
@@ -350,6 +352,22 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Run a pipeline file: named inputs, steps, outputs, one memory budget.
+    #[command(after_help = "Examples:
+  tilestream run examples/pipeline.toml
+  tilestream run pipeline.toml --dry-run          # check everything, print every step's plan
+
+Steps: map, affine, cast, reduce, stencil, transpose, matmul, standardize, with the keys of
+the matching subcommand (expr, input, dtype, scale, offset, reduce, axis, ddof, filter,
+boundary, x, w). Consecutive elementwise steps fuse into one pass; other intermediates go
+to a temporary directory removed at the end. See examples/pipeline.toml.")]
+    Run {
+        /// The pipeline file (.toml).
+        file: PathBuf,
+        /// Check the file and print the plan of every step; run nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
     /// Print the plan of an operation (tiles, bytes per stage, budget) without running it.
     #[command(
         after_help = "Example:\n  tilestream plan reduce x.npy m.npy --op mean --axis 0 --memory 256MiB"
@@ -361,7 +379,7 @@ enum Cmd {
 }
 
 fn engine(c: &Common) -> Result<Engine> {
-    let budget = MemoryBudget::parse(&c.memory)?;
+    let budget = MemoryBudget::parse(c.memory.as_deref().unwrap_or(DEFAULT_MEMORY))?;
     let e = Engine::new(budget)?
         .with_depth(c.depth)
         .with_durable(!c.no_sync);
@@ -494,33 +512,9 @@ impl std::fmt::Display for AnyPlan {
     }
 }
 
-/// Reads a small convolution kernel (rank 1 or 2, at most 65536 weights) as f64.
-fn load_kernel(path: &str) -> Result<(Vec<f64>, usize, usize)> {
-    let t = TensorFile::open(path)?;
-    let (rows, cols) = match *t.shape() {
-        [n] => (1, n),
-        [r, c] => (r, c),
-        _ => {
-            return Err(Error::invalid(format!(
-                "convolve kernel {path} has shape {}: give a 1-D or 2-D array",
-                fmt_shape(t.shape())
-            )));
-        }
-    };
-    if rows * cols == 0 || rows * cols > 65536 {
-        return Err(Error::invalid(format!(
-            "convolve kernel {path} has {} weights: give between 1 and 65536",
-            rows * cols
-        )));
-    }
-    let w = t.map_window(0, (rows * cols) as u64)?;
-    let a = Array::from_bytes(t.dtype(), vec![rows * cols], w.bytes().to_vec())?;
-    Ok((a.to_f64(), rows, cols))
-}
-
 fn stencil_of(a: &StencilArgs) -> Result<Stencil> {
     Stencil::new(
-        Filter::parse(&a.filter, load_kernel)?,
+        Filter::parse(&a.filter, |k| load_kernel(Path::new(k)))?,
         a.boundary.parse::<Boundary>()?,
     )
 }
@@ -692,6 +686,34 @@ fn main_inner(cli: Cli) -> Result<()> {
     let common = &cli.common;
     match cli.cmd {
         Cmd::Info { input, raw, json } => info(&input, &raw, json),
+        Cmd::Run { file, dry_run } => {
+            let wf = Workflow::load(&file)?;
+            let mut c = common.clone();
+            if c.memory.is_none() {
+                c.memory = wf.memory().map(str::to_string);
+            }
+            if dry_run {
+                println!("{}", wf.plan(&engine(&c)?)?.trim_end());
+                return Ok(());
+            }
+            let (e, bar) = with_progress_bar(engine(&c)?, &c.progress);
+            let r = wf.run(&e);
+            if let Some(b) = bar {
+                b.finish_and_clear();
+            }
+            let reports = r?;
+            if common.json {
+                println!(
+                    "{}",
+                    serde_json::to_string(&reports).map_err(|e| Error::Internal(e.to_string()))?
+                );
+            } else {
+                for r in reports {
+                    println!("{r}");
+                }
+            }
+            Ok(())
+        }
         Cmd::Plan { op } => {
             let e = engine(common)?;
             let p = plan_of(&e, &op)?;

@@ -116,3 +116,36 @@ fn memory_budget_runs() {
         "{out}"
     );
 }
+
+#[test]
+fn pipeline_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = example("pipeline");
+    c.args(["--rows", "3000"]);
+    let out = run_ok(c, dir.path());
+    assert!(out.contains("tilestream run"), "{out}");
+    let d = dir.path().join("data");
+    // root16 = f16(where((x-1)/2 > 0, sqrt((x-1)/2), 0)), element by element
+    let x = f32s(&d.join("x.npy"));
+    let r: Vec<half::f16> = bytemuck::pod_collect_to_vec(&read_npy_data(&d.join("root16.npy")));
+    for i in (0..x.len()).step_by(997) {
+        let y = (f64::from(x[i]) - 1.0) * 0.5;
+        let want = half::f16::from_f64(if y > 0.0 { y.sqrt() } else { 0.0 });
+        assert_eq!(r[i].to_bits(), want.to_bits(), "element {i}");
+    }
+    // the std of each standardized projection column, and no intermediate left over
+    let s: Vec<f64> = bytemuck::pod_collect_to_vec(&read_npy_data(&d.join("proj_std.npy")));
+    assert_eq!(s.len(), 16);
+    assert!(s.iter().all(|v| v.is_finite() && *v > 0.0));
+    let stray = std::fs::read_dir(&d)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".tilestream")
+        })
+        .count();
+    assert_eq!(stray, 0);
+}

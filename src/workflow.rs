@@ -1,0 +1,795 @@
+//! Pipeline files: `tilestream run pipeline.toml` — named inputs, a sequence of steps
+//! (any streaming operation of the command line) and named outputs, under one memory
+//! budget.
+//!
+//! ```toml
+//! memory = "256MiB"                 # optional; --memory on the command line wins
+//!
+//! [inputs]
+//! scene = "scene.npy"               # paths relative to this file
+//!
+//! [[steps]]
+//! op = "map"
+//! expr = "(s[3] - s[2]) / (s[3] + s[2])"
+//! names = { s = "scene" }           # optional: expression name -> pipeline name
+//! out = "ndvi"
+//!
+//! [[steps]]
+//! op = "map"
+//! expr = "clip(ndvi, 0, 1)"
+//! out = "veg"
+//! dtype = "f32"
+//!
+//! [[steps]]
+//! op = "stencil"
+//! input = "veg"
+//! filter = "gaussian:sigma=2"
+//! out = "smooth"
+//!
+//! [outputs]
+//! smooth = "smooth.npy"
+//! ```
+//!
+//! Elementwise steps (`map`, `affine`, `cast`) that follow one another fuse into one
+//! pass: a result that is not an output and has no `dtype` of its own is not written
+//! anywhere — its expression is substituted into the steps that use it (kept in f64 in
+//! between; give a step a `dtype` to round it there). Every other result goes to its
+//! output path, or to a temporary file in a directory beside the first output that is
+//! removed at the end or on error.
+//!
+//! Everything is checked before anything runs: unknown keys, missing or misspelled names,
+//! shapes and dtypes through every step (each step is planned on placeholder files of the
+//! shapes the previous steps produce), and the budget; errors name the line of the file.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::dtype::DType;
+use crate::engine::{Engine, RunReport};
+use crate::error::{Error, Result};
+use crate::ops::reduce::{Reduce, ReduceOver};
+use crate::ops::stencil::{Filter, Stencil};
+use crate::tensor::{TensorFile, fmt_shape};
+use crate::tiling::Boundary;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSpec {
+    memory: Option<String>,
+    #[serde(default)]
+    inputs: BTreeMap<String, Spanned<String>>,
+    steps: Vec<Spanned<StepSpec>>,
+    #[serde(default)]
+    outputs: BTreeMap<String, Spanned<String>>,
+}
+
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+struct StepSpec {
+    op: String,
+    out: String,
+    expr: Option<String>,
+    names: Option<BTreeMap<String, String>>,
+    input: Option<String>,
+    x: Option<String>,
+    w: Option<String>,
+    dtype: Option<String>,
+    scale: Option<f64>,
+    offset: Option<f64>,
+    reduce: Option<String>,
+    axis: Option<usize>,
+    ddof: Option<u32>,
+    filter: Option<String>,
+    boundary: Option<String>,
+}
+
+impl StepSpec {
+    /// The keys given, besides `op` and `out`.
+    fn given(&self) -> Vec<&'static str> {
+        let mut k = Vec::new();
+        let mut add = |name: &'static str, present: bool| {
+            if present {
+                k.push(name);
+            }
+        };
+        add("expr", self.expr.is_some());
+        add("names", self.names.is_some());
+        add("input", self.input.is_some());
+        add("x", self.x.is_some());
+        add("w", self.w.is_some());
+        add("dtype", self.dtype.is_some());
+        add("scale", self.scale.is_some());
+        add("offset", self.offset.is_some());
+        add("reduce", self.reduce.is_some());
+        add("axis", self.axis.is_some());
+        add("ddof", self.ddof.is_some());
+        add("filter", self.filter.is_some());
+        add("boundary", self.boundary.is_some());
+        k
+    }
+}
+
+/// One job a pipeline runs.
+#[derive(Clone, Debug)]
+enum Job {
+    /// An elementwise pass (fused steps): expression over named pipeline values.
+    Map {
+        expr: String,
+        dtype: Option<DType>,
+    },
+    Reduce {
+        input: String,
+        op: Reduce,
+        axis: Option<usize>,
+        dtype: Option<DType>,
+    },
+    Stencil {
+        input: String,
+        stencil: Box<Stencil>,
+        dtype: Option<DType>,
+    },
+    Transpose {
+        input: String,
+    },
+    Matmul {
+        x: String,
+        w: String,
+        dtype: Option<DType>,
+    },
+    Standardize {
+        input: String,
+        ddof: u32,
+        dtype: Option<DType>,
+    },
+}
+
+/// A job with where it came from and what it produces.
+#[derive(Clone, Debug)]
+struct Planned {
+    job: Job,
+    out: String,
+    line: usize,
+    what: String,
+}
+
+/// A checked pipeline, ready to plan or run.
+#[derive(Debug)]
+pub struct Workflow {
+    path: PathBuf,
+    memory: Option<String>,
+    inputs: BTreeMap<String, PathBuf>,
+    outputs: BTreeMap<String, PathBuf>,
+    jobs: Vec<Planned>,
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+fn is_ident_start(c: char) -> bool {
+    c.is_ascii_alphabetic() || c == '_'
+}
+
+/// The identifiers of `expr` that are names (not functions: not followed by `(`), with
+/// whether each is indexed (`s[3]`).
+fn expr_names(expr: &str) -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    let chars: Vec<char> = expr.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        if is_ident_start(chars[i]) && (i == 0 || !chars[i - 1].is_ascii_alphanumeric()) {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let name: String = chars[start..i].iter().collect();
+            let next = chars[i..].iter().find(|c| !c.is_whitespace());
+            let is_number_word = matches!(name.as_str(), "nan" | "inf");
+            // an exponent like 1e-3 starts with a digit, so never reaches here
+            if next != Some(&'(') && !is_number_word {
+                out.push((name, next == Some(&'[')));
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// `expr` with every name `from` (not a function call) replaced by `to`.
+fn substitute(expr: &str, from: &str, to: &str) -> String {
+    let chars: Vec<char> = expr.chars().collect();
+    let mut out = String::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if is_ident_start(chars[i]) && (i == 0 || !chars[i - 1].is_ascii_alphanumeric()) {
+            let start = i;
+            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let name: String = chars[start..i].iter().collect();
+            let next = chars[i..].iter().find(|c| !c.is_whitespace());
+            if name == from && next != Some(&'(') {
+                out.push_str(to);
+            } else {
+                out.push_str(&name);
+            }
+        } else {
+            out.push(chars[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+impl Workflow {
+    /// Reads and checks a pipeline file (syntax, keys, names, fusion). Shapes, dtypes
+    /// and budgets are checked by [`Workflow::plan`].
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the line of the file.
+    pub fn load(path: impl AsRef<Path>) -> Result<Workflow> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        let file = path.display().to_string();
+        let spec: FileSpec = toml::from_str(&text).map_err(|e| {
+            let line = e.span().map_or(1, |s| line_of(&text, s.start));
+            Error::Invalid(format!(
+                "{file} line {line}: {}",
+                e.message().trim().replace('\n', "; ")
+            ))
+        })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let at = |line: usize, msg: String| Error::Invalid(format!("{file} line {line}: {msg}"));
+        let mut known: BTreeMap<String, usize> = BTreeMap::new();
+        let mut inputs = BTreeMap::new();
+        for (name, p) in &spec.inputs {
+            let line = line_of(&text, p.span().start);
+            let full = base.join(p.get_ref());
+            if !full.exists() {
+                return Err(at(
+                    line,
+                    format!("input `{name}`: {} does not exist", full.display()),
+                ));
+            }
+            known.insert(name.clone(), line);
+            inputs.insert(name.clone(), full);
+        }
+        if spec.steps.is_empty() {
+            return Err(at(1, "no [[steps]]: give at least one step".into()));
+        }
+        // elementwise results not (yet) written: name -> expression over real names
+        let mut virt: BTreeMap<String, String> = BTreeMap::new();
+        let mut jobs = Vec::new();
+        let out_names: Vec<&String> = spec.outputs.keys().collect();
+        for s in &spec.steps {
+            // a step's span starts after the table before it: report its `[[steps]]` line
+            let start = s.span().start;
+            let line = line_of(&text, start + text[start..].find("[[steps]]").unwrap_or(0));
+            let st = s.get_ref();
+            let err = |msg: String| at(line, format!("step `{}` -> `{}`: {msg}", st.op, st.out));
+            let allowed: &[&str] = match st.op.as_str() {
+                "map" => &["expr", "names", "dtype"],
+                "affine" => &["input", "scale", "offset", "dtype"],
+                "cast" => &["input", "dtype"],
+                "reduce" => &["input", "reduce", "axis", "ddof", "dtype"],
+                "stencil" => &["input", "filter", "boundary", "dtype"],
+                "transpose" => &["input"],
+                "matmul" => &["x", "w", "dtype"],
+                "standardize" => &["input", "ddof", "dtype"],
+                other => {
+                    return Err(at(
+                        line,
+                        format!(
+                            "unknown op `{other}`: use map, affine, cast, reduce, stencil, \
+                             transpose, matmul or standardize"
+                        ),
+                    ));
+                }
+            };
+            if let Some(k) = st.given().into_iter().find(|k| !allowed.contains(k)) {
+                return Err(err(format!(
+                    "`{k}` does not apply to {} (it takes {})",
+                    st.op,
+                    allowed.join(", ")
+                )));
+            }
+            if known.contains_key(&st.out) {
+                return Err(err(format!(
+                    "the name `{}` is already used (line {})",
+                    st.out, known[&st.out]
+                )));
+            }
+            let dtype = st
+                .dtype
+                .as_deref()
+                .map(str::parse::<DType>)
+                .transpose()
+                .map_err(|e| err(e.to_string()))?;
+            let need = |key: &str, v: &Option<String>| -> Result<String> {
+                let v = v.clone().ok_or_else(|| err(format!("give `{key}`")))?;
+                if !known.contains_key(&v) {
+                    return Err(err(format!(
+                        "`{key} = \"{v}\"` names nothing defined above (known: {})",
+                        known.keys().cloned().collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                Ok(v)
+            };
+            // An elementwise step becomes an expression over names.
+            let elementwise = match st.op.as_str() {
+                "map" => {
+                    let mut expr = st.expr.clone().ok_or_else(|| err("give `expr`".into()))?;
+                    if let Some(names) = &st.names {
+                        for (from, to) in names {
+                            expr = substitute(&expr, from, to);
+                        }
+                    }
+                    Some(expr)
+                }
+                "affine" => {
+                    let input = need("input", &st.input)?;
+                    Some(format!(
+                        "({} * {input} + {})",
+                        st.scale.unwrap_or(1.0),
+                        st.offset.unwrap_or(0.0)
+                    ))
+                }
+                "cast" => {
+                    if dtype.is_none() {
+                        return Err(err("give `dtype`".into()));
+                    }
+                    Some(need("input", &st.input)?)
+                }
+                _ => None,
+            };
+            if let Some(mut expr) = elementwise {
+                for (name, indexed) in expr_names(&expr.clone()) {
+                    if !known.contains_key(&name) {
+                        return Err(err(format!(
+                            "the expression uses `{name}`, defined nowhere above (known: {})",
+                            known.keys().cloned().collect::<Vec<_>>().join(", ")
+                        )));
+                    }
+                    if let Some(v) = virt.get(&name) {
+                        if indexed {
+                            // indexing needs the value on disk
+                            materialize(&mut jobs, &mut virt, &name, line);
+                        } else {
+                            expr = substitute(&expr, &name, &format!("({v})"));
+                        }
+                    }
+                }
+                known.insert(st.out.clone(), line);
+                let keep = dtype.is_some() || out_names.contains(&&st.out);
+                if keep {
+                    jobs.push(Planned {
+                        what: format!("map '{expr}'"),
+                        job: Job::Map { expr, dtype },
+                        out: st.out.clone(),
+                        line,
+                    });
+                } else {
+                    virt.insert(st.out.clone(), expr);
+                }
+                continue;
+            }
+            let mut take = |key: &str, v: &Option<String>| -> Result<String> {
+                let name = need(key, v)?;
+                if virt.contains_key(&name) {
+                    materialize(&mut jobs, &mut virt, &name, line);
+                }
+                Ok(name)
+            };
+            let (job, what) = match st.op.as_str() {
+                "reduce" => {
+                    let input = take("input", &st.input)?;
+                    let op =
+                        Reduce::parse(st.reduce.as_deref().unwrap_or("sum"), st.ddof.unwrap_or(0))
+                            .map_err(|e| err(e.to_string()))?;
+                    (
+                        Job::Reduce {
+                            input: input.clone(),
+                            op,
+                            axis: st.axis,
+                            dtype,
+                        },
+                        format!("reduce {} of {input}", op.name()),
+                    )
+                }
+                "stencil" => {
+                    let input = take("input", &st.input)?;
+                    let spec = st
+                        .filter
+                        .clone()
+                        .ok_or_else(|| err("give `filter`".into()))?;
+                    let filter = Filter::parse(&spec, |k| load_kernel(&base.join(k)))
+                        .map_err(|e| err(e.to_string()))?;
+                    let boundary: Boundary = st
+                        .boundary
+                        .as_deref()
+                        .unwrap_or("reflect")
+                        .parse()
+                        .map_err(|e: Error| err(e.to_string()))?;
+                    let stencil =
+                        Box::new(Stencil::new(filter, boundary).map_err(|e| err(e.to_string()))?);
+                    (
+                        Job::Stencil {
+                            input: input.clone(),
+                            stencil,
+                            dtype,
+                        },
+                        format!("stencil {spec} of {input}"),
+                    )
+                }
+                "transpose" => {
+                    let input = take("input", &st.input)?;
+                    (
+                        Job::Transpose {
+                            input: input.clone(),
+                        },
+                        format!("transpose of {input}"),
+                    )
+                }
+                "matmul" => {
+                    let x = take("x", &st.x)?;
+                    let w = take("w", &st.w)?;
+                    (
+                        Job::Matmul {
+                            x: x.clone(),
+                            w: w.clone(),
+                            dtype,
+                        },
+                        format!("matmul {x} @ {w}"),
+                    )
+                }
+                _ => {
+                    let input = take("input", &st.input)?;
+                    (
+                        Job::Standardize {
+                            input: input.clone(),
+                            ddof: st.ddof.unwrap_or(0),
+                            dtype,
+                        },
+                        format!("standardize {input}"),
+                    )
+                }
+            };
+            known.insert(st.out.clone(), line);
+            jobs.push(Planned {
+                job,
+                out: st.out.clone(),
+                line,
+                what,
+            });
+        }
+        let mut outputs = BTreeMap::new();
+        for (name, p) in &spec.outputs {
+            let line = line_of(&text, p.span().start);
+            if !known.contains_key(name) || inputs.contains_key(name) {
+                return Err(at(
+                    line,
+                    format!("output `{name}` is not produced by any step"),
+                ));
+            }
+            outputs.insert(name.clone(), base.join(p.get_ref()));
+        }
+        if outputs.is_empty() {
+            return Err(at(
+                1,
+                "no [outputs]: name at least one result to write".into(),
+            ));
+        }
+        Ok(Workflow {
+            path: path.to_path_buf(),
+            memory: spec.memory,
+            inputs,
+            outputs,
+            jobs,
+        })
+    }
+
+    /// The budget the file asks for (`memory = "..."`), if any.
+    #[must_use]
+    pub fn memory(&self) -> Option<&str> {
+        self.memory.as_deref()
+    }
+
+    /// Plans every job on placeholder files of the shapes the jobs before produce (sparse
+    /// files: no disk is used), returning each job's plan as text. This is the check that
+    /// shapes, dtypes and the budget work for every step.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] or [`Error::Budget`] naming the line of the step.
+    pub fn plan(&self, engine: &Engine) -> Result<String> {
+        let dir =
+            tempfile::tempdir().map_err(|e| Error::io("create", "a temporary directory", e))?;
+        let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
+        for (name, p) in &self.inputs {
+            files.insert(name.clone(), TensorFile::open(p)?);
+        }
+        let mut text = String::new();
+        for (i, j) in self.jobs.iter().enumerate() {
+            let (plan, shape, dtype) = self
+                .plan_job(engine, j, &files)
+                .map_err(|e| self.at(j, e))?;
+            let _ = writeln!(
+                text,
+                "step {} (line {}): {} -> {} {} {dtype}\n{plan}\n",
+                i + 1,
+                j.line,
+                j.what,
+                j.out,
+                fmt_shape(&shape)
+            );
+            let p = dir.path().join(format!("{}.raw", j.out));
+            let f = std::fs::File::create(&p).map_err(|e| Error::io("create", &p, e))?;
+            let n: u64 = shape.iter().map(|&d| d as u64).product::<u64>() * dtype.size() as u64;
+            f.set_len(n).map_err(|e| Error::io("size", &p, e))?;
+            files.insert(j.out.clone(), TensorFile::open_raw(&p, &shape, dtype)?);
+        }
+        Ok(text)
+    }
+
+    fn at(&self, j: &Planned, e: Error) -> Error {
+        let msg = format!(
+            "{} line {}: step -> `{}`: {e}",
+            self.path.display(),
+            j.line,
+            j.out
+        );
+        match e {
+            Error::Budget(_) | Error::Invalid(_) => Error::Invalid(msg),
+            other => other,
+        }
+    }
+
+    fn plan_job(
+        &self,
+        e: &Engine,
+        j: &Planned,
+        files: &BTreeMap<String, TensorFile>,
+    ) -> Result<(String, Vec<usize>, DType)> {
+        let f = |n: &str| {
+            files
+                .get(n)
+                .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
+        };
+        Ok(match &j.job {
+            Job::Map { expr, dtype } => {
+                let named = Self::named(expr, files);
+                let refs: Vec<(&str, &TensorFile)> =
+                    named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+                let (_, _, shape, default) = Engine::bind(expr, &refs)?;
+                let p = e.plan_map(expr, &refs, *dtype)?;
+                (p.to_string(), shape, dtype.unwrap_or(default))
+            }
+            Job::Reduce {
+                input,
+                op,
+                axis,
+                dtype,
+            } => {
+                let x = f(input)?;
+                let over = ReduceOver::from(*axis);
+                let p = e.plan_reduce(x, *op, over)?;
+                let shape = match axis {
+                    None => vec![],
+                    Some(a) => x
+                        .shape()
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != *a)
+                        .map(|(_, &d)| d)
+                        .collect(),
+                };
+                (
+                    p.to_string(),
+                    shape,
+                    dtype.unwrap_or(op.output_dtype(x.dtype())),
+                )
+            }
+            Job::Stencil {
+                input,
+                stencil,
+                dtype,
+            } => {
+                let x = f(input)?;
+                let p = e.plan_stencil(x, stencil, *dtype)?;
+                (
+                    p.to_string(),
+                    x.shape().to_vec(),
+                    dtype.unwrap_or(x.dtype()),
+                )
+            }
+            Job::Transpose { input } => {
+                let x = f(input)?;
+                let p = e.plan_transpose(x)?;
+                let mut s = x.shape().to_vec();
+                let k = s.len();
+                s.swap(k - 1, k - 2);
+                (p.to_string(), s, x.dtype())
+            }
+            Job::Matmul { x, w, dtype } => {
+                let (xf, wf) = (f(x)?, f(w)?);
+                let p = e.plan_matmul(xf, wf, *dtype)?;
+                let c = crate::ops::matmul::compute_dtype(xf.dtype(), wf.dtype());
+                (
+                    p.to_string(),
+                    vec![xf.shape()[0], wf.shape()[1]],
+                    dtype.unwrap_or(c),
+                )
+            }
+            Job::Standardize { input, dtype, .. } => {
+                let x = f(input)?;
+                let p = e.plan_reduce(x, Reduce::Std { ddof: 0 }, ReduceOver::Axis(0))?;
+                let d = dtype.unwrap_or(if x.dtype() == DType::F64 {
+                    DType::F64
+                } else {
+                    DType::F32
+                });
+                (p.to_string(), x.shape().to_vec(), d)
+            }
+        })
+    }
+
+    /// The files an expression names.
+    fn named<'a>(
+        expr: &str,
+        files: &'a BTreeMap<String, TensorFile>,
+    ) -> Vec<(String, &'a TensorFile)> {
+        let mut v: Vec<(String, &TensorFile)> = Vec::new();
+        for (n, _) in expr_names(expr) {
+            if let Some(t) = files.get(&n)
+                && !v.iter().any(|(m, _)| *m == n)
+            {
+                v.push((n, t));
+            }
+        }
+        v
+    }
+
+    /// Checks everything ([`Workflow::plan`]), then runs the jobs in order. Results that
+    /// are not outputs live in a temporary directory beside the first output, removed at
+    /// the end or on error.
+    ///
+    /// # Errors
+    /// The first failing step's error, naming its line.
+    pub fn run(&self, engine: &Engine) -> Result<Vec<RunReport>> {
+        self.plan(engine)?;
+        let first = self.outputs.values().next().cloned().unwrap_or_default();
+        let parent = first
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = tempfile::Builder::new()
+            .prefix(".tilestream-pipeline-")
+            .tempdir_in(parent)
+            .map_err(|e| Error::io("create a temporary directory in", parent, e))?;
+        let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
+        for (name, p) in &self.inputs {
+            files.insert(name.clone(), TensorFile::open(p)?);
+        }
+        let mut reports = Vec::new();
+        for j in &self.jobs {
+            let out = self
+                .outputs
+                .get(&j.out)
+                .cloned()
+                .unwrap_or_else(|| tmp.path().join(format!("{}.npy", j.out)));
+            let r = self
+                .run_job(engine, j, &files, &out)
+                .map_err(|e| self.at(j, e))?;
+            reports.push(r);
+            files.insert(j.out.clone(), TensorFile::open(&out)?);
+        }
+        Ok(reports)
+    }
+
+    fn run_job(
+        &self,
+        e: &Engine,
+        j: &Planned,
+        files: &BTreeMap<String, TensorFile>,
+        out: &Path,
+    ) -> Result<RunReport> {
+        let f = |n: &str| {
+            files
+                .get(n)
+                .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
+        };
+        match &j.job {
+            Job::Map { expr, dtype } => {
+                let named = Self::named(expr, files);
+                let refs: Vec<(&str, &TensorFile)> =
+                    named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+                e.map(expr, &refs, out, *dtype)
+            }
+            Job::Reduce {
+                input,
+                op,
+                axis,
+                dtype,
+            } => e.reduce_to_file(f(input)?, *op, ReduceOver::from(*axis), out, *dtype),
+            Job::Stencil {
+                input,
+                stencil,
+                dtype,
+            } => e.stencil(f(input)?, out, stencil, *dtype),
+            Job::Transpose { input } => e.transpose(f(input)?, out),
+            Job::Matmul { x, w, dtype } => e.matmul(f(x)?, f(w)?, out, *dtype),
+            Job::Standardize { input, ddof, dtype } => e
+                .standardize(f(input)?, out, *dtype, *ddof, None)
+                .map(|(_, r)| r),
+        }
+    }
+}
+
+/// Writes a fused (virtual) value to disk before a step that needs it as a file.
+fn materialize(
+    jobs: &mut Vec<Planned>,
+    virt: &mut BTreeMap<String, String>,
+    name: &str,
+    line: usize,
+) {
+    if let Some(expr) = virt.remove(name) {
+        jobs.push(Planned {
+            what: format!("map '{expr}'"),
+            job: Job::Map { expr, dtype: None },
+            out: name.to_string(),
+            line,
+        });
+    }
+}
+
+/// Reads a small convolution kernel (rank 1 or 2, at most 65536 weights) as f64.
+///
+/// # Errors
+/// [`Error::Invalid`] for a kernel of another rank or size; I/O and format errors.
+pub fn load_kernel(path: &Path) -> Result<(Vec<f64>, usize, usize)> {
+    let t = TensorFile::open(path)?;
+    let (rows, cols) = match *t.shape() {
+        [n] => (1, n),
+        [r, c] => (r, c),
+        _ => {
+            return Err(Error::invalid(format!(
+                "convolve kernel {} has shape {}: give a 1-D or 2-D array",
+                path.display(),
+                fmt_shape(t.shape())
+            )));
+        }
+    };
+    if rows * cols == 0 || rows * cols > 65536 {
+        return Err(Error::invalid(format!(
+            "convolve kernel {} has {} weights: give between 1 and 65536",
+            path.display(),
+            rows * cols
+        )));
+    }
+    let w = t.map_window(0, (rows * cols) as u64)?;
+    let a = crate::engine::Array::from_bytes(t.dtype(), vec![rows * cols], w.bytes().to_vec())?;
+    Ok((a.to_f64(), rows, cols))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_substitution() {
+        let n = expr_names("where(x > 0, sqrt(x), s[3]) + nan * y1e");
+        let names: Vec<&str> = n.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(names, ["x", "x", "s", "y1e"]);
+        assert!(n[2].1);
+        assert_eq!(
+            substitute("x + exp(x) * xx", "x", "(a*2)"),
+            "(a*2) + exp((a*2)) * xx"
+        );
+        assert_eq!(substitute("max(x, 1)", "max", "y"), "max(x, 1)");
+    }
+}

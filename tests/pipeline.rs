@@ -1,0 +1,211 @@
+//! `tilestream run pipeline.toml`, driven through the command line as a user would:
+//! valid files give the same bytes as the equivalent subcommands, invalid ones one line
+//! naming the line of the file, exit code 2, and nothing written.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+mod common;
+
+use std::path::Path;
+
+use common::{ok, run};
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+const VALID: &str = r#"
+memory = "16MiB"
+[inputs]
+x = "x.npy"
+w = "w.npy"
+
+[[steps]]
+op = "map"
+expr = "(x - 1) * 0.5"
+out = "shifted"
+
+[[steps]]
+op = "map"
+expr = "where(shifted > 0, sqrt(shifted), 0)"
+out = "root"
+
+[[steps]]
+op = "cast"
+input = "root"
+dtype = "f16"
+out = "root16"
+
+[[steps]]
+op = "standardize"
+input = "x"
+out = "z"
+
+[[steps]]
+op = "matmul"
+x = "z"
+w = "w"
+out = "proj"
+
+[[steps]]
+op = "stencil"
+input = "proj"
+filter = "box:size=3"
+boundary = "nearest"
+out = "smooth"
+
+[outputs]
+root16 = "out/root16.npy"
+smooth = "out/smooth.npy"
+"#;
+
+fn setup(dir: &Path) {
+    ok(&[
+        "gen",
+        p(&dir.join("x.npy")),
+        "--shape",
+        "6000x300",
+        "--memory",
+        "8MiB",
+    ]);
+    ok(&[
+        "gen",
+        p(&dir.join("w.npy")),
+        "--shape",
+        "300x40",
+        "--seed",
+        "5",
+    ]);
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+}
+
+#[test]
+fn a_pipeline_equals_its_steps_run_one_by_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    setup(d);
+    let file = d.join("pipe.toml");
+    std::fs::write(&file, VALID).unwrap();
+
+    // dry run: every step planned, nothing written
+    let plan = ok(&["run", p(&file), "--dry-run"]);
+    assert!(
+        plan.contains("step 1 (line 17)") && plan.contains("step 4"),
+        "{plan}"
+    );
+    assert!(plan.contains("16.0 MiB budget"), "{plan}");
+    assert!(!d.join("out/root16.npy").exists());
+
+    ok(&["run", p(&file)]);
+    // the same, step by step through the subcommands
+    let s = |n: &str| d.join(n);
+    ok(&[
+        "map",
+        "where((x - 1) * 0.5 > 0, sqrt((x - 1) * 0.5), 0)",
+        p(&s("r16.npy")),
+        "--in",
+        &format!("x={}", p(&s("x.npy"))),
+        "--dtype",
+        "f16",
+    ]);
+    ok(&["standardize", p(&s("x.npy")), p(&s("z.npy"))]);
+    ok(&["matmul", p(&s("z.npy")), p(&s("w.npy")), p(&s("proj.npy"))]);
+    ok(&[
+        "stencil",
+        p(&s("proj.npy")),
+        p(&s("smooth.npy")),
+        "--filter",
+        "box:size=3",
+        "--boundary",
+        "nearest",
+    ]);
+    let same = |a: &str, b: &str| std::fs::read(s(a)).unwrap() == std::fs::read(s(b)).unwrap();
+    assert!(
+        same("out/root16.npy", "r16.npy"),
+        "fused map + cast differs"
+    );
+    assert!(
+        same("out/smooth.npy", "smooth.npy"),
+        "standardize/matmul/stencil differ"
+    );
+    // the intermediate directory is gone
+    let left: Vec<_> = std::fs::read_dir(d.join("out"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+}
+
+#[test]
+fn invalid_pipelines_name_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    setup(d);
+    let cases: [(&str, &str, &str); 8] = [
+        // (replace, with, expected in the error)
+        (
+            "out = \"shifted\"",
+            "out = \"shifted\"\ncolour = 3",
+            "line 11",
+        ),
+        (
+            "expr = \"(x - 1) * 0.5\"",
+            "expr = \"(q - 1) * 0.5\"",
+            "`q`",
+        ),
+        ("op = \"cast\"", "op = \"paint\"", "unknown op `paint`"),
+        ("w = \"w.npy\"", "w = \"x.npy\"", "line 28"),
+        ("x = \"x.npy\"", "x = \"missing.npy\"", "does not exist"),
+        ("memory = \"16MiB\"", "memory = \"20KiB\"", "too small"),
+        ("filter = \"box:size=3\"", "filter = \"blur\"", "line 34"),
+        ("[[steps]]\nop = \"map\"", "[[steps]\nop = \"map\"", "line"),
+    ];
+    for (from, to, want) in cases {
+        let text = VALID.replacen(from, to, 1);
+        assert_ne!(text, VALID, "{from}");
+        let file = d.join("bad.toml");
+        std::fs::write(&file, &text).unwrap();
+        for extra in [&["--dry-run"][..], &[][..]] {
+            let mut args = vec!["run", p(&file)];
+            args.extend_from_slice(extra);
+            let o = run(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{to}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+            assert!(err.contains(want), "{to}: expected `{want}` in: {err}");
+            assert!(err.contains("bad.toml"), "{err}");
+        }
+        assert!(
+            !d.join("out/root16.npy").exists(),
+            "{to}: an output was written"
+        );
+        let stray = std::fs::read_dir(d.join("out")).unwrap().count();
+        assert_eq!(stray, 0, "{to}: left files behind");
+    }
+}
+
+#[test]
+fn help_texts_have_examples() {
+    let top = ok(&["--help"]);
+    assert!(
+        top.contains("Examples:") && top.contains("Exit codes"),
+        "{top}"
+    );
+    for sub in [
+        "reduce",
+        "affine",
+        "map",
+        "matmul",
+        "standardize",
+        "cast",
+        "stencil",
+        "transpose",
+        "tiles",
+        "gen",
+        "run",
+        "info",
+        "plan",
+    ] {
+        let h = ok(&[sub, "--help"]);
+        assert!(h.contains("Example"), "`{sub} --help` has no example");
+    }
+}
