@@ -549,7 +549,6 @@ impl Workflow {
     }
 
     fn plan_job(
-        &self,
         e: &Engine,
         j: &Planned,
         files: &BTreeMap<String, TensorFile>,
@@ -691,7 +690,6 @@ impl Workflow {
     }
 
     fn run_job(
-        &self,
         e: &Engine,
         j: &Planned,
         files: &BTreeMap<String, TensorFile>,
