@@ -514,9 +514,8 @@ impl Workflow {
         }
         let mut text = String::new();
         for (i, j) in self.jobs.iter().enumerate() {
-            let (plan, shape, dtype) = self
-                .plan_job(engine, j, &files)
-                .map_err(|e| self.at(j, e))?;
+            let (plan, shape, dtype) =
+                Self::plan_job(engine, j, &files).map_err(|e| self.at(j, e))?;
             let _ = writeln!(
                 text,
                 "step {} (line {}): {} -> {} {} {dtype}\n{plan}\n",
@@ -680,9 +679,7 @@ impl Workflow {
                 .get(&j.out)
                 .cloned()
                 .unwrap_or_else(|| tmp.path().join(format!("{}.npy", j.out)));
-            let r = self
-                .run_job(engine, j, &files, &out)
-                .map_err(|e| self.at(j, e))?;
+            let r = Self::run_job(engine, j, &files, &out).map_err(|e| self.at(j, e))?;
             reports.push(r);
             files.insert(j.out.clone(), TensorFile::open(&out)?);
         }
