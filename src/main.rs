@@ -38,6 +38,8 @@ const DEFAULT_MEMORY: &str = "1GiB";
   tilestream tiles scene.npy patches/ --size 512 --overlap 32
   tilestream plan reduce x.npy m.npy --op std --axis 0 --memory 64MiB
 
+Logging: RUST_LOG=info (pipeline start and end, steps), RUST_LOG=tilestream=debug (every tile).
+
 Exit codes: 0 success, 1 runtime failure (I/O, corrupt file), 2 usage error (bad arguments, budget too small)."
 )]
 struct Cli {
@@ -745,6 +747,14 @@ fn main_inner(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    // RUST_LOG=info (or debug: every tile) turns on logging to stderr.
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
+            .init();
+    }
     let cli = Cli::parse();
     match main_inner(cli) {
         Ok(()) => ExitCode::SUCCESS,

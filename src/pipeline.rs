@@ -321,6 +321,14 @@ where
     let slots = layout.depth().max(1).min(num_tiles.max(1));
     let out_elem = output.map_or(0, |o| o.dtype().size() as u64);
     let started = Instant::now();
+    tracing::info!(
+        tiles = num_tiles,
+        slots,
+        window_bytes = layout.window_bytes(),
+        out_slot_bytes = layout.out_slot_elems() * out_elem,
+        reserved_before = budget.reserved(),
+        "pipeline start"
+    );
     let shared = Shared {
         stop: AtomicBool::new(false),
         error: Mutex::new(None),
@@ -409,6 +417,7 @@ where
                         }
                     }
                     busy += t0.elapsed();
+                    tracing::debug!(tile = i, windows = windows.len(), "read");
                     let item = ReadTile {
                         tile,
                         windows,
@@ -487,6 +496,7 @@ where
                     }
                     computed += 1;
                     bytes += in_bytes;
+                    tracing::debug!(tile = i, ?tile, "computed");
                     match buffer {
                         Some(b) => {
                             if write_tx.send((tile, in_bytes, b)).is_err() {
@@ -528,6 +538,7 @@ where
                         written += n as u64;
                     }
                     busy += t0.elapsed();
+                    tracing::debug!(?tile, writes = writes.len(), "written");
                     done += 1;
                     bytes += in_bytes + used as u64;
                     report(done, bytes);
@@ -565,5 +576,13 @@ where
     times.bytes_read = total_read;
     times.bytes_written = total_written;
     times.wall = started.elapsed();
+    tracing::info!(
+        wall_s = times.wall.as_secs_f64(),
+        read_busy_s = times.read.as_secs_f64(),
+        compute_busy_s = times.compute.as_secs_f64(),
+        write_busy_s = times.write.as_secs_f64(),
+        peak_reserved = budget.peak(),
+        "pipeline done"
+    );
     Ok(times)
 }

@@ -673,7 +673,8 @@ impl Workflow {
             files.insert(name.clone(), TensorFile::open(p)?);
         }
         let mut reports = Vec::new();
-        for j in &self.jobs {
+        for (i, j) in self.jobs.iter().enumerate() {
+            tracing::info!(step = i + 1, line = j.line, what = %j.what, out = %j.out, "pipeline step");
             let out = self
                 .outputs
                 .get(&j.out)

@@ -739,3 +739,31 @@ fn progress_is_off_when_piped_and_on_when_asked() {
     let o = run(&["affine", p(&x), p(&y), "--progress", "sometimes"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+#[test]
+fn rust_log_turns_on_logging() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "3000x50", "--memory", "1MiB"]);
+    let o = common::bin()
+        .args([
+            "cast",
+            p(&x),
+            p(&dir.path().join("y.npy")),
+            "--dtype",
+            "f16",
+            "--memory",
+            "1MiB",
+        ])
+        .env("RUST_LOG", "tilestream=debug")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("pipeline start") && err.contains("pipeline done"),
+        "{err}"
+    );
+    assert!(err.contains("computed") && err.contains("written"), "{err}");
+    assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err}");
+}
