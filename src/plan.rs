@@ -280,25 +280,38 @@ impl fmt::Display for Plan {
             fmt_bytes(self.window_bytes),
             fmt_bytes(self.out_buffer_bytes)
         )?;
-        writeln!(f, "staging slots:  {} (pipeline depth)", self.depth)?;
-        writeln!(
+        write_budget_lines(
             f,
-            "resident:       {}{}",
-            fmt_bytes(self.resident_bytes),
-            if self.resident_bytes > 0 {
-                format!(" ({})", self.resident_what)
-            } else {
-                String::new()
-            }
-        )?;
-        write!(
-            f,
-            "reserved:       {} of {} budget ({:.1}%)",
-            fmt_bytes(self.reserved_bytes),
-            fmt_bytes(self.budget),
-            100.0 * self.reserved_bytes as f64 / self.budget as f64
+            self.depth,
+            (self.resident_bytes, &self.resident_what),
+            self.reserved_bytes,
+            self.budget,
         )
     }
+}
+
+/// The last lines of a plan printout: slots, resident bytes, reserved against the budget.
+pub(crate) fn write_budget_lines(
+    f: &mut fmt::Formatter<'_>,
+    depth: usize,
+    (resident, what): (u64, &str),
+    reserved: u64,
+    budget: u64,
+) -> fmt::Result {
+    writeln!(f, "staging slots:  {depth} (pipeline depth)")?;
+    let note = if resident > 0 {
+        format!(" ({what})")
+    } else {
+        String::new()
+    };
+    writeln!(f, "resident:       {}{note}", fmt_bytes(resident))?;
+    write!(
+        f,
+        "reserved:       {} of {} budget ({:.1}%)",
+        fmt_bytes(reserved),
+        fmt_bytes(budget),
+        100.0 * reserved as f64 / budget as f64
+    )
 }
 
 #[cfg(test)]

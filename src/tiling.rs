@@ -674,23 +674,12 @@ impl fmt::Display for BoxPlan {
             fmt_bytes(self.scratch_bytes),
             fmt_bytes(self.out_slot_elems * self.out_bytes)
         )?;
-        writeln!(f, "staging slots:  {} (pipeline depth)", self.depth)?;
-        writeln!(
+        crate::plan::write_budget_lines(
             f,
-            "resident:       {}{}",
-            fmt_bytes(self.resident_bytes),
-            if self.resident_bytes > 0 {
-                format!(" ({})", self.resident_what)
-            } else {
-                String::new()
-            }
-        )?;
-        write!(
-            f,
-            "reserved:       {} of {} budget ({:.1}%)",
-            fmt_bytes(self.reserved_bytes),
-            fmt_bytes(self.budget),
-            100.0 * self.reserved_bytes as f64 / self.budget as f64
+            self.depth,
+            (self.resident_bytes, &self.resident_what),
+            self.reserved_bytes,
+            self.budget,
         )
     }
 }

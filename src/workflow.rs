@@ -174,25 +174,19 @@ fn is_ident_start(c: char) -> bool {
     c.is_ascii_alphabetic() || c == '_'
 }
 
-/// The identifiers of `expr` that are names (not functions: not followed by `(`), with
-/// whether each is indexed (`s[3]`).
-fn expr_names(expr: &str) -> Vec<(String, bool)> {
+/// Identifier tokens of `expr`: `(start, end, next non-space char)` in char indices.
+fn idents(chars: &[char]) -> Vec<(usize, usize, Option<char>)> {
     let mut out = Vec::new();
-    let chars: Vec<char> = expr.chars().collect();
     let mut i = 0;
     while i < chars.len() {
+        // an identifier starts with a letter or `_` not glued to a number (1e-3)
         if is_ident_start(chars[i]) && (i == 0 || !chars[i - 1].is_ascii_alphanumeric()) {
             let start = i;
             while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
                 i += 1;
             }
-            let name: String = chars[start..i].iter().collect();
-            let next = chars[i..].iter().find(|c| !c.is_whitespace());
-            let is_number_word = matches!(name.as_str(), "nan" | "inf");
-            // an exponent like 1e-3 starts with a digit, so never reaches here
-            if next != Some(&'(') && !is_number_word {
-                out.push((name, next == Some(&'[')));
-            }
+            let next = chars[i..].iter().copied().find(|c| !c.is_whitespace());
+            out.push((start, i, next));
         } else {
             i += 1;
         }
@@ -200,29 +194,36 @@ fn expr_names(expr: &str) -> Vec<(String, bool)> {
     out
 }
 
+/// The identifiers of `expr` that are names (not functions: not followed by `(`; not
+/// `nan` or `inf`), with whether each is indexed (`s[3]`).
+fn expr_names(expr: &str) -> Vec<(String, bool)> {
+    let chars: Vec<char> = expr.chars().collect();
+    idents(&chars)
+        .into_iter()
+        .filter_map(|(a, b, next)| {
+            let name: String = chars[a..b].iter().collect();
+            let keep = next != Some('(') && !matches!(name.as_str(), "nan" | "inf");
+            keep.then_some((name, next == Some('[')))
+        })
+        .collect()
+}
+
 /// `expr` with every name `from` (not a function call) replaced by `to`.
 fn substitute(expr: &str, from: &str, to: &str) -> String {
     let chars: Vec<char> = expr.chars().collect();
     let mut out = String::new();
-    let mut i = 0;
-    while i < chars.len() {
-        if is_ident_start(chars[i]) && (i == 0 || !chars[i - 1].is_ascii_alphanumeric()) {
-            let start = i;
-            while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-            let name: String = chars[start..i].iter().collect();
-            let next = chars[i..].iter().find(|c| !c.is_whitespace());
-            if name == from && next != Some(&'(') {
-                out.push_str(to);
-            } else {
-                out.push_str(&name);
-            }
+    let mut at = 0;
+    for (a, b, next) in idents(&chars) {
+        out.extend(&chars[at..a]);
+        let name: String = chars[a..b].iter().collect();
+        if name == from && next != Some('(') {
+            out.push_str(to);
         } else {
-            out.push(chars[i]);
-            i += 1;
+            out.push_str(&name);
         }
+        at = b;
     }
+    out.extend(&chars[at..]);
     out
 }
 

@@ -126,6 +126,31 @@ impl Engine {
             .map(|p| p as &(dyn Fn(&crate::pipeline::Progress) + Sync))
     }
 
+    /// Streams a box plan over `input` into a new output file at `out`.
+    fn run_box<F>(
+        &self,
+        plan: &BoxPlan,
+        input: &TensorFile,
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+        compute: F,
+    ) -> Result<pipeline::StageTimes>
+    where
+        F: FnMut(BoxTile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+    {
+        self.to_file(out, shape, dtype, |output| {
+            pipeline::run_layout(
+                plan,
+                &[input],
+                &self.budget,
+                Some(output),
+                self.progress_fn(),
+                compute,
+            )
+        })
+    }
+
     /// Plans a filter without running it.
     ///
     /// # Errors
@@ -187,26 +212,24 @@ impl Engine {
         )?;
         let backend = &self.backend;
         let mut arena = Vec::new();
-        let times = self.to_file(out.as_ref(), input.shape(), od, |output| {
-            pipeline::run_layout(
-                &plan,
-                &[input],
-                &self.budget,
-                Some(output),
-                self.progress_fn(),
-                |tile: BoxTile, windows, o| {
-                    let job = TileJob {
-                        stencil,
-                        plan: &plan,
-                        tile: &tile,
-                        windows,
-                        in_dtype: input.dtype(),
-                        out_dtype: od,
-                    };
-                    backend.stencil(&job, &mut arena, o)
-                },
-            )
-        })?;
+        let times = self.run_box(
+            &plan,
+            input,
+            out.as_ref(),
+            input.shape(),
+            od,
+            |tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
+                let job = TileJob {
+                    stencil,
+                    plan: &plan,
+                    tile: &tile,
+                    windows,
+                    in_dtype: input.dtype(),
+                    out_dtype: od,
+                };
+                backend.stencil(&job, &mut arena, o)
+            },
+        )?;
         let op = format!(
             "stencil {} ({} boundary) of {}",
             stencil.filter,
@@ -266,27 +289,25 @@ impl Engine {
         self.budget.reset_peak();
         let backend = &self.backend;
         let es = input.dtype().size();
-        let times = self.to_file(out.as_ref(), &out_shape, input.dtype(), |output| {
-            pipeline::run_layout(
-                &plan,
-                &[input],
-                &self.budget,
-                Some(output),
-                self.progress_fn(),
-                |tile: BoxTile, windows, o| {
-                    let src = plan.sources(&tile);
-                    backend.transpose(
-                        windows[0],
-                        src.row_len(),
-                        src.col_pos(tile.c0 as usize).unwrap_or(0),
-                        tile.rows(),
-                        tile.cols(),
-                        es,
-                        o,
-                    )
-                },
-            )
-        })?;
+        let times = self.run_box(
+            &plan,
+            input,
+            out.as_ref(),
+            &out_shape,
+            input.dtype(),
+            |tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
+                let src = plan.sources(&tile);
+                backend.transpose(
+                    windows[0],
+                    src.row_len(),
+                    src.col_pos(tile.c0 as usize).unwrap_or(0),
+                    tile.rows(),
+                    tile.cols(),
+                    es,
+                    o,
+                )
+            },
+        )?;
         let op = format!("transpose of {}", input.path().display());
         Ok(self.report_tiles(
             (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth),
