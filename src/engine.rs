@@ -13,6 +13,7 @@
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
@@ -42,6 +43,7 @@ pub struct Engine {
     max_tile_bytes: u64,
     progress: Option<ProgressCallback>,
     durable: bool,
+    cancel: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for Engine {
@@ -264,6 +266,7 @@ impl Engine {
             max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
             progress: None,
             durable: true,
+            cancel: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -405,7 +408,17 @@ impl Engine {
                 .progress
                 .as_deref()
                 .map(|p| p as &(dyn Fn(&Progress) + Sync)),
+            cancel: Some(&self.cancel),
         }
+    }
+
+    /// The stop flag of this engine's runs: set it (from a signal handler, another
+    /// thread...) and the run in progress stops after its tile in flight with
+    /// [`Error::Interrupted`], leaving nothing at the output path. Runs started while it
+    /// is set stop at once.
+    #[must_use]
+    pub fn cancel_token(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.cancel)
     }
 
     /// The life of a written output: created as a temporary file beside `out`, filled by

@@ -41,6 +41,14 @@ pub enum Error {
     /// A pipeline worker thread panicked (a bug: please report it).
     #[error("internal error: {0}")]
     Internal(String),
+    /// The run was stopped on request (Ctrl-C, or [`crate::Engine::cancel_token`]).
+    #[error("interrupted after {done} of {total} tiles: the output was not written")]
+    Interrupted {
+        /// Tiles completed.
+        done: usize,
+        /// Tiles planned.
+        total: usize,
+    },
 }
 
 impl Error {
@@ -73,6 +81,7 @@ impl Error {
         match self {
             Error::Invalid(_) | Error::Budget(_) => 2,
             Error::Io { .. } | Error::Format { .. } | Error::Internal(_) => 1,
+            Error::Interrupted { .. } => 130,
         }
     }
 }

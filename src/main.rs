@@ -3,6 +3,7 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -370,6 +371,14 @@ to a temporary directory removed at the end. See examples/pipeline.toml.")]
         #[arg(long)]
         dry_run: bool,
     },
+    /// Remove what killed runs left in a directory: temporary outputs and pipeline
+    /// intermediates that no running tilestream holds.
+    #[command(after_help = "Example:\n  tilestream clean out/")]
+    Clean {
+        /// The directory (default: the current one).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+    },
     /// Print the plan of an operation (tiles, bytes per stage, budget) without running it.
     #[command(
         after_help = "Example:\n  tilestream plan reduce x.npy m.npy --op mean --axis 0 --memory 256MiB"
@@ -389,6 +398,25 @@ fn engine(c: &Common) -> Result<Engine> {
         Some(n) => e.with_threads(n),
         None => Ok(e),
     }
+}
+
+/// Ctrl-C (or SIGTERM): the first stops the run after the tile in flight (the engine's
+/// cancel token), which removes the unfinished output; a second exits at once.
+fn stop_on_ctrl_c(e: &Engine) {
+    let token = e.cancel_token();
+    let _ = ctrlc::set_handler(move || {
+        if token.swap(true, Ordering::SeqCst) {
+            let _ = writeln!(
+                std::io::stderr(),
+                "tilestream: interrupted again: exiting now"
+            );
+            std::process::exit(130);
+        }
+        let _ = writeln!(
+            std::io::stderr(),
+            "tilestream: stopping after the tile in flight (Ctrl-C again to quit at once)"
+        );
+    });
 }
 
 /// One progress line: tiles, throughput, memory, ETA.
@@ -688,6 +716,18 @@ fn main_inner(cli: Cli) -> Result<()> {
     let common = &cli.common;
     match cli.cmd {
         Cmd::Info { input, raw, json } => info(&input, &raw, json),
+        Cmd::Clean { dir } => {
+            let removed = tilestream::tensor::clean_stale(&dir, None)?;
+            for p in &removed {
+                println!("removed {}", p.display());
+            }
+            println!(
+                "{} left-over file(s) removed from {}",
+                removed.len(),
+                dir.display()
+            );
+            Ok(())
+        }
         Cmd::Run { file, dry_run } => {
             let wf = Workflow::load(&file)?;
             let mut c = common.clone();
@@ -699,6 +739,7 @@ fn main_inner(cli: Cli) -> Result<()> {
                 return Ok(());
             }
             let (e, bar) = with_progress_bar(engine(&c)?, &c.progress);
+            stop_on_ctrl_c(&e);
             let r = wf.run(&e);
             if let Some(b) = bar {
                 b.finish_and_clear();
@@ -728,6 +769,7 @@ fn main_inner(cli: Cli) -> Result<()> {
         }
         Cmd::Op(op) => {
             let (e, bar) = with_progress_bar(engine(common)?, &common.progress);
+            stop_on_ctrl_c(&e);
             let r = run_op(&e, &op);
             if let Some(b) = bar {
                 b.finish_and_clear();
@@ -747,6 +789,12 @@ fn main_inner(cli: Cli) -> Result<()> {
 }
 
 fn main() -> ExitCode {
+    // A file-size limit (ulimit -f) must fail the write with EFBIG, not kill the process
+    // before it can remove its temporary output.
+    // SAFETY: setting a signal's disposition to SIG_IGN has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     // RUST_LOG=info (or debug: every tile) turns on logging to stderr.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
@@ -760,7 +808,7 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("tilestream: error: {e}");
-            ExitCode::from(e.exit_code() as u8)
+            ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }
     }
 }

@@ -81,6 +81,9 @@ pub struct Stream<'a> {
     pub out_per_item: u64,
     /// Optional progress callback.
     pub progress: Option<ProgressFn<'a>>,
+    /// Stop request: checked before each tile; when set, the run ends with
+    /// [`Error::Interrupted`] after the tile in flight.
+    pub cancel: Option<&'a AtomicBool>,
 }
 
 /// One streamed input: a file and the element offset the tiled space starts at in it
@@ -294,7 +297,20 @@ where
         out_per_item: s.out_per_item,
     };
     let files: Vec<&TensorFile> = s.inputs.iter().map(|i| i.file).collect();
-    run_layout(&layout, &files, s.budget, s.output, s.progress, compute)
+    let hooks = Hooks {
+        progress: s.progress,
+        cancel: s.cancel,
+    };
+    run_layout(&layout, &files, s.budget, s.output, hooks, compute)
+}
+
+/// What a run reports to, and listens to, besides its data.
+#[derive(Clone, Copy, Default)]
+pub struct Hooks<'a> {
+    /// Called after each completed tile.
+    pub progress: Option<ProgressFn<'a>>,
+    /// Checked before each tile; when set, the run stops with [`Error::Interrupted`].
+    pub cancel: Option<&'a AtomicBool>,
 }
 
 /// Runs `compute(tile, windows, output_bytes)` over every tile of `layout`, with reading,
@@ -310,7 +326,7 @@ pub fn run_layout<L, F>(
     files: &[&TensorFile],
     budget: &MemoryBudget,
     output: Option<&OutputFile>,
-    progress: Option<ProgressFn<'_>>,
+    hooks: Hooks<'_>,
     compute: F,
 ) -> Result<StageTimes>
 where
@@ -360,6 +376,8 @@ where
     let (read_tx, read_rx) = bounded::<ReadTile<L::Tile>>(slots);
     let (write_tx, write_rx) = bounded::<(L::Tile, u64, Buffer)>(slots);
 
+    let progress = hooks.progress;
+    let cancelled = || hooks.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
     let report = |done: usize, bytes: u64| {
         if let Some(p) = progress {
             p(&Progress {
@@ -389,6 +407,7 @@ where
         let shared = &shared;
         let report = &report;
         let read_bytes = &read_bytes;
+        let cancelled = &cancelled;
 
         // ---- read stage
         let reader = if has_inputs {
@@ -450,6 +469,13 @@ where
                 let mut reads = Vec::new();
                 for i in 0..num_tiles {
                     if shared.stopped() {
+                        break;
+                    }
+                    if cancelled() {
+                        shared.fail(Error::Interrupted {
+                            done: computed,
+                            total: num_tiles,
+                        });
                         break;
                     }
                     let mut read = if has_inputs {

@@ -666,9 +666,14 @@ impl Workflow {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let tmp = tempfile::Builder::new()
-            .prefix(".tilestream-pipeline-")
+            .prefix(crate::tensor::PIPELINE_DIR_PREFIX)
             .tempdir_in(parent)
             .map_err(|e| Error::io("create a temporary directory in", parent, e))?;
+        // held while the pipeline runs, so `tilestream clean` leaves this directory alone
+        let lock_path = tmp.path().join(".lock");
+        let lock_file =
+            std::fs::File::create(&lock_path).map_err(|e| Error::io("create", &lock_path, e))?;
+        let _held = crate::tensor::lock(&lock_file);
         let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
         for (name, p) in &self.inputs {
             files.insert(name.clone(), TensorFile::open(p)?);

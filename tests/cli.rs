@@ -767,3 +767,97 @@ fn rust_log_turns_on_logging() {
     assert!(err.contains("computed") && err.contains("written"), "{err}");
     assert!(!err.contains('\u{1b}'), "colour codes in a pipe: {err}");
 }
+
+/// Files in `dir` other than `keep`.
+fn leftovers(dir: &Path, keep: &[&str]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect()
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_and_kill_leftovers_are_cleaned() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.npy");
+    let args = [
+        "gen",
+        p(&big),
+        "--shape",
+        "20000x20000",
+        "--memory",
+        "16MiB",
+    ];
+    // SIGINT: stops after the tile in flight, exit 130, nothing left behind
+    let child = common::bin()
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted after") && err.contains("not written"),
+        "{err}"
+    );
+    assert!(
+        leftovers(dir.path(), &[]).is_empty(),
+        "{:?}",
+        leftovers(dir.path(), &[])
+    );
+
+    // SIGKILL: the temporary file stays; `clean` removes it
+    let mut child = common::bin().args(args).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = leftovers(dir.path(), &[]);
+    assert!(
+        left.len() == 1 && left[0].ends_with(".tilestream-tmp"),
+        "{left:?}"
+    );
+    let out = ok(&["clean", p(dir.path())]);
+    assert!(out.contains("1 left-over"), "{out}");
+    assert!(leftovers(dir.path(), &[]).is_empty());
+
+    // ...and so does the next run of the same output
+    let mut child = common::bin().args(args).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    ok(&["gen", p(&big), "--shape", "100x100"]);
+    assert_eq!(leftovers(dir.path(), &["big.npy"]), Vec::<String>::new());
+}
+
+#[test]
+fn file_size_limit_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.npy");
+    // ulimit -f counts 1024-byte blocks in bash/dash: 1 MiB, for an 8 MB output
+    let script = format!(
+        "ulimit -f 1024 && exec '{}' gen '{}' --shape 2000x1000 --memory 4MiB",
+        env!("CARGO_BIN_EXE_tilestream"),
+        p(&out)
+    );
+    let o = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("out.npy") && err.contains("File too large"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        leftovers(dir.path(), &[]).is_empty(),
+        "{:?}",
+        leftovers(dir.path(), &[])
+    );
+}

@@ -12,7 +12,7 @@ use super::{Engine, RunReport, check_not_input};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::stencil::{Stencil, TileJob};
-use crate::pipeline::{self, ProgressFn};
+use crate::pipeline::{self, Hooks};
 use crate::tensor::{TensorFile, fmt_shape, npy};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
 
@@ -120,10 +120,14 @@ impl Engine {
         }
     }
 
-    fn progress_fn(&self) -> Option<ProgressFn<'_>> {
-        self.progress
-            .as_deref()
-            .map(|p| p as &(dyn Fn(&crate::pipeline::Progress) + Sync))
+    fn hooks(&self) -> Hooks<'_> {
+        Hooks {
+            progress: self
+                .progress
+                .as_deref()
+                .map(|p| p as &(dyn Fn(&crate::pipeline::Progress) + Sync)),
+            cancel: Some(&self.cancel),
+        }
     }
 
     /// Streams a box plan over `input` into a new output file at `out`.
@@ -145,7 +149,7 @@ impl Engine {
                 &[input],
                 &self.budget,
                 Some(output),
-                self.progress_fn(),
+                self.hooks(),
                 compute,
             )
         })
@@ -419,7 +423,7 @@ impl Engine {
             &[input],
             &self.budget,
             None,
-            self.progress_fn(),
+            self.hooks(),
             |tile: BoxTile, windows, _| {
                 let band = tile.band;
                 let plane = spec.size * spec.size * es;

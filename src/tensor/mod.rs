@@ -492,6 +492,65 @@ pub fn is_npy_path(path: &Path) -> bool {
 /// # Errors
 /// [`Error::Io`] if the directory is missing or not writable.
 pub fn temp_beside(dest: &Path) -> Result<tempfile::NamedTempFile> {
+    let tmp = temp_beside_unlocked(dest)?;
+    // Held until the file is renamed or removed: tells `clean_stale` it is in use.
+    let _ = lock(tmp.as_file());
+    Ok(tmp)
+}
+
+/// Suffix of every temporary output file.
+pub const TEMP_SUFFIX: &str = ".tilestream-tmp";
+
+/// Prefix of a pipeline file's directory of intermediates.
+pub const PIPELINE_DIR_PREFIX: &str = ".tilestream-pipeline-";
+
+/// Takes an exclusive advisory lock on `f` without waiting; true if taken.
+#[must_use]
+pub fn lock(f: &File) -> bool {
+    // SAFETY: flock on an open descriptor has no memory-safety preconditions.
+    unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        ) == 0
+    }
+}
+
+/// Removes what killed runs left in `dir`: temporary outputs (`*.tilestream-tmp`) and
+/// pipeline intermediate directories that no running process holds (each live one is
+/// locked by its process). With `only_for`, just the temporary files of that output name.
+/// Returns the paths removed.
+///
+/// # Errors
+/// [`Error::Io`] if `dir` cannot be listed.
+pub fn clean_stale(dir: &Path, only_for: Option<&str>) -> Result<Vec<PathBuf>> {
+    let mut removed = Vec::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let is_temp = name.ends_with(TEMP_SUFFIX)
+            && only_for.is_none_or(|n| name.starts_with(&format!(".{n}.")));
+        let is_pipeline = only_for.is_none() && name.starts_with(PIPELINE_DIR_PREFIX);
+        if is_temp {
+            if let Ok(f) = File::open(&path)
+                && lock(&f)
+                && std::fs::remove_file(&path).is_ok()
+            {
+                removed.push(path);
+            }
+        } else if is_pipeline {
+            let lockfile = path.join(".lock");
+            let free = File::open(&lockfile).map_or(true, |f| lock(&f));
+            if free && std::fs::remove_dir_all(&path).is_ok() {
+                removed.push(path);
+            }
+        }
+    }
+    Ok(removed)
+}
+
+fn temp_beside_unlocked(dest: &Path) -> Result<tempfile::NamedTempFile> {
     let dir = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -501,7 +560,7 @@ pub fn temp_beside(dest: &Path) -> Result<tempfile::NamedTempFile> {
         .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?;
     tempfile::Builder::new()
         .prefix(&format!(".{}.", name.to_string_lossy()))
-        .suffix(".tilestream-tmp")
+        .suffix(TEMP_SUFFIX)
         // like any new file: 0666 less the umask (tempfile's default is 0600)
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(&dir)
@@ -535,6 +594,15 @@ impl OutputFile {
                 "{}: is a directory; give an output file name",
                 dest.display()
             )));
+        }
+        if let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) {
+            let dir = if dir.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                dir
+            };
+            // what a killed run of this same output left behind
+            let _ = clean_stale(dir, Some(&name.to_string_lossy()));
         }
         let tmp = temp_beside(dest)?;
         let header = if is_npy_path(dest) {
