@@ -45,8 +45,8 @@ def setup(rows, cols):
     if not (VENV / "bin" / "python").exists():
         sh([sys.executable, "-m", "venv", str(VENV)])
     py = VENV / "bin" / "python"
-    if subprocess.run([py, "-c", "import numpy, scipy"], capture_output=True).returncode != 0:
-        sh([py, "-m", "pip", "install", "--quiet", "numpy", "scipy"])
+    if subprocess.run([py, "-c", "import numpy, scipy, dask.array"], capture_output=True).returncode != 0:
+        sh([py, "-m", "pip", "install", "--quiet", "numpy", "scipy", "dask[array]"])
     WORK.mkdir(exist_ok=True)
     cc = shutil.which("cc") or shutil.which("gcc")
     colsum = WORK / "colsum"
@@ -134,6 +134,7 @@ def main():
             "tilestream": [BIN, "reduce", x, out, "--op", "mean", "--axis", "0", "--memory", a.memory],
             "C pread 8 MiB, 1 thread (limit)": [colsum, x, str(a.rows), str(a.cols)],
             "numpy memmap, 64 MiB row blocks": [py, HERE / "numpy_colmean.py", x, "blocks"],
+            "dask.array, 64 MiB chunks": [py, HERE / "dask_colmean.py", x],
         }
         if a.numpy_whole:
             engines["numpy memmap, whole array"] = [py, HERE / "numpy_colmean.py", x, "whole"]
