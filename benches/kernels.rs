@@ -172,7 +172,7 @@ fn stencils_and_layout(c: &mut Criterion) {
     g.bench_function("8192x512_at_512x64_f32", |b| {
         b.iter(|| {
             cpu.matmul(xb, DType::F32, &resident, COLS, 64, &mut out, DType::F32)
-                .unwrap()
+                .unwrap();
         });
     });
     g.finish();
