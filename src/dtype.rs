@@ -421,6 +421,35 @@ pub fn f32_round_to_odd(v: f64) -> f32 {
     f32::from_bits((t.to_bits() - (inexact & away)) | inexact)
 }
 
+/// [`f32_round_to_odd`] over a slice, compiled for AVX2 when the CPU has it (the same IEEE
+/// operations either way, so the same bits).
+fn round_to_odd_slice(src: &[f64], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { round_to_odd_avx2(src, dst) };
+        return;
+    }
+    round_to_odd_loop(src, dst);
+}
+
+/// [`round_to_odd_loop`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn round_to_odd_avx2(src: &[f64], dst: &mut [f32]) {
+    round_to_odd_loop(src, dst);
+}
+
+#[inline(always)]
+fn round_to_odd_loop(src: &[f64], dst: &mut [f32]) {
+    for (t, &v) in dst.iter_mut().zip(src) {
+        *t = f32_round_to_odd(v);
+    }
+}
+
 /// Casts f64 values into `out` (bytes of `dtype`) with tilestream's cast rules. f16 and
 /// bf16 take the vectorized path: [`f32_round_to_odd`], then `half`'s slice conversion
 /// (F16C where the CPU has it), which rounds to nearest even.
@@ -431,9 +460,7 @@ pub fn store_f64(src: &[f64], out: &mut [u8], dtype: DType) {
     match dtype {
         DType::F16 | DType::BF16 => {
             for (k, s) in src.chunks(CHUNK).enumerate() {
-                for (t, &v) in tmp.iter_mut().zip(s) {
-                    *t = f32_round_to_odd(v);
-                }
+                round_to_odd_slice(s, &mut tmp[..s.len()]);
                 let o = &mut out[k * CHUNK * 2..(k * CHUNK + s.len()) * 2];
                 if dtype == DType::F16 {
                     bytemuck::cast_slice_mut::<u8, f16>(o).convert_from_f32_slice(&tmp[..s.len()]);
