@@ -120,6 +120,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--memory", default="256MiB", help="tilestream budget")
     ap.add_argument("--numpy-whole", action="store_true", help="also run numpy on the whole memmap")
+    ap.add_argument("--out-dir", help="where write tasks put their outputs (default benches/compare/work; "
+                    "e.g. /dev/shm to take the disk's write speed out of the comparison)")
     ap.add_argument("--task", choices=["colmean", "map_f16", "matmul", "gaussian"], default="colmean")
     a = ap.parse_args()
     square = a.task == "gaussian"
@@ -127,7 +129,9 @@ def main():
     a.cols = a.cols or (20000 if square else 512)
 
     py, colsum, x = setup(a.rows, a.cols)
-    out = WORK / "out.npy"
+    outdir = Path(a.out_dir) if a.out_dir else WORK
+    out = outdir / "out.npy"
+    out_numpy = outdir / "out_numpy.npy"
     if a.task == "colmean":
         title = "Column mean"
         engines = {
@@ -142,9 +146,9 @@ def main():
         title = "map '(x*2+1)' --dtype f16 written to disk"
         engines = {
             "tilestream (flushed to disk)": [BIN, "map", "(x*2+1)", out, "--in", f"x={x}", "--dtype", "f16", "--memory", a.memory],
-            "numpy memmap, 64 MiB row blocks -> memmap, flush()": [py, HERE / "numpy_map.py", x, WORK / "out_numpy.npy"],
+            "numpy memmap, 64 MiB row blocks -> memmap, flush()": [py, HERE / "numpy_map.py", x, out_numpy],
             "tilestream --no-sync (left in page cache)": [BIN, "map", "(x*2+1)", out, "--in", f"x={x}", "--dtype", "f16", "--memory", a.memory, "--no-sync"],
-            "numpy as above, no flush()": [py, HERE / "numpy_map.py", x, WORK / "out_numpy.npy", "noflush"],
+            "numpy as above, no flush()": [py, HERE / "numpy_map.py", x, out_numpy, "noflush"],
         }
     elif a.task == "gaussian":
         title = "Gaussian filter sigma=2 (reflect), result written to disk by tilestream, kept in memory by scipy"
@@ -167,7 +171,7 @@ def main():
         warm(x)
         for name, cmd in engines.items():
             # no engine pays for the writeback of the one before it
-            for f in (out, WORK / "out_numpy.npy"):
+            for f in (out, out_numpy):
                 f.unlink(missing_ok=True)
             os.sync()
             samples[name].append(measure([str(c) for c in cmd]))
@@ -184,13 +188,14 @@ def main():
     desc = machine()
     print(f"\n{title} of {a.rows}x{a.cols} f32 ({size / 1e9:.2f} GB), page cache warm (evicted, then "
           f"read once sequentially, before each round), median of {a.runs} alternating rounds; "
-          f"tilestream --memory {a.memory}.\nMachine: {desc}\n")
+          f"tilestream --memory {a.memory}; outputs in {outdir}.\nMachine: {desc}\n")
     print("| engine | median wall | GB/s | peak RSS | time / tilestream |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['engine']} | {r['median_s']:.3f} s | {r['gb_per_s']:.2f} | {r['peak_rss_mib']:.0f} MiB | {r['time_vs_tilestream']:.2f}x |")
     (HERE / "results").mkdir(exist_ok=True)
-    (HERE / "results" / f"{a.task}.json").write_text(json.dumps(
+    tag = f"_{Path(a.out_dir).name}" if a.out_dir else ""
+    (HERE / "results" / f"{a.task}{tag}.json").write_text(json.dumps(
         {"machine": desc, "rows": a.rows, "cols": a.cols, "memory": a.memory, "runs": a.runs, "results": rows}, indent=2))
 
 
