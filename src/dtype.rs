@@ -443,6 +443,8 @@ unsafe fn round_to_odd_avx2(src: &[f64], dst: &mut [f32]) {
     round_to_odd_loop(src, dst);
 }
 
+// inline(always) so the body is compiled with AVX2 inside `round_to_odd_avx2`
+#[allow(clippy::inline_always)]
 #[inline(always)]
 fn round_to_odd_loop(src: &[f64], dst: &mut [f32]) {
     for (t, &v) in dst.iter_mut().zip(src) {

@@ -879,6 +879,27 @@ fn load(bytes: &[u8], d: DType, dst: &mut [f64]) {
 
 use crate::dtype::store_f64 as store;
 
+/// Runs `f` compiled for AVX2 when the CPU has it (`eval_block` and the loops it calls are
+/// inlined into it), else as is. Both give the same bits: no FMA, the same IEEE operations.
+#[inline]
+fn with_avx2(f: impl FnOnce()) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { call_avx2(f) };
+        return;
+    }
+    f();
+}
+
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn call_avx2(f: impl FnOnce()) {
+    f();
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::float_cmp)]
 mod tests {
@@ -954,25 +975,4 @@ mod tests {
             2
         );
     }
-}
-
-/// Runs `f` compiled for AVX2 when the CPU has it (`eval_block` and the loops it calls are
-/// inlined into it), else as is. Both give the same bits: no FMA, the same IEEE operations.
-#[inline]
-fn with_avx2(f: impl FnOnce()) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        unsafe { call_avx2(f) };
-        return;
-    }
-    f();
-}
-
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn call_avx2(f: impl FnOnce()) {
-    f();
 }
