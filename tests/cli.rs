@@ -861,3 +861,38 @@ fn file_size_limit_fails_cleanly() {
         leftovers(dir.path(), &[])
     );
 }
+
+#[test]
+fn a_100000_square_image_at_64mib_tiles_in_two_dimensions() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img.raw");
+    // 40 GB, sparse: only planned here, never read
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(100_000 * 100_000 * 4)
+        .unwrap();
+    let plan = ok(&[
+        "plan",
+        "stencil",
+        p(&img),
+        "o.npy",
+        "--filter",
+        "gaussian:sigma=2",
+        "--shape",
+        "100000x100000",
+        "--in-dtype",
+        "f32",
+        "--memory",
+        "64MiB",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&plan).unwrap();
+    assert_eq!(v["full_width"], false, "{v}");
+    assert_eq!(v["halo"], serde_json::json!([16, 16]), "{v}");
+    let (th, tw) = (
+        v["tile_shape"][0].as_u64().unwrap(),
+        v["tile_shape"][1].as_u64().unwrap(),
+    );
+    assert!(th >= 256 && tw >= 256 && tw < 100_000, "{v}");
+    assert!(v["reserved_bytes"].as_u64().unwrap() <= 64 << 20, "{v}");
+}
