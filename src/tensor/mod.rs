@@ -217,7 +217,7 @@ impl TensorFile {
             return Err(Error::format(
                 path,
                 format!(
-                    "size mismatch: --shape {} --dtype {dtype} needs {nbytes} bytes, file holds {len}",
+                    "size mismatch: --shape {} --in-dtype {dtype} needs {nbytes} bytes, file holds {len}",
                     fmt_shape(shape)
                 ),
             ));
