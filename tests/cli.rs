@@ -551,7 +551,7 @@ fn errors_are_one_line_with_exit_codes() {
             "f32",
         ],
         1,
-        "size mismatch: --shape 10x10 --dtype f32 needs 400 bytes, file holds 1000",
+        "size mismatch: --shape 10x10 --in-dtype f32 needs 400 bytes, file holds 1000",
     );
     fails(
         &["reduce", p(&raw), p(&out), "--shape", "10x25"],
