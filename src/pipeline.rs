@@ -242,6 +242,8 @@ impl Layout for FlatLayout<'_> {
 struct ReadTile<T> {
     tile: T,
     windows: Vec<Window>,
+    /// Bytes the tile's windows hold for it (touched elements).
+    in_bytes: u64,
     token: Option<Reservation>,
 }
 
@@ -390,23 +392,12 @@ where
             });
         }
     };
-    // Bytes a tile reads (touched elements of its windows).
-    let read_bytes = |tile: &L::Tile, reads: &mut Vec<Read>| -> u64 {
-        reads.clear();
-        layout.reads(tile, reads);
-        reads
-            .iter()
-            .map(|r| r.touch.touched(r.len) * files[r.input].dtype().size() as u64)
-            .sum()
-    };
-
     let mut times = StageTimes::default();
     let (mut computed, mut written) = (0usize, 0usize);
     let (mut total_read, mut total_written) = (0u64, 0u64);
     std::thread::scope(|scope| {
         let shared = &shared;
         let report = &report;
-        let read_bytes = &read_bytes;
         let cancelled = &cancelled;
 
         // ---- read stage
@@ -437,9 +428,14 @@ where
                     }
                     busy += t0.elapsed();
                     tracing::debug!(tile = i, windows = windows.len(), "read");
+                    let in_bytes = reads
+                        .iter()
+                        .map(|r| r.touch.touched(r.len) * files[r.input].dtype().size() as u64)
+                        .sum();
                     let item = ReadTile {
                         tile,
                         windows,
+                        in_bytes,
                         token: Some(token),
                     };
                     if read_tx.send(item).is_err() {
@@ -466,7 +462,6 @@ where
                 let mut done = 0usize;
                 let mut computed = 0usize;
                 let mut bytes = 0u64;
-                let mut reads = Vec::new();
                 for i in 0..num_tiles {
                     if shared.stopped() {
                         break;
@@ -487,11 +482,11 @@ where
                         ReadTile {
                             tile: layout.tile(i),
                             windows: Vec::new(),
+                            in_bytes: 0,
                             token: None,
                         }
                     };
-                    let tile = read.tile;
-                    let in_bytes = read_bytes(&tile, &mut reads);
+                    let (tile, in_bytes) = (read.tile, read.in_bytes);
                     let mut buffer = if has_output {
                         match free_rx.recv() {
                             Ok(b) => Some(b),

@@ -338,6 +338,7 @@ impl Engine {
         }
         let rows = patch_starts(dims[1], spec, "rows")?;
         let cols = patch_starts(dims[2], spec, "columns")?;
+        let patches = (dims[0] * rows.len() * cols.len()) as u64;
         let es = input.dtype().size() as u64;
         let mut req = self.box_request(
             format!(
@@ -362,8 +363,7 @@ impl Engine {
             OutMap::None,
         );
         // the index held until the end: one line per patch
-        let n = dims[0] as u64 * req_cuts(&req);
-        req.resident_bytes = n * 96;
+        req.resident_bytes = patches * 96;
         req.resident_what = "patch index".into();
         Ok(BoxPlan::new(&req)?)
     }
@@ -467,13 +467,6 @@ impl Engine {
             times,
         );
         Ok((report, written))
-    }
-}
-
-fn req_cuts(req: &BoxRequest) -> u64 {
-    match &req.cuts {
-        Cuts::Given { rows, cols } => (rows.len() * cols.len()) as u64,
-        Cuts::Auto { .. } => 0,
     }
 }
 
