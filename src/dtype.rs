@@ -166,18 +166,21 @@ impl DType {
             "f8" => DType::F64,
             c if c.starts_with('O') => {
                 return Err(format!(
-                    "object dtype '{descr}' is not supported (only numeric arrays can be streamed)"
+                    "object dtype '{}' is not supported (only numeric arrays can be streamed)",
+                    crate::tensor::npy::shown(descr)
                 ));
             }
             _ => {
                 return Err(format!(
-                    "dtype '{descr}' is not supported (supported: bool, u8-u64, i8-i64, f16, bf16, f32, f64)"
+                    "dtype '{}' is not supported (supported: bool, u8-u64, i8-i64, f16, bf16, f32, f64)",
+                    crate::tensor::npy::shown(descr)
                 ));
             }
         };
         if order == '>' && dtype.size() > 1 {
             return Err(format!(
-                "big-endian dtype '{descr}' is not supported: convert with numpy `a.astype(a.dtype.newbyteorder('<'))`"
+                "big-endian dtype '{}' is not supported: convert with numpy `a.astype(a.dtype.newbyteorder('<'))`",
+                crate::tensor::npy::shown(descr)
             ));
         }
         Ok(dtype)

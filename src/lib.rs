@@ -49,6 +49,8 @@ pub mod budget;
 pub mod dtype;
 pub mod engine;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzz_checks;
 pub mod ops;
 pub mod pipeline;
 pub mod plan;

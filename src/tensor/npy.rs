@@ -72,6 +72,17 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
     })
 }
 
+/// Bytes of data a tensor of `shape` and `dtype` holds, or `None` if the element count
+/// or the byte count overflows (or does not fit an `i64` file offset).
+#[must_use]
+pub fn data_bytes(shape: &[usize], dtype: DType) -> Option<u64> {
+    shape
+        .iter()
+        .try_fold(1u64, |n, &d| n.checked_mul(d as u64))?
+        .checked_mul(dtype.size() as u64)
+        .filter(|&b| i64::try_from(b).is_ok())
+}
+
 /// Total header length (magic through the trailing newline) from the first
 /// [`PREAMBLE`] bytes of a file.
 ///
@@ -95,6 +106,16 @@ pub fn header_len(bytes: &[u8]) -> Result<usize, String> {
             bytes[7]
         )),
     }
+}
+
+/// Text from a file, made fit for a one-line message: control characters escaped, cut
+/// after 40 characters.
+pub(crate) fn shown(s: &str) -> String {
+    let mut out: String = s.chars().take(40).flat_map(char::escape_debug).collect();
+    if s.chars().nth(40).is_some() {
+        out.push_str("...");
+    }
+    out
 }
 
 #[derive(Default)]
@@ -224,7 +245,12 @@ fn parse_dict(text: &str) -> Result<Dict, String> {
                 }
                 d.shape = Some(shape);
             }
-            other => return Err(format!("malformed .npy header: unknown key '{other}'")),
+            other => {
+                return Err(format!(
+                    "malformed .npy header: unknown key '{}'",
+                    shown(other)
+                ));
+            }
         }
         if !c.eat(b',') {
             c.expect(b'}')?;

@@ -1,0 +1,104 @@
+//! The properties the fuzz targets (`fuzz/`) check, kept in the library so that the
+//! committed corpus is replayed by an ordinary test (`tests/fuzz_corpus.rs`) on every
+//! `cargo test`, with no fuzzer installed.
+//!
+//! Each check takes arbitrary bytes and panics only when a property is broken: a parser
+//! that panics, overflows or accepts something it cannot write back the same way.
+
+use crate::dtype::DType;
+use crate::ops::expr::{Program, parse};
+use crate::tensor::npy;
+
+/// What [`npy_header`] made of its input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NpyOutcome {
+    /// Refused, with the message a user would see.
+    Refused(String),
+    /// Accepted: dtype, shape and the byte count of the data.
+    Accepted(DType, Vec<usize>, u64),
+}
+
+/// Parses `data` as the start of a `.npy` file the way [`crate::TensorFile::open`] does
+/// (length field, header, byte count of the data with overflow checks) and checks:
+/// messages are one line; an accepted header survives a round trip through
+/// [`npy::build_header`] unchanged; its data offset lies within the header bytes.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn npy_header(data: &[u8]) -> NpyOutcome {
+    let refused = |m: String| {
+        assert!(!m.contains('\n'), "multi-line message: {m:?}");
+        assert!(!m.is_empty(), "empty message");
+        NpyOutcome::Refused(m)
+    };
+    let pre = &data[..data.len().min(npy::PREAMBLE)];
+    let hlen = match npy::header_len(pre) {
+        Ok(n) => n,
+        Err(m) => return refused(m),
+    };
+    if hlen > data.len() {
+        return refused(format!("truncated .npy header: {hlen} > {}", data.len()));
+    }
+    let h = match npy::parse_header(&data[..hlen]) {
+        Ok(h) => h,
+        Err(m) => return refused(m),
+    };
+    assert_eq!(
+        h.data_offset, hlen as u64,
+        "data offset is not the header's end"
+    );
+    let Some(bytes) = npy::data_bytes(&h.shape, h.dtype) else {
+        return refused("shape overflows a 64-bit byte count".into());
+    };
+    let again = npy::build_header(h.dtype, &h.shape);
+    let back = npy::parse_header(&again).expect("a header tilestream wrote must parse");
+    assert_eq!(
+        (back.dtype, &back.shape),
+        (h.dtype, &h.shape),
+        "round trip changed it"
+    );
+    assert_eq!(back.data_offset as usize, again.len());
+    assert_eq!(again.len() % 64, 0, "written headers are 64-byte aligned");
+    NpyOutcome::Accepted(h.dtype, h.shape, bytes)
+}
+
+/// Parses `data` (when UTF-8) as a `map` expression; when it parses, compiles it and
+/// evaluates it over a small block of every input (f32, 37 elements: a partial block)
+/// into f16 and f64 outputs. Checks that messages are one line and carry a column
+/// within the text, and that evaluation does not panic. Returns whether it parsed.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn expr(data: &[u8]) -> bool {
+    const N: usize = 37;
+    let Ok(src) = std::str::from_utf8(data) else {
+        return false;
+    };
+    let e = match parse(src) {
+        Ok(e) => e,
+        Err(err) => {
+            let m = err.to_string();
+            assert!(!m.contains('\n'), "multi-line message: {m:?}");
+            assert!(
+                err.column >= 1 && err.column <= src.chars().count() + 1,
+                "column {} outside '{src}'",
+                err.column
+            );
+            return false;
+        }
+    };
+    let program = Program::compile(&e);
+    let values: Vec<f32> = (0..N).map(|i| i as f32 * 0.75 - 9.0).collect();
+    let bytes: &[u8] = bytemuck::cast_slice(&values);
+    let inputs = vec![bytes; program.streams.len()];
+    let dtypes = vec![DType::F32; program.streams.len()];
+    for out_dtype in [DType::F16, DType::F64] {
+        // staging buffers are 8-byte aligned in the pipeline: the same here
+        let mut words = vec![0u64; (N * out_dtype.size()).div_ceil(8)];
+        let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..N * out_dtype.size()];
+        program.eval_tile(&inputs, &dtypes, out, out_dtype);
+    }
+    true
+}

@@ -1,0 +1,92 @@
+//! Replays the committed fuzz corpora (`fuzz/corpus/`) through the same checks the fuzz
+//! targets run, so every input that once found a bug (and every seed) is re-checked by
+//! `cargo test` without a fuzzer. Run the fuzzers themselves with `cargo fuzz` (see
+//! `fuzz/README.md`).
+
+use std::path::Path;
+
+use tilestream::DType;
+use tilestream::fuzz_checks::{NpyOutcome, expr, npy_header};
+
+fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(name);
+    let mut out: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| {
+            let p = e.expect("corpus entry").path();
+            (
+                p.display().to_string(),
+                std::fs::read(&p).expect("corpus file"),
+            )
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn npy_header_corpus_replays_without_a_finding() {
+    let files = corpus("npy_header");
+    assert!(files.len() >= 50, "corpus too small: {}", files.len());
+    let mut accepted = 0;
+    for (name, data) in &files {
+        let outcome = std::panic::catch_unwind(|| npy_header(data))
+            .unwrap_or_else(|_| panic!("{name}: the check failed"));
+        if let NpyOutcome::Accepted(..) = outcome {
+            accepted += 1;
+        }
+    }
+    // numpy's own headers are among the seeds: some must be accepted, some refused
+    assert!(
+        accepted >= 10 && accepted < files.len(),
+        "{accepted} of {}",
+        files.len()
+    );
+}
+
+#[test]
+fn npy_header_checks_known_headers() {
+    let h = |text: &str| {
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend_from_slice(
+            &u16::try_from(text.len())
+                .expect("short header")
+                .to_le_bytes(),
+        );
+        b.extend_from_slice(text.as_bytes());
+        b
+    };
+    assert_eq!(
+        npy_header(&h(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3, 5), }\n"
+        )),
+        NpyOutcome::Accepted(DType::F32, vec![3, 5], 60)
+    );
+    // a count of bytes past 2^63 is refused, not wrapped
+    let huge = h("{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }\n");
+    assert!(matches!(npy_header(&huge), NpyOutcome::Refused(m) if m.contains("overflows")));
+    // control characters from the file are escaped in messages (a fuzz finding)
+    let nl = h("{'de\nscr': '<f4', 'fortran_order': False, 'shape': (3,), }\n");
+    assert!(matches!(npy_header(&nl), NpyOutcome::Refused(m) if m.contains("de\\nscr")));
+}
+
+#[test]
+fn expr_corpus_replays_without_a_finding() {
+    let files = corpus("expr");
+    assert!(files.len() >= 20, "corpus too small: {}", files.len());
+    let mut parsed = 0;
+    for (name, data) in &files {
+        if std::panic::catch_unwind(|| expr(data))
+            .unwrap_or_else(|_| panic!("{name}: the check failed"))
+        {
+            parsed += 1;
+        }
+    }
+    assert!(
+        parsed >= 10 && parsed < files.len(),
+        "{parsed} of {}",
+        files.len()
+    );
+}
