@@ -21,8 +21,9 @@ use crate::backend::{Backend, CpuBackend};
 use crate::budget::{MemoryBudget, fmt_bytes};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::journal::{JobKey, Journal};
 use crate::ops::expr::{self, Program};
-use crate::ops::reduce::{Geometry, Reduce, ReduceOver};
+use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::pipeline::{self, InputStream, Progress, StageTimes, Stream};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
 use crate::tensor::{OutputFile, TensorFile, fmt_shape, same_file, window_slack};
@@ -44,6 +45,7 @@ pub struct Engine {
     progress: Option<ProgressCallback>,
     durable: bool,
     cancel: Arc<AtomicBool>,
+    job: Option<(JobKey, bool)>,
 }
 
 impl fmt::Debug for Engine {
@@ -98,6 +100,8 @@ pub struct RunReport {
     pub peak_reserved_bytes: u64,
     /// Peak resident set of the whole process so far, in bytes (getrusage).
     pub peak_rss_bytes: u64,
+    /// Tiles found done by an interrupted run and skipped (`--resume`).
+    pub resumed_tiles: usize,
 }
 
 impl fmt::Display for RunReport {
@@ -136,7 +140,15 @@ impl fmt::Display for RunReport {
             fmt_bytes(self.peak_reserved_bytes),
             fmt_bytes(self.budget_bytes),
             fmt_bytes(self.peak_rss_bytes)
-        )
+        )?;
+        if self.resumed_tiles > 0 {
+            write!(
+                f,
+                "\n  resumed: {} tiles were done by the interrupted run",
+                self.resumed_tiles
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -267,6 +279,7 @@ impl Engine {
             progress: None,
             durable: true,
             cancel: Arc::new(AtomicBool::new(false)),
+            job: None,
         })
     }
 
@@ -293,6 +306,19 @@ impl Engine {
     #[must_use]
     pub fn with_durable(mut self, yes: bool) -> Self {
         self.durable = yes;
+        self
+    }
+
+    /// Makes the runs of this engine resumable: each keeps a journal beside its output
+    /// (see [`crate::journal`]) that records the tiles done; with `resume`, a run takes
+    /// up what an interrupted run of the same `key` left and continues after its last
+    /// completed tile. An interrupted run (Ctrl-C, [`Engine::cancel_token`]) then keeps
+    /// its temporary output and journal instead of removing them. `key` must describe
+    /// the whole operation and its inputs: a journal written under another key is
+    /// refused.
+    #[must_use]
+    pub fn with_journal(mut self, key: JobKey, resume: bool) -> Self {
+        self.job = Some((key, resume));
         self
     }
 
@@ -389,6 +415,7 @@ impl Engine {
             budget_bytes: self.budget.limit(),
             peak_reserved_bytes: self.budget.peak(),
             peak_rss_bytes: peak_rss(),
+            resumed_tiles: t.resumed_tiles,
         }
     }
 
@@ -409,6 +436,7 @@ impl Engine {
                 .as_deref()
                 .map(|p| p as &(dyn Fn(&Progress) + Sync)),
             cancel: Some(&self.cancel),
+            journal: None,
         }
     }
 
@@ -429,12 +457,55 @@ impl Engine {
         out: &Path,
         shape: &[usize],
         dtype: DType,
-        fill: impl FnOnce(&OutputFile) -> Result<T>,
+        fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<T>,
     ) -> Result<T> {
-        let output = OutputFile::create(out, shape, dtype)?.durable(self.durable);
-        let r = fill(&output)?;
-        output.finish()?;
-        Ok(r)
+        let journal = self.open_journal(out)?;
+        self.to_file_with(journal, out, shape, dtype, fill)
+    }
+
+    /// [`Engine::to_file`] within a journal already open (for operations whose earlier
+    /// passes have no output).
+    fn to_file_with<T>(
+        &self,
+        journal: Option<Journal>,
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+        fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<T>,
+    ) -> Result<T> {
+        let output = match &journal {
+            Some(j) => j.output(shape, dtype, self.durable)?,
+            None => OutputFile::create(out, shape, dtype)?.durable(self.durable),
+        };
+        match fill(&output, journal.as_ref()) {
+            Ok(r) => {
+                output.finish()?;
+                if let Some(j) = journal {
+                    j.finish();
+                }
+                Ok(r)
+            }
+            Err(e) => {
+                let e = kept_if_interrupted(journal.as_ref(), e);
+                if journal.as_ref().is_some_and(Journal::kept) {
+                    output.keep();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The journal of a run writing `out`, if this engine's runs are resumable.
+    fn open_journal(&self, out: &Path) -> Result<Option<Journal>> {
+        self.job
+            .as_ref()
+            .map(|(key, resume)| Journal::open(out, key, *resume))
+            .transpose()
+    }
+
+    /// Tiles the journal found done, for the report.
+    fn resumed(journal: Option<&Journal>) -> usize {
+        journal.map_or(0, Journal::skipped_tiles)
     }
 
     /// [`Engine::to_file`] filled by the pipeline over a flat plan (`compute` per tile).
@@ -452,10 +523,13 @@ impl Engine {
     where
         F: FnMut(crate::plan::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     {
-        self.to_file(out, shape, dtype, |output| {
+        self.to_file(out, shape, dtype, |output, journal| {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;
-            pipeline::run(&stream, compute)
+            stream.journal = journal;
+            let mut times = pipeline::run(&stream, compute)?;
+            times.resumed_tiles = Self::resumed(journal);
+            Ok(times)
         })
     }
 
@@ -514,7 +588,17 @@ impl Engine {
         op: Reduce,
         over: impl Into<ReduceOver>,
     ) -> Result<(Array, RunReport)> {
-        let over = over.into();
+        self.reduce_with(input, op, over.into(), None)
+    }
+
+    /// [`Engine::reduce`], resumable through `journal`.
+    fn reduce_with(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: ReduceOver,
+        journal: Option<&Journal>,
+    ) -> Result<(Array, RunReport)> {
         let plan = self.plan_reduce(input, op, over)?;
         self.budget.reset_peak();
         let g = Geometry::new(input.shape(), over)?;
@@ -523,10 +607,16 @@ impl Engine {
             .reserve("reduction result and accumulators", plan.resident_bytes)?;
         let mut reducer = self.backend.reducer(op, input.dtype(), g)?;
         let inputs = [InputStream::whole(input)];
-        let times = pipeline::run(&self.stream(&plan, &inputs, None), |tile, ins, _| {
+        let mut stream = self.stream(&plan, &inputs, None);
+        stream.journal = journal;
+        let mut times = pipeline::run(&stream, |tile, ins, _| {
+            restore_reducers(journal, &mut [&mut reducer])?;
             reducer.feed_bytes(tile.start, ins[0]);
-            Ok(())
+            checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
         })?;
+        // a pass resumed with every tile done never called the closure
+        restore_reducers(journal, &mut [&mut reducer])?;
+        times.resumed_tiles = Self::resumed(journal);
         let out_dtype = op.output_dtype(input.dtype());
         let out_shape: Vec<usize> = match over {
             ReduceOver::All => vec![],
@@ -564,9 +654,15 @@ impl Engine {
         dtype: Option<DType>,
     ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[input])?;
-        let (array, mut report) = self.reduce(input, op, over)?;
+        let journal = self.open_journal(out.as_ref())?;
+        let (array, mut report) = self
+            .reduce_with(input, op, over.into(), journal.as_ref())
+            .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
         let array = dtype.map_or(array.clone(), |d| array.cast(d));
         array.save(out)?;
+        if let Some(j) = journal {
+            j.finish();
+        }
         report.output_dtype = array.dtype().name().into();
         Ok(report)
     }
@@ -939,6 +1035,16 @@ impl Engine {
     /// # Errors
     /// As [`reduce`](Self::reduce).
     pub fn column_stats(&self, input: &TensorFile, ddof: u32) -> Result<(Array, Array, RunReport)> {
+        self.column_stats_with(input, ddof, None)
+    }
+
+    /// [`Engine::column_stats`], resumable through `journal`.
+    fn column_stats_with(
+        &self,
+        input: &TensorFile,
+        ddof: u32,
+        journal: Option<&Journal>,
+    ) -> Result<(Array, Array, RunReport)> {
         let over = ReduceOver::Axis(0);
         let std_op = Reduce::Std { ddof };
         // both reducers' results and accumulators are resident for the whole pass
@@ -966,11 +1072,16 @@ impl Engine {
         let mut mean_r = self.backend.reducer(Reduce::Mean, input.dtype(), g)?;
         let mut std_r = self.backend.reducer(std_op, input.dtype(), g)?;
         let inputs = [InputStream::whole(input)];
-        let times = pipeline::run(&self.stream(&plan, &inputs, None), |tile, ins, _| {
+        let mut stream = self.stream(&plan, &inputs, None);
+        stream.journal = journal;
+        let mut times = pipeline::run(&stream, |tile, ins, _| {
+            restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
             mean_r.feed_bytes(tile.start, ins[0]);
             std_r.feed_bytes(tile.start, ins[0]);
-            Ok(())
+            checkpoint_reducers(journal, tile.index, &[mean_r.as_ref(), std_r.as_ref()])
         })?;
+        restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
+        times.resumed_tiles = Self::resumed(journal);
         let shape = input.shape()[1..].to_vec();
         let mean = Array::from_bytes(DType::F64, shape.clone(), mean_r.into_bytes())?;
         let std = Array::from_bytes(DType::F64, shape.clone(), std_r.into_bytes())?;
@@ -1009,7 +1120,11 @@ impl Engine {
         } else {
             DType::F32
         });
-        let (mean, std, stats_report) = self.column_stats(input, ddof)?;
+        let journal = self.open_journal(out.as_ref())?;
+        let (mean, std, stats_report) = self
+            .column_stats_with(input, ddof, journal.as_ref())
+            .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
+        let skipped_stats = Self::resumed(journal.as_ref());
         if let Some(p) = stats {
             write_npz(p, &[("mean", &mean), ("std", &std)])?;
         }
@@ -1035,15 +1150,15 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let xd = input.dtype();
-        let times = self.run_to_file(
-            &plan,
-            &inputs,
-            out.as_ref(),
-            input.shape(),
-            od,
-            1,
-            |tile, ins, o| backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od),
-        )?;
+        let times = self.to_file_with(journal, out.as_ref(), input.shape(), od, |output, j| {
+            let mut stream = self.stream(&plan, &inputs, Some(output));
+            stream.journal = j;
+            let mut times = pipeline::run(&stream, |tile, ins, o| {
+                backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od)
+            })?;
+            times.resumed_tiles = Self::resumed(j) - skipped_stats;
+            Ok(times)
+        })?;
         let op = format!("standardize {}", input.path().display());
         Ok((
             stats_report,
@@ -1090,6 +1205,49 @@ impl Engine {
         let op = format!("generate {} {dtype} (seed {seed})", fmt_shape(shape));
         Ok(self.report(&plan, op, shape, shape, dtype, times))
     }
+}
+
+/// Restores `reducers` from the state a resumed pass found, once (the journal hands it
+/// over only the first time).
+fn restore_reducers(
+    journal: Option<&Journal>,
+    reducers: &mut [&mut Box<dyn TileReducer>],
+) -> Result<()> {
+    let Some(bytes) = journal.and_then(Journal::take_state) else {
+        return Ok(());
+    };
+    let mut at = 0;
+    for r in reducers.iter_mut() {
+        let n = r.state_len() as usize;
+        if bytes.len() < at + n || !r.load_state(&bytes[at..at + n]) {
+            return Err(Error::Internal(
+                "the saved state of the interrupted run does not fit this reduction".into(),
+            ));
+        }
+        at += n;
+    }
+    Ok(())
+}
+
+/// Saves the state of `reducers` after tile `index` when the journal has one due.
+fn checkpoint_reducers(
+    journal: Option<&Journal>,
+    index: usize,
+    reducers: &[&dyn TileReducer],
+) -> Result<()> {
+    let Some(j) = journal else { return Ok(()) };
+    let size = reducers.iter().map(|r| r.state_len()).sum();
+    j.checkpoint(j.pass(), index, size, || {
+        reducers.iter().flat_map(|r| r.save_state()).collect()
+    })
+}
+
+/// Marks the journal kept when `e` is an interruption (the run can be resumed).
+fn kept_if_interrupted(journal: Option<&Journal>, e: Error) -> Error {
+    if let (Some(j), Error::Interrupted { .. }) = (journal, &e) {
+        j.keep();
+    }
+    e
 }
 
 fn check_not_input(out: &Path, inputs: &[&TensorFile]) -> Result<()> {

@@ -42,12 +42,17 @@ pub enum Error {
     #[error("internal error: {0}")]
     Internal(String),
     /// The run was stopped on request (Ctrl-C, or [`crate::Engine::cancel_token`]).
-    #[error("interrupted after {done} of {total} tiles: the output was not written")]
+    #[error(
+        "interrupted after {done} of {total} tiles: the output was not written{}",
+        if *resumable { "; run the same command with --resume to continue" } else { "" }
+    )]
     Interrupted {
         /// Tiles completed.
         done: usize,
         /// Tiles planned.
         total: usize,
+        /// The run's journal and temporary output were kept: it can be resumed.
+        resumable: bool,
     },
 }
 

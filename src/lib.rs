@@ -51,6 +51,7 @@ pub mod engine;
 pub mod error;
 #[doc(hidden)]
 pub mod fuzz_checks;
+pub mod journal;
 pub mod ops;
 pub mod pipeline;
 pub mod plan;
@@ -65,6 +66,7 @@ pub use budget::{BudgetError, MemoryBudget, Reservation, parse_size};
 pub use dtype::{DType, Element};
 pub use engine::{Array, Engine, RunReport};
 pub use error::{Error, Result};
+pub use journal::JobKey;
 pub use ops::{Axis, Reduce, ReduceOver};
 pub use pipeline::Progress;
 pub use plan::Plan;

@@ -16,8 +16,8 @@ use tilestream::tensor::{Format, fmt_shape, parse_shape};
 use tilestream::tiling::{Boundary, BoxPlan};
 use tilestream::workflow::{Workflow, load_kernel};
 use tilestream::{
-    DType, Engine, Error, MemoryBudget, Plan, Progress, Reduce, ReduceOver, Result, RunReport,
-    TensorFile,
+    DType, Engine, Error, JobKey, MemoryBudget, Plan, Progress, Reduce, ReduceOver, Result,
+    RunReport, TensorFile,
 };
 
 const DEFAULT_MEMORY: &str = "1GiB";
@@ -50,7 +50,7 @@ struct Cli {
     cmd: Cmd,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct Common {
     /// Memory budget for everything the engine holds: staging windows and buffers,
     /// accumulators, results (e.g. 512MiB, 2GB, 1.5GiB, or bytes).
@@ -74,10 +74,15 @@ struct Common {
     /// after may lose it (as with cp or np.save). Outputs are still atomic.
     #[arg(long, global = true)]
     no_sync: bool,
+    /// Continue an interrupted run (killed, crashed, or stopped with Ctrl-C) of the same
+    /// command from its last completed tile, with the journal it left beside the output.
+    /// With nothing to resume, runs from the start.
+    #[arg(long, global = true)]
+    resume: bool,
 }
 
 /// How to read an input that is not `.npy`.
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct RawSpec {
     /// Shape of a raw (headerless) input, e.g. 3075200x512.
     #[arg(long)]
@@ -87,7 +92,7 @@ struct RawSpec {
     in_dtype: Option<String>,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct ReduceArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
     input: PathBuf,
@@ -109,7 +114,7 @@ struct ReduceArgs {
     raw: RawSpec,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct AffineArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
     input: PathBuf,
@@ -129,7 +134,7 @@ struct AffineArgs {
     raw: RawSpec,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct MapArgs {
     /// The expression, e.g. '(x*2+1)' or '(s[7] - s[3]) / (s[7] + s[3])'.
     expr: String,
@@ -145,7 +150,7 @@ struct MapArgs {
     raw: RawSpec,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct MatmulArgs {
     /// Left operand X (R x K), streamed by row tiles.
     x: PathBuf,
@@ -158,7 +163,7 @@ struct MatmulArgs {
     dtype: Option<String>,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct StandardizeArgs {
     /// Input tensor (rows x columns...; .npy, or raw with --shape and --in-dtype).
     input: PathBuf,
@@ -177,7 +182,7 @@ struct StandardizeArgs {
     raw: RawSpec,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct CastArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
     input: PathBuf,
@@ -190,7 +195,7 @@ struct CastArgs {
     raw: RawSpec,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct GenArgs {
     /// Output file (.npy, or raw for any other extension).
     output: PathBuf,
@@ -205,7 +210,7 @@ struct GenArgs {
     seed: u64,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct StencilArgs {
     /// Input image: (height, width) or (bands, height, width); .npy, or raw with --shape
     /// and --in-dtype.
@@ -226,7 +231,7 @@ struct StencilArgs {
     raw: RawSpec,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct TransposeArgs {
     /// Input array (rank 2, or rank 3 to transpose the last two axes of each band).
     input: PathBuf,
@@ -236,7 +241,7 @@ struct TransposeArgs {
     raw: RawSpec,
 }
 
-#[derive(Args, Clone)]
+#[derive(Args, Clone, Debug)]
 struct TilesArgs {
     /// Input image: (height, width) or (bands, height, width).
     input: PathBuf,
@@ -256,7 +261,7 @@ struct TilesArgs {
     raw: RawSpec,
 }
 
-#[derive(Subcommand, Clone)]
+#[derive(Subcommand, Clone, Debug)]
 enum Op {
     /// Reduce along an axis or over everything: sum, mean, min, max, var, std.
     #[command(after_help = "Examples:
@@ -542,6 +547,39 @@ impl std::fmt::Display for AnyPlan {
     }
 }
 
+/// What makes a run of `op` the same run (its arguments and the identity of each input
+/// file), for the journal that lets `--resume` continue it; `None` for operations that
+/// are not resumable.
+fn job_key(op: &Op) -> Result<Option<JobKey>> {
+    let mut inputs: Vec<PathBuf> = Vec::new();
+    match op {
+        Op::Tiles(_) => return Ok(None),
+        Op::Gen(_) => {}
+        Op::Map(a) => inputs.extend(
+            a.inputs
+                .iter()
+                .filter_map(|s| s.split_once('=').map(|(_, p)| PathBuf::from(p))),
+        ),
+        Op::Matmul(a) => inputs.extend([a.x.clone(), a.w.clone()]),
+        Op::Stencil(a) => {
+            inputs.push(a.input.clone());
+            if let Some(k) = a.filter.strip_prefix("convolve:") {
+                inputs.push(PathBuf::from(k));
+            }
+        }
+        Op::Reduce(a) => inputs.push(a.input.clone()),
+        Op::Affine(a) => inputs.push(a.input.clone()),
+        Op::Standardize(a) => inputs.push(a.input.clone()),
+        Op::Cast(a) => inputs.push(a.input.clone()),
+        Op::Transpose(a) => inputs.push(a.input.clone()),
+    }
+    let mut key = JobKey::new(format!("{op:?}"));
+    for p in inputs {
+        key = key.input(p)?;
+    }
+    Ok(Some(key))
+}
+
 fn stencil_of(a: &StencilArgs) -> Result<Stencil> {
     Stencil::new(
         Filter::parse(&a.filter, |k| load_kernel(Path::new(k)))?,
@@ -640,6 +678,7 @@ fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
                 a.input.display()
             );
             r.tiles += stats.tiles;
+            r.resumed_tiles += stats.resumed_tiles;
             r.bytes_read += stats.bytes_read;
             r.wall_s += stats.wall_s;
             r.read_busy_s += stats.read_busy_s;
@@ -728,6 +767,9 @@ fn main_inner(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
+        Cmd::Run { .. } if common.resume => Err(Error::invalid(
+            "--resume is not available for pipeline files yet: run the steps as subcommands to resume them one by one",
+        )),
         Cmd::Run { file, dry_run } => {
             let wf = Workflow::load(&file)?;
             let mut c = common.clone();
@@ -768,7 +810,17 @@ fn main_inner(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Op(op) => {
-            let (e, bar) = with_progress_bar(engine(common)?, &common.progress);
+            let mut e = engine(common)?;
+            match job_key(&op)? {
+                Some(key) => e = e.with_journal(key, common.resume),
+                None if common.resume => {
+                    return Err(Error::invalid(
+                        "--resume is not available for tiles: each patch file is written whole; run it again without --resume",
+                    ));
+                }
+                None => {}
+            }
+            let (e, bar) = with_progress_bar(e, &common.progress);
             stop_on_ctrl_c(&e);
             let r = run_op(&e, &op);
             if let Some(b) = bar {

@@ -26,6 +26,7 @@ use crossbeam_channel::bounded;
 
 use crate::budget::{MemoryBudget, Reservation};
 use crate::error::{Error, Result};
+use crate::journal::Journal;
 use crate::plan::{Plan, Tile};
 use crate::tensor::{OutputFile, TensorFile, Window};
 
@@ -64,6 +65,8 @@ pub struct StageTimes {
     pub bytes_read: u64,
     /// Bytes written to the output.
     pub bytes_written: u64,
+    /// Tiles a resumed run found done and skipped.
+    pub resumed_tiles: usize,
 }
 
 /// What a pipeline run streams.
@@ -84,6 +87,8 @@ pub struct Stream<'a> {
     /// Stop request: checked before each tile; when set, the run ends with
     /// [`Error::Interrupted`] after the tile in flight.
     pub cancel: Option<&'a AtomicBool>,
+    /// Journal of a resumable run: done tiles are skipped, written ones recorded.
+    pub journal: Option<&'a Journal>,
 }
 
 /// One streamed input: a file and the element offset the tiled space starts at in it
@@ -302,6 +307,7 @@ where
     let hooks = Hooks {
         progress: s.progress,
         cancel: s.cancel,
+        journal: s.journal,
     };
     run_layout(&layout, &files, s.budget, s.output, hooks, compute)
 }
@@ -313,6 +319,9 @@ pub struct Hooks<'a> {
     pub progress: Option<ProgressFn<'a>>,
     /// Checked before each tile; when set, the run stops with [`Error::Interrupted`].
     pub cancel: Option<&'a AtomicBool>,
+    /// Journal of a resumable run: the pass starts after the tiles it finds done, and
+    /// each written tile is recorded with its checksum.
+    pub journal: Option<&'a Journal>,
 }
 
 /// Runs `compute(tile, windows, output_bytes)` over every tile of `layout`, with reading,
@@ -336,11 +345,21 @@ where
     F: FnMut(L::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
 {
     let num_tiles = layout.num_tiles();
+    // a resumed pass starts after the tiles found done (before any slot is reserved:
+    // checking them reads them back through a buffer of its own)
+    let (pass, start) = match hooks.journal {
+        Some(j) => {
+            let p = j.begin_pass(layout, output, budget)?;
+            (p.pass, p.start)
+        }
+        None => (0, 0),
+    };
     let slots = layout.depth().max(1).min(num_tiles.max(1));
     let out_elem = output.map_or(0, |o| o.dtype().size() as u64);
     let started = Instant::now();
     tracing::info!(
         tiles = num_tiles,
+        start,
         slots,
         window_bytes = layout.window_bytes(),
         out_slot_bytes = layout.out_slot_elems() * out_elem,
@@ -407,7 +426,7 @@ where
             Some(scope.spawn(move || {
                 let mut busy = Duration::ZERO;
                 let mut reads = Vec::new();
-                for i in 0..num_tiles {
+                for i in start..num_tiles {
                     let tile = layout.tile(i);
                     let Ok(token) = tok_rx.recv() else { break };
                     if shared.stopped() {
@@ -459,17 +478,18 @@ where
             let mut compute = compute;
             scope.spawn(move || {
                 let mut busy = Duration::ZERO;
-                let mut done = 0usize;
+                let mut done = start;
                 let mut computed = 0usize;
                 let mut bytes = 0u64;
-                for i in 0..num_tiles {
+                for i in start..num_tiles {
                     if shared.stopped() {
                         break;
                     }
                     if cancelled() {
                         shared.fail(Error::Interrupted {
-                            done: computed,
+                            done: start + computed,
                             total: num_tiles,
+                            resumable: hooks.journal.is_some(),
                         });
                         break;
                     }
@@ -539,7 +559,7 @@ where
             let free_tx = free_tx;
             scope.spawn(move || {
                 let mut busy = Duration::ZERO;
-                let mut done = 0usize;
+                let mut done = start;
                 let mut bytes = 0u64;
                 let mut written = 0u64;
                 let mut writes = Vec::new();
@@ -549,6 +569,7 @@ where
                     layout.writes(&tile, &mut writes);
                     let used = (layout.out_elems(&tile) * out_elem) as usize;
                     let data = buf.bytes(used);
+                    let mut crc = hooks.journal.map(|_| crc32fast::Hasher::new());
                     for w in &writes {
                         let from = (w.buf_elem * out_elem) as usize;
                         let n = (w.len * out_elem) as usize;
@@ -556,7 +577,16 @@ where
                             shared.fail(e);
                             break 'tiles;
                         }
+                        if let Some(h) = crc.as_mut() {
+                            h.update(&data[from..from + n]);
+                        }
                         written += n as u64;
+                    }
+                    if let (Some(j), Some(h)) = (hooks.journal, crc)
+                        && let Err(e) = j.tile_written(pass, done, h.finalize())
+                    {
+                        shared.fail(e);
+                        break 'tiles;
                     }
                     busy += t0.elapsed();
                     tracing::debug!(?tile, writes = writes.len(), "written");
@@ -566,7 +596,7 @@ where
                     // The compute stage may have finished already: keep draining.
                     let _ = free_tx.send(buf);
                 }
-                (busy, done, written)
+                (busy, done - start, written)
             })
         });
 
@@ -589,9 +619,10 @@ where
         return Err(e);
     }
     // Never report success for a run that lost a tile.
-    if computed != num_tiles || (output.is_some() && written != num_tiles) {
+    let todo = num_tiles - start;
+    if computed != todo || (output.is_some() && written != todo) {
         return Err(Error::Internal(format!(
-            "pipeline ended early: {computed} of {num_tiles} tiles computed, {written} written"
+            "pipeline ended early: {computed} of {todo} tiles computed, {written} written"
         )));
     }
     times.bytes_read = total_read;

@@ -789,7 +789,9 @@ fn ctrl_c_stops_cleanly_and_kill_leftovers_are_cleaned() {
         "--memory",
         "16MiB",
     ];
-    // SIGINT: stops after the tile in flight, exit 130, nothing left behind
+    // SIGINT: stops after the tile in flight, exit 130, the output not written; the
+    // temporary output and the journal stay for --resume (tests/resume.rs), `clean`
+    // removes them
     let child = common::bin()
         .args(args)
         .stderr(std::process::Stdio::piped())
@@ -805,24 +807,28 @@ fn ctrl_c_stops_cleanly_and_kill_leftovers_are_cleaned() {
         err.contains("interrupted after") && err.contains("not written"),
         "{err}"
     );
+    assert!(!big.exists());
+    let left = leftovers(dir.path(), &[]);
     assert!(
-        leftovers(dir.path(), &[]).is_empty(),
-        "{:?}",
-        leftovers(dir.path(), &[])
+        left.len() == 2 && left.iter().all(|n| n.ends_with(".tilestream-tmp")),
+        "{left:?}"
     );
+    let out = ok(&["clean", p(dir.path())]);
+    assert!(out.contains("2 left-over"), "{out}");
+    assert!(leftovers(dir.path(), &[]).is_empty());
 
-    // SIGKILL: the temporary file stays; `clean` removes it
+    // SIGKILL: the temporary file and the journal stay; `clean` removes them
     let mut child = common::bin().args(args).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     child.kill().unwrap();
     child.wait().unwrap();
     let left = leftovers(dir.path(), &[]);
     assert!(
-        left.len() == 1 && left[0].ends_with(".tilestream-tmp"),
+        left.len() == 2 && left.iter().all(|n| n.ends_with(".tilestream-tmp")),
         "{left:?}"
     );
     let out = ok(&["clean", p(dir.path())]);
-    assert!(out.contains("1 left-over"), "{out}");
+    assert!(out.contains("2 left-over"), "{out}");
     assert!(leftovers(dir.path(), &[]).is_empty());
 
     // ...and so does the next run of the same output

@@ -56,6 +56,15 @@ impl TileReducer for InPool {
     fn into_bytes(self: Box<Self>) -> Vec<u8> {
         self.inner.into_bytes()
     }
+    fn state_len(&self) -> u64 {
+        self.inner.state_len()
+    }
+    fn save_state(&self) -> Vec<u8> {
+        self.inner.save_state()
+    }
+    fn load_state(&mut self, bytes: &[u8]) -> bool {
+        self.inner.load_state(bytes)
+    }
 }
 
 impl Backend for CpuBackend {

@@ -127,6 +127,7 @@ impl Engine {
                 .as_deref()
                 .map(|p| p as &(dyn Fn(&crate::pipeline::Progress) + Sync)),
             cancel: Some(&self.cancel),
+            journal: None,
         }
     }
 
@@ -143,15 +144,15 @@ impl Engine {
     where
         F: FnMut(BoxTile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     {
-        self.to_file(out, shape, dtype, |output| {
-            pipeline::run_layout(
-                plan,
-                &[input],
-                &self.budget,
-                Some(output),
-                self.hooks(),
-                compute,
-            )
+        self.to_file(out, shape, dtype, |output, journal| {
+            let hooks = Hooks {
+                journal,
+                ..self.hooks()
+            };
+            let mut times =
+                pipeline::run_layout(plan, &[input], &self.budget, Some(output), hooks, compute)?;
+            times.resumed_tiles = Self::resumed(journal);
+            Ok(times)
         })
     }
 

@@ -223,7 +223,7 @@ impl Geometry {
 /// A reduction's arithmetic: accumulator, how elements enter it, how partials merge and
 /// how the result is finished.
 pub(crate) trait Kernel<T: Element>: Sync {
-    type A: Copy + Send + Sync;
+    type A: bytemuck::Pod + Send + Sync;
     type O: Element;
     const NEEDS_SHIFT: bool;
     fn zero(&self) -> Self::A;
@@ -704,6 +704,14 @@ pub trait TileReducer: Send {
     fn feed_bytes(&mut self, start: u64, bytes: &[u8]);
     /// The finished result as bytes of the output dtype.
     fn into_bytes(self: Box<Self>) -> Vec<u8>;
+    /// Bytes [`save_state`](Self::save_state) returns.
+    fn state_len(&self) -> u64;
+    /// Everything needed to continue after the last tile fed (accumulators and the
+    /// results so far), for resumable runs.
+    fn save_state(&self) -> Vec<u8>;
+    /// Restores what [`save_state`](Self::save_state) returned, as if the same tiles had
+    /// been fed; false (and nothing changed) if the bytes do not fit this reducer.
+    fn load_state(&mut self, bytes: &[u8]) -> bool;
 }
 
 impl<T: Element, K: Kernel<T> + Send> TileReducer for Reducer<T, K>
@@ -715,6 +723,38 @@ where
     }
     fn into_bytes(self: Box<Self>) -> Vec<u8> {
         bytemuck::cast_slice(&self.result).to_vec()
+    }
+    fn state_len(&self) -> u64 {
+        let l = &self.live;
+        (std::mem::size_of_val(l.total.as_slice())
+            + std::mem::size_of_val(l.open.as_slice())
+            + std::mem::size_of_val(l.shift.as_slice())
+            + std::mem::size_of_val(self.result.as_slice())) as u64
+    }
+    fn save_state(&self) -> Vec<u8> {
+        let l = &self.live;
+        let mut out = Vec::with_capacity(self.state_len() as usize);
+        out.extend_from_slice(bytemuck::cast_slice(&l.total));
+        out.extend_from_slice(bytemuck::cast_slice(&l.open));
+        out.extend_from_slice(bytemuck::cast_slice(&l.shift));
+        out.extend_from_slice(bytemuck::cast_slice(&self.result));
+        out
+    }
+    fn load_state(&mut self, bytes: &[u8]) -> bool {
+        if bytes.len() as u64 != self.state_len() {
+            return false;
+        }
+        let l = &mut self.live;
+        let mut at = 0;
+        let mut take = |dst: &mut [u8]| {
+            dst.copy_from_slice(&bytes[at..at + dst.len()]);
+            at += dst.len();
+        };
+        take(bytemuck::cast_slice_mut(&mut l.total));
+        take(bytemuck::cast_slice_mut(&mut l.open));
+        take(bytemuck::cast_slice_mut(&mut l.shift));
+        take(bytemuck::cast_slice_mut(&mut self.result));
+        true
     }
 }
 

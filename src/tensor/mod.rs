@@ -627,10 +627,82 @@ impl OutputFile {
         })
     }
 
+    /// Takes up the temporary output `tmp` that an interrupted run left for `dest`, if it
+    /// is free (no live run holds it) and has exactly the size and header a new one of
+    /// `shape` and `dtype` would have. Its data is left as it is.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened; [`Error::Invalid`] if another run holds it
+    /// or it does not match.
+    pub fn adopt(dest: &Path, tmp: &Path, shape: &[usize], dtype: DType) -> Result<Self> {
+        let nbytes = checked_nbytes(dest, shape, dtype)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(tmp)
+            .map_err(|e| Error::io("open", tmp, e))?;
+        if !lock(&file) {
+            return Err(Error::invalid(format!(
+                "{}: held by another run",
+                tmp.display()
+            )));
+        }
+        let header = if is_npy_path(dest) {
+            npy::build_header(dtype, shape)
+        } else {
+            Vec::new()
+        };
+        let len = file_len(&file, tmp)?;
+        let mut head = vec![0u8; header.len()];
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| Error::io("read", tmp, e))?;
+        if len != header.len() as u64 + nbytes || head != header {
+            return Err(Error::invalid(format!(
+                "{}: not the temporary output of this run",
+                tmp.display()
+            )));
+        }
+        Ok(OutputFile {
+            durable: true,
+            dest: dest.to_path_buf(),
+            tmp: tempfile::NamedTempFile::from_parts(
+                file,
+                tempfile::TempPath::try_from_path(tmp).map_err(|e| Error::io("open", tmp, e))?,
+            ),
+            data_offset: header.len() as u64,
+            dtype,
+            shape: shape.to_vec(),
+        })
+    }
+
     /// The destination path.
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.dest
+    }
+
+    /// The temporary file the data goes to until [`finish`](Self::finish).
+    #[must_use]
+    pub fn temp_path(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// Reads back `buf.len()` bytes from element index `start` (flat C order).
+    ///
+    /// # Errors
+    /// [`Error::Io`] on a failed read.
+    pub fn read_at(&self, start: u64, buf: &mut [u8]) -> Result<()> {
+        let off = self.data_offset + start * self.dtype.size() as u64;
+        self.tmp
+            .as_file()
+            .read_exact_at(buf, off)
+            .map_err(|e| Error::io("read back", self.tmp.path(), e))
+    }
+
+    /// Leaves the temporary file in place (an interrupted run that can be resumed):
+    /// the next run with `--resume` takes it up, `tilestream clean` removes it.
+    pub fn keep(self) {
+        let _ = self.tmp.keep();
     }
 
     /// Shape of the output.
@@ -691,10 +763,12 @@ impl OutputFile {
                 .sync_all()
                 .map_err(|e| Error::io("flush", &self.dest, e))?;
         }
+        crate::journal::crash_point(|| "synced".into());
         let dest = self.dest;
         self.tmp
             .persist(&dest)
             .map_err(|e| Error::io("rename the finished output to", &dest, e.error))?;
+        crate::journal::crash_point(|| "renamed".into());
         if let Some(dir) = dest
             .parent()
             .filter(|p| self.durable && !p.as_os_str().is_empty())
@@ -704,6 +778,7 @@ impl OutputFile {
                 let _ = d.sync_all();
             }
         }
+        crate::journal::crash_point(|| "dir-synced".into());
         Ok(())
     }
 

@@ -1,0 +1,593 @@
+//! Resumable runs: a small journal beside a run's temporary output records what is done,
+//! so that a run killed after hours of work continues where it stopped (`--resume`)
+//! instead of starting over, and still yields a file byte-identical to an uninterrupted
+//! run.
+//!
+//! # What is kept, and where
+//! Beside the output `DIR/NAME` (all removed by `tilestream clean` or the next run of
+//! the same output without `--resume`, and all locked while a run uses them):
+//! - the temporary output `DIR/.NAME.XXXXXX.tilestream-tmp` (see [`OutputFile`]);
+//! - the journal `DIR/.NAME.journal.tilestream-tmp`, a text file of one record a line;
+//! - for passes without an output (reductions), two state slots
+//!   `DIR/.NAME.state-{a,b}.tilestream-tmp` holding the accumulators after a tile.
+//!
+//! # Records
+//! ```text
+//! tilestream-journal 1                 *crc     format version
+//! op <the operation, in words>         *crc     refused on resume if different
+//! input <size> <mtime> <dev> <ino> <path>  *crc one per input, refused if changed
+//! out <temporary output file name>     *crc
+//! pass <k> <plan fingerprint>          *crc     refused if the plan differs
+//! tile <k> <i> <crc32 of its bytes>    *crc     tile i of pass k is written
+//! state <k> <i> <slot> <len> <crc32>   *crc     the slot holds the state after tile i
+//! ```
+//! Each line ends with the CRC-32 of its text, so a line torn by a crash is ignored, and
+//! so is everything after it. Tiles are written in plan order, so the done tiles of a
+//! pass are a prefix; on resume every journaled tile is read back from the temporary
+//! output and its checksum compared, and the run restarts at the first tile that does
+//! not match (a tile the page cache lost in a power failure is simply redone). Lines
+//! are written without fsync: after a kill the page cache keeps them; after a power
+//! failure the checksums catch what was lost.
+//!
+//! Passes are numbered in the order the operation runs them (standardize: statistics,
+//! then apply), so each resumes separately.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, OpenOptions};
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use crate::budget::MemoryBudget;
+use crate::error::{Error, Result};
+use crate::pipeline::{Layout, Write};
+use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, lock};
+
+const HEADER: &str = "tilestream-journal 1";
+
+/// What a run is: the operation in words and the identity of every input, as the caller
+/// states them. A journal written for one key is refused by a run with another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobKey {
+    op: String,
+    inputs: Vec<(String, String)>,
+}
+
+impl JobKey {
+    /// A key for the operation described by `op` (every parameter that changes the
+    /// output bytes must appear in it; newlines are replaced by spaces).
+    #[must_use]
+    pub fn new(op: impl Into<String>) -> Self {
+        JobKey {
+            op: op.into().replace(['\n', '\r'], " "),
+            inputs: Vec::new(),
+        }
+    }
+
+    /// Adds an input file: its size, modification time and inode are recorded, so a
+    /// file changed since the interrupted run is detected.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be inspected.
+    pub fn input(mut self, path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let m = std::fs::metadata(path).map_err(|e| Error::io("open", path, e))?;
+        let id = format!(
+            "{} {}.{:09} {} {}",
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.dev(),
+            m.ino()
+        );
+        self.inputs
+            .push((path.display().to_string().replace(['\n', '\r'], " "), id));
+        Ok(self)
+    }
+}
+
+/// What the interrupted run recorded.
+#[derive(Debug, Default)]
+struct Prev {
+    op: Option<String>,
+    inputs: Vec<(String, String)>,
+    out: Option<String>,
+    passes: HashMap<usize, PrevPass>,
+}
+
+#[derive(Debug, Default)]
+struct PrevPass {
+    fingerprint: String,
+    tiles: BTreeMap<usize, u32>,
+    /// (tile, slot, length, crc) of the latest state checkpoint.
+    state: Option<(usize, usize, u64, u32)>,
+}
+
+/// Where a pass starts, as [`Journal::begin_pass`] found it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassStart {
+    /// Number of the pass within the run.
+    pub pass: usize,
+    /// First tile to compute: the ones before are done.
+    pub start: usize,
+}
+
+/// The journal of one run writing one output; see the module documentation.
+#[derive(Debug)]
+pub struct Journal {
+    dest: PathBuf,
+    path: PathBuf,
+    file: Mutex<File>,
+    slots: [PathBuf; 2],
+    slot_files: Mutex<[Option<File>; 2]>,
+    prev: Option<Prev>,
+    adopted: AtomicBool,
+    next_pass: AtomicUsize,
+    last_slot: AtomicUsize,
+    state: Mutex<Option<Vec<u8>>>,
+    last_checkpoint: Mutex<Option<Instant>>,
+    keep: AtomicBool,
+    finished: AtomicBool,
+    skipped: AtomicUsize,
+}
+
+fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
+    let name = dest
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?
+        .to_string_lossy()
+        .into_owned();
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((dir, name))
+}
+
+fn seal(text: &str) -> String {
+    format!("{text} *{:08x}\n", crc32fast::hash(text.as_bytes()))
+}
+
+/// The records of a journal's text, up to the first torn or unreadable line.
+fn records(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    for line in text.split_inclusive('\n') {
+        let Some(line) = line.strip_suffix('\n') else {
+            break; // the last line was cut short
+        };
+        let Some((body, crc)) = line.rsplit_once(" *") else {
+            break;
+        };
+        if u32::from_str_radix(crc, 16).ok() != Some(crc32fast::hash(body.as_bytes())) {
+            break;
+        }
+        out.push(body);
+    }
+    out
+}
+
+fn parse(text: &str) -> Option<Prev> {
+    let recs = records(text);
+    if recs.first() != Some(&HEADER) {
+        return None;
+    }
+    let mut p = Prev::default();
+    for r in &recs[1..] {
+        let (kind, rest) = r.split_once(' ').unwrap_or((r, ""));
+        let mut f = rest.split(' ');
+        let mut num = || f.next().and_then(|s| s.parse::<u64>().ok());
+        match kind {
+            "op" => p.op = Some(rest.to_string()),
+            "input" => {
+                // size mtime dev ino path (the path may hold spaces)
+                let parts: Vec<&str> = rest.splitn(5, ' ').collect();
+                if parts.len() == 5 {
+                    p.inputs.push((parts[4].to_string(), parts[..4].join(" ")));
+                }
+            }
+            "out" => p.out = Some(rest.to_string()),
+            "pass" => {
+                let (k, fp) = rest.split_once(' ')?;
+                let k: usize = k.parse().ok()?;
+                let e = p.passes.entry(k).or_default();
+                e.fingerprint = fp.to_string();
+            }
+            "tile" => {
+                let (k, i) = (num()? as usize, num()? as usize);
+                let crc = u32::from_str_radix(f.next()?, 16).ok()?;
+                p.passes.entry(k).or_default().tiles.insert(i, crc);
+            }
+            "state" => {
+                let (k, i, slot, len) = (num()? as usize, num()? as usize, num()?, num()?);
+                let crc = u32::from_str_radix(f.next()?, 16).ok()?;
+                if slot < 2 {
+                    p.passes.entry(k).or_default().state = Some((i, slot as usize, len, crc));
+                }
+            }
+            _ => return None,
+        }
+    }
+    Some(p)
+}
+
+/// Kills the process at once (SIGKILL) when the environment variable
+/// `TILESTREAM_FAULT_KILL_AT` names `point`: the fault injection the crash tests use to
+/// stop a run at exact places (after tile `written:P:I` of pass P, `synced`, `renamed`,
+/// `dir-synced`). Unset, it costs one cached lookup.
+pub fn crash_point(point: impl FnOnce() -> String) {
+    static AT: OnceLock<Option<String>> = OnceLock::new();
+    if let Some(at) = AT.get_or_init(|| std::env::var("TILESTREAM_FAULT_KILL_AT").ok())
+        && *at == point()
+    {
+        // SAFETY: raising a signal on our own process has no memory-safety preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
+
+impl Journal {
+    /// Opens the journal of a run writing `dest`. With `resume`, what an interrupted run
+    /// of the same `key` left is taken up; without, anything left beside `dest` is
+    /// removed first.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if another run is writing `dest`, or (resuming) if the
+    /// interrupted run was another operation or an input changed since; [`Error::Io`] if
+    /// the journal cannot be created.
+    pub fn open(dest: &Path, key: &JobKey, resume: bool) -> Result<Self> {
+        let (dir, name) = dir_and_name(dest)?;
+        if !resume {
+            let _ = clean_stale(&dir, Some(&name));
+        }
+        let path = dir.join(format!(".{name}.journal{TEMP_SUFFIX}"));
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io("create a temporary output file in", &dir, e))?;
+        if !lock(&file) {
+            return Err(Error::invalid(format!(
+                "{}: another tilestream run is writing this output; wait for it to end or stop it",
+                dest.display()
+            )));
+        }
+        let slots = [
+            dir.join(format!(".{name}.state-a{TEMP_SUFFIX}")),
+            dir.join(format!(".{name}.state-b{TEMP_SUFFIX}")),
+        ];
+        let mut prev = None;
+        if resume {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            if let Some(p) = parse(&text) {
+                check_same_job(dest, key, &p)?;
+                prev = Some(p);
+            }
+        }
+        let mut slot_files = [None, None];
+        if prev.is_some() {
+            // the interrupted run's state slots: hold them so `clean` leaves them alone
+            for (s, p) in slot_files.iter_mut().zip(&slots) {
+                if let Ok(f) = OpenOptions::new().read(true).write(true).open(p) {
+                    let _ = lock(&f);
+                    *s = Some(f);
+                }
+            }
+        } else {
+            file.set_len(0)
+                .map_err(|e| Error::io("write the journal", &path, e))?;
+            let mut head = seal(HEADER);
+            head.push_str(&seal(&format!("op {}", key.op)));
+            for (p, id) in &key.inputs {
+                head.push_str(&seal(&format!("input {id} {p}")));
+            }
+            file.write_all_at(head.as_bytes(), 0)
+                .map_err(|e| Error::io("write the journal", &path, e))?;
+        }
+        file.seek(SeekFrom::End(0))
+            .map_err(|e| Error::io("write the journal", &path, e))?;
+        Ok(Journal {
+            dest: dest.to_path_buf(),
+            path,
+            file: Mutex::new(file),
+            slots,
+            slot_files: Mutex::new(slot_files),
+            prev,
+            adopted: AtomicBool::new(false),
+            next_pass: AtomicUsize::new(0),
+            last_slot: AtomicUsize::new(1),
+            state: Mutex::new(None),
+            last_checkpoint: Mutex::new(None),
+            keep: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            skipped: AtomicUsize::new(0),
+        })
+    }
+
+    /// True if an interrupted run's journal was found and taken up.
+    #[must_use]
+    pub fn resuming(&self) -> bool {
+        self.prev.is_some()
+    }
+
+    /// Tiles found done and skipped so far, over all passes.
+    #[must_use]
+    pub fn skipped_tiles(&self) -> usize {
+        self.skipped.load(Ordering::Relaxed)
+    }
+
+    fn record(&self, text: &str) -> Result<()> {
+        let mut f = self
+            .file
+            .lock()
+            .map_err(|_| Error::Internal("journal lock poisoned".into()))?;
+        f.write_all(seal(text).as_bytes())
+            .map_err(|e| Error::io("write the journal", &self.path, e))
+    }
+
+    /// The output file: the interrupted run's temporary output when it is still there
+    /// and has the right size and header, else a new one.
+    ///
+    /// # Errors
+    /// As [`OutputFile::create`].
+    pub fn output(
+        &self,
+        shape: &[usize],
+        dtype: crate::DType,
+        durable: bool,
+    ) -> Result<OutputFile> {
+        if let Some(name) = self.prev.as_ref().and_then(|p| p.out.as_ref()) {
+            let (dir, _) = dir_and_name(&self.dest)?;
+            if let Ok(out) = OutputFile::adopt(&self.dest, &dir.join(name), shape, dtype) {
+                self.adopted.store(true, Ordering::Relaxed);
+                return Ok(out.durable(durable));
+            }
+        }
+        let out = OutputFile::create(&self.dest, shape, dtype)?.durable(durable);
+        let name = out
+            .temp_path()
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.record(&format!("out {name}"))?;
+        Ok(out)
+    }
+
+    /// Starts the next pass over `layout`, writing `output` if given, and returns where
+    /// it starts: after the tiles the interrupted run completed (each read back from the
+    /// output and checked), or after its last state checkpoint for a pass without output
+    /// (the state is then in [`take_state`](Self::take_state)).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if the interrupted run planned this pass with other tiles;
+    /// [`Error::Io`] if reading back fails.
+    pub fn begin_pass<L: Layout>(
+        &self,
+        layout: &L,
+        output: Option<&OutputFile>,
+        budget: &MemoryBudget,
+    ) -> Result<PassStart> {
+        let k = self.next_pass.fetch_add(1, Ordering::Relaxed);
+        let n = layout.num_tiles();
+        let fingerprint = if n == 0 {
+            "0 tiles".to_string()
+        } else {
+            format!(
+                "{n} tiles, first {:?}, last {:?}",
+                layout.tile(0),
+                layout.tile(n - 1)
+            )
+            .replace(['\n', '\r'], " ")
+        };
+        let mut start = 0;
+        if let Some(pp) = self.prev.as_ref().and_then(|p| p.passes.get(&k)) {
+            let fp = &pp.fingerprint;
+            if *fp != fingerprint {
+                // a refusal: what the interrupted run left stays for the right command
+                self.keep();
+                return Err(Error::invalid(format!(
+                    "cannot resume {}: the interrupted run planned this pass as {fp}, now it is {fingerprint}; give the same --memory and --depth, or run without --resume to start over",
+                    self.dest.display()
+                )));
+            }
+            match output {
+                Some(out) if self.adopted.load(Ordering::Relaxed) => {
+                    start = verify(layout, out, &pp.tiles, budget)?;
+                }
+                Some(_) => {}
+                None => {
+                    if let Some((i, slot, len, crc)) = pp.state
+                        && let Ok(bytes) = std::fs::read(&self.slots[slot])
+                        && bytes.len() as u64 == len
+                        && crc32fast::hash(&bytes) == crc
+                    {
+                        start = i + 1;
+                        self.last_slot.store(slot, Ordering::Relaxed);
+                        *self
+                            .state
+                            .lock()
+                            .map_err(|_| Error::Internal("journal lock poisoned".into()))? =
+                            Some(bytes);
+                    }
+                }
+            }
+        }
+        self.skipped.fetch_add(start, Ordering::Relaxed);
+        self.record(&format!("pass {k} {fingerprint}"))?;
+        tracing::info!(pass = k, start, tiles = n, "journal pass");
+        Ok(PassStart { pass: k, start })
+    }
+
+    /// Number of the pass begun last.
+    #[must_use]
+    pub fn pass(&self) -> usize {
+        self.next_pass.load(Ordering::Relaxed).saturating_sub(1)
+    }
+
+    /// The state restored for the current pass without output (once).
+    #[must_use]
+    pub fn take_state(&self) -> Option<Vec<u8>> {
+        self.state.lock().ok().and_then(|mut s| s.take())
+    }
+
+    /// Records that tile `i` of pass `pass` is written, with the CRC-32 of its bytes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the journal cannot be written.
+    pub fn tile_written(&self, pass: usize, i: usize, crc: u32) -> Result<()> {
+        self.record(&format!("tile {pass} {i} {crc:08x}"))?;
+        crash_point(|| format!("written:{pass}:{i}"));
+        Ok(())
+    }
+
+    /// After tile `i` of a pass without output: saves the state `save()` returns, when
+    /// one is due (every tile while the state is small, else at most once a second).
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the state or the journal cannot be written.
+    pub fn checkpoint(
+        &self,
+        pass: usize,
+        i: usize,
+        size_hint: u64,
+        save: impl FnOnce() -> Vec<u8>,
+    ) -> Result<()> {
+        let poisoned = || Error::Internal("journal lock poisoned".into());
+        {
+            let mut last = self.last_checkpoint.lock().map_err(|_| poisoned())?;
+            let due = size_hint <= 1 << 20 || last.is_none_or(|t| t.elapsed().as_secs_f64() >= 1.0);
+            if !due {
+                return Ok(());
+            }
+            *last = Some(Instant::now());
+        }
+        let bytes = save();
+        let slot = 1 - self.last_slot.load(Ordering::Relaxed);
+        let mut files = self.slot_files.lock().map_err(|_| poisoned())?;
+        if files[slot].is_none() {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.slots[slot])
+                .map_err(|e| Error::io("write the state of", &self.slots[slot], e))?;
+            let _ = lock(&f);
+            files[slot] = Some(f);
+        }
+        if let Some(f) = &files[slot] {
+            f.set_len(0)
+                .and_then(|()| f.write_all_at(&bytes, 0))
+                .map_err(|e| Error::io("write the state of", &self.slots[slot], e))?;
+        }
+        drop(files);
+        self.record(&format!(
+            "state {pass} {i} {slot} {} {:08x}",
+            bytes.len(),
+            crc32fast::hash(&bytes)
+        ))?;
+        self.last_slot.store(slot, Ordering::Relaxed);
+        crash_point(|| format!("written:{pass}:{i}"));
+        Ok(())
+    }
+
+    /// Keeps the journal, its state and the temporary output when dropped (an
+    /// interrupted run that can be resumed).
+    pub fn keep(&self) {
+        self.keep.store(true, Ordering::Relaxed);
+    }
+
+    /// True once [`keep`](Self::keep) was called.
+    #[must_use]
+    pub fn kept(&self) -> bool {
+        self.keep.load(Ordering::Relaxed)
+    }
+
+    /// The run is complete: removes the journal and its state slots.
+    pub fn finish(self) {
+        self.finished.store(true, Ordering::Relaxed);
+        // dropped here: removes the files
+    }
+
+    fn remove_files(&self) {
+        let _ = std::fs::remove_file(&self.path);
+        for s in &self.slots {
+            let _ = std::fs::remove_file(s);
+        }
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        if self.finished.load(Ordering::Relaxed) || !self.keep.load(Ordering::Relaxed) {
+            self.remove_files();
+        }
+    }
+}
+
+fn check_same_job(dest: &Path, key: &JobKey, p: &Prev) -> Result<()> {
+    if p.op.as_deref() != Some(key.op.as_str()) {
+        return Err(Error::invalid(format!(
+            "cannot resume {}: the interrupted run was another operation ({}); run without --resume to start over",
+            dest.display(),
+            p.op.as_deref().unwrap_or("unknown")
+        )));
+    }
+    for (path, id) in &key.inputs {
+        match p.inputs.iter().find(|(q, _)| q == path) {
+            None => {
+                return Err(Error::invalid(format!(
+                    "cannot resume {}: the interrupted run did not read {path}; run without --resume to start over",
+                    dest.display()
+                )));
+            }
+            Some((_, old)) if old != id => {
+                return Err(Error::invalid(format!(
+                    "cannot resume {}: input {path} changed since the interrupted run (size, time or inode differ); run without --resume to start over",
+                    dest.display()
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Reads back the journaled tiles of a pass from `out`, in order, and returns how many
+/// match their checksums (the first that does not ends the count).
+fn verify<L: Layout>(
+    layout: &L,
+    out: &OutputFile,
+    tiles: &BTreeMap<usize, u32>,
+    budget: &MemoryBudget,
+) -> Result<usize> {
+    let es = out.dtype().size() as u64;
+    let cap = layout.out_slot_elems() * es;
+    let _r = budget.reserve("reading back the tiles of an interrupted run", cap)?;
+    let mut buf = vec![0u8; usize::try_from(cap).unwrap_or(usize::MAX)];
+    let mut writes: Vec<Write> = Vec::new();
+    let mut good = 0;
+    for i in 0..layout.num_tiles() {
+        let Some(&want) = tiles.get(&i) else { break };
+        writes.clear();
+        layout.writes(&layout.tile(i), &mut writes);
+        let mut h = crc32fast::Hasher::new();
+        for w in &writes {
+            let n = (w.len * es) as usize;
+            let b = &mut buf[..n];
+            out.read_at(w.file_elem, b)?;
+            h.update(b);
+        }
+        if h.finalize() != want {
+            break;
+        }
+        good = i + 1;
+    }
+    Ok(good)
+}
