@@ -840,6 +840,30 @@ fn main_inner(cli: Cli) -> Result<()> {
     }
 }
 
+/// An input truncated by another program while one of its windows is mapped makes the
+/// next access to the lost pages raise SIGBUS. Windows are mapped only after the file's
+/// size is checked again, so this needs the file to shrink during the few milliseconds a
+/// tile is in flight; should it happen, the run ends with a one-line error and exit
+/// code 1, like any other I/O failure, instead of a crash. The temporary output and the
+/// journal stay for `--resume` or `tilestream clean`.
+fn on_sigbus_exit_cleanly() {
+    extern "C" fn handler(_: libc::c_int) {
+        const MSG: &[u8] = b"tilestream: error: an input file changed size while in use (another program truncated it while it was mapped): the output was not written\n";
+        // SAFETY: write and _exit are async-signal-safe.
+        unsafe {
+            libc::write(2, MSG.as_ptr().cast(), MSG.len());
+            libc::_exit(1);
+        }
+    }
+    // SAFETY: installs a handler that only calls async-signal-safe functions.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = handler as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        libc::sigemptyset(&raw mut sa.sa_mask);
+        libc::sigaction(libc::SIGBUS, &raw const sa, std::ptr::null_mut());
+    }
+}
+
 fn main() -> ExitCode {
     // A file-size limit (ulimit -f) must fail the write with EFBIG, not kill the process
     // before it can remove its temporary output.
@@ -847,6 +871,7 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
+    on_sigbus_exit_cleanly();
     // RUST_LOG=info (or debug: every tile) turns on logging to stderr.
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()

@@ -902,3 +902,162 @@ fn a_100000_square_image_at_64mib_tiles_in_two_dimensions() {
     assert!(th >= 256 && (256..100_000).contains(&tw), "{v}");
     assert!(v["reserved_bytes"].as_u64().unwrap() <= 64 << 20, "{v}");
 }
+
+#[test]
+fn hostile_inputs_fail_cleanly_and_leave_outputs_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = |n: &str| dir.path().join(n);
+    let good = d("good.npy");
+    write_npy(&good, DType::F32, &[100, 10], &vec![0u8; 4000]);
+    let out = d("out.npy");
+
+    // absurd shapes: byte counts that overflow, in a header and on the command line
+    let huge = d("huge.npy");
+    let text = "{'descr': '<f8', 'fortran_order': False, 'shape': (4294967296, 4294967296), }";
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend_from_slice(&u16::try_from(text.len() + 1).unwrap().to_le_bytes());
+    b.extend_from_slice(text.as_bytes());
+    b.push(b'\n');
+    std::fs::write(&huge, &b).unwrap();
+    fails(
+        &["reduce", p(&huge), p(&out)],
+        1,
+        "shape 4294967296x4294967296 overflows a 64-bit element count",
+    );
+    let raw = d("x.raw");
+    std::fs::write(&raw, [0u8; 16]).unwrap();
+    fails(
+        &[
+            "reduce",
+            p(&raw),
+            p(&out),
+            "--shape",
+            "99999999999x99999999999",
+            "--in-dtype",
+            "f32",
+        ],
+        1,
+        "overflows a 64-bit element count",
+    );
+
+    // zero-sized dimensions: elementwise and layout operations give empty outputs of
+    // the right shape; reductions refuse
+    let z = d("z.npy");
+    write_npy(&z, DType::F32, &[0, 5], &[]);
+    for (args, shape) in [
+        (vec!["map", "x*2", p(&out), "--in"], "0x5"),
+        (vec!["cast", p(&z), p(&out), "--dtype", "f16"], "0x5"),
+        (vec!["transpose", p(&z), p(&out)], "5x0"),
+        (
+            vec!["stencil", p(&z), p(&out), "--filter", "median:size=3"],
+            "0x5",
+        ),
+    ] {
+        let zin = format!("x={}", p(&z));
+        let mut a = args.clone();
+        if a[0] == "map" {
+            a.push(&zin);
+        }
+        ok(&a);
+        let info = ok(&["info", p(&out), "--json"]);
+        assert!(
+            info.contains(&format!("\"shape\":[{}]", shape.replace('x', ","))),
+            "{a:?}: {info}"
+        );
+        std::fs::remove_file(&out).unwrap();
+    }
+    fails(
+        &["standardize", p(&z), p(&out)],
+        2,
+        "cannot reduce an empty tensor",
+    );
+
+    // unreadable input; output directory read-only (as root, permissions do not
+    // apply: a path through a file and the read-only /sys stand in for them)
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        let through = format!("{}/x.npy", p(&good));
+        fails(&["reduce", &through, p(&out)], 1, "Not a directory");
+        if std::fs::write("/sys/tilestream-probe", b"x").is_err() {
+            fails(
+                &["affine", p(&good), "/sys/out.npy"],
+                1,
+                "cannot create a temporary output file in /sys",
+            );
+        }
+    } else {
+        use std::os::unix::fs::PermissionsExt;
+        let locked = d("locked.npy");
+        std::fs::copy(&good, &locked).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o000)).unwrap();
+        fails(&["reduce", p(&locked), p(&out)], 1, "Permission denied");
+        let ro = d("ro");
+        std::fs::create_dir(&ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        fails(
+            &["affine", p(&good), p(&ro.join("y.npy"))],
+            1,
+            "Permission denied",
+        );
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+
+    // an existing output is replaced only on success, and never when it is an input
+    std::fs::write(&out, b"keep me").unwrap();
+    fails(
+        &["affine", p(&good), p(&out), "--memory", "1KiB"],
+        2,
+        "the smallest budget that works is",
+    );
+    fails(&["affine", p(&good), p(&good)], 2, "is also an input");
+    assert_eq!(std::fs::read(&out).unwrap(), b"keep me");
+    assert_eq!(read_npy_data(&good), vec![0u8; 4000]);
+    ok(&["affine", p(&good), p(&out), "--offset", "1"]);
+    assert_eq!(read_npy_data(&out).len(), 4000);
+}
+
+#[test]
+fn an_input_truncated_mid_run_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("img.npy");
+    ok(&["gen", p(&img), "--shape", "2000x2000"]);
+    let out = dir.path().join("out.npy");
+    let journal = dir.path().join(".out.npy.journal.tilestream-tmp");
+    let mut child = bin()
+        .args([
+            "stencil",
+            p(&img),
+            p(&out),
+            "--filter",
+            "median:size=7",
+            "--memory",
+            "1MiB",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // wait until the first tile is written, then cut the input short
+    let t0 = std::time::Instant::now();
+    while !std::fs::read_to_string(&journal).is_ok_and(|j| j.contains("\ntile 0 0 ")) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended too soon"
+        );
+        assert!(t0.elapsed().as_secs() < 60);
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(128 + 4000)
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("changed size while in use"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!out.exists());
+}
