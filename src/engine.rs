@@ -1208,28 +1208,20 @@ impl Engine {
 }
 
 /// Restores `reducers` from the state a resumed pass found, once (the journal hands it
-/// over only the first time).
+/// over only the first time), reading it straight into their buffers.
 fn restore_reducers(
     journal: Option<&Journal>,
     reducers: &mut [&mut Box<dyn TileReducer>],
 ) -> Result<()> {
-    let Some(bytes) = journal.and_then(Journal::take_state) else {
-        return Ok(());
-    };
-    let mut at = 0;
-    for r in reducers.iter_mut() {
-        let n = r.state_len() as usize;
-        if bytes.len() < at + n || !r.load_state(&bytes[at..at + n]) {
-            return Err(Error::Internal(
-                "the saved state of the interrupted run does not fit this reduction".into(),
-            ));
-        }
-        at += n;
-    }
-    Ok(())
+    let Some(j) = journal else { return Ok(()) };
+    let mut parts: Vec<&mut [u8]> = reducers
+        .iter_mut()
+        .flat_map(|r| r.state_parts_mut())
+        .collect();
+    j.restore_state(&mut parts).map(|_| ())
 }
 
-/// Saves the state of `reducers` after tile `index` when the journal has one due.
+/// Saves the state of `reducers` after tile `index` when the journal has a checkpoint due.
 fn checkpoint_reducers(
     journal: Option<&Journal>,
     index: usize,
@@ -1238,7 +1230,7 @@ fn checkpoint_reducers(
     let Some(j) = journal else { return Ok(()) };
     let size = reducers.iter().map(|r| r.state_len()).sum();
     j.checkpoint(j.pass(), index, size, || {
-        reducers.iter().flat_map(|r| r.save_state()).collect()
+        reducers.iter().flat_map(|r| r.state_parts()).collect()
     })
 }
 

@@ -127,7 +127,8 @@ pub struct Journal {
     adopted: AtomicBool,
     next_pass: AtomicUsize,
     last_slot: AtomicUsize,
-    state: Mutex<Option<Vec<u8>>>,
+    /// (slot, length) of the state the current pass resumes from, until restored.
+    state: Mutex<Option<(usize, u64)>>,
     last_checkpoint: Mutex<Option<Instant>>,
     keep: AtomicBool,
     finished: AtomicBool,
@@ -403,9 +404,7 @@ impl Journal {
                 Some(_) => {}
                 None => {
                     if let Some((i, slot, len, crc)) = pp.state
-                        && let Ok(bytes) = std::fs::read(&self.slots[slot])
-                        && bytes.len() as u64 == len
-                        && crc32fast::hash(&bytes) == crc
+                        && file_crc(&self.slots[slot]).ok() == Some((len, crc))
                     {
                         start = i + 1;
                         self.last_slot.store(slot, Ordering::Relaxed);
@@ -413,12 +412,15 @@ impl Journal {
                             .state
                             .lock()
                             .map_err(|_| Error::Internal("journal lock poisoned".into()))? =
-                            Some(bytes);
+                            Some((slot, len));
                     }
                 }
             }
         }
         self.skipped.fetch_add(start, Ordering::Relaxed);
+        if let Ok(mut t) = self.last_checkpoint.lock() {
+            *t = Some(Instant::now());
+        }
         self.record(&format!("pass {k} {fingerprint}"))?;
         tracing::info!(pass = k, start, tiles = n, "journal pass");
         Ok(PassStart { pass: k, start })
@@ -430,10 +432,33 @@ impl Journal {
         self.next_pass.load(Ordering::Relaxed).saturating_sub(1)
     }
 
-    /// The state restored for the current pass without output (once).
-    #[must_use]
-    pub fn take_state(&self) -> Option<Vec<u8>> {
-        self.state.lock().ok().and_then(|mut s| s.take())
+    /// Fills `parts` (in order) with the state the current pass without output resumes
+    /// from, read straight from its slot (no copy is held in memory). Returns false when
+    /// there is none, or when it was handed over already.
+    ///
+    /// # Errors
+    /// [`Error::Internal`] if the saved state is not the size of `parts`; [`Error::Io`]
+    /// if the slot cannot be read.
+    pub fn restore_state(&self, parts: &mut [&mut [u8]]) -> Result<bool> {
+        let taken = self.state.lock().ok().and_then(|mut s| s.take());
+        let Some((slot, len)) = taken else {
+            return Ok(false);
+        };
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        if total as u64 != len {
+            return Err(Error::Internal(format!(
+                "the saved state of the interrupted run has {len} bytes, this reduction {total}"
+            )));
+        }
+        let path = &self.slots[slot];
+        let f = File::open(path).map_err(|e| Error::io("read the state of", path, e))?;
+        let mut at = 0u64;
+        for p in parts.iter_mut() {
+            f.read_exact_at(p, at)
+                .map_err(|e| Error::io("read the state of", path, e))?;
+            at += p.len() as u64;
+        }
+        Ok(true)
     }
 
     /// Records that tile `i` of pass `pass` is written, with the CRC-32 of its bytes.
@@ -446,28 +471,38 @@ impl Journal {
         Ok(())
     }
 
-    /// After tile `i` of a pass without output: saves the state `save()` returns, when
-    /// one is due (every tile while the state is small, else at most once a second).
+    /// After tile `i` of a pass without output: saves the state that `parts()` lends
+    /// (written straight from the accumulators, no copy), when a checkpoint is due:
+    /// after every tile while the state is at most 64 KiB, else once a second at most,
+    /// so a large state costs a small fraction of the run.
     ///
     /// # Errors
     /// [`Error::Io`] if the state or the journal cannot be written.
-    pub fn checkpoint(
+    pub fn checkpoint<'p>(
         &self,
         pass: usize,
         i: usize,
-        size_hint: u64,
-        save: impl FnOnce() -> Vec<u8>,
+        size: u64,
+        parts: impl FnOnce() -> Vec<&'p [u8]>,
     ) -> Result<()> {
         let poisoned = || Error::Internal("journal lock poisoned".into());
-        {
+        let due = {
             let mut last = self.last_checkpoint.lock().map_err(|_| poisoned())?;
-            let due = size_hint <= 1 << 20 || last.is_none_or(|t| t.elapsed().as_secs_f64() >= 1.0);
-            if !due {
-                return Ok(());
+            let due = size <= 64 << 10 || last.is_none_or(|t| t.elapsed().as_secs_f64() >= 1.0);
+            if due {
+                *last = Some(Instant::now());
             }
-            *last = Some(Instant::now());
+            due
+        };
+        if due {
+            self.save_state(pass, i, &parts())?;
         }
-        let bytes = save();
+        crash_point(|| format!("written:{pass}:{i}"));
+        Ok(())
+    }
+
+    fn save_state(&self, pass: usize, i: usize, parts: &[&[u8]]) -> Result<()> {
+        let poisoned = || Error::Internal("journal lock poisoned".into());
         let slot = 1 - self.last_slot.load(Ordering::Relaxed);
         let mut files = self.slot_files.lock().map_err(|_| poisoned())?;
         if files[slot].is_none() {
@@ -481,19 +516,24 @@ impl Journal {
             let _ = lock(&f);
             files[slot] = Some(f);
         }
+        let mut h = crc32fast::Hasher::new();
+        let mut at = 0u64;
         if let Some(f) = &files[slot] {
             f.set_len(0)
-                .and_then(|()| f.write_all_at(&bytes, 0))
                 .map_err(|e| Error::io("write the state of", &self.slots[slot], e))?;
+            for p in parts {
+                f.write_all_at(p, at)
+                    .map_err(|e| Error::io("write the state of", &self.slots[slot], e))?;
+                h.update(p);
+                at += p.len() as u64;
+            }
         }
         drop(files);
         self.record(&format!(
-            "state {pass} {i} {slot} {} {:08x}",
-            bytes.len(),
-            crc32fast::hash(&bytes)
+            "state {pass} {i} {slot} {at} {:08x}",
+            h.finalize()
         ))?;
         self.last_slot.store(slot, Ordering::Relaxed);
-        crash_point(|| format!("written:{pass}:{i}"));
         Ok(())
     }
 
@@ -529,6 +569,24 @@ impl Drop for Journal {
             self.remove_files();
         }
     }
+}
+
+/// Length and CRC-32 of a file, read in 1 MiB pieces.
+fn file_crc(path: &Path) -> std::io::Result<(u64, u32)> {
+    let mut f = File::open(path)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut h = crc32fast::Hasher::new();
+    let mut len = 0u64;
+    loop {
+        match f.read(&mut buf)? {
+            0 => break,
+            n => {
+                h.update(&buf[..n]);
+                len += n as u64;
+            }
+        }
+    }
+    Ok((len, h.finalize()))
 }
 
 fn check_same_job(dest: &Path, key: &JobKey, p: &Prev) -> Result<()> {

@@ -59,11 +59,11 @@ impl TileReducer for InPool {
     fn state_len(&self) -> u64 {
         self.inner.state_len()
     }
-    fn save_state(&self) -> Vec<u8> {
-        self.inner.save_state()
+    fn state_parts(&self) -> Vec<&[u8]> {
+        self.inner.state_parts()
     }
-    fn load_state(&mut self, bytes: &[u8]) -> bool {
-        self.inner.load_state(bytes)
+    fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
+        self.inner.state_parts_mut()
     }
 }
 

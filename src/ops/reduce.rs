@@ -704,14 +704,14 @@ pub trait TileReducer: Send {
     fn feed_bytes(&mut self, start: u64, bytes: &[u8]);
     /// The finished result as bytes of the output dtype.
     fn into_bytes(self: Box<Self>) -> Vec<u8>;
-    /// Bytes [`save_state`](Self::save_state) returns.
+    /// Bytes of the state [`state_parts`](Self::state_parts) lends.
     fn state_len(&self) -> u64;
     /// Everything needed to continue after the last tile fed (accumulators and the
-    /// results so far), for resumable runs.
-    fn save_state(&self) -> Vec<u8>;
-    /// Restores what [`save_state`](Self::save_state) returned, as if the same tiles had
-    /// been fed; false (and nothing changed) if the bytes do not fit this reducer.
-    fn load_state(&mut self, bytes: &[u8]) -> bool;
+    /// results so far), as byte views of the reducer's own buffers, for resumable runs.
+    fn state_parts(&self) -> Vec<&[u8]>;
+    /// The same buffers, writable, to restore a saved state into (in the same order):
+    /// the reducer then continues as if the same tiles had been fed.
+    fn state_parts_mut(&mut self) -> Vec<&mut [u8]>;
 }
 
 impl<T: Element, K: Kernel<T> + Send> TileReducer for Reducer<T, K>
@@ -725,36 +725,25 @@ where
         bytemuck::cast_slice(&self.result).to_vec()
     }
     fn state_len(&self) -> u64 {
-        let l = &self.live;
-        (std::mem::size_of_val(l.total.as_slice())
-            + std::mem::size_of_val(l.open.as_slice())
-            + std::mem::size_of_val(l.shift.as_slice())
-            + std::mem::size_of_val(self.result.as_slice())) as u64
+        self.state_parts().iter().map(|p| p.len() as u64).sum()
     }
-    fn save_state(&self) -> Vec<u8> {
+    fn state_parts(&self) -> Vec<&[u8]> {
         let l = &self.live;
-        let mut out = Vec::with_capacity(self.state_len() as usize);
-        out.extend_from_slice(bytemuck::cast_slice(&l.total));
-        out.extend_from_slice(bytemuck::cast_slice(&l.open));
-        out.extend_from_slice(bytemuck::cast_slice(&l.shift));
-        out.extend_from_slice(bytemuck::cast_slice(&self.result));
-        out
+        vec![
+            bytemuck::cast_slice(&l.total),
+            bytemuck::cast_slice(&l.open),
+            bytemuck::cast_slice(&l.shift),
+            bytemuck::cast_slice(&self.result),
+        ]
     }
-    fn load_state(&mut self, bytes: &[u8]) -> bool {
-        if bytes.len() as u64 != self.state_len() {
-            return false;
-        }
+    fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
         let l = &mut self.live;
-        let mut at = 0;
-        let mut take = |dst: &mut [u8]| {
-            dst.copy_from_slice(&bytes[at..at + dst.len()]);
-            at += dst.len();
-        };
-        take(bytemuck::cast_slice_mut(&mut l.total));
-        take(bytemuck::cast_slice_mut(&mut l.open));
-        take(bytemuck::cast_slice_mut(&mut l.shift));
-        take(bytemuck::cast_slice_mut(&mut self.result));
-        true
+        vec![
+            bytemuck::cast_slice_mut(&mut l.total),
+            bytemuck::cast_slice_mut(&mut l.open),
+            bytemuck::cast_slice_mut(&mut l.shift),
+            bytemuck::cast_slice_mut(&mut self.result),
+        ]
     }
 }
 
