@@ -363,7 +363,7 @@ impl Journal {
     /// Starts the next pass over `layout`, writing `output` if given, and returns where
     /// it starts: after the tiles the interrupted run completed (each read back from the
     /// output and checked), or after its last state checkpoint for a pass without output
-    /// (the state is then in [`take_state`](Self::take_state)).
+    /// (the state is then restored by [`restore_state`](Self::restore_state)).
     ///
     /// # Errors
     /// [`Error::Invalid`] if the interrupted run planned this pass with other tiles;
