@@ -503,11 +503,6 @@ impl Engine {
             .transpose()
     }
 
-    /// Tiles the journal found done, for the report.
-    fn resumed(journal: Option<&Journal>) -> usize {
-        journal.map_or(0, Journal::skipped_tiles)
-    }
-
     /// [`Engine::to_file`] filled by the pipeline over a flat plan (`compute` per tile).
     #[allow(clippy::too_many_arguments)]
     fn run_to_file<F>(
@@ -523,13 +518,40 @@ impl Engine {
     where
         F: FnMut(crate::plan::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     {
-        self.to_file(out, shape, dtype, |output, journal| {
+        let journal = self.open_journal(out)?;
+        self.run_to_file_with(
+            journal,
+            plan,
+            inputs,
+            out,
+            shape,
+            dtype,
+            out_per_item,
+            compute,
+        )
+    }
+
+    /// [`Engine::run_to_file`] within a journal already open.
+    #[allow(clippy::too_many_arguments)]
+    fn run_to_file_with<F>(
+        &self,
+        journal: Option<Journal>,
+        plan: &Plan,
+        inputs: &[InputStream<'_>],
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+        out_per_item: u64,
+        compute: F,
+    ) -> Result<StageTimes>
+    where
+        F: FnMut(crate::plan::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+    {
+        self.to_file_with(journal, out, shape, dtype, |output, journal| {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;
             stream.journal = journal;
-            let mut times = pipeline::run(&stream, compute)?;
-            times.resumed_tiles = Self::resumed(journal);
-            Ok(times)
+            pipeline::run(&stream, compute)
         })
     }
 
@@ -609,14 +631,13 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(&plan, &inputs, None);
         stream.journal = journal;
-        let mut times = pipeline::run(&stream, |tile, ins, _| {
+        let times = pipeline::run(&stream, |tile, ins, _| {
             restore_reducers(journal, &mut [&mut reducer])?;
             reducer.feed_bytes(tile.start, ins[0]);
             checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
         })?;
         // a pass resumed with every tile done never called the closure
         restore_reducers(journal, &mut [&mut reducer])?;
-        times.resumed_tiles = Self::resumed(journal);
         let out_dtype = op.output_dtype(input.dtype());
         let out_shape: Vec<usize> = match over {
             ReduceOver::All => vec![],
@@ -1074,14 +1095,13 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(&plan, &inputs, None);
         stream.journal = journal;
-        let mut times = pipeline::run(&stream, |tile, ins, _| {
+        let times = pipeline::run(&stream, |tile, ins, _| {
             restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
             mean_r.feed_bytes(tile.start, ins[0]);
             std_r.feed_bytes(tile.start, ins[0]);
             checkpoint_reducers(journal, tile.index, &[mean_r.as_ref(), std_r.as_ref()])
         })?;
         restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
-        times.resumed_tiles = Self::resumed(journal);
         let shape = input.shape()[1..].to_vec();
         let mean = Array::from_bytes(DType::F64, shape.clone(), mean_r.into_bytes())?;
         let std = Array::from_bytes(DType::F64, shape.clone(), std_r.into_bytes())?;
@@ -1124,7 +1144,6 @@ impl Engine {
         let (mean, std, stats_report) = self
             .column_stats_with(input, ddof, journal.as_ref())
             .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
-        let skipped_stats = Self::resumed(journal.as_ref());
         if let Some(p) = stats {
             write_npz(p, &[("mean", &mean), ("std", &std)])?;
         }
@@ -1150,15 +1169,16 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let xd = input.dtype();
-        let times = self.to_file_with(journal, out.as_ref(), input.shape(), od, |output, j| {
-            let mut stream = self.stream(&plan, &inputs, Some(output));
-            stream.journal = j;
-            let mut times = pipeline::run(&stream, |tile, ins, o| {
-                backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od)
-            })?;
-            times.resumed_tiles = Self::resumed(j) - skipped_stats;
-            Ok(times)
-        })?;
+        let times = self.run_to_file_with(
+            journal,
+            &plan,
+            &inputs,
+            out.as_ref(),
+            input.shape(),
+            od,
+            1,
+            |tile, ins, o| backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od),
+        )?;
         let op = format!("standardize {}", input.path().display());
         Ok((
             stats_report,

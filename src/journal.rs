@@ -44,7 +44,7 @@ use std::time::Instant;
 use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
 use crate::pipeline::{Layout, Write};
-use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, lock};
+use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock};
 
 const HEADER: &str = "tilestream-journal 1";
 
@@ -119,6 +119,7 @@ pub struct PassStart {
 #[derive(Debug)]
 pub struct Journal {
     dest: PathBuf,
+    dir: PathBuf,
     path: PathBuf,
     file: Mutex<File>,
     slots: [PathBuf; 2],
@@ -131,21 +132,6 @@ pub struct Journal {
     state: Mutex<Option<(usize, u64)>>,
     last_checkpoint: Mutex<Option<Instant>>,
     keep: AtomicBool,
-    finished: AtomicBool,
-    skipped: AtomicUsize,
-}
-
-fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
-    let name = dest
-        .file_name()
-        .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?
-        .to_string_lossy()
-        .into_owned();
-    let dir = match dest.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    Ok((dir, name))
 }
 
 fn seal(text: &str) -> String {
@@ -295,6 +281,7 @@ impl Journal {
             .map_err(|e| Error::io("write the journal", &path, e))?;
         Ok(Journal {
             dest: dest.to_path_buf(),
+            dir,
             path,
             file: Mutex::new(file),
             slots,
@@ -306,21 +293,7 @@ impl Journal {
             state: Mutex::new(None),
             last_checkpoint: Mutex::new(None),
             keep: AtomicBool::new(false),
-            finished: AtomicBool::new(false),
-            skipped: AtomicUsize::new(0),
         })
-    }
-
-    /// True if an interrupted run's journal was found and taken up.
-    #[must_use]
-    pub fn resuming(&self) -> bool {
-        self.prev.is_some()
-    }
-
-    /// Tiles found done and skipped so far, over all passes.
-    #[must_use]
-    pub fn skipped_tiles(&self) -> usize {
-        self.skipped.load(Ordering::Relaxed)
     }
 
     fn record(&self, text: &str) -> Result<()> {
@@ -344,8 +317,7 @@ impl Journal {
         durable: bool,
     ) -> Result<OutputFile> {
         if let Some(name) = self.prev.as_ref().and_then(|p| p.out.as_ref()) {
-            let (dir, _) = dir_and_name(&self.dest)?;
-            if let Ok(out) = OutputFile::adopt(&self.dest, &dir.join(name), shape, dtype) {
+            if let Ok(out) = OutputFile::adopt(&self.dest, &self.dir.join(name), shape, dtype) {
                 self.adopted.store(true, Ordering::Relaxed);
                 return Ok(out.durable(durable));
             }
@@ -417,7 +389,6 @@ impl Journal {
                 }
             }
         }
-        self.skipped.fetch_add(start, Ordering::Relaxed);
         if let Ok(mut t) = self.last_checkpoint.lock() {
             *t = Some(Instant::now());
         }
@@ -551,7 +522,7 @@ impl Journal {
 
     /// The run is complete: removes the journal and its state slots.
     pub fn finish(self) {
-        self.finished.store(true, Ordering::Relaxed);
+        self.keep.store(false, Ordering::Relaxed);
         // dropped here: removes the files
     }
 
@@ -565,7 +536,7 @@ impl Journal {
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        if self.finished.load(Ordering::Relaxed) || !self.keep.load(Ordering::Relaxed) {
+        if !self.keep.load(Ordering::Relaxed) {
             self.remove_files();
         }
     }

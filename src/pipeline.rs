@@ -627,6 +627,7 @@ where
     }
     times.bytes_read = total_read;
     times.bytes_written = total_written;
+    times.resumed_tiles = start;
     times.wall = started.elapsed();
     tracing::info!(
         wall_s = times.wall.as_secs_f64(),

@@ -777,6 +777,19 @@ fn leftovers(dir: &Path, keep: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// Asserts that an interrupted run left its temporary output and its journal in `dir`,
+/// and that `clean` removes both.
+fn temp_and_journal_left_then_cleaned(dir: &Path) {
+    let left = leftovers(dir, &[]);
+    assert!(
+        left.len() == 2 && left.iter().all(|n| n.ends_with(".tilestream-tmp")),
+        "{left:?}"
+    );
+    let out = ok(&["clean", p(dir)]);
+    assert!(out.contains("2 left-over"), "{out}");
+    assert!(leftovers(dir, &[]).is_empty());
+}
+
 #[test]
 fn ctrl_c_stops_cleanly_and_kill_leftovers_are_cleaned() {
     let dir = tempfile::tempdir().unwrap();
@@ -808,28 +821,14 @@ fn ctrl_c_stops_cleanly_and_kill_leftovers_are_cleaned() {
         "{err}"
     );
     assert!(!big.exists());
-    let left = leftovers(dir.path(), &[]);
-    assert!(
-        left.len() == 2 && left.iter().all(|n| n.ends_with(".tilestream-tmp")),
-        "{left:?}"
-    );
-    let out = ok(&["clean", p(dir.path())]);
-    assert!(out.contains("2 left-over"), "{out}");
-    assert!(leftovers(dir.path(), &[]).is_empty());
+    temp_and_journal_left_then_cleaned(dir.path());
 
     // SIGKILL: the temporary file and the journal stay; `clean` removes them
     let mut child = common::bin().args(args).spawn().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     child.kill().unwrap();
     child.wait().unwrap();
-    let left = leftovers(dir.path(), &[]);
-    assert!(
-        left.len() == 2 && left.iter().all(|n| n.ends_with(".tilestream-tmp")),
-        "{left:?}"
-    );
-    let out = ok(&["clean", p(dir.path())]);
-    assert!(out.contains("2 left-over"), "{out}");
-    assert!(leftovers(dir.path(), &[]).is_empty());
+    temp_and_journal_left_then_cleaned(dir.path());
 
     // ...and so does the next run of the same output
     let mut child = common::bin().args(args).spawn().unwrap();

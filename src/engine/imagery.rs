@@ -149,10 +149,7 @@ impl Engine {
                 journal,
                 ..self.hooks()
             };
-            let mut times =
-                pipeline::run_layout(plan, &[input], &self.budget, Some(output), hooks, compute)?;
-            times.resumed_tiles = Self::resumed(journal);
-            Ok(times)
+            pipeline::run_layout(plan, &[input], &self.budget, Some(output), hooks, compute)
         })
     }
 

@@ -108,29 +108,22 @@ pub fn parse_shape(s: &str) -> Result<Vec<usize>> {
 /// Number of elements of `shape`, or an error naming `path` if the count or the byte size
 /// overflows.
 fn checked_nbytes(path: &Path, shape: &[usize], dtype: DType) -> Result<u64> {
-    let mut n: u64 = 1;
-    for &d in shape {
-        n = n.checked_mul(d as u64).ok_or_else(|| {
-            Error::format(
-                path,
-                format!(
-                    "shape {} overflows a 64-bit element count",
-                    fmt_shape(shape)
-                ),
+    npy::data_bytes(shape, dtype).ok_or_else(|| {
+        // which count overflowed: the elements, or only the bytes
+        let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
+        let msg = if elements.is_none() {
+            format!(
+                "shape {} overflows a 64-bit element count",
+                fmt_shape(shape)
             )
-        })?;
-    }
-    n.checked_mul(dtype.size() as u64)
-        .filter(|&b| i64::try_from(b).is_ok())
-        .ok_or_else(|| {
-            Error::format(
-                path,
-                format!(
-                    "shape {} of {dtype} overflows a 64-bit byte count",
-                    fmt_shape(shape)
-                ),
+        } else {
+            format!(
+                "shape {} of {dtype} overflows a 64-bit byte count",
+                fmt_shape(shape)
             )
-        })
+        };
+        Error::format(path, msg)
+    })
 }
 
 /// An open input tensor. Holds the file open; maps nothing until asked for a window.
@@ -550,16 +543,24 @@ pub fn clean_stale(dir: &Path, only_for: Option<&str>) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-fn temp_beside_unlocked(dest: &Path) -> Result<tempfile::NamedTempFile> {
+/// The directory of `dest` (`.` for a bare name) and its file name.
+pub(crate) fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
+    let name = dest
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?
+        .to_string_lossy()
+        .into_owned();
     let dir = match dest.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let name = dest
-        .file_name()
-        .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?;
+    Ok((dir, name))
+}
+
+fn temp_beside_unlocked(dest: &Path) -> Result<tempfile::NamedTempFile> {
+    let (dir, name) = dir_and_name(dest)?;
     tempfile::Builder::new()
-        .prefix(&format!(".{}.", name.to_string_lossy()))
+        .prefix(&format!(".{name}."))
         .suffix(TEMP_SUFFIX)
         // like any new file: 0666 less the umask (tempfile's default is 0600)
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
@@ -595,14 +596,9 @@ impl OutputFile {
                 dest.display()
             )));
         }
-        if let (Some(dir), Some(name)) = (dest.parent(), dest.file_name()) {
-            let dir = if dir.as_os_str().is_empty() {
-                Path::new(".")
-            } else {
-                dir
-            };
+        if let Ok((dir, name)) = dir_and_name(dest) {
             // what a killed run of this same output left behind
-            let _ = clean_stale(dir, Some(&name.to_string_lossy()));
+            let _ = clean_stale(&dir, Some(&name));
         }
         let tmp = temp_beside(dest)?;
         let header = if is_npy_path(dest) {
