@@ -97,6 +97,29 @@ fn expressions_and_casts(c: &mut Criterion) {
             });
         });
     }
+    // the way back: half-precision inputs widened to f32 (throughput in input bytes)
+    let h: Vec<half::f16> = x.iter().map(|&v| half::f16::from_f32(v)).collect();
+    let bh: Vec<half::bf16> = x.iter().map(|&v| half::bf16::from_f32(v)).collect();
+    for (name, from, src) in [
+        (
+            "cast_f16_to_f32",
+            DType::F16,
+            bytemuck::cast_slice::<_, u8>(&h),
+        ),
+        (
+            "cast_bf16_to_f32",
+            DType::BF16,
+            bytemuck::cast_slice::<_, u8>(&bh),
+        ),
+    ] {
+        g.throughput(Throughput::Bytes(src.len() as u64));
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                cpu.cast(src, from, &mut out[..x.len() * 4], DType::F32)
+                    .unwrap();
+            });
+        });
+    }
     g.finish();
 }
 

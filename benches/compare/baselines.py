@@ -51,10 +51,12 @@ def main():
             s = np.zeros(x.shape[1])
             q = np.zeros(x.shape[1])
             for _, b in blocks(x):
-                b = b.astype(np.float64)
-                s += b.sum(0)
-                if task == "colstd":
-                    q += (b * b).sum(0)
+                if task == "colmean":
+                    s += b.sum(0, dtype=np.float64)
+                else:
+                    b = b.astype(np.float64)
+                    s += b.sum(0)
+                    q += np.einsum("ij,ij->j", b, b)
             m = s / n if task == "colmean" else np.sqrt(np.maximum(q / n - (s / n) ** 2, 0))
         else:
             m = (d.mean(0, dtype=np.float64) if task == "colmean" else d.std(0, dtype=np.float64)).compute()
@@ -83,7 +85,7 @@ def main():
             for _, b in blocks(x):
                 b = b.astype(np.float64)
                 s += b.sum(0)
-                q += (b * b).sum(0)
+                q += np.einsum("ij,ij->j", b, b)
             mean = s / n
             std = np.sqrt(np.maximum(q / n - mean ** 2, 0))
             y = out_memmap(dst, np.float32, x.shape)

@@ -432,6 +432,31 @@ pub fn page_size() -> u64 {
     if p > 0 { p as u64 } else { 4096 }
 }
 
+/// The pages lying wholly inside the byte range `off .. off + len`, as a byte range
+/// `lo .. hi` (empty, `hi <= lo`, when the range covers no whole page).
+fn whole_pages(off: u64, len: u64) -> (u64, u64) {
+    let page = page_size();
+    (off.div_ceil(page) * page, (off + len) / page * page)
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::{page_size, whole_pages};
+
+    #[test]
+    fn whole_pages_keeps_only_pages_the_range_covers() {
+        let p = page_size();
+        assert_eq!(whole_pages(0, 3 * p), (0, 3 * p));
+        assert_eq!(whole_pages(1, 3 * p), (p, 3 * p));
+        assert_eq!(whole_pages(p - 1, p + 2), (p, 2 * p));
+        // a few KiB inside one or two pages: nothing whole
+        let (lo, hi) = whole_pages(p / 2, p);
+        assert!(hi <= lo);
+        let (lo, hi) = whole_pages(10, 100);
+        assert!(hi <= lo);
+    }
+}
+
 /// A byte range of an input file: mapped (unmapped on drop), or read into a compact
 /// buffer for narrow windows ([`Touch::Rows`]).
 #[derive(Debug)]
@@ -725,14 +750,21 @@ impl OutputFile {
         if self.durable {
             // Start writing this range back now, asynchronously, so the disk works while
             // later tiles compute and the flush in `finish` has little left to wait for.
-            // SAFETY: the descriptor is open; the call only schedules writeback.
-            unsafe {
-                libc::sync_file_range(
-                    std::os::fd::AsRawFd::as_raw_fd(file),
-                    off as libc::off64_t,
-                    bytes.len() as libc::off64_t,
-                    libc::SYNC_FILE_RANGE_WRITE,
-                );
+            // Only the pages the write covers whole: a page shared with a neighbouring
+            // write (a row of a 2-D tile is a few KiB) would be written back half done,
+            // and the neighbour would then wait for that writeback to dirty it again —
+            // 5x slower on 2-D tiles. Partial pages go out with the final flush.
+            let (lo, hi) = whole_pages(off, bytes.len() as u64);
+            if hi > lo {
+                // SAFETY: the descriptor is open; the call only schedules writeback.
+                unsafe {
+                    libc::sync_file_range(
+                        std::os::fd::AsRawFd::as_raw_fd(file),
+                        lo as libc::off64_t,
+                        (hi - lo) as libc::off64_t,
+                        libc::SYNC_FILE_RANGE_WRITE,
+                    );
+                }
             }
         }
         Ok(())
