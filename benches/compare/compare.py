@@ -23,7 +23,9 @@ reused when present), then
 
 Results go to benches/compare/results/*.json and the markdown table to
 benches/compare/results/table.md; --readme pastes it into README.md between the
-<!-- bench:table --> markers. --only table,sweep,... picks parts; --plot-only redraws.
+<!-- bench:table -->, <!-- bench:sweep --> and <!-- bench:scaling --> markers. --only
+verify,table,sweep,scaling,plots picks parts (the others are taken from results/);
+--plot-only redraws the plots.
 """
 import argparse
 import json
@@ -35,6 +37,8 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -115,22 +119,22 @@ def commands(task, x, out, w, memory):
 
 def measure(cmd, timeout):
     """Runs cmd; returns {"s": wall seconds, "rss": peak RSS bytes} or {"error": why}."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         start_new_session=True)
-    deadline = t0 + timeout
-    while True:
-        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() > deadline:
-            os.killpg(p.pid, signal.SIGKILL)
-            os.wait4(p.pid, 0)
-            return {"error": f"over {timeout} s"}
-        time.sleep(0.005)
-    wall = time.perf_counter() - t0
-    err = p.stderr.read().decode(errors="replace").strip()
-    p.stderr.close()
+    with tempfile.TemporaryFile() as errf:
+        t0 = time.perf_counter()
+        p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=errf,
+                             start_new_session=True)
+        # a timer kills a run that takes too long; the driver itself sleeps in wait4
+        timer = threading.Timer(timeout, os.killpg, (p.pid, signal.SIGKILL))
+        timer.start()
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        expired = not timer.is_alive()
+        timer.cancel()
+        p.returncode = 0  # reaped above
+        errf.seek(0)
+        err = errf.read().decode(errors="replace").strip()
+    if expired:
+        return {"error": f"over {timeout:.0f} s"}
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         why = "killed (out of memory?)" if code == -9 else f"exit {code}: {err.splitlines()[-1] if err else ''}"
@@ -456,12 +460,47 @@ if sc:
 '''
 
 
-def update_readme(md):
+def sweep_md(sweep):
+    """One table per swept task: budget, median time, throughput, peak RSS."""
+    lines = []
+    for task, r in sweep.items():
+        lines += [f"| {task} --memory | median wall | GB/s of input | peak RSS | budget + 48 MiB |",
+                  "|---|---:|---:|---:|---:|"]
+        for b, v in r["budgets"].items():
+            if "median_s" in v:
+                lines.append(f"| {b} | {v['median_s']:.2f} s | {r['input_bytes'] / v['median_s'] / 1e9:.2f} | "
+                             f"{v['peak_rss_mib']:.0f} MiB | {budget_bytes(b) / MIB + 48:.0f} MiB |")
+            else:
+                lines.append(f"| {b} | failed: {v['error']} | – | – | – |")
+        lines.append("")
+    return "\n".join(lines).strip()
+
+
+def scaling_md(sc):
+    """Seconds per GB for each engine at each size, cold and warm."""
+    engines = list(dict.fromkeys(p["engine"] for p in sc["points"]))
+    sizes = sorted({round(p["gb"], 2) for p in sc["points"]})
+    lines = ["| input | state | " + " | ".join(engines) + " |", "|---:|---|" + "---:|" * len(engines)]
+    for gb in sizes:
+        for state in ("cold", "warm"):
+            pts = {p["engine"]: p for p in sc["points"] if round(p["gb"], 2) == gb and p["state"] == state}
+            if not pts:
+                continue
+            cells = []
+            for e in engines:
+                p = pts.get(e)
+                cells.append("–" if p is None else (f"{p['s'] / p['gb']:.2f} s/GB, {p['rss'] / MIB:.0f} MiB"
+                                                    if "s" in p else f"failed: {p['error']}"))
+            lines.append(f"| {gb:g} GB | {state} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def update_readme(md, name="table"):
     readme = ROOT / "README.md"
     text = readme.read_text()
-    start, end = "<!-- bench:table -->", "<!-- /bench:table -->"
+    start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     if start not in text:
-        log("README.md has no <!-- bench:table --> marker; table left in results/table.md")
+        log(f"README.md has no {start} marker; left in benches/compare/results/{name}.md")
         return
     pre, rest = text.split(start, 1)
     post = rest.split(end, 1)[1]
@@ -515,17 +554,26 @@ def main():
         (RESULTS / "sweep.json").write_text(json.dumps({**meta, "tasks": sweep}, indent=2))
     elif (RESULTS / "sweep.json").exists():
         sweep = json.loads((RESULTS / "sweep.json").read_text())["tasks"]
+    scaling = None
     if "scaling" in parts:
         scaling = run_scaling(a, out)
         (RESULTS / "scaling.json").write_text(json.dumps({**meta, **scaling}, indent=2))
+    elif (RESULTS / "scaling.json").exists():
+        scaling = json.loads((RESULTS / "scaling.json").read_text())
     if "plots" in parts:
         plots()
+    docs = {}
     if table:
-        md = table_md(table, meta) + "\n\n" + checks_md(table, sweep, a.memory)
-        (RESULTS / "table.md").write_text(md + "\n")
-        print(md)
+        docs["table"] = table_md(table, meta) + "\n\n" + checks_md(table, sweep, a.memory)
+    if sweep:
+        docs["sweep"] = sweep_md(sweep)
+    if scaling:
+        docs["scaling"] = scaling_md(scaling)
+    for name, md in docs.items():
+        (RESULTS / f"{name}.md").write_text(md + "\n")
+        print(md + "\n")
         if a.readme:
-            update_readme(md)
+            update_readme(md, name)
 
 
 if __name__ == "__main__":
