@@ -424,12 +424,12 @@ def bb(b):
     n = int(b[:-3]); return n * (1 if b.endswith("MiB") else 1024)
 sw = d["sweep"]
 if sw:
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for task, r in sw.items():
+    fig, axes = plt.subplots(1, len(sw), figsize=(5 * len(sw), 4.2), squeeze=False)
+    for i, (ax, (task, r)) in enumerate(zip(axes[0], sw.items())):
         bs = [b for b, v in r["budgets"].items() if "median_s" in v]
-        ax.plot([bb(b) for b in bs], [r["input_bytes"] / r["budgets"][b]["median_s"] / 1e9 for b in bs], "o-", label=task)
-    ax.set_xscale("log", base=2); ax.set_xlabel("--memory (MiB)"); ax.set_ylabel("throughput (GB/s of input)")
-    ax.set_ylim(bottom=0); ax.grid(alpha=.3); ax.legend(); ax.set_title("tilestream: throughput vs memory budget (warm)")
+        ax.plot([bb(b) for b in bs], [r["input_bytes"] / r["budgets"][b]["median_s"] / 1e9 for b in bs], "o-", color=f"C{i}")
+        ax.set_xscale("log", base=2); ax.set_xlabel("--memory (MiB)"); ax.set_ylabel("throughput (GB/s of input)")
+        ax.set_ylim(bottom=0); ax.grid(alpha=.3); ax.set_title(f"{task}: throughput vs budget (warm)")
     fig.tight_layout(); fig.savefig(f"{DOCS}/sweep_throughput.png", dpi=110)
     fig, ax = plt.subplots(figsize=(7, 4.2))
     allb = sorted({bb(b) for r in sw.values() for b in r["budgets"]})
