@@ -349,15 +349,19 @@ impl Engine {
         &self.budget
     }
 
-    fn request(&self, what: String, shape: &[usize]) -> PlanRequest {
+    /// A plan request over `shape` reading `inputs`: the budget it plans with is the
+    /// engine's less what decoding compressed inputs holds (see
+    /// [`TensorFile::read_scratch_bytes`]).
+    fn request(&self, what: String, shape: &[usize], inputs: &[&TensorFile]) -> PlanRequest {
+        let (resident_bytes, resident_what) = decode_scratch(inputs);
         PlanRequest {
             what,
             shape: shape.to_vec(),
             in_bytes_per_elem: 0,
             inputs: 0,
             out_bytes_per_elem: 0,
-            resident_bytes: 0,
-            resident_what: String::new(),
+            resident_bytes,
+            resident_what,
             scratch_per_elem: 0,
             depth: self.depth,
             budget: self.budget.limit(),
@@ -591,11 +595,16 @@ impl Engine {
                 fmt_shape(shape)
             ),
             shape,
+            &[input],
         );
         req.in_bytes_per_elem = dtype.size() as u64;
         req.inputs = 1;
-        req.resident_bytes = result + states;
-        req.resident_what = format!("result ({}) and accumulators", fmt_bytes(result));
+        hold(
+            &mut req.resident_bytes,
+            &mut req.resident_what,
+            result + states,
+            format!("result ({}) and accumulators", fmt_bytes(result)),
+        );
         req.scratch_per_elem = g.scratch_per_elem(acc);
         Ok(Plan::new(&req)?)
     }
@@ -624,9 +633,10 @@ impl Engine {
         let plan = self.plan_reduce(input, op, over)?;
         self.budget.reset_peak();
         let g = Geometry::new(input.shape(), over)?;
-        let _resident = self
-            .budget
-            .reserve("reduction result and accumulators", plan.resident_bytes)?;
+        let _resident = self.budget.reserve(
+            "reduction result and accumulators",
+            plan.resident_bytes - input.read_scratch_bytes(),
+        )?;
         let mut reducer = self.backend.reducer(op, input.dtype(), g)?;
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(&plan, &inputs, None);
@@ -701,6 +711,7 @@ impl Engine {
                 input.dtype()
             ),
             input.shape(),
+            &[input],
         );
         req.in_bytes_per_elem = input.dtype().size() as u64;
         req.inputs = 1;
@@ -890,9 +901,16 @@ impl Engine {
     ) -> Result<Plan> {
         let (_, streams, shape, default) = Self::bind(src, inputs)?;
         let od = dtype.unwrap_or(default);
+        let mut streams_files: Vec<&TensorFile> = Vec::new();
+        for s in &streams {
+            if !streams_files.iter().any(|f| std::ptr::eq(*f, s.file)) {
+                streams_files.push(s.file);
+            }
+        }
         let mut req = self.request(
             format!("map '{src}' over {} -> {od}", fmt_shape(&shape)),
             &shape,
+            &streams_files,
         );
         req.in_bytes_per_elem = streams.iter().map(|s| s.file.dtype().size() as u64).sum();
         req.inputs = streams.len();
@@ -990,12 +1008,17 @@ impl Engine {
                 fmt_shape(&[r, n])
             ),
             &[r],
+            &[x, w],
         );
         req.in_bytes_per_elem = (k * x.dtype().size()) as u64;
         req.inputs = 1;
         req.out_bytes_per_elem = (n * od.size()) as u64;
-        req.resident_bytes = w_bytes;
-        req.resident_what = format!("W as {c}");
+        hold(
+            &mut req.resident_bytes,
+            &mut req.resident_what,
+            w_bytes,
+            format!("W as {c}"),
+        );
         req.scratch_per_elem = (if x.dtype() == c { 0 } else { k * c.size() }
             + if od == c { 0 } else { n * (c.size() + 8) }) as u64;
         req.min_tile = 1;
@@ -1024,7 +1047,10 @@ impl Engine {
         let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
         let od = dtype.unwrap_or(c);
         self.budget.reset_peak();
-        let _w_reservation = self.budget.reserve("resident W", plan.resident_bytes)?;
+        let _w_reservation = self.budget.reserve(
+            "resident W",
+            plan.resident_bytes - decode_scratch(&[x, w]).0,
+        )?;
         let resident = {
             let win = w.map_window(0, (k * n) as u64)?;
             crate::ops::matmul::Resident::new(win.bytes(), w.dtype(), c)
@@ -1070,7 +1096,8 @@ impl Engine {
         let std_op = Reduce::Std { ddof };
         // both reducers' results and accumulators are resident for the whole pass
         let resident = self.plan_reduce(input, std_op, over)?.resident_bytes
-            + self.plan_reduce(input, Reduce::Mean, over)?.resident_bytes;
+            + self.plan_reduce(input, Reduce::Mean, over)?.resident_bytes
+            - 2 * input.read_scratch_bytes();
         let g = Geometry::new(input.shape(), over)?;
         let mut req = self.request(
             format!(
@@ -1079,11 +1106,16 @@ impl Engine {
                 input.dtype()
             ),
             input.shape(),
+            &[input],
         );
         req.in_bytes_per_elem = input.dtype().size() as u64;
         req.inputs = 1;
-        req.resident_bytes = resident;
-        req.resident_what = "mean and std results and accumulators".into();
+        hold(
+            &mut req.resident_bytes,
+            &mut req.resident_what,
+            resident,
+            "mean and std results and accumulators".to_string(),
+        );
         req.scratch_per_elem = g.scratch_per_elem(16) + g.scratch_per_elem(8);
         let plan = Plan::new(&req)?;
         self.budget.reset_peak();
@@ -1156,16 +1188,24 @@ impl Engine {
                 input.dtype()
             ),
             input.shape(),
+            &[input],
         );
         req.in_bytes_per_elem = input.dtype().size() as u64;
         req.inputs = 1;
         req.out_bytes_per_elem = od.size() as u64;
-        req.resident_bytes = (m.len() * 16) as u64;
-        req.resident_what = "mean and std".into();
+        hold(
+            &mut req.resident_bytes,
+            &mut req.resident_what,
+            (m.len() * 16) as u64,
+            "mean and std".to_string(),
+        );
         req.scratch_per_elem = 8;
         let plan = Plan::new(&req)?;
         self.budget.reset_peak();
-        let _resident = self.budget.reserve("mean and std", plan.resident_bytes)?;
+        let _resident = self.budget.reserve(
+            "mean and std",
+            plan.resident_bytes - input.read_scratch_bytes(),
+        )?;
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let xd = input.dtype();
@@ -1191,7 +1231,7 @@ impl Engine {
     /// # Errors
     /// [`Error::Budget`] if the budget is too small.
     pub fn plan_generate(&self, shape: &[usize], dtype: DType) -> Result<Plan> {
-        let mut req = self.request(format!("generate {} {dtype}", fmt_shape(shape)), shape);
+        let mut req = self.request(format!("generate {} {dtype}", fmt_shape(shape)), shape, &[]);
         req.out_bytes_per_elem = dtype.size() as u64;
         Ok(Plan::new(&req)?)
     }
@@ -1260,6 +1300,29 @@ fn kept_if_interrupted(journal: Option<&Journal>, e: Error) -> Error {
         j.keep();
     }
     e
+}
+
+/// The decode scratch of compressed `inputs` (held for a whole run, reserved by the
+/// pipeline; planners count it among the resident bytes so that tiles leave room for it) and its description,
+/// the starting point of a plan's resident bytes.
+fn decode_scratch(inputs: &[&TensorFile]) -> (u64, String) {
+    let bytes: u64 = inputs.iter().map(|f| f.read_scratch_bytes()).sum();
+    let what = if bytes > 0 {
+        "decode scratch of compressed input".to_string()
+    } else {
+        String::new()
+    };
+    (bytes, what)
+}
+
+/// Adds `bytes` of `what` to a plan's resident bytes and their description.
+fn hold(bytes: &mut u64, desc: &mut String, add: u64, what: String) {
+    *bytes += add;
+    if desc.is_empty() {
+        *desc = what;
+    } else {
+        *desc = format!("{what} + {desc}");
+    }
 }
 
 fn check_not_input(out: &Path, inputs: &[&TensorFile]) -> Result<()> {

@@ -724,12 +724,61 @@ fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
     let format = match i.format {
         Format::Npy { version: (a, b) } => format!("npy {a}.{b}"),
         Format::Raw => "raw".into(),
+        Format::GeoTiff => match t.tiff() {
+            Some((l, _)) if l.bigtiff => "geotiff (BigTIFF)".into(),
+            _ => "geotiff".into(),
+        },
     };
+    // layout of a chunked format: chunks, compression, bands, georeferencing
+    let mut layout = serde_json::Map::new();
+    if let Some((l, g)) = t.tiff() {
+        layout.insert(
+            "chunks".into(),
+            serde_json::json!({
+                "kind": if l.tiled { "tiles" } else { "strips" },
+                "width": l.chunk.0, "height": l.chunk.1,
+                "count": l.offsets.len(),
+            }),
+        );
+        layout.insert("compression".into(), l.compression.clone().into());
+        layout.insert("predictor".into(), l.predictor.into());
+        layout.insert("bands".into(), l.bands.into());
+        layout.insert(
+            "interleave".into(),
+            if l.planar || l.bands == 1 {
+                "band"
+            } else {
+                "pixel"
+            }
+            .into(),
+        );
+        layout.insert(
+            "access".into(),
+            if t.chunked().is_some() {
+                "decoded chunks"
+            } else {
+                "memory-mapped"
+            }
+            .into(),
+        );
+        if !g.is_empty() {
+            layout.insert(
+                "georef".into(),
+                serde_json::json!({
+                    "geotransform": g.geotransform(), "epsg": g.epsg(),
+                    "nodata": g.nodata, "citation": g.geo_ascii,
+                }),
+            );
+        }
+    }
     if json {
-        let v = serde_json::json!({
+        let mut v = serde_json::json!({
             "path": path, "format": format, "shape": i.shape, "dtype": i.dtype.name(),
             "elements": i.len(), "bytes": i.nbytes(), "data_offset": i.data_offset,
         });
+        if let Some(o) = v.as_object_mut() {
+            o.extend(layout);
+        }
         println!("{v}");
     } else {
         println!("{}", path.display());
@@ -741,12 +790,60 @@ fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
         );
         println!("  dtype:       {}", i.dtype);
         println!("  elements:    {}", i.len());
-        println!(
-            "  data:        {} bytes ({}) at offset {}",
-            i.nbytes(),
-            tilestream::budget::fmt_bytes(i.nbytes()),
-            i.data_offset
-        );
+        if t.chunked().is_some() {
+            println!(
+                "  data:        {} bytes ({}) decoded",
+                i.nbytes(),
+                tilestream::budget::fmt_bytes(i.nbytes())
+            );
+        } else {
+            println!(
+                "  data:        {} bytes ({}) at offset {}",
+                i.nbytes(),
+                tilestream::budget::fmt_bytes(i.nbytes()),
+                i.data_offset
+            );
+        }
+        if let Some((l, g)) = t.tiff() {
+            println!(
+                "  layout:      {} {}x{} ({} of them), {} interleave, {}",
+                if l.tiled { "tiles" } else { "strips" },
+                l.chunk.0,
+                l.chunk.1,
+                l.offsets.len(),
+                if l.planar || l.bands == 1 {
+                    "band"
+                } else {
+                    "pixel"
+                },
+                if t.chunked().is_some() {
+                    "decoded chunk by chunk"
+                } else {
+                    "memory-mapped"
+                }
+            );
+            let pred = match l.predictor {
+                2 => ", horizontal predictor",
+                3 => ", floating-point predictor",
+                _ => "",
+            };
+            println!("  compression: {}{pred}", l.compression);
+            println!("  bands:       {}", l.bands);
+            match g.geotransform() {
+                Some(gt) => println!(
+                    "  georef:      origin ({}, {}), pixel {} x {}{}",
+                    gt[0],
+                    gt[3],
+                    gt[1],
+                    gt[5],
+                    g.epsg().map_or(String::new(), |c| format!(", EPSG:{c}"))
+                ),
+                None => println!("  georef:      none"),
+            }
+            if let Some(n) = &g.nodata {
+                println!("  nodata:      {n}");
+            }
+        }
     }
     Ok(())
 }

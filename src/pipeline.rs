@@ -286,6 +286,29 @@ impl Shared {
     }
 }
 
+/// The windows of one tile, in the order of `reads`. Mapped files map each window on
+/// its own; a compressed file gets all its windows of the tile in one call, so each
+/// chunk is decoded once for all of them.
+fn read_windows(files: &[&TensorFile], reads: &[Read]) -> Result<Vec<Window>> {
+    let mut out: Vec<Option<Window>> = (0..reads.len()).map(|_| None).collect();
+    for (k, f) in files.iter().enumerate() {
+        let mine: Vec<usize> = (0..reads.len()).filter(|&i| reads[i].input == k).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        let reqs: Vec<(u64, u64, Touch)> = mine
+            .iter()
+            .map(|&i| (reads[i].start, reads[i].len, reads[i].touch))
+            .collect();
+        for (i, w) in mine.into_iter().zip(f.map_windows(&reqs)?) {
+            out[i] = Some(w);
+        }
+    }
+    out.into_iter()
+        .map(|w| w.ok_or_else(|| Error::Internal("a read names no input file".into())))
+        .collect()
+}
+
 /// Runs `compute(tile, input_bytes, output_bytes)` over every tile of `s.plan`, with
 /// reading, computing and writing overlapped. `input_bytes` holds one slice per input
 /// (the tile's elements); `output_bytes` is the tile's part of the output (empty when
@@ -372,6 +395,14 @@ where
     };
     let has_inputs = !files.is_empty();
 
+    // What decoding compressed inputs holds (set aside by the planner), held for the run.
+    let mut decode_scratch = Vec::new();
+    for (k, f) in files.iter().enumerate() {
+        let bytes = f.read_scratch_bytes();
+        if bytes > 0 && !files[..k].iter().any(|g| std::ptr::eq(*g, *f)) {
+            decode_scratch.push(budget.reserve("decode scratch of a compressed input", bytes)?);
+        }
+    }
     // Staging slots, reserved up front: if they do not fit, nothing starts.
     let (tok_tx, tok_rx) = bounded::<Reservation>(slots);
     let (free_tx, free_rx) = bounded::<Buffer>(slots);
@@ -435,16 +466,13 @@ where
                     let t0 = Instant::now();
                     reads.clear();
                     layout.reads(&tile, &mut reads);
-                    let mut windows = Vec::with_capacity(reads.len());
-                    for r in &reads {
-                        match files[r.input].map_window_touch(r.start, r.len, r.touch) {
-                            Ok(w) => windows.push(w),
-                            Err(e) => {
-                                shared.fail(e);
-                                return (busy, 0, 0);
-                            }
+                    let windows = match read_windows(files, &reads) {
+                        Ok(w) => w,
+                        Err(e) => {
+                            shared.fail(e);
+                            return (busy, 0, 0);
                         }
-                    }
+                    };
                     busy += t0.elapsed();
                     tracing::debug!(tile = i, windows = windows.len(), "read");
                     let in_bytes = reads

@@ -91,6 +91,7 @@ impl Engine {
     #[allow(clippy::too_many_arguments)]
     fn box_request(
         &self,
+        input: &TensorFile,
         what: String,
         dims: [usize; 3],
         in_bytes: u64,
@@ -101,6 +102,7 @@ impl Engine {
         cuts: Cuts,
         out: OutMap,
     ) -> BoxRequest {
+        let (resident_bytes, resident_what) = super::decode_scratch(&[input]);
         BoxRequest {
             what,
             dims,
@@ -110,8 +112,8 @@ impl Engine {
             halo_cols: halos.1,
             boundary,
             scratch,
-            resident_bytes: 0,
-            resident_what: String::new(),
+            resident_bytes,
+            resident_what,
             depth: self.depth,
             budget: self.budget.limit(),
             max_tile_bytes: self.max_tile_bytes,
@@ -167,6 +169,7 @@ impl Engine {
         let dims = image_dims(input, "stencil")?;
         let od = dtype.unwrap_or(input.dtype());
         let mut req = self.box_request(
+            input,
             format!(
                 "{} ({} boundary) of {} {} -> {od}",
                 stencil.filter,
@@ -184,8 +187,12 @@ impl Engine {
             OutMap::Same,
         );
         if let crate::ops::stencil::Filter::Convolve { weights, .. } = &stencil.filter {
-            req.resident_bytes = 16 * weights.len() as u64;
-            req.resident_what = "convolution kernel".into();
+            super::hold(
+                &mut req.resident_bytes,
+                &mut req.resident_what,
+                16 * weights.len() as u64,
+                "convolution kernel".to_string(),
+            );
         }
         Ok(BoxPlan::new(&req)?)
     }
@@ -210,7 +217,7 @@ impl Engine {
         self.budget.reset_peak();
         let _scratch = self.budget.reserve(
             "filter scratch and kernel",
-            plan.scratch_bytes + plan.resident_bytes,
+            plan.scratch_bytes + plan.resident_bytes - input.read_scratch_bytes(),
         )?;
         let backend = &self.backend;
         let mut arena = Vec::new();
@@ -256,6 +263,7 @@ impl Engine {
         let dims = image_dims(input, "transpose")?;
         let es = input.dtype().size() as u64;
         let req = self.box_request(
+            input,
             format!(
                 "transpose of the last two axes of {} {}",
                 fmt_shape(input.shape()),
@@ -339,6 +347,7 @@ impl Engine {
         let patches = (dims[0] * rows.len() * cols.len()) as u64;
         let es = input.dtype().size() as u64;
         let mut req = self.box_request(
+            input,
             format!(
                 "{}x{} patches (overlap {}) of {} {}",
                 spec.size,
@@ -361,8 +370,12 @@ impl Engine {
             OutMap::None,
         );
         // the index held until the end: one line per patch
-        req.resident_bytes = patches * 96;
-        req.resident_what = "patch index".into();
+        super::hold(
+            &mut req.resident_bytes,
+            &mut req.resident_what,
+            patches * 96,
+            "patch index".to_string(),
+        );
         Ok(BoxPlan::new(&req)?)
     }
 
@@ -397,7 +410,7 @@ impl Engine {
         self.budget.reset_peak();
         let _resident = self.budget.reserve(
             "patch buffer and index",
-            plan.resident_bytes + plan.scratch_bytes,
+            plan.resident_bytes + plan.scratch_bytes - input.read_scratch_bytes(),
         )?;
         let es = input.dtype().size();
         let per_band = plan.row_cuts.len() * plan.col_cuts.len();

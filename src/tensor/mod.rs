@@ -11,12 +11,15 @@
 //! temporary file beside the destination, then fsynced and renamed into place: a failed
 //! or interrupted run leaves nothing at the output path.
 
+pub mod chunked;
+pub mod geotiff;
 pub mod npy;
 
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::{Mmap, MmapOptions};
 
@@ -34,6 +37,8 @@ pub enum Format {
     },
     /// Headerless little-endian C-order data; shape and dtype given by the user.
     Raw,
+    /// A GeoTIFF (or plain TIFF): bands x rows x columns.
+    GeoTiff,
 }
 
 /// Shape, dtype and layout of a tensor file.
@@ -132,6 +137,10 @@ pub struct TensorFile {
     path: PathBuf,
     file: File,
     info: TensorInfo,
+    /// Set when windows are decoded from compressed chunks rather than mapped.
+    chunked: Option<Arc<chunked::Chunked>>,
+    /// Layout and georeferencing of a TIFF input.
+    tiff: Option<Box<(geotiff::TiffLayout, geotiff::GeoRef)>>,
 }
 
 impl TensorFile {
@@ -144,6 +153,9 @@ impl TensorFile {
     /// [`open_raw`](Self::open_raw)).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if geotiff::is_tiff_path(path) {
+            return Self::open_tiff(path);
+        }
         if !is_npy_path(path) {
             return Err(Error::invalid(format!(
                 "{}: not a .npy file; for raw binary data give its --shape and --dtype",
@@ -193,7 +205,95 @@ impl TensorFile {
                 shape: h.shape,
                 data_offset: h.data_offset,
             },
+            chunked: None,
+            tiff: None,
         })
+    }
+
+    /// Opens a (Geo)TIFF: its first image, as `(bands, rows, columns)` or `(rows,
+    /// columns)`. Uncompressed band-sequential data is mapped; anything else is decoded
+    /// chunk by chunk.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if it is not a TIFF
+    /// tilestream can read.
+    pub fn open_tiff(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let (layout, georef) = geotiff::read_layout(path)?;
+        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let shape = layout.shape();
+        let dtype = layout.dtype;
+        checked_nbytes(path, &shape, dtype)?;
+        let (data_offset, chunked) = match layout.contiguous_offset() {
+            Some(off) => (off, None),
+            None => {
+                let src = geotiff::TiffChunks::new(path, layout.clone());
+                let c = chunked::Chunked::new(shape.clone(), dtype, Box::new(src));
+                (0, Some(Arc::new(c)))
+            }
+        };
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::GeoTiff,
+                dtype,
+                shape,
+                data_offset,
+            },
+            chunked,
+            tiff: Some(Box::new((layout, georef))),
+        })
+    }
+
+    /// The TIFF layout and georeferencing, for a TIFF input.
+    #[must_use]
+    pub fn tiff(&self) -> Option<(&geotiff::TiffLayout, &geotiff::GeoRef)> {
+        self.tiff.as_deref().map(|(l, g)| (l, g))
+    }
+
+    /// The georeferencing of a GeoTIFF input (`None` for other formats or a TIFF
+    /// without georeferencing tags).
+    #[must_use]
+    pub fn georef(&self) -> Option<&geotiff::GeoRef> {
+        self.tiff().map(|t| t.1).filter(|g| !g.is_empty())
+    }
+
+    /// The chunk decoder of a compressed input (`None` when windows are mapped).
+    #[must_use]
+    pub fn chunked(&self) -> Option<&chunked::Chunked> {
+        self.chunked.as_deref()
+    }
+
+    /// Memory that reading this input needs beyond its windows (decode scratch of a
+    /// compressed file; 0 for mapped files).
+    #[must_use]
+    pub fn read_scratch_bytes(&self) -> u64 {
+        self.chunked.as_ref().map_or(0, |c| c.scratch_bytes())
+    }
+
+    /// Reads several windows at once; for a compressed file each chunk they touch is
+    /// decoded once for all of them.
+    ///
+    /// # Errors
+    /// As for [`TensorFile::map_window_touch`].
+    pub fn map_windows(&self, reqs: &[(u64, u64, Touch)]) -> Result<Vec<Window>> {
+        match &self.chunked {
+            Some(c) => Ok(c
+                .read(reqs)?
+                .into_iter()
+                .map(|owned| Window {
+                    map: None,
+                    len: owned.len(),
+                    owned,
+                    skip: 0,
+                })
+                .collect()),
+            None => reqs
+                .iter()
+                .map(|&(s, n, t)| self.map_window_touch(s, n, t))
+                .collect(),
+        }
     }
 
     /// Opens a headerless raw file of the given shape and dtype (little-endian, C order).
@@ -224,6 +324,8 @@ impl TensorFile {
                 shape: shape.to_vec(),
                 data_offset: 0,
             },
+            chunked: None,
+            tiff: None,
         })
     }
 
@@ -293,6 +395,12 @@ impl TensorFile {
     /// # Errors
     /// As for [`TensorFile::map_window`].
     pub fn map_window_touch(&self, start: u64, count: u64, touch: Touch) -> Result<Window> {
+        if self.chunked.is_some() {
+            let mut w = self.map_windows(&[(start, count, touch)])?;
+            return w
+                .pop()
+                .ok_or_else(|| Error::Internal("no window decoded".into()));
+        }
         if let Touch::Rows { row, runs, nruns } = touch {
             return self.read_runs(start, count, row, &runs[..nruns]);
         }
