@@ -26,6 +26,7 @@ use crate::ops::expr::{self, Program};
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::pipeline::{self, InputStream, Progress, StageTimes, Stream};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
+use crate::tensor::geotiff::{GeoRef, TiffWriteOptions, is_tiff_path};
 use crate::tensor::{OutputFile, TensorFile, fmt_shape, same_file, window_slack};
 
 mod imagery;
@@ -46,6 +47,8 @@ pub struct Engine {
     durable: bool,
     cancel: Arc<AtomicBool>,
     job: Option<(JobKey, bool)>,
+    tiff_out: TiffWriteOptions,
+    georef: Option<(GeoRef, (usize, usize))>,
 }
 
 impl fmt::Debug for Engine {
@@ -280,7 +283,58 @@ impl Engine {
             durable: true,
             cancel: Arc::new(AtomicBool::new(false)),
             job: None,
+            tiff_out: TiffWriteOptions::default(),
+            georef: None,
         })
+    }
+
+    /// How GeoTIFF outputs (`.tif`/`.tiff` destinations) are written: tile size,
+    /// compression, interleave (default 512x512 Deflate tiles, band-sequential). Its
+    /// `georef` and `memory` are ignored: see [`Engine::with_georef`]; the encoder works
+    /// within this engine's budget.
+    #[must_use]
+    pub fn with_tiff_output(mut self, opts: TiffWriteOptions) -> Self {
+        self.tiff_out = opts;
+        self
+    }
+
+    /// Georeferencing written to GeoTIFF outputs whose grid is `rows x cols` (the
+    /// input's). Outputs of another grid (a reduction, a transpose of a non-square
+    /// image) are written without it, with a note on stderr.
+    #[must_use]
+    pub fn with_georef(mut self, georef: Option<(GeoRef, (usize, usize))>) -> Self {
+        self.georef = georef;
+        self
+    }
+
+    /// The georeferencing of `input` (with its grid), for [`Engine::with_georef`].
+    #[must_use]
+    pub fn georef_of(input: &TensorFile) -> Option<(GeoRef, (usize, usize))> {
+        let g = input.georef()?.clone();
+        let (_, h, w) = crate::tensor::geotiff::image_dims(input.shape()).ok()?;
+        Some((g, (h, w)))
+    }
+
+    /// The GeoTIFF options for an output of `shape` at `out`.
+    fn tiff_options(&self, out: &Path, shape: &[usize]) -> TiffWriteOptions {
+        let mut o = self.tiff_out.clone();
+        o.memory = self.budget.limit();
+        o.georef = match (&self.georef, crate::tensor::geotiff::image_dims(shape)) {
+            (Some((g, grid)), Ok((_, h, w))) if *grid == (h, w) => Some(g.clone()),
+            (Some((_, grid)), _) => {
+                eprintln!(
+                    "note: {} is written without georeferencing: its grid {} is not the \
+                     input's {}x{}",
+                    out.display(),
+                    fmt_shape(shape),
+                    grid.0,
+                    grid.1
+                );
+                None
+            }
+            (None, _) => None,
+        };
+        o
     }
 
     /// Uses `n` CPU worker threads.
@@ -477,12 +531,23 @@ impl Engine {
         dtype: DType,
         fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<T>,
     ) -> Result<T> {
-        let output = match &journal {
+        let mut output = match &journal {
             Some(j) => j.output(shape, dtype, self.durable)?,
             None => OutputFile::create(out, shape, dtype)?.durable(self.durable),
         };
+        if is_tiff_path(out) {
+            output = output.with_tiff(self.tiff_options(out, shape))?;
+        }
         match fill(&output, journal.as_ref()) {
             Ok(r) => {
+                // encoding a GeoTIFF holds tiles in flight: what the budget has left
+                let free = self.budget.limit().saturating_sub(self.budget.reserved());
+                let _encoding = if output.is_staged() {
+                    output.set_encode_memory(free);
+                    Some(self.budget.reserve("GeoTIFF tile encoding", free)?)
+                } else {
+                    None
+                };
                 output.finish()?;
                 if let Some(j) = journal {
                     j.finish();

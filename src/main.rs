@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tilestream::budget::fmt_bytes;
 use tilestream::engine::{Edge, PatchSpec};
 use tilestream::ops::stencil::{Filter, Stencil};
+use tilestream::tensor::geotiff::{TiffWriteOptions, is_tiff_path};
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
 use tilestream::tiling::{Boundary, BoxPlan};
 use tilestream::workflow::{Workflow, load_kernel};
@@ -79,6 +80,15 @@ struct Common {
     /// With nothing to resume, runs from the start.
     #[arg(long, global = true)]
     resume: bool,
+    /// GeoTIFF outputs (.tif/.tiff): tile side in pixels (a multiple of 16).
+    #[arg(long, default_value_t = 512, global = true)]
+    tiff_tile: usize,
+    /// GeoTIFF outputs: tile compression, deflate[:1-9], zstd[:1-22] or none.
+    #[arg(long, default_value = "deflate", global = true)]
+    tiff_compress: String,
+    /// GeoTIFF outputs: band (one plane per band) or pixel (bands of a pixel together).
+    #[arg(long, default_value = "band", value_parser = ["band", "pixel"], global = true)]
+    tiff_interleave: String,
 }
 
 /// How to read an input that is not `.npy`.
@@ -196,6 +206,19 @@ struct CastArgs {
 }
 
 #[derive(Args, Clone, Debug)]
+struct ConvertArgs {
+    /// Input tensor (.npy, .tif/.tiff, or raw with --shape and --in-dtype).
+    input: PathBuf,
+    /// Output file (.npy, .tif/.tiff, or raw for any other extension).
+    output: PathBuf,
+    /// Cast to this dtype on the way (default: keep the input's).
+    #[arg(long)]
+    dtype: Option<String>,
+    #[command(flatten)]
+    raw: RawSpec,
+}
+
+#[derive(Args, Clone, Debug)]
 struct GenArgs {
     /// Output file (.npy, or raw for any other extension).
     output: PathBuf,
@@ -303,6 +326,16 @@ Pass 1 computes each column's mean and std in one read (the same arithmetic as r
 --op mean / --op std); pass 2 writes (x - mean) / std. A constant column gives inf or NaN,
 as in numpy.")]
     Standardize(StandardizeArgs),
+    /// Convert between formats (.npy, raw, GeoTIFF), optionally casting.
+    #[command(after_help = "Examples:
+  tilestream convert scene.tif scene.npy --memory 256MiB      # bands x rows x cols
+  tilestream convert scene.npy scene.tif --tiff-compress zstd  # georeferencing: see below
+  tilestream convert x.raw x.npy --shape 1000x512 --in-dtype f32
+
+The format follows the extension: .npy, .tif/.tiff (tiled GeoTIFF, 512x512 Deflate tiles
+by default, BigTIFF above 4 GB), anything else raw. A GeoTIFF input's georeferencing
+(geotransform, CRS, nodata) is copied to a GeoTIFF output.")]
+    Convert(ConvertArgs),
     /// Cast to another dtype.
     #[command(after_help = "Examples:
   tilestream cast x.npy x16.npy --dtype f16
@@ -396,9 +429,22 @@ to a temporary directory removed at the end. See examples/pipeline.toml.")]
 
 fn engine(c: &Common) -> Result<Engine> {
     let budget = MemoryBudget::parse(c.memory.as_deref().unwrap_or(DEFAULT_MEMORY))?;
+    if c.tiff_tile < 16 || c.tiff_tile % 16 != 0 || c.tiff_tile > 65536 {
+        return Err(Error::invalid(format!(
+            "--tiff-tile {} is not a multiple of 16 between 16 and 65536 (TIFF tiles are)",
+            c.tiff_tile
+        )));
+    }
+    let tiff = TiffWriteOptions {
+        tile: c.tiff_tile,
+        compression: c.tiff_compress.parse()?,
+        pixel_interleave: c.tiff_interleave == "pixel",
+        ..TiffWriteOptions::default()
+    };
     let e = Engine::new(budget)?
         .with_depth(c.depth)
-        .with_durable(!c.no_sync);
+        .with_durable(!c.no_sync)
+        .with_tiff_output(tiff);
     match c.threads {
         Some(n) => e.with_threads(n),
         None => Ok(e),
@@ -571,6 +617,7 @@ fn job_key(op: &Op) -> Result<Option<JobKey>> {
         Op::Affine(a) => inputs.push(a.input.clone()),
         Op::Standardize(a) => inputs.push(a.input.clone()),
         Op::Cast(a) => inputs.push(a.input.clone()),
+        Op::Convert(a) => inputs.push(a.input.clone()),
         Op::Transpose(a) => inputs.push(a.input.clone()),
     }
     let mut key = JobKey::new(format!("{op:?}"));
@@ -620,6 +667,11 @@ fn plan_of(e: &Engine, op: &Op) -> Result<AnyPlan> {
             e.plan_map(&a.expr, &named, dtype_opt(a.dtype.as_ref())?)
         }
         Op::Cast(a) => e.plan_cast(&open(&a.input, &a.raw)?, a.dtype.parse()?),
+        Op::Convert(a) => {
+            let x = open(&a.input, &a.raw)?;
+            let dtype = dtype_opt(a.dtype.as_ref())?.unwrap_or(x.dtype());
+            e.plan_cast(&x, dtype)
+        }
         Op::Standardize(a) => {
             let x = open(&a.input, &a.raw)?;
             e.plan_reduce(&x, Reduce::Std { ddof: a.ddof }, ReduceOver::Axis(0))
@@ -642,13 +694,35 @@ fn plan_of(e: &Engine, op: &Op) -> Result<AnyPlan> {
     flat.map(AnyPlan::Flat)
 }
 
+/// `e` writing the georeferencing of `x` (if any) to GeoTIFF outputs on its grid.
+fn georef_from(e: &Engine, x: &TensorFile) -> Engine {
+    e.clone().with_georef(Engine::georef_of(x))
+}
+
 fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
     match op {
         Op::Stencil(a) => {
             let x = open(&a.input, &a.raw)?;
-            e.stencil(&x, &a.output, &stencil_of(a)?, dtype_opt(a.dtype.as_ref())?)
+            georef_from(e, &x).stencil(&x, &a.output, &stencil_of(a)?, dtype_opt(a.dtype.as_ref())?)
         }
-        Op::Transpose(a) => e.transpose(&open(&a.input, &a.raw)?, &a.output),
+        Op::Convert(a) => {
+            let x = open(&a.input, &a.raw)?;
+            let dtype = dtype_opt(a.dtype.as_ref())?.unwrap_or(x.dtype());
+            let mut r = georef_from(e, &x).cast(&x, &a.output, dtype)?;
+            r.op = format!("convert {} -> {}", a.input.display(), a.output.display());
+            Ok(r)
+        }
+        Op::Transpose(a) => {
+            let x = open(&a.input, &a.raw)?;
+            if x.georef().is_some() && is_tiff_path(&a.output) {
+                eprintln!(
+                    "note: transpose swaps rows and columns, so {} is written without the \
+                     input's georeferencing",
+                    a.output.display()
+                );
+            }
+            e.transpose(&x, &a.output)
+        }
         Op::Tiles(a) => {
             let x = open(&a.input, &a.raw)?;
             let (mut r, n) = e.patches(&x, &a.outdir, patch_spec(a)?)?;
@@ -659,12 +733,20 @@ fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
             let files = open_named(&a.inputs, &a.raw)?;
             let named: Vec<(&str, &TensorFile)> =
                 files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+            // the georeferencing of the first input that has one
+            let e = match files.iter().find(|(_, f)| f.georef().is_some()) {
+                Some((_, f)) => georef_from(e, f),
+                None => e.clone(),
+            };
             e.map(&a.expr, &named, &a.output, dtype_opt(a.dtype.as_ref())?)
         }
-        Op::Cast(a) => e.cast(&open(&a.input, &a.raw)?, &a.output, a.dtype.parse()?),
+        Op::Cast(a) => {
+            let x = open(&a.input, &a.raw)?;
+            georef_from(e, &x).cast(&x, &a.output, a.dtype.parse()?)
+        }
         Op::Standardize(a) => {
             let x = open(&a.input, &a.raw)?;
-            let (stats, apply) = e.standardize(
+            let (stats, apply) = georef_from(e, &x).standardize(
                 &x,
                 &a.output,
                 dtype_opt(a.dtype.as_ref())?,
@@ -706,7 +788,7 @@ fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
         }
         Op::Affine(a) => {
             let x = open(&a.input, &a.raw)?;
-            e.affine(
+            georef_from(e, &x).affine(
                 &x,
                 &a.output,
                 a.scale,

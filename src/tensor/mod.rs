@@ -711,6 +711,9 @@ pub struct OutputFile {
     data_offset: u64,
     dtype: DType,
     shape: Vec<usize>,
+    /// Set when the destination is a GeoTIFF: the data is staged raw in `tmp`, then
+    /// encoded into tiles by [`finish`](Self::finish).
+    tiff: Option<geotiff::TiffWriteOptions>,
 }
 
 impl OutputFile {
@@ -753,6 +756,7 @@ impl OutputFile {
             data_offset,
             dtype,
             shape: shape.to_vec(),
+            tiff: None,
         })
     }
 
@@ -801,13 +805,42 @@ impl OutputFile {
             data_offset: header.len() as u64,
             dtype,
             shape: shape.to_vec(),
+            tiff: None,
         })
+    }
+
+    /// Makes this output a tiled GeoTIFF written as `opts` say: the run's data is staged
+    /// raw in the temporary file and encoded into compressed tiles by
+    /// [`finish`](Self::finish) (which needs the staged size again in free disk space
+    /// for a moment).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if the shape is not an image or the dtype has no TIFF form.
+    pub fn with_tiff(mut self, opts: geotiff::TiffWriteOptions) -> Result<Self> {
+        geotiff::image_dims(&self.shape)?;
+        geotiff::tiff_sample(self.dtype)?;
+        self.tiff = Some(opts);
+        Ok(self)
     }
 
     /// The destination path.
     #[must_use]
     pub fn path(&self) -> &Path {
         &self.dest
+    }
+
+    /// True when the data is staged raw and encoded by [`finish`](Self::finish)
+    /// (GeoTIFF destinations).
+    #[must_use]
+    pub fn is_staged(&self) -> bool {
+        self.tiff.is_some()
+    }
+
+    /// Memory the encoding in [`finish`](Self::finish) may hold.
+    pub fn set_encode_memory(&mut self, bytes: u64) {
+        if let Some(t) = &mut self.tiff {
+            t.memory = bytes;
+        }
     }
 
     /// The temporary file the data goes to until [`finish`](Self::finish).
@@ -893,21 +926,41 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Io`] if the flush or rename fails; the temporary file is removed then.
     pub fn finish(self) -> Result<()> {
-        if self.durable {
-            self.tmp
-                .as_file()
+        if let Some(opts) = &self.tiff {
+            let staged = self.tmp.as_file();
+            let off = self.data_offset;
+            let read = |at: u64, buf: &mut [u8]| {
+                staged
+                    .read_exact_at(buf, off + at)
+                    .map_err(|e| Error::io("read back", self.tmp.path(), e))
+            };
+            let encoded = temp_beside(&self.dest)?;
+            geotiff::write_tiled(
+                encoded.as_file(),
+                &self.dest,
+                &self.shape,
+                self.dtype,
+                opts,
+                &read,
+            )?;
+            return Self::persist(encoded, &self.dest, self.durable);
+        }
+        Self::persist(self.tmp, &self.dest, self.durable)
+    }
+
+    fn persist(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {
+        if durable {
+            tmp.as_file()
                 .sync_all()
-                .map_err(|e| Error::io("flush", &self.dest, e))?;
+                .map_err(|e| Error::io("flush", dest, e))?;
         }
         crate::journal::crash_point(|| "synced".into());
-        let dest = self.dest;
-        self.tmp
-            .persist(&dest)
-            .map_err(|e| Error::io("rename the finished output to", &dest, e.error))?;
+        tmp.persist(dest)
+            .map_err(|e| Error::io("rename the finished output to", dest, e.error))?;
         crate::journal::crash_point(|| "renamed".into());
         if let Some(dir) = dest
             .parent()
-            .filter(|p| self.durable && !p.as_os_str().is_empty())
+            .filter(|p| durable && !p.as_os_str().is_empty())
         {
             // Best effort: some filesystems refuse fsync on a directory.
             if let Ok(d) = File::open(dir) {
