@@ -755,7 +755,13 @@ impl Engine {
             .reduce_with(input, op, over.into(), journal.as_ref())
             .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
         let array = dtype.map_or(array.clone(), |d| array.cast(d));
-        array.save(out)?;
+        let out = out.as_ref();
+        let mut file = OutputFile::create(out, &array.shape, array.dtype)?.durable(self.durable);
+        if is_tiff_path(out) {
+            file = file.with_tiff(self.tiff_options(out, &array.shape))?;
+        }
+        file.write_at(0, &array.data)?;
+        file.finish()?;
         if let Some(j) = journal {
             j.finish();
         }

@@ -89,6 +89,9 @@ struct Common {
     /// GeoTIFF outputs: band (one plane per band) or pixel (bands of a pixel together).
     #[arg(long, default_value = "band", value_parser = ["band", "pixel"], global = true)]
     tiff_interleave: String,
+    /// GeoTIFF outputs: BigTIFF (64-bit offsets): auto (when the data passes 4 GB), yes, no.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "yes", "no"], global = true)]
+    tiff_bigtiff: String,
 }
 
 /// How to read an input that is not `.npy`.
@@ -439,6 +442,11 @@ fn engine(c: &Common) -> Result<Engine> {
         tile: c.tiff_tile,
         compression: c.tiff_compress.parse()?,
         pixel_interleave: c.tiff_interleave == "pixel",
+        bigtiff: match c.tiff_bigtiff.as_str() {
+            "yes" => Some(true),
+            "no" => Some(false),
+            _ => None,
+        },
         ..TiffWriteOptions::default()
     };
     let e = Engine::new(budget)?

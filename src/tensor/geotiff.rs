@@ -415,15 +415,21 @@ impl ChunkSource for TiffChunks {
         self.with_decoder(|d| {
             let (dw, dh) = d.chunk_data_dimensions(index);
             let (dw, dh) = (dw as usize, dh as usize);
-            let pref = d
-                .image_chunk_buffer_layout(index)
-                .map_err(|e| tiff_err(&self.path, &e))?;
-            let stride = pref
-                .row_stride
-                .map_or(dw * spp * es, std::num::NonZero::get);
-            let mut raw = vec![0u8; pref.len];
-            d.read_chunk_bytes(index, &mut raw)
-                .map_err(|e| tiff_err(&self.path, &e))?;
+            // Rows of the full chunk width: the decoder then reads each chunk in one go
+            // (its row-by-row path for edge tiles stalls on some LZW streams).
+            let stride = cw * spp * es;
+            let mut result = tiff::decoder::DecodingResult::U8(Vec::new());
+            d.read_chunk_to_buffer(&mut result, index, stride)
+                .map_err(|e| {
+                    Error::format(
+                        &self.path,
+                        format!(
+                            "cannot decode TIFF chunk {index} (band {band}, row {cy}, column \
+                             {cx}): {e}"
+                        ),
+                    )
+                })?;
+            let raw = result.as_buffer(0).as_bytes().to_vec();
             let ch = self.chunk_shape[self.chunk_shape.len() - 2];
             if spp == 1 {
                 for y in 0..dh {
@@ -509,6 +515,9 @@ pub struct TiffWriteOptions {
     pub georef: Option<GeoRef>,
     /// Memory the encoder may hold (tiles in flight, raw and compressed).
     pub memory: u64,
+    /// BigTIFF: `None` chooses it when the data passes 4 GB; `Some` forces it on or off
+    /// (off fails for files that need it).
+    pub bigtiff: Option<bool>,
 }
 
 impl Default for TiffWriteOptions {
@@ -519,6 +528,7 @@ impl Default for TiffWriteOptions {
             pixel_interleave: false,
             georef: None,
             memory: 64 << 20,
+            bigtiff: None,
         }
     }
 }
@@ -689,7 +699,7 @@ pub fn write_tiled(
     let (planes, spp_chunk) = if pixel { (1, bands) } else { (bands, 1) };
     let n_chunks = planes * across * down;
     let nbytes = (bands * height * width * es) as u64;
-    let big = nbytes > BIGTIFF_ABOVE;
+    let big = opts.bigtiff.unwrap_or(nbytes > BIGTIFF_ABOVE);
     let chunk_bytes = t * t * spp_chunk * es;
     let batch = ((opts.memory / (2 * chunk_bytes as u64).max(1)) as usize)
         .clamp(1, 4 * rayon::current_num_threads().max(1));
@@ -758,9 +768,11 @@ pub fn write_tiled(
         }
     }
     if !big && pos > u64::from(u32::MAX) - (1 << 20) {
-        return Err(Error::Internal(
-            "classic TIFF passed 4 GiB; BigTIFF should have been chosen".into(),
-        ));
+        return Err(Error::invalid(format!(
+            "{}: the compressed tiles pass 4 GiB, more than a classic TIFF can address; \
+             write it as BigTIFF (--tiff-bigtiff yes)",
+            dest_path.display()
+        )));
     }
     pos += pos % 2;
     let b16 = |v: usize| u16::try_from(v).unwrap_or(u16::MAX);

@@ -718,7 +718,9 @@ pub struct OutputFile {
 
 impl OutputFile {
     /// Creates the temporary file for an output of `shape` and `dtype` at `dest`: `.npy`
-    /// (with header) if the name ends in `.npy`, raw data otherwise.
+    /// (with header) if the name ends in `.npy`, a GeoTIFF (staged raw, encoded by
+    /// [`finish`](Self::finish) with default [`geotiff::TiffWriteOptions`]) if it ends in
+    /// `.tif`/`.tiff`, raw data otherwise.
     ///
     /// # Errors
     /// [`Error::Io`] if the directory is missing or not writable, or the file cannot be
@@ -736,6 +738,13 @@ impl OutputFile {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
         }
+        let tiff = if geotiff::is_tiff_path(dest) {
+            geotiff::image_dims(shape)?;
+            geotiff::tiff_sample(dtype)?;
+            Some(geotiff::TiffWriteOptions::default())
+        } else {
+            None
+        };
         let tmp = temp_beside(dest)?;
         let header = if is_npy_path(dest) {
             npy::build_header(dtype, shape)
@@ -756,7 +765,7 @@ impl OutputFile {
             data_offset,
             dtype,
             shape: shape.to_vec(),
-            tiff: None,
+            tiff,
         })
     }
 
@@ -805,7 +814,7 @@ impl OutputFile {
             data_offset: header.len() as u64,
             dtype,
             shape: shape.to_vec(),
-            tiff: None,
+            tiff: geotiff::is_tiff_path(dest).then(geotiff::TiffWriteOptions::default),
         })
     }
 

@@ -1,0 +1,503 @@
+//! GeoTIFF in and out, checked against GDAL: fixtures are made by `gdal_translate` from
+//! raw data this test writes, tilestream's readings are compared with GDAL's own
+//! (`gdal_translate -of ENVI`), and tilestream's outputs are read back by GDAL, values
+//! and georeferencing (`gdalinfo -json`).
+//!
+//! Needs GDAL's command-line tools (Debian's gdal-bin, installed by `.ci/run`); without
+//! them the tests fail and say so.
+
+#![allow(clippy::float_cmp)] // NDVI is compared exactly (NaN with NaN)
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_tilestream");
+
+fn tool(name: &str) -> Command {
+    let probe = Command::new(name).arg("--version").output();
+    assert!(
+        probe.is_ok_and(|o| o.status.success()),
+        "{name} not found: these tests compare with GDAL; install gdal-bin (.ci/run does)"
+    );
+    Command::new(name)
+}
+
+fn ok(cmd: &mut Command) -> String {
+    let out = cmd.output().expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
+fn ts(args: &[&str]) -> String {
+    ok(Command::new(BIN).args(args).arg("--progress").arg("never"))
+}
+
+/// (numpy-style name, ENVI data type code, element size)
+const TYPES: [(&str, u8, usize); 7] = [
+    ("u8", 1, 1),
+    ("u16", 12, 2),
+    ("i16", 2, 2),
+    ("u32", 13, 4),
+    ("i32", 3, 4),
+    ("f32", 4, 4),
+    ("f64", 5, 8),
+];
+
+/// A deterministic band-sequential image of `bands x h x w` in `dtype` (varied values,
+/// smooth enough that compression does something), as little-endian bytes.
+fn pattern(dtype: &str, bands: usize, h: usize, w: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    for b in 0..bands {
+        for y in 0..h {
+            for x in 0..w {
+                let v = ((x * 7 + y * 3 + b * 101) % 251) as i64 + ((x * y) % 13) as i64;
+                let signed = v - 120;
+                match dtype {
+                    "u8" => out.push(v as u8),
+                    "u16" => out.extend((v as u16 * 250).to_le_bytes()),
+                    "i16" => out.extend((signed as i16 * 200).to_le_bytes()),
+                    "u32" => out.extend((v as u32 * 100_000).to_le_bytes()),
+                    "i32" => out.extend((signed as i32 * 100_000).to_le_bytes()),
+                    "f32" => out.extend((signed as f32 * 0.37).to_le_bytes()),
+                    "f64" => out.extend((signed as f64 * 1e-3 + 0.1).to_le_bytes()),
+                    _ => unreachable!(),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Writes `data` as an ENVI raw + header GDAL can read, returns the raw path.
+fn envi(
+    dir: &Path,
+    name: &str,
+    code: u8,
+    bands: usize,
+    h: usize,
+    w: usize,
+    data: &[u8],
+) -> PathBuf {
+    let raw = dir.join(format!("{name}.raw"));
+    std::fs::write(&raw, data).expect("write raw");
+    std::fs::write(
+        dir.join(format!("{name}.hdr")),
+        format!(
+            "ENVI\nsamples = {w}\nlines = {h}\nbands = {bands}\nheader offset = 0\n\
+             file type = ENVI Standard\ndata type = {code}\ninterleave = bsq\nbyte order = 0\n"
+        ),
+    )
+    .expect("write hdr");
+    raw
+}
+
+/// A georeferenced GeoTIFF made by `gdal_translate` from `raw` with creation options `co`.
+fn gdal_tif(raw: &Path, tif: &Path, co: &[&str]) {
+    let mut c = tool("gdal_translate");
+    c.args(["-q", "-of", "GTiff", "-a_srs", "EPSG:32633"])
+        .args([
+            "-a_ullr",
+            "500000",
+            "4000000",
+            "506000",
+            "3995000",
+            "-a_nodata",
+            "0",
+        ]);
+    for o in co {
+        c.arg("-co").arg(o);
+    }
+    ok(c.arg(raw).arg(tif));
+}
+
+/// GDAL's reading of `tif`, band-sequential little-endian bytes.
+fn gdal_read(tif: &Path, dir: &Path) -> Vec<u8> {
+    let out = dir.join(format!(
+        "{}.gdal.raw",
+        tif.file_stem().expect("stem").to_string_lossy()
+    ));
+    ok(tool("gdal_translate")
+        .args(["-q", "-of", "ENVI", "-co", "INTERLEAVE=BSQ"])
+        .arg(tif)
+        .arg(&out));
+    std::fs::read(&out).expect("read gdal output")
+}
+
+/// The data bytes of a `.npy` file (after its header).
+fn npy_data(p: &Path) -> Vec<u8> {
+    let b = std::fs::read(p).expect("read npy");
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize + 10;
+    b[hlen..].to_vec()
+}
+
+fn gdalinfo(p: &Path) -> serde_json::Value {
+    let s = ok(tool("gdalinfo").arg("-json").arg(p));
+    serde_json::from_str(&s).expect("gdalinfo json")
+}
+
+fn georef_of(p: &Path) -> (serde_json::Value, serde_json::Value, Vec<serde_json::Value>) {
+    let j = gdalinfo(p);
+    let nodata = j["bands"]
+        .as_array()
+        .expect("bands")
+        .iter()
+        .map(|b| b["noDataValue"].clone())
+        .collect();
+    (
+        j["geoTransform"].clone(),
+        j["coordinateSystem"]["wkt"].clone(),
+        nodata,
+    )
+}
+
+#[test]
+fn reads_gdal_layouts_compressions_and_dtypes_as_gdal_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (150, 203);
+    // (creation options, dtypes, bands): tiled and striped, every compression, both
+    // interleaves, BigTIFF, predictors
+    let cases: [(&[&str], &[&str], usize); 8] = [
+        (
+            &[
+                "TILED=YES",
+                "BLOCKXSIZE=64",
+                "BLOCKYSIZE=32",
+                "COMPRESS=DEFLATE",
+                "INTERLEAVE=PIXEL",
+            ],
+            &["u8", "u16", "i16", "u32", "i32", "f32", "f64"],
+            3,
+        ),
+        (
+            &[
+                "TILED=YES",
+                "BLOCKXSIZE=32",
+                "BLOCKYSIZE=48",
+                "COMPRESS=LZW",
+                "INTERLEAVE=BAND",
+                "PREDICTOR=2",
+            ],
+            &["u16", "i32"],
+            4,
+        ),
+        (
+            &[
+                "TILED=YES",
+                "BLOCKXSIZE=64",
+                "BLOCKYSIZE=64",
+                "COMPRESS=ZSTD",
+                "INTERLEAVE=BAND",
+            ],
+            &["u16", "f32"],
+            2,
+        ),
+        (
+            &["COMPRESS=ZSTD", "PREDICTOR=3", "BLOCKYSIZE=7"],
+            &["f32", "f64"],
+            2,
+        ),
+        (&["COMPRESS=PACKBITS", "BLOCKYSIZE=5"], &["u8", "i16"], 1),
+        (&["COMPRESS=DEFLATE", "INTERLEAVE=PIXEL"], &["u16"], 4),
+        // uncompressed: band-sequential is mapped, pixel-interleaved decoded
+        (&["INTERLEAVE=BAND"], &["u16", "f64"], 3),
+        (
+            &[
+                "TILED=YES",
+                "COMPRESS=DEFLATE",
+                "BIGTIFF=YES",
+                "INTERLEAVE=PIXEL",
+            ],
+            &["i16"],
+            2,
+        ),
+    ];
+    let mut n = 0;
+    for (co, dtypes, bands) in cases {
+        for &dt in dtypes {
+            let &(_, code, _) = TYPES.iter().find(|t| t.0 == dt).expect("type");
+            let name = format!("c{n}_{dt}");
+            n += 1;
+            let data = pattern(dt, bands, h, w);
+            let raw = envi(dir.path(), &name, code, bands, h, w, &data);
+            let tif = dir.path().join(format!("{name}.tif"));
+            gdal_tif(&raw, &tif, co);
+            let gdal = gdal_read(&tif, dir.path());
+            assert_eq!(gdal, data, "GDAL's own reading of {co:?} {dt}");
+            let npy = dir.path().join(format!("{name}.npy"));
+            // a small budget: many tiles, chunks shared between tiles
+            ts(&[
+                "convert",
+                tif.to_str().expect("utf8"),
+                npy.to_str().expect("utf8"),
+                "-m",
+                "2MiB",
+            ]);
+            assert!(
+                npy_data(&npy) == gdal,
+                "tilestream and GDAL read {co:?} {dt} differently"
+            );
+            let info = ts(&["info", tif.to_str().expect("utf8"), "--json"]);
+            let j: serde_json::Value = serde_json::from_str(info.trim()).expect("info json");
+            let want_shape: Vec<usize> = if bands == 1 {
+                vec![h, w]
+            } else {
+                vec![bands, h, w]
+            };
+            assert_eq!(j["shape"], serde_json::json!(want_shape));
+            assert_eq!(j["dtype"], dt);
+            assert_eq!(j["bands"], bands);
+            assert_eq!(j["georef"]["epsg"], 32633);
+            assert_eq!(
+                j["georef"]["geotransform"],
+                serde_json::json!([
+                    500_000.0,
+                    6000.0 / w as f64,
+                    0.0,
+                    4_000_000.0,
+                    0.0,
+                    -5000.0 / h as f64
+                ])
+            );
+        }
+    }
+}
+
+#[test]
+fn writes_tiffs_gdal_reads_back_with_the_same_values_and_georeferencing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bands, h, w) = (3, 130, 170);
+    let data = pattern("u16", bands, h, w);
+    let raw = envi(dir.path(), "src", 12, bands, h, w, &data);
+    let src = dir.path().join("src.tif");
+    gdal_tif(
+        &raw,
+        &src,
+        &["TILED=YES", "COMPRESS=DEFLATE", "INTERLEAVE=PIXEL"],
+    );
+    let want = georef_of(&src);
+    let s = src.to_str().expect("utf8");
+    for (i, extra) in [
+        vec![],
+        vec![
+            "--tiff-compress",
+            "zstd:3",
+            "--tiff-interleave",
+            "pixel",
+            "--tiff-tile",
+            "64",
+        ],
+        vec![
+            "--tiff-compress",
+            "none",
+            "--tiff-tile",
+            "32",
+            "--tiff-bigtiff",
+            "yes",
+        ],
+        vec![
+            "--tiff-compress",
+            "deflate:1",
+            "--tiff-interleave",
+            "pixel",
+            "--tiff-bigtiff",
+            "yes",
+        ],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = dir.path().join(format!("out{i}.tif"));
+        let mut args = vec!["convert", s, out.to_str().expect("utf8"), "-m", "3MiB"];
+        args.extend(&extra);
+        ts(&args);
+        assert_eq!(gdal_read(&out, dir.path()), data, "values of {extra:?}");
+        assert_eq!(georef_of(&out), want, "georeferencing of {extra:?}");
+        let j = gdalinfo(&out);
+        let md = &j["metadata"]["IMAGE_STRUCTURE"];
+        if extra.contains(&"pixel") {
+            assert_eq!(md["INTERLEAVE"], "PIXEL");
+        } else {
+            assert_eq!(md["INTERLEAVE"], "BAND");
+        }
+        // and tilestream reads its own output back
+        let back = dir.path().join(format!("back{i}.npy"));
+        ts(&[
+            "convert",
+            out.to_str().expect("utf8"),
+            back.to_str().expect("utf8"),
+        ]);
+        assert!(npy_data(&back) == data);
+    }
+    // a .npy (no georeferencing) becomes a plain TIFF GDAL reads
+    let npy = dir.path().join("plain.npy");
+    ts(&["convert", s, npy.to_str().expect("utf8")]);
+    let plain = dir.path().join("plain.tif");
+    ts(&[
+        "convert",
+        npy.to_str().expect("utf8"),
+        plain.to_str().expect("utf8"),
+    ]);
+    assert_eq!(gdal_read(&plain, dir.path()), data);
+    assert!(gdalinfo(&plain)["geoTransform"].is_null());
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn ndvi_and_gaussian_of_a_geotiff_keep_its_georeferencing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bands, h, w) = (4, 160, 190);
+    let data = pattern("u16", bands, h, w);
+    let raw = envi(dir.path(), "scene", 12, bands, h, w, &data);
+    let scene = dir.path().join("scene.tif");
+    gdal_tif(
+        &raw,
+        &scene,
+        &[
+            "TILED=YES",
+            "BLOCKXSIZE=64",
+            "BLOCKYSIZE=64",
+            "COMPRESS=DEFLATE",
+            "INTERLEAVE=PIXEL",
+        ],
+    );
+    let want = georef_of(&scene);
+    let s = scene.to_str().expect("utf8");
+    // NDVI = (nir - red) / (nir + red), bands 4 and 3, against an f64 oracle here
+    let ndvi = dir.path().join("ndvi.tif");
+    ts(&[
+        "map",
+        "(s[3] - s[2]) / (s[3] + s[2])",
+        ndvi.to_str().expect("utf8"),
+        "--in",
+        &format!("s={s}"),
+        "--dtype",
+        "f32",
+        "-m",
+        "2MiB",
+    ]);
+    let px = |b: usize, i: usize| {
+        f64::from(u16::from_le_bytes([
+            data[(b * h * w + i) * 2],
+            data[(b * h * w + i) * 2 + 1],
+        ]))
+    };
+    let oracle: Vec<f32> = (0..h * w)
+        .map(|i| ((px(3, i) - px(2, i)) / (px(3, i) + px(2, i))) as f32)
+        .collect();
+    let got = f32s(&gdal_read(&ndvi, dir.path()));
+    assert_eq!(got.len(), oracle.len());
+    for (i, (a, b)) in got.iter().zip(&oracle).enumerate() {
+        assert!(
+            a == b || (a.is_nan() && b.is_nan()),
+            "ndvi pixel {i}: {a} vs {b}"
+        );
+    }
+    let (gt, wkt, _) = georef_of(&ndvi);
+    assert_eq!((gt, wkt), (want.0.clone(), want.1.clone()));
+
+    // a gaussian of the decoded GeoTIFF equals the same gaussian of the data as .npy
+    let npy = dir.path().join("scene.npy");
+    ts(&["convert", s, npy.to_str().expect("utf8")]);
+    let g_tif = dir.path().join("g.tif");
+    let g_npy = dir.path().join("g.npy");
+    ts(&[
+        "stencil",
+        s,
+        g_tif.to_str().expect("utf8"),
+        "--filter",
+        "gaussian:sigma=2",
+        "--dtype",
+        "f32",
+        "-m",
+        "3MiB",
+    ]);
+    ts(&[
+        "stencil",
+        npy.to_str().expect("utf8"),
+        g_npy.to_str().expect("utf8"),
+        "--filter",
+        "gaussian:sigma=2",
+        "--dtype",
+        "f32",
+        "-m",
+        "64MiB",
+    ]);
+    assert!(gdal_read(&g_tif, dir.path()) == npy_data(&g_npy));
+    assert_eq!(georef_of(&g_tif), want);
+}
+
+#[test]
+fn grid_changes_and_impossible_outputs_are_explicit() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (40, 70);
+    let data = pattern("u8", 1, h, w);
+    let raw = envi(dir.path(), "img", 1, 1, h, w, &data);
+    let img = dir.path().join("img.tif");
+    gdal_tif(&raw, &img, &["TILED=YES", "COMPRESS=LZW"]);
+    let s = img.to_str().expect("utf8");
+    // transpose: no georeferencing, and a note saying so
+    let t = dir.path().join("t.tif");
+    let msg = ts(&["transpose", s, t.to_str().expect("utf8")]);
+    assert!(msg.contains("without the input's georeferencing"), "{msg}");
+    assert!(gdalinfo(&t)["geoTransform"].is_null());
+    let tr = gdal_read(&t, dir.path());
+    for y in 0..h {
+        for x in 0..w {
+            assert_eq!(tr[x * h + y], data[y * w + x]);
+        }
+    }
+    // a reduction is not on the image's grid: written without georeferencing, said so
+    let r = dir.path().join("colmean.tif");
+    let out = Command::new(BIN)
+        .args([
+            "reduce",
+            s,
+            r.to_str().expect("utf8"),
+            "--op",
+            "mean",
+            "--axis",
+            "0",
+        ])
+        .output()
+        .expect("spawn");
+    // a 1-D result is no image: a clear error, nothing written
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GeoTIFF holds a (rows, cols)"));
+    assert!(!r.exists());
+    // bool has no TIFF sample type
+    let b = dir.path().join("b.tif");
+    let out = Command::new(BIN)
+        .args([
+            "map",
+            "x > 3",
+            b.to_str().expect("utf8"),
+            "--in",
+            &format!("x={s}"),
+            "--dtype",
+            "bool",
+        ])
+        .output()
+        .expect("spawn");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot hold bool"));
+    assert!(!b.exists());
+    // JPEG is refused with a way out
+    let jpg = dir.path().join("jpeg.tif");
+    gdal_tif(&raw, &jpg, &["COMPRESS=JPEG"]);
+    let out = Command::new(BIN)
+        .args(["info", jpg.to_str().expect("utf8")])
+        .output()
+        .expect("spawn");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("JPEG"));
+}
