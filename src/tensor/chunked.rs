@@ -9,14 +9,18 @@
 //! in parallel, a bounded batch at a time: the decode scratch is
 //! [`Chunked::scratch_bytes`], which the engine takes out of the budget before planning.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::pipeline::Touch;
+
+/// Most memory the cache of decoded chunks may hold.
+const CACHE_MAX: u64 = 64 << 20;
 
 /// A tensor stored as a regular grid of chunks, each decodable on its own.
 pub trait ChunkSource: Send + Sync + fmt::Debug {
@@ -39,6 +43,47 @@ pub struct Chunked {
     source: Box<dyn ChunkSource>,
     /// Chunks decoded at once (the decode scratch is this many chunks).
     batch: usize,
+    /// Recently decoded chunks, so that a chunk row shared by consecutive tiles (whose
+    /// rows rarely fall on chunk boundaries) is decoded once, not once per tile.
+    cache: Mutex<Cache>,
+}
+
+/// Least-recently-used decoded chunks, up to `capacity` bytes.
+#[derive(Debug, Default)]
+struct Cache {
+    capacity: u64,
+    held: u64,
+    map: HashMap<u64, Arc<Vec<u8>>>,
+    order: VecDeque<u64>,
+}
+
+impl Cache {
+    fn get(&mut self, key: u64) -> Option<Arc<Vec<u8>>> {
+        let v = self.map.get(&key)?.clone();
+        if let Some(i) = self.order.iter().position(|&k| k == key) {
+            self.order.remove(i);
+        }
+        self.order.push_back(key);
+        Some(v)
+    }
+
+    fn put(&mut self, key: u64, v: Arc<Vec<u8>>) {
+        let n = v.len() as u64;
+        if n > self.capacity || self.map.contains_key(&key) {
+            return;
+        }
+        while self.held + n > self.capacity {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some(o) = self.map.remove(&old) {
+                self.held -= o.len() as u64;
+            }
+        }
+        self.held += n;
+        self.map.insert(key, v);
+        self.order.push_back(key);
+    }
 }
 
 /// One piece of a window that lies in one chunk: `len` elements from element `at` of
@@ -56,11 +101,24 @@ impl Chunked {
     #[must_use]
     pub fn new(shape: Vec<usize>, dtype: DType, source: Box<dyn ChunkSource>) -> Self {
         let batch = (2 * rayon::current_num_threads()).max(2);
+        let chunk_bytes =
+            source.chunk_shape().iter().product::<usize>() as u64 * dtype.size() as u64;
+        // two rows of chunks across the last axis (two bands of a planar image, or the
+        // chunk row a tile ends in and the next one), at most 64 MiB
+        let across = match (shape.last(), source.chunk_shape().last()) {
+            (Some(&n), Some(&c)) => n.div_ceil(c.max(1)) as u64,
+            _ => 1,
+        };
+        let capacity = (2 * across * chunk_bytes).min(CACHE_MAX.max(chunk_bytes));
         Chunked {
             shape,
             dtype,
             source,
             batch,
+            cache: Mutex::new(Cache {
+                capacity,
+                ..Cache::default()
+            }),
         }
     }
 
@@ -80,11 +138,12 @@ impl Chunked {
             * self.dtype.size() as u64
     }
 
-    /// Memory the decoding of a window may hold beyond the window itself: one batch of
-    /// decoded chunks, and a compressed-side buffer for each decoding thread.
+    /// Memory the decoding of a window may hold beyond the window itself: the cache of
+    /// recent chunks, one batch of decoded chunks, and a buffer for each decoding thread.
     #[must_use]
     pub fn scratch_bytes(&self) -> u64 {
-        (self.batch + rayon::current_num_threads()) as u64 * self.chunk_bytes()
+        let cache = self.cache.lock().map_or(0, |c| c.capacity);
+        cache + (self.batch + rayon::current_num_threads()) as u64 * self.chunk_bytes()
     }
 
     /// Reads windows `(start, count, touch)` (flat element ranges, as
@@ -164,8 +223,22 @@ impl Chunked {
             }
             outs.push(vec![0u8; out_at * es]);
         }
-        let keys: Vec<u64> = pieces.keys().copied().collect();
         let chunk_bytes = self.chunk_bytes() as usize;
+        let copy = |outs: &mut Vec<Vec<u8>>, key: u64, buf: &[u8]| {
+            for p in &pieces[&key] {
+                outs[p.out][p.out_at * es..(p.out_at + p.len) * es]
+                    .copy_from_slice(&buf[p.at * es..(p.at + p.len) * es]);
+            }
+        };
+        // chunks still cached from the previous tile
+        let mut keys = Vec::with_capacity(pieces.len());
+        for &key in pieces.keys() {
+            let hit = self.cache.lock().ok().and_then(|mut c| c.get(key));
+            match hit {
+                Some(buf) => copy(&mut outs, key, &buf),
+                None => keys.push(key),
+            }
+        }
         for batch in keys.chunks(self.batch) {
             let decoded: Vec<Result<Vec<u8>>> = batch
                 .par_iter()
@@ -181,11 +254,11 @@ impl Chunked {
                     Ok(buf)
                 })
                 .collect();
-            for (key, buf) in batch.iter().zip(decoded) {
-                let buf = buf?;
-                for p in &pieces[key] {
-                    outs[p.out][p.out_at * es..(p.out_at + p.len) * es]
-                        .copy_from_slice(&buf[p.at * es..(p.at + p.len) * es]);
+            for (&key, buf) in batch.iter().zip(decoded) {
+                let buf = Arc::new(buf?);
+                copy(&mut outs, key, &buf);
+                if let Ok(mut c) = self.cache.lock() {
+                    c.put(key, buf);
                 }
             }
         }
@@ -202,6 +275,7 @@ mod tests {
     struct Counting {
         shape: Vec<usize>,
         chunk: Vec<usize>,
+        decodes: Arc<std::sync::atomic::AtomicUsize>,
     }
 
     impl ChunkSource for Counting {
@@ -209,6 +283,8 @@ mod tests {
             &self.chunk
         }
         fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
+            self.decodes
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let (c0, c1, c2) = (self.chunk[0], self.chunk[1], self.chunk[2]);
             for i in 0..c0 {
                 for j in 0..c1 {
@@ -241,6 +317,7 @@ mod tests {
             Box::new(Counting {
                 shape,
                 chunk: vec![2, 4, 5],
+                decodes: Arc::default(),
             }),
         );
         let total = 3 * 13 * 11;
@@ -269,5 +346,26 @@ mod tests {
             values(&got[1]),
             (143..154).map(|i| i as u16).collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn consecutive_tiles_decode_a_shared_chunk_row_once() {
+        // one plane of 8 rows x 40 columns in 4x10 chunks: two chunk rows of 4 chunks
+        let shape = vec![1, 8, 40];
+        let decodes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let src = Counting {
+            shape: shape.clone(),
+            chunk: vec![1, 4, 10],
+            decodes: Arc::clone(&decodes),
+        };
+        let t = Chunked::new(shape, DType::U16, Box::new(src));
+        // tiles of 3 rows: rows 0-2, 3-5, 6-7 touch chunk rows {0}, {0, 1}, {1}
+        for (r0, rows) in [(0u64, 3u64), (3, 3), (6, 2)] {
+            let got = t.read(&[(r0 * 40, rows * 40, Touch::All)]).expect("read");
+            let want: Vec<u16> = (r0 * 40..(r0 + rows) * 40).map(|i| i as u16).collect();
+            assert_eq!(values(&got[0]), want);
+        }
+        // 8 chunks in all; without the cache the middle tile would decode 8 on its own
+        assert_eq!(decodes.load(std::sync::atomic::Ordering::Relaxed), 8);
     }
 }
