@@ -27,6 +27,7 @@ use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::pipeline::{self, InputStream, Progress, StageTimes, Stream};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions, is_tiff_path};
+use crate::tensor::zarr::{ZarrWriteOptions, is_zarr_path};
 use crate::tensor::{OutputFile, TensorFile, fmt_shape, same_file, window_slack};
 
 mod imagery;
@@ -48,6 +49,7 @@ pub struct Engine {
     cancel: Arc<AtomicBool>,
     job: Option<(JobKey, bool)>,
     tiff_out: TiffWriteOptions,
+    zarr_out: ZarrWriteOptions,
     georef: Option<(GeoRef, (usize, usize))>,
 }
 
@@ -284,6 +286,7 @@ impl Engine {
             cancel: Arc::new(AtomicBool::new(false)),
             job: None,
             tiff_out: TiffWriteOptions::default(),
+            zarr_out: ZarrWriteOptions::default(),
             georef: None,
         })
     }
@@ -295,6 +298,15 @@ impl Engine {
     #[must_use]
     pub fn with_tiff_output(mut self, opts: TiffWriteOptions) -> Self {
         self.tiff_out = opts;
+        self
+    }
+
+    /// How Zarr v3 outputs (`.zarr` destinations) are written: chunk and shard shapes,
+    /// compression (default 512x512 chunks over the last two axes, zstd level 3). Its
+    /// `memory` is ignored: the encoder works within this engine's budget.
+    #[must_use]
+    pub fn with_zarr_output(mut self, opts: ZarrWriteOptions) -> Self {
+        self.zarr_out = opts;
         self
     }
 
@@ -537,6 +549,8 @@ impl Engine {
         };
         if is_tiff_path(out) {
             output = output.with_tiff(self.tiff_options(out, shape))?;
+        } else if is_zarr_path(out) {
+            output = output.with_zarr(self.zarr_out.clone());
         }
         match fill(&output, journal.as_ref()) {
             Ok(r) => {
@@ -759,6 +773,8 @@ impl Engine {
         let mut file = OutputFile::create(out, &array.shape, array.dtype)?.durable(self.durable);
         if is_tiff_path(out) {
             file = file.with_tiff(self.tiff_options(out, &array.shape))?;
+        } else if is_zarr_path(out) {
+            file = file.with_zarr(self.zarr_out.clone());
         }
         file.write_at(0, &array.data)?;
         file.finish()?;

@@ -13,6 +13,7 @@ use tilestream::budget::fmt_bytes;
 use tilestream::engine::{Edge, PatchSpec};
 use tilestream::ops::stencil::{Filter, Stencil};
 use tilestream::tensor::geotiff::{TiffWriteOptions, is_tiff_path};
+use tilestream::tensor::zarr::ZarrWriteOptions;
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
 use tilestream::tiling::{Boundary, BoxPlan};
 use tilestream::workflow::{Workflow, load_kernel};
@@ -92,6 +93,16 @@ struct Common {
     /// GeoTIFF outputs: BigTIFF (64-bit offsets): auto (when the data passes 4 GB), yes, no.
     #[arg(long, default_value = "auto", value_parser = ["auto", "yes", "no"], global = true)]
     tiff_bigtiff: String,
+    /// Zarr outputs (.zarr): chunk shape, e.g. 1x512x512 (default: 512 along the last two
+    /// axes, 1 before them). With --zarr-shard, the inner chunk shape.
+    #[arg(long, global = true)]
+    zarr_chunks: Option<String>,
+    /// Zarr outputs: shard shape (a multiple of the chunk shape) for the sharding codec.
+    #[arg(long, global = true)]
+    zarr_shard: Option<String>,
+    /// Zarr outputs: chunk compression, zstd[:level], gzip[:0-9], blosc[:0-9] or none.
+    #[arg(long, default_value = "zstd", global = true)]
+    zarr_compress: String,
 }
 
 /// How to read an input that is not `.npy`.
@@ -210,9 +221,9 @@ struct CastArgs {
 
 #[derive(Args, Clone, Debug)]
 struct ConvertArgs {
-    /// Input tensor (.npy, .tif/.tiff, or raw with --shape and --in-dtype).
+    /// Input tensor (.npy, .tif/.tiff, .zarr, or raw with --shape and --in-dtype).
     input: PathBuf,
-    /// Output file (.npy, .tif/.tiff, or raw for any other extension).
+    /// Output file (.npy, .tif/.tiff, .zarr, or raw for any other extension).
     output: PathBuf,
     /// Cast to this dtype on the way (default: keep the input's).
     #[arg(long)]
@@ -329,14 +340,15 @@ Pass 1 computes each column's mean and std in one read (the same arithmetic as r
 --op mean / --op std); pass 2 writes (x - mean) / std. A constant column gives inf or NaN,
 as in numpy.")]
     Standardize(StandardizeArgs),
-    /// Convert between formats (.npy, raw, GeoTIFF), optionally casting.
+    /// Convert between formats (.npy, raw, GeoTIFF, Zarr v3), optionally casting.
     #[command(after_help = "Examples:
   tilestream convert scene.tif scene.npy --memory 256MiB      # bands x rows x cols
   tilestream convert scene.npy scene.tif --tiff-compress zstd  # georeferencing: see below
   tilestream convert x.raw x.npy --shape 1000x512 --in-dtype f32
+  tilestream convert x.npy x.zarr --zarr-chunks 4096x512 --zarr-compress blosc
 
 The format follows the extension: .npy, .tif/.tiff (tiled GeoTIFF, 512x512 Deflate tiles
-by default, BigTIFF above 4 GB), anything else raw. A GeoTIFF input's georeferencing
+by default, BigTIFF above 4 GB), .zarr (Zarr v3 store, zstd chunks), anything else raw. A GeoTIFF input's georeferencing
 (geotransform, CRS, nodata) is copied to a GeoTIFF output.")]
     Convert(ConvertArgs),
     /// Cast to another dtype.
@@ -449,10 +461,17 @@ fn engine(c: &Common) -> Result<Engine> {
         },
         ..TiffWriteOptions::default()
     };
+    let zarr = ZarrWriteOptions {
+        chunks: c.zarr_chunks.as_deref().map(parse_shape).transpose()?,
+        shard: c.zarr_shard.as_deref().map(parse_shape).transpose()?,
+        compression: c.zarr_compress.parse()?,
+        ..ZarrWriteOptions::default()
+    };
     let e = Engine::new(budget)?
         .with_depth(c.depth)
         .with_durable(!c.no_sync)
-        .with_tiff_output(tiff);
+        .with_tiff_output(tiff)
+        .with_zarr_output(zarr);
     match c.threads {
         Some(n) => e.with_threads(n),
         None => Ok(e),
@@ -818,6 +837,7 @@ fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
             Some((l, _)) if l.bigtiff => "geotiff (BigTIFF)".into(),
             _ => "geotiff".into(),
         },
+        Format::Zarr => "zarr v3".into(),
     };
     // layout of a chunked format: chunks, compression, bands, georeferencing
     let mut layout = serde_json::Map::new();
@@ -861,6 +881,17 @@ fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
             );
         }
     }
+    if let Some(z) = t.zarr() {
+        layout.insert(
+            "chunks".into(),
+            serde_json::json!({
+                "kind": if z.inner_chunks.is_some() { "shards" } else { "chunks" },
+                "shape": z.chunk_shape, "inner": z.inner_chunks,
+            }),
+        );
+        layout.insert("codecs".into(), serde_json::json!(z.codecs));
+        layout.insert("fill_value".into(), z.fill_value.clone().into());
+    }
     if json {
         let mut v = serde_json::json!({
             "path": path, "format": format, "shape": i.shape, "dtype": i.dtype.name(),
@@ -893,6 +924,21 @@ fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
                 tilestream::budget::fmt_bytes(i.nbytes()),
                 i.data_offset
             );
+        }
+        if let Some(z) = t.zarr() {
+            match &z.inner_chunks {
+                Some(inner) => println!(
+                    "  layout:      shards {} of chunks {}, decoded shard by shard",
+                    fmt_shape(&z.chunk_shape),
+                    fmt_shape(inner)
+                ),
+                None => println!(
+                    "  layout:      chunks {}, decoded chunk by chunk",
+                    fmt_shape(&z.chunk_shape)
+                ),
+            }
+            println!("  codecs:      {}", z.codecs.join(", "));
+            println!("  fill value:  {}", z.fill_value);
         }
         if let Some((l, g)) = t.tiff() {
             println!(

@@ -429,7 +429,8 @@ impl ChunkSource for TiffChunks {
                         ),
                     )
                 })?;
-            let raw = result.as_buffer(0).as_bytes().to_vec();
+            let raw = result.as_buffer(0);
+            let raw = raw.as_bytes();
             let ch = self.chunk_shape[self.chunk_shape.len() - 2];
             if spp == 1 {
                 for y in 0..dh {
@@ -437,19 +438,33 @@ impl ChunkSource for TiffChunks {
                         .copy_from_slice(&raw[y * stride..y * stride + dw * es]);
                 }
             } else {
-                // pixel-interleaved: scatter each sample to its band plane
+                // pixel-interleaved: gather each band's samples into its plane
                 for y in 0..dh {
                     let row = &raw[y * stride..y * stride + dw * spp * es];
-                    for (x, px) in row.chunks_exact(spp * es).enumerate() {
-                        for (b, s) in px.chunks_exact(es).enumerate() {
-                            let at = ((b * ch + y) * cw + x) * es;
-                            out[at..at + es].copy_from_slice(s);
+                    for b in 0..spp {
+                        let at = (b * ch + y) * cw * es;
+                        let dst = &mut out[at..at + dw * es];
+                        match es {
+                            1 => gather::<1>(row, spp, b, dst),
+                            2 => gather::<2>(row, spp, b, dst),
+                            4 => gather::<4>(row, spp, b, dst),
+                            _ => gather::<8>(row, spp, b, dst),
                         }
                     }
                 }
             }
             Ok(())
         })
+    }
+}
+
+/// Copies sample `b` of every `spp`-sample pixel of `row` (samples of `N` bytes) into
+/// `dst`, one after another.
+fn gather<const N: usize>(row: &[u8], spp: usize, b: usize, dst: &mut [u8]) {
+    let src: &[[u8; N]] = bytemuck::cast_slice(row);
+    let dst: &mut [[u8; N]] = bytemuck::cast_slice_mut(dst);
+    for (x, d) in dst.iter_mut().enumerate() {
+        *d = src[x * spp + b];
     }
 }
 

@@ -14,6 +14,7 @@
 pub mod chunked;
 pub mod geotiff;
 pub mod npy;
+pub mod zarr;
 
 use std::fs::File;
 use std::io::Read;
@@ -39,6 +40,17 @@ pub enum Format {
     Raw,
     /// A GeoTIFF (or plain TIFF): bands x rows x columns.
     GeoTiff,
+    /// A Zarr v3 array (a directory with `zarr.json`).
+    Zarr,
+}
+
+/// How a staged output is encoded when it is finished.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Encode {
+    /// A tiled GeoTIFF.
+    Tiff(geotiff::TiffWriteOptions),
+    /// A Zarr v3 store.
+    Zarr(zarr::ZarrWriteOptions),
 }
 
 /// Shape, dtype and layout of a tensor file.
@@ -141,6 +153,8 @@ pub struct TensorFile {
     chunked: Option<Arc<chunked::Chunked>>,
     /// Layout and georeferencing of a TIFF input.
     tiff: Option<Box<(geotiff::TiffLayout, geotiff::GeoRef)>>,
+    /// Layout of a Zarr input.
+    zarr: Option<Box<zarr::ZarrLayout>>,
 }
 
 impl TensorFile {
@@ -155,6 +169,9 @@ impl TensorFile {
         let path = path.as_ref();
         if geotiff::is_tiff_path(path) {
             return Self::open_tiff(path);
+        }
+        if zarr::is_zarr_path(path) {
+            return Self::open_zarr(path);
         }
         if !is_npy_path(path) {
             return Err(Error::invalid(format!(
@@ -207,6 +224,7 @@ impl TensorFile {
             },
             chunked: None,
             tiff: None,
+            zarr: None,
         })
     }
 
@@ -243,7 +261,43 @@ impl TensorFile {
             },
             chunked,
             tiff: Some(Box::new((layout, georef))),
+            zarr: None,
         })
+    }
+
+    /// Opens the Zarr v3 array at the root of the store `path`; its chunks are decoded
+    /// by `zarrs` as tiles need them.
+    ///
+    /// # Errors
+    /// [`Error::Format`] for a Zarr v2 store, a group, an irregular chunk grid or a data
+    /// type tilestream does not handle; [`Error::Io`] if it cannot be read.
+    pub fn open_zarr(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let layout = zarr::read_layout(path)?;
+        let meta = path.join("zarr.json");
+        let file = File::open(&meta).map_err(|e| Error::io("open", &meta, e))?;
+        checked_nbytes(path, &layout.shape, layout.dtype)?;
+        let src = zarr::ZarrChunks::open(path, &layout)?;
+        let c = chunked::Chunked::new(layout.shape.clone(), layout.dtype, Box::new(src));
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::Zarr,
+                dtype: layout.dtype,
+                shape: layout.shape.clone(),
+                data_offset: 0,
+            },
+            chunked: Some(Arc::new(c)),
+            tiff: None,
+            zarr: Some(Box::new(layout)),
+        })
+    }
+
+    /// The layout of a Zarr input.
+    #[must_use]
+    pub fn zarr(&self) -> Option<&zarr::ZarrLayout> {
+        self.zarr.as_deref()
     }
 
     /// The TIFF layout and georeferencing, for a TIFF input.
@@ -326,6 +380,7 @@ impl TensorFile {
             },
             chunked: None,
             tiff: None,
+            zarr: None,
         })
     }
 
@@ -711,9 +766,9 @@ pub struct OutputFile {
     data_offset: u64,
     dtype: DType,
     shape: Vec<usize>,
-    /// Set when the destination is a GeoTIFF: the data is staged raw in `tmp`, then
-    /// encoded into tiles by [`finish`](Self::finish).
-    tiff: Option<geotiff::TiffWriteOptions>,
+    /// Set when the destination is a GeoTIFF or a Zarr store: the data is staged raw in
+    /// `tmp`, then encoded by [`finish`](Self::finish).
+    encode: Option<Encode>,
 }
 
 impl OutputFile {
@@ -728,7 +783,7 @@ impl OutputFile {
     pub fn create(dest: impl AsRef<Path>, shape: &[usize], dtype: DType) -> Result<Self> {
         let dest = dest.as_ref();
         let nbytes = checked_nbytes(dest, shape, dtype)?;
-        if dest.is_dir() {
+        if dest.is_dir() && !zarr::is_zarr_path(dest) {
             return Err(Error::invalid(format!(
                 "{}: is a directory; give an output file name",
                 dest.display()
@@ -738,13 +793,7 @@ impl OutputFile {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
         }
-        let tiff = if geotiff::is_tiff_path(dest) {
-            geotiff::image_dims(shape)?;
-            geotiff::tiff_sample(dtype)?;
-            Some(geotiff::TiffWriteOptions::default())
-        } else {
-            None
-        };
+        let encode = default_encode(dest, shape, dtype)?;
         let tmp = temp_beside(dest)?;
         let header = if is_npy_path(dest) {
             npy::build_header(dtype, shape)
@@ -765,7 +814,7 @@ impl OutputFile {
             data_offset,
             dtype,
             shape: shape.to_vec(),
-            tiff,
+            encode,
         })
     }
 
@@ -814,7 +863,7 @@ impl OutputFile {
             data_offset: header.len() as u64,
             dtype,
             shape: shape.to_vec(),
-            tiff: geotiff::is_tiff_path(dest).then(geotiff::TiffWriteOptions::default),
+            encode: default_encode(dest, shape, dtype)?,
         })
     }
 
@@ -828,8 +877,16 @@ impl OutputFile {
     pub fn with_tiff(mut self, opts: geotiff::TiffWriteOptions) -> Result<Self> {
         geotiff::image_dims(&self.shape)?;
         geotiff::tiff_sample(self.dtype)?;
-        self.tiff = Some(opts);
+        self.encode = Some(Encode::Tiff(opts));
         Ok(self)
+    }
+
+    /// Makes this output a Zarr v3 store written as `opts` say (staged raw, encoded by
+    /// [`finish`](Self::finish) into a temporary directory renamed into place).
+    #[must_use]
+    pub fn with_zarr(mut self, opts: zarr::ZarrWriteOptions) -> Self {
+        self.encode = Some(Encode::Zarr(opts));
+        self
     }
 
     /// The destination path.
@@ -842,13 +899,15 @@ impl OutputFile {
     /// (GeoTIFF destinations).
     #[must_use]
     pub fn is_staged(&self) -> bool {
-        self.tiff.is_some()
+        self.encode.is_some()
     }
 
     /// Memory the encoding in [`finish`](Self::finish) may hold.
     pub fn set_encode_memory(&mut self, bytes: u64) {
-        if let Some(t) = &mut self.tiff {
-            t.memory = bytes;
+        match &mut self.encode {
+            Some(Encode::Tiff(t)) => t.memory = bytes,
+            Some(Encode::Zarr(z)) => z.memory = bytes,
+            None => {}
         }
     }
 
@@ -935,24 +994,50 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Io`] if the flush or rename fails; the temporary file is removed then.
     pub fn finish(self) -> Result<()> {
-        if let Some(opts) = &self.tiff {
-            let staged = self.tmp.as_file();
-            let off = self.data_offset;
-            let read = |at: u64, buf: &mut [u8]| {
-                staged
-                    .read_exact_at(buf, off + at)
-                    .map_err(|e| Error::io("read back", self.tmp.path(), e))
-            };
-            let encoded = temp_beside(&self.dest)?;
-            geotiff::write_tiled(
-                encoded.as_file(),
-                &self.dest,
-                &self.shape,
-                self.dtype,
-                opts,
-                &read,
-            )?;
-            return Self::persist(encoded, &self.dest, self.durable);
+        let staged = self.tmp.as_file();
+        let off = self.data_offset;
+        let read = |at: u64, buf: &mut [u8]| {
+            staged
+                .read_exact_at(buf, off + at)
+                .map_err(|e| Error::io("read back", self.tmp.path(), e))
+        };
+        match &self.encode {
+            Some(Encode::Tiff(opts)) => {
+                let encoded = temp_beside(&self.dest)?;
+                geotiff::write_tiled(
+                    encoded.as_file(),
+                    &self.dest,
+                    &self.shape,
+                    self.dtype,
+                    opts,
+                    &read,
+                )?;
+                return Self::persist(encoded, &self.dest, self.durable);
+            }
+            Some(Encode::Zarr(opts)) => {
+                let (parent, name) = dir_and_name(&self.dest)?;
+                let dir = tempfile::Builder::new()
+                    .prefix(&format!(".{name}."))
+                    .suffix(TEMP_SUFFIX)
+                    .tempdir_in(&parent)
+                    .map_err(|e| Error::io("create a directory in", &parent, e))?;
+                zarr::write_store(dir.path(), &self.dest, &self.shape, self.dtype, opts, &read)?;
+                if self.dest.exists() {
+                    if !zarr::is_zarr_path(&self.dest) || !self.dest.join("zarr.json").is_file() {
+                        return Err(Error::invalid(format!(
+                            "{}: exists and is not a Zarr store; not replacing it",
+                            self.dest.display()
+                        )));
+                    }
+                    std::fs::remove_dir_all(&self.dest)
+                        .map_err(|e| Error::io("replace", &self.dest, e))?;
+                }
+                std::fs::rename(dir.path(), &self.dest)
+                    .map_err(|e| Error::io("rename the finished output to", &self.dest, e))?;
+                let _ = dir.keep();
+                return Ok(());
+            }
+            None => {}
         }
         Self::persist(self.tmp, &self.dest, self.durable)
     }
@@ -985,6 +1070,26 @@ impl OutputFile {
     pub fn file(&self) -> &File {
         self.tmp.as_file()
     }
+}
+
+/// The encoding a destination's name asks for: GeoTIFF for `.tif`/`.tiff` (checking
+/// that the shape is an image and the dtype has a TIFF form), Zarr v3 for `.zarr`.
+fn default_encode(dest: &Path, shape: &[usize], dtype: DType) -> Result<Option<Encode>> {
+    if geotiff::is_tiff_path(dest) {
+        geotiff::image_dims(shape)?;
+        geotiff::tiff_sample(dtype)?;
+        return Ok(Some(Encode::Tiff(geotiff::TiffWriteOptions::default())));
+    }
+    if zarr::is_zarr_path(dest) {
+        if shape.is_empty() {
+            return Err(Error::invalid(format!(
+                "{}: a Zarr output needs at least one dimension",
+                dest.display()
+            )));
+        }
+        return Ok(Some(Encode::Zarr(zarr::ZarrWriteOptions::default())));
+    }
+    Ok(None)
 }
 
 /// True if `a` and `b` are the same file on disk (same device and inode).

@@ -1,0 +1,475 @@
+//! Zarr v3 in and out, through the `zarrs` crate: the chunked format large scientific
+//! arrays increasingly come in.
+//!
+//! Reading: a store (a directory with a `zarr.json`) with a regular chunk grid is a
+//! [`Chunked`](super::chunked::Chunked) tensor: each chunk (or shard, when the array is
+//! sharded) a tile touches is decoded once by `zarrs`, whatever its codecs (bytes, zstd,
+//! gzip, blosc, sharding, transpose, crc32c).
+//!
+//! Writing ([`write_store`]): the run's data, staged raw, is cut into chunks that are
+//! encoded and stored in parallel (a batch at a time within the budget) into a store built
+//! in a temporary directory beside the destination, renamed into place once complete.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use zarrs::array::{Array, ArrayBuilder, ArrayBytes, codec, data_type};
+use zarrs::filesystem::FilesystemStore;
+
+use super::chunked::ChunkSource;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+
+/// True if the path names a Zarr store: a `.zarr` name, or a directory holding a
+/// `zarr.json`.
+#[must_use]
+pub fn is_zarr_path(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("zarr"))
+        || path.join("zarr.json").is_file()
+}
+
+/// What a Zarr v3 array's metadata says about its layout.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZarrLayout {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Element type.
+    pub dtype: DType,
+    /// Chunk (or shard) shape of the regular grid.
+    pub chunk_shape: Vec<usize>,
+    /// Inner chunk shape when the array is sharded.
+    pub inner_chunks: Option<Vec<usize>>,
+    /// Codec chain, by name (`bytes`, `zstd`, `sharding_indexed`...).
+    pub codecs: Vec<String>,
+    /// The fill value as written in the metadata.
+    pub fill_value: String,
+}
+
+fn zarr_dtype(path: &Path, name: &str) -> Result<DType> {
+    Ok(match name {
+        "bool" => DType::Bool,
+        "int8" => DType::I8,
+        "int16" => DType::I16,
+        "int32" => DType::I32,
+        "int64" => DType::I64,
+        "uint8" => DType::U8,
+        "uint16" => DType::U16,
+        "uint32" => DType::U32,
+        "uint64" => DType::U64,
+        "float16" => DType::F16,
+        "float32" => DType::F32,
+        "float64" => DType::F64,
+        "bfloat16" => DType::BF16,
+        other => {
+            return Err(Error::format(
+                path,
+                format!(
+                    "Zarr data type `{other}` is not one tilestream handles (bool, ints, floats)"
+                ),
+            ));
+        }
+    })
+}
+
+fn zarr_dtype_of(dtype: DType) -> zarrs::array::DataType {
+    match dtype {
+        DType::Bool => data_type::bool(),
+        DType::I8 => data_type::int8(),
+        DType::I16 => data_type::int16(),
+        DType::I32 => data_type::int32(),
+        DType::I64 => data_type::int64(),
+        DType::U8 => data_type::uint8(),
+        DType::U16 => data_type::uint16(),
+        DType::U32 => data_type::uint32(),
+        DType::U64 => data_type::uint64(),
+        DType::F16 => data_type::float16(),
+        DType::BF16 => data_type::bfloat16(),
+        DType::F32 => data_type::float32(),
+        DType::F64 => data_type::float64(),
+    }
+}
+
+fn usizes(v: &serde_json::Value) -> Option<Vec<usize>> {
+    v.as_array()?
+        .iter()
+        .map(|x| x.as_u64().map(|n| n as usize))
+        .collect()
+}
+
+/// Reads the metadata (`zarr.json`) of the array at the root of the store at `path`.
+///
+/// # Errors
+/// [`Error::Format`] for a group, a Zarr v2 store, or a chunk grid that is not regular.
+pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
+    let meta_path = path.join("zarr.json");
+    if !meta_path.is_file() {
+        let msg = if path.join(".zarray").is_file() || path.join(".zgroup").is_file() {
+            "a Zarr v2 store: tilestream reads Zarr v3 (convert with zarr-python or zarrs)"
+        } else {
+            "no zarr.json here: not a Zarr v3 array"
+        };
+        return Err(Error::format(path, msg));
+    }
+    let text = std::fs::read_to_string(&meta_path).map_err(|e| Error::io("read", &meta_path, e))?;
+    let m: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| Error::format(&meta_path, format!("not valid JSON: {e}")))?;
+    if m["zarr_format"] != 3 {
+        return Err(Error::format(&meta_path, "zarr_format is not 3"));
+    }
+    if m["node_type"] != "array" {
+        return Err(Error::format(
+            path,
+            "a Zarr group, not an array: give the path of one of its arrays",
+        ));
+    }
+    let shape = usizes(&m["shape"]).ok_or_else(|| Error::format(&meta_path, "bad shape"))?;
+    if shape.is_empty() {
+        return Err(Error::format(
+            path,
+            "a 0-dimensional Zarr array is not supported",
+        ));
+    }
+    let dtype = zarr_dtype(path, m["data_type"].as_str().unwrap_or("?"))?;
+    if m["chunk_grid"]["name"] != "regular" {
+        return Err(Error::format(
+            path,
+            format!(
+                "chunk grid `{}` is not regular: tilestream reads regular chunk grids",
+                m["chunk_grid"]["name"]
+            ),
+        ));
+    }
+    let chunk_shape = usizes(&m["chunk_grid"]["configuration"]["chunk_shape"])
+        .filter(|c| c.len() == shape.len() && c.iter().all(|&d| d > 0))
+        .ok_or_else(|| Error::format(&meta_path, "bad chunk_shape"))?;
+    let mut codecs = Vec::new();
+    let mut inner_chunks = None;
+    for c in m["codecs"].as_array().into_iter().flatten() {
+        let name = c["name"].as_str().unwrap_or("?").to_string();
+        if name == "sharding_indexed" {
+            inner_chunks = usizes(&c["configuration"]["chunk_shape"]);
+            let inner: Vec<String> = c["configuration"]["codecs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|x| x["name"].as_str().unwrap_or("?").to_string())
+                .collect();
+            codecs.push(format!("sharding_indexed({})", inner.join(", ")));
+        } else {
+            codecs.push(name);
+        }
+    }
+    Ok(ZarrLayout {
+        shape,
+        dtype,
+        chunk_shape,
+        inner_chunks,
+        codecs,
+        fill_value: m["fill_value"].to_string(),
+    })
+}
+
+fn zarr_err(path: &Path, what: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::format(path, format!("{what}: {e}"))
+}
+
+/// Decodes the chunks of a Zarr array for [`Chunked`](super::chunked::Chunked).
+pub struct ZarrChunks {
+    path: PathBuf,
+    array: Array<FilesystemStore>,
+    chunk_shape: Vec<usize>,
+}
+
+impl std::fmt::Debug for ZarrChunks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ZarrChunks")
+            .field("path", &self.path)
+            .field("chunk_shape", &self.chunk_shape)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ZarrChunks {
+    /// Opens the array at the root of the store at `path`.
+    ///
+    /// # Errors
+    /// [`Error::Format`] if `zarrs` cannot open it.
+    pub fn open(path: &Path, layout: &ZarrLayout) -> Result<Self> {
+        let store = FilesystemStore::new(path)
+            .map_err(|e| zarr_err(path, "cannot open the Zarr store", &e))?;
+        let array = Array::open(Arc::new(store), "/")
+            .map_err(|e| zarr_err(path, "cannot open the Zarr array", &e))?;
+        Ok(ZarrChunks {
+            path: path.to_path_buf(),
+            array,
+            chunk_shape: layout.chunk_shape.clone(),
+        })
+    }
+}
+
+impl ChunkSource for ZarrChunks {
+    fn chunk_shape(&self) -> &[usize] {
+        &self.chunk_shape
+    }
+
+    fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
+        let idx: Vec<u64> = pos.iter().map(|&p| p as u64).collect();
+        let bytes: ArrayBytes<'static> = self
+            .array
+            .retrieve_chunk(&idx)
+            .map_err(|e| zarr_err(&self.path, &format!("cannot decode chunk {idx:?}"), &e))?;
+        let raw = bytes
+            .into_fixed()
+            .map_err(|e| zarr_err(&self.path, "unexpected variable-length chunk", &e))?;
+        if raw.len() != out.len() {
+            return Err(Error::format(
+                &self.path,
+                format!(
+                    "chunk {idx:?} decoded to {} bytes, {} expected",
+                    raw.len(),
+                    out.len()
+                ),
+            ));
+        }
+        out.copy_from_slice(&raw);
+        Ok(())
+    }
+}
+
+/// Compression of written Zarr chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ZarrCompression {
+    /// The `bytes` codec alone.
+    None,
+    /// Zstandard at a level.
+    Zstd(i32),
+    /// gzip at a level 0-9.
+    Gzip(u32),
+    /// Blosc (LZ4, byte shuffle) at a level 0-9.
+    Blosc(u8),
+}
+
+impl std::str::FromStr for ZarrCompression {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        let (name, level) = match s.split_once(':') {
+            Some((n, l)) => (n, Some(l)),
+            None => (s, None),
+        };
+        let bad = || {
+            Error::invalid(format!(
+                "unknown Zarr compression `{s}`: use none, zstd[:level], gzip[:0-9] or blosc[:0-9]"
+            ))
+        };
+        let lvl = |d: i64, lo: i64, hi: i64| -> Result<i64> {
+            match level {
+                None => Ok(d),
+                Some(l) => l
+                    .parse::<i64>()
+                    .ok()
+                    .filter(|v| (lo..=hi).contains(v))
+                    .ok_or_else(bad),
+            }
+        };
+        match name.to_ascii_lowercase().as_str() {
+            "none" if level.is_none() => Ok(ZarrCompression::None),
+            "zstd" => Ok(ZarrCompression::Zstd(lvl(3, -7, 22)? as i32)),
+            "gzip" => Ok(ZarrCompression::Gzip(lvl(5, 0, 9)? as u32)),
+            "blosc" => Ok(ZarrCompression::Blosc(lvl(5, 0, 9)? as u8)),
+            _ => Err(bad()),
+        }
+    }
+}
+
+/// How [`write_store`] lays out a Zarr v3 array.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZarrWriteOptions {
+    /// Chunk shape (`None`: 512 along the last two axes, 1 before them; 1 Mi elements for
+    /// one axis). With `shard`, this is the inner chunk shape.
+    pub chunks: Option<Vec<usize>>,
+    /// Shard shape (a multiple of the chunk shape), for the sharding codec.
+    pub shard: Option<Vec<usize>>,
+    /// Chunk compression.
+    pub compression: ZarrCompression,
+    /// Memory the encoder may hold (chunks in flight).
+    pub memory: u64,
+}
+
+impl Default for ZarrWriteOptions {
+    fn default() -> Self {
+        ZarrWriteOptions {
+            chunks: None,
+            shard: None,
+            compression: ZarrCompression::Zstd(3),
+            memory: 64 << 20,
+        }
+    }
+}
+
+/// The default chunk shape for an array of `shape`.
+#[must_use]
+pub fn default_chunks(shape: &[usize]) -> Vec<usize> {
+    let r = shape.len();
+    match r {
+        0 => vec![],
+        1 => vec![shape[0].clamp(1, 1 << 20)],
+        _ => (0..r)
+            .map(|a| {
+                if a + 2 >= r {
+                    shape[a].clamp(1, 512)
+                } else {
+                    1
+                }
+            })
+            .collect(),
+    }
+}
+
+/// Writes a Zarr v3 array of `shape` and `dtype` into the (new, empty) directory `dir`
+/// from little-endian C-order data that `read(at, buf)` reads by byte offset. Chunks are
+/// encoded and stored in parallel, a batch at a time within `opts.memory`.
+///
+/// # Errors
+/// [`Error::Invalid`] for chunk or shard shapes that do not fit the array;
+/// [`Error::Io`]/[`Error::Format`] if `zarrs` fails to write.
+pub fn write_store(
+    dir: &Path,
+    dest: &Path,
+    shape: &[usize],
+    dtype: DType,
+    opts: &ZarrWriteOptions,
+    read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
+) -> Result<()> {
+    let rank = shape.len();
+    if rank == 0 {
+        return Err(Error::invalid("a Zarr output needs at least one dimension"));
+    }
+    let inner = opts.chunks.clone().unwrap_or_else(|| default_chunks(shape));
+    let check = |what: &str, c: &[usize]| -> Result<()> {
+        if c.len() != rank || c.contains(&0) {
+            return Err(Error::invalid(format!(
+                "{what} {} does not fit an array of shape {}: give {rank} positive sizes",
+                super::fmt_shape(c),
+                super::fmt_shape(shape)
+            )));
+        }
+        Ok(())
+    };
+    check("--zarr-chunks", &inner)?;
+    let outer = match &opts.shard {
+        Some(s) => {
+            check("--zarr-shard", s)?;
+            if s.iter().zip(&inner).any(|(s, c)| s % c != 0) {
+                return Err(Error::invalid(format!(
+                    "--zarr-shard {} is not a multiple of the chunk shape {}",
+                    super::fmt_shape(s),
+                    super::fmt_shape(&inner)
+                )));
+            }
+            s.clone()
+        }
+        None => inner.clone(),
+    };
+    let store = FilesystemStore::new(dir)
+        .map_err(|e| zarr_err(dest, "cannot create the Zarr store", &e))?;
+    let fill = ArrayBytes::new_flen(vec![0u8; dtype.size()]);
+    let mut b = ArrayBuilder::new(
+        shape.iter().map(|&d| d as u64).collect::<Vec<_>>(),
+        outer.iter().map(|&d| d as u64).collect::<Vec<_>>(),
+        zarr_dtype_of(dtype),
+        zarrs::array::FillValue::new(
+            fill.into_fixed()
+                .map_err(|e| zarr_err(dest, "fill value", &e))?
+                .into_owned(),
+        ),
+    );
+    let compressor: Option<Arc<dyn zarrs::array::BytesToBytesCodecTraits>> = match opts.compression
+    {
+        ZarrCompression::None => None,
+        ZarrCompression::Zstd(l) => Some(Arc::new(codec::ZstdCodec::new(l, false))),
+        ZarrCompression::Gzip(l) => Some(Arc::new(
+            codec::GzipCodec::new(l).map_err(|e| zarr_err(dest, "gzip level", &e))?,
+        )),
+        ZarrCompression::Blosc(l) => Some(Arc::new(
+            codec::BloscCodec::new(
+                codec::BloscCompressor::LZ4,
+                l.try_into()
+                    .map_err(|e| zarr_err(dest, "blosc level", &e))?,
+                None,
+                codec::BloscShuffleMode::Shuffle,
+                Some(dtype.size()),
+            )
+            .map_err(|e| zarr_err(dest, "blosc", &e))?,
+        )),
+    };
+    b.bytes_to_bytes_codecs(compressor.into_iter().collect());
+    if opts.shard.is_some() {
+        b.subchunk_shape(inner.iter().map(|&d| d as u64).collect::<Vec<_>>());
+    }
+    let array = b
+        .build(Arc::new(store), "/")
+        .map_err(|e| zarr_err(dest, "cannot build the Zarr array", &e))?;
+    array
+        .store_metadata()
+        .map_err(|e| zarr_err(dest, "cannot write zarr.json", &e))?;
+
+    let es = dtype.size();
+    let grid: Vec<usize> = shape
+        .iter()
+        .zip(&outer)
+        .map(|(&n, &c)| n.div_ceil(c))
+        .collect();
+    let n_chunks: usize = grid.iter().product();
+    let chunk_elems: usize = outer.iter().product();
+    let chunk_bytes = chunk_elems * es;
+    let batch = ((opts.memory / (3 * chunk_bytes as u64).max(1)) as usize)
+        .clamp(1, 4 * rayon::current_num_threads().max(1));
+    let last = outer[rank - 1];
+    let encode = |k: usize| -> Result<()> {
+        // grid position of chunk k, C order
+        let mut pos = vec![0usize; rank];
+        let mut rem = k;
+        for a in (0..rank).rev() {
+            pos[a] = rem % grid[a];
+            rem /= grid[a];
+        }
+        let origin: Vec<usize> = pos.iter().zip(&outer).map(|(p, c)| p * c).collect();
+        let extent: Vec<usize> = (0..rank)
+            .map(|a| outer[a].min(shape[a] - origin[a]))
+            .collect();
+        let mut buf = vec![0u8; chunk_bytes];
+        // every run along the last axis inside the array
+        let runs: usize = extent[..rank - 1].iter().product();
+        let mut idx = vec![0usize; rank - 1];
+        for _ in 0..runs {
+            let mut at_chunk = 0usize;
+            let mut at_arr = 0usize;
+            for a in 0..rank - 1 {
+                at_chunk = at_chunk * outer[a] + idx[a];
+                at_arr = at_arr * shape[a] + origin[a] + idx[a];
+            }
+            let c0 = at_chunk * last * es;
+            let a0 = ((at_arr * shape[rank - 1] + origin[rank - 1]) * es) as u64;
+            read(a0, &mut buf[c0..c0 + extent[rank - 1] * es])?;
+            // next run
+            for a in (0..rank - 1).rev() {
+                idx[a] += 1;
+                if idx[a] < extent[a] {
+                    break;
+                }
+                idx[a] = 0;
+            }
+        }
+        let ci: Vec<u64> = pos.iter().map(|&p| p as u64).collect();
+        array
+            .store_chunk(&ci, ArrayBytes::new_flen(buf))
+            .map_err(|e| zarr_err(dest, &format!("cannot write chunk {ci:?}"), &e))
+    };
+    let all: Vec<usize> = (0..n_chunks).collect();
+    for group in all.chunks(batch) {
+        group.par_iter().try_for_each(|&k| encode(k))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+"""zarr-python's side of tests/zarr.rs.
+
+    python zarr_check.py write DIR        zarr-python writes Zarr v3 stores (several codecs,
+                                          sharding, dtypes) and numpy writes the same data
+                                          as .npy beside each: NAME.zarr + NAME.npy
+    python zarr_check.py check STORE NPY  zarr-python reads STORE (written by tilestream)
+                                          and compares it with NPY exactly; prints the
+                                          chunk shape and codecs it found
+"""
+import json
+import sys
+
+import numpy as np
+import zarr
+from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
+
+
+def data(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    if np.dtype(dtype).kind == "b":
+        return rng.random(shape) > 0.5
+    if np.dtype(dtype).kind == "f":
+        return (rng.normal(size=shape) * 100).astype(dtype)
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -30000), min(info.max, 30000)
+    return rng.integers(lo, hi, size=shape, endpoint=True).astype(dtype)
+
+
+CASES = [
+    # name, shape, dtype, chunks, shards, compressors
+    ("zstd_f32", (70, 90), "float32", (16, 32), None, [ZstdCodec(level=3)]),
+    ("gzip_i16", (3, 41, 37), "int16", (1, 16, 16), None, [GzipCodec(level=5)]),
+    ("blosc_u16", (5, 60, 50), "uint16", (2, 32, 32), None,
+     [BloscCodec(cname="lz4", clevel=5, shuffle="shuffle")]),
+    ("sharded_f64", (64, 80), "float64", (8, 16), (32, 32), [ZstdCodec(level=1)]),
+    ("raw_u8", (33, 17), "uint8", (10, 10), None, None),
+    ("zstd_i64", (1000,), "int64", (128,), None, [ZstdCodec(level=3)]),
+    ("gzip_bool", (20, 30), "bool", (7, 9), None, [GzipCodec(level=1)]),
+    ("zstd_f16", (2, 20, 30), "float16", (1, 8, 8), None, [ZstdCodec(level=3)]),
+    ("zstd_u32_3d", (6, 10, 12), "uint32", (4, 4, 5), None, [ZstdCodec(level=3)]),
+]
+
+
+def write(d):
+    for i, (name, shape, dtype, chunks, shards, comp) in enumerate(CASES):
+        a = data(shape, dtype, i)
+        kw = dict(store=f"{d}/{name}.zarr", shape=shape, dtype=dtype, chunks=chunks,
+                  zarr_format=3, fill_value=0)
+        if shards is not None:
+            kw["shards"] = shards
+        kw["compressors"] = comp if comp is not None else None
+        z = zarr.create_array(**kw)
+        z[...] = a
+        np.save(f"{d}/{name}.npy", a)
+    print(" ".join(c[0] for c in CASES))
+
+
+def check(store, npy):
+    want = np.load(npy)
+    z = zarr.open_array(store, mode="r")
+    got = z[...]
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), "values differ"
+    meta = json.load(open(f"{store}/zarr.json"))
+    print(json.dumps({"chunks": list(z.chunks), "shards": list(z.shards) if z.shards else None,
+                      "codecs": [c["name"] for c in meta["codecs"]]}))
+
+
+if __name__ == "__main__":
+    cmd = sys.argv[1]
+    if cmd == "write":
+        write(sys.argv[2])
+    elif cmd == "check":
+        check(sys.argv[2], sys.argv[3])
+    else:
+        sys.exit(__doc__)
