@@ -32,7 +32,7 @@ use crate::tensor::{OutputFile, TensorFile, fmt_shape, same_file, window_slack};
 
 mod imagery;
 
-pub use imagery::{Edge, PatchSpec};
+pub use imagery::{Edge, PatchFormat, PatchSpec};
 
 /// A progress callback shared with the pipeline threads.
 pub type ProgressCallback = Arc<dyn Fn(&Progress) + Send + Sync>;

@@ -294,6 +294,10 @@ struct TilesArgs {
     /// or pad (keep the stride, pad with zeros).
     #[arg(long, default_value = "shift")]
     edge: String,
+    /// Patch files: npy, or tif (tiled GeoTIFFs, each with the input's georeferencing
+    /// moved to its own origin; see the --tiff-* options).
+    #[arg(long, default_value = "npy")]
+    format: String,
     #[command(flatten)]
     raw: RawSpec,
 }
@@ -384,7 +388,8 @@ writes runs of its height into the destination rows.")]
   tilestream tiles scene.npy patches/ --size 512 --overlap 32
 
 Each patch is written as <stem>_r<row>_c<col>.npy (row, col: its offset in the image; all
-bands of a rank-3 image in one file). index.csv (file,row,col,height,width) is written
+bands of a rank-3 image in one file), or .tif with --format tif: a GeoTIFF georeferenced at
+its own origin, so that GIS tools put each patch where it lies in the scene. index.csv (file,row,col,height,width) is written
 last, after every patch is flushed: a directory with an index.csv is complete.")]
     Tiles(TilesArgs),
     /// Write a tensor of N(col/100, 1) values, streamed (any size).
@@ -752,7 +757,7 @@ fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
         }
         Op::Tiles(a) => {
             let x = open(&a.input, &a.raw)?;
-            let (mut r, n) = e.patches(&x, &a.outdir, patch_spec(a)?)?;
+            let (mut r, n) = e.patches_as(&x, &a.outdir, patch_spec(a)?, a.format.parse()?)?;
             r.op = format!("{} -> {n} patches in {}", r.op, a.outdir.display());
             Ok(r)
         }

@@ -501,3 +501,65 @@ fn grid_changes_and_impossible_outputs_are_explicit() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("JPEG"));
 }
+
+#[test]
+fn geotiff_patches_are_each_georeferenced_at_their_own_origin() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bands, h, w) = (2, 150, 190);
+    let data = pattern("i16", bands, h, w);
+    let raw = envi(dir.path(), "scene", 2, bands, h, w, &data);
+    let scene = dir.path().join("scene.tif");
+    gdal_tif(&raw, &scene, &["TILED=YES", "COMPRESS=ZSTD"]);
+    let gt = georef_of(&scene);
+    let g: Vec<f64> =
+        gt.0.as_array()
+            .expect("gt")
+            .iter()
+            .map(|v| v.as_f64().expect("f64"))
+            .collect();
+    let out = dir.path().join("patches");
+    ts(&[
+        "tiles",
+        scene.to_str().expect("utf8"),
+        out.to_str().expect("utf8"),
+        "--size",
+        "64",
+        "--overlap",
+        "8",
+        "--format",
+        "tif",
+        "-m",
+        "8MiB",
+    ]);
+    let index = std::fs::read_to_string(out.join("index.csv")).expect("index");
+    let mut n = 0;
+    for line in index.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (r0, c0): (usize, usize) = (f[1].parse().expect("row"), f[2].parse().expect("col"));
+        let p = out.join(f[0]);
+        let (pgt, wkt, nodata) = georef_of(&p);
+        assert_eq!(wkt, gt.1, "{line}");
+        assert_eq!(nodata, gt.2, "{line}");
+        let want = serde_json::json!([
+            g[0] + c0 as f64 * g[1],
+            g[1],
+            0.0,
+            g[3] + r0 as f64 * g[5],
+            0.0,
+            g[5]
+        ]);
+        assert_eq!(pgt, want, "{line}");
+        let got = gdal_read(&p, dir.path());
+        let mut expect = Vec::new();
+        for b in 0..bands {
+            for y in r0..r0 + 64 {
+                let at = ((b * h + y) * w + c0) * 2;
+                expect.extend_from_slice(&data[at..at + 64 * 2]);
+            }
+        }
+        assert!(got == expect, "pixels of {line}");
+        n += 1;
+    }
+    // stride 56: 3 patch rows (0, 56, 86 shifted to the edge) x 4 columns (0, 56, 112, 126)
+    assert_eq!(n, 12);
+}

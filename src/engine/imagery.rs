@@ -13,8 +13,31 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::stencil::{Stencil, TileJob};
 use crate::pipeline::{self, Hooks};
+use crate::tensor::geotiff::write_tiled;
 use crate::tensor::{TensorFile, fmt_shape, npy};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
+
+/// The file format of patches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchFormat {
+    /// `.npy` files.
+    Npy,
+    /// Tiled GeoTIFFs, each georeferenced at its own origin.
+    GeoTiff,
+}
+
+impl std::str::FromStr for PatchFormat {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "npy" => Ok(PatchFormat::Npy),
+            "tif" | "tiff" | "geotiff" => Ok(PatchFormat::GeoTiff),
+            _ => Err(Error::Invalid(format!(
+                "unknown patch format `{s}`: use npy or tif"
+            ))),
+        }
+    }
+}
 
 /// How `tiles` treats the right and bottom edges when the stride does not land on them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -393,7 +416,27 @@ impl Engine {
         outdir: impl AsRef<Path>,
         spec: PatchSpec,
     ) -> Result<(RunReport, usize)> {
+        self.patches_as(input, outdir, spec, PatchFormat::Npy)
+    }
+
+    /// [`Engine::patches`] writing each patch in `format`. GeoTIFF patches carry the
+    /// input's georeferencing moved to the patch's origin (pixel size and CRS kept), so
+    /// each lands in its place in a GIS; they are tiled and compressed as
+    /// [`Engine::with_tiff_output`] says.
+    ///
+    /// # Errors
+    /// As [`Engine::patches`]; [`Error::Invalid`] for a dtype a TIFF cannot hold.
+    pub fn patches_as(
+        &self,
+        input: &TensorFile,
+        outdir: impl AsRef<Path>,
+        spec: PatchSpec,
+        format: PatchFormat,
+    ) -> Result<(RunReport, usize)> {
         let outdir = outdir.as_ref();
+        if format == PatchFormat::GeoTiff {
+            crate::tensor::geotiff::tiff_sample(input.dtype())?;
+        }
         let plan = self.plan_patches(input, spec)?;
         let bands = plan.dims[0];
         std::fs::create_dir_all(outdir).map_err(|e| Error::io("create directory", outdir, e))?;
@@ -448,9 +491,34 @@ impl Engine {
                 if band + 1 < bands {
                     return Ok(());
                 }
-                let name = format!("{stem}_r{}_c{}.npy", tile.r0, tile.c0);
+                let ext = match format {
+                    PatchFormat::Npy => "npy",
+                    PatchFormat::GeoTiff => "tif",
+                };
+                let name = format!("{stem}_r{}_c{}.{ext}", tile.r0, tile.c0);
                 let path = outdir.join(&name);
-                write_npy(&path, input.dtype(), &shape_of(spec.size), &patch)?;
+                match format {
+                    PatchFormat::Npy => {
+                        write_npy(&path, input.dtype(), &shape_of(spec.size), &patch)?;
+                    }
+                    PatchFormat::GeoTiff => {
+                        let mut opts = self.tiff_out.clone();
+                        // tiles no larger than the patch (rounded up to TIFF's 16)
+                        opts.tile = opts.tile.min(spec.size.div_ceil(16) * 16);
+                        opts.georef = input
+                            .georef()
+                            .map(|g| g.shifted(tile.r0 as f64, tile.c0 as f64));
+                        opts.memory = 2 * patch.len() as u64;
+                        let f = std::fs::File::create(&path)
+                            .map_err(|e| Error::io("create", &path, e))?;
+                        let read = |at: u64, buf: &mut [u8]| {
+                            let at = at as usize;
+                            buf.copy_from_slice(&patch[at..at + buf.len()]);
+                            Ok(())
+                        };
+                        write_tiled(&f, &path, &shape_of(spec.size), input.dtype(), &opts, &read)?;
+                    }
+                }
                 let _ = writeln!(
                     index,
                     "{name},{},{},{},{}",
