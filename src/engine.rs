@@ -26,9 +26,9 @@ use crate::ops::expr::{self, Program};
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::pipeline::{self, InputStream, Progress, StageTimes, Stream};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
-use crate::tensor::geotiff::{GeoRef, TiffWriteOptions, is_tiff_path};
-use crate::tensor::zarr::{ZarrWriteOptions, is_zarr_path};
-use crate::tensor::{OutputFile, TensorFile, fmt_shape, same_file, window_slack};
+use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
+use crate::tensor::zarr::ZarrWriteOptions;
+use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape, same_file, window_slack};
 
 mod imagery;
 
@@ -51,6 +51,7 @@ pub struct Engine {
     tiff_out: TiffWriteOptions,
     zarr_out: ZarrWriteOptions,
     georef: Option<(GeoRef, (usize, usize))>,
+    out_format: Option<OutFormat>,
 }
 
 impl fmt::Debug for Engine {
@@ -288,6 +289,7 @@ impl Engine {
             tiff_out: TiffWriteOptions::default(),
             zarr_out: ZarrWriteOptions::default(),
             georef: None,
+            out_format: None,
         })
     }
 
@@ -299,6 +301,19 @@ impl Engine {
     pub fn with_tiff_output(mut self, opts: TiffWriteOptions) -> Self {
         self.tiff_out = opts;
         self
+    }
+
+    /// Writes outputs in `format` whatever their names say (`None`: by extension, the
+    /// default).
+    #[must_use]
+    pub fn with_out_format(mut self, format: Option<OutFormat>) -> Self {
+        self.out_format = format;
+        self
+    }
+
+    /// The format `out` is written in.
+    fn format_of(&self, out: &Path) -> OutFormat {
+        self.out_format.unwrap_or_else(|| OutFormat::of(out))
     }
 
     /// How Zarr v3 outputs (`.zarr` destinations) are written: chunk and shard shapes,
@@ -543,14 +558,15 @@ impl Engine {
         dtype: DType,
         fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<T>,
     ) -> Result<T> {
+        let format = self.format_of(out);
         let mut output = match &journal {
-            Some(j) => j.output(shape, dtype, self.durable)?,
-            None => OutputFile::create(out, shape, dtype)?.durable(self.durable),
+            Some(j) => j.output(shape, dtype, self.durable, format)?,
+            None => OutputFile::create_as(out, shape, dtype, format)?.durable(self.durable),
         };
-        if is_tiff_path(out) {
-            output = output.with_tiff(self.tiff_options(out, shape))?;
-        } else if is_zarr_path(out) {
-            output = output.with_zarr(self.zarr_out.clone());
+        match format {
+            OutFormat::GeoTiff => output = output.with_tiff(self.tiff_options(out, shape))?,
+            OutFormat::Zarr => output = output.with_zarr(self.zarr_out.clone()),
+            OutFormat::Npy | OutFormat::Raw => {}
         }
         match fill(&output, journal.as_ref()) {
             Ok(r) => {
@@ -770,11 +786,13 @@ impl Engine {
             .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
         let array = dtype.map_or(array.clone(), |d| array.cast(d));
         let out = out.as_ref();
-        let mut file = OutputFile::create(out, &array.shape, array.dtype)?.durable(self.durable);
-        if is_tiff_path(out) {
-            file = file.with_tiff(self.tiff_options(out, &array.shape))?;
-        } else if is_zarr_path(out) {
-            file = file.with_zarr(self.zarr_out.clone());
+        let format = self.format_of(out);
+        let mut file =
+            OutputFile::create_as(out, &array.shape, array.dtype, format)?.durable(self.durable);
+        match format {
+            OutFormat::GeoTiff => file = file.with_tiff(self.tiff_options(out, &array.shape))?,
+            OutFormat::Zarr => file = file.with_zarr(self.zarr_out.clone()),
+            OutFormat::Npy | OutFormat::Raw => {}
         }
         file.write_at(0, &array.data)?;
         file.finish()?;

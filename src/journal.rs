@@ -315,14 +315,17 @@ impl Journal {
         shape: &[usize],
         dtype: crate::DType,
         durable: bool,
+        format: crate::tensor::OutFormat,
     ) -> Result<OutputFile> {
         if let Some(name) = self.prev.as_ref().and_then(|p| p.out.as_ref()) {
-            if let Ok(out) = OutputFile::adopt(&self.dest, &self.dir.join(name), shape, dtype) {
+            if let Ok(out) =
+                OutputFile::adopt_as(&self.dest, &self.dir.join(name), shape, dtype, format)
+            {
                 self.adopted.store(true, Ordering::Relaxed);
                 return Ok(out.durable(durable));
             }
         }
-        let out = OutputFile::create(&self.dest, shape, dtype)?.durable(durable);
+        let out = OutputFile::create_as(&self.dest, shape, dtype, format)?.durable(durable);
         let name = out
             .temp_path()
             .file_name()

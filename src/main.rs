@@ -93,6 +93,10 @@ struct Common {
     /// GeoTIFF outputs: BigTIFF (64-bit offsets): auto (when the data passes 4 GB), yes, no.
     #[arg(long, default_value = "auto", value_parser = ["auto", "yes", "no"], global = true)]
     tiff_bigtiff: String,
+    /// Output format: npy, raw, tif or zarr (default: from the output's extension: .npy,
+    /// .tif/.tiff, .zarr, anything else raw). Inputs are recognised by extension or content.
+    #[arg(long, global = true)]
+    format: Option<String>,
     /// Zarr outputs (.zarr): chunk shape, e.g. 1x512x512 (default: 512 along the last two
     /// axes, 1 before them). With --zarr-shard, the inner chunk shape.
     #[arg(long, global = true)]
@@ -297,7 +301,7 @@ struct TilesArgs {
     /// Patch files: npy, or tif (tiled GeoTIFFs, each with the input's georeferencing
     /// moved to its own origin; see the --tiff-* options).
     #[arg(long, default_value = "npy")]
-    format: String,
+    patch_format: String,
     #[command(flatten)]
     raw: RawSpec,
 }
@@ -388,7 +392,7 @@ writes runs of its height into the destination rows.")]
   tilestream tiles scene.npy patches/ --size 512 --overlap 32
 
 Each patch is written as <stem>_r<row>_c<col>.npy (row, col: its offset in the image; all
-bands of a rank-3 image in one file), or .tif with --format tif: a GeoTIFF georeferenced at
+bands of a rank-3 image in one file), or .tif with --patch-format tif: a GeoTIFF georeferenced at
 its own origin, so that GIS tools put each patch where it lies in the scene. index.csv (file,row,col,height,width) is written
 last, after every patch is flushed: a directory with an index.csv is complete.")]
     Tiles(TilesArgs),
@@ -476,7 +480,8 @@ fn engine(c: &Common) -> Result<Engine> {
         .with_depth(c.depth)
         .with_durable(!c.no_sync)
         .with_tiff_output(tiff)
-        .with_zarr_output(zarr);
+        .with_zarr_output(zarr)
+        .with_out_format(c.format.as_deref().map(str::parse).transpose()?);
     match c.threads {
         Some(n) => e.with_threads(n),
         None => Ok(e),
@@ -757,7 +762,8 @@ fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
         }
         Op::Tiles(a) => {
             let x = open(&a.input, &a.raw)?;
-            let (mut r, n) = e.patches_as(&x, &a.outdir, patch_spec(a)?, a.format.parse()?)?;
+            let (mut r, n) =
+                e.patches_as(&x, &a.outdir, patch_spec(a)?, a.patch_format.parse()?)?;
             r.op = format!("{} -> {n} patches in {}", r.op, a.outdir.display());
             Ok(r)
         }

@@ -526,7 +526,7 @@ fn geotiff_patches_are_each_georeferenced_at_their_own_origin() {
         "64",
         "--overlap",
         "8",
-        "--format",
+        "--patch-format",
         "tif",
         "-m",
         "8MiB",
@@ -562,4 +562,59 @@ fn geotiff_patches_are_each_georeferenced_at_their_own_origin() {
     }
     // stride 56: 3 patch rows (0, 56, 86 shifted to the edge) x 4 columns (0, 56, 112, 126)
     assert_eq!(n, 12);
+}
+
+#[test]
+fn format_by_option_or_by_content_whatever_the_name() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (50, 60);
+    let data = pattern("f32", 1, h, w);
+    let raw = envi(dir.path(), "img", 4, 1, h, w, &data);
+    let tif = dir.path().join("img.tif");
+    gdal_tif(&raw, &tif, &["TILED=YES", "COMPRESS=DEFLATE"]);
+    // a TIFF under another name is recognised by its first bytes
+    let odd = dir.path().join("img.dat");
+    std::fs::copy(&tif, &odd).expect("copy");
+    let info = ts(&["info", odd.to_str().expect("utf8"), "--json"]);
+    let j: serde_json::Value = serde_json::from_str(info.trim()).expect("json");
+    assert_eq!(j["format"], "geotiff");
+    // --format tif writes a GeoTIFF whatever the output is called
+    let out = dir.path().join("copy.img");
+    ts(&[
+        "convert",
+        odd.to_str().expect("utf8"),
+        out.to_str().expect("utf8"),
+        "--format",
+        "tif",
+    ]);
+    assert_eq!(gdalinfo(&out)["driverShortName"], "GTiff");
+    assert_eq!(gdal_read(&out, dir.path()), data);
+    assert_eq!(georef_of(&out), georef_of(&tif));
+    // --format npy writes a .npy header under any name
+    let npy = dir.path().join("copy.bin");
+    ts(&[
+        "convert",
+        tif.to_str().expect("utf8"),
+        npy.to_str().expect("utf8"),
+        "--format",
+        "npy",
+    ]);
+    assert!(npy_data(&npy) == data);
+    let info = ts(&["info", npy.to_str().expect("utf8"), "--json"]);
+    assert!(info.contains("\"npy 1.0\""), "{info}");
+    // an unknown format is refused before anything is written
+    let bad = dir.path().join("x.out");
+    let r = Command::new(BIN)
+        .args([
+            "convert",
+            tif.to_str().expect("utf8"),
+            bad.to_str().expect("utf8"),
+            "--format",
+            "hdf5",
+        ])
+        .output()
+        .expect("spawn");
+    assert!(!r.status.success());
+    assert!(String::from_utf8_lossy(&r.stderr).contains("unknown output format"));
+    assert!(!bad.exists());
 }

@@ -100,7 +100,14 @@ impl Chunked {
     /// A chunked tensor of `shape` and `dtype` read from `source`.
     #[must_use]
     pub fn new(shape: Vec<usize>, dtype: DType, source: Box<dyn ChunkSource>) -> Self {
-        let batch = (2 * rayon::current_num_threads()).max(2);
+        // never more chunks in flight or cached than the tensor has
+        let n_chunks = shape
+            .iter()
+            .zip(source.chunk_shape())
+            .map(|(&n, &c)| n.div_ceil(c.max(1)) as u64)
+            .product::<u64>()
+            .max(1);
+        let batch = (2 * rayon::current_num_threads()).clamp(1, n_chunks as usize);
         let chunk_bytes =
             source.chunk_shape().iter().product::<usize>() as u64 * dtype.size() as u64;
         // two rows of chunks across the last axis (two bands of a planar image, or the
@@ -109,7 +116,9 @@ impl Chunked {
             (Some(&n), Some(&c)) => n.div_ceil(c.max(1)) as u64,
             _ => 1,
         };
-        let capacity = (2 * across * chunk_bytes).min(CACHE_MAX.max(chunk_bytes));
+        let capacity = (2 * across * chunk_bytes)
+            .min(CACHE_MAX.max(chunk_bytes))
+            .min(n_chunks * chunk_bytes);
         Chunked {
             shape,
             dtype,
@@ -143,7 +152,8 @@ impl Chunked {
     #[must_use]
     pub fn scratch_bytes(&self) -> u64 {
         let cache = self.cache.lock().map_or(0, |c| c.capacity);
-        cache + (self.batch + rayon::current_num_threads()) as u64 * self.chunk_bytes()
+        let threads = rayon::current_num_threads().min(self.batch);
+        cache + (self.batch + threads) as u64 * self.chunk_bytes()
     }
 
     /// Reads windows `(start, count, touch)` (flat element ranges, as

@@ -44,6 +44,51 @@ pub enum Format {
     Zarr,
 }
 
+/// The format an output is written in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutFormat {
+    /// `.npy` with its header.
+    Npy,
+    /// Headerless little-endian C-order data.
+    Raw,
+    /// Tiled GeoTIFF.
+    GeoTiff,
+    /// Zarr v3 store.
+    Zarr,
+}
+
+impl OutFormat {
+    /// The format a destination's name asks for: `.npy`, `.tif`/`.tiff`, `.zarr`, else
+    /// raw.
+    #[must_use]
+    pub fn of(dest: &Path) -> Self {
+        if is_npy_path(dest) {
+            OutFormat::Npy
+        } else if geotiff::is_tiff_path(dest) {
+            OutFormat::GeoTiff
+        } else if zarr::is_zarr_path(dest) {
+            OutFormat::Zarr
+        } else {
+            OutFormat::Raw
+        }
+    }
+}
+
+impl std::str::FromStr for OutFormat {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "npy" => Ok(OutFormat::Npy),
+            "raw" => Ok(OutFormat::Raw),
+            "tif" | "tiff" | "geotiff" => Ok(OutFormat::GeoTiff),
+            "zarr" => Ok(OutFormat::Zarr),
+            _ => Err(Error::invalid(format!(
+                "unknown output format `{s}`: use npy, raw, tif or zarr"
+            ))),
+        }
+    }
+}
+
 /// How a staged output is encoded when it is finished.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Encode {
@@ -158,13 +203,15 @@ pub struct TensorFile {
 }
 
 impl TensorFile {
-    /// Opens a `.npy` file.
+    /// Opens a tensor file: `.npy`, GeoTIFF (`.tif`/`.tiff`, see
+    /// [`open_tiff`](Self::open_tiff)) or Zarr v3 (`.zarr`, see
+    /// [`open_zarr`](Self::open_zarr)), by extension or, failing that, by content.
     ///
     /// # Errors
     /// [`Error::Io`] if it cannot be opened or read; [`Error::Format`] if the header is
     /// malformed, describes an unsupported dtype or order, or disagrees with the file size;
-    /// [`Error::Invalid`] if the name does not end in `.npy` (raw files need
-    /// [`open_raw`](Self::open_raw)).
+    /// [`Error::Invalid`] if it is neither `.npy`, TIFF nor Zarr, by name or by its first
+    /// bytes (raw files need [`open_raw`](Self::open_raw)).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         if geotiff::is_tiff_path(path) {
@@ -174,10 +221,24 @@ impl TensorFile {
             return Self::open_zarr(path);
         }
         if !is_npy_path(path) {
-            return Err(Error::invalid(format!(
-                "{}: not a .npy file; for raw binary data give its --shape and --dtype",
-                path.display()
-            )));
+            // no telling extension: recognise the format by its first bytes
+            let mut magic = [0u8; 6];
+            let got = File::open(path)
+                .and_then(|mut f| read_up_to(&mut f, &mut magic))
+                .unwrap_or(0);
+            match &magic[..got.min(6)] {
+                [b'I', b'I', 42 | 43, 0, ..] | [b'M', b'M', 0, 42 | 43, ..] => {
+                    return Self::open_tiff(path);
+                }
+                b"\x93NUMPY" => {}
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "{}: not a .npy, TIFF or Zarr v3 file; for raw binary data give its \
+                         --shape and --in-dtype",
+                        path.display()
+                    )));
+                }
+            }
         }
         let mut file = File::open(path).map_err(|e| Error::io("open", path, e))?;
         let file_len = file_len(&file, path)?;
@@ -782,8 +843,21 @@ impl OutputFile {
     /// sized.
     pub fn create(dest: impl AsRef<Path>, shape: &[usize], dtype: DType) -> Result<Self> {
         let dest = dest.as_ref();
+        Self::create_as(dest, shape, dtype, OutFormat::of(dest))
+    }
+
+    /// [`OutputFile::create`] in `format` whatever the name says.
+    ///
+    /// # Errors
+    /// As [`OutputFile::create`].
+    pub fn create_as(
+        dest: &Path,
+        shape: &[usize],
+        dtype: DType,
+        format: OutFormat,
+    ) -> Result<Self> {
         let nbytes = checked_nbytes(dest, shape, dtype)?;
-        if dest.is_dir() && !zarr::is_zarr_path(dest) {
+        if dest.is_dir() && format != OutFormat::Zarr {
             return Err(Error::invalid(format!(
                 "{}: is a directory; give an output file name",
                 dest.display()
@@ -793,9 +867,9 @@ impl OutputFile {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
         }
-        let encode = default_encode(dest, shape, dtype)?;
+        let encode = default_encode(dest, shape, dtype, format)?;
         let tmp = temp_beside(dest)?;
-        let header = if is_npy_path(dest) {
+        let header = if format == OutFormat::Npy {
             npy::build_header(dtype, shape)
         } else {
             Vec::new()
@@ -826,6 +900,20 @@ impl OutputFile {
     /// [`Error::Io`] if it cannot be opened; [`Error::Invalid`] if another run holds it
     /// or it does not match.
     pub fn adopt(dest: &Path, tmp: &Path, shape: &[usize], dtype: DType) -> Result<Self> {
+        Self::adopt_as(dest, tmp, shape, dtype, OutFormat::of(dest))
+    }
+
+    /// [`OutputFile::adopt`] of an output in `format` whatever the name says.
+    ///
+    /// # Errors
+    /// As [`OutputFile::adopt`].
+    pub fn adopt_as(
+        dest: &Path,
+        tmp: &Path,
+        shape: &[usize],
+        dtype: DType,
+        format: OutFormat,
+    ) -> Result<Self> {
         let nbytes = checked_nbytes(dest, shape, dtype)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -838,7 +926,7 @@ impl OutputFile {
                 tmp.display()
             )));
         }
-        let header = if is_npy_path(dest) {
+        let header = if format == OutFormat::Npy {
             npy::build_header(dtype, shape)
         } else {
             Vec::new()
@@ -863,7 +951,7 @@ impl OutputFile {
             data_offset: header.len() as u64,
             dtype,
             shape: shape.to_vec(),
-            encode: default_encode(dest, shape, dtype)?,
+            encode: default_encode(dest, shape, dtype, format)?,
         })
     }
 
@@ -1072,15 +1160,20 @@ impl OutputFile {
     }
 }
 
-/// The encoding a destination's name asks for: GeoTIFF for `.tif`/`.tiff` (checking
-/// that the shape is an image and the dtype has a TIFF form), Zarr v3 for `.zarr`.
-fn default_encode(dest: &Path, shape: &[usize], dtype: DType) -> Result<Option<Encode>> {
-    if geotiff::is_tiff_path(dest) {
+/// The encoding `format` needs: GeoTIFF (checking that the shape is an image and the
+/// dtype has a TIFF form) or Zarr v3; none for `.npy` and raw.
+fn default_encode(
+    dest: &Path,
+    shape: &[usize],
+    dtype: DType,
+    format: OutFormat,
+) -> Result<Option<Encode>> {
+    if format == OutFormat::GeoTiff {
         geotiff::image_dims(shape)?;
         geotiff::tiff_sample(dtype)?;
         return Ok(Some(Encode::Tiff(geotiff::TiffWriteOptions::default())));
     }
-    if zarr::is_zarr_path(dest) {
+    if format == OutFormat::Zarr {
         if shape.is_empty() {
             return Err(Error::invalid(format!(
                 "{}: a Zarr output needs at least one dimension",
