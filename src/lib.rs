@@ -32,7 +32,11 @@
 //! ```
 //!
 //! ## Pieces
-//! - [`tensor`]: `.npy` (1.0/2.0/3.0) and raw files, windows, atomic outputs.
+//! - [`tensor`]: `.npy` (1.0/2.0/3.0), raw, GeoTIFF ([`tensor::geotiff`]) and Zarr v3
+//!   ([`tensor::zarr`]) files, mapped or decoded windows, atomic outputs. Any operation
+//!   takes a GeoTIFF or Zarr input and writes one when the output path says so (or
+//!   [`Engine::with_out_format`]); [`Engine::with_georef`] carries a scene's
+//!   georeferencing to its outputs.
 //! - [`budget`]: [`MemoryBudget`] and RAII reservations.
 //! - [`plan`]: the pure tile planner.
 //! - [`pipeline`]: the read/compute/write scheduler.
