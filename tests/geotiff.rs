@@ -618,3 +618,57 @@ fn format_by_option_or_by_content_whatever_the_name() {
     assert!(String::from_utf8_lossy(&r.stderr).contains("unknown output format"));
     assert!(!bad.exists());
 }
+
+#[test]
+fn each_compressed_chunk_is_decoded_once_per_pass() {
+    use tilestream::ops::stencil::{Filter, Stencil};
+    use tilestream::{DType, Engine, MemoryBudget, TensorFile};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bands, h, w) = (4, 300, 700);
+    let data = pattern("u16", bands, h, w);
+    let raw = envi(dir.path(), "scene", 12, bands, h, w, &data);
+    let scene = dir.path().join("scene.tif");
+    // 5 chunk rows of 11 pixel-interleaved 64x64 tiles
+    gdal_tif(
+        &raw,
+        &scene,
+        &[
+            "TILED=YES",
+            "BLOCKXSIZE=64",
+            "BLOCKYSIZE=64",
+            "COMPRESS=DEFLATE",
+            "INTERLEAVE=PIXEL",
+        ],
+    );
+    let engine = Engine::new(MemoryBudget::parse("3MiB").expect("budget"))
+        .expect("engine")
+        .with_durable(false)
+        .with_max_tile_bytes(96 << 10);
+    // NDVI: tiles of rows that do not fall on chunk rows, two bands of every chunk
+    let x = TensorFile::open(&scene).expect("open");
+    let c = x.chunked().expect("decoded, not mapped");
+    assert_eq!(c.num_chunks(), 55);
+    let report = engine
+        .map(
+            "(s[3] - s[2]) / (s[3] + s[2])",
+            &[("s", &x)],
+            dir.path().join("ndvi.npy"),
+            Some(DType::F32),
+        )
+        .expect("ndvi");
+    assert!(report.tiles > 5, "tiles: {}", report.tiles);
+    assert_eq!(c.decoded_chunks(), 55, "{} tiles", report.tiles);
+    // a gaussian over halo'd tiles: each chunk decoded once as well
+    let y = TensorFile::open(&scene).expect("open");
+    let stencil = Stencil::new(
+        Filter::parse("gaussian:sigma=2", |_| unreachable!()).expect("filter"),
+        "reflect".parse().expect("boundary"),
+    )
+    .expect("stencil");
+    let report = engine
+        .stencil(&y, dir.path().join("g.npy"), &stencil, Some(DType::F32))
+        .expect("gaussian");
+    assert!(report.tiles > 5, "tiles: {}", report.tiles);
+    let d = y.chunked().expect("decoded").decoded_chunks();
+    assert_eq!(d, 55, "{} tiles", report.tiles);
+}

@@ -169,12 +169,32 @@ impl Engine {
     where
         F: FnMut(BoxTile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     {
+        // A pixel-interleaved compressed input holds every band of a position in one
+        // chunk: visiting the bands of a position one after another lets the chunk cache
+        // serve them all from one decode (band after band would decode each chunk once
+        // per band).
+        let bands = plan.dims[0];
+        let together = bands > 1
+            && input.shape().len() == 3
+            && plan.num_tiles % bands == 0
+            && input
+                .chunked()
+                .is_some_and(|c| c.chunk_shape().first() == Some(&bands));
         self.to_file(out, shape, dtype, |output, journal| {
             let hooks = Hooks {
                 journal,
                 ..self.hooks()
             };
-            pipeline::run_layout(plan, &[input], &self.budget, Some(output), hooks, compute)
+            if together {
+                let order = BandsTogether {
+                    plan,
+                    bands,
+                    per_band: plan.num_tiles / bands,
+                };
+                pipeline::run_layout(&order, &[input], &self.budget, Some(output), hooks, compute)
+            } else {
+                pipeline::run_layout(plan, &[input], &self.budget, Some(output), hooks, compute)
+            }
         })
     }
 
@@ -546,6 +566,45 @@ impl Engine {
             times,
         );
         Ok((report, written))
+    }
+}
+
+/// A box plan's tiles reordered position-major (the bands of one tile position one
+/// after another), everything else as the plan says.
+struct BandsTogether<'a> {
+    plan: &'a BoxPlan,
+    bands: usize,
+    per_band: usize,
+}
+
+impl pipeline::Layout for BandsTogether<'_> {
+    type Tile = BoxTile;
+    fn num_tiles(&self) -> usize {
+        self.plan.num_tiles
+    }
+    fn tile(&self, i: usize) -> BoxTile {
+        let (pos, band) = (i / self.bands, i % self.bands);
+        let mut t = self.plan.box_tile(band * self.per_band + pos);
+        t.index = i;
+        t
+    }
+    fn reads(&self, t: &BoxTile, out: &mut Vec<pipeline::Read>) {
+        pipeline::Layout::reads(self.plan, t, out);
+    }
+    fn out_elems(&self, t: &BoxTile) -> u64 {
+        pipeline::Layout::out_elems(self.plan, t)
+    }
+    fn writes(&self, t: &BoxTile, out: &mut Vec<pipeline::Write>) {
+        pipeline::Layout::writes(self.plan, t, out);
+    }
+    fn depth(&self) -> usize {
+        self.plan.depth
+    }
+    fn window_bytes(&self) -> u64 {
+        self.plan.window_bytes
+    }
+    fn out_slot_elems(&self) -> u64 {
+        pipeline::Layout::out_slot_elems(self.plan)
     }
 }
 

@@ -46,6 +46,8 @@ pub struct Chunked {
     /// Recently decoded chunks, so that a chunk row shared by consecutive tiles (whose
     /// rows rarely fall on chunk boundaries) is decoded once, not once per tile.
     cache: Mutex<Cache>,
+    /// Chunks decoded so far.
+    decoded: std::sync::atomic::AtomicU64,
 }
 
 /// Least-recently-used decoded chunks, up to `capacity` bytes.
@@ -110,13 +112,14 @@ impl Chunked {
         let batch = (2 * rayon::current_num_threads()).clamp(1, n_chunks as usize);
         let chunk_bytes =
             source.chunk_shape().iter().product::<usize>() as u64 * dtype.size() as u64;
-        // two rows of chunks across the last axis (two bands of a planar image, or the
-        // chunk row a tile ends in and the next one), at most 64 MiB
+        // three rows of chunks across the last axis (the chunk rows a tile and its halo
+        // span, and the next one, with room for least-recently-used order to keep the
+        // shared row), at most 64 MiB
         let across = match (shape.last(), source.chunk_shape().last()) {
             (Some(&n), Some(&c)) => n.div_ceil(c.max(1)) as u64,
             _ => 1,
         };
-        let capacity = (2 * across * chunk_bytes)
+        let capacity = (3 * across * chunk_bytes)
             .min(CACHE_MAX.max(chunk_bytes))
             .min(n_chunks * chunk_bytes);
         Chunked {
@@ -128,6 +131,7 @@ impl Chunked {
                 capacity,
                 ..Cache::default()
             }),
+            decoded: 0.into(),
         }
     }
 
@@ -135,6 +139,23 @@ impl Chunked {
     #[must_use]
     pub fn chunk_shape(&self) -> &[usize] {
         self.source.chunk_shape()
+    }
+
+    /// Chunks decoded since the file was opened (a chunk decoded twice counts twice):
+    /// how well tiles and the cache line up with the file's chunks.
+    #[must_use]
+    pub fn decoded_chunks(&self) -> u64 {
+        self.decoded.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Number of chunks in the tensor.
+    #[must_use]
+    pub fn num_chunks(&self) -> u64 {
+        self.shape
+            .iter()
+            .zip(self.chunk_shape())
+            .map(|(&n, &c)| n.div_ceil(c.max(1)) as u64)
+            .product()
     }
 
     /// Bytes of one decoded chunk.
@@ -261,6 +282,8 @@ impl Chunked {
                     }
                     let mut buf = vec![0u8; chunk_bytes];
                     self.source.decode(&pos, &mut buf)?;
+                    self.decoded
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Ok(buf)
                 })
                 .collect();
