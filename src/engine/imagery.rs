@@ -480,7 +480,7 @@ impl Engine {
         let mut index = String::from("file,row,col,height,width\n");
         let mut patch = vec![0u8; spec.size * spec.size * es * bands];
         let mut written = 0usize;
-        let order = PatchOrder {
+        let order = BandsTogether {
             plan: &plan,
             bands,
             per_band,
@@ -570,7 +570,9 @@ impl Engine {
 }
 
 /// A box plan's tiles reordered position-major (the bands of one tile position one
-/// after another), everything else as the plan says.
+/// after another), everything else as the plan says: one patch file can be written as
+/// soon as its last band is read, and one decode of a pixel-interleaved chunk serves all
+/// its bands.
 struct BandsTogether<'a> {
     plan: &'a BoxPlan,
     bands: usize,
@@ -605,43 +607,6 @@ impl pipeline::Layout for BandsTogether<'_> {
     }
     fn out_slot_elems(&self) -> u64 {
         pipeline::Layout::out_slot_elems(self.plan)
-    }
-}
-
-/// The patch plan's tiles reordered position-major (all bands of one patch position in a
-/// row), so that one patch file can be written as soon as its last band is read.
-struct PatchOrder<'a> {
-    plan: &'a BoxPlan,
-    bands: usize,
-    per_band: usize,
-}
-
-impl pipeline::Layout for PatchOrder<'_> {
-    type Tile = BoxTile;
-    fn num_tiles(&self) -> usize {
-        self.plan.num_tiles
-    }
-    fn tile(&self, i: usize) -> BoxTile {
-        let (pos, band) = (i / self.bands, i % self.bands);
-        let mut t = self.plan.box_tile(band * self.per_band + pos);
-        t.index = i;
-        t
-    }
-    fn reads(&self, t: &BoxTile, out: &mut Vec<pipeline::Read>) {
-        self.plan.reads(t, out);
-    }
-    fn out_elems(&self, _: &BoxTile) -> u64 {
-        0
-    }
-    fn writes(&self, _: &BoxTile, _: &mut Vec<pipeline::Write>) {}
-    fn depth(&self) -> usize {
-        self.plan.depth
-    }
-    fn window_bytes(&self) -> u64 {
-        self.plan.window_bytes
-    }
-    fn out_slot_elems(&self) -> u64 {
-        0
     }
 }
 

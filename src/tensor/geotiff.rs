@@ -489,30 +489,16 @@ pub enum TiffCompression {
 impl std::str::FromStr for TiffCompression {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let (name, level) = match s.split_once(':') {
-            Some((n, l)) => (n, Some(l)),
-            None => (s, None),
-        };
-        let bad = || {
+        let spec = super::CodecSpec::parse(s, || {
             Error::invalid(format!(
                 "unknown GeoTIFF compression `{s}`: use none, deflate[:1-9] or zstd[:1-22]"
             ))
-        };
-        let lvl = |d: i64, hi: i64| -> Result<i64> {
-            match level {
-                None => Ok(d),
-                Some(l) => l
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|v| (1..=hi).contains(v))
-                    .ok_or_else(bad),
-            }
-        };
-        match name.to_ascii_lowercase().as_str() {
-            "none" if level.is_none() => Ok(TiffCompression::None),
-            "deflate" => Ok(TiffCompression::Deflate(lvl(6, 9)? as u32)),
-            "zstd" => Ok(TiffCompression::Zstd(lvl(9, 22)? as i32)),
-            _ => Err(bad()),
+        });
+        match spec.name.as_str() {
+            "none" if spec.level.is_none() => Ok(TiffCompression::None),
+            "deflate" => Ok(TiffCompression::Deflate(spec.level_in(6, 1, 9)? as u32)),
+            "zstd" => Ok(TiffCompression::Zstd(spec.level_in(9, 1, 22)? as i32)),
+            _ => Err(spec.bad()),
         }
     }
 }
@@ -849,4 +835,67 @@ pub fn write_tiled(
     dest.set_len(end)
         .map_err(|e| Error::io("size", dest_path, e))?;
     Ok(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tensor::zarr::ZarrCompression;
+
+    #[test]
+    fn compression_specs_parse_with_levels_in_range() {
+        let t = |s: &str| s.parse::<TiffCompression>();
+        assert_eq!(t("deflate").ok(), Some(TiffCompression::Deflate(6)));
+        assert_eq!(t("DEFLATE:3").ok(), Some(TiffCompression::Deflate(3)));
+        assert_eq!(t("zstd").ok(), Some(TiffCompression::Zstd(9)));
+        assert_eq!(t("none").ok(), Some(TiffCompression::None));
+        for bad in ["deflate:10", "deflate:0", "zstd:x", "none:1", "lzw", ""] {
+            assert!(t(bad).is_err(), "{bad}");
+        }
+        let z = |s: &str| s.parse::<ZarrCompression>();
+        assert_eq!(z("blosc:9").ok(), Some(ZarrCompression::Blosc(9)));
+        assert_eq!(z("gzip").ok(), Some(ZarrCompression::Gzip(5)));
+        assert_eq!(z("zstd:-3").ok(), Some(ZarrCompression::Zstd(-3)));
+        for bad in ["gzip:10", "blosc:-1", "lz4", "none:0"] {
+            assert!(z(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn geotransform_from_tiepoint_or_matrix_and_shifted_to_a_window() {
+        let g = GeoRef {
+            pixel_scale: Some(vec![10.0, 10.0, 0.0]),
+            tiepoint: Some(vec![0.0, 0.0, 0.0, 500_000.0, 4_000_000.0, 0.0]),
+            ..GeoRef::default()
+        };
+        assert_eq!(
+            g.geotransform(),
+            Some([500_000.0, 10.0, 0.0, 4_000_000.0, 0.0, -10.0])
+        );
+        // the window at row 3, column 5 starts 5 pixels east and 3 south
+        assert_eq!(
+            g.shifted(3.0, 5.0).geotransform(),
+            Some([500_050.0, 10.0, 0.0, 3_999_970.0, 0.0, -10.0])
+        );
+        // a rotated matrix: the origin moves along both axes of the matrix
+        let m = GeoRef {
+            transformation: Some(vec![
+                2.0, 0.5, 0.0, 100.0, 0.25, -2.0, 0.0, 200.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0,
+                1.0,
+            ]),
+            ..GeoRef::default()
+        };
+        assert_eq!(m.geotransform(), Some([100.0, 2.0, 0.5, 200.0, 0.25, -2.0]));
+        assert_eq!(
+            m.shifted(4.0, 1.0).geotransform(),
+            Some([
+                100.0 + 2.0 + 4.0 * 0.5,
+                2.0,
+                0.5,
+                200.0 + 0.25 - 8.0,
+                0.25,
+                -2.0
+            ])
+        );
+    }
 }

@@ -89,6 +89,47 @@ impl std::str::FromStr for OutFormat {
     }
 }
 
+/// A compression given as `name[:level]` on the command line.
+pub(crate) struct CodecSpec<'a, B: Fn() -> Error> {
+    /// The name, lower-cased.
+    pub name: String,
+    /// The level as written, if given.
+    pub level: Option<&'a str>,
+    bad: B,
+}
+
+impl<'a, B: Fn() -> Error> CodecSpec<'a, B> {
+    /// Splits `s`; `bad` makes the error for a spec that does not hold.
+    pub fn parse(s: &'a str, bad: B) -> Self {
+        let (name, level) = match s.split_once(':') {
+            Some((n, l)) => (n, Some(l)),
+            None => (s, None),
+        };
+        CodecSpec {
+            name: name.to_ascii_lowercase(),
+            level,
+            bad,
+        }
+    }
+
+    /// The level, `default` when none was given, checked to lie in `lo..=hi`.
+    pub fn level_in(&self, default: i64, lo: i64, hi: i64) -> Result<i64> {
+        match self.level {
+            None => Ok(default),
+            Some(l) => l
+                .parse::<i64>()
+                .ok()
+                .filter(|v| (lo..=hi).contains(v))
+                .ok_or_else(&self.bad),
+        }
+    }
+
+    /// The error for this spec.
+    pub fn bad(&self) -> Error {
+        (self.bad)()
+    }
+}
+
 /// How a staged output is encoded when it is finished.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Encode {

@@ -254,31 +254,17 @@ pub enum ZarrCompression {
 impl std::str::FromStr for ZarrCompression {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let (name, level) = match s.split_once(':') {
-            Some((n, l)) => (n, Some(l)),
-            None => (s, None),
-        };
-        let bad = || {
+        let spec = super::CodecSpec::parse(s, || {
             Error::invalid(format!(
                 "unknown Zarr compression `{s}`: use none, zstd[:level], gzip[:0-9] or blosc[:0-9]"
             ))
-        };
-        let lvl = |d: i64, lo: i64, hi: i64| -> Result<i64> {
-            match level {
-                None => Ok(d),
-                Some(l) => l
-                    .parse::<i64>()
-                    .ok()
-                    .filter(|v| (lo..=hi).contains(v))
-                    .ok_or_else(bad),
-            }
-        };
-        match name.to_ascii_lowercase().as_str() {
-            "none" if level.is_none() => Ok(ZarrCompression::None),
-            "zstd" => Ok(ZarrCompression::Zstd(lvl(3, -7, 22)? as i32)),
-            "gzip" => Ok(ZarrCompression::Gzip(lvl(5, 0, 9)? as u32)),
-            "blosc" => Ok(ZarrCompression::Blosc(lvl(5, 0, 9)? as u8)),
-            _ => Err(bad()),
+        });
+        match spec.name.as_str() {
+            "none" if spec.level.is_none() => Ok(ZarrCompression::None),
+            "zstd" => Ok(ZarrCompression::Zstd(spec.level_in(3, -7, 22)? as i32)),
+            "gzip" => Ok(ZarrCompression::Gzip(spec.level_in(5, 0, 9)? as u32)),
+            "blosc" => Ok(ZarrCompression::Blosc(spec.level_in(5, 0, 9)? as u8)),
+            _ => Err(spec.bad()),
         }
     }
 }
