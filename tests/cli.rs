@@ -558,7 +558,11 @@ fn errors_are_one_line_with_exit_codes() {
         2,
         "needs both --shape and --in-dtype",
     );
-    fails(&["reduce", p(&raw), p(&out)], 2, "not a .npy, TIFF or Zarr v3 file");
+    fails(
+        &["reduce", p(&raw), p(&out)],
+        2,
+        "not a .npy, TIFF or Zarr v3 file",
+    );
     fails(&["reduce", p(&d("missing.npy")), p(&out)], 1, "cannot open");
     fails(
         &["affine", p(&good), p(&d("no/such/dir/y.npy"))],
