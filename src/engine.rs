@@ -342,6 +342,32 @@ impl Engine {
         Some((g, (h, w)))
     }
 
+    /// `output` set to be encoded as `format` says, with this engine's GeoTIFF or Zarr
+    /// options (nothing to do for `.npy` and raw).
+    fn encoded_as(&self, output: OutputFile, out: &Path, format: OutFormat) -> Result<OutputFile> {
+        match format {
+            OutFormat::GeoTiff => {
+                let opts = self.tiff_options(out, output.shape());
+                output.with_tiff(opts)
+            }
+            OutFormat::Zarr => Ok(output.with_zarr(self.zarr_out.clone())),
+            OutFormat::Npy | OutFormat::Raw => Ok(output),
+        }
+    }
+
+    /// Finishes `output`; a staged one is encoded with what the budget has left, reserved
+    /// for the time (tiles or chunks in flight).
+    fn finish_output(&self, mut output: OutputFile) -> Result<()> {
+        let _encoding = if output.is_staged() {
+            let free = self.budget.limit().saturating_sub(self.budget.reserved());
+            output.set_encode_memory(free);
+            Some(self.budget.reserve("GeoTIFF/Zarr encoding", free)?)
+        } else {
+            None
+        };
+        output.finish()
+    }
+
     /// The GeoTIFF options for an output of `shape` at `out`.
     fn tiff_options(&self, out: &Path, shape: &[usize]) -> TiffWriteOptions {
         let mut o = self.tiff_out.clone();
@@ -559,26 +585,14 @@ impl Engine {
         fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<T>,
     ) -> Result<T> {
         let format = self.format_of(out);
-        let mut output = match &journal {
+        let output = match &journal {
             Some(j) => j.output(shape, dtype, self.durable, format)?,
             None => OutputFile::create_as(out, shape, dtype, format)?.durable(self.durable),
         };
-        match format {
-            OutFormat::GeoTiff => output = output.with_tiff(self.tiff_options(out, shape))?,
-            OutFormat::Zarr => output = output.with_zarr(self.zarr_out.clone()),
-            OutFormat::Npy | OutFormat::Raw => {}
-        }
+        let output = self.encoded_as(output, out, format)?;
         match fill(&output, journal.as_ref()) {
             Ok(r) => {
-                // encoding a GeoTIFF holds tiles in flight: what the budget has left
-                let free = self.budget.limit().saturating_sub(self.budget.reserved());
-                let _encoding = if output.is_staged() {
-                    output.set_encode_memory(free);
-                    Some(self.budget.reserve("GeoTIFF tile encoding", free)?)
-                } else {
-                    None
-                };
-                output.finish()?;
+                self.finish_output(output)?;
                 if let Some(j) = journal {
                     j.finish();
                 }
@@ -787,15 +801,11 @@ impl Engine {
         let array = dtype.map_or(array.clone(), |d| array.cast(d));
         let out = out.as_ref();
         let format = self.format_of(out);
-        let mut file =
+        let file =
             OutputFile::create_as(out, &array.shape, array.dtype, format)?.durable(self.durable);
-        match format {
-            OutFormat::GeoTiff => file = file.with_tiff(self.tiff_options(out, &array.shape))?,
-            OutFormat::Zarr => file = file.with_zarr(self.zarr_out.clone()),
-            OutFormat::Npy | OutFormat::Raw => {}
-        }
+        let file = self.encoded_as(file, out, format)?;
         file.write_at(0, &array.data)?;
-        file.finish()?;
+        self.finish_output(file)?;
         if let Some(j) = journal {
             j.finish();
         }

@@ -1152,7 +1152,7 @@ impl OutputFile {
                     .map_err(|e| Error::io("create a directory in", &parent, e))?;
                 zarr::write_store(dir.path(), &self.dest, &self.shape, self.dtype, opts, &read)?;
                 if self.dest.exists() {
-                    if !zarr::is_zarr_path(&self.dest) || !self.dest.join("zarr.json").is_file() {
+                    if !self.dest.join("zarr.json").is_file() {
                         return Err(Error::invalid(format!(
                             "{}: exists and is not a Zarr store; not replacing it",
                             self.dest.display()
