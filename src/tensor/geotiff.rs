@@ -5,11 +5,13 @@
 //! `s[3]` is band 4 for `map` as it is for a `.npy` scene.
 //!
 //! Reading: the layout (strips or tiles, planar or pixel-interleaved, compression,
-//! predictor) and the georeferencing tags are parsed with the `tiff` crate. An
-//! uncompressed single-band or planar file whose strips lie back to back is a plain
-//! array at an offset, reached through memory-mapped windows like a `.npy`; anything
-//! else is decoded chunk by chunk by [`Chunked`](super::chunked::Chunked), the `tiff`
-//! crate doing the decompression and predictor (one decoder per thread).
+//! predictor) and the georeferencing tags are parsed with the `tiff` crate, and every
+//! tag that changes how samples decode is checked ([`tiff_decode::validate`]): a file is
+//! read exactly as GDAL reads it, or refused in one line. An uncompressed single-band or
+//! planar file whose strips lie back to back is a plain array at an offset, reached
+//! through memory-mapped windows like a `.npy`; anything else is decoded chunk by chunk
+//! by [`Chunked`](super::chunked::Chunked), each chunk's bytes read with one positioned
+//! read and decoded by [`tiff_decode`].
 //!
 //! Writing ([`write_tiled`]): 512x512 tiles (by default), Deflate or ZSTD compressed in
 //! parallel, planar or pixel-interleaved, BigTIFF when the data could pass 4 GB, with
@@ -19,12 +21,12 @@ use std::fs::File;
 use std::io::BufReader;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use tiff::decoder::{ChunkType, Decoder, Limits};
 use tiff::tags::Tag;
 
 use super::chunked::ChunkSource;
+use super::tiff_decode::{self, ChunkRows, Codec};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -127,8 +129,12 @@ pub struct TiffLayout {
     pub tiled: bool,
     /// Chunk (tile or strip) width and height in pixels.
     pub chunk: (usize, usize),
-    /// Compression name (`none`, `deflate`, `lzw`, `zstd`, `packbits`, ...).
+    /// Compression name (`none`, `deflate`, `lzw`, `zstd`, `packbits`).
     pub compression: String,
+    /// The codec that decodes the chunks.
+    pub codec: Codec,
+    /// `PhotometricInterpretation` (1, `MinIsBlack`, when absent).
+    pub photometric: u16,
     /// Predictor (1 none, 2 horizontal, 3 floating point).
     pub predictor: u16,
     /// BigTIFF (64-bit offsets).
@@ -181,20 +187,6 @@ fn tiff_err(path: &Path, e: &tiff::TiffError) -> Error {
     Error::format(path, format!("cannot read TIFF: {e}"))
 }
 
-fn compression_name(code: u16) -> String {
-    match code {
-        1 => "none".into(),
-        5 => "lzw".into(),
-        7 => "jpeg".into(),
-        8 | 32946 => "deflate".into(),
-        32773 => "packbits".into(),
-        50000 => "zstd".into(),
-        34887 => "lerc".into(),
-        50001 => "webp".into(),
-        c => format!("code {c}"),
-    }
-}
-
 fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
     Ok(match (format, bits) {
         (1, 8) => DType::U8,
@@ -212,8 +204,9 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
             return Err(Error::format(
                 path,
                 format!(
-                    "unsupported TIFF sample type: SampleFormat {format} with {bits} bits \
-                     (tilestream reads 8-64 bit integers and 16-64 bit floats)"
+                    "BitsPerSample {bits} with SampleFormat {format} is not read by tilestream \
+                     (it reads 8, 16, 32 and 64-bit integers and 16, 32 and 64-bit floats); \
+                     widen it with gdal_translate -ot Byte (or -ot UInt16) first"
                 ),
             ));
         }
@@ -251,18 +244,28 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         ));
     }
     let format = tag_u16(&mut d, Tag::SampleFormat, 1)?;
+    let compression_code = tag_u16(&mut d, Tag::Compression, 1)?;
+    let photometric = d
+        .find_tag_unsigned_vec::<u16>(Tag::PhotometricInterpretation)
+        .map_err(|e| tiff_err(path, &e))?
+        .and_then(|v| v.first().copied());
+    let predictor = tag_u16(&mut d, Tag::Predictor, 1)?;
+    // every tag that changes how samples decode is checked before the sample type, so
+    // that a JPEG or YCbCr file is refused for what it is
+    let codec = tiff_decode::validate(
+        path,
+        &tiff_decode::SampleTags {
+            photometric,
+            compression: compression_code,
+            predictor,
+            fill_order: tag_u16(&mut d, Tag::FillOrder, 1)?,
+            sample_format: format,
+            bits: bits_all[0],
+        },
+    )?;
     let dtype = sample_dtype(path, format, bits_all[0])?;
     let planar = tag_u16(&mut d, Tag::PlanarConfiguration, 1)? == 2;
-    let compression_code = tag_u16(&mut d, Tag::Compression, 1)?;
-    let compression = compression_name(compression_code);
-    if matches!(compression_code, 6 | 7) {
-        return Err(Error::format(
-            path,
-            "JPEG-compressed TIFFs are lossy imagery tilestream does not decode; convert with \
-             gdal_translate -co COMPRESS=DEFLATE first",
-        ));
-    }
-    let predictor = tag_u16(&mut d, Tag::Predictor, 1)?;
+    let compression = tiff_decode::compression_label(compression_code);
     let tiled = d.get_chunk_type() == ChunkType::Tile;
     let (cw, ch) = d.chunk_dimensions();
     let (off_tag, cnt_tag) = if tiled {
@@ -304,7 +307,9 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         tiled,
         chunk: (cw as usize, ch as usize),
         compression,
-        predictor,
+        codec,
+        photometric: photometric.unwrap_or(1),
+        predictor: if codec.uses_predictor() { predictor } else { 1 },
         bigtiff,
         little_endian: d.byte_order() == tiff::tags::ByteOrder::LittleEndian,
         offsets,
@@ -349,52 +354,78 @@ fn decoder(path: &Path, file: File) -> Result<Decoder<BufReader<File>>> {
         .with_limits(Limits::unlimited()))
 }
 
-/// Decodes the strips or tiles of a TIFF for [`Chunked`](super::chunked::Chunked), with
-/// a pool of decoders (one per thread that asks at once).
+/// Decodes the strips or tiles of a TIFF for [`Chunked`](super::chunked::Chunked): each
+/// chunk's stored bytes are read with one positioned read and decoded by
+/// [`tiff_decode`], exactly as GDAL reads them.
 #[derive(Debug)]
 pub struct TiffChunks {
     path: PathBuf,
+    file: File,
+    file_len: u64,
     layout: TiffLayout,
     chunk_shape: Vec<usize>,
-    pool: Mutex<Vec<Decoder<BufReader<File>>>>,
+    /// One sample of the value a sparse chunk (offset and byte count 0) reads as: the
+    /// nodata value when the file has one that the sample type holds, else zero (GDAL's
+    /// rule).
+    sparse: Vec<u8>,
 }
 
 impl TiffChunks {
-    /// A chunk source for the TIFF at `path` with the given layout.
-    #[must_use]
-    pub fn new(path: &Path, layout: TiffLayout) -> Self {
+    /// A chunk source for the TIFF at `path` with the given layout; `nodata` is the
+    /// file's `GDAL_NODATA` text, which sparse chunks read as.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be opened.
+    pub fn new(path: &Path, layout: TiffLayout, nodata: Option<&str>) -> Result<Self> {
         let (cw, ch) = layout.chunk;
         let chunk_shape = match (layout.bands, layout.planar) {
             (1, _) => vec![ch, cw],
             (_, true) => vec![1, ch, cw],
             (b, false) => vec![b, ch, cw],
         };
-        TiffChunks {
+        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| Error::io("read the size of", path, e))?
+            .len();
+        let sparse = nodata
+            .and_then(|t| nodata_sample(layout.dtype, t))
+            .unwrap_or_else(|| vec![0; layout.dtype.size()]);
+        Ok(TiffChunks {
             path: path.to_path_buf(),
+            file,
+            file_len,
             layout,
             chunk_shape,
-            pool: Mutex::new(Vec::new()),
-        }
+            sparse,
+        })
     }
+}
 
-    fn with_decoder<T>(
-        &self,
-        f: impl FnOnce(&mut Decoder<BufReader<File>>) -> Result<T>,
-    ) -> Result<T> {
-        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
-        let mut d = match pooled {
-            Some(d) => d,
-            None => {
-                let file = File::open(&self.path).map_err(|e| Error::io("open", &self.path, e))?;
-                decoder(&self.path, file)?
-            }
+/// The nodata text of a file as one sample of `dtype`, if that type holds it exactly.
+fn nodata_sample(dtype: DType, text: &str) -> Option<Vec<u8>> {
+    let v: f64 = text.trim().parse().ok()?;
+    if !dtype.is_float() {
+        let bits = 8 * dtype.size() as i32;
+        let (lo, hi) = if dtype.is_unsigned() {
+            (0.0, 2f64.powi(bits) - 1.0)
+        } else {
+            (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0)
         };
-        let r = f(&mut d);
-        if let Ok(mut p) = self.pool.lock() {
-            p.push(d);
+        if !(v.fract() == 0.0 && v >= lo && v <= hi) {
+            return None;
         }
-        r
     }
+    let mut out = vec![0; dtype.size()];
+    crate::dtype::store_f64(&[v], &mut out, dtype);
+    Some(out)
+}
+
+thread_local! {
+    /// Stored bytes of the chunk being decoded, and the decoded pixel-interleaved chunk,
+    /// reused across the chunks a decode thread handles.
+    static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 impl ChunkSource for TiffChunks {
@@ -408,42 +439,67 @@ impl ChunkSource for TiffChunks {
             2 => (0, pos[0], pos[1]),
             _ => (pos[0], pos[1], pos[2]),
         };
-        let index = (band * l.chunks_per_plane() + cy * l.chunks_across() + cx) as u32;
+        let index = band * l.chunks_per_plane() + cy * l.chunks_across() + cx;
         let es = l.dtype.size();
-        let (cw, _) = l.chunk;
+        let (cw, ch) = l.chunk;
         let spp = if l.planar { 1 } else { l.bands };
-        self.with_decoder(|d| {
-            let (dw, dh) = d.chunk_data_dimensions(index);
-            let (dw, dh) = (dw as usize, dh as usize);
-            // Rows of the full chunk width: the decoder then reads each chunk in one go
-            // (its row-by-row path for edge tiles stalls on some LZW streams).
-            let stride = cw * spp * es;
-            let mut result = tiff::decoder::DecodingResult::U8(Vec::new());
-            d.read_chunk_to_buffer(&mut result, index, stride)
-                .map_err(|e| {
-                    Error::format(
-                        &self.path,
-                        format!(
-                            "cannot decode TIFF chunk {index} (band {band}, row {cy}, column \
-                             {cx}): {e}"
-                        ),
-                    )
-                })?;
-            let raw = result.as_buffer(0);
-            let raw = raw.as_bytes();
-            let ch = self.chunk_shape[self.chunk_shape.len() - 2];
-            if spp == 1 {
-                for y in 0..dh {
-                    out[y * cw * es..(y * cw + dw) * es]
-                        .copy_from_slice(&raw[y * stride..y * stride + dw * es]);
-                }
+        // a tile is stored whole (padding included); a strip at the bottom holds only
+        // the rows left
+        let rows = if l.tiled {
+            ch
+        } else {
+            ch.min(l.height - cy * ch)
+        };
+        let geometry = ChunkRows {
+            rows,
+            row_bytes: cw * spp * es,
+            spp,
+            es,
+        };
+        let what = format!("TIFF chunk {index} (band {band}, row {cy}, column {cx})");
+        let (offset, count) = (l.offsets[index], l.byte_counts[index]);
+        let need = geometry.bytes();
+        if offset == 0 && count == 0 {
+            // a sparse chunk (GDAL's SPARSE_OK): nodata, or zeros
+            for s in out.chunks_exact_mut(es) {
+                s.copy_from_slice(&self.sparse);
+            }
+            return Ok(());
+        }
+        // stored bytes beyond twice the decoded size (plus a margin) cannot be a chunk of
+        // any of the codecs read here; refusing them bounds the read buffer
+        let limit = 2 * need as u64 + 4096;
+        if count > limit || offset.checked_add(count).is_none_or(|e| e > self.file_len) {
+            return Err(Error::format(
+                &self.path,
+                format!(
+                    "{what} claims {count} bytes at offset {offset}, but the file has {} bytes                      and the chunk decodes to {need}: the file is truncated or corrupt",
+                    self.file_len
+                ),
+            ));
+        }
+        SCRATCH.with_borrow_mut(|(stored, decoded)| {
+            stored.resize(count as usize, 0);
+            self.file
+                .read_exact_at(stored, offset)
+                .map_err(|e| Error::io("read", &self.path, e))?;
+            let target: &mut [u8] = if spp == 1 {
+                // one band per chunk: decode straight into the chunk's rows
+                &mut out[..need]
             } else {
+                decoded.resize(need, 0);
+                decoded
+            };
+            tiff_decode::decompress(&self.path, &what, l.codec, stored, target)?;
+            tiff_decode::unpredict(&geometry, l.little_endian, l.predictor, target);
+            if spp > 1 {
                 // pixel-interleaved: gather each band's samples into its plane
-                for y in 0..dh {
-                    let row = &raw[y * stride..y * stride + dw * spp * es];
+                let stride = geometry.row_bytes;
+                for y in 0..rows {
+                    let row = &decoded[y * stride..(y + 1) * stride];
                     for b in 0..spp {
                         let at = (b * ch + y) * cw * es;
-                        let dst = &mut out[at..at + dw * es];
+                        let dst = &mut out[at..at + cw * es];
                         match es {
                             1 => gather::<1>(row, spp, b, dst),
                             2 => gather::<2>(row, spp, b, dst),

@@ -14,6 +14,7 @@
 pub mod chunked;
 pub mod geotiff;
 pub mod npy;
+pub mod tiff_decode;
 pub mod zarr;
 
 use std::fs::File;
@@ -347,7 +348,7 @@ impl TensorFile {
         let (data_offset, chunked) = match layout.contiguous_offset() {
             Some(off) => (off, None),
             None => {
-                let src = geotiff::TiffChunks::new(path, layout.clone());
+                let src = geotiff::TiffChunks::new(path, layout.clone(), georef.nodata.as_deref())?;
                 let c = chunked::Chunked::new(shape.clone(), dtype, Box::new(src));
                 (0, Some(Arc::new(c)))
             }

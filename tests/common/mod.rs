@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+pub mod gdal;
+
 use std::path::Path;
 use std::process::{Command, Output};
 

@@ -1,0 +1,549 @@
+//! Decoding one TIFF strip or tile exactly as libtiff (and so GDAL) does, from its
+//! stored bytes: decompression bounded by the decoded size the layout allows, then byte
+//! order and predictor. Nothing else is applied: no colour conversion, no inversion of
+//! `WhiteIsZero`, no dropping of extra samples, so every sample of every band reads as
+//! GDAL's `ReadAsArray` reads it. The layout checks in [`validate`] refuse, in one line
+//! naming the tag, every file whose samples would need more than this to be exact.
+//!
+//! The `tiff` crate still parses the directory and tags; its chunk decoder is not used,
+//! because it interprets the photometric tags (an RGB image with an unspecified extra
+//! sample loses that sample there, and the bands of every pixel shift).
+
+use std::io::Read;
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+/// TIFF compressions tilestream decodes, by their `Compression` tag value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Codec {
+    /// 1: stored as is.
+    None,
+    /// 5: LZW (the TIFF 6.0 variant, most significant bit first, early code-size switch).
+    Lzw,
+    /// 8 or 32946: zlib Deflate.
+    Deflate,
+    /// 32773: `PackBits` run-length coding.
+    PackBits,
+    /// 50000: Zstandard.
+    Zstd,
+}
+
+impl Codec {
+    /// The codec of a `Compression` tag value, or `None` for one tilestream refuses.
+    #[must_use]
+    pub fn from_tag(code: u16) -> Option<Codec> {
+        Some(match code {
+            1 => Codec::None,
+            5 => Codec::Lzw,
+            8 | 32946 => Codec::Deflate,
+            32773 => Codec::PackBits,
+            50000 => Codec::Zstd,
+            _ => return None,
+        })
+    }
+
+    /// Whether libtiff applies the `Predictor` tag with this codec (it registers the
+    /// predictor only for LZW, Deflate and ZSTD among these; a predictor tag on an
+    /// uncompressed or `PackBits` file is ignored by GDAL, so it is here too).
+    #[must_use]
+    pub fn uses_predictor(self) -> bool {
+        matches!(self, Codec::Lzw | Codec::Deflate | Codec::Zstd)
+    }
+}
+
+/// The name of a `PhotometricInterpretation` value, for messages.
+#[must_use]
+pub fn photometric_name(p: u16) -> &'static str {
+    match p {
+        0 => "MinIsWhite",
+        1 => "MinIsBlack",
+        2 => "RGB",
+        3 => "Palette",
+        4 => "TransparencyMask",
+        5 => "CMYK (Separated)",
+        6 => "YCbCr",
+        8 => "CIELab",
+        9 => "ICCLab",
+        10 => "ITULab",
+        32844 => "LogL",
+        32845 => "LogLuv",
+        _ => "unknown",
+    }
+}
+
+/// The tags that decide whether a file's samples can be read exactly.
+#[derive(Clone, Debug)]
+pub struct SampleTags {
+    /// `PhotometricInterpretation` (262), if present.
+    pub photometric: Option<u16>,
+    /// `Compression` (259).
+    pub compression: u16,
+    /// `Predictor` (317).
+    pub predictor: u16,
+    /// `FillOrder` (266).
+    pub fill_order: u16,
+    /// `SampleFormat` (339), first value.
+    pub sample_format: u16,
+    /// `BitsPerSample` (258), first value.
+    pub bits: u16,
+}
+
+/// Refuses, in one line naming the tag and its value, a file whose samples this decoder
+/// would not read exactly as GDAL does.
+///
+/// Accepted: `PhotometricInterpretation` `MinIsWhite`, `MinIsBlack`, RGB (with any extra
+/// samples: they are read as further bands) and Palette (the indices are the values, as
+/// GDAL reads them); the codecs of [`Codec`]; predictors 1, 2 and (for floats) 3;
+/// `FillOrder` 1. Refused: CMYK, YCbCr (subsampled or not), the Lab and Log encodings,
+/// JPEG, LERC, WebP, JPEG-XL and every other codec, bit-reversed fill order.
+///
+/// # Errors
+/// [`Error::Format`] naming the first tag whose value is refused.
+pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
+    if let Some(p) = t.photometric
+        && !matches!(p, 0..=3)
+    {
+        return Err(Error::format(
+            path,
+            format!(
+                "PhotometricInterpretation {p} ({}) is not read by tilestream (it reads \
+                 MinIsBlack, MinIsWhite, RGB with any extra samples, and Palette indices); \
+                 convert with gdal_translate -co PHOTOMETRIC=MINISBLACK first",
+                photometric_name(p)
+            ),
+        ));
+    }
+    let Some(codec) = Codec::from_tag(t.compression) else {
+        let hint = if matches!(t.compression, 6 | 7) {
+            "JPEG is lossy; "
+        } else {
+            ""
+        };
+        return Err(Error::format(
+            path,
+            format!(
+                "Compression {} ({}) is not decoded by tilestream ({hint}it decodes none, LZW, \
+                 Deflate, PackBits and ZSTD); convert with gdal_translate -co COMPRESS=DEFLATE \
+                 first",
+                t.compression,
+                compression_label(t.compression)
+            ),
+        ));
+    };
+    if t.fill_order != 1 {
+        return Err(Error::format(
+            path,
+            format!(
+                "FillOrder {} (bits of each byte reversed) is not read by tilestream",
+                t.fill_order
+            ),
+        ));
+    }
+    if codec.uses_predictor() {
+        match t.predictor {
+            1 | 2 => {}
+            3 if t.sample_format == 3 => {}
+            3 => {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "Predictor 3 (floating point) on SampleFormat {} samples is not valid \
+                         TIFF",
+                        t.sample_format
+                    ),
+                ));
+            }
+            p => {
+                return Err(Error::format(
+                    path,
+                    format!("Predictor {p} is not read by tilestream (it reads 1, 2 and 3)"),
+                ));
+            }
+        }
+    }
+    Ok(codec)
+}
+
+/// A readable name of a `Compression` value, for messages and `info`.
+#[must_use]
+pub fn compression_label(code: u16) -> String {
+    match code {
+        1 => "none".into(),
+        2 => "CCITT RLE".into(),
+        3 | 4 => "CCITT fax".into(),
+        5 => "lzw".into(),
+        6 | 7 => "jpeg".into(),
+        8 | 32946 => "deflate".into(),
+        32773 => "packbits".into(),
+        34676 | 34677 => "sgilog".into(),
+        34887 => "lerc".into(),
+        34925 => "lzma".into(),
+        50000 => "zstd".into(),
+        50001 => "webp".into(),
+        50002 | 52546 => "jpeg-xl".into(),
+        c => format!("code {c}"),
+    }
+}
+
+/// How one chunk's decoded bytes are laid out: `rows` rows of `row_bytes` bytes, each a
+/// run of pixels of `spp` samples of `es` bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkRows {
+    /// Rows held by the chunk (a strip at the bottom of the image holds fewer).
+    pub rows: usize,
+    /// Bytes in one row of the chunk (a tile's full width, padding included).
+    pub row_bytes: usize,
+    /// Samples per pixel stored in this chunk (1 for planar files).
+    pub spp: usize,
+    /// Bytes per sample.
+    pub es: usize,
+}
+
+impl ChunkRows {
+    /// Decoded bytes of the chunk.
+    #[must_use]
+    pub fn bytes(&self) -> usize {
+        self.rows * self.row_bytes
+    }
+}
+
+/// Decompresses `src` (one chunk's stored bytes) into `out`, which holds exactly the
+/// chunk's decoded size: decoding stops there, so a stream that would inflate further
+/// costs no more memory. Data past it is ignored (as libtiff does); a stream that ends
+/// short of it is an error.
+///
+/// # Errors
+/// [`Error::Format`] for a corrupt or short stream, naming the chunk `what`.
+pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [u8]) -> Result<()> {
+    let need = out.len();
+    let short = |got: usize| {
+        Error::format(
+            path,
+            format!(
+                "{what} decodes to {got} bytes, but the layout needs {need}: the file is \
+                 truncated or corrupt"
+            ),
+        )
+    };
+    let corrupt =
+        |e: &dyn std::fmt::Display| Error::format(path, format!("cannot decode {what}: {e}"));
+    match codec {
+        Codec::None => {
+            if src.len() < need {
+                return Err(short(src.len()));
+            }
+            out.copy_from_slice(&src[..need]);
+        }
+        Codec::Deflate => {
+            read_full(flate2::read::ZlibDecoder::new(src), out).map_err(|e| match e {
+                Short(n) => short(n),
+                Failed(e) => corrupt(&e),
+            })?;
+        }
+        Codec::Zstd => {
+            let d = zstd::stream::read::Decoder::with_buffer(src).map_err(|e| corrupt(&e))?;
+            read_full(d, out).map_err(|e| match e {
+                Short(n) => short(n),
+                Failed(e) => corrupt(&e),
+            })?;
+        }
+        Codec::Lzw => {
+            if src.len() >= 2 && src[0] == 0 && src[1] & 1 == 1 {
+                return Err(Error::format(
+                    path,
+                    format!(
+                        "{what} is old-style (pre-TIFF 6.0) LZW, which tilestream does not \
+                         decode; rewrite the file with gdal_translate"
+                    ),
+                ));
+            }
+            let mut d = weezl::decode::Decoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8);
+            let (mut inp, mut filled) = (src, 0);
+            while filled < need {
+                let r = d.decode_bytes(inp, &mut out[filled..]);
+                filled += r.consumed_out;
+                inp = &inp[r.consumed_in..];
+                match r.status {
+                    Ok(weezl::LzwStatus::Ok) if r.consumed_in + r.consumed_out > 0 => {}
+                    Ok(_) => break,
+                    Err(e) => return Err(corrupt(&e)),
+                }
+            }
+            if filled < need {
+                return Err(short(filled));
+            }
+        }
+        Codec::PackBits => {
+            let got = unpack_bits(src, out);
+            if got < need {
+                return Err(short(got));
+            }
+        }
+    }
+    Ok(())
+}
+
+enum ReadErr {
+    Short(usize),
+    Failed(std::io::Error),
+}
+use ReadErr::{Failed, Short};
+
+/// Reads until `out` is full; a reader that ends first is `Short(bytes read)`.
+fn read_full(mut r: impl Read, out: &mut [u8]) -> std::result::Result<(), ReadErr> {
+    let mut filled = 0;
+    while filled < out.len() {
+        match r.read(&mut out[filled..]) {
+            Ok(0) => return Err(Short(filled)),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Failed(e)),
+        }
+    }
+    Ok(())
+}
+
+/// `PackBits` decoding into `out`, stopping when it is full; returns the bytes written.
+fn unpack_bits(src: &[u8], out: &mut [u8]) -> usize {
+    let (mut i, mut o) = (0, 0);
+    while i < src.len() && o < out.len() {
+        let n = src[i] as i8;
+        i += 1;
+        if n >= 0 {
+            let len = (n as usize + 1).min(src.len() - i).min(out.len() - o);
+            out[o..o + len].copy_from_slice(&src[i..i + len]);
+            i += n as usize + 1;
+            o += len;
+        } else if n != -128 {
+            let Some(&b) = src.get(i) else { break };
+            i += 1;
+            let len = ((1 - n as isize) as usize).min(out.len() - o);
+            out[o..o + len].fill(b);
+            o += len;
+        }
+    }
+    o
+}
+
+/// Turns decoded chunk bytes into native-endian samples: byte swapping for big-endian
+/// files, then the predictor, row by row, exactly as libtiff does (horizontal
+/// differencing undone with wrapping integer sums over samples `spp` apart; the
+/// floating-point predictor's byte planes undone and reassembled in native order).
+pub fn unpredict(rows: &ChunkRows, little_endian: bool, predictor: u16, data: &mut [u8]) {
+    let ChunkRows {
+        row_bytes, spp, es, ..
+    } = *rows;
+    let data = &mut data[..rows.bytes()];
+    if predictor == 3 {
+        // libtiff's fpAcc: the output is native order whatever the file's byte order
+        let mut tmp = vec![0u8; row_bytes];
+        let n = row_bytes / es;
+        for row in data.chunks_exact_mut(row_bytes) {
+            for i in spp..row_bytes {
+                row[i] = row[i].wrapping_add(row[i - spp]);
+            }
+            tmp.copy_from_slice(row);
+            for k in 0..n {
+                for b in 0..es {
+                    // plane 0 holds the most significant bytes
+                    let plane = if cfg!(target_endian = "little") {
+                        es - 1 - b
+                    } else {
+                        b
+                    };
+                    row[k * es + b] = tmp[plane * n + k];
+                }
+            }
+        }
+        return;
+    }
+    let swap = es > 1 && little_endian != cfg!(target_endian = "little");
+    if swap {
+        for s in data.chunks_exact_mut(es) {
+            s.reverse();
+        }
+    }
+    if predictor == 2 {
+        for row in data.chunks_exact_mut(row_bytes) {
+            match es {
+                1 => hor_acc::<u8>(row, spp),
+                2 => hor_acc::<u16>(row, spp),
+                4 => hor_acc::<u32>(row, spp),
+                _ => hor_acc::<u64>(row, spp),
+            }
+        }
+    }
+}
+
+trait WrapAdd: bytemuck::Pod {
+    fn wadd(self, o: Self) -> Self;
+}
+macro_rules! wrap_add {
+    ($($t:ty),*) => {$(impl WrapAdd for $t { fn wadd(self, o: Self) -> Self { self.wrapping_add(o) } })*};
+}
+wrap_add!(u8, u16, u32, u64);
+
+fn hor_acc<T: WrapAdd>(row: &mut [u8], spp: usize) {
+    // rows of a chunk need not be aligned for T: work on copies
+    let n = row.len() / size_of::<T>();
+    let mut prev = vec![T::zeroed(); spp];
+    for i in 0..n {
+        let at = i * size_of::<T>();
+        let bytes = &mut row[at..at + size_of::<T>()];
+        let mut v: T = bytemuck::pod_read_unaligned(bytes);
+        if i >= spp {
+            v = v.wadd(prev[i % spp]);
+            bytes.copy_from_slice(bytemuck::bytes_of(&v));
+        }
+        prev[i % spp] = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packbits_decodes_the_tiff_spec_example() {
+        // TIFF 6.0, section 9
+        let src = [
+            0xFE, 0xAA, 0x02, 0x80, 0x00, 0x2A, 0xFD, 0xAA, 0x03, 0x80, 0x00, 0x2A, 0x22, 0xF7,
+            0xAA,
+        ];
+        let want = [
+            0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0xAA, 0xAA, 0xAA, 0xAA, 0x80, 0x00, 0x2A, 0x22,
+            0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA, 0xAA,
+        ];
+        let mut out = [0u8; 24];
+        assert_eq!(unpack_bits(&src, &mut out), 24);
+        assert_eq!(out, want);
+        // stops at the output's end, and reports a short stream
+        let mut small = [0u8; 5];
+        assert_eq!(unpack_bits(&src, &mut small), 5);
+        let mut big = [0u8; 30];
+        assert_eq!(unpack_bits(&src, &mut big), 24);
+    }
+
+    #[test]
+    fn horizontal_predictor_undoes_differences_per_sample() {
+        // two samples per pixel, u16 little-endian: (1, 100), (+2, +5), (+3, -1)
+        let vals: [u16; 6] = [1, 100, 2, 5, 3, u16::MAX];
+        let mut row: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let rows = ChunkRows {
+            rows: 1,
+            row_bytes: 12,
+            spp: 2,
+            es: 2,
+        };
+        unpredict(&rows, true, 2, &mut row);
+        let got: Vec<u16> = row
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, [1, 100, 3, 105, 6, 104]);
+    }
+
+    #[test]
+    fn big_endian_samples_are_swapped() {
+        let mut row = vec![0x01, 0x02, 0x03, 0x04];
+        let rows = ChunkRows {
+            rows: 1,
+            row_bytes: 4,
+            spp: 1,
+            es: 4,
+        };
+        unpredict(&rows, false, 1, &mut row);
+        assert_eq!(u32::from_ne_bytes(row.try_into().expect("4")), 0x0102_0304);
+    }
+
+    #[test]
+    fn floating_point_predictor_reassembles_byte_planes() {
+        // encode two f32 per row the way libtiff's fpDiff does, then decode
+        let vals = [1.5f32, -2.25, 3.0e-3, 7.0];
+        let n = vals.len();
+        let mut planes = vec![0u8; n * 4];
+        for (k, v) in vals.iter().enumerate() {
+            let be = v.to_be_bytes();
+            for b in 0..4 {
+                planes[b * n + k] = be[b];
+            }
+        }
+        for i in (1..planes.len()).rev() {
+            planes[i] = planes[i].wrapping_sub(planes[i - 1]);
+        }
+        let rows = ChunkRows {
+            rows: 1,
+            row_bytes: n * 4,
+            spp: 1,
+            es: 4,
+        };
+        unpredict(&rows, false, 3, &mut planes);
+        let got: Vec<f32> = planes
+            .chunks_exact(4)
+            .map(|b| f32::from_ne_bytes(b.try_into().expect("4")))
+            .collect();
+        assert_eq!(got, vals);
+    }
+
+    #[test]
+    fn refuses_what_it_cannot_read_exactly() {
+        let p = Path::new("x.tif");
+        let ok = SampleTags {
+            photometric: Some(2),
+            compression: 5,
+            predictor: 2,
+            fill_order: 1,
+            sample_format: 1,
+            bits: 8,
+        };
+        assert_eq!(validate(p, &ok).expect("rgb lzw"), Codec::Lzw);
+        for (bad, word) in [
+            (
+                SampleTags {
+                    photometric: Some(6),
+                    ..ok.clone()
+                },
+                "YCbCr",
+            ),
+            (
+                SampleTags {
+                    photometric: Some(5),
+                    ..ok.clone()
+                },
+                "CMYK",
+            ),
+            (
+                SampleTags {
+                    compression: 7,
+                    ..ok.clone()
+                },
+                "jpeg",
+            ),
+            (
+                SampleTags {
+                    compression: 34887,
+                    ..ok.clone()
+                },
+                "lerc",
+            ),
+            (
+                SampleTags {
+                    fill_order: 2,
+                    ..ok.clone()
+                },
+                "FillOrder 2",
+            ),
+            (
+                SampleTags {
+                    predictor: 3,
+                    ..ok.clone()
+                },
+                "Predictor 3",
+            ),
+        ] {
+            let e = validate(p, &bad).expect_err("refused").to_string();
+            assert!(e.contains(word) && !e.contains('\n'), "{e}");
+        }
+    }
+}
