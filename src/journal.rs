@@ -33,7 +33,7 @@
 //! then apply), so each resumes separately.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -44,7 +44,7 @@ use std::time::Instant;
 use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
 use crate::pipeline::{Layout, Write};
-use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock};
+use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock, own_files};
 
 const HEADER: &str = "tilestream-journal 1";
 
@@ -231,13 +231,7 @@ impl Journal {
             let _ = clean_stale(&dir, Some(&name));
         }
         let path = dir.join(format!(".{name}.journal{TEMP_SUFFIX}"));
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| Error::io("create a temporary output file in", &dir, e))?;
+        let mut file = own_files::open_own(&path, true)?;
         if !lock(&file) {
             return Err(Error::invalid(format!(
                 "{}: another tilestream run is writing this output; wait for it to end or stop it",
@@ -261,7 +255,7 @@ impl Journal {
         if prev.is_some() {
             // the interrupted run's state slots: hold them so `clean` leaves them alone
             for (s, p) in slot_files.iter_mut().zip(&slots) {
-                if let Ok(f) = OpenOptions::new().read(true).write(true).open(p) {
+                if let Ok(f) = own_files::open_own(p, false) {
                     let _ = lock(&f);
                     *s = Some(f);
                 }
@@ -318,6 +312,15 @@ impl Journal {
         format: crate::tensor::OutFormat,
     ) -> Result<OutputFile> {
         if let Some(name) = self.prev.as_ref().and_then(|p| p.out.as_ref()) {
+            let (_, dest_name) = dir_and_name(&self.dest)?;
+            if !own_files::temp_name_of(&dest_name, name) {
+                return Err(Error::invalid(format!(
+                    "{}: the journal of the interrupted run names `{name}` as its temporary \
+                     output, which is not a name this output's runs make; run without \
+                     --resume (or tilestream clean) to start over",
+                    self.dest.display()
+                )));
+            }
             if let Ok(out) =
                 OutputFile::adopt_as(&self.dest, &self.dir.join(name), shape, dtype, format)
             {
@@ -480,13 +483,7 @@ impl Journal {
         let slot = 1 - self.last_slot.load(Ordering::Relaxed);
         let mut files = self.slot_files.lock().map_err(|_| poisoned())?;
         if files[slot].is_none() {
-            let f = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&self.slots[slot])
-                .map_err(|e| Error::io("write the state of", &self.slots[slot], e))?;
+            let f = own_files::open_own(&self.slots[slot], true)?;
             let _ = lock(&f);
             files[slot] = Some(f);
         }

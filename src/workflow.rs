@@ -166,6 +166,28 @@ pub struct Workflow {
     jobs: Vec<Planned>,
 }
 
+/// Most bytes of a pipeline file read (one is a few hundred bytes; this bounds what a
+/// mistaken path, a device or a huge file can cost).
+const PIPELINE_FILE_MAX: u64 = 1 << 20;
+
+/// Checks that a name given to an input or a step's result is an identifier
+/// (`[A-Za-z_][A-Za-z0-9_]*`, at most 64 characters): names are used in expressions and
+/// for the step's intermediate file inside the run's own temporary directory, so a path
+/// such as `../x` or `/abs/x` must never be one.
+fn check_name(name: &str) -> std::result::Result<(), String> {
+    let ok = name.len() <= 64
+        && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{name}` is not a name: use letters, digits and _ (not starting with a digit, at \
+             most 64 characters)"
+        ))
+    }
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
@@ -235,7 +257,7 @@ impl Workflow {
     /// [`Error::Invalid`] naming the line of the file.
     pub fn load(path: impl AsRef<Path>) -> Result<Workflow> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
+        let text = crate::tensor::own_files::read_small_input(path, PIPELINE_FILE_MAX)?;
         let file = path.display().to_string();
         let spec: FileSpec = toml::from_str(&text).map_err(|e| {
             let line = e.span().map_or(1, |s| line_of(&text, s.start));
@@ -250,6 +272,7 @@ impl Workflow {
         let mut inputs = BTreeMap::new();
         for (name, p) in &spec.inputs {
             let line = line_of(&text, p.span().start);
+            check_name(name).map_err(|m| at(line, format!("input `{name}`: {m}")))?;
             let full = base.join(p.get_ref());
             if !full.exists() {
                 return Err(at(
@@ -299,6 +322,7 @@ impl Workflow {
                     allowed.join(", ")
                 )));
             }
+            check_name(&st.out).map_err(&err)?;
             if known.contains_key(&st.out) {
                 return Err(err(format!(
                     "the name `{}` is already used (line {})",
@@ -477,7 +501,18 @@ impl Workflow {
                     format!("output `{name}` is not produced by any step"),
                 ));
             }
-            outputs.insert(name.clone(), base.join(p.get_ref()));
+            let dest = base.join(p.get_ref());
+            if let Some((other, _)) = outputs.iter().find(|(_, d)| **d == dest) {
+                return Err(at(
+                    line,
+                    format!(
+                        "outputs `{other}` and `{name}` are both written to {}; give each its \
+                         own path",
+                        dest.display()
+                    ),
+                ));
+            }
+            outputs.insert(name.clone(), dest);
         }
         if outputs.is_empty() {
             return Err(at(

@@ -219,7 +219,7 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
 /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if it is not a TIFF tilestream
 /// can read (bit-packed samples, mixed sample types, JPEG).
 pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
-    let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+    let file = super::own_files::open_input(path)?;
     let mut head = [0u8; 4];
     file.read_exact_at(&mut head, 0)
         .map_err(|e| Error::io("read", path, e))?;
@@ -383,7 +383,7 @@ impl TiffChunks {
             (_, true) => vec![1, ch, cw],
             (b, false) => vec![b, ch, cw],
         };
-        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let file = super::own_files::open_input(path)?;
         let file_len = file
             .metadata()
             .map_err(|e| Error::io("read the size of", path, e))?

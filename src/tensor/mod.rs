@@ -14,12 +14,14 @@
 pub mod chunked;
 pub mod geotiff;
 pub mod npy;
+pub mod own_files;
 pub mod tiff_decode;
 pub mod zarr;
 
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -265,9 +267,8 @@ impl TensorFile {
         if !is_npy_path(path) {
             // no telling extension: recognise the format by its first bytes
             let mut magic = [0u8; 6];
-            let got = File::open(path)
-                .and_then(|mut f| read_up_to(&mut f, &mut magic))
-                .unwrap_or(0);
+            let mut f = own_files::open_input(path)?;
+            let got = read_up_to(&mut f, &mut magic).unwrap_or(0);
             match &magic[..got.min(6)] {
                 [b'I', b'I', 42 | 43, 0, ..] | [b'M', b'M', 0, 42 | 43, ..] => {
                     return Self::open_tiff(path);
@@ -282,12 +283,21 @@ impl TensorFile {
                 }
             }
         }
-        let mut file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let mut file = own_files::open_input(path)?;
         let file_len = file_len(&file, path)?;
         let mut pre = [0u8; npy::PREAMBLE];
         let got = read_up_to(&mut file, &mut pre).map_err(|e| Error::io("read", path, e))?;
         let hlen = npy::header_len(&pre[..got]).map_err(|m| Error::format(path, m))?;
-        if hlen as u64 > file_len || hlen > 64 << 20 {
+        if hlen > NPY_HEADER_MAX {
+            return Err(Error::format(
+                path,
+                format!(
+                    "the .npy header length field says {hlen} bytes; tilestream reads headers \
+                     of at most {NPY_HEADER_MAX} bytes (numpy's own limit is 10000)"
+                ),
+            ));
+        }
+        if hlen as u64 > file_len {
             return Err(Error::format(
                 path,
                 format!(
@@ -341,7 +351,7 @@ impl TensorFile {
     pub fn open_tiff(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let (layout, georef) = geotiff::read_layout(path)?;
-        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let file = own_files::open_input(path)?;
         let shape = layout.shape();
         let dtype = layout.dtype;
         checked_nbytes(path, &shape, dtype)?;
@@ -378,7 +388,7 @@ impl TensorFile {
         let path = path.as_ref();
         let layout = zarr::read_layout(path)?;
         let meta = path.join("zarr.json");
-        let file = File::open(&meta).map_err(|e| Error::io("open", &meta, e))?;
+        let file = own_files::open_input(&meta)?;
         checked_nbytes(path, &layout.shape, layout.dtype)?;
         let src = zarr::ZarrChunks::open(path, &layout)?;
         let c = chunked::Chunked::new(layout.shape.clone(), layout.dtype, Box::new(src));
@@ -460,7 +470,7 @@ impl TensorFile {
     /// what the shape and dtype need.
     pub fn open_raw(path: impl AsRef<Path>, shape: &[usize], dtype: DType) -> Result<Self> {
         let path = path.as_ref();
-        let file = File::open(path).map_err(|e| Error::io("open", path, e))?;
+        let file = own_files::open_input(path)?;
         let len = file_len(&file, path)?;
         let nbytes = checked_nbytes(path, shape, dtype)?;
         if len != nbytes {
@@ -782,6 +792,14 @@ pub fn temp_beside(dest: &Path) -> Result<tempfile::NamedTempFile> {
     Ok(tmp)
 }
 
+/// Most dimensions of a tensor (numpy's `NPY_MAXDIMS`): a header or `zarr.json` giving
+/// more is refused before anything is sized by it.
+pub const MAX_RANK: usize = 64;
+
+/// Most bytes of a `.npy` header read (numpy's own `np.load` stops at 10000 by default;
+/// a header of 64 dimensions takes under 2 KiB).
+const NPY_HEADER_MAX: usize = 1 << 20;
+
 /// Suffix of every temporary output file.
 pub const TEMP_SUFFIX: &str = ".tilestream-tmp";
 
@@ -817,10 +835,28 @@ pub fn clean_stale(dir: &Path, only_for: Option<&str>) -> Result<Vec<PathBuf>> {
             && only_for.is_none_or(|n| name.starts_with(&format!(".{n}.")));
         let is_pipeline = only_for.is_none() && name.starts_with(PIPELINE_DIR_PREFIX);
         if is_temp {
-            if let Ok(f) = File::open(&path)
-                && lock(&f)
-                && std::fs::remove_file(&path).is_ok()
-            {
+            // never opened through a link or blocking on a FIFO: a link or special file
+            // under one of tilestream's own names is removed as it is (the name, not
+            // what it points to); a regular file only when no live run holds its lock
+            let free = match std::fs::symlink_metadata(&path) {
+                Ok(m) if m.file_type().is_file() => std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+                    .open(&path)
+                    .is_ok_and(|f| lock(&f)),
+                Ok(m) if m.file_type().is_dir() => {
+                    // a Zarr output being encoded: its process holds `.lock` inside
+                    let lockfile = path.join(".lock");
+                    let free = File::open(&lockfile).map_or(true, |f| lock(&f));
+                    if free && std::fs::remove_dir_all(&path).is_ok() {
+                        removed.push(path);
+                    }
+                    continue;
+                }
+                Ok(_) => true,
+                Err(_) => false,
+            };
+            if free && std::fs::remove_file(&path).is_ok() {
                 removed.push(path);
             }
         } else if is_pipeline {
@@ -899,12 +935,7 @@ impl OutputFile {
         format: OutFormat,
     ) -> Result<Self> {
         let nbytes = checked_nbytes(dest, shape, dtype)?;
-        if dest.is_dir() && format != OutFormat::Zarr {
-            return Err(Error::invalid(format!(
-                "{}: is a directory; give an output file name",
-                dest.display()
-            )));
-        }
+        own_files::check_destination(dest, format)?;
         if let Ok((dir, name)) = dir_and_name(dest) {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
@@ -957,11 +988,19 @@ impl OutputFile {
         format: OutFormat,
     ) -> Result<Self> {
         let nbytes = checked_nbytes(dest, shape, dtype)?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(tmp)
-            .map_err(|e| Error::io("open", tmp, e))?;
+        own_files::check_destination(dest, format)?;
+        let (dir, name) = dir_and_name(dest)?;
+        let own_name = tmp
+            .file_name()
+            .is_some_and(|n| own_files::temp_name_of(&name, &n.to_string_lossy()));
+        if !own_name || tmp.parent().map(Path::to_path_buf).unwrap_or_default() != dir {
+            return Err(Error::invalid(format!(
+                "{}: not a temporary output of {}; tilestream takes up only its own",
+                tmp.display(),
+                dest.display()
+            )));
+        }
+        let file = own_files::open_own(tmp, false)?;
         if !lock(&file) {
             return Err(Error::invalid(format!(
                 "{}: held by another run",
@@ -1151,14 +1190,14 @@ impl OutputFile {
                     .suffix(TEMP_SUFFIX)
                     .tempdir_in(&parent)
                     .map_err(|e| Error::io("create a directory in", &parent, e))?;
+                // held while the store is written, so that `clean` leaves it alone
+                let lock_path = dir.path().join(".lock");
+                let held = own_files::open_own(&lock_path, true)?;
+                let _ = lock(&held);
                 zarr::write_store(dir.path(), &self.dest, &self.shape, self.dtype, opts, &read)?;
-                if self.dest.exists() {
-                    if !self.dest.join("zarr.json").is_file() {
-                        return Err(Error::invalid(format!(
-                            "{}: exists and is not a Zarr store; not replacing it",
-                            self.dest.display()
-                        )));
-                    }
+                std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))?;
+                if std::fs::symlink_metadata(&self.dest).is_ok() {
+                    own_files::check_destination(&self.dest, OutFormat::Zarr)?;
                     std::fs::remove_dir_all(&self.dest)
                         .map_err(|e| Error::io("replace", &self.dest, e))?;
                 }
@@ -1173,6 +1212,8 @@ impl OutputFile {
     }
 
     fn persist(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {
+        // what may have appeared at the destination while the run went on
+        own_files::check_destination(dest, OutFormat::Npy)?;
         if durable {
             tmp.as_file()
                 .sync_all()

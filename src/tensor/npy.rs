@@ -57,6 +57,13 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
         .fortran_order
         .ok_or("the .npy header has no 'fortran_order' key")?;
     let shape = dict.shape.ok_or("the .npy header has no 'shape' key")?;
+    if shape.len() > super::MAX_RANK {
+        return Err(format!(
+            "the .npy header gives {} dimensions; tilestream reads at most {} (numpy's limit)",
+            shape.len(),
+            super::MAX_RANK
+        ));
+    }
     if fortran && shape.iter().filter(|&&d| d > 1).count() > 1 {
         return Err(
             "Fortran-order arrays are not supported: save a C-order copy with numpy `np.save(path, np.ascontiguousarray(a))`"

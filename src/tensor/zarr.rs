@@ -98,6 +98,10 @@ fn usizes(v: &serde_json::Value) -> Option<Vec<usize>> {
         .collect()
 }
 
+/// Most bytes of a `zarr.json` read: metadata and attributes of real arrays take a few
+/// KiB; a larger file is refused before it is parsed into memory.
+const ZARR_JSON_MAX: u64 = 1 << 20;
+
 /// Reads the metadata (`zarr.json`) of the array at the root of the store at `path`.
 ///
 /// # Errors
@@ -112,7 +116,7 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
         };
         return Err(Error::format(path, msg));
     }
-    let text = std::fs::read_to_string(&meta_path).map_err(|e| Error::io("read", &meta_path, e))?;
+    let text = super::own_files::read_small_input(&meta_path, ZARR_JSON_MAX)?;
     let m: serde_json::Value = serde_json::from_str(&text)
         .map_err(|e| Error::format(&meta_path, format!("not valid JSON: {e}")))?;
     if m["zarr_format"] != 3 {
@@ -125,6 +129,16 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
         ));
     }
     let shape = usizes(&m["shape"]).ok_or_else(|| Error::format(&meta_path, "bad shape"))?;
+    if shape.len() > super::MAX_RANK {
+        return Err(Error::format(
+            &meta_path,
+            format!(
+                "{} dimensions; tilestream reads at most {} (numpy's limit)",
+                shape.len(),
+                super::MAX_RANK
+            ),
+        ));
+    }
     if shape.is_empty() {
         return Err(Error::format(
             path,

@@ -1,0 +1,304 @@
+//! The one gate every file tilestream writes goes through, so that nothing outside a
+//! run's own output is ever opened for writing because a path on disk said so.
+//!
+//! - [`open_own`] opens a run's own temporary files (journal, state slots, an
+//!   interrupted run's temporary output): never through a symbolic link, never a FIFO or
+//!   device (opened non-blocking, then checked to be a regular file), never a file with a
+//!   second hard link (which would make a write land in another name's data).
+//! - [`temp_name_of`] says whether a name recorded in a journal is one this run's
+//!   destination could have made; anything else is refused.
+//! - [`check_destination`] refuses a destination that is not a regular file (or, for a
+//!   Zarr output, a directory this tool recognises as a Zarr array store): renaming over
+//!   `/dev/null` or a FIFO, or deleting a directory of other files, is never a way to
+//!   finish a run.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use crate::error::{Error, Result};
+
+use super::{OutFormat, TEMP_SUFFIX};
+
+/// Opens (and with `create`, creates) one of a run's own temporary files for reading and
+/// writing: not through a symbolic link, not blocking on a FIFO, and only if it is a
+/// regular file with one link.
+///
+/// # Errors
+/// [`Error::Io`] if it cannot be opened (a symbolic link is refused by the kernel);
+/// [`Error::Invalid`] if it is not a regular file of its own.
+pub fn open_own(path: &Path, create: bool) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(create)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                Error::invalid(format!(
+                    "{}: is a symbolic link where tilestream keeps its own temporary file; \
+                     remove it",
+                    path.display()
+                ))
+            } else if create {
+                let dir = match path.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                Error::io("create a temporary output file in", dir, e)
+            } else {
+                Error::io("open", path, e)
+            }
+        })?;
+    let m = file.metadata().map_err(|e| Error::io("inspect", path, e))?;
+    if !m.file_type().is_file() {
+        return Err(Error::invalid(format!(
+            "{}: is a {} where tilestream keeps its own temporary file; remove it",
+            path.display(),
+            kind_of(m.file_type())
+        )));
+    }
+    if m.nlink() > 1 {
+        return Err(Error::invalid(format!(
+            "{}: has {} hard links, so writing it would change another file; remove it",
+            path.display(),
+            m.nlink()
+        )));
+    }
+    Ok(file)
+}
+
+/// Whether `candidate`, a file name read from a journal, is one the temporary output of
+/// the destination named `dest_name` could have: `.NAME.XXXXXX.tilestream-tmp`, a
+/// single path component whose middle part is the random letters and digits of
+/// `tempfile`.
+#[must_use]
+pub fn temp_name_of(dest_name: &str, candidate: &str) -> bool {
+    let Some(rest) = candidate.strip_prefix(&format!(".{dest_name}.")) else {
+        return false;
+    };
+    let Some(random) = rest.strip_suffix(TEMP_SUFFIX) else {
+        return false;
+    };
+    !random.is_empty() && random.len() <= 16 && random.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Opens an input for reading, refusing anything that is not a regular file (a FIFO or
+/// device would block the run or never end): opened non-blocking, then checked.
+///
+/// # Errors
+/// [`Error::Io`] if it cannot be opened; [`Error::Invalid`] if it is not a regular file.
+pub fn open_input(path: &Path) -> Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::io("open", path, e))?;
+    let m = file.metadata().map_err(|e| Error::io("inspect", path, e))?;
+    if !m.file_type().is_file() {
+        return Err(Error::invalid(format!(
+            "{}: is a {}, not a regular file; tilestream reads files (and Zarr store \
+             directories)",
+            path.display(),
+            kind_of(m.file_type())
+        )));
+    }
+    Ok(file)
+}
+
+/// Reads a small text input (a pipeline file, a kernel), at most `max` bytes, through
+/// [`open_input`].
+///
+/// # Errors
+/// As [`open_input`]; [`Error::Invalid`] if it is larger than `max` or not UTF-8.
+pub fn read_small_input(path: &Path, max: u64) -> Result<String> {
+    use std::io::Read as _;
+    let file = open_input(path)?;
+    let mut text = String::new();
+    let n = file
+        .take(max + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| Error::io("read", path, e))?;
+    if n as u64 > max {
+        return Err(Error::invalid(format!(
+            "{}: larger than {max} bytes; this is not the small text file expected here",
+            path.display()
+        )));
+    }
+    Ok(text)
+}
+
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    if t.is_dir() {
+        "directory"
+    } else if t.is_symlink() {
+        "symbolic link"
+    } else if t.is_fifo() {
+        "FIFO"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_char_device() {
+        "character device"
+    } else if t.is_block_device() {
+        "block device"
+    } else {
+        "special file"
+    }
+}
+
+/// Refuses an existing destination that finishing a run must not replace: anything but
+/// a regular file (or a symbolic link, which the output replaces, leaving its target
+/// alone) for a file output; anything but a Zarr v3 array store ([`zarr_array_store`])
+/// for a Zarr output. A destination that does not exist is fine.
+///
+/// # Errors
+/// [`Error::Invalid`] naming what is there and what to do.
+pub fn check_destination(dest: &Path, format: OutFormat) -> Result<()> {
+    let Ok(m) = std::fs::symlink_metadata(dest) else {
+        return Ok(());
+    };
+    let t = m.file_type();
+    match format {
+        OutFormat::Zarr => {
+            if t.is_dir() {
+                return zarr_array_store(dest);
+            }
+            Err(Error::invalid(format!(
+                "{}: exists and is a {}, not a Zarr store; not replacing it (remove it or \
+                 choose another output)",
+                dest.display(),
+                if t.is_file() { "file" } else { kind_of(t) }
+            )))
+        }
+        _ if t.is_file() || t.is_symlink() => Ok(()),
+        _ if t.is_dir() => Err(Error::invalid(format!(
+            "{}: is a directory; give an output file name",
+            dest.display()
+        ))),
+        _ => Err(Error::invalid(format!(
+            "{}: is a {}; tilestream writes only regular files (and Zarr stores), so it will \
+             not replace it",
+            dest.display(),
+            kind_of(t)
+        ))),
+    }
+}
+
+/// Most bytes of a `zarr.json` read to recognise a store.
+const ZARR_JSON_MAX: u64 = 1 << 20;
+
+/// Accepts a directory as a Zarr v3 array store tilestream may replace: its `zarr.json`
+/// is a Zarr v3 array's metadata (`zarr_format` 3, `node_type` "array"), and every other
+/// entry is a chunk key (`c`, or digits and dots as the v2 key encoding names chunks).
+///
+/// # Errors
+/// [`Error::Invalid`] naming what makes it something else.
+pub fn zarr_array_store(dir: &Path) -> Result<()> {
+    let refuse = |why: String| {
+        Err(Error::invalid(format!(
+            "{}: exists and {why}; not replacing it (remove it or choose another output)",
+            dir.display()
+        )))
+    };
+    let meta = dir.join("zarr.json");
+    let m = match std::fs::symlink_metadata(&meta) {
+        Ok(m) if m.file_type().is_file() && m.len() <= ZARR_JSON_MAX => m,
+        Ok(_) => return refuse("its zarr.json is not a small regular file".into()),
+        Err(_) => return refuse("is a directory that is not a Zarr store (no zarr.json)".into()),
+    };
+    let text = std::fs::read(&meta).map_err(|e| Error::io("read", &meta, e))?;
+    let json: Option<serde_json::Value> = serde_json::from_slice(&text).ok();
+    let is_array = json.as_ref().is_some_and(|j| {
+        j.get("zarr_format").and_then(serde_json::Value::as_u64) == Some(3)
+            && j.get("node_type").and_then(serde_json::Value::as_str) == Some("array")
+    });
+    if !is_array || m.len() == 0 {
+        return refuse("its zarr.json is not the metadata of a Zarr v3 array".into());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("list", dir, e))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let chunk_key = name == "c" || name.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+        if name != "zarr.json" && !chunk_key {
+            return refuse(format!("holds `{name}`, which is not part of a Zarr array"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_names_must_be_this_destinations_temporary_outputs() {
+        assert!(temp_name_of("out.npy", ".out.npy.Ab3xYz.tilestream-tmp"));
+        for bad in [
+            "../out.npy",
+            "/etc/passwd",
+            ".out.npy.Ab3xYz.tilestream-tmp/../../x",
+            ".other.npy.Ab3xYz.tilestream-tmp",
+            ".out.npy..tilestream-tmp",
+            ".out.npy.a/b.tilestream-tmp",
+            ".out.npy.journal.tilestream-tmp.x",
+            "out.npy",
+        ] {
+            assert!(!temp_name_of("out.npy", bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn own_files_are_regular_files_with_one_link() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let p = dir.path().join("own");
+        open_own(&p, true).expect("created");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&p, &link).expect("symlink");
+        assert!(open_own(&link, false).is_err());
+        let hard = dir.path().join("hard");
+        std::fs::hard_link(&p, &hard).expect("hard link");
+        let e = open_own(&hard, false).expect_err("two links").to_string();
+        assert!(e.contains("hard links"), "{e}");
+        let fifo = dir.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().expect("utf8")).expect("cstr");
+        // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = open_own(&fifo, false).expect_err("fifo").to_string();
+        assert!(e.contains("FIFO"), "{e}");
+    }
+
+    #[test]
+    fn destinations_that_are_not_files_or_array_stores_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        check_destination(&dir.path().join("new.npy"), OutFormat::Npy).expect("absent");
+        let f = dir.path().join("f.npy");
+        std::fs::write(&f, b"x").expect("write");
+        check_destination(&f, OutFormat::Npy).expect("a file");
+        let e = check_destination(Path::new("/dev/null"), OutFormat::Npy)
+            .expect_err("device")
+            .to_string();
+        assert!(e.contains("character device"), "{e}");
+        // a directory with `{}` as zarr.json, or with other files, is not an array store
+        let z = dir.path().join("s.zarr");
+        std::fs::create_dir(&z).expect("mkdir");
+        std::fs::write(z.join("zarr.json"), b"{}").expect("write");
+        assert!(check_destination(&z, OutFormat::Zarr).is_err());
+        std::fs::write(
+            z.join("zarr.json"),
+            br#"{"zarr_format":3,"node_type":"array"}"#,
+        )
+        .expect("write");
+        std::fs::create_dir(z.join("c")).expect("mkdir");
+        check_destination(&z, OutFormat::Zarr).expect("an array store");
+        std::fs::write(z.join("notes.txt"), b"mine").expect("write");
+        let e = check_destination(&z, OutFormat::Zarr)
+            .expect_err("other files")
+            .to_string();
+        assert!(e.contains("notes.txt"), "{e}");
+        assert!(check_destination(&f, OutFormat::Zarr).is_err());
+    }
+}
