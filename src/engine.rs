@@ -350,7 +350,16 @@ impl Engine {
                 let opts = self.tiff_options(out, output.shape());
                 output.with_tiff(opts)
             }
-            OutFormat::Zarr => Ok(output.with_zarr(self.zarr_out.clone())),
+            OutFormat::Zarr => {
+                // refused before the run, not after it: chunks the budget cannot encode
+                crate::tensor::zarr::chunk_shapes(
+                    &self.zarr_out,
+                    output.shape(),
+                    output.dtype(),
+                    self.budget.limit(),
+                )?;
+                Ok(output.with_zarr(self.zarr_out.clone()))
+            }
             OutFormat::Npy | OutFormat::Raw => Ok(output),
         }
     }
@@ -921,8 +930,12 @@ impl Engine {
         src: &str,
         inputs: &[(&str, &'a TensorFile)],
     ) -> Result<(Program, Vec<InputStream<'a>>, Vec<usize>, DType)> {
-        let e = expr::parse(src)
-            .map_err(|e| Error::invalid(format!("cannot parse expression '{src}' at {e}")))?;
+        let e = expr::parse(src).map_err(|e| {
+            Error::invalid(format!(
+                "cannot parse expression '{}' at {e}",
+                crate::tensor::npy::shown(src)
+            ))
+        })?;
         let program = Program::compile(&e);
         if program.streams.is_empty() {
             return Err(Error::invalid(format!(
@@ -986,13 +999,16 @@ impl Engine {
             });
         }
         let shape = shape.map(|(s, _)| s).unwrap_or_default();
-        // default result: the widest float input; f32 for f16 with bf16; f64 if no float input
-        let floats: Vec<DType> = streams
-            .iter()
-            .map(|s| s.file.dtype())
-            .filter(|d| d.is_float())
-            .collect();
-        let out = if floats.is_empty() || floats.contains(&DType::F64) {
+        let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
+        Ok((program, streams, shape, Self::map_default_dtype(&dtypes)))
+    }
+
+    /// The dtype `map` writes by default over inputs of `dtypes`: the widest float input;
+    /// f32 for f16 with bf16; f64 if no input is a float.
+    #[must_use]
+    pub fn map_default_dtype(dtypes: &[DType]) -> DType {
+        let floats: Vec<DType> = dtypes.iter().copied().filter(|d| d.is_float()).collect();
+        if floats.is_empty() || floats.contains(&DType::F64) {
             DType::F64
         } else if floats.contains(&DType::F32)
             || (floats.contains(&DType::F16) && floats.contains(&DType::BF16))
@@ -1000,8 +1016,7 @@ impl Engine {
             DType::F32
         } else {
             floats[0]
-        };
-        Ok((program, streams, shape, out))
+        }
     }
 
     /// Plans `map` without running it.

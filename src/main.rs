@@ -165,6 +165,7 @@ struct AffineArgs {
 #[derive(Args, Clone, Debug)]
 struct MapArgs {
     /// The expression, e.g. '(x*2+1)' or '(s[7] - s[3]) / (s[7] + s[3])'.
+    #[arg(allow_hyphen_values = true)]
     expr: String,
     /// Output file (.npy, or raw for any other extension).
     output: PathBuf,
@@ -483,7 +484,13 @@ fn engine(c: &Common) -> Result<Engine> {
         .with_zarr_output(zarr)
         .with_out_format(c.format.as_deref().map(str::parse).transpose()?);
     match c.threads {
-        Some(n) => e.with_threads(n),
+        Some(n) => {
+            let max = tilestream::backend::max_threads();
+            if n > max {
+                eprintln!("note: --threads {n} lowered to {max} (four per core)");
+            }
+            e.with_threads(n)
+        }
         None => Ok(e),
     }
 }
@@ -1108,6 +1115,45 @@ fn on_sigbus_exit_cleanly() {
     }
 }
 
+/// Prints a command-line parsing error as one line (help and version as they are) and
+/// returns its exit code: 2 for usage errors, like every other one-line error.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+    }
+    let text = e.render().to_string();
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let mut first = lines
+        .next()
+        .unwrap_or("bad arguments")
+        .trim_start_matches("error: ")
+        .to_string();
+    let rest: Vec<&str> = lines.collect();
+    if first.ends_with(':') {
+        // the list that follows (missing arguments): onto the same line
+        let items: Vec<&str> = rest
+            .iter()
+            .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("tip:"))
+            .copied()
+            .collect();
+        first = format!("{} {}", first, items.join(", "));
+    }
+    let tip = rest
+        .iter()
+        .find_map(|l| l.strip_prefix("tip: "))
+        .map(|t| format!(" ({t})"))
+        .unwrap_or_default();
+    eprintln!("tilestream: error: {first}{tip}; see tilestream --help");
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
     // A file-size limit (ulimit -f) must fail the write with EFBIG, not kill the process
     // before it can remove its temporary output.
@@ -1124,7 +1170,10 @@ fn main() -> ExitCode {
             .with_ansi(std::io::stderr().is_terminal())
             .init();
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => return usage_error(&e),
+    };
     match main_inner(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

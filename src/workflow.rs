@@ -120,6 +120,10 @@ enum Job {
     Map {
         expr: String,
         dtype: Option<DType>,
+        /// Names whose dtypes decide the default output dtype, when the expression
+        /// reads values written in f64 only because fusing them grew too long (empty:
+        /// the expression's own names).
+        like: Vec<String>,
     },
     Reduce {
         input: String,
@@ -165,6 +169,11 @@ pub struct Workflow {
     outputs: BTreeMap<String, PathBuf>,
     jobs: Vec<Planned>,
 }
+
+/// Longest expression fusion builds (characters): past it, the value about to be
+/// substituted is written to a file instead, so a chain of steps that each use their
+/// input twice grows linearly, not exponentially.
+const FUSED_MAX: usize = 4 << 10;
 
 /// Most bytes of a pipeline file read (one is a few hundred bytes; this bounds what a
 /// mistaken path, a device or a huge file can cost).
@@ -288,6 +297,9 @@ impl Workflow {
         }
         // elementwise results not (yet) written: name -> expression over real names
         let mut virt: BTreeMap<String, String> = BTreeMap::new();
+        // values written in f64 because fusing them grew too long -> the real names
+        // whose dtypes a fused evaluation would have defaulted from
+        let mut proxy: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut jobs = Vec::new();
         let out_names: Vec<&String> = spec.outputs.keys().collect();
         for s in &spec.steps {
@@ -381,9 +393,25 @@ impl Workflow {
                         )));
                     }
                     if let Some(v) = virt.get(&name) {
+                        let uses = expr_names(&expr).iter().filter(|(n, _)| *n == name).count();
                         if indexed {
                             // indexing needs the value on disk
-                            materialize(&mut jobs, &mut virt, &name, line);
+                            materialize(&mut jobs, &mut virt, &proxy, &name, line, None);
+                        } else if expr.len() + uses * (v.len() + 2) > FUSED_MAX {
+                            // fusing would grow the expression past the cap (a value used
+                            // twice per step doubles it each step): write the value to a
+                            // file instead, in f64, which is what the fused evaluation
+                            // carries, so the result is the same bytes
+                            let real = expand_names(v, &proxy);
+                            materialize(
+                                &mut jobs,
+                                &mut virt,
+                                &proxy,
+                                &name,
+                                line,
+                                Some(DType::F64),
+                            );
+                            proxy.insert(name.clone(), real);
                         } else {
                             expr = substitute(&expr, &name, &format!("({v})"));
                         }
@@ -394,7 +422,11 @@ impl Workflow {
                 if keep {
                     jobs.push(Planned {
                         what: format!("map '{expr}'"),
-                        job: Job::Map { expr, dtype },
+                        job: Job::Map {
+                            like: like_of(&expr, &proxy),
+                            expr,
+                            dtype,
+                        },
                         out: st.out.clone(),
                         line,
                     });
@@ -406,7 +438,7 @@ impl Workflow {
             let mut take = |key: &str, v: &Option<String>| -> Result<String> {
                 let name = need(key, v)?;
                 if virt.contains_key(&name) {
-                    materialize(&mut jobs, &mut virt, &name, line);
+                    materialize(&mut jobs, &mut virt, &proxy, &name, line, None);
                 }
                 Ok(name)
             };
@@ -594,10 +626,11 @@ impl Workflow {
                 .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
         };
         Ok(match &j.job {
-            Job::Map { expr, dtype } => {
+            Job::Map { expr, dtype, like } => {
                 let named = Self::named(expr, files);
                 let refs: Vec<(&str, &TensorFile)> =
                     named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+                let dtype = &Self::map_dtype(*dtype, like, files)?;
                 let (_, _, shape, default) = Engine::bind(expr, &refs)?;
                 let p = e.plan_map(expr, &refs, *dtype)?;
                 (p.to_string(), shape, dtype.unwrap_or(default))
@@ -671,6 +704,29 @@ impl Workflow {
         })
     }
 
+    /// The dtype of a map job: the one given, else (for a job reading values written in
+    /// f64 for length) the default over the names they stand for, so that the output is
+    /// what a fused evaluation would have written.
+    fn map_dtype(
+        dtype: Option<DType>,
+        like: &[String],
+        files: &BTreeMap<String, TensorFile>,
+    ) -> Result<Option<DType>> {
+        if dtype.is_some() || like.is_empty() {
+            return Ok(dtype);
+        }
+        let dtypes = like
+            .iter()
+            .map(|n| {
+                files
+                    .get(n)
+                    .map(TensorFile::dtype)
+                    .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(Engine::map_default_dtype(&dtypes)))
+    }
+
     /// The files an expression names.
     fn named<'a>(
         expr: &str,
@@ -740,11 +796,11 @@ impl Workflow {
                 .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
         };
         match &j.job {
-            Job::Map { expr, dtype } => {
+            Job::Map { expr, dtype, like } => {
                 let named = Self::named(expr, files);
                 let refs: Vec<(&str, &TensorFile)> =
                     named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-                e.map(expr, &refs, out, *dtype)
+                e.map(expr, &refs, out, Self::map_dtype(*dtype, like, files)?)
             }
             Job::Reduce {
                 input,
@@ -766,17 +822,47 @@ impl Workflow {
     }
 }
 
+/// The names of `expr`, each value written in f64 for length replaced by the names it
+/// stands for.
+fn expand_names(expr: &str, proxy: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (n, _) in expr_names(expr) {
+        for m in proxy.get(&n).cloned().unwrap_or_else(|| vec![n]) {
+            if !out.contains(&m) {
+                out.push(m);
+            }
+        }
+    }
+    out
+}
+
+/// The `like` of a map job over `expr`: empty unless it reads a value written in f64
+/// for length.
+fn like_of(expr: &str, proxy: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    if expr_names(expr).iter().any(|(n, _)| proxy.contains_key(n)) {
+        expand_names(expr, proxy)
+    } else {
+        Vec::new()
+    }
+}
+
 /// Writes a fused (virtual) value to disk before a step that needs it as a file.
 fn materialize(
     jobs: &mut Vec<Planned>,
     virt: &mut BTreeMap<String, String>,
+    proxy: &BTreeMap<String, Vec<String>>,
     name: &str,
     line: usize,
+    dtype: Option<DType>,
 ) {
     if let Some(expr) = virt.remove(name) {
         jobs.push(Planned {
             what: format!("map '{expr}'"),
-            job: Job::Map { expr, dtype: None },
+            job: Job::Map {
+                like: like_of(&expr, proxy),
+                expr,
+                dtype,
+            },
             out: name.to_string(),
             line,
         });

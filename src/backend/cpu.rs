@@ -26,10 +26,13 @@ impl CpuBackend {
     /// # Errors
     /// [`Error::Invalid`] for zero threads; [`Error::Internal`] if the pool cannot start.
     pub fn new(threads: Option<usize>) -> Result<Self> {
+        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let n = match threads {
             Some(0) => return Err(Error::invalid("--threads must be at least 1")),
-            Some(n) => n,
-            None => std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            // more threads than this only queue behind each other (and thousands bring
+            // a machine to a crawl)
+            Some(n) => n.min(max_threads()),
+            None => cores,
         };
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(n)
@@ -40,6 +43,13 @@ impl CpuBackend {
             pool: Arc::new(pool),
         })
     }
+}
+
+/// Most CPU worker threads a backend starts: four per core. A larger `--threads` is
+/// lowered to this.
+#[must_use]
+pub fn max_threads() -> usize {
+    4 * std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
 }
 
 /// Runs a reducer's tiles inside the backend's pool.

@@ -4,7 +4,7 @@
 
 mod cpu;
 
-pub use cpu::CpuBackend;
+pub use cpu::{CpuBackend, max_threads};
 
 use crate::dtype::DType;
 use crate::error::Result;

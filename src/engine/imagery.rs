@@ -385,6 +385,31 @@ impl Engine {
                 spec.size, spec.overlap
             )));
         }
+        if dims.contains(&0) {
+            return Err(Error::Invalid(format!(
+                "{} has shape {}: no pixels, so no patches to cut",
+                input.path().display(),
+                fmt_shape(input.shape())
+            )));
+        }
+        // counted before the patch starts are listed: the index of every patch is held
+        // until the end, so their number is bounded by the budget first
+        let stride = spec.size - spec.overlap;
+        let along = |n: usize| n.saturating_sub(spec.overlap).max(1).div_ceil(stride) as u64;
+        let count = (dims[0] as u64)
+            .checked_mul(along(dims[1]))
+            .and_then(|n| n.checked_mul(along(dims[2])));
+        if count.is_none_or(|n| n.saturating_mul(96) > self.budget.limit()) {
+            return Err(Error::Invalid(format!(
+                "{} patches of {}x{} from {}: their index alone (96 bytes a patch) passes the \
+                 {} budget; use larger patches or a larger --memory",
+                count.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
+                spec.size,
+                spec.size,
+                fmt_shape(input.shape()),
+                crate::budget::fmt_bytes(self.budget.limit())
+            )));
+        }
         let rows = patch_starts(dims[1], spec, "rows")?;
         let cols = patch_starts(dims[2], spec, "columns")?;
         let patches = (dims[0] * rows.len() * cols.len()) as u64;

@@ -223,6 +223,10 @@ struct Parser {
 
 const MAX_DEPTH: usize = 200;
 
+/// Most tokens in one expression: a bound on the tree (and on the recursion that
+/// compiles and frees it, which a chain `x+x+...` as long as the input would exhaust).
+const MAX_TOKENS: usize = 4096;
+
 impl Parser {
     fn peek(&self) -> &Tok {
         &self.toks[self.pos].0
@@ -346,7 +350,13 @@ impl Parser {
         let base = self.atom()?;
         if *self.peek() == Tok::Op("**") {
             self.bump();
+            // `x**x**x...` nests to the right: count it like parentheses
+            self.depth += 1;
+            if self.depth > MAX_DEPTH {
+                return self.err("expression nested too deeply");
+            }
             let exp = self.unary()?;
+            self.depth -= 1;
             return Ok(Expr::Binary(BinOp::Pow, Box::new(base), Box::new(exp)));
         }
         Ok(base)
@@ -519,6 +529,16 @@ fn describe(t: &Tok) -> String {
 /// [`ParseError`] with the column of the first problem.
 pub fn parse(src: &str) -> Result<Expr, ParseError> {
     let toks = lex(src)?;
+    if toks.len() > MAX_TOKENS {
+        return Err(ParseError {
+            message: format!(
+                "the expression has {} tokens; tilestream compiles at most {MAX_TOKENS} (split \
+                 it into pipeline steps)",
+                toks.len() - 1
+            ),
+            column: toks[MAX_TOKENS].1,
+        });
+    }
     let mut p = Parser {
         toks,
         pos: 0,
@@ -960,7 +980,9 @@ mod tests {
         assert!(e("a < b < c").message.contains("chained"));
         assert!(e("x y").message.contains("unexpected 'y'"));
         assert!(e("").message.contains("empty"));
-        assert!(e(&"(".repeat(10_000)).message.contains("nested too deeply"));
+        assert!(e(&"(".repeat(1_000)).message.contains("nested too deeply"));
+        assert!(e(&"x**".repeat(1_000)).message.contains("nested too deeply"));
+        assert!(e(&"(".repeat(10_000)).message.contains("at most 4096"));
     }
 
     #[test]

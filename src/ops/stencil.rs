@@ -61,6 +61,13 @@ pub enum Filter {
     },
 }
 
+/// Widest window of a filter along one axis (gaussian, box), in pixels: it bounds the
+/// kernel and the halo before the planner sizes anything from them.
+const MAX_WINDOW: usize = 65535;
+
+/// Widest median window (its `size x size` values are sorted for every pixel).
+const MAX_MEDIAN: usize = 255;
+
 impl Filter {
     /// Parses a filter spec. `convolve:PATH` reads a small kernel with `load_kernel`.
     ///
@@ -120,10 +127,15 @@ impl Filter {
         };
         let size = || -> Result<usize> {
             let v = get("size").ok_or_else(|| bad("give size=N".into()))?;
+            let max = if name == "median" {
+                MAX_MEDIAN
+            } else {
+                MAX_WINDOW
+            };
             match v.parse::<usize>() {
-                Ok(n) if n >= 1 => Ok(n),
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
                 _ => Err(bad(format!(
-                    "size=`{v}` must be a whole number of at least 1"
+                    "size=`{v}` must be a whole number from 1 to {max}"
                 ))),
             }
         };
@@ -136,6 +148,14 @@ impl Filter {
                 }
                 if !(truncate > 0.0 && truncate.is_finite()) {
                     return Err(bad("truncate must be a positive number".into()));
+                }
+                let radius = truncate * sigma + 0.5;
+                if radius >= (MAX_WINDOW / 2 + 1) as f64 {
+                    return Err(bad(format!(
+                        "truncate x sigma = {} pixels: the window would pass {MAX_WINDOW} \
+                         pixels (give a smaller sigma, or downsample first)",
+                        truncate * sigma
+                    )));
                 }
                 Filter::Gaussian { sigma, truncate }
             }

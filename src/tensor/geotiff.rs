@@ -598,9 +598,13 @@ const BIGTIFF_ABOVE: u64 = (4 << 30) - (64 << 20);
 /// `(bands, height, width)` of a tensor shape written as an image.
 ///
 /// # Errors
-/// [`Error::Invalid`] for shapes that are not 2-D or 3-D.
+/// [`Error::Invalid`] for shapes that are not 2-D or 3-D, or that hold no pixels.
 pub fn image_dims(shape: &[usize]) -> Result<(usize, usize, usize)> {
     match *shape {
+        _ if shape.contains(&0) => Err(Error::invalid(format!(
+            "a GeoTIFF cannot hold an image without pixels; this output has shape {}",
+            super::fmt_shape(shape)
+        ))),
         [h, w] => Ok((1, h, w)),
         [b, h, w] => Ok((b, h, w)),
         _ => Err(Error::invalid(format!(

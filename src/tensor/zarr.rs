@@ -327,6 +327,62 @@ pub fn default_chunks(shape: &[usize]) -> Vec<usize> {
     }
 }
 
+/// The inner chunk shape and the outer one (the shard, or the chunk when not sharded)
+/// that `opts` give an array of `shape` and `dtype`, checked: one size per dimension,
+/// none zero, shards a multiple of chunks, and one outer chunk (which the encoder
+/// assembles in memory) no larger than `memory`.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the option and the arithmetic.
+pub fn chunk_shapes(
+    opts: &ZarrWriteOptions,
+    shape: &[usize],
+    dtype: DType,
+    memory: u64,
+) -> Result<(Vec<usize>, Vec<usize>)> {
+    let rank = shape.len();
+    let inner = opts.chunks.clone().unwrap_or_else(|| default_chunks(shape));
+    let check = |what: &str, c: &[usize]| -> Result<()> {
+        if c.len() != rank || c.contains(&0) {
+            return Err(Error::invalid(format!(
+                "{what} {} does not fit an array of shape {}: give {rank} positive sizes",
+                super::fmt_shape(c),
+                super::fmt_shape(shape)
+            )));
+        }
+        let bytes = c
+            .iter()
+            .try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64));
+        if bytes.is_none_or(|b| b > memory) {
+            return Err(Error::invalid(format!(
+                "{what} {}: one chunk of {} is {}, more than the {} the encoder may hold; give \
+                 smaller chunks or a larger --memory",
+                super::fmt_shape(c),
+                dtype.name(),
+                bytes.map_or_else(|| "over 16 EiB".to_string(), crate::budget::fmt_bytes),
+                crate::budget::fmt_bytes(memory)
+            )));
+        }
+        Ok(())
+    };
+    check("--zarr-chunks", &inner)?;
+    let outer = match &opts.shard {
+        Some(s) => {
+            if s.len() == rank && s.iter().zip(&inner).any(|(s, c)| *c == 0 || s % c != 0) {
+                return Err(Error::invalid(format!(
+                    "--zarr-shard {} is not a multiple of the chunk shape {}",
+                    super::fmt_shape(s),
+                    super::fmt_shape(&inner)
+                )));
+            }
+            check("--zarr-shard", s)?;
+            s.clone()
+        }
+        None => inner.clone(),
+    };
+    Ok((inner, outer))
+}
+
 /// Writes a Zarr v3 array of `shape` and `dtype` into the (new, empty) directory `dir`
 /// from little-endian C-order data that `read(at, buf)` reads by byte offset. Chunks are
 /// encoded and stored in parallel, a batch at a time within `opts.memory`.
@@ -346,32 +402,7 @@ pub fn write_store(
     if rank == 0 {
         return Err(Error::invalid("a Zarr output needs at least one dimension"));
     }
-    let inner = opts.chunks.clone().unwrap_or_else(|| default_chunks(shape));
-    let check = |what: &str, c: &[usize]| -> Result<()> {
-        if c.len() != rank || c.contains(&0) {
-            return Err(Error::invalid(format!(
-                "{what} {} does not fit an array of shape {}: give {rank} positive sizes",
-                super::fmt_shape(c),
-                super::fmt_shape(shape)
-            )));
-        }
-        Ok(())
-    };
-    check("--zarr-chunks", &inner)?;
-    let outer = match &opts.shard {
-        Some(s) => {
-            check("--zarr-shard", s)?;
-            if s.iter().zip(&inner).any(|(s, c)| s % c != 0) {
-                return Err(Error::invalid(format!(
-                    "--zarr-shard {} is not a multiple of the chunk shape {}",
-                    super::fmt_shape(s),
-                    super::fmt_shape(&inner)
-                )));
-            }
-            s.clone()
-        }
-        None => inner.clone(),
-    };
+    let (inner, outer) = chunk_shapes(opts, shape, dtype, opts.memory)?;
     let store = FilesystemStore::new(dir)
         .map_err(|e| zarr_err(dest, "cannot create the Zarr store", &e))?;
     let fill = ArrayBytes::new_flen(vec![0u8; dtype.size()]);

@@ -1,0 +1,231 @@
+//! Absurd parameters and expressions end with one line, quickly, within the budget:
+//! sizes taken from the command line are checked before anything is allocated from them,
+//! expressions are bounded before they are compiled, pipeline fusion grows linearly,
+//! thread counts are capped, and argument errors are one line with exit code 2.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::missing_panics_doc,
+    clippy::zombie_processes, // reaped by wait4
+    clippy::float_cmp // exact by design
+)]
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bin, ok, read_npy_data};
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Runs `tilestream args` with `--memory 16MiB`, measuring the peak RSS of that process
+/// alone (wait4), killing it after 20 s; returns (exit code, stderr, peak RSS bytes).
+fn run_measured(args: &[&str]) -> (Option<i32>, String, u64) {
+    let mut c: Command = bin();
+    c.args(args)
+        .args(["--memory", "16MiB", "--progress", "never"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let pid = child.id() as libc::pid_t;
+    let start = Instant::now();
+    let mut status = 0;
+    // SAFETY: zeroed rusage is a valid value for wait4 to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child with valid out-pointers; WNOHANG never blocks.
+        let r = unsafe { libc::wait4(pid, &raw mut status, libc::WNOHANG, &raw mut ru) };
+        if r == pid {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("tilestream {args:?} still running after 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    (code, err, ru.ru_maxrss as u64 * 1024)
+}
+
+fn refused(args: &[&str], word: &str) {
+    let (code, err, rss) = run_measured(args);
+    assert!(
+        matches!(code, Some(1 | 2)),
+        "{args:?}: exit {code:?}: {err}"
+    );
+    assert_eq!(
+        err.trim_end().lines().count(),
+        1,
+        "{args:?}: not one line: {err}"
+    );
+    assert!(
+        err.len() < 600,
+        "{args:?}: a message of {} bytes",
+        err.len()
+    );
+    assert!(err.contains(word), "{args:?}: does not say `{word}`: {err}");
+    assert!(rss < 64 << 20, "{args:?}: peak RSS {rss}");
+}
+
+#[test]
+fn sizes_from_the_command_line_are_checked_before_allocating() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "64x64", "--seed", "1"]);
+    let z = dir.path().join("z.zarr");
+    for chunks in ["100000x100000", "4294967296x1", "18446744073709551615x1"] {
+        refused(
+            &["convert", p(&x), p(&z), "--zarr-chunks", chunks],
+            "--zarr-chunks",
+        );
+    }
+    refused(
+        &[
+            "convert",
+            p(&x),
+            p(&z),
+            "--zarr-chunks",
+            "64x64",
+            "--zarr-shard",
+            "1048576x1048576",
+        ],
+        "--zarr-shard",
+    );
+    let g = dir.path().join("g.npy");
+    for (filter, word) in [
+        ("gaussian:sigma=1e30", "sigma"),
+        ("gaussian:sigma=2,truncate=1e300", "sigma"),
+        ("box:size=18446744073709551615", "size"),
+        ("median:size=100000", "size"),
+    ] {
+        refused(&["stencil", p(&x), p(&g), "--filter", filter], word);
+    }
+    // images without pixels: no patch index, no GeoTIFF
+    for shape in ["4611686018427387904x0", "0x2147483648x2147483648"] {
+        let e = dir.path().join("e.npy");
+        ok(&["gen", p(&e), "--shape", shape]);
+        refused(&["tiles", p(&e), p(&dir.path().join("pt"))], "no pixels");
+    }
+    let e = dir.path().join("e.npy");
+    ok(&["gen", p(&e), "--shape", "0x5"]);
+    refused(
+        &["convert", p(&e), p(&dir.path().join("e.tif"))],
+        "without pixels",
+    );
+    // more patches than the budget can index
+    let big = dir.path().join("big.npy");
+    ok(&["gen", p(&big), "--shape", "512x512"]);
+    refused(
+        &["tiles", p(&big), p(&dir.path().join("pb")), "--size", "1"],
+        "index",
+    );
+}
+
+#[test]
+fn thread_counts_are_capped_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "256x256", "--seed", "1"]);
+    let start = Instant::now();
+    let (code, err, _) = run_measured(&[
+        "convert",
+        p(&x),
+        p(&dir.path().join("y.npy")),
+        "-j",
+        "100000",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(err.contains("lowered to"), "{err}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn expressions_are_bounded_before_they_are_compiled() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "8x8", "--seed", "1"]);
+    let y = dir.path().join("y.npy");
+    let xin = format!("x={}", p(&x));
+    let long_sum = format!("x{}", "+x".repeat(40_000));
+    let tower = format!("x{}", "**x".repeat(40_000));
+    let parens = format!("{}x{}", "(".repeat(40_000), ")".repeat(40_000));
+    let negs = format!("{}x", "-".repeat(40_000));
+    let short_tower = format!("x{}", "**x".repeat(1_000));
+    for e in [&long_sum, &tower, &parens, &negs, &short_tower] {
+        refused(&["map", e, p(&y), "--in", &xin], "expression");
+    }
+    // the longest accepted sums still compile and run (no stack overflow)
+    let near = format!("x{}", "+x".repeat(2_040));
+    let (code, err, _) = run_measured(&["map", &near, p(&y), "--in", &xin, "--dtype", "f64"]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
+#[test]
+fn pipeline_fusion_grows_linearly_and_keeps_the_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "64x64", "--seed", "1"]);
+    // a_i = a_{i-1} + a_{i-1}: textual fusion doubles the expression each step
+    let mut toml = String::from("[inputs]\na0 = \"x.npy\"\n");
+    for i in 1..=28 {
+        toml.push_str(&format!(
+            "\n[[steps]]\nop = \"map\"\nexpr = \"a{} + a{}\"\nout = \"a{i}\"\n",
+            i - 1,
+            i - 1
+        ));
+    }
+    toml.push_str("\n[outputs]\na28 = \"fused.npy\"\n");
+    let file = dir.path().join("fuse.toml");
+    std::fs::write(&file, toml).unwrap();
+    let start = Instant::now();
+    let (code, err, rss) = run_measured(&["run", p(&file)]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(rss < 64 << 20, "peak RSS {rss}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    // x * 2^28, exactly, in x's own dtype (f32), as a fully fused evaluation writes it
+    let got = read_npy_data(&dir.path().join("fused.npy"));
+    let xs = read_npy_data(&x);
+    assert_eq!(got.len(), xs.len(), "f32 output");
+    for (a, b) in got.chunks_exact(4).zip(xs.chunks_exact(4)) {
+        let (a, b) = (
+            f32::from_le_bytes(a.try_into().unwrap()),
+            f32::from_le_bytes(b.try_into().unwrap()),
+        );
+        assert_eq!(a, b * 268_435_456.0);
+    }
+}
+
+#[test]
+fn argument_errors_are_one_line_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "8x8", "--seed", "1"]);
+    let y = dir.path().join("y.npy");
+    for args in [
+        vec!["reduce", p(&x), p(&y), "--memory", "-1"],
+        vec!["reduce", p(&x), p(&y), "-j", "-1"],
+        vec!["reduce", p(&x), p(&y), "--axis", "-1"],
+        vec!["convert", p(&x), ""],
+        vec!["reduce", p(&x)],
+        vec!["frobnicate"],
+    ] {
+        let o = bin().args(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("tilestream: error: "), "{err}");
+    }
+    // an expression starting with `-` is an expression, not an option
+    ok(&["map", "-x", p(&y), "--in", &format!("x={}", p(&x))]);
+    // help still prints in full
+    let o = bin().arg("--help").output().unwrap();
+    assert!(o.status.success() && o.stdout.len() > 500);
+}
