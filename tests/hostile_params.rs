@@ -229,3 +229,78 @@ fn argument_errors_are_one_line_with_exit_code_2() {
     let o = bin().arg("--help").output().unwrap();
     assert!(o.status.success() && o.stdout.len() > 500);
 }
+
+/// A little-endian classic TIFF whose first directory holds `entries` (tag, type, count,
+/// value), each value inline.
+fn tiff_with(entries: &[(u16, u16, u32, u32)]) -> Vec<u8> {
+    let mut b = b"II*\0".to_vec();
+    b.extend(8u32.to_le_bytes());
+    b.extend((entries.len() as u16).to_le_bytes());
+    for &(tag, ty, count, value) in entries {
+        b.extend(tag.to_le_bytes());
+        b.extend(ty.to_le_bytes());
+        b.extend(count.to_le_bytes());
+        b.extend(value.to_le_bytes());
+    }
+    b.extend(0u32.to_le_bytes());
+    b
+}
+
+#[test]
+fn tiff_metadata_is_bounded_before_it_is_parsed() {
+    let dir = tempfile::tempdir().unwrap();
+    let y = dir.path().join("y.npy");
+    // 2^23 tiles claimed by a 100-byte file (the tables point past its end)
+    let tiles: u32 = 1 << 23;
+    let t = dir.path().join("tiles.tif");
+    std::fs::write(
+        &t,
+        tiff_with(&[
+            (256, 4, 1, 16 * 4096),   // ImageWidth
+            (257, 4, 1, 16 * 2048),   // ImageLength
+            (258, 3, 1, 8),           // BitsPerSample
+            (259, 3, 1, 1),           // Compression
+            (262, 3, 1, 1),           // Photometric
+            (277, 3, 1, 1),           // SamplesPerPixel
+            (322, 3, 1, 16),          // TileWidth
+            (323, 3, 1, 16),          // TileLength
+            (324, 4, tiles, 1 << 30), // TileOffsets
+            (325, 4, tiles, 1 << 30), // TileByteCounts
+        ]),
+    )
+    .unwrap();
+    let start = Instant::now();
+    refused(&["reduce", p(&t), p(&y), "--op", "sum"], "strips or tiles");
+    assert!(start.elapsed() < Duration::from_secs(5));
+    // a directory of 60000 tags
+    let many: Vec<(u16, u16, u32, u32)> = (0..60_000u32)
+        .map(|i| (40_000 + (i % 20_000) as u16, 3, 1, 0))
+        .collect();
+    let m = dir.path().join("many.tif");
+    std::fs::write(&m, tiff_with(&many)).unwrap();
+    refused(&["convert", p(&m), p(&y)], "tags");
+    // a .npy header of a million dimensions
+    let mut h = b"\x93NUMPY\x02\x00".to_vec();
+    let dict = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}), }}",
+        "1,".repeat(1_000_000)
+    );
+    h.extend((dict.len() as u32 + 1).to_le_bytes());
+    h.extend(dict.as_bytes());
+    h.push(b'\n');
+    let n = dir.path().join("dims.npy");
+    std::fs::write(&n, h).unwrap();
+    refused(&["convert", p(&n), p(&y)], "header");
+    // a zarr.json of 10 MB
+    let z = dir.path().join("big.zarr");
+    std::fs::create_dir(&z).unwrap();
+    std::fs::write(
+        z.join("zarr.json"),
+        format!(
+            "{{\"zarr_format\":3,\"node_type\":\"array\",\"attributes\":{{\"x\":\"{}\"}}}}",
+            "a".repeat(10 << 20)
+        ),
+    )
+    .unwrap();
+    refused(&["convert", p(&z), p(&y)], "larger than");
+}

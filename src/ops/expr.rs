@@ -981,7 +981,11 @@ mod tests {
         assert!(e("x y").message.contains("unexpected 'y'"));
         assert!(e("").message.contains("empty"));
         assert!(e(&"(".repeat(1_000)).message.contains("nested too deeply"));
-        assert!(e(&"x**".repeat(1_000)).message.contains("nested too deeply"));
+        assert!(
+            e(&"x**".repeat(1_000))
+                .message
+                .contains("nested too deeply")
+        );
         assert!(e(&"(".repeat(10_000)).message.contains("at most 4096"));
     }
 

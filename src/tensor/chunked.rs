@@ -33,6 +33,11 @@ pub trait ChunkSource: Send + Sync + fmt::Debug {
     /// # Errors
     /// Any failure to read or decode the chunk, naming the file.
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()>;
+    /// Bytes the source holds for as long as it is open (a TIFF's chunk offset tables),
+    /// counted with the decode scratch.
+    fn resident_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// A chunked tensor: its shape, dtype and the source of its chunks.
@@ -174,7 +179,7 @@ impl Chunked {
     pub fn scratch_bytes(&self) -> u64 {
         let cache = self.cache.lock().map_or(0, |c| c.capacity);
         let threads = rayon::current_num_threads().min(self.batch);
-        cache + (self.batch + threads) as u64 * self.chunk_bytes()
+        cache + (self.batch + threads) as u64 * self.chunk_bytes() + self.source.resident_bytes()
     }
 
     /// Reads windows `(start, count, touch)` (flat element ranges, as

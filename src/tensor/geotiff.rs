@@ -348,7 +348,113 @@ impl TiffLayout {
     }
 }
 
+/// Most strips or tiles one image may list. The `tiff` crate reads the whole offset and
+/// byte-count tables when it opens a file, holding each entry in a 32-byte value while
+/// it parses, so this bounds what a file's metadata can cost (a million entries: 32 MiB
+/// for a moment, then the 16 MiB tables, counted in the budget).
+const MAX_CHUNKS: u64 = 1 << 20;
+
+/// Most entries of the first directory (real files have a few dozen).
+const MAX_ENTRIES: u64 = 4096;
+
+/// Reads the first directory's entry count and the counts of its offset and byte-count
+/// tables straight from the file, before the `tiff` crate parses anything, and refuses a
+/// file whose tables would cost more than [`MAX_CHUNKS`] entries.
+fn precheck_tables(path: &Path, file: &File) -> Result<()> {
+    let mut head = [0u8; 16];
+    let n = file
+        .read_at(&mut head, 0)
+        .map_err(|e| Error::io("read", path, e))?;
+    let le = match head.get(..2) {
+        Some(b"II") => true,
+        Some(b"MM") => false,
+        _ => return Ok(()), // the crate says what is wrong
+    };
+    let u16_at = |b: &[u8]| {
+        if le {
+            u16::from_le_bytes([b[0], b[1]])
+        } else {
+            u16::from_be_bytes([b[0], b[1]])
+        }
+    };
+    let u32_at = |b: &[u8]| {
+        let a = [b[0], b[1], b[2], b[3]];
+        if le {
+            u32::from_le_bytes(a)
+        } else {
+            u32::from_be_bytes(a)
+        }
+    };
+    let u64_at = |b: &[u8]| {
+        let a: [u8; 8] = b[..8].try_into().unwrap_or_default();
+        if le {
+            u64::from_le_bytes(a)
+        } else {
+            u64::from_be_bytes(a)
+        }
+    };
+    if n < 16 {
+        return Ok(());
+    }
+    let big = u16_at(&head[2..]) == 43;
+    let ifd = if big {
+        u64_at(&head[8..])
+    } else {
+        u64::from(u32_at(&head[4..]))
+    };
+    let mut count = [0u8; 8];
+    let got = file
+        .read_at(&mut count, ifd)
+        .map_err(|e| Error::io("read", path, e))?;
+    if got < 8 {
+        return Ok(());
+    }
+    let entries = if big {
+        u64_at(&count)
+    } else {
+        u64::from(u16_at(&count))
+    };
+    if entries > MAX_ENTRIES {
+        return Err(Error::format(
+            path,
+            format!(
+                "its first directory lists {entries} tags; tilestream reads at most {MAX_ENTRIES}"
+            ),
+        ));
+    }
+    let (first, size) = if big {
+        (ifd + 8, 20u64)
+    } else {
+        (ifd + 2, 12u64)
+    };
+    let mut table = vec![0u8; (entries * size) as usize];
+    let got = file
+        .read_at(&mut table, first)
+        .map_err(|e| Error::io("read", path, e))?;
+    for e in table[..got - got % size as usize].chunks_exact(size as usize) {
+        let tag = u16_at(e);
+        let n = if big {
+            u64_at(&e[4..])
+        } else {
+            u64::from(u32_at(&e[4..]))
+        };
+        // StripOffsets, StripByteCounts, TileOffsets, TileByteCounts
+        if matches!(tag, 273 | 279 | 324 | 325) && n > MAX_CHUNKS {
+            return Err(Error::format(
+                path,
+                format!(
+                    "the image lists {n} strips or tiles; tilestream reads at most {MAX_CHUNKS} \
+                     (rewrite it with larger tiles: gdal_translate -co TILED=YES -co \
+                     BLOCKXSIZE=1024 -co BLOCKYSIZE=1024)"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn decoder(path: &Path, file: File) -> Result<Decoder<BufReader<File>>> {
+    precheck_tables(path, &file)?;
     Ok(Decoder::new(BufReader::with_capacity(1 << 16, file))
         .map_err(|e| tiff_err(path, &e))?
         .with_limits(Limits::unlimited()))
@@ -431,6 +537,10 @@ thread_local! {
 impl ChunkSource for TiffChunks {
     fn chunk_shape(&self) -> &[usize] {
         &self.chunk_shape
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        8 * (self.layout.offsets.len() + self.layout.byte_counts.len()) as u64
     }
 
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
