@@ -304,3 +304,67 @@ fn tiff_metadata_is_bounded_before_it_is_parsed() {
     .unwrap();
     refused(&["convert", p(&z), p(&y)], "larger than");
 }
+
+#[test]
+fn zarr_stores_that_would_panic_or_block_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "64x64", "--seed", "1"]);
+    let y = dir.path().join("y.npy");
+    // a shard index pointing far past the shard (its checksum removed, as a hand-made
+    // store may have none)
+    let s = dir.path().join("s.zarr");
+    ok(&[
+        "convert",
+        p(&x),
+        p(&s),
+        "--zarr-chunks",
+        "16x16",
+        "--zarr-shard",
+        "32x32",
+    ]);
+    let meta_path = s.join("zarr.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    let idx = &mut meta["codecs"][0]["configuration"]["index_codecs"];
+    let before = idx.as_array().unwrap().len();
+    idx.as_array_mut()
+        .unwrap()
+        .retain(|c| c["name"] != "crc32c");
+    assert_eq!(before, idx.as_array().unwrap().len() + 1, "{meta}");
+    std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+    let shard = s.join("c").join("0").join("0");
+    let mut b = std::fs::read(&shard).unwrap();
+    b.truncate(b.len() - 4);
+    let at = b.len() - 4 * 16;
+    b[at..at + 8].copy_from_slice(&(u64::MAX - 8).to_le_bytes());
+    b[at + 8..at + 16].copy_from_slice(&64u64.to_le_bytes());
+    std::fs::write(&shard, &b).unwrap();
+    let (code, err, _) = run_measured(&["reduce", p(&s), p(&y), "--op", "sum"]);
+    assert!(matches!(code, Some(1 | 2)), "{code:?} {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    // a FIFO where a chunk should be
+    let f = dir.path().join("f.zarr");
+    ok(&["convert", p(&x), p(&f), "--zarr-chunks", "32x32"]);
+    let chunk = f.join("c").join("0").join("0");
+    std::fs::remove_file(&chunk).unwrap();
+    let c = std::ffi::CString::new(p(&chunk)).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    refused(
+        &["reduce", p(&f), p(&y), "--op", "sum"],
+        "not a regular file",
+    );
+    // chunks too large to ever decode
+    let h = dir.path().join("h.zarr");
+    ok(&["convert", p(&x), p(&h)]);
+    let meta_path = h.join("zarr.json");
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta_path).unwrap()).unwrap();
+    for (rows, word) in [(4_294_967_296u64, "budget"), (8_589_934_592, "decodes to")] {
+        meta["chunk_grid"]["configuration"]["chunk_shape"] = serde_json::json!([rows, 1]);
+        std::fs::write(&meta_path, serde_json::to_vec(&meta).unwrap()).unwrap();
+        refused(&["reduce", p(&h), p(&y), "--op", "sum"], word);
+    }
+}

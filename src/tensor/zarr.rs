@@ -158,12 +158,16 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
     let chunk_shape = usizes(&m["chunk_grid"]["configuration"]["chunk_shape"])
         .filter(|c| c.len() == shape.len() && c.iter().all(|&d| d > 0))
         .ok_or_else(|| Error::format(&meta_path, "bad chunk_shape"))?;
+    check_chunk_bytes(&meta_path, "chunk_shape", &chunk_shape, dtype)?;
     let mut codecs = Vec::new();
     let mut inner_chunks = None;
     for c in m["codecs"].as_array().into_iter().flatten() {
         let name = c["name"].as_str().unwrap_or("?").to_string();
         if name == "sharding_indexed" {
             inner_chunks = usizes(&c["configuration"]["chunk_shape"]);
+            if let Some(inner) = &inner_chunks {
+                check_chunk_bytes(&meta_path, "the shards' chunk_shape", inner, dtype)?;
+            }
             let inner: Vec<String> = c["configuration"]["codecs"]
                 .as_array()
                 .into_iter()
@@ -183,6 +187,51 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
         codecs,
         fill_value: m["fill_value"].to_string(),
     })
+}
+
+/// Largest decoded chunk (or shard) tilestream reads: chunks are decoded whole, so one
+/// larger than this could never fit a budget (and sizes past 2^64 bytes overflow).
+const CHUNK_MAX: u64 = 16 << 30;
+
+/// Refuses a chunk shape whose decoded size overflows or passes [`CHUNK_MAX`].
+fn check_chunk_bytes(meta: &Path, what: &str, chunk: &[usize], dtype: DType) -> Result<()> {
+    let bytes = chunk
+        .iter()
+        .try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64));
+    match bytes {
+        Some(b) if b <= CHUNK_MAX => Ok(()),
+        _ => Err(Error::format(
+            meta,
+            format!(
+                "{what} {} of {} decodes to {} a chunk; tilestream decodes chunks whole and \
+                 reads chunks of at most {}",
+                super::fmt_shape(chunk),
+                dtype.name(),
+                bytes.map_or_else(|| "over 16 EiB".to_string(), crate::budget::fmt_bytes),
+                crate::budget::fmt_bytes(CHUNK_MAX)
+            ),
+        )),
+    }
+}
+
+/// Runs `f`, turning a panic inside `zarrs` (a corrupt shard index can cause one) into
+/// an error naming `what`.
+fn contained<T>(path: &Path, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    crate::error::quiet_panics(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
+        .unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| p.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            Err(Error::format(
+                path,
+                format!(
+                    "{what}: the store is corrupt (zarrs failed: {})",
+                    msg.replace('\n', " ")
+                ),
+            ))
+        })
 }
 
 fn zarr_err(path: &Path, what: &str, e: &dyn std::fmt::Display) -> Error {
@@ -213,8 +262,10 @@ impl ZarrChunks {
     pub fn open(path: &Path, layout: &ZarrLayout) -> Result<Self> {
         let store = FilesystemStore::new(path)
             .map_err(|e| zarr_err(path, "cannot open the Zarr store", &e))?;
-        let array = Array::open(Arc::new(store), "/")
-            .map_err(|e| zarr_err(path, "cannot open the Zarr array", &e))?;
+        let array = contained(path, "cannot open the Zarr array", || {
+            Array::open(Arc::new(store), "/")
+                .map_err(|e| zarr_err(path, "cannot open the Zarr array", &e))
+        })?;
         Ok(ZarrChunks {
             path: path.to_path_buf(),
             array,
@@ -230,10 +281,22 @@ impl ChunkSource for ZarrChunks {
 
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
         let idx: Vec<u64> = pos.iter().map(|&p| p as u64).collect();
-        let bytes: ArrayBytes<'static> = self
-            .array
-            .retrieve_chunk(&idx)
-            .map_err(|e| zarr_err(&self.path, &format!("cannot decode chunk {idx:?}"), &e))?;
+        let what = format!("cannot decode chunk {idx:?}");
+        // a FIFO or device under a chunk's name would block the read: only regular files
+        let file = self.path.join(self.array.chunk_key(&idx).as_str());
+        if let Ok(m) = std::fs::metadata(&file)
+            && !m.file_type().is_file()
+        {
+            return Err(Error::format(
+                &file,
+                "a chunk of the store is not a regular file (a FIFO, device or directory)",
+            ));
+        }
+        let bytes: ArrayBytes<'static> = contained(&self.path, &what, || {
+            self.array
+                .retrieve_chunk(&idx)
+                .map_err(|e| zarr_err(&self.path, &what, &e))
+        })?;
         let raw = bytes
             .into_fixed()
             .map_err(|e| zarr_err(&self.path, "unexpected variable-length chunk", &e))?;
