@@ -102,3 +102,109 @@ pub fn expr(data: &[u8]) -> bool {
     }
     true
 }
+
+/// Asserts that an error message is one non-empty line.
+fn one_line(e: &crate::Error) {
+    let m = e.to_string();
+    assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
+}
+
+/// A scratch directory for the file-based checks, made once per process.
+fn scratch() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory"))
+        .path()
+}
+
+/// Reads the first and last elements of an opened tensor when it is small enough to
+/// decode a chunk of (at most 16 MiB of decoded chunk), checking any error is one line.
+fn touch_ends(t: &crate::TensorFile) {
+    let chunk: u64 = t
+        .chunked()
+        .map_or(1, |c| {
+            c.chunk_shape().iter().map(|&d| d as u64).product::<u64>()
+        })
+        .saturating_mul(t.dtype().size() as u64);
+    let n: u64 = t.shape().iter().map(|&d| d as u64).product();
+    if n == 0 || chunk > 16 << 20 {
+        return;
+    }
+    for at in [0, n - 1] {
+        if let Err(e) = t.map_windows(&[(at, 1, crate::pipeline::Touch::All)]) {
+            one_line(&e);
+        }
+    }
+}
+
+/// Opens `data` as a TIFF file the way every command does (the layout checks, then the
+/// first and last element decoded when a chunk is small): must not panic, and every
+/// refusal is one line. Returns whether it opened.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn tiff_file(data: &[u8]) -> bool {
+    let path = scratch().join(format!("f{:?}.tif", std::thread::current().id()));
+    std::fs::write(&path, data).expect("write the input");
+    match crate::TensorFile::open_tiff(&path) {
+        Ok(t) => {
+            touch_ends(&t);
+            true
+        }
+        Err(e) => {
+            one_line(&e);
+            false
+        }
+    }
+}
+
+/// Opens a Zarr store whose `zarr.json` is `data` (no chunk files: every chunk is the
+/// fill value) and reads its ends: must not panic, and every refusal is one line.
+/// Returns whether it opened.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn zarr_metadata(data: &[u8]) -> bool {
+    let dir = scratch().join(format!("z{:?}.zarr", std::thread::current().id()));
+    let _ = std::fs::create_dir(&dir);
+    std::fs::write(dir.join("zarr.json"), data).expect("write the input");
+    match crate::TensorFile::open_zarr(&dir) {
+        Ok(t) => {
+            touch_ends(&t);
+            true
+        }
+        Err(e) => {
+            one_line(&e);
+            false
+        }
+    }
+}
+
+/// Loads `data` as a pipeline file beside an input `x.npy` (8x6 f32) and plans it under
+/// a 16 MiB budget: must not panic, and every refusal is one line. Returns whether it
+/// planned.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn pipeline_file(data: &[u8]) -> bool {
+    let dir = scratch();
+    let x = dir.join("x.npy");
+    if !x.exists() {
+        let mut bytes = npy::build_header(DType::F32, &[8, 6]);
+        bytes.extend((0..48).flat_map(|i| (i as f32).to_le_bytes()));
+        std::fs::write(&x, bytes).expect("write x.npy");
+    }
+    let path = dir.join(format!("p{:?}.toml", std::thread::current().id()));
+    std::fs::write(&path, data).expect("write the input");
+    let engine = crate::Engine::new(crate::MemoryBudget::new(16 << 20)).expect("an engine");
+    let result = crate::workflow::Workflow::load(&path).and_then(|w| w.plan(&engine));
+    match result {
+        Ok(_) => true,
+        Err(e) => {
+            one_line(&e);
+            false
+        }
+    }
+}

@@ -6,7 +6,9 @@
 use std::path::Path;
 
 use tilestream::DType;
-use tilestream::fuzz_checks::{NpyOutcome, expr, npy_header};
+use tilestream::fuzz_checks::{
+    NpyOutcome, expr, npy_header, pipeline_file, tiff_file, zarr_metadata,
+};
 
 fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -89,4 +91,37 @@ fn expr_corpus_replays_without_a_finding() {
         "{parsed} of {}",
         files.len()
     );
+}
+
+/// Replays corpus `name` through `check`; returns (inputs accepted, inputs).
+fn replay(name: &str, check: fn(&[u8]) -> bool) -> (usize, usize) {
+    let files = corpus(name);
+    let mut accepted = 0;
+    for (file, data) in &files {
+        if std::panic::catch_unwind(|| check(data))
+            .unwrap_or_else(|_| panic!("{file}: the check failed"))
+        {
+            accepted += 1;
+        }
+    }
+    (accepted, files.len())
+}
+
+#[test]
+fn tiff_file_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("tiff_file", tiff_file);
+    // GDAL's files among the seeds open; JPEG and 4-bit ones are refused
+    assert!(n >= 16 && ok >= 10 && ok < n, "{ok} of {n}");
+}
+
+#[test]
+fn zarr_metadata_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("zarr_metadata", zarr_metadata);
+    assert!(n >= 10 && ok >= 5 && ok < n, "{ok} of {n}");
+}
+
+#[test]
+fn pipeline_file_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("pipeline_file", pipeline_file);
+    assert!(n >= 5 && ok >= 3, "{ok} of {n}");
 }

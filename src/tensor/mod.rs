@@ -354,9 +354,22 @@ impl TensorFile {
         let file = own_files::open_input(path)?;
         let shape = layout.shape();
         let dtype = layout.dtype;
-        checked_nbytes(path, &shape, dtype)?;
+        let nbytes = checked_nbytes(path, &shape, dtype)?;
         let (data_offset, chunked) = match layout.contiguous_offset() {
-            Some(off) => (off, None),
+            Some(off) => {
+                // mapped: a file shorter than its tables say would fault when read
+                let len = file_len(&file, path)?;
+                if off.checked_add(nbytes).is_none_or(|end| end > len) {
+                    return Err(Error::format(
+                        path,
+                        format!(
+                            "its data runs from byte {off} for {nbytes} bytes, but the file has \
+                             {len}: it is truncated"
+                        ),
+                    ));
+                }
+                (off, None)
+            }
             None => {
                 let src = geotiff::TiffChunks::new(path, layout.clone(), georef.nodata.as_deref())?;
                 let c = chunked::Chunked::new(shape.clone(), dtype, Box::new(src));
