@@ -59,6 +59,7 @@ pub mod journal;
 pub mod ops;
 pub mod pipeline;
 pub mod plan;
+pub mod spec;
 pub mod tensor;
 pub mod tiling;
 pub mod workflow;
@@ -74,6 +75,7 @@ pub use journal::JobKey;
 pub use ops::{Axis, Reduce, ReduceOver};
 pub use pipeline::Progress;
 pub use plan::Plan;
+pub use spec::{OpSpec, RawLayout, Source, SpecPlan};
 pub use tensor::{TensorFile, TensorInfo};
 
 /// Reduces the `.npy` file at `path` under `budget`, with all cores: the everyday call.

@@ -10,16 +10,12 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tilestream::budget::fmt_bytes;
-use tilestream::engine::{Edge, PatchSpec};
-use tilestream::ops::stencil::{Filter, Stencil};
-use tilestream::tensor::geotiff::{TiffWriteOptions, is_tiff_path};
+use tilestream::tensor::geotiff::TiffWriteOptions;
 use tilestream::tensor::zarr::ZarrWriteOptions;
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
-use tilestream::tiling::{Boundary, BoxPlan};
-use tilestream::workflow::{Workflow, load_kernel};
+use tilestream::workflow::Workflow;
 use tilestream::{
-    DType, Engine, Error, JobKey, MemoryBudget, Plan, Progress, Reduce, ReduceOver, Result,
-    RunReport, TensorFile,
+    DType, Engine, Error, MemoryBudget, OpSpec, Progress, RawLayout, Result, Source, TensorFile,
 };
 
 const DEFAULT_MEMORY: &str = "1GiB";
@@ -569,22 +565,35 @@ fn with_progress_bar(e: Engine, mode: &str) -> (Engine, Option<ProgressBar>) {
     (e, Some(bar))
 }
 
-fn open(path: &PathBuf, raw: &RawSpec) -> Result<TensorFile> {
-    match (&raw.shape, &raw.in_dtype) {
-        (Some(s), Some(d)) => TensorFile::open_raw(path, &parse_shape(s)?, d.parse()?),
-        (None, None) => TensorFile::open(path),
-        _ => Err(Error::invalid(
-            "a raw input needs both --shape and --in-dtype",
-        )),
-    }
+/// An input given on the command line: a file, raw when `--shape` and `--in-dtype` say so.
+fn source(path: &Path, raw: &RawSpec) -> Result<Source> {
+    Ok(Source {
+        path: path.to_path_buf(),
+        raw: match (&raw.shape, &raw.in_dtype) {
+            (Some(s), Some(d)) => Some(RawLayout {
+                shape: parse_shape(s)?,
+                dtype: d.parse()?,
+            }),
+            (None, None) => None,
+            _ => {
+                return Err(Error::invalid(
+                    "a raw input needs both --shape and --in-dtype",
+                ));
+            }
+        },
+    })
+}
+
+fn open(path: &Path, raw: &RawSpec) -> Result<TensorFile> {
+    source(path, raw)?.open()
 }
 
 fn dtype_opt(d: Option<&String>) -> Result<Option<DType>> {
     d.map(|s| s.parse()).transpose()
 }
 
-/// Opens `--in NAME=FILE` inputs.
-fn open_named(specs: &[String], raw: &RawSpec) -> Result<Vec<(String, TensorFile)>> {
+/// The `--in NAME=FILE` inputs.
+fn named_sources(specs: &[String], raw: &RawSpec) -> Result<Vec<(String, Source)>> {
     specs
         .iter()
         .map(|s| {
@@ -594,255 +603,87 @@ fn open_named(specs: &[String], raw: &RawSpec) -> Result<Vec<(String, TensorFile
                 .ok_or_else(|| {
                     Error::invalid(format!("--in '{s}': expected NAME=FILE, e.g. --in x=x.npy"))
                 })?;
-            Ok((name.trim().to_string(), open(&PathBuf::from(path), raw)?))
+            Ok((name.trim().to_string(), source(Path::new(path), raw)?))
         })
         .collect()
 }
 
 /// A flat or a box plan, for `tilestream plan`.
-enum AnyPlan {
-    Flat(Plan),
-    Box(BoxPlan),
-}
-
-impl AnyPlan {
-    fn json(&self) -> serde_json::Value {
-        match self {
-            AnyPlan::Flat(p) => serde_json::json!({
-                "what": p.what, "tiles": p.num_tiles, "tile_shape": p.tile_shape,
-                "split_axis": p.split_axis, "halo": [0, 0], "depth": p.depth,
-                "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_buffer_bytes,
-                "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
-                "budget_bytes": p.budget,
-            }),
-            AnyPlan::Box(p) => serde_json::json!({
-                "what": p.what, "tiles": p.num_tiles, "tile_shape": [p.tile.0, p.tile.1],
-                "full_width": p.tile.1 == p.dims[2],
-                "halo": [p.halo_rows.total(), p.halo_cols.total()], "depth": p.depth,
-                "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_slot_elems * p.out_bytes,
-                "scratch_bytes": p.scratch_bytes,
-                "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
-                "budget_bytes": p.budget,
-            }),
-        }
-    }
-}
-
-impl std::fmt::Display for AnyPlan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AnyPlan::Flat(p) => p.fmt(f),
-            AnyPlan::Box(p) => p.fmt(f),
-        }
-    }
-}
-
-/// What makes a run of `op` the same run (its arguments and the identity of each input
-/// file), for the journal that lets `--resume` continue it; `None` for operations that
-/// are not resumable.
-fn job_key(op: &Op) -> Result<Option<JobKey>> {
-    let mut inputs: Vec<PathBuf> = Vec::new();
-    match op {
-        Op::Tiles(_) => return Ok(None),
-        Op::Gen(_) => {}
-        Op::Map(a) => inputs.extend(
-            a.inputs
-                .iter()
-                .filter_map(|s| s.split_once('=').map(|(_, p)| PathBuf::from(p))),
-        ),
-        Op::Matmul(a) => inputs.extend([a.x.clone(), a.w.clone()]),
-        Op::Stencil(a) => {
-            inputs.push(a.input.clone());
-            if let Some(k) = a.filter.strip_prefix("convolve:") {
-                inputs.push(PathBuf::from(k));
-            }
-        }
-        Op::Reduce(a) => inputs.push(a.input.clone()),
-        Op::Affine(a) => inputs.push(a.input.clone()),
-        Op::Standardize(a) => inputs.push(a.input.clone()),
-        Op::Cast(a) => inputs.push(a.input.clone()),
-        Op::Convert(a) => inputs.push(a.input.clone()),
-        Op::Transpose(a) => inputs.push(a.input.clone()),
-    }
-    let mut key = JobKey::new(format!("{op:?}"));
-    for p in inputs {
-        key = key.input(p)?;
-    }
-    Ok(Some(key))
-}
-
-fn stencil_of(a: &StencilArgs) -> Result<Stencil> {
-    Stencil::new(
-        Filter::parse(&a.filter, |k| load_kernel(Path::new(k)))?,
-        a.boundary.parse::<Boundary>()?,
-    )
-}
-
-fn patch_spec(a: &TilesArgs) -> Result<PatchSpec> {
-    Ok(PatchSpec {
-        size: a.size,
-        overlap: a.overlap,
-        edge: a.edge.parse::<Edge>()?,
+/// The operation's spec: what the library plans and runs, and what identifies a run for
+/// `--resume`.
+fn spec_of(op: &Op) -> Result<OpSpec> {
+    let dtype = |d: Option<&String>| dtype_opt(d);
+    Ok(match op {
+        Op::Reduce(a) => OpSpec::Reduce {
+            input: source(&a.input, &a.raw)?,
+            output: a.output.clone(),
+            reduce: a.op.clone(),
+            ddof: a.ddof,
+            axis: a.axis,
+            dtype: dtype(a.dtype.as_ref())?,
+        },
+        Op::Affine(a) => OpSpec::Affine {
+            input: source(&a.input, &a.raw)?,
+            output: a.output.clone(),
+            scale: a.scale,
+            offset: a.offset,
+            dtype: dtype(a.dtype.as_ref())?,
+        },
+        Op::Map(a) => OpSpec::Map {
+            expr: a.expr.clone(),
+            inputs: named_sources(&a.inputs, &a.raw)?,
+            output: a.output.clone(),
+            dtype: dtype(a.dtype.as_ref())?,
+        },
+        Op::Matmul(a) => OpSpec::Matmul {
+            x: Source::file(&a.x),
+            w: Source::file(&a.w),
+            output: a.output.clone(),
+            dtype: dtype(a.dtype.as_ref())?,
+        },
+        Op::Standardize(a) => OpSpec::Standardize {
+            input: source(&a.input, &a.raw)?,
+            output: a.output.clone(),
+            ddof: a.ddof,
+            dtype: dtype(a.dtype.as_ref())?,
+            stats: a.stats.clone(),
+        },
+        Op::Cast(a) => OpSpec::Cast {
+            input: source(&a.input, &a.raw)?,
+            output: a.output.clone(),
+            dtype: a.dtype.parse()?,
+        },
+        Op::Convert(a) => OpSpec::Convert {
+            input: source(&a.input, &a.raw)?,
+            output: a.output.clone(),
+            dtype: dtype(a.dtype.as_ref())?,
+        },
+        Op::Stencil(a) => OpSpec::Stencil {
+            input: source(&a.input, &a.raw)?,
+            output: a.output.clone(),
+            filter: a.filter.clone(),
+            boundary: a.boundary.clone(),
+            dtype: dtype(a.dtype.as_ref())?,
+        },
+        Op::Transpose(a) => OpSpec::Transpose {
+            input: source(&a.input, &a.raw)?,
+            output: a.output.clone(),
+        },
+        Op::Tiles(a) => OpSpec::Tiles {
+            input: source(&a.input, &a.raw)?,
+            outdir: a.outdir.clone(),
+            size: a.size,
+            overlap: a.overlap,
+            edge: a.edge.clone(),
+            patch_format: a.patch_format.clone(),
+        },
+        Op::Gen(a) => OpSpec::Generate {
+            output: a.output.clone(),
+            shape: parse_shape(&a.shape)?,
+            dtype: a.dtype.parse()?,
+            seed: a.seed,
+        },
     })
-}
-
-fn plan_of(e: &Engine, op: &Op) -> Result<AnyPlan> {
-    let flat = match op {
-        Op::Stencil(a) => {
-            let x = open(&a.input, &a.raw)?;
-            return Ok(AnyPlan::Box(e.plan_stencil(
-                &x,
-                &stencil_of(a)?,
-                dtype_opt(a.dtype.as_ref())?,
-            )?));
-        }
-        Op::Transpose(a) => {
-            return Ok(AnyPlan::Box(e.plan_transpose(&open(&a.input, &a.raw)?)?));
-        }
-        Op::Tiles(a) => {
-            return Ok(AnyPlan::Box(
-                e.plan_patches(&open(&a.input, &a.raw)?, patch_spec(a)?)?,
-            ));
-        }
-        Op::Map(a) => {
-            let files = open_named(&a.inputs, &a.raw)?;
-            let named: Vec<(&str, &TensorFile)> =
-                files.iter().map(|(n, f)| (n.as_str(), f)).collect();
-            e.plan_map(&a.expr, &named, dtype_opt(a.dtype.as_ref())?)
-        }
-        Op::Cast(a) => e.plan_cast(&open(&a.input, &a.raw)?, a.dtype.parse()?),
-        Op::Convert(a) => {
-            let x = open(&a.input, &a.raw)?;
-            let dtype = dtype_opt(a.dtype.as_ref())?.unwrap_or(x.dtype());
-            e.plan_cast(&x, dtype)
-        }
-        Op::Standardize(a) => {
-            let x = open(&a.input, &a.raw)?;
-            e.plan_reduce(&x, Reduce::Std { ddof: a.ddof }, ReduceOver::Axis(0))
-        }
-        Op::Matmul(a) => e.plan_matmul(
-            &TensorFile::open(&a.x)?,
-            &TensorFile::open(&a.w)?,
-            dtype_opt(a.dtype.as_ref())?,
-        ),
-        Op::Reduce(a) => {
-            let x = open(&a.input, &a.raw)?;
-            e.plan_reduce(&x, Reduce::parse(&a.op, a.ddof)?, ReduceOver::from(a.axis))
-        }
-        Op::Affine(a) => {
-            let x = open(&a.input, &a.raw)?;
-            e.plan_affine(&x, dtype_opt(a.dtype.as_ref())?)
-        }
-        Op::Gen(a) => e.plan_generate(&parse_shape(&a.shape)?, a.dtype.parse()?),
-    };
-    flat.map(AnyPlan::Flat)
-}
-
-/// `e` writing the georeferencing of `x` (if any) to GeoTIFF outputs on its grid.
-fn georef_from(e: &Engine, x: &TensorFile) -> Engine {
-    e.clone().with_georef(Engine::georef_of(x))
-}
-
-fn run_op(e: &Engine, op: &Op) -> Result<RunReport> {
-    match op {
-        Op::Stencil(a) => {
-            let x = open(&a.input, &a.raw)?;
-            georef_from(e, &x).stencil(&x, &a.output, &stencil_of(a)?, dtype_opt(a.dtype.as_ref())?)
-        }
-        Op::Convert(a) => {
-            let x = open(&a.input, &a.raw)?;
-            let dtype = dtype_opt(a.dtype.as_ref())?.unwrap_or(x.dtype());
-            let mut r = georef_from(e, &x).cast(&x, &a.output, dtype)?;
-            r.op = format!("convert {} -> {}", a.input.display(), a.output.display());
-            Ok(r)
-        }
-        Op::Transpose(a) => {
-            let x = open(&a.input, &a.raw)?;
-            if x.georef().is_some() && is_tiff_path(&a.output) {
-                eprintln!(
-                    "note: transpose swaps rows and columns, so {} is written without the \
-                     input's georeferencing",
-                    a.output.display()
-                );
-            }
-            e.transpose(&x, &a.output)
-        }
-        Op::Tiles(a) => {
-            let x = open(&a.input, &a.raw)?;
-            let (mut r, n) =
-                e.patches_as(&x, &a.outdir, patch_spec(a)?, a.patch_format.parse()?)?;
-            r.op = format!("{} -> {n} patches in {}", r.op, a.outdir.display());
-            Ok(r)
-        }
-        Op::Map(a) => {
-            let files = open_named(&a.inputs, &a.raw)?;
-            let named: Vec<(&str, &TensorFile)> =
-                files.iter().map(|(n, f)| (n.as_str(), f)).collect();
-            // the georeferencing of the first input that has one
-            let e = match files.iter().find(|(_, f)| f.georef().is_some()) {
-                Some((_, f)) => georef_from(e, f),
-                None => e.clone(),
-            };
-            e.map(&a.expr, &named, &a.output, dtype_opt(a.dtype.as_ref())?)
-        }
-        Op::Cast(a) => {
-            let x = open(&a.input, &a.raw)?;
-            georef_from(e, &x).cast(&x, &a.output, a.dtype.parse()?)
-        }
-        Op::Standardize(a) => {
-            let x = open(&a.input, &a.raw)?;
-            let (stats, apply) = georef_from(e, &x).standardize(
-                &x,
-                &a.output,
-                dtype_opt(a.dtype.as_ref())?,
-                a.ddof,
-                a.stats.as_deref(),
-            )?;
-            // the two passes, reported as one run: times and bytes add up
-            let mut r = apply;
-            r.op = format!(
-                "standardize {} (statistics pass, then apply pass)",
-                a.input.display()
-            );
-            r.tiles += stats.tiles;
-            r.resumed_tiles += stats.resumed_tiles;
-            r.bytes_read += stats.bytes_read;
-            r.wall_s += stats.wall_s;
-            r.read_busy_s += stats.read_busy_s;
-            r.compute_busy_s += stats.compute_busy_s;
-            r.peak_reserved_bytes = r.peak_reserved_bytes.max(stats.peak_reserved_bytes);
-            r.gb_per_s = (r.bytes_read + r.bytes_written) as f64 / r.wall_s.max(1e-9) / 1e9;
-            Ok(r)
-        }
-        Op::Matmul(a) => e.matmul(
-            &TensorFile::open(&a.x)?,
-            &TensorFile::open(&a.w)?,
-            &a.output,
-            dtype_opt(a.dtype.as_ref())?,
-        ),
-        Op::Reduce(a) => {
-            let x = open(&a.input, &a.raw)?;
-            let r = Reduce::parse(&a.op, a.ddof)?;
-            e.reduce_to_file(
-                &x,
-                r,
-                ReduceOver::from(a.axis),
-                &a.output,
-                dtype_opt(a.dtype.as_ref())?,
-            )
-        }
-        Op::Affine(a) => {
-            let x = open(&a.input, &a.raw)?;
-            georef_from(e, &x).affine(
-                &x,
-                &a.output,
-                a.scale,
-                a.offset,
-                dtype_opt(a.dtype.as_ref())?,
-            )
-        }
-        Op::Gen(a) => e.generate(&a.output, &parse_shape(&a.shape)?, a.dtype.parse()?, a.seed),
-    }
 }
 
 fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
@@ -1052,7 +893,7 @@ fn main_inner(cli: Cli) -> Result<()> {
         }
         Cmd::Plan { op } => {
             let e = engine(common)?;
-            let p = plan_of(&e, &op)?;
+            let p = e.plan_spec(&spec_of(&op)?)?;
             if common.json {
                 println!("{}", p.json());
             } else {
@@ -1062,7 +903,8 @@ fn main_inner(cli: Cli) -> Result<()> {
         }
         Cmd::Op(op) => {
             let mut e = engine(common)?;
-            match job_key(&op)? {
+            let spec = spec_of(&op)?;
+            match spec.job_key()? {
                 Some(key) => e = e.with_journal(key, common.resume),
                 None if common.resume => {
                     return Err(Error::invalid(
@@ -1073,7 +915,7 @@ fn main_inner(cli: Cli) -> Result<()> {
             }
             let (e, bar) = with_progress_bar(e, &common.progress);
             stop_on_ctrl_c(&e);
-            let r = run_op(&e, &op);
+            let r = e.run_spec(&spec);
             if let Some(b) = bar {
                 b.finish_and_clear();
             }

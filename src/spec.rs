@@ -1,0 +1,677 @@
+//! One description of an operation, [`OpSpec`], that every front end builds: the command
+//! line builds one from its arguments, and the Rust library (and, later, the Python
+//! bindings and pipeline files) can build the same value, serialise it, plan it with
+//! [`Engine::plan_spec`] and run it with [`Engine::run_spec`]. What makes two runs the same
+//! run for `--resume` ([`OpSpec::job_key`]) is derived from it too, so a front end has
+//! nothing of its own to keep in step.
+//!
+//! Parameters that have a textual form on the command line (`gaussian:sigma=2`,
+//! `reflect`, `shift`) are kept in that form and parsed when the spec is planned or run,
+//! so every front end gets the same messages for the same mistakes.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::{Edge, PatchSpec};
+use crate::ops::stencil::{Filter, Stencil};
+use crate::tensor::geotiff::is_tiff_path;
+use crate::tiling::{Boundary, BoxPlan};
+use crate::workflow::load_kernel;
+use crate::{
+    DType, Engine, Error, JobKey, Plan, Reduce, ReduceOver, Result, RunReport, TensorFile,
+};
+
+/// Where an operation reads a tensor from: a file, and for a raw (headerless) file its
+/// shape and dtype.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Source {
+    /// The file (`.npy`, GeoTIFF, a Zarr v3 store, or raw data with `raw`).
+    pub path: PathBuf,
+    /// Shape and dtype of a raw file; `None` for self-describing formats.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<RawLayout>,
+}
+
+/// The layout of a raw input.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawLayout {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Element type.
+    #[serde(with = "dtype_name")]
+    pub dtype: DType,
+}
+
+impl Source {
+    /// A self-describing file.
+    #[must_use]
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        Source {
+            path: path.into(),
+            raw: None,
+        }
+    }
+
+    /// Opens it.
+    ///
+    /// # Errors
+    /// As [`TensorFile::open`] or [`TensorFile::open_raw`].
+    pub fn open(&self) -> Result<TensorFile> {
+        match &self.raw {
+            Some(r) => TensorFile::open_raw(&self.path, &r.shape, r.dtype),
+            None => TensorFile::open(&self.path),
+        }
+    }
+}
+
+/// An operation: its inputs, its output and every parameter that changes the output's
+/// bytes. Serialised with an `"op"` tag (`{"op": "reduce", ...}`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+pub enum OpSpec {
+    /// A reduction (`sum`, `mean`, `var`, `std`, `min`, `max`) over one axis or all.
+    Reduce {
+        /// Input.
+        input: Source,
+        /// Output file.
+        output: PathBuf,
+        /// The reduction's name.
+        reduce: String,
+        /// Delta degrees of freedom of `var` and `std`.
+        #[serde(default)]
+        ddof: u32,
+        /// The axis reduced over; `None` for all elements.
+        #[serde(default)]
+        axis: Option<usize>,
+        /// Output dtype (default: the reduction's).
+        #[serde(default, with = "opt_dtype_name")]
+        dtype: Option<DType>,
+    },
+    /// `y = scale * x + offset`, cast.
+    Affine {
+        /// Input.
+        input: Source,
+        /// Output file.
+        output: PathBuf,
+        /// Factor.
+        scale: f64,
+        /// Term.
+        offset: f64,
+        /// Output dtype (default: the input's for floats, f64 otherwise).
+        #[serde(default, with = "opt_dtype_name")]
+        dtype: Option<DType>,
+    },
+    /// A cast to `dtype`.
+    Cast {
+        /// Input.
+        input: Source,
+        /// Output file.
+        output: PathBuf,
+        /// Output dtype.
+        #[serde(with = "dtype_name")]
+        dtype: DType,
+    },
+    /// A format conversion (and optional cast): the output's format is its name's (or the
+    /// engine's output format).
+    Convert {
+        /// Input.
+        input: Source,
+        /// Output file or store.
+        output: PathBuf,
+        /// Output dtype (default: the input's).
+        #[serde(default, with = "opt_dtype_name")]
+        dtype: Option<DType>,
+    },
+    /// An elementwise expression over named inputs.
+    Map {
+        /// The expression.
+        expr: String,
+        /// The inputs, by the names the expression uses.
+        inputs: Vec<(String, Source)>,
+        /// Output file.
+        output: PathBuf,
+        /// Output dtype (default: the widest float input, f64 if none).
+        #[serde(default, with = "opt_dtype_name")]
+        dtype: Option<DType>,
+    },
+    /// `x @ w` with `w` resident.
+    Matmul {
+        /// Left operand, streamed by rows.
+        x: Source,
+        /// Right operand, held in memory.
+        w: Source,
+        /// Output file.
+        output: PathBuf,
+        /// Output dtype.
+        #[serde(default, with = "opt_dtype_name")]
+        dtype: Option<DType>,
+    },
+    /// Per-column `(x - mean) / std`.
+    Standardize {
+        /// Input.
+        input: Source,
+        /// Output file.
+        output: PathBuf,
+        /// Delta degrees of freedom of the std.
+        #[serde(default)]
+        ddof: u32,
+        /// Output dtype.
+        #[serde(default, with = "opt_dtype_name")]
+        dtype: Option<DType>,
+        /// Where to save the statistics (`.npz`), if anywhere.
+        #[serde(default)]
+        stats: Option<PathBuf>,
+    },
+    /// A neighbourhood filter over halo'd tiles.
+    Stencil {
+        /// Input image.
+        input: Source,
+        /// Output file.
+        output: PathBuf,
+        /// The filter (`gaussian:sigma=2`, `box:size=5`, `sobel`, `median:size=3`,
+        /// `convolve:KERNEL.npy`).
+        filter: String,
+        /// The boundary mode (`reflect`, `nearest`, `wrap`, `mirror`, `constant:V`).
+        #[serde(default = "default_boundary")]
+        boundary: String,
+        /// Output dtype.
+        #[serde(default, with = "opt_dtype_name")]
+        dtype: Option<DType>,
+    },
+    /// Swaps the last two axes.
+    Transpose {
+        /// Input.
+        input: Source,
+        /// Output file.
+        output: PathBuf,
+    },
+    /// Cuts an image into patch files and an index.
+    Tiles {
+        /// Input image.
+        input: Source,
+        /// Directory of the patches.
+        outdir: PathBuf,
+        /// Patch side.
+        size: usize,
+        /// Pixels shared by neighbours.
+        #[serde(default)]
+        overlap: usize,
+        /// `shift` or `pad`.
+        #[serde(default = "default_edge")]
+        edge: String,
+        /// `npy` or `tif`.
+        #[serde(default = "default_patch_format")]
+        patch_format: String,
+    },
+    /// `tilestream gen` data: N(col/100, 1), reproducible from the seed.
+    Generate {
+        /// Output file.
+        output: PathBuf,
+        /// Shape.
+        shape: Vec<usize>,
+        /// Dtype.
+        #[serde(with = "dtype_name")]
+        dtype: DType,
+        /// Seed.
+        #[serde(default)]
+        seed: u64,
+    },
+}
+
+fn default_boundary() -> String {
+    "reflect".into()
+}
+fn default_edge() -> String {
+    "shift".into()
+}
+fn default_patch_format() -> String {
+    "npy".into()
+}
+
+/// A [`DType`] as its name (`"f32"`).
+mod dtype_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::DType;
+
+    #[allow(clippy::trivially_copy_pass_by_ref)] // serde's signature
+    pub fn serialize<S: Serializer>(d: &DType, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(d.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DType, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// An optional [`DType`] as its name.
+mod opt_dtype_name {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::DType;
+
+    #[allow(clippy::ref_option, clippy::trivially_copy_pass_by_ref)] // serde's signature
+    pub fn serialize<S: Serializer>(d: &Option<DType>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_some(d.name()),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DType>, D::Error> {
+        Option::<String>::deserialize(d)?
+            .map(|n| n.parse().map_err(serde::de::Error::custom))
+            .transpose()
+    }
+}
+
+/// The plan of an operation: flat tiles, or boxes with halos.
+#[derive(Debug)]
+pub enum SpecPlan {
+    /// Flat C-order tiles.
+    Flat(Plan),
+    /// Box-shaped tiles (filters, transpose, patches).
+    Box(BoxPlan),
+}
+
+impl SpecPlan {
+    /// The plan as JSON (`tilestream plan --json`).
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        match self {
+            SpecPlan::Flat(p) => serde_json::json!({
+                "what": p.what, "tiles": p.num_tiles, "tile_shape": p.tile_shape,
+                "split_axis": p.split_axis, "halo": [0, 0], "depth": p.depth,
+                "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_buffer_bytes,
+                "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
+                "budget_bytes": p.budget,
+            }),
+            SpecPlan::Box(p) => serde_json::json!({
+                "what": p.what, "tiles": p.num_tiles, "tile_shape": [p.tile.0, p.tile.1],
+                "full_width": p.tile.1 == p.dims[2],
+                "halo": [p.halo_rows.total(), p.halo_cols.total()], "depth": p.depth,
+                "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_slot_elems * p.out_bytes,
+                "scratch_bytes": p.scratch_bytes,
+                "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
+                "budget_bytes": p.budget,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for SpecPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpecPlan::Flat(p) => p.fmt(f),
+            SpecPlan::Box(p) => p.fmt(f),
+        }
+    }
+}
+
+impl OpSpec {
+    /// Every file the operation reads (a convolution kernel included).
+    #[must_use]
+    pub fn inputs(&self) -> Vec<&Path> {
+        match self {
+            OpSpec::Generate { .. } => vec![],
+            OpSpec::Map { inputs, .. } => inputs.iter().map(|(_, s)| s.path.as_path()).collect(),
+            OpSpec::Matmul { x, w, .. } => vec![&x.path, &w.path],
+            OpSpec::Stencil { input, filter, .. } => {
+                let mut v = vec![input.path.as_path()];
+                if let Some(k) = filter.strip_prefix("convolve:") {
+                    v.push(Path::new(k));
+                }
+                v
+            }
+            OpSpec::Reduce { input, .. }
+            | OpSpec::Affine { input, .. }
+            | OpSpec::Cast { input, .. }
+            | OpSpec::Convert { input, .. }
+            | OpSpec::Standardize { input, .. }
+            | OpSpec::Transpose { input, .. }
+            | OpSpec::Tiles { input, .. } => vec![&input.path],
+        }
+    }
+
+    /// What makes a run of this operation the same run (the spec itself and the
+    /// identity of each input file), for the journal that lets `--resume` continue it;
+    /// `None` for operations that do not resume (`tiles`, with many outputs).
+    ///
+    /// # Errors
+    /// [`Error::Io`] if an input cannot be inspected.
+    pub fn job_key(&self) -> Result<Option<JobKey>> {
+        if matches!(self, OpSpec::Tiles { .. }) {
+            return Ok(None);
+        }
+        let text = serde_json::to_string(self)
+            .map_err(|e| Error::Internal(format!("cannot describe the operation: {e}")))?;
+        let mut key = JobKey::new(text);
+        for p in self.inputs() {
+            key = key.input(p)?;
+        }
+        Ok(Some(key))
+    }
+}
+
+fn stencil_of(filter: &str, boundary: &str) -> Result<Stencil> {
+    Stencil::new(
+        Filter::parse(filter, |k| load_kernel(Path::new(k)))?,
+        boundary.parse::<Boundary>()?,
+    )
+}
+
+fn open_named(inputs: &[(String, Source)]) -> Result<Vec<(String, TensorFile)>> {
+    inputs
+        .iter()
+        .map(|(n, s)| Ok((n.clone(), s.open()?)))
+        .collect()
+}
+
+/// `e` writing the georeferencing of `x` (if any) to GeoTIFF outputs on its grid.
+fn georef_from(e: &Engine, x: &TensorFile) -> Engine {
+    e.clone().with_georef(Engine::georef_of(x))
+}
+
+impl Engine {
+    /// Plans `spec` without running it (nothing is written).
+    ///
+    /// # Errors
+    /// Whatever planning the operation returns: bad parameters, unreadable inputs, a
+    /// budget too small.
+    pub fn plan_spec(&self, spec: &OpSpec) -> Result<SpecPlan> {
+        let flat = match spec {
+            OpSpec::Stencil {
+                input,
+                filter,
+                boundary,
+                dtype,
+                ..
+            } => {
+                let x = input.open()?;
+                return Ok(SpecPlan::Box(self.plan_stencil(
+                    &x,
+                    &stencil_of(filter, boundary)?,
+                    *dtype,
+                )?));
+            }
+            OpSpec::Transpose { input, .. } => {
+                return Ok(SpecPlan::Box(self.plan_transpose(&input.open()?)?));
+            }
+            OpSpec::Tiles {
+                input,
+                size,
+                overlap,
+                edge,
+                ..
+            } => {
+                let spec = PatchSpec {
+                    size: *size,
+                    overlap: *overlap,
+                    edge: edge.parse::<Edge>()?,
+                };
+                return Ok(SpecPlan::Box(self.plan_patches(&input.open()?, spec)?));
+            }
+            OpSpec::Map {
+                expr,
+                inputs,
+                dtype,
+                ..
+            } => {
+                let files = open_named(inputs)?;
+                let named: Vec<(&str, &TensorFile)> =
+                    files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+                self.plan_map(expr, &named, *dtype)
+            }
+            OpSpec::Cast { input, dtype, .. } => self.plan_cast(&input.open()?, *dtype),
+            OpSpec::Convert { input, dtype, .. } => {
+                let x = input.open()?;
+                let dtype = dtype.unwrap_or(x.dtype());
+                self.plan_cast(&x, dtype)
+            }
+            OpSpec::Standardize { input, ddof, .. } => self.plan_reduce(
+                &input.open()?,
+                Reduce::Std { ddof: *ddof },
+                ReduceOver::Axis(0),
+            ),
+            OpSpec::Matmul { x, w, dtype, .. } => self.plan_matmul(&x.open()?, &w.open()?, *dtype),
+            OpSpec::Reduce {
+                input,
+                reduce,
+                ddof,
+                axis,
+                ..
+            } => self.plan_reduce(
+                &input.open()?,
+                Reduce::parse(reduce, *ddof)?,
+                ReduceOver::from(*axis),
+            ),
+            OpSpec::Affine { input, dtype, .. } => self.plan_affine(&input.open()?, *dtype),
+            OpSpec::Generate { shape, dtype, .. } => self.plan_generate(shape, *dtype),
+        };
+        flat.map(SpecPlan::Flat)
+    }
+
+    /// Runs `spec`: reads its inputs, writes its output (atomically, resumable where the
+    /// engine has a journal), and reports what it did. GeoTIFF outputs on an input's grid
+    /// carry its georeferencing.
+    ///
+    /// # Errors
+    /// Whatever the operation returns.
+    pub fn run_spec(&self, spec: &OpSpec) -> Result<RunReport> {
+        match spec {
+            OpSpec::Stencil {
+                input,
+                output,
+                filter,
+                boundary,
+                dtype,
+            } => {
+                let x = input.open()?;
+                georef_from(self, &x).stencil(&x, output, &stencil_of(filter, boundary)?, *dtype)
+            }
+            OpSpec::Convert {
+                input,
+                output,
+                dtype,
+            } => {
+                let x = input.open()?;
+                let dtype = dtype.unwrap_or(x.dtype());
+                let mut r = georef_from(self, &x).cast(&x, output, dtype)?;
+                r.op = format!("convert {} -> {}", input.path.display(), output.display());
+                Ok(r)
+            }
+            OpSpec::Transpose { input, output } => {
+                let x = input.open()?;
+                if x.georef().is_some() && is_tiff_path(output) {
+                    eprintln!(
+                        "note: transpose swaps rows and columns, so {} is written without the \
+                         input's georeferencing",
+                        output.display()
+                    );
+                }
+                self.transpose(&x, output)
+            }
+            OpSpec::Tiles {
+                input,
+                outdir,
+                size,
+                overlap,
+                edge,
+                patch_format,
+            } => {
+                let x = input.open()?;
+                let spec = PatchSpec {
+                    size: *size,
+                    overlap: *overlap,
+                    edge: edge.parse::<Edge>()?,
+                };
+                let (mut r, n) = self.patches_as(&x, outdir, spec, patch_format.parse()?)?;
+                r.op = format!("{} -> {n} patches in {}", r.op, outdir.display());
+                Ok(r)
+            }
+            OpSpec::Map {
+                expr,
+                inputs,
+                output,
+                dtype,
+            } => {
+                let files = open_named(inputs)?;
+                let named: Vec<(&str, &TensorFile)> =
+                    files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+                // the georeferencing of the first input that has one
+                let e = match files.iter().find(|(_, f)| f.georef().is_some()) {
+                    Some((_, f)) => georef_from(self, f),
+                    None => self.clone(),
+                };
+                e.map(expr, &named, output, *dtype)
+            }
+            OpSpec::Cast {
+                input,
+                output,
+                dtype,
+            } => {
+                let x = input.open()?;
+                georef_from(self, &x).cast(&x, output, *dtype)
+            }
+            OpSpec::Standardize {
+                input,
+                output,
+                ddof,
+                dtype,
+                stats,
+            } => {
+                let x = input.open()?;
+                let (stats, apply) = georef_from(self, &x).standardize(
+                    &x,
+                    output,
+                    *dtype,
+                    *ddof,
+                    stats.as_deref(),
+                )?;
+                // the two passes, reported as one run: times and bytes add up
+                let mut r = apply;
+                r.op = format!(
+                    "standardize {} (statistics pass, then apply pass)",
+                    input.path.display()
+                );
+                r.tiles += stats.tiles;
+                r.resumed_tiles += stats.resumed_tiles;
+                r.bytes_read += stats.bytes_read;
+                r.wall_s += stats.wall_s;
+                r.read_busy_s += stats.read_busy_s;
+                r.compute_busy_s += stats.compute_busy_s;
+                r.peak_reserved_bytes = r.peak_reserved_bytes.max(stats.peak_reserved_bytes);
+                r.gb_per_s = (r.bytes_read + r.bytes_written) as f64 / r.wall_s.max(1e-9) / 1e9;
+                Ok(r)
+            }
+            OpSpec::Matmul {
+                x,
+                w,
+                output,
+                dtype,
+            } => self.matmul(&x.open()?, &w.open()?, output, *dtype),
+            OpSpec::Reduce {
+                input,
+                output,
+                reduce,
+                ddof,
+                axis,
+                dtype,
+            } => {
+                let x = input.open()?;
+                let r = Reduce::parse(reduce, *ddof)?;
+                self.reduce_to_file(&x, r, ReduceOver::from(*axis), output, *dtype)
+            }
+            OpSpec::Affine {
+                input,
+                output,
+                scale,
+                offset,
+                dtype,
+            } => {
+                let x = input.open()?;
+                georef_from(self, &x).affine(&x, output, *scale, *offset, *dtype)
+            }
+            OpSpec::Generate {
+                output,
+                shape,
+                dtype,
+                seed,
+            } => self.generate(output, shape, *dtype, *seed),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_round_trip_through_json_with_defaults() {
+        let spec: OpSpec = serde_json::from_str(
+            r#"{"op": "reduce", "input": {"path": "x.npy"}, "output": "m.npy",
+                "reduce": "mean", "axis": 0}"#,
+        )
+        .expect("parses");
+        assert_eq!(
+            spec,
+            OpSpec::Reduce {
+                input: Source::file("x.npy"),
+                output: "m.npy".into(),
+                reduce: "mean".into(),
+                ddof: 0,
+                axis: Some(0),
+                dtype: None,
+            }
+        );
+        let raw = OpSpec::Stencil {
+            input: Source {
+                path: "img.raw".into(),
+                raw: Some(RawLayout {
+                    shape: vec![3, 4],
+                    dtype: DType::U16,
+                }),
+            },
+            output: "g.tif".into(),
+            filter: "gaussian:sigma=2".into(),
+            boundary: "reflect".into(),
+            dtype: Some(DType::F32),
+        };
+        let text = serde_json::to_string(&raw).expect("serialises");
+        assert!(text.contains(r#""dtype":"f32""#) && text.contains(r#""op":"stencil""#));
+        assert_eq!(serde_json::from_str::<OpSpec>(&text).expect("back"), raw);
+        // a misspelt field is an error, not a silent default
+        let e = serde_json::from_str::<OpSpec>(
+            r#"{"op": "cast", "input": {"path": "x"}, "output": "y", "dtyp": "f16"}"#,
+        );
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn job_keys_differ_by_parameter_and_tiles_do_not_resume() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let x = dir.path().join("x.raw");
+        std::fs::write(&x, [0u8; 16]).expect("write");
+        let spec = |scale: f64| OpSpec::Affine {
+            input: Source::file(&x),
+            output: "y.npy".into(),
+            scale,
+            offset: 0.0,
+            dtype: None,
+        };
+        let a = spec(2.0).job_key().expect("key");
+        assert_eq!(a, spec(2.0).job_key().expect("key"));
+        assert_ne!(a, spec(3.0).job_key().expect("key"));
+        let tiles = OpSpec::Tiles {
+            input: Source::file(&x),
+            outdir: "p".into(),
+            size: 4,
+            overlap: 0,
+            edge: "shift".into(),
+            patch_format: "npy".into(),
+        };
+        assert_eq!(tiles.job_key().expect("none"), None);
+    }
+}
