@@ -438,6 +438,35 @@ fn precheck_tables(path: &Path, file: &File) -> Result<()> {
         } else {
             u64::from(u32_at(&e[4..]))
         };
+        // every other tag the crate or tilestream reads holds a few values (bits and
+        // formats per sample, georeferencing): a count past 2^16 is a lie that would be
+        // allocated as such
+        let small = matches!(
+            tag,
+            258 | 259
+                | 262
+                | 266
+                | 277
+                | 284
+                | 317
+                | 338
+                | 339
+                | 347
+                | 530
+                | 33550
+                | 33922
+                | 34264
+                | 34735
+                | 34736
+                | 34737
+                | 42113
+        );
+        if small && n > 1 << 16 {
+            return Err(Error::format(
+                path,
+                format!("its tag {tag} claims {n} values; tilestream reads at most 65536"),
+            ));
+        }
         // StripOffsets, StripByteCounts, TileOffsets, TileByteCounts
         if matches!(tag, 273 | 279 | 324 | 325) && n > MAX_CHUNKS {
             return Err(Error::format(
