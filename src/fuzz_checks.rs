@@ -1,5 +1,5 @@
 //! The properties the fuzz targets (`fuzz/`) check, kept in the library so that the
-//! committed corpus is replayed by an ordinary test (`tests/fuzz_corpus.rs`) on every
+//! committed corpus is replayed by an ordinary test (`tests/it/fuzz_corpus.rs`) on every
 //! `cargo test`, with no fuzzer installed.
 //!
 //! Each check takes arbitrary bytes and panics only when a property is broken: a parser

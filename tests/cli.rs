@@ -10,6 +10,7 @@
     clippy::items_after_statements
 )]
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::path::Path;
@@ -807,7 +808,7 @@ fn ctrl_c_stops_cleanly_and_kill_leftovers_are_cleaned() {
         "16MiB",
     ];
     // SIGINT: stops after the tile in flight, exit 130, the output not written; the
-    // temporary output and the journal stay for --resume (tests/resume.rs), `clean`
+    // temporary output and the journal stay for --resume (tests/it/resume.rs), `clean`
     // removes them
     let child = common::bin()
         .args(args)

@@ -10,6 +10,7 @@
     clippy::float_cmp // exact by design
 )]
 
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::path::Path;

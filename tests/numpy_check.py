@@ -1,4 +1,4 @@
-"""Cross-check with numpy (driven by tests/numpy_interop.rs).
+"""Cross-check with numpy (driven by tests/it/numpy_interop.rs).
 
 `write DIR`: numpy writes input files of several dtypes and header versions.
 `check DIR`: numpy compares tilestream's outputs in DIR with its own results.

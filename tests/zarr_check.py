@@ -1,4 +1,4 @@
-"""zarr-python's side of tests/zarr.rs.
+"""zarr-python's side of tests/it/zarr.rs.
 
     python zarr_check.py write DIR        zarr-python writes Zarr v3 stores (several codecs,
                                           sharding, dtypes) and numpy writes the same data

@@ -1,5 +1,5 @@
 """Makes the committed stencil goldens in tests/golden with scipy.ndimage (run once; the
-outputs are committed so tests/stencil.rs checks tilestream, and its Rust oracle, against
+outputs are committed so tests/it/stencil.rs checks tilestream, and its Rust oracle, against
 scipy itself).
 
     python3 tests/golden/make_stencil_golden.py     # needs numpy and scipy

@@ -1,12 +1,10 @@
 //! Runs each example at a small size, as a user would, and checks what it produced.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::read_npy_data;
+use crate::common::read_npy_data;
 use tilestream::{Axis, Engine, MemoryBudget, Reduce, TensorFile};
 
 /// `target/<profile>/examples/<name>`: `cargo test` builds the examples beside the tests.

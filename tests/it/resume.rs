@@ -11,14 +11,12 @@
     clippy::zombie_processes
 )]
 
-mod common;
-
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use common::{Lcg, bin, ok};
+use crate::common::{Lcg, bin, ok};
 
 const FAULT: &str = "TILESTREAM_FAULT_KILL_AT";
 

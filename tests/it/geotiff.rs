@@ -10,9 +10,7 @@
 
 use std::process::Command;
 
-mod common;
-
-use common::gdal::{
+use crate::common::gdal::{
     BIN, TYPES, envi, gdal_read, gdal_tif, gdalinfo, georef_of, npy_data, pattern, ts,
 };
 

@@ -6,11 +6,9 @@
 //! `tests/golden/make_stencil_golden.py`).
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc, clippy::float_cmp)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::{Lcg, read_npy_data, write_npy};
+use crate::common::{Lcg, read_npy_data, write_npy};
 use tilestream::engine::{Edge, PatchSpec};
 use tilestream::ops::stencil::{Filter, Stencil};
 use tilestream::tiling::Boundary;

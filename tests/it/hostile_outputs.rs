@@ -6,13 +6,11 @@
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bin, ok};
+use crate::common::{bin, ok};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()

@@ -6,12 +6,10 @@
 //! and the other lossy or unsupported codecs, YCbCr, CMYK, Lab, complex samples) refused
 //! with one line and a nonzero exit, leaving no output.
 
-mod common;
-
 use std::fmt::Write as _;
 use std::path::Path;
 
-use common::gdal::{BIN, TYPES, envi, gdal_read, gdal_tif, npy_data, ok, pattern, tool};
+use crate::common::gdal::{BIN, TYPES, envi, gdal_read, gdal_tif, npy_data, ok, pattern, tool};
 
 /// How a fixture's photometric tags are set.
 #[derive(Clone, Copy, Debug)]

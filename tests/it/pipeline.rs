@@ -3,11 +3,9 @@
 //! naming the line of the file, exit code 2, and nothing written.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
-mod common;
-
 use std::path::Path;
 
-use common::{ok, run};
+use crate::common::{ok, run};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()

@@ -9,9 +9,7 @@
     clippy::type_complexity
 )]
 
-mod common;
-
-use common::{Lcg, read_npy_data, write_npy};
+use crate::common::{Lcg, read_npy_data, write_npy};
 use half::{bf16, f16};
 use tilestream::{DType, Element, Engine, MemoryBudget, TensorFile};
 

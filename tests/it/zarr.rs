@@ -9,12 +9,10 @@
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
-mod common;
-
 use std::ffi::OsString;
 use std::process::Command;
 
-use common::{read_npy_data, run};
+use crate::common::{read_npy_data, run};
 
 fn python() -> Option<OsString> {
     let p = std::env::var_os("TILESTREAM_PYTHON");

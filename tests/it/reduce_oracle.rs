@@ -4,9 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
-mod common;
-
-use common::{Lcg, write_npy};
+use crate::common::{Lcg, write_npy};
 use proptest::prelude::*;
 use tilestream::{
     BudgetError, DType, Element, Engine, Error, MemoryBudget, Reduce, ReduceOver, TensorFile,

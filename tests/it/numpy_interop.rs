@@ -7,11 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
-mod common;
-
 use std::process::Command;
 
-use common::ok;
+use crate::common::ok;
 
 #[test]
 fn numpy_reads_and_agrees() {

@@ -8,11 +8,9 @@
     clippy::cast_precision_loss
 )]
 
-mod common;
-
 use std::path::Path;
 
-use common::{Lcg, read_npy_data, write_npy};
+use crate::common::{Lcg, read_npy_data, write_npy};
 use tilestream::{DType, Element, Engine, MemoryBudget, TensorFile};
 
 fn golden(name: &str) -> std::path::PathBuf {

@@ -9,9 +9,7 @@
     clippy::cast_precision_loss
 )]
 
-mod common;
-
-use common::{Lcg, read_npy_data, write_npy};
+use crate::common::{Lcg, read_npy_data, write_npy};
 use tilestream::{Axis, DType, Engine, MemoryBudget, Reduce, TensorFile};
 
 #[test]

@@ -1,0 +1,22 @@
+//! The integration tests, as one test binary: each module was a binary of its own, and
+//! linking the crate and its dependencies once per binary dominated the build (see the
+//! README's build-time figures). The tests that measure the peak memory of the processes
+//! they start live in binaries of their own (`tests/cli.rs`, `tests/hostile_params.rs`):
+//! a child starts with its parent's resident-memory high-water mark, and this binary's
+//! in-process tests raise it.
+
+mod common;
+mod examples;
+mod fuzz_corpus;
+mod geotiff;
+mod hostile_outputs;
+mod map_oracle;
+mod matmul;
+mod numpy_interop;
+mod pipeline;
+mod reduce_oracle;
+mod resume;
+mod standardize;
+mod stencil;
+mod tiff_matrix;
+mod zarr;
