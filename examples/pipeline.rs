@@ -7,7 +7,9 @@
 //! cargo run --release --example pipeline -- --rows 5000
 //! ```
 //!
-//! Files go to a temporary directory (removed at the end), or to `TILESTREAM_DIR` (kept).
+//! The data goes to `examples/data/` beside the pipeline file (ignored by git), so that
+//! `tilestream run examples/pipeline.toml` works afterwards as printed; `TILESTREAM_DIR`
+//! puts the pipeline and its data somewhere else.
 
 use tilestream::workflow::Workflow;
 use tilestream::{DType, Engine, MemoryBudget};
@@ -18,18 +20,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(i) => args.get(i + 1).ok_or("--rows needs a number")?.parse()?,
         None => 200_000,
     };
-    let tmp = tempfile::tempdir()?;
-    let dir =
-        std::env::var_os("TILESTREAM_DIR").map_or_else(|| tmp.path().to_path_buf(), Into::into);
+    let shipped = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"));
+    let (dir, toml) = match std::env::var_os("TILESTREAM_DIR") {
+        Some(d) => {
+            let d = std::path::PathBuf::from(d);
+            let toml = d.join("pipeline.toml");
+            std::fs::copy(shipped.join("pipeline.toml"), &toml)?;
+            (d, toml)
+        }
+        None => (shipped.to_path_buf(), shipped.join("pipeline.toml")),
+    };
     std::fs::create_dir_all(dir.join("data"))?;
     let maker = Engine::new(MemoryBudget::parse("128MiB")?)?;
     maker.generate(dir.join("data/x.npy"), &[rows, 512], DType::F32, 1)?;
     maker.generate(dir.join("data/w.npy"), &[512, 16], DType::F32, 2)?;
-    let toml = dir.join("pipeline.toml");
-    std::fs::copy(
-        concat!(env!("CARGO_MANIFEST_DIR"), "/examples/pipeline.toml"),
-        &toml,
-    )?;
 
     let wf = Workflow::load(&toml)?;
     let engine = Engine::new(MemoryBudget::parse(wf.memory().unwrap_or("128MiB"))?)?;

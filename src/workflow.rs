@@ -574,6 +574,23 @@ impl Workflow {
     /// # Errors
     /// [`Error::Invalid`] or [`Error::Budget`] naming the line of the step.
     pub fn plan(&self, engine: &Engine) -> Result<String> {
+        // a dry run that passes must not leave a run to fail on a missing directory
+        for (name, dest) in &self.outputs {
+            let parent = match dest.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            if !parent.is_dir() {
+                return Err(Error::Invalid(format!(
+                    "{}: output `{name}` goes to {}, but the directory {} does not exist; \
+                     create it first",
+                    self.path.display(),
+                    dest.display(),
+                    parent.display()
+                )));
+            }
+            crate::tensor::own_files::check_destination(dest, crate::tensor::OutFormat::of(dest))?;
+        }
         let dir =
             tempfile::tempdir().map_err(|e| Error::io("create", "a temporary directory", e))?;
         let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();

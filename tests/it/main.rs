@@ -14,6 +14,7 @@ mod map_oracle;
 mod matmul;
 mod numpy_interop;
 mod pipeline;
+mod readme;
 mod reduce_oracle;
 mod resume;
 mod standardize;
