@@ -609,6 +609,27 @@ fn named_sources(specs: &[String], raw: &RawSpec) -> Result<Vec<(String, Source)
 }
 
 /// A flat or a box plan, for `tilestream plan`.
+/// A note when an output's extension names no format tilestream writes (`o.jpg`): the
+/// data is written raw, which the name would not suggest.
+fn warn_unknown_extension(out: &Path) {
+    let Some(ext) = out
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+    else {
+        return;
+    };
+    if !matches!(
+        ext.as_str(),
+        "npy" | "tif" | "tiff" | "zarr" | "raw" | "bin" | "dat" | "f32" | "f64"
+    ) {
+        eprintln!(
+            "note: {}: .{ext} is not a format tilestream writes, so the data is written raw \
+             (headerless); choose one with --format npy|raw|tif|zarr",
+            out.display()
+        );
+    }
+}
+
 /// The operation's spec: what the library plans and runs, and what identifies a run for
 /// `--resume`.
 fn spec_of(op: &Op) -> Result<OpSpec> {
@@ -904,6 +925,9 @@ fn main_inner(cli: Cli) -> Result<()> {
         Cmd::Op(op) => {
             let mut e = engine(common)?;
             let spec = spec_of(&op)?;
+            if common.format.is_none() && !matches!(op, Op::Tiles(_)) {
+                warn_unknown_extension(spec.output());
+            }
             match spec.job_key()? {
                 Some(key) => e = e.with_journal(key, common.resume),
                 None if common.resume => {

@@ -335,6 +335,24 @@ impl OpSpec {
         }
     }
 
+    /// The file (or store, or patch directory) the operation writes.
+    #[must_use]
+    pub fn output(&self) -> &Path {
+        match self {
+            OpSpec::Tiles { outdir, .. } => outdir,
+            OpSpec::Reduce { output, .. }
+            | OpSpec::Affine { output, .. }
+            | OpSpec::Cast { output, .. }
+            | OpSpec::Convert { output, .. }
+            | OpSpec::Map { output, .. }
+            | OpSpec::Matmul { output, .. }
+            | OpSpec::Standardize { output, .. }
+            | OpSpec::Stencil { output, .. }
+            | OpSpec::Transpose { output, .. }
+            | OpSpec::Generate { output, .. } => output,
+        }
+    }
+
     /// What makes a run of this operation the same run (the spec itself and the
     /// identity of each input file), for the journal that lets `--resume` continue it;
     /// `None` for operations that do not resume (`tiles`, with many outputs).

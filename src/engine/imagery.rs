@@ -486,10 +486,12 @@ impl Engine {
         let bands = plan.dims[0];
         std::fs::create_dir_all(outdir).map_err(|e| Error::io("create directory", outdir, e))?;
         let index_path = outdir.join("index.csv");
-        match std::fs::remove_file(&index_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("remove the old", &index_path, e)),
+        let removed = clear_earlier_patches(outdir)?;
+        if removed > 0 {
+            eprintln!(
+                "note: removed the {removed} patches of an earlier run listed in {}",
+                index_path.display()
+            );
         }
         let stem = input
             .path()
@@ -505,6 +507,7 @@ impl Engine {
         let mut index = String::from("file,row,col,height,width\n");
         let mut patch = vec![0u8; spec.size * spec.size * es * bands];
         let mut written = 0usize;
+        let mut bytes = 0u64;
         let order = BandsTogether {
             plan: &plan,
             bands,
@@ -570,6 +573,7 @@ impl Engine {
                     tile.r0, tile.c0, spec.size, spec.size
                 );
                 written += 1;
+                bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
                 Ok(())
             },
         )?;
@@ -582,7 +586,7 @@ impl Engine {
             spec.overlap,
             input.path().display()
         );
-        let report = self.report_tiles(
+        let mut report = self.report_tiles(
             (plan.num_tiles, vec![spec.size, spec.size], plan.depth),
             op,
             input.shape(),
@@ -590,8 +594,61 @@ impl Engine {
             input.dtype(),
             times,
         );
+        // the patch files (and the index) are this run's output
+        report.bytes_written = bytes + index.len() as u64;
+        report.gb_per_s =
+            (report.bytes_read + report.bytes_written) as f64 / report.wall_s.max(1e-9) / 1e9;
         Ok((report, written))
     }
+}
+
+/// Makes `outdir` ready for new patches: the patch files an earlier run listed in its
+/// `index.csv` are removed with the index (returns how many); anything else in the
+/// directory is refused, so new patches never sit beside stale ones unnoticed.
+fn clear_earlier_patches(outdir: &Path) -> Result<usize> {
+    let index_path = outdir.join("index.csv");
+    let listed: Vec<String> = match std::fs::read_to_string(&index_path) {
+        Ok(text) => text
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split(',').next())
+            // only plain names of patch files: an edited index names nothing else
+            .filter(|n| {
+                !n.is_empty()
+                    && !n.contains('/')
+                    && !n.starts_with('.')
+                    && (n.ends_with(".npy") || n.ends_with(".tif"))
+            })
+            .map(str::to_string)
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    let entries = std::fs::read_dir(outdir).map_err(|e| Error::io("list", outdir, e))?;
+    for e in entries {
+        let e = e.map_err(|e| Error::io("list", outdir, e))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name != "index.csv" && !listed.contains(&name) {
+            return Err(Error::Invalid(format!(
+                "{}: holds `{name}`, which no earlier tiles run listed in its index.csv; give \
+                 an empty or new directory for the patches",
+                outdir.display()
+            )));
+        }
+    }
+    let mut removed = 0;
+    for n in &listed {
+        let p = outdir.join(n);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_file()) {
+            std::fs::remove_file(&p).map_err(|e| Error::io("remove the old patch", &p, e))?;
+            removed += 1;
+        }
+    }
+    match std::fs::remove_file(&index_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io("remove the old", &index_path, e)),
+    }
+    Ok(removed)
 }
 
 /// A box plan's tiles reordered position-major (the bands of one tile position one

@@ -12,6 +12,7 @@ mod geotiff;
 mod hostile_outputs;
 mod map_oracle;
 mod matmul;
+mod newcomer;
 mod numpy_interop;
 mod pipeline;
 mod readme;
