@@ -617,7 +617,9 @@ fn clear_earlier_patches(outdir: &Path) -> Result<usize> {
                 !n.is_empty()
                     && !n.contains('/')
                     && !n.starts_with('.')
-                    && (n.ends_with(".npy") || n.ends_with(".tif"))
+                    && Path::new(n)
+                        .extension()
+                        .is_some_and(|e| e == "npy" || e == "tif")
             })
             .map(str::to_string)
             .collect(),
