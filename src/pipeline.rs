@@ -667,3 +667,207 @@ where
     );
     Ok(times)
 }
+
+/// The stage scheduler on its own, with a layout of the test's making over a real input
+/// file: tile order, the bound on tiles in flight, the first error stopping every stage,
+/// cancellation after the tile in flight, and a panicking kernel turned into an error.
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod scheduler_tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::DType;
+
+    /// `tiles` tiles of `len` u32 elements, each reading its own range and writing it
+    /// back at the same place; counts the tiles the read stage has started.
+    struct Fake {
+        tiles: usize,
+        len: u64,
+        depth: usize,
+        reads_started: AtomicUsize,
+    }
+
+    impl Layout for Fake {
+        type Tile = usize;
+        fn num_tiles(&self) -> usize {
+            self.tiles
+        }
+        fn tile(&self, i: usize) -> usize {
+            i
+        }
+        fn reads(&self, t: &usize, out: &mut Vec<Read>) {
+            self.reads_started.fetch_add(1, Ordering::SeqCst);
+            out.push(Read {
+                input: 0,
+                start: *t as u64 * self.len,
+                len: self.len,
+                touch: Touch::All,
+            });
+        }
+        fn out_elems(&self, _: &usize) -> u64 {
+            self.len
+        }
+        fn writes(&self, t: &usize, out: &mut Vec<Write>) {
+            out.push(Write {
+                file_elem: *t as u64 * self.len,
+                buf_elem: 0,
+                len: self.len,
+            });
+        }
+        fn depth(&self) -> usize {
+            self.depth
+        }
+        fn window_bytes(&self) -> u64 {
+            self.len * 4 + 2 * crate::tensor::page_size()
+        }
+        fn out_slot_elems(&self) -> u64 {
+            self.len
+        }
+    }
+
+    /// An input `.npy` of u32 0..n, and a fake layout over it.
+    fn setup(dir: &std::path::Path, tiles: usize, len: u64, depth: usize) -> (TensorFile, Fake) {
+        let n = tiles as u64 * len;
+        let path = dir.join("in.npy");
+        let mut bytes = crate::tensor::npy::build_header(DType::U32, &[n as usize]);
+        bytes.extend((0..n as u32).flat_map(u32::to_le_bytes));
+        std::fs::write(&path, bytes).unwrap();
+        let fake = Fake {
+            tiles,
+            len,
+            depth,
+            reads_started: AtomicUsize::new(0),
+        };
+        (TensorFile::open(&path).unwrap(), fake)
+    }
+
+    #[test]
+    fn tiles_reach_compute_and_the_writer_in_order_with_at_most_depth_in_flight() {
+        for depth in [1, 2, 3, 5] {
+            let dir = tempfile::tempdir().unwrap();
+            let (input, fake) = setup(dir.path(), 40, 1000, depth);
+            let out =
+                OutputFile::create(dir.path().join("out.npy"), &[40_000], DType::U32).unwrap();
+            let budget = MemoryBudget::new(64 << 20);
+            let mut order = Vec::new();
+            let mut most_in_flight = 0;
+            run_layout(
+                &fake,
+                &[&input],
+                &budget,
+                Some(&out),
+                Hooks::default(),
+                |t, ins, o| {
+                    order.push(t);
+                    // tiles the reader started and compute has not finished, this one included
+                    let in_flight = fake.reads_started.load(Ordering::SeqCst) - t;
+                    most_in_flight = most_in_flight.max(in_flight);
+                    let src: &[u32] = bytemuck::cast_slice(ins[0]);
+                    let dst: &mut [u32] = bytemuck::cast_slice_mut(o);
+                    for (d, s) in dst.iter_mut().zip(src) {
+                        *d = s + 1;
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+            assert_eq!(order, (0..40).collect::<Vec<_>>());
+            assert!(
+                most_in_flight <= depth,
+                "{most_in_flight} tiles in flight, depth {depth}"
+            );
+            // the writer put every tile where it belongs
+            let mut back = vec![0u8; 40_000 * 4];
+            out.read_at(0, &mut back).unwrap();
+            let back: &[u32] = bytemuck::cast_slice(&back);
+            assert!(back.iter().enumerate().all(|(i, &v)| v == i as u32 + 1));
+        }
+    }
+
+    #[test]
+    fn the_first_error_stops_every_stage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (input, fake) = setup(dir.path(), 50, 100, 3);
+        let out = OutputFile::create(dir.path().join("out.npy"), &[5000], DType::U32).unwrap();
+        let budget = MemoryBudget::new(64 << 20);
+        let mut last = 0;
+        let e = run_layout(
+            &fake,
+            &[&input],
+            &budget,
+            Some(&out),
+            Hooks::default(),
+            |t, _, _| {
+                last = t;
+                if t == 7 {
+                    return Err(Error::invalid("tile 7 failed"));
+                }
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("tile 7 failed"), "{e}");
+        assert_eq!(last, 7, "compute went on after the error");
+        // the reader stopped too: at most a pipeline's depth past the failed tile
+        assert!(fake.reads_started.load(Ordering::SeqCst) <= 7 + 1 + 3);
+    }
+
+    #[test]
+    fn a_cancel_stops_after_the_tile_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let (input, fake) = setup(dir.path(), 30, 100, 3);
+        let budget = MemoryBudget::new(64 << 20);
+        let stop = AtomicBool::new(false);
+        let hooks = Hooks {
+            cancel: Some(&stop),
+            ..Hooks::default()
+        };
+        let mut last = 0;
+        let e = run_layout(&fake, &[&input], &budget, None, hooks, |t, _, _| {
+            last = t;
+            if t == 4 {
+                stop.store(true, Ordering::Relaxed);
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Error::Interrupted {
+                    done: 5,
+                    total: 30,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(last, 4);
+    }
+
+    #[test]
+    fn a_panicking_kernel_is_an_error_not_a_hang() {
+        let dir = tempfile::tempdir().unwrap();
+        let (input, fake) = setup(dir.path(), 20, 100, 2);
+        let out = OutputFile::create(dir.path().join("out.npy"), &[2000], DType::U32).unwrap();
+        let budget = MemoryBudget::new(64 << 20);
+        // (the panic's report is printed by the compute thread; the run returns an error)
+        let e = run_layout(
+            &fake,
+            &[&input],
+            &budget,
+            Some(&out),
+            Hooks::default(),
+            |t, _, _| {
+                assert!(t != 3, "kernel bug at tile 3");
+                Ok(())
+            },
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&e, Error::Internal(m) if m.contains("compute stage panicked")),
+            "{e:?}"
+        );
+    }
+}

@@ -425,3 +425,75 @@ mod tests {
         assert!(msg.contains("2.0 MiB of accumulators"), "{msg}");
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn request(
+        shape: Vec<usize>,
+        in_b: u64,
+        out_b: u64,
+        resident: u64,
+        depth: usize,
+        budget: u64,
+    ) -> PlanRequest {
+        PlanRequest {
+            what: "property".into(),
+            shape,
+            in_bytes_per_elem: in_b,
+            inputs: 1 + (in_b as usize % 2),
+            out_bytes_per_elem: out_b,
+            resident_bytes: resident,
+            scratch_per_elem: in_b % 3,
+            resident_what: "accumulators".into(),
+            depth,
+            budget,
+            max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
+            window_slack: 8192,
+            min_tile: MIN_TILE_ELEMS,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, .. ProptestConfig::default() })]
+
+        /// Every plan stays within its budget and covers every element exactly once, in
+        /// order; every refusal names a budget that then plans.
+        #[test]
+        fn plans_fit_the_budget_and_cover_every_element_once(
+            shape in prop::collection::vec(0usize..300, 1..4),
+            in_b in 1u64..9,
+            out_b in 0u64..9,
+            resident in 0u64..(1 << 20),
+            depth in 1usize..5,
+            budget in (1u64 << 10)..(64 << 20),
+        ) {
+            let req = request(shape, in_b, out_b, resident, depth, budget);
+            match Plan::new(&req) {
+                Ok(p) => {
+                    prop_assert!(p.reserved_bytes <= budget, "{} > {budget}", p.reserved_bytes);
+                    let total: u64 = p.shape.iter().map(|&d| d as u64).product();
+                    let mut next = 0;
+                    for t in p.tiles() {
+                        prop_assert_eq!(t.start, next);
+                        prop_assert!(t.len > 0 && t.len <= p.tile_elems);
+                        next += t.len;
+                    }
+                    prop_assert_eq!(next, total);
+                    prop_assert!(p.num_tiles as u64 <= total.max(1));
+                }
+                Err(BudgetError::TooSmall { needed, limit, .. }) => {
+                    prop_assert_eq!(limit, budget);
+                    prop_assert!(needed > budget);
+                    let again = Plan::new(&PlanRequest { budget: needed, ..req });
+                    prop_assert!(again.is_ok(), "the suggested {needed} does not plan: {again:?}");
+                }
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
+        }
+    }
+}
