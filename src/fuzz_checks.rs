@@ -198,8 +198,15 @@ pub fn pipeline_file(data: &[u8]) -> bool {
     }
     let path = dir.join(format!("p{:?}.toml", std::thread::current().id()));
     std::fs::write(&path, data).expect("write the input");
-    let engine = crate::Engine::new(crate::MemoryBudget::new(16 << 20)).expect("an engine");
-    let result = crate::workflow::Workflow::load(&path).and_then(|w| w.plan(&engine));
+    // one engine (and one worker pool) for every input: a pool per input is slow, and its
+    // threads still winding down look like leaks to the fuzzer
+    static ENGINE: std::sync::OnceLock<crate::Engine> = std::sync::OnceLock::new();
+    let engine = ENGINE.get_or_init(|| {
+        crate::Engine::new(crate::MemoryBudget::new(16 << 20))
+            .and_then(|e| e.with_threads(1))
+            .expect("an engine")
+    });
+    let result = crate::workflow::Workflow::load(&path).and_then(|w| w.plan(engine));
     match result {
         Ok(_) => true,
         Err(e) => {
