@@ -189,6 +189,9 @@ pub fn zarr_metadata(data: &[u8]) -> bool {
 /// When one of those properties does not hold.
 #[must_use]
 pub fn pipeline_file(data: &[u8]) -> bool {
+    // one engine (and one worker pool) for every input: a pool per input is slow, and its
+    // threads still winding down look like leaks to the fuzzer
+    static ENGINE: std::sync::OnceLock<crate::Engine> = std::sync::OnceLock::new();
     let dir = scratch();
     let x = dir.join("x.npy");
     if !x.exists() {
@@ -198,9 +201,6 @@ pub fn pipeline_file(data: &[u8]) -> bool {
     }
     let path = dir.join(format!("p{:?}.toml", std::thread::current().id()));
     std::fs::write(&path, data).expect("write the input");
-    // one engine (and one worker pool) for every input: a pool per input is slow, and its
-    // threads still winding down look like leaks to the fuzzer
-    static ENGINE: std::sync::OnceLock<crate::Engine> = std::sync::OnceLock::new();
     let engine = ENGINE.get_or_init(|| {
         crate::Engine::new(crate::MemoryBudget::new(16 << 20))
             .and_then(|e| e.with_threads(1))

@@ -53,6 +53,7 @@ use crate::engine::{Engine, RunReport};
 use crate::error::{Error, Result};
 use crate::ops::reduce::{Reduce, ReduceOver};
 use crate::ops::stencil::{Filter, Stencil};
+use crate::spec::{OpSpec, Source};
 use crate::tensor::{TensorFile, fmt_shape};
 use crate::tiling::Boundary;
 
@@ -134,6 +135,10 @@ enum Job {
     Stencil {
         input: String,
         stencil: Box<Stencil>,
+        /// The filter as the spec gives it to the engine (a kernel path resolved against
+        /// the pipeline file's directory) and the boundary.
+        filter: String,
+        boundary: String,
         dtype: Option<DType>,
     },
     Transpose {
@@ -474,10 +479,16 @@ impl Workflow {
                         .map_err(|e: Error| err(e.to_string()))?;
                     let stencil =
                         Box::new(Stencil::new(filter, boundary).map_err(|e| err(e.to_string()))?);
+                    let resolved = match spec.strip_prefix("convolve:") {
+                        Some(k) => format!("convolve:{}", base.join(k).display()),
+                        None => spec.clone(),
+                    };
                     (
                         Job::Stencil {
                             input: input.clone(),
                             stencil,
+                            filter: resolved,
+                            boundary: st.boundary.clone().unwrap_or_else(|| "reflect".into()),
                             dtype,
                         },
                         format!("stencil {spec} of {input}"),
@@ -681,6 +692,7 @@ impl Workflow {
                 input,
                 stencil,
                 dtype,
+                ..
             } => {
                 let x = f(input)?;
                 let p = e.plan_stencil(x, stencil, *dtype)?;
@@ -801,41 +813,79 @@ impl Workflow {
         Ok(reports)
     }
 
+    /// Runs one job: its [`OpSpec`], over the files of the values it names, through
+    /// [`Engine::run_spec`] like every other front end.
     fn run_job(
         e: &Engine,
         j: &Planned,
         files: &BTreeMap<String, TensorFile>,
         out: &Path,
     ) -> Result<RunReport> {
-        let f = |n: &str| {
+        let src = |n: &str| -> Result<Source> {
             files
                 .get(n)
+                .map(|t| Source::file(t.path()))
                 .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
         };
-        match &j.job {
-            Job::Map { expr, dtype, like } => {
-                let named = Self::named(expr, files);
-                let refs: Vec<(&str, &TensorFile)> =
-                    named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-                e.map(expr, &refs, out, Self::map_dtype(*dtype, like, files)?)
-            }
+        let output = out.to_path_buf();
+        let spec = match &j.job {
+            Job::Map { expr, dtype, like } => OpSpec::Map {
+                expr: expr.clone(),
+                inputs: Self::named(expr, files)
+                    .into_iter()
+                    .map(|(n, t)| (n, Source::file(t.path())))
+                    .collect(),
+                output,
+                dtype: Self::map_dtype(*dtype, like, files)?,
+            },
             Job::Reduce {
                 input,
                 op,
                 axis,
                 dtype,
-            } => e.reduce_to_file(f(input)?, *op, ReduceOver::from(*axis), out, *dtype),
+            } => OpSpec::Reduce {
+                input: src(input)?,
+                output,
+                reduce: op.name().into(),
+                ddof: match *op {
+                    Reduce::Var { ddof } | Reduce::Std { ddof } => ddof,
+                    _ => 0,
+                },
+                axis: *axis,
+                dtype: *dtype,
+            },
             Job::Stencil {
                 input,
-                stencil,
+                filter,
+                boundary,
                 dtype,
-            } => e.stencil(f(input)?, out, stencil, *dtype),
-            Job::Transpose { input } => e.transpose(f(input)?, out),
-            Job::Matmul { x, w, dtype } => e.matmul(f(x)?, f(w)?, out, *dtype),
-            Job::Standardize { input, ddof, dtype } => e
-                .standardize(f(input)?, out, *dtype, *ddof, None)
-                .map(|(_, r)| r),
-        }
+                ..
+            } => OpSpec::Stencil {
+                input: src(input)?,
+                output,
+                filter: filter.clone(),
+                boundary: boundary.clone(),
+                dtype: *dtype,
+            },
+            Job::Transpose { input } => OpSpec::Transpose {
+                input: src(input)?,
+                output,
+            },
+            Job::Matmul { x, w, dtype } => OpSpec::Matmul {
+                x: src(x)?,
+                w: src(w)?,
+                output,
+                dtype: *dtype,
+            },
+            Job::Standardize { input, ddof, dtype } => OpSpec::Standardize {
+                input: src(input)?,
+                output,
+                ddof: *ddof,
+                dtype: *dtype,
+                stats: None,
+            },
+        };
+        e.run_spec(&spec)
     }
 }
 

@@ -12,7 +12,10 @@ use std::process::Command;
 use crate::common::ok;
 
 #[test]
-#[cfg_attr(not(tilestream_python), ignore = "set TILESTREAM_PYTHON to a Python with numpy and ml_dtypes (.ci/run does) to run this cross-check")]
+#[cfg_attr(
+    not(tilestream_python),
+    ignore = "set TILESTREAM_PYTHON to a Python with numpy and ml_dtypes (.ci/run does) to run this cross-check"
+)]
 fn numpy_reads_and_agrees() {
     let Some(python) = std::env::var_os("TILESTREAM_PYTHON") else {
         assert!(

@@ -54,7 +54,10 @@ fn py(python: &OsString, args: &[&str]) -> String {
 }
 
 #[test]
-#[cfg_attr(not(tilestream_python), ignore = "set TILESTREAM_PYTHON to a Python with numpy and zarr (.ci/run does) to run this cross-check")]
+#[cfg_attr(
+    not(tilestream_python),
+    ignore = "set TILESTREAM_PYTHON to a Python with numpy and zarr (.ci/run does) to run this cross-check"
+)]
 fn reads_zarr_python_stores_and_writes_stores_zarr_python_reads() {
     let Some(python) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
@@ -130,7 +133,10 @@ fn reads_zarr_python_stores_and_writes_stores_zarr_python_reads() {
 }
 
 #[test]
-#[cfg_attr(not(tilestream_python), ignore = "set TILESTREAM_PYTHON to a Python with numpy and zarr (.ci/run does) to run this cross-check")]
+#[cfg_attr(
+    not(tilestream_python),
+    ignore = "set TILESTREAM_PYTHON to a Python with numpy and zarr (.ci/run does) to run this cross-check"
+)]
 fn zarr_stores_feed_any_command_and_replace_only_zarr_stores() {
     let Some(python) = python() else { return };
     let dir = tempfile::tempdir().unwrap();
