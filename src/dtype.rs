@@ -167,20 +167,20 @@ impl DType {
             c if c.starts_with('O') => {
                 return Err(format!(
                     "object dtype '{}' is not supported (only numeric arrays can be streamed)",
-                    crate::tensor::npy::shown(descr)
+                    crate::error::shown(descr)
                 ));
             }
             _ => {
                 return Err(format!(
                     "dtype '{}' is not supported (supported: bool, u8-u64, i8-i64, f16, bf16, f32, f64)",
-                    crate::tensor::npy::shown(descr)
+                    crate::error::shown(descr)
                 ));
             }
         };
         if order == '>' && dtype.size() > 1 {
             return Err(format!(
                 "big-endian dtype '{}' is not supported: convert with numpy `a.astype(a.dtype.newbyteorder('<'))`",
-                crate::tensor::npy::shown(descr)
+                crate::error::shown(descr)
             ));
         }
         Ok(dtype)

@@ -91,6 +91,16 @@ impl Error {
     }
 }
 
+/// Text from a file, made fit for a one-line message: control characters escaped, cut
+/// after 40 characters.
+pub(crate) fn shown(s: &str) -> String {
+    let mut out: String = s.chars().take(40).flat_map(char::escape_debug).collect();
+    if s.chars().nth(40).is_some() {
+        out.push_str("...");
+    }
+    out
+}
+
 thread_local! {
     static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }

@@ -130,7 +130,7 @@ fn touch_ends(t: &crate::TensorFile) {
         return;
     }
     for at in [0, n - 1] {
-        if let Err(e) = t.map_windows(&[(at, 1, crate::pipeline::Touch::All)]) {
+        if let Err(e) = t.map_windows(&[(at, 1, crate::tensor::Touch::All)]) {
             one_line(&e);
         }
     }

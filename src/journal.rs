@@ -37,13 +37,13 @@ use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
-use crate::pipeline::{Layout, Write};
+use crate::layout::{Layout, Write};
 use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock, own_files};
 
 const HEADER: &str = "tilestream-journal 1";
@@ -200,21 +200,7 @@ fn parse(text: &str) -> Option<Prev> {
     Some(p)
 }
 
-/// Kills the process at once (SIGKILL) when the environment variable
-/// `TILESTREAM_FAULT_KILL_AT` names `point`: the fault injection the crash tests use to
-/// stop a run at exact places (after tile `written:P:I` of pass P, `synced`, `renamed`,
-/// `dir-synced`). Unset, it costs one cached lookup.
-pub fn crash_point(point: impl FnOnce() -> String) {
-    static AT: OnceLock<Option<String>> = OnceLock::new();
-    if let Some(at) = AT.get_or_init(|| std::env::var("TILESTREAM_FAULT_KILL_AT").ok())
-        && *at == point()
-    {
-        // SAFETY: raising a signal on our own process has no memory-safety preconditions.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
-        }
-    }
-}
+pub use crate::fault::crash_point;
 
 impl Journal {
     /// Opens the journal of a run writing `dest`. With `resume`, what an interrupted run

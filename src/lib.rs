@@ -53,12 +53,15 @@ pub mod budget;
 pub mod dtype;
 pub mod engine;
 pub mod error;
+pub mod fault;
 #[doc(hidden)]
 pub mod fuzz_checks;
 pub mod journal;
+pub mod layout;
 pub mod ops;
 pub mod pipeline;
 pub mod plan;
+pub mod shape;
 pub mod spec;
 pub mod tensor;
 pub mod tiling;

@@ -27,7 +27,9 @@ use crossbeam_channel::bounded;
 use crate::budget::{MemoryBudget, Reservation};
 use crate::error::{Error, Result};
 use crate::journal::Journal;
+pub use crate::layout::{Layout, Read, Write};
 use crate::plan::{Plan, Tile};
+pub use crate::tensor::Touch;
 use crate::tensor::{OutputFile, TensorFile, Window};
 
 /// Progress after each completed tile, for progress bars and logs.
@@ -114,87 +116,6 @@ impl<'a> InputStream<'a> {
             per_item: 1,
         }
     }
-}
-
-/// One window a tile maps: elements `[start, start + len)` of input `input`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Read {
-    /// Index of the input file.
-    pub input: usize,
-    /// First element (flat index into the file's data).
-    pub start: u64,
-    /// Elements mapped.
-    pub len: u64,
-    /// Which of the mapped pages the tile touches (and the read stage prefaults).
-    pub touch: Touch,
-}
-
-/// Which part of a mapped window a tile reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Touch {
-    /// Every element.
-    All,
-    /// Only some column runs of each row of `row` elements: `runs[..nruns]` as
-    /// `(first column, columns)`. They are read into a compact buffer (each row's runs
-    /// one after another), so a 1000-column tile of a 100000-column image costs a
-    /// thousand columns of memory, not a hundred thousand.
-    Rows {
-        /// Row length in elements.
-        row: u64,
-        /// Column runs `(first, count)`.
-        runs: [(u64, u64); 3],
-        /// Runs used.
-        nruns: usize,
-    },
-}
-
-impl Touch {
-    /// Elements touched in a window of `len` elements.
-    #[must_use]
-    pub fn touched(&self, len: u64) -> u64 {
-        match *self {
-            Touch::All => len,
-            Touch::Rows { row, runs, nruns } => {
-                (len / row.max(1)) * runs[..nruns].iter().map(|r| r.1).sum::<u64>()
-            }
-        }
-    }
-}
-
-/// One positioned write of a tile's output buffer: `len` elements from element
-/// `buf_elem` of the buffer to element `file_elem` of the output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Write {
-    /// Destination element in the output file.
-    pub file_elem: u64,
-    /// Source element in the staging buffer.
-    pub buf_elem: u64,
-    /// Elements.
-    pub len: u64,
-}
-
-/// How a plan's tiles map onto files: what each tile reads and where its output goes.
-/// [`run`] streams flat C-order tiles; box-shaped tiles with halos (filters, transpose)
-/// use their own layout through [`run_layout`].
-pub trait Layout: Sync {
-    /// A tile of this layout, handed to the compute callback.
-    type Tile: Copy + Send + Sync + std::fmt::Debug;
-    /// Number of tiles.
-    fn num_tiles(&self) -> usize;
-    /// The `i`-th tile in plan order.
-    fn tile(&self, i: usize) -> Self::Tile;
-    /// The windows tile `t` maps, appended to `out` (in the order compute receives them).
-    fn reads(&self, t: &Self::Tile, out: &mut Vec<Read>);
-    /// Output elements of tile `t` (the used length of its staging buffer).
-    fn out_elems(&self, t: &Self::Tile) -> u64;
-    /// Where tile `t`'s output buffer goes, appended to `out`.
-    fn writes(&self, t: &Self::Tile, out: &mut Vec<Write>);
-    /// Staging slots.
-    fn depth(&self) -> usize;
-    /// Bytes reserved per slot for the input windows (page slack included).
-    fn window_bytes(&self) -> u64;
-    /// Output staging elements per slot (the largest tile's output).
-    fn out_slot_elems(&self) -> u64;
 }
 
 /// The layout of a flat [`Plan`]: each tile is one contiguous range of every input and of

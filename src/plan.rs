@@ -20,7 +20,7 @@
 use std::fmt;
 
 use crate::budget::{BudgetError, fmt_bytes};
-use crate::tensor::fmt_shape;
+use crate::shape::fmt_shape;
 
 /// Smallest tile the planner will make, in elements (or the whole tensor if smaller).
 pub const MIN_TILE_ELEMS: u64 = 1024;

@@ -15,9 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::{Edge, PatchSpec};
 use crate::ops::stencil::{Filter, Stencil};
+use crate::shape::fmt_shape;
 use crate::tensor::geotiff::is_tiff_path;
 use crate::tiling::{Boundary, BoxPlan};
-use crate::workflow::load_kernel;
 use crate::{
     DType, Engine, Error, JobKey, Plan, Reduce, ReduceOver, Result, RunReport, TensorFile,
 };
@@ -371,6 +371,35 @@ impl OpSpec {
         }
         Ok(Some(key))
     }
+}
+
+/// Reads a small convolution kernel (rank 1 or 2, at most 65536 weights) as f64.
+///
+/// # Errors
+/// [`Error::Invalid`] for a kernel of another rank or size; I/O and format errors.
+pub fn load_kernel(path: &Path) -> Result<(Vec<f64>, usize, usize)> {
+    let t = TensorFile::open(path)?;
+    let (rows, cols) = match *t.shape() {
+        [n] => (1, n),
+        [r, c] => (r, c),
+        _ => {
+            return Err(Error::invalid(format!(
+                "convolve kernel {} has shape {}: give a 1-D or 2-D array",
+                path.display(),
+                fmt_shape(t.shape())
+            )));
+        }
+    };
+    if rows * cols == 0 || rows * cols > 65536 {
+        return Err(Error::invalid(format!(
+            "convolve kernel {} has {} weights: give between 1 and 65536",
+            path.display(),
+            rows * cols
+        )));
+    }
+    let w = t.map_window(0, (rows * cols) as u64)?;
+    let a = crate::engine::Array::from_bytes(t.dtype(), vec![rows * cols], w.bytes().to_vec())?;
+    Ok((a.to_f64(), rows, cols))
 }
 
 fn stencil_of(filter: &str, boundary: &str) -> Result<Stencil> {

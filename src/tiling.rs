@@ -30,7 +30,8 @@ use std::str::FromStr;
 
 use crate::budget::{BudgetError, fmt_bytes};
 use crate::error::{Error, Result};
-use crate::pipeline::{Layout, Read, Touch, Write};
+use crate::layout::{Layout, Read, Write};
+use crate::tensor::Touch;
 use crate::tensor::{fmt_shape, page_size};
 
 /// How a filter sees positions outside the image (`scipy.ndimage` modes).

@@ -15,9 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
+use super::Touch;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::pipeline::Touch;
 
 /// Most memory the cache of decoded chunks may hold.
 const CACHE_MAX: u64 = 64 << 20;

@@ -29,7 +29,7 @@ use memmap2::{Mmap, MmapOptions};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::pipeline::Touch;
+pub use crate::shape::{fmt_shape, parse_shape};
 
 /// How a tensor is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,42 +175,6 @@ impl TensorInfo {
     }
 }
 
-/// Formats a shape the way the command line takes it: `3075200x512`.
-#[must_use]
-pub fn fmt_shape(shape: &[usize]) -> String {
-    if shape.is_empty() {
-        return "scalar".into();
-    }
-    shape
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("x")
-}
-
-/// Parses a shape such as `3075200x512` or `4,20000,20000`.
-///
-/// # Errors
-/// [`Error::Invalid`] if an entry is not a non-negative integer.
-pub fn parse_shape(s: &str) -> Result<Vec<usize>> {
-    let parts: Vec<&str> = s.split(['x', 'X', ',', '*']).map(str::trim).collect();
-    if parts.is_empty() || parts.iter().any(|p| p.is_empty()) {
-        return Err(Error::invalid(format!(
-            "cannot parse shape '{s}': expected dimensions separated by 'x', e.g. 3075200x512"
-        )));
-    }
-    parts
-        .iter()
-        .map(|p| {
-            p.parse::<usize>().map_err(|_| {
-                Error::invalid(format!(
-                    "cannot parse shape '{s}': '{p}' is not a non-negative integer"
-                ))
-            })
-        })
-        .collect()
-}
-
 /// Number of elements of `shape`, or an error naming `path` if the count or the byte size
 /// overflows.
 fn checked_nbytes(path: &Path, shape: &[usize], dtype: DType) -> Result<u64> {
@@ -230,6 +194,38 @@ fn checked_nbytes(path: &Path, shape: &[usize], dtype: DType) -> Result<u64> {
         };
         Error::format(path, msg)
     })
+}
+
+/// Which part of a mapped window a tile reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Touch {
+    /// Every element.
+    All,
+    /// Only some column runs of each row of `row` elements: `runs[..nruns]` as
+    /// `(first column, columns)`. They are read into a compact buffer (each row's runs
+    /// one after another), so a 1000-column tile of a 100000-column image costs a
+    /// thousand columns of memory, not a hundred thousand.
+    Rows {
+        /// Row length in elements.
+        row: u64,
+        /// Column runs `(first, count)`.
+        runs: [(u64, u64); 3],
+        /// Runs used.
+        nruns: usize,
+    },
+}
+
+impl Touch {
+    /// Elements touched in a window of `len` elements.
+    #[must_use]
+    pub fn touched(&self, len: u64) -> u64 {
+        match *self {
+            Touch::All => len,
+            Touch::Rows { row, runs, nruns } => {
+                (len / row.max(1)) * runs[..nruns].iter().map(|r| r.1).sum::<u64>()
+            }
+        }
+    }
 }
 
 /// An open input tensor. Holds the file open; maps nothing until asked for a window.
@@ -1232,10 +1228,10 @@ impl OutputFile {
                 .sync_all()
                 .map_err(|e| Error::io("flush", dest, e))?;
         }
-        crate::journal::crash_point(|| "synced".into());
+        crate::fault::crash_point(|| "synced".into());
         tmp.persist(dest)
             .map_err(|e| Error::io("rename the finished output to", dest, e.error))?;
-        crate::journal::crash_point(|| "renamed".into());
+        crate::fault::crash_point(|| "renamed".into());
         if let Some(dir) = dest
             .parent()
             .filter(|p| durable && !p.as_os_str().is_empty())
@@ -1245,7 +1241,7 @@ impl OutputFile {
                 let _ = d.sync_all();
             }
         }
-        crate::journal::crash_point(|| "dir-synced".into());
+        crate::fault::crash_point(|| "dir-synced".into());
         Ok(())
     }
 

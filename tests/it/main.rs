@@ -10,6 +10,7 @@ mod examples;
 mod fuzz_corpus;
 mod geotiff;
 mod hostile_outputs;
+mod layering;
 mod map_oracle;
 mod matmul;
 mod newcomer;

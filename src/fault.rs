@@ -1,0 +1,20 @@
+//! Fault injection for the crash tests: a run can be killed at exact points (after a
+//! tile is journaled, after the flush, after the rename), from any layer that writes.
+
+use std::sync::OnceLock;
+
+/// Kills the process at once (SIGKILL) when the environment variable
+/// `TILESTREAM_FAULT_KILL_AT` names `point`: the fault injection the crash tests use to
+/// stop a run at exact places (after tile `written:P:I` of pass P, `synced`, `renamed`,
+/// `dir-synced`). Unset, it costs one cached lookup.
+pub fn crash_point(point: impl FnOnce() -> String) {
+    static AT: OnceLock<Option<String>> = OnceLock::new();
+    if let Some(at) = AT.get_or_init(|| std::env::var("TILESTREAM_FAULT_KILL_AT").ok())
+        && *at == point()
+    {
+        // SAFETY: raising a signal on our own process has no memory-safety preconditions.
+        unsafe {
+            libc::kill(libc::getpid(), libc::SIGKILL);
+        }
+    }
+}
