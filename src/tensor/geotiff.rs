@@ -467,6 +467,14 @@ fn precheck_tables(path: &Path, file: &File) -> Result<()> {
                 format!("its tag {tag} claims {n} values; tilestream reads at most 65536"),
             ));
         }
+        // any other tag: the crate may parse it as a list too (a BigTIFF entry can claim
+        // 2^64 values), and no real tag holds a million values
+        if !matches!(tag, 273 | 279 | 324 | 325) && n > MAX_CHUNKS {
+            return Err(Error::format(
+                path,
+                format!("its tag {tag} claims {n} values; tilestream reads at most {MAX_CHUNKS}"),
+            ));
+        }
         // StripOffsets, StripByteCounts, TileOffsets, TileByteCounts
         if matches!(tag, 273 | 279 | 324 | 325) && n > MAX_CHUNKS {
             return Err(Error::format(
