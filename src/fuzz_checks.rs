@@ -136,6 +136,20 @@ fn touch_ends(t: &crate::TensorFile) {
     }
 }
 
+/// Reads the ends of an opened tensor, or checks a refusal is one line; true if opened.
+fn opened(r: crate::Result<crate::TensorFile>) -> bool {
+    match r {
+        Ok(t) => {
+            touch_ends(&t);
+            true
+        }
+        Err(e) => {
+            one_line(&e);
+            false
+        }
+    }
+}
+
 /// Opens `data` as a TIFF file the way every command does (the layout checks, then the
 /// first and last element decoded when a chunk is small): must not panic, and every
 /// refusal is one line. Returns whether it opened.
@@ -146,16 +160,7 @@ fn touch_ends(t: &crate::TensorFile) {
 pub fn tiff_file(data: &[u8]) -> bool {
     let path = scratch().join(format!("f{:?}.tif", std::thread::current().id()));
     std::fs::write(&path, data).expect("write the input");
-    match crate::TensorFile::open_tiff(&path) {
-        Ok(t) => {
-            touch_ends(&t);
-            true
-        }
-        Err(e) => {
-            one_line(&e);
-            false
-        }
-    }
+    opened(crate::TensorFile::open_tiff(&path))
 }
 
 /// Opens a Zarr store whose `zarr.json` is `data` (no chunk files: every chunk is the
@@ -169,16 +174,7 @@ pub fn zarr_metadata(data: &[u8]) -> bool {
     let dir = scratch().join(format!("z{:?}.zarr", std::thread::current().id()));
     let _ = std::fs::create_dir(&dir);
     std::fs::write(dir.join("zarr.json"), data).expect("write the input");
-    match crate::TensorFile::open_zarr(&dir) {
-        Ok(t) => {
-            touch_ends(&t);
-            true
-        }
-        Err(e) => {
-            one_line(&e);
-            false
-        }
-    }
+    opened(crate::TensorFile::open_zarr(&dir))
 }
 
 /// Loads `data` as a pipeline file beside an input `x.npy` (8x6 f32) and plans it under
