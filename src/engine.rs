@@ -108,6 +108,9 @@ pub struct RunReport {
     pub peak_rss_bytes: u64,
     /// Tiles found done by an interrupted run and skipped (`--resume`).
     pub resumed_tiles: usize,
+    /// Seconds spent finishing the output after the last tile (encoding a GeoTIFF or
+    /// Zarr output, flushing, renaming), included in `wall_s`.
+    pub finish_s: f64,
 }
 
 impl fmt::Display for RunReport {
@@ -137,8 +140,8 @@ impl fmt::Display for RunReport {
         )?;
         writeln!(
             f,
-            "  busy: read {:.3} s, compute {:.3} s, write {:.3} s",
-            self.read_busy_s, self.compute_busy_s, self.write_busy_s
+            "  busy: read {:.3} s, compute {:.3} s, write {:.3} s, finish (encode, flush) {:.3} s",
+            self.read_busy_s, self.compute_busy_s, self.write_busy_s, self.finish_s
         )?;
         write!(
             f,
@@ -536,6 +539,7 @@ impl Engine {
             peak_reserved_bytes: self.budget.peak(),
             peak_rss_bytes: peak_rss(),
             resumed_tiles: t.resumed_tiles,
+            finish_s: t.finish.as_secs_f64(),
         }
     }
 
@@ -572,27 +576,27 @@ impl Engine {
     /// The life of a written output: created as a temporary file beside `out`, filled by
     /// `fill`, then flushed and renamed into place. On error the temporary file is
     /// removed and nothing appears at `out`.
-    fn to_file<T>(
+    fn to_file(
         &self,
         out: &Path,
         shape: &[usize],
         dtype: DType,
-        fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<T>,
-    ) -> Result<T> {
+        fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<StageTimes>,
+    ) -> Result<StageTimes> {
         let journal = self.open_journal(out)?;
         self.to_file_with(journal, out, shape, dtype, fill)
     }
 
     /// [`Engine::to_file`] within a journal already open (for operations whose earlier
     /// passes have no output).
-    fn to_file_with<T>(
+    fn to_file_with(
         &self,
         journal: Option<Journal>,
         out: &Path,
         shape: &[usize],
         dtype: DType,
-        fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<T>,
-    ) -> Result<T> {
+        fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<StageTimes>,
+    ) -> Result<StageTimes> {
         let format = self.format_of(out);
         let output = match &journal {
             Some(j) => j.output(shape, dtype, self.durable, format)?,
@@ -600,12 +604,16 @@ impl Engine {
         };
         let output = self.encoded_as(output, out, format)?;
         match fill(&output, journal.as_ref()) {
-            Ok(r) => {
+            Ok(mut times) => {
+                let t0 = std::time::Instant::now();
                 self.finish_output(output)?;
+                // the run is not over until its output is: encoding counts in its time
+                times.finish = t0.elapsed();
+                times.wall += times.finish;
                 if let Some(j) = journal {
                     j.finish();
                 }
-                Ok(r)
+                Ok(times)
             }
             Err(e) => {
                 let e = kept_if_interrupted(journal.as_ref(), e);
@@ -813,8 +821,11 @@ impl Engine {
         let file =
             OutputFile::create_as(out, &array.shape, array.dtype, format)?.durable(self.durable);
         let file = self.encoded_as(file, out, format)?;
+        let t0 = std::time::Instant::now();
         file.write_at(0, &array.data)?;
         self.finish_output(file)?;
+        report.finish_s = t0.elapsed().as_secs_f64();
+        report.wall_s += report.finish_s;
         if let Some(j) = journal {
             j.finish();
         }

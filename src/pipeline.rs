@@ -69,6 +69,9 @@ pub struct StageTimes {
     pub bytes_written: u64,
     /// Tiles a resumed run found done and skipped.
     pub resumed_tiles: usize,
+    /// Finishing the output after the last tile: encoding a GeoTIFF or Zarr output,
+    /// flushing and renaming (included in `wall`).
+    pub finish: Duration,
 }
 
 /// What a pipeline run streams.

@@ -53,3 +53,27 @@ fn an_unknown_output_extension_is_written_raw_with_a_note() {
     assert!(String::from_utf8_lossy(&o.stderr).contains(".jpg is not a format"));
     assert_eq!(std::fs::metadata(&jpg).unwrap().len(), 8 * 8 * 4);
 }
+
+#[test]
+fn the_report_counts_the_time_spent_encoding_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    let tif = dir.path().join("x.tif");
+    ok(&["gen", x.to_str().unwrap(), "--shape", "3x300x400"]);
+    let o = bin()
+        .args([
+            "convert",
+            x.to_str().unwrap(),
+            tif.to_str().unwrap(),
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (wall, finish) = (
+        r["wall_s"].as_f64().unwrap(),
+        r["finish_s"].as_f64().unwrap(),
+    );
+    assert!(finish > 0.0 && wall >= finish, "{r}");
+}
