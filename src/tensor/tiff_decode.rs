@@ -385,18 +385,13 @@ macro_rules! wrap_add {
 wrap_add!(u8, u16, u32, u64);
 
 fn hor_acc<T: WrapAdd>(row: &mut [u8], spp: usize) {
-    // rows of a chunk need not be aligned for T: work on copies
-    let n = row.len() / size_of::<T>();
-    let mut prev = vec![T::zeroed(); spp];
-    for i in 0..n {
-        let at = i * size_of::<T>();
-        let bytes = &mut row[at..at + size_of::<T>()];
-        let mut v: T = bytemuck::pod_read_unaligned(bytes);
-        if i >= spp {
-            v = v.wadd(prev[i % spp]);
-            bytes.copy_from_slice(bytemuck::bytes_of(&v));
-        }
-        prev[i % spp] = v;
+    // each sample adds the already-undone sample `spp` before it in the same row (rows of
+    // a chunk need not be aligned for T: read and write unaligned)
+    let w = size_of::<T>();
+    for at in (spp * w..row.len() - row.len() % w).step_by(w) {
+        let prev: T = bytemuck::pod_read_unaligned(&row[at - spp * w..at - spp * w + w]);
+        let v: T = bytemuck::pod_read_unaligned(&row[at..at + w]);
+        row[at..at + w].copy_from_slice(bytemuck::bytes_of(&v.wadd(prev)));
     }
 }
 
