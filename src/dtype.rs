@@ -388,7 +388,7 @@ impl Element for f16 {
     }
     #[inline]
     fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
+        f16_from_f64(v)
     }
     #[inline]
     fn to_i64(self) -> i64 {
@@ -400,7 +400,7 @@ impl Element for f16 {
     }
     #[inline]
     fn from_i128(v: i128) -> Self {
-        f16::from_f64(v as f64)
+        f16_from_f64(v as f64)
     }
     #[inline]
     fn is_nan(self) -> bool {
@@ -490,6 +490,17 @@ pub fn store_f64(src: &[f64], out: &mut [u8], dtype: DType) {
 #[must_use]
 pub fn bf16_from_f64(v: f64) -> bf16 {
     bf16::from_f32(f32_round_to_odd(v))
+}
+
+/// f64 to f16, rounded to nearest even.
+///
+/// `half::f16::from_f64` is not correctly rounded, and not the same on every CPU: with
+/// F16C it rounds to f32 first (1 + 2^-11 + 2^-40 becomes 1.0 instead of 1 + 2^-10),
+/// without it it drops the low 32 bits of the mantissa. Rounding to f32 *to odd* first
+/// keeps what the second rounding needs, on every CPU, and is what [`store_f64`] does.
+#[must_use]
+pub fn f16_from_f64(v: f64) -> f16 {
+    f16::from_f32(f32_round_to_odd(v))
 }
 
 impl Element for bf16 {
@@ -649,6 +660,71 @@ mod tests {
         }
     }
 
+    /// Exact oracle for f16: the two neighbours of `v` and their midpoint are exact in f64.
+    fn f16_rne_oracle(v: f64) -> f16 {
+        // every finite f16 in order of magnitude: find the last one not above |v|
+        let a = v.abs();
+        let (mut lo, mut hi) = (0u16, 0x7C00u16); // [0, inf]
+        while hi - lo > 1 {
+            let mid = u16::midpoint(lo, hi);
+            if f16::from_bits(mid).to_f64() <= a {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        let (x, y) = (f16::from_bits(lo).to_f64(), f16::from_bits(hi).to_f64());
+        let pick = if hi == 0x7C00 {
+            // above the largest finite f16: IEEE overflows at MAX + half an ulp
+            if a >= 65520.0 { hi } else { lo }
+        } else {
+            match (a - x).partial_cmp(&(y - a)) {
+                Some(std::cmp::Ordering::Less) => lo,
+                Some(std::cmp::Ordering::Greater) => hi,
+                _ => {
+                    if lo & 1 == 0 {
+                        lo
+                    } else {
+                        hi
+                    }
+                }
+            }
+        };
+        f16::from_bits(pick | if v < 0.0 { 0x8000 } else { 0 })
+    }
+
+    #[test]
+    fn f16_from_f64_rounds_to_nearest_even_on_every_cpu() {
+        // above the halfway point only by a bit an f32 cannot hold
+        let v = 1.0 + 2f64.powi(-11) + 2f64.powi(-40);
+        assert_eq!(f16_from_f64(v).to_bits(), 0x3C01);
+        assert_eq!(<f16 as Element>::from_f64(v).to_bits(), 0x3C01);
+        let mut s: u64 = 11;
+        for _ in 0..200_000 {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            // f64 values across f16's subnormal, normal and overflow range
+            let v = f64::from_bits((s >> 12) | (0x3E0u64 + (s >> 59) * 2) << 52)
+                * if s & 1 == 0 { 1.0 } else { -1.0 };
+            assert_eq!(
+                f16_from_f64(v).to_bits(),
+                f16_rne_oracle(v).to_bits(),
+                "{v:e}"
+            );
+        }
+        assert!(f16_from_f64(f64::NAN).is_nan());
+        assert_eq!(f16_from_f64(-f64::INFINITY), f16::NEG_INFINITY);
+        // the vectorized store agrees
+        let vals = [v, -v, 65519.9, 65520.0, 1e-8, 3e-8];
+        let mut out = vec![0u8; 2 * vals.len()];
+        store_f64(&vals, &mut out, DType::F16);
+        let got: &[f16] = bytemuck::cast_slice(&out);
+        for (g, &v) in got.iter().zip(&vals) {
+            assert_eq!(g.to_bits(), f16_rne_oracle(v).to_bits(), "{v:e}");
+        }
+    }
+
     #[test]
     fn bf16_from_f64_rounds_to_nearest_even() {
         assert_eq!(
@@ -711,7 +787,7 @@ mod tests {
             for (i, &v) in vals.iter().enumerate() {
                 let got = u16::from_le_bytes([out[2 * i], out[2 * i + 1]]);
                 let want = if d == DType::F16 {
-                    f16::from_f64(v).to_bits()
+                    f16_from_f64(v).to_bits()
                 } else {
                     bf16_from_f64(v).to_bits()
                 };
@@ -732,8 +808,8 @@ mod tests {
         assert_eq!(i16::from_f64(f64::NAN), 0);
         assert_eq!(i32::from_f64(-2.7), -2);
         assert_eq!(Bool::from_f64(0.5), Bool(1));
-        assert_eq!(f16::from_f64(65520.0), f16::INFINITY);
+        assert_eq!(f16_from_f64(65520.0), f16::INFINITY);
         // round to nearest even: 1 + 2^-11 is halfway between 1 and the next f16
-        assert_eq!(f16::from_f64(1.0 + 2f64.powi(-11)), f16::ONE);
+        assert_eq!(f16_from_f64(1.0 + 2f64.powi(-11)), f16::ONE);
     }
 }

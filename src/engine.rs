@@ -17,15 +17,16 @@ use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
-use crate::backend::{Backend, CpuBackend};
+use crate::backend::{Backend, CpuBackend, OnBackend};
 use crate::budget::{MemoryBudget, fmt_bytes};
+use crate::device::{DeviceRequest, GpuInfo};
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::journal::{JobKey, Journal};
 use crate::ops::expr::{self, Program};
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
-use crate::pipeline::{self, InputStream, Progress, StageTimes, Stream};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
+use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
 use crate::tensor::zarr::ZarrWriteOptions;
 use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape, same_file, window_slack};
@@ -52,6 +53,8 @@ pub struct Engine {
     zarr_out: ZarrWriteOptions,
     georef: Option<(GeoRef, (usize, usize))>,
     out_format: Option<OutFormat>,
+    device: DeviceRequest,
+    gpu: Option<GpuInfo>,
 }
 
 impl fmt::Debug for Engine {
@@ -108,6 +111,14 @@ pub struct RunReport {
     pub peak_rss_bytes: u64,
     /// Tiles found done by an interrupted run and skipped (`--resume`).
     pub resumed_tiles: usize,
+    /// The device asked for: `auto`, `cpu`, `cuda` or `cuda:N`.
+    pub device_requested: String,
+    /// The device that computed: `cpu` or `cuda:N`.
+    pub device: String,
+    /// Why the run is on that device when another was asked for or could have been
+    /// (`--device auto` or `cuda`): "no CUDA kernel for reduce yet".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_note: Option<String>,
     /// Seconds spent finishing the output after the last tile (encoding a GeoTIFF or
     /// Zarr output, flushing, renaming), included in `wall_s`.
     pub finish_s: f64,
@@ -150,6 +161,9 @@ impl fmt::Display for RunReport {
             fmt_bytes(self.budget_bytes),
             fmt_bytes(self.peak_rss_bytes)
         )?;
+        if let (Some(note), false) = (&self.device_note, self.device_requested == "auto") {
+            write!(f, "\n  device: {} ({note})", self.device)?;
+        }
         if self.resumed_tiles > 0 {
             write!(
                 f,
@@ -293,7 +307,47 @@ impl Engine {
             zarr_out: ZarrWriteOptions::default(),
             georef: None,
             out_format: None,
+            device: DeviceRequest::Auto,
+            gpu: None,
         })
+    }
+
+    /// Where runs compute: `auto` (the default: a GPU when one is present and has a
+    /// kernel for the operation, else the CPU), `cpu`, or `cuda`/`cuda:N`. Asking for a
+    /// CUDA device checks at once that it can be used.
+    ///
+    /// No operation has a CUDA kernel wired into the engine yet (the kernels are in
+    /// `kernels/` and compile with NVRTC; running them is the CUDA backend's next step),
+    /// so every run is on the CPU, and the run report says why in `device_note`.
+    ///
+    /// # Errors
+    /// [`Error::Device`] for `cuda` when the binary has no CUDA support, the driver
+    /// cannot be loaded or the device does not exist.
+    pub fn with_device(mut self, device: DeviceRequest) -> Result<Self> {
+        if let DeviceRequest::Cuda(n) = device {
+            self.gpu = Some(crate::device::probe(n.unwrap_or(0))?);
+        }
+        self.device = device;
+        Ok(self)
+    }
+
+    /// The device runs compute on, and why, for an operation named `op`.
+    fn placement(&self, op: &str) -> (String, Option<String>) {
+        let kind = op.split_whitespace().next().unwrap_or(op);
+        match (self.device, &self.gpu) {
+            (DeviceRequest::Cpu, _) => ("cpu".into(), None),
+            (DeviceRequest::Cuda(_), Some(gpu)) => (
+                "cpu".into(),
+                Some(format!(
+                    "no CUDA kernel for {kind} is wired yet: ran on the CPU, not on cuda:{} ({})",
+                    gpu.ordinal, gpu.name
+                )),
+            ),
+            _ => (
+                "cpu".into(),
+                Some(format!("auto: no CUDA kernel for {kind} is wired yet")),
+            ),
+        }
     }
 
     /// How GeoTIFF outputs (`.tif`/`.tiff` destinations) are written: tile size,
@@ -514,6 +568,7 @@ impl Engine {
         t: StageTimes,
     ) -> RunReport {
         let secs = t.wall.as_secs_f64();
+        let (device, device_note) = self.placement(&op);
         RunReport {
             op,
             backend: self.backend.describe(),
@@ -540,6 +595,9 @@ impl Engine {
             peak_rss_bytes: peak_rss(),
             resumed_tiles: t.resumed_tiles,
             finish_s: t.finish.as_secs_f64(),
+            device_requested: self.device.to_string(),
+            device,
+            device_note,
         }
     }
 
@@ -562,6 +620,15 @@ impl Engine {
             cancel: Some(&self.cancel),
             journal: None,
         }
+    }
+
+    /// A per-tile closure as a kernel on this engine's backend (which allocates its
+    /// staging slots).
+    pub(crate) fn kernel<T, F>(&self, compute: F) -> OnBackend<'_, F>
+    where
+        F: FnMut(T, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+    {
+        OnBackend::new(&*self.backend, compute)
     }
 
     /// The stop flag of this engine's runs: set it (from a signal handler, another
@@ -681,7 +748,7 @@ impl Engine {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;
             stream.journal = journal;
-            pipeline::run(&stream, compute)
+            scheduler::run(&stream, self.kernel(compute))
         })
     }
 
@@ -767,11 +834,14 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(&plan, &inputs, None);
         stream.journal = journal;
-        let times = pipeline::run(&stream, |tile, ins, _| {
-            restore_reducers(journal, &mut [&mut reducer])?;
-            reducer.feed_bytes(tile.start, ins[0]);
-            checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
-        })?;
+        let times = scheduler::run(
+            &stream,
+            self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
+                restore_reducers(journal, &mut [&mut reducer])?;
+                reducer.feed_bytes(tile.start, ins[0]);
+                checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
+            }),
+        )?;
         // a pass resumed with every tile done never called the closure
         restore_reducers(journal, &mut [&mut reducer])?;
         let out_dtype = op.output_dtype(input.dtype());
@@ -1268,12 +1338,15 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(&plan, &inputs, None);
         stream.journal = journal;
-        let times = pipeline::run(&stream, |tile, ins, _| {
-            restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
-            mean_r.feed_bytes(tile.start, ins[0]);
-            std_r.feed_bytes(tile.start, ins[0]);
-            checkpoint_reducers(journal, tile.index, &[mean_r.as_ref(), std_r.as_ref()])
-        })?;
+        let times = scheduler::run(
+            &stream,
+            self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
+                restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
+                mean_r.feed_bytes(tile.start, ins[0]);
+                std_r.feed_bytes(tile.start, ins[0]);
+                checkpoint_reducers(journal, tile.index, &[mean_r.as_ref(), std_r.as_ref()])
+            }),
+        )?;
         restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
         let shape = input.shape()[1..].to_vec();
         let mean = Array::from_bytes(DType::F64, shape.clone(), mean_r.into_bytes())?;

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::budget::BudgetError;
+use crate::device::DeviceError;
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -35,6 +36,10 @@ pub enum Error {
     /// The memory budget cannot hold what the operation needs.
     #[error(transparent)]
     Budget(#[from] BudgetError),
+    /// A device cannot be used as asked (no driver, no such GPU, a kernel that does not
+    /// compile).
+    #[error(transparent)]
+    Device(#[from] DeviceError),
     /// The request itself is wrong (bad axis, shape mismatch, unknown dtype...): a usage error.
     #[error("{0}")]
     Invalid(String),
@@ -84,7 +89,7 @@ impl Error {
     #[must_use]
     pub fn exit_code(&self) -> i32 {
         match self {
-            Error::Invalid(_) | Error::Budget(_) => 2,
+            Error::Invalid(_) | Error::Budget(_) | Error::Device(_) => 2,
             Error::Io { .. } | Error::Format { .. } | Error::Internal(_) => 1,
             Error::Interrupted { .. } => 130,
         }

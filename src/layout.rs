@@ -31,8 +31,8 @@ pub struct Write {
 }
 
 /// How a plan's tiles map onto files: what each tile reads and where its output goes.
-/// [`crate::pipeline::run`] streams flat C-order tiles; box-shaped tiles with halos (filters, transpose)
-/// use their own layout through [`crate::pipeline::run_layout`].
+/// [`crate::scheduler::run`] streams flat C-order tiles; box-shaped tiles with halos (filters, transpose)
+/// use their own layout through [`crate::scheduler::run_layout`].
 pub trait Layout: Sync {
     /// A tile of this layout, handed to the compute callback.
     type Tile: Copy + Send + Sync + std::fmt::Debug;

@@ -39,7 +39,7 @@
 //!   georeferencing to its outputs.
 //! - [`budget`]: [`MemoryBudget`] and RAII reservations.
 //! - [`plan`]: the pure tile planner.
-//! - [`pipeline`]: the read/compute/write scheduler.
+//! - [`scheduler`]: the read/compute/write stages and what flows between them.
 //! - [`backend`]: the compute seam; [`CpuBackend`] on rayon.
 //! - [`ops`]: reductions, elementwise, generation.
 //! - [`engine`]: [`Engine`], the library entry points.
@@ -50,6 +50,7 @@
 
 pub mod backend;
 pub mod budget;
+pub mod device;
 pub mod dtype;
 pub mod engine;
 pub mod error;
@@ -59,8 +60,8 @@ pub mod fuzz_checks;
 pub mod journal;
 pub mod layout;
 pub mod ops;
-pub mod pipeline;
 pub mod plan;
+pub mod scheduler;
 pub mod shape;
 pub mod spec;
 pub mod tensor;
@@ -76,8 +77,8 @@ pub use engine::{Array, Engine, RunReport};
 pub use error::{Error, Result};
 pub use journal::JobKey;
 pub use ops::{Axis, Reduce, ReduceOver};
-pub use pipeline::Progress;
 pub use plan::Plan;
+pub use scheduler::Progress;
 pub use spec::{OpSpec, RawLayout, Source, SpecPlan};
 pub use tensor::{TensorFile, TensorInfo};
 

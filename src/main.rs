@@ -10,6 +10,7 @@ use std::time::Instant;
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tilestream::budget::fmt_bytes;
+use tilestream::device::DeviceRequest;
 use tilestream::tensor::geotiff::TiffWriteOptions;
 use tilestream::tensor::zarr::ZarrWriteOptions;
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
@@ -58,6 +59,11 @@ struct Common {
     /// Worker threads for compute (default: all cores).
     #[arg(long, short = 'j', global = true)]
     threads: Option<usize>,
+    /// Where to compute: auto (a GPU when present and the operation has a CUDA kernel,
+    /// else the CPU), cpu, cuda or cuda:N (refused when that GPU cannot be used).
+    /// [default: auto, or a pipeline file's `device`]
+    #[arg(long, global = true, value_parser = parse_device)]
+    device: Option<DeviceRequest>,
     /// Pipeline depth: staging slots in flight.
     #[arg(long, default_value_t = 3, global = true)]
     depth: usize,
@@ -448,6 +454,11 @@ to a temporary directory removed at the end. See examples/pipeline.toml.")]
     },
 }
 
+fn parse_device(s: &str) -> std::result::Result<DeviceRequest, String> {
+    s.parse()
+        .map_err(|e: tilestream::device::DeviceError| e.to_string())
+}
+
 fn engine(c: &Common) -> Result<Engine> {
     let budget = MemoryBudget::parse(c.memory.as_deref().unwrap_or(DEFAULT_MEMORY))?;
     if c.tiff_tile < 16 || c.tiff_tile % 16 != 0 || c.tiff_tile > 65536 {
@@ -478,7 +489,8 @@ fn engine(c: &Common) -> Result<Engine> {
         .with_durable(!c.no_sync)
         .with_tiff_output(tiff)
         .with_zarr_output(zarr)
-        .with_out_format(c.format.as_deref().map(str::parse).transpose()?);
+        .with_out_format(c.format.as_deref().map(str::parse).transpose()?)
+        .with_device(c.device.unwrap_or_default())?;
     match c.threads {
         Some(n) => {
             let max = tilestream::backend::max_threads();
@@ -886,6 +898,9 @@ fn main_inner(cli: Cli) -> Result<()> {
         Cmd::Run { file, dry_run } => {
             let wf = Workflow::load(&file)?;
             let mut c = common.clone();
+            if c.device.is_none() {
+                c.device = wf.device();
+            }
             if c.memory.is_none() {
                 c.memory = wf.memory().map(str::to_string);
             }

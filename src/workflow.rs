@@ -61,6 +61,7 @@ use crate::tiling::Boundary;
 #[serde(deny_unknown_fields)]
 struct FileSpec {
     memory: Option<String>,
+    device: Option<crate::device::DeviceRequest>,
     #[serde(default)]
     inputs: BTreeMap<String, Spanned<String>>,
     steps: Vec<Spanned<StepSpec>>,
@@ -170,6 +171,7 @@ struct Planned {
 pub struct Workflow {
     path: PathBuf,
     memory: Option<String>,
+    device: Option<crate::device::DeviceRequest>,
     inputs: BTreeMap<String, PathBuf>,
     outputs: BTreeMap<String, PathBuf>,
     jobs: Vec<Planned>,
@@ -566,6 +568,7 @@ impl Workflow {
         Ok(Workflow {
             path: path.to_path_buf(),
             memory: spec.memory,
+            device: spec.device,
             inputs,
             outputs,
             jobs,
@@ -576,6 +579,12 @@ impl Workflow {
     #[must_use]
     pub fn memory(&self) -> Option<&str> {
         self.memory.as_deref()
+    }
+
+    /// The device the file asks for (`device = "cuda"`), if any.
+    #[must_use]
+    pub fn device(&self) -> Option<crate::device::DeviceRequest> {
+        self.device
     }
 
     /// Plans every job on placeholder files of the shapes the jobs before produce (sparse

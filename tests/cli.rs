@@ -34,6 +34,7 @@ fn run_measured(args: &[&str]) -> (i32, String, u64) {
     let mut status = 0;
     // SAFETY: zeroed rusage is valid; wait4 fills it for this child only.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `pid` is our own child; `status` and `ru` are valid places for the results.
     let r = unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut ru) };
     assert_eq!(r, pid);
     let mut stderr = String::new();
@@ -817,6 +818,7 @@ fn ctrl_c_stops_cleanly_and_kill_leftovers_are_cleaned() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(400));
     // SAFETY: signalling our own child process.
+    // SAFETY: kill takes plain integers; the pid is our own child, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -979,6 +981,7 @@ fn hostile_inputs_fail_cleanly_and_leave_outputs_alone() {
     // unreadable input; output directory read-only (as root, permissions do not
     // apply: a path through a file and the read-only /sys stand in for them)
     // SAFETY: geteuid has no preconditions.
+    // SAFETY: geteuid takes nothing and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     if root {
         let through = format!("{}/x.npy", p(&good));

@@ -352,6 +352,7 @@ fn zarr_stores_that_would_panic_or_block_are_refused() {
     std::fs::remove_file(&chunk).unwrap();
     let c = std::ffi::CString::new(p(&chunk)).unwrap();
     // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     refused(
         &["reduce", p(&f), p(&y), "--op", "sum"],

@@ -1,17 +1,48 @@
 //! Backends: *how* an operation runs on a tile. The engine plans and streams tiles; a
 //! backend turns each tile's bytes into results. [`CpuBackend`] runs everywhere (rayon,
 //! work split inside each tile); a CUDA backend slots in behind the same trait.
+//!
+//! A backend owns the memory tiles are staged in ([`Backend::alloc_slot`]: aligned host
+//! memory on the CPU, page-locked memory for a device's copies) and, when it has memory
+//! of its own, a second budget for it ([`Backend::device_budget`]). The scheduler reaches
+//! it through a [`TileKernel`]: [`OnBackend`] turns a synchronous per-tile closure into
+//! one whose slots the backend allocates; an asynchronous backend implements
+//! [`TileKernel`] itself, returning a [`Pending`](crate::scheduler::Pending) handle per tile.
 
 mod cpu;
+pub mod cuda;
 
 pub use cpu::{CpuBackend, max_threads};
 
+use std::fmt;
+
+use crate::budget::{MemoryBudget, Reservation};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::expr::Program;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::ops::stencil::TileJob;
+use crate::scheduler::{InPlace, Morsel, Pending, Slot, TileKernel};
+
+/// Where a backend computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "index")]
+pub enum Device {
+    /// The host's cores.
+    Cpu,
+    /// CUDA device number `n`.
+    Cuda(usize),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Cuda(n) => write!(f, "cuda:{n}"),
+        }
+    }
+}
 
 /// The compute side of the pipeline. Methods are called from the pipeline's compute
 /// thread, one tile at a time, in plan order.
@@ -21,6 +52,27 @@ pub trait Backend: Send + Sync {
 
     /// Worker threads used inside a tile.
     fn threads(&self) -> usize;
+
+    /// The device this backend computes on.
+    fn device(&self) -> Device {
+        Device::Cpu
+    }
+
+    /// Allocates a staging slot of `len` bytes of this backend's memory, paid for by
+    /// `reservation` (from the host budget: staging slots are host memory).
+    ///
+    /// # Errors
+    /// If the memory cannot be allocated (page-locked memory is a scarcer resource).
+    fn alloc_slot(&self, len: usize, reservation: Reservation) -> Result<Slot> {
+        Ok(Slot::host(len, reservation))
+    }
+
+    /// The budget of the device's own memory, for a backend that has some: the planner
+    /// sizes tiles to fit both it and the host budget. `None` for the CPU, whose memory
+    /// is the host's.
+    fn device_budget(&self) -> Option<&MemoryBudget> {
+        None
+    }
 
     /// A streaming reducer for `op` over `geometry` of `dtype` elements.
     ///
@@ -132,4 +184,34 @@ pub trait Backend: Send + Sync {
         es: usize,
         out: &mut [u8],
     ) -> Result<()>;
+}
+
+/// A synchronous kernel on a backend: `compute(tile, inputs, output)` runs each tile where
+/// it lies (inputs read in place), in output slots the backend allocates.
+pub struct OnBackend<'a, F> {
+    backend: &'a dyn Backend,
+    compute: InPlace<F>,
+}
+
+impl<'a, F> OnBackend<'a, F> {
+    /// `compute` on `backend`.
+    pub fn new(backend: &'a dyn Backend, compute: F) -> Self {
+        OnBackend {
+            backend,
+            compute: InPlace(compute),
+        }
+    }
+}
+
+impl<T, F> TileKernel<T> for OnBackend<'_, F>
+where
+    T: Copy,
+    F: FnMut(T, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+{
+    fn alloc_slot(&self, len: usize, reservation: Reservation) -> Result<Slot> {
+        self.backend.alloc_slot(len, reservation)
+    }
+    fn submit(&mut self, m: Morsel<T>) -> Result<Pending<T>> {
+        self.compute.submit(m)
+    }
 }

@@ -2,7 +2,7 @@
 //! out-of-core transpose and cutting an image into patch files. They share the box
 //! planner of [`crate::tiling`] and the pipeline's general [`Layout`] form.
 //!
-//! [`Layout`]: crate::pipeline::Layout
+//! [`Layout`]: crate::scheduler::Layout
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -12,7 +12,7 @@ use super::{Engine, RunReport, check_not_input};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::stencil::{Stencil, TileJob};
-use crate::pipeline::{self, Hooks};
+use crate::scheduler::{self, Hooks};
 use crate::tensor::geotiff::write_tiled;
 use crate::tensor::{TensorFile, fmt_shape, npy};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
@@ -150,7 +150,7 @@ impl Engine {
             progress: self
                 .progress
                 .as_deref()
-                .map(|p| p as &(dyn Fn(&crate::pipeline::Progress) + Sync)),
+                .map(|p| p as &(dyn Fn(&crate::scheduler::Progress) + Sync)),
             cancel: Some(&self.cancel),
             journal: None,
         }
@@ -165,7 +165,7 @@ impl Engine {
         shape: &[usize],
         dtype: DType,
         compute: F,
-    ) -> Result<pipeline::StageTimes>
+    ) -> Result<scheduler::StageTimes>
     where
         F: FnMut(BoxTile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     {
@@ -191,9 +191,23 @@ impl Engine {
                     bands,
                     per_band: plan.num_tiles / bands,
                 };
-                pipeline::run_layout(&order, &[input], &self.budget, Some(output), hooks, compute)
+                scheduler::run_layout(
+                    &order,
+                    &[input],
+                    &self.budget,
+                    Some(output),
+                    hooks,
+                    self.kernel(compute),
+                )
             } else {
-                pipeline::run_layout(plan, &[input], &self.budget, Some(output), hooks, compute)
+                scheduler::run_layout(
+                    plan,
+                    &[input],
+                    &self.budget,
+                    Some(output),
+                    hooks,
+                    self.kernel(compute),
+                )
             }
         })
     }
@@ -520,13 +534,13 @@ impl Engine {
                 vec![bands, r, r]
             }
         };
-        let times = pipeline::run_layout(
+        let times = scheduler::run_layout(
             &order,
             &[input],
             &self.budget,
             None,
             self.hooks(),
-            |tile: BoxTile, windows, _| {
+            self.kernel(|tile: BoxTile, windows: &[&[u8]], _: &mut [u8]| {
                 let band = tile.band;
                 let plane = spec.size * spec.size * es;
                 gather_bytes(
@@ -575,7 +589,7 @@ impl Engine {
                 written += 1;
                 bytes += std::fs::metadata(&path).map_or(0, |m| m.len());
                 Ok(())
-            },
+            }),
         )?;
         sync_dir(outdir)?;
         crate::engine::write_atomic(&index_path, index.as_bytes())?;
@@ -663,7 +677,7 @@ struct BandsTogether<'a> {
     per_band: usize,
 }
 
-impl pipeline::Layout for BandsTogether<'_> {
+impl scheduler::Layout for BandsTogether<'_> {
     type Tile = BoxTile;
     fn num_tiles(&self) -> usize {
         self.plan.num_tiles
@@ -674,14 +688,14 @@ impl pipeline::Layout for BandsTogether<'_> {
         t.index = i;
         t
     }
-    fn reads(&self, t: &BoxTile, out: &mut Vec<pipeline::Read>) {
-        pipeline::Layout::reads(self.plan, t, out);
+    fn reads(&self, t: &BoxTile, out: &mut Vec<scheduler::Read>) {
+        scheduler::Layout::reads(self.plan, t, out);
     }
     fn out_elems(&self, t: &BoxTile) -> u64 {
-        pipeline::Layout::out_elems(self.plan, t)
+        scheduler::Layout::out_elems(self.plan, t)
     }
-    fn writes(&self, t: &BoxTile, out: &mut Vec<pipeline::Write>) {
-        pipeline::Layout::writes(self.plan, t, out);
+    fn writes(&self, t: &BoxTile, out: &mut Vec<scheduler::Write>) {
+        scheduler::Layout::writes(self.plan, t, out);
     }
     fn depth(&self) -> usize {
         self.plan.depth
@@ -690,7 +704,7 @@ impl pipeline::Layout for BandsTogether<'_> {
         self.plan.window_bytes
     }
     fn out_slot_elems(&self) -> u64 {
-        pipeline::Layout::out_slot_elems(self.plan)
+        scheduler::Layout::out_slot_elems(self.plan)
     }
 }
 

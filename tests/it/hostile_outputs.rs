@@ -55,6 +55,7 @@ fn refused(out: &Output, word: &str) {
 fn mkfifo(path: &Path) {
     let c = std::ffi::CString::new(p(path)).unwrap();
     // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
 }
 

@@ -6,6 +6,8 @@
 //! in-process tests raise it.
 
 mod common;
+mod cuda_emulation;
+mod cuda_kernels;
 mod examples;
 mod fuzz_corpus;
 mod geotiff;

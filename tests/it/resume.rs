@@ -326,6 +326,7 @@ fn ctrl_c_keeps_a_resumable_run_and_resume_finishes_it() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(150));
     // SAFETY: signalling our own child process.
+    // SAFETY: kill takes plain integers; the pid is our own child, not yet reaped.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let o = child.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);

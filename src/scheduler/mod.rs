@@ -24,13 +24,18 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::bounded;
 
-use crate::budget::{MemoryBudget, Reservation};
+use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 pub use crate::layout::{Layout, Read, Write};
 use crate::plan::{Plan, Tile};
 pub use crate::tensor::Touch;
 use crate::tensor::{OutputFile, TensorFile, Window};
+
+mod stage;
+
+pub use stage::{HostMemory, InPlace, Morsel, Pending, Slot, SlotMemory, TileKernel};
+use stage::{InputToken, Inputs, stage_windows};
 
 /// Progress after each completed tile, for progress bars and logs.
 #[derive(Clone, Debug)]
@@ -168,29 +173,6 @@ impl Layout for FlatLayout<'_> {
     }
 }
 
-struct ReadTile<T> {
-    tile: T,
-    windows: Vec<Window>,
-    /// Bytes the tile's windows hold for it (touched elements).
-    in_bytes: u64,
-    token: Option<Reservation>,
-}
-
-/// A staging buffer aligned for any element type (backed by `u64`s).
-struct Buffer {
-    words: Vec<u64>,
-    _reservation: Reservation,
-}
-
-impl Buffer {
-    fn bytes_mut(&mut self, n: usize) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.words)[..n]
-    }
-    fn bytes(&self, n: usize) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..n]
-    }
-}
-
 struct Shared {
     stop: AtomicBool,
     error: Mutex<Option<Error>>,
@@ -208,7 +190,29 @@ impl Shared {
     fn stopped(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
+
+    /// Receives from `rx`, or `None` once the channel is closed or the run is stopping.
+    /// A stage blocked on a neighbour must wake up when a third stage fails: the writer
+    /// failing on tile i leaves the reader waiting for a slot that only the writer gave
+    /// back, and the compute stage waiting for the reader.
+    fn recv<T>(&self, rx: &crossbeam_channel::Receiver<T>) -> Option<T> {
+        use crossbeam_channel::RecvTimeoutError;
+        loop {
+            match rx.recv_timeout(STOP_POLL) {
+                Ok(v) => return Some(v),
+                Err(RecvTimeoutError::Disconnected) => return None,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.stopped() {
+                        return None;
+                    }
+                }
+            }
+        }
+    }
 }
+
+/// How often a stage blocked on a channel checks whether the run is stopping.
+const STOP_POLL: Duration = Duration::from_millis(20);
 
 /// The windows of one tile, in the order of `reads`. Mapped files map each window on
 /// its own; a compressed file gets all its windows of the tile in one call, so each
@@ -233,17 +237,18 @@ fn read_windows(files: &[&TensorFile], reads: &[Read]) -> Result<Vec<Window>> {
         .collect()
 }
 
-/// Runs `compute(tile, input_bytes, output_bytes)` over every tile of `s.plan`, with
-/// reading, computing and writing overlapped. `input_bytes` holds one slice per input
-/// (the tile's elements); `output_bytes` is the tile's part of the output (empty when
-/// there is no output). Tiles reach `compute` in plan order.
+/// Runs `kernel` over every tile of `s.plan`, with reading, computing and writing
+/// overlapped. Each tile's inputs are one slice per input (the tile's elements); its
+/// output is the tile's part of the output (empty when there is no output). Tiles reach
+/// the kernel in plan order. A closure `compute(tile, inputs, output)` becomes a kernel
+/// through [`InPlace`].
 ///
 /// # Errors
 /// The first error of any stage: a failed map or write, a budget reservation that does
-/// not fit, or an error returned by `compute`.
-pub fn run<F>(s: &Stream<'_>, compute: F) -> Result<StageTimes>
+/// not fit, or an error returned by the kernel.
+pub fn run<K>(s: &Stream<'_>, kernel: K) -> Result<StageTimes>
 where
-    F: FnMut(Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+    K: TileKernel<Tile>,
 {
     let layout = FlatLayout {
         plan: s.plan,
@@ -256,7 +261,7 @@ where
         cancel: s.cancel,
         journal: s.journal,
     };
-    run_layout(&layout, &files, s.budget, s.output, hooks, compute)
+    run_layout(&layout, &files, s.budget, s.output, hooks, kernel)
 }
 
 /// What a run reports to, and listens to, besides its data.
@@ -271,25 +276,28 @@ pub struct Hooks<'a> {
     pub journal: Option<&'a Journal>,
 }
 
-/// Runs `compute(tile, windows, output_bytes)` over every tile of `layout`, with reading,
-/// computing and writing overlapped: the general form of [`run`]. `windows` holds the
-/// bytes of each [`Read`] of the tile, in the order [`Layout::reads`] gave them;
-/// `output_bytes` is the tile's staging buffer, written out as [`Layout::writes`] says.
+/// Bytes added to an input staging slot for aligning each of a tile's windows in it.
+const STAGING_SLACK: u64 = 4096;
+
+/// Runs `kernel` over every tile of `layout`, with reading, computing and writing
+/// overlapped: the general form of [`run`]. A tile's inputs are the bytes of each
+/// [`Read`] of the tile, in the order [`Layout::reads`] gave them; its output slot is
+/// written out as [`Layout::writes`] says, once the kernel's [`Pending`] handle for it
+/// completes.
 ///
 /// # Errors
 /// As for [`run`].
-#[allow(clippy::too_many_arguments)]
-pub fn run_layout<L, F>(
+pub fn run_layout<L, K>(
     layout: &L,
     files: &[&TensorFile],
     budget: &MemoryBudget,
     output: Option<&OutputFile>,
     hooks: Hooks<'_>,
-    compute: F,
+    kernel: K,
 ) -> Result<StageTimes>
 where
     L: Layout,
-    F: FnMut(L::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+    K: TileKernel<L::Tile>,
 {
     let num_tiles = layout.num_tiles();
     // a resumed pass starts after the tiles found done (before any slot is reserved:
@@ -318,6 +326,7 @@ where
         error: Mutex::new(None),
     };
     let has_inputs = !files.is_empty();
+    let staged = has_inputs && kernel.staged_inputs();
 
     // What decoding compressed inputs holds (set aside by the planner), held for the run.
     let mut decode_scratch = Vec::new();
@@ -327,30 +336,33 @@ where
             decode_scratch.push(budget.reserve("decode scratch of a compressed input", bytes)?);
         }
     }
-    // Staging slots, reserved up front: if they do not fit, nothing starts.
-    let (tok_tx, tok_rx) = bounded::<Reservation>(slots);
-    let (free_tx, free_rx) = bounded::<Buffer>(slots);
+    // Staging slots, reserved and allocated up front: if they do not fit, nothing starts.
+    let (tok_tx, tok_rx) = bounded::<InputToken>(slots);
+    let (free_tx, free_rx) = bounded::<Slot>(slots);
+    let closed = |_| Error::Internal("a staging channel closed during setup".into());
     for _ in 0..slots {
         if has_inputs {
-            let r = budget.reserve("input windows of one staging slot", layout.window_bytes())?;
-            tok_tx
-                .send(r)
-                .map_err(|_| Error::Internal("token channel closed".into()))?;
+            let token = if staged {
+                let len = layout.window_bytes() + STAGING_SLACK;
+                let r = budget.reserve("input staging slot", len)?;
+                InputToken::Staged(kernel.alloc_slot(len as usize, r)?)
+            } else {
+                let r =
+                    budget.reserve("input windows of one staging slot", layout.window_bytes())?;
+                InputToken::Mapped(r)
+            };
+            tok_tx.send(token).map_err(closed)?;
         }
         if output.is_some() {
             let bytes = layout.out_slot_elems() * out_elem;
             let r = budget.reserve("output buffer of one staging slot", bytes)?;
-            let words = vec![0u64; bytes.div_ceil(8) as usize];
             free_tx
-                .send(Buffer {
-                    words,
-                    _reservation: r,
-                })
-                .map_err(|_| Error::Internal("buffer channel closed".into()))?;
+                .send(kernel.alloc_slot(bytes as usize, r)?)
+                .map_err(|_| Error::Internal("a staging channel closed during setup".into()))?;
         }
     }
-    let (read_tx, read_rx) = bounded::<ReadTile<L::Tile>>(slots);
-    let (write_tx, write_rx) = bounded::<(L::Tile, u64, Buffer)>(slots);
+    let (read_tx, read_rx) = bounded::<Morsel<L::Tile>>(slots);
+    let (done_tx, done_rx) = bounded::<Pending<L::Tile>>(slots);
 
     let progress = hooks.progress;
     let cancelled = || hooks.cancel.is_some_and(|c| c.load(Ordering::Relaxed));
@@ -367,14 +379,15 @@ where
         }
     };
     let mut times = StageTimes::default();
-    let (mut computed, mut written) = (0usize, 0usize);
+    let (mut computed, mut completed) = (0usize, 0usize);
     let (mut total_read, mut total_written) = (0u64, 0u64);
     std::thread::scope(|scope| {
         let shared = &shared;
         let report = &report;
         let cancelled = &cancelled;
 
-        // ---- read stage
+        // ---- read stage: map (or decode) the tile's windows; copy them into a staging
+        // slot when the kernel asks for staged inputs
         let reader = if has_inputs {
             let tok_rx = tok_rx;
             let read_tx = read_tx;
@@ -383,33 +396,44 @@ where
                 let mut reads = Vec::new();
                 for i in start..num_tiles {
                     let tile = layout.tile(i);
-                    let Ok(token) = tok_rx.recv() else { break };
+                    let Some(token) = shared.recv(&tok_rx) else {
+                        break;
+                    };
                     if shared.stopped() {
                         break;
                     }
                     let t0 = Instant::now();
                     reads.clear();
                     layout.reads(&tile, &mut reads);
-                    let windows = match read_windows(files, &reads) {
-                        Ok(w) => w,
+                    let staged = read_windows(files, &reads).and_then(|windows| match token {
+                        InputToken::Mapped(r) => Ok(Inputs::Mapped(windows, r)),
+                        InputToken::Staged(mut slot) => {
+                            let ranges = stage_windows(&windows, &mut slot)?;
+                            Ok(Inputs::Staged(slot, ranges))
+                        }
+                    });
+                    let inputs = match staged {
+                        Ok(inputs) => inputs,
                         Err(e) => {
                             shared.fail(e);
                             return (busy, 0, 0);
                         }
                     };
                     busy += t0.elapsed();
-                    tracing::debug!(tile = i, windows = windows.len(), "read");
+                    tracing::debug!(tile = i, reads = reads.len(), "read");
                     let in_bytes = reads
                         .iter()
                         .map(|r| r.touch.touched(r.len) * files[r.input].dtype().size() as u64)
                         .sum();
-                    let item = ReadTile {
+                    let m = Morsel {
+                        seq: i,
                         tile,
-                        windows,
+                        inputs,
+                        out: None,
+                        out_len: 0,
                         in_bytes,
-                        token: Some(token),
                     };
-                    if read_tx.send(item).is_err() {
+                    if read_tx.send(m).is_err() {
                         break;
                     }
                 }
@@ -421,16 +445,16 @@ where
             None
         };
 
-        // ---- compute stage
+        // ---- compute stage: give each tile and an output slot to the kernel
         let has_output = output.is_some();
+        let tok_back = tok_tx.clone();
         let computer = {
             let tok_tx = tok_tx;
             let free_rx = free_rx;
-            let write_tx = write_tx;
-            let mut compute = compute;
+            let done_tx = done_tx;
+            let mut kernel = kernel;
             scope.spawn(move || {
                 let mut busy = Duration::ZERO;
-                let mut done = start;
                 let mut computed = 0usize;
                 let mut bytes = 0u64;
                 for i in start..num_tiles {
@@ -445,112 +469,136 @@ where
                         });
                         break;
                     }
-                    let mut read = if has_inputs {
-                        match read_rx.recv() {
-                            Ok(r) => r,
-                            Err(_) => break,
+                    let mut m = if has_inputs {
+                        match shared.recv(&read_rx) {
+                            Some(m) => m,
+                            None => break,
                         }
                     } else {
-                        ReadTile {
+                        Morsel {
+                            seq: i,
                             tile: layout.tile(i),
-                            windows: Vec::new(),
+                            inputs: Inputs::None,
+                            out: None,
+                            out_len: 0,
                             in_bytes: 0,
-                            token: None,
                         }
                     };
-                    let (tile, in_bytes) = (read.tile, read.in_bytes);
-                    let mut buffer = if has_output {
-                        match free_rx.recv() {
-                            Ok(b) => Some(b),
-                            Err(_) => break,
+                    if has_output {
+                        match shared.recv(&free_rx) {
+                            Some(slot) => m.out = Some(slot),
+                            None => break,
                         }
-                    } else {
-                        None
-                    };
-                    let out_len = (layout.out_elems(&tile) * out_elem) as usize;
+                    }
+                    m.out_len = (layout.out_elems(&m.tile) * out_elem) as usize;
+                    let in_bytes = m.in_bytes;
                     let t0 = Instant::now();
-                    let result = {
-                        let ins: Vec<&[u8]> = read.windows.iter().map(Window::bytes).collect();
-                        let out = match buffer.as_mut() {
-                            Some(b) => b.bytes_mut(out_len),
-                            None => &mut [],
-                        };
-                        compute(tile, &ins, out)
+                    let pending = match kernel.submit(m) {
+                        Ok(Pending::Ready(mut m)) => {
+                            tracing::debug!(tile = i, "computed");
+                            // Done at once: give the inputs back now (unmapping the
+                            // windows), which is what keeps resident memory flat.
+                            if let Some(t) =
+                                std::mem::replace(&mut m.inputs, Inputs::None).release()
+                            {
+                                let _ = tok_tx.send(t);
+                            }
+                            Pending::Ready(m)
+                        }
+                        Ok(later) => {
+                            tracing::debug!(tile = i, "submitted");
+                            later
+                        }
+                        Err(e) => {
+                            busy += t0.elapsed();
+                            shared.fail(e);
+                            break;
+                        }
                     };
-                    // Unmap now: this is what keeps resident memory flat.
-                    read.windows.clear();
                     busy += t0.elapsed();
-                    if let Some(tok) = read.token.take() {
-                        let _ = tok_tx.send(tok);
-                    }
-                    if let Err(e) = result {
-                        shared.fail(e);
-                        break;
-                    }
                     computed += 1;
                     bytes += in_bytes;
-                    tracing::debug!(tile = i, ?tile, "computed");
-                    match buffer {
-                        Some(b) => {
-                            if write_tx.send((tile, in_bytes, b)).is_err() {
-                                break;
-                            }
-                        }
-                        None => {
-                            done += 1;
-                            report(done, bytes);
-                        }
+                    if done_tx.send(pending).is_err() {
+                        break;
                     }
                 }
                 (busy, computed, bytes)
             })
         };
 
-        // ---- write stage
-        let writer = output.map(|out| {
+        // ---- write stage: wait for each tile, give its inputs back, write its output
+        let writer = {
             let free_tx = free_tx;
+            let tok_tx = tok_back;
             scope.spawn(move || {
                 let mut busy = Duration::ZERO;
                 let mut done = start;
                 let mut bytes = 0u64;
                 let mut written = 0u64;
                 let mut writes = Vec::new();
-                'tiles: for (tile, in_bytes, buf) in &write_rx {
+                'tiles: for pending in &done_rx {
+                    let m = match pending.wait() {
+                        Ok(m) => m,
+                        Err(e) => {
+                            shared.fail(e);
+                            break;
+                        }
+                    };
+                    let Morsel {
+                        seq,
+                        tile,
+                        inputs,
+                        out: slot,
+                        out_len,
+                        in_bytes,
+                    } = m;
+                    debug_assert_eq!(seq, done, "tiles reach the writer in plan order");
+                    if let Some(t) = inputs.release() {
+                        let _ = tok_tx.send(t);
+                    }
                     let t0 = Instant::now();
-                    writes.clear();
-                    layout.writes(&tile, &mut writes);
-                    let used = (layout.out_elems(&tile) * out_elem) as usize;
-                    let data = buf.bytes(used);
-                    let mut crc = hooks.journal.map(|_| crc32fast::Hasher::new());
-                    for w in &writes {
-                        let from = (w.buf_elem * out_elem) as usize;
-                        let n = (w.len * out_elem) as usize;
-                        if let Err(e) = out.write_at(w.file_elem, &data[from..from + n]) {
+                    if let (Some(out), Some(slot)) = (output, slot.as_ref()) {
+                        writes.clear();
+                        layout.writes(&tile, &mut writes);
+                        let data = &slot.bytes()[..out_len];
+                        let mut crc = hooks.journal.map(|_| crc32fast::Hasher::new());
+                        for w in &writes {
+                            let from = (w.buf_elem * out_elem) as usize;
+                            let n = (w.len * out_elem) as usize;
+                            if let Err(e) = out.write_at(w.file_elem, &data[from..from + n]) {
+                                shared.fail(e);
+                                break 'tiles;
+                            }
+                            if let Some(h) = crc.as_mut() {
+                                h.update(&data[from..from + n]);
+                            }
+                            written += n as u64;
+                        }
+                        if let (Some(j), Some(h)) = (hooks.journal, crc)
+                            && let Err(e) = j.tile_written(pass, seq, h.finalize())
+                        {
                             shared.fail(e);
                             break 'tiles;
                         }
-                        if let Some(h) = crc.as_mut() {
-                            h.update(&data[from..from + n]);
-                        }
-                        written += n as u64;
-                    }
-                    if let (Some(j), Some(h)) = (hooks.journal, crc)
-                        && let Err(e) = j.tile_written(pass, done, h.finalize())
-                    {
-                        shared.fail(e);
-                        break 'tiles;
+                        tracing::debug!(?tile, writes = writes.len(), "written");
                     }
                     busy += t0.elapsed();
-                    tracing::debug!(?tile, writes = writes.len(), "written");
                     done += 1;
-                    bytes += in_bytes + used as u64;
+                    bytes += in_bytes + out_len as u64;
                     report(done, bytes);
-                    // The compute stage may have finished already: keep draining.
-                    let _ = free_tx.send(buf);
+                    if let Some(slot) = slot {
+                        // The compute stage may have finished already: keep draining.
+                        let _ = free_tx.send(slot);
+                    }
+                }
+                // After a failure, wait for every tile still in flight before the slots
+                // are freed: a device may still be copying into them.
+                for pending in &done_rx {
+                    let _ = pending.wait();
                 }
                 (busy, done - start, written)
             })
-        });
+        };
 
         let join = |h: std::thread::ScopedJoinHandle<'_, (Duration, usize, u64)>, name: &str| {
             h.join().unwrap_or_else(|_| {
@@ -562,19 +610,18 @@ where
             times.read = join(h, "read").0;
         }
         (times.compute, computed, total_read) = join(computer, "compute");
-        if let Some(h) = writer {
-            (times.write, written, total_written) = join(h, "write");
-        }
+        (times.write, completed, total_written) = join(writer, "write");
     });
+    drop(decode_scratch);
 
     if let Some(e) = shared.error.into_inner().ok().flatten() {
         return Err(e);
     }
     // Never report success for a run that lost a tile.
     let todo = num_tiles - start;
-    if computed != todo || (output.is_some() && written != todo) {
+    if computed != todo || completed != todo {
         return Err(Error::Internal(format!(
-            "pipeline ended early: {computed} of {todo} tiles computed, {written} written"
+            "pipeline ended early: {computed} of {todo} tiles computed, {completed} completed"
         )));
     }
     times.bytes_read = total_read;
@@ -592,206 +639,5 @@ where
     Ok(times)
 }
 
-/// The stage scheduler on its own, with a layout of the test's making over a real input
-/// file: tile order, the bound on tiles in flight, the first error stopping every stage,
-/// cancellation after the tile in flight, and a panicking kernel turned into an error.
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod scheduler_tests {
-    use std::sync::atomic::AtomicUsize;
-
-    use super::*;
-    use crate::DType;
-
-    /// `tiles` tiles of `len` u32 elements, each reading its own range and writing it
-    /// back at the same place; counts the tiles the read stage has started.
-    struct Fake {
-        tiles: usize,
-        len: u64,
-        depth: usize,
-        reads_started: AtomicUsize,
-    }
-
-    impl Layout for Fake {
-        type Tile = usize;
-        fn num_tiles(&self) -> usize {
-            self.tiles
-        }
-        fn tile(&self, i: usize) -> usize {
-            i
-        }
-        fn reads(&self, t: &usize, out: &mut Vec<Read>) {
-            self.reads_started.fetch_add(1, Ordering::SeqCst);
-            out.push(Read {
-                input: 0,
-                start: *t as u64 * self.len,
-                len: self.len,
-                touch: Touch::All,
-            });
-        }
-        fn out_elems(&self, _: &usize) -> u64 {
-            self.len
-        }
-        fn writes(&self, t: &usize, out: &mut Vec<Write>) {
-            out.push(Write {
-                file_elem: *t as u64 * self.len,
-                buf_elem: 0,
-                len: self.len,
-            });
-        }
-        fn depth(&self) -> usize {
-            self.depth
-        }
-        fn window_bytes(&self) -> u64 {
-            self.len * 4 + 2 * crate::tensor::page_size()
-        }
-        fn out_slot_elems(&self) -> u64 {
-            self.len
-        }
-    }
-
-    /// An input `.npy` of u32 0..n, and a fake layout over it.
-    fn setup(dir: &std::path::Path, tiles: usize, len: u64, depth: usize) -> (TensorFile, Fake) {
-        let n = tiles as u64 * len;
-        let path = dir.join("in.npy");
-        let mut bytes = crate::tensor::npy::build_header(DType::U32, &[n as usize]);
-        bytes.extend((0..n as u32).flat_map(u32::to_le_bytes));
-        std::fs::write(&path, bytes).unwrap();
-        let fake = Fake {
-            tiles,
-            len,
-            depth,
-            reads_started: AtomicUsize::new(0),
-        };
-        (TensorFile::open(&path).unwrap(), fake)
-    }
-
-    #[test]
-    fn tiles_reach_compute_and_the_writer_in_order_with_at_most_depth_in_flight() {
-        for depth in [1, 2, 3, 5] {
-            let dir = tempfile::tempdir().unwrap();
-            let (input, fake) = setup(dir.path(), 40, 1000, depth);
-            let out =
-                OutputFile::create(dir.path().join("out.npy"), &[40_000], DType::U32).unwrap();
-            let budget = MemoryBudget::new(64 << 20);
-            let mut order = Vec::new();
-            let mut most_in_flight = 0;
-            run_layout(
-                &fake,
-                &[&input],
-                &budget,
-                Some(&out),
-                Hooks::default(),
-                |t, ins, o| {
-                    order.push(t);
-                    // tiles the reader started and compute has not finished, this one included
-                    let in_flight = fake.reads_started.load(Ordering::SeqCst) - t;
-                    most_in_flight = most_in_flight.max(in_flight);
-                    let src: &[u32] = bytemuck::cast_slice(ins[0]);
-                    let dst: &mut [u32] = bytemuck::cast_slice_mut(o);
-                    for (d, s) in dst.iter_mut().zip(src) {
-                        *d = s + 1;
-                    }
-                    Ok(())
-                },
-            )
-            .unwrap();
-            assert_eq!(order, (0..40).collect::<Vec<_>>());
-            assert!(
-                most_in_flight <= depth,
-                "{most_in_flight} tiles in flight, depth {depth}"
-            );
-            // the writer put every tile where it belongs
-            let mut back = vec![0u8; 40_000 * 4];
-            out.read_at(0, &mut back).unwrap();
-            let back: &[u32] = bytemuck::cast_slice(&back);
-            assert!(back.iter().enumerate().all(|(i, &v)| v == i as u32 + 1));
-        }
-    }
-
-    #[test]
-    fn the_first_error_stops_every_stage() {
-        let dir = tempfile::tempdir().unwrap();
-        let (input, fake) = setup(dir.path(), 50, 100, 3);
-        let out = OutputFile::create(dir.path().join("out.npy"), &[5000], DType::U32).unwrap();
-        let budget = MemoryBudget::new(64 << 20);
-        let mut last = 0;
-        let e = run_layout(
-            &fake,
-            &[&input],
-            &budget,
-            Some(&out),
-            Hooks::default(),
-            |t, _, _| {
-                last = t;
-                if t == 7 {
-                    return Err(Error::invalid("tile 7 failed"));
-                }
-                Ok(())
-            },
-        )
-        .unwrap_err();
-        assert!(e.to_string().contains("tile 7 failed"), "{e}");
-        assert_eq!(last, 7, "compute went on after the error");
-        // the reader stopped too: at most a pipeline's depth past the failed tile
-        assert!(fake.reads_started.load(Ordering::SeqCst) <= 7 + 1 + 3);
-    }
-
-    #[test]
-    fn a_cancel_stops_after_the_tile_in_flight() {
-        let dir = tempfile::tempdir().unwrap();
-        let (input, fake) = setup(dir.path(), 30, 100, 3);
-        let budget = MemoryBudget::new(64 << 20);
-        let stop = AtomicBool::new(false);
-        let hooks = Hooks {
-            cancel: Some(&stop),
-            ..Hooks::default()
-        };
-        let mut last = 0;
-        let e = run_layout(&fake, &[&input], &budget, None, hooks, |t, _, _| {
-            last = t;
-            if t == 4 {
-                stop.store(true, Ordering::Relaxed);
-            }
-            Ok(())
-        })
-        .unwrap_err();
-        assert!(
-            matches!(
-                e,
-                Error::Interrupted {
-                    done: 5,
-                    total: 30,
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
-        assert_eq!(last, 4);
-    }
-
-    #[test]
-    fn a_panicking_kernel_is_an_error_not_a_hang() {
-        let dir = tempfile::tempdir().unwrap();
-        let (input, fake) = setup(dir.path(), 20, 100, 2);
-        let out = OutputFile::create(dir.path().join("out.npy"), &[2000], DType::U32).unwrap();
-        let budget = MemoryBudget::new(64 << 20);
-        // (the panic's report is printed by the compute thread; the run returns an error)
-        let e = run_layout(
-            &fake,
-            &[&input],
-            &budget,
-            Some(&out),
-            Hooks::default(),
-            |t, _, _| {
-                assert!(t != 3, "kernel bug at tile 3");
-                Ok(())
-            },
-        )
-        .unwrap_err();
-        assert!(
-            matches!(&e, Error::Internal(m) if m.contains("compute stage panicked")),
-            "{e:?}"
-        );
-    }
-}
+mod tests;

@@ -1,0 +1,294 @@
+//! The CUDA kernels' arithmetic, run on the host: `kernels/common.cuh` and
+//! `kernels/elementwise.cu` compile as C++ with `TS_HOST_EMULATION` (the three PTX `cvt`
+//! instructions become the host's IEEE conversions, a grid of one thread walks the whole
+//! tile), and every elementwise kernel — affine, cast and standardize, for every pair of
+//! the 13 dtypes — is run over edge values and random bit patterns of its input type and
+//! compared byte for byte with the CPU backend. This checks the kernels' cast rules
+//! (saturation, NaN to 0, rounding to odd before f16/bf16, integer paths) where no GPU is
+//! at hand; `tests/gpu.rs` runs the same comparison on a GPU. NaNs compare equal to NaNs:
+//! their payloads are not specified across devices (the CPU's follow the compiler's
+//! choice of FMA form).
+
+#![allow(clippy::unwrap_used)]
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use tilestream::backend::cuda::source::{Elementwise, all_elementwise, elementwise_source};
+use tilestream::{Backend, CpuBackend, DType};
+
+/// Host stand-ins for the CUDA built-ins the kernels use.
+const PRELUDE: &str = r"
+#define TS_HOST_EMULATION 1
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#define __device__
+#define __global__
+#define __forceinline__ inline
+#define __restrict__
+struct ts_dim3 { unsigned int x; };
+static const ts_dim3 blockIdx = {0}, threadIdx = {0}, blockDim = {1}, gridDim = {1};
+static inline long long __double_as_longlong(double d) { long long x; memcpy(&x, &d, 8); return x; }
+static inline double __longlong_as_double(long long x) { double d; memcpy(&d, &x, 8); return d; }
+static inline unsigned int __float_as_uint(float f) { unsigned int x; memcpy(&x, &f, 4); return x; }
+static inline float __uint_as_float(unsigned int x) { float f; memcpy(&f, &x, 4); return f; }
+static inline float __int_as_float(int x) { float f; memcpy(&f, &x, 4); return f; }
+static inline float ts_host_f16_to_f32(unsigned short h) { _Float16 v; memcpy(&v, &h, 2); return (float)v; }
+static inline unsigned short ts_host_f32_to_f16(float f) {
+    _Float16 v = (_Float16)f; unsigned short h; memcpy(&h, &v, 2); return h;
+}
+static inline unsigned short ts_host_f32_to_bf16(float f) {
+    unsigned int u = __float_as_uint(f); u += 0x7fffu + ((u >> 16) & 1u); return (unsigned short)(u >> 16);
+}
+";
+
+const SCALE: f64 = 2.5;
+const OFFSET: f64 = -3.0;
+const START: u64 = 3;
+const COLS: usize = 7;
+
+fn mean() -> Vec<f64> {
+    (0..COLS).map(|c| c as f64 * 0.37 - 1.0).collect()
+}
+
+fn sd() -> Vec<f64> {
+    (0..COLS).map(|c| 0.5 + c as f64 * 0.25).collect()
+}
+
+/// The runner: reads `in_<dtype>.bin`, runs every kernel, writes `<kernel>.bin`.
+fn runner(kernels: &[(Elementwise, DType, DType)]) -> String {
+    let mut s = String::from(PRELUDE);
+    s.push_str(&elementwise_source(kernels));
+    let m: Vec<String> = mean().iter().map(|v| format!("{v:e}")).collect();
+    let d: Vec<String> = sd().iter().map(|v| format!("{v:e}")).collect();
+    let _ = write!(
+        s,
+        r#"
+static const char* DIR;
+static void* load(const char* dt, unsigned long long* bytes) {{
+    char p[4096]; snprintf(p, sizeof p, "%s/in_%s.bin", DIR, dt);
+    FILE* f = fopen(p, "rb"); if (!f) {{ perror(p); exit(1); }}
+    fseek(f, 0, SEEK_END); *bytes = (unsigned long long)ftell(f); fseek(f, 0, SEEK_SET);
+    void* b = malloc(*bytes + 8); if (fread(b, 1, *bytes, f) != *bytes) exit(1); fclose(f); return b;
+}}
+static void save(const char* name, const void* b, unsigned long long bytes) {{
+    char p[4096]; snprintf(p, sizeof p, "%s/%s.bin", DIR, name);
+    FILE* f = fopen(p, "wb"); if (!f || fwrite(b, 1, bytes, f) != bytes) exit(1); fclose(f);
+}}
+static const double MEAN[{COLS}] = {{{m}}};
+static const double SD[{COLS}] = {{{d}}};
+template <typename I, typename O>
+static void affine(const char* name, const char* dt, void (*k)(const I*, O*, unsigned long long, double, double)) {{
+    unsigned long long b; I* x = (I*)load(dt, &b); unsigned long long n = b / sizeof(I);
+    O* y = (O*)calloc(n + 1, sizeof(O)); k(x, y, n, {SCALE:e}, {OFFSET:e}); save(name, y, n * sizeof(O)); free(x); free(y);
+}}
+template <typename I, typename O>
+static void cast(const char* name, const char* dt, void (*k)(const I*, O*, unsigned long long)) {{
+    unsigned long long b; I* x = (I*)load(dt, &b); unsigned long long n = b / sizeof(I);
+    O* y = (O*)calloc(n + 1, sizeof(O)); k(x, y, n); save(name, y, n * sizeof(O)); free(x); free(y);
+}}
+template <typename I, typename O>
+static void standardize(const char* name, const char* dt,
+                        void (*k)(const I*, O*, unsigned long long, unsigned long long, const double*, const double*, unsigned long long)) {{
+    unsigned long long b; I* x = (I*)load(dt, &b); unsigned long long n = b / sizeof(I);
+    O* y = (O*)calloc(n + 1, sizeof(O)); k(x, y, n, {START}, MEAN, SD, {COLS}); save(name, y, n * sizeof(O)); free(x); free(y);
+}}
+int main(int argc, char** argv) {{
+    if (argc != 2) return 2;
+    DIR = argv[1];
+"#,
+        m = m.join(", "),
+        d = d.join(", "),
+    );
+    for &(k, i, o) in kernels {
+        let name = k.kernel_name(i, o);
+        let _ = writeln!(
+            s,
+            "    {}(\"{name}\", \"{}\", {name});",
+            k.op_name(),
+            i.name()
+        );
+    }
+    s.push_str("    return 0;\n}\n");
+    s
+}
+
+/// Edge values and random bit patterns of `d`, as bytes.
+fn inputs(backend: &CpuBackend, d: DType) -> Vec<u8> {
+    let floats: Vec<f64> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        1.5,
+        2.5,
+        -2.5,
+        127.5,
+        128.0,
+        -128.5,
+        -129.0,
+        255.5,
+        256.0,
+        65504.0,
+        65519.99,
+        65520.0,
+        1.0 + 2f64.powi(-11) + 2f64.powi(-40),
+        -50.625_015_258_789_06,
+        1e-8,
+        6e-8,
+        1e-40,
+        3.4e38,
+        3.5e38,
+        1e300,
+        -1e300,
+        2f64.powi(31),
+        -(2f64.powi(31)) - 1.0,
+        2f64.powi(63),
+        2f64.powi(64),
+        1.8e19,
+        f64::NAN,
+        -f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MIN_POSITIVE,
+    ];
+    let ints: Vec<i64> = vec![
+        i64::MIN,
+        i64::MIN + 1,
+        i64::MAX,
+        -(1 << 53) - 1,
+        (1 << 53) + 1,
+        (1 << 24) + 1,
+        -2_147_483_649,
+        2_147_483_648,
+        65535,
+        65536,
+        -32769,
+        255,
+        256,
+        -1,
+        0,
+        1,
+    ];
+    let uints: Vec<u64> = vec![u64::MAX, u64::MAX - 1, 1 << 63, (1 << 60) + (1 << 52) + 1];
+    let mut out = Vec::new();
+    let mut add = |src: &[u8], from: DType, n: usize| {
+        let mut b = vec![0u8; n * d.size()];
+        backend.cast(src, from, &mut b, d).unwrap();
+        out.extend_from_slice(&b);
+    };
+    add(bytemuck::cast_slice(&floats), DType::F64, floats.len());
+    add(bytemuck::cast_slice(&ints), DType::I64, ints.len());
+    add(bytemuck::cast_slice(&uints), DType::U64, uints.len());
+    // random bit patterns: NaNs with payloads, subnormals, every exponent
+    let mut s: u64 = 0x9E37_79B9_7F4A_7C15 ^ d.size() as u64;
+    for _ in 0..4096 * d.size() {
+        s = s
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        out.push((s >> 56) as u8);
+    }
+    out
+}
+
+/// Element `i` of `b` (dtype `d`) as bits, and whether it is a NaN.
+fn element(b: &[u8], d: DType, i: usize) -> (u64, bool) {
+    let es = d.size();
+    let mut w = [0u8; 8];
+    w[..es].copy_from_slice(&b[i * es..(i + 1) * es]);
+    let bits = u64::from_le_bytes(w);
+    let nan = match d {
+        DType::F16 => (bits & 0x7fff) > 0x7c00,
+        DType::BF16 => (bits & 0x7fff) > 0x7f80,
+        DType::F32 => (bits & 0x7fff_ffff) > 0x7f80_0000,
+        DType::F64 => f64::from_bits(bits).is_nan(),
+        _ => false,
+    };
+    (bits, nan)
+}
+
+fn cpu(backend: &CpuBackend, k: Elementwise, x: &[u8], i: DType, o: DType) -> Vec<u8> {
+    let n = x.len() / i.size();
+    let mut y = vec![0u8; n * o.size()];
+    match k {
+        Elementwise::Affine => backend.affine(x, i, &mut y, o, SCALE, OFFSET),
+        Elementwise::Cast => backend.cast(x, i, &mut y, o),
+        Elementwise::Standardize => backend.standardize(x, i, START, &mean(), &sd(), &mut y, o),
+    }
+    .unwrap();
+    y
+}
+
+fn compile(dir: &Path, src: &str) -> std::path::PathBuf {
+    let cpp = dir.join("emulation.cpp");
+    std::fs::write(&cpp, src).unwrap();
+    let exe = dir.join("emulation");
+    let out = Command::new("c++")
+        .args(["-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math"])
+        .arg("-o")
+        .arg(&exe)
+        .arg(&cpp)
+        .output()
+        .expect("run c++");
+    assert!(
+        out.status.success(),
+        "the kernels do not compile as host C++:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .take(30)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    exe
+}
+
+#[test]
+#[cfg_attr(
+    not(tilestream_cxx),
+    ignore = "needs a C++ compiler with _Float16 (g++ 12 or later) as `c++` when the tests are built"
+)]
+fn every_elementwise_kernel_matches_the_cpu_backend_bit_for_bit() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = CpuBackend::new(Some(1)).unwrap();
+    let kernels = all_elementwise();
+    let exe = compile(dir.path(), &runner(&kernels));
+    let mut ins = std::collections::HashMap::new();
+    for d in DType::ALL {
+        let b = inputs(&backend, d);
+        std::fs::write(dir.path().join(format!("in_{}.bin", d.name())), &b).unwrap();
+        ins.insert(d, b);
+    }
+    let st = Command::new(&exe).arg(dir.path()).status().unwrap();
+    assert!(st.success(), "the emulated kernels failed: {st}");
+    let mut bad = Vec::new();
+    for &(k, i, o) in &kernels {
+        let name = k.kernel_name(i, o);
+        let got = std::fs::read(dir.path().join(format!("{name}.bin"))).unwrap();
+        let x = &ins[&i];
+        let want = cpu(&backend, k, x, i, o);
+        assert_eq!(got.len(), want.len(), "{name}");
+        for e in 0..want.len() / o.size() {
+            let (g, gn) = element(&got, o, e);
+            let (w, wn) = element(&want, o, e);
+            if g != w && !(gn && wn) {
+                let (xi, _) = element(x, i, e);
+                bad.push(format!(
+                    "{name}[{e}]: input bits {xi:#x}: kernel {g:#x}, CPU {w:#x}"
+                ));
+                break;
+            }
+        }
+    }
+    assert!(
+        bad.is_empty(),
+        "{} of {} kernels differ from the CPU backend:\n{}",
+        bad.len(),
+        kernels.len(),
+        bad.join("\n")
+    );
+}

@@ -1,0 +1,62 @@
+//! Every CUDA kernel compiles with NVRTC, for a virtual architecture (`compute_80`: PTX
+//! any GPU from Ampere on can load) and for Hopper's own (`sm_90`: NVRTC also runs ptxas,
+//! and a register spill is an error). Runs where NVRTC is installed and
+//! `TILESTREAM_REQUIRE_NVRTC=1` says so (`.ci/run` installs the NVRTC wheel); listed as
+//! ignored elsewhere. Executing the kernels needs a GPU (the GPU suite); their arithmetic
+//! is checked on the host by `cuda_emulation.rs`.
+
+#![allow(clippy::unwrap_used)]
+
+use tilestream::backend::cuda::source::{all_elementwise, elementwise_source};
+use tilestream::device::{self, DeviceError};
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn every_elementwise_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    assert!(
+        device::nvrtc_available(),
+        "TILESTREAM_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: put the lib directory of \
+         the nvidia-cuda-nvrtc wheel on LD_LIBRARY_PATH"
+    );
+    let kernels = all_elementwise();
+    let src = elementwise_source(&kernels);
+    for arch in ["compute_80", "sm_90"] {
+        let c = device::compile("elementwise", &src, arch, true).unwrap_or_else(|e| panic!("{e}"));
+        for &(k, i, o) in &kernels {
+            let entry = format!(".entry {}(", k.kernel_name(i, o));
+            assert!(c.ptx.contains(&entry), "{arch}: no {entry} in the PTX");
+        }
+        assert_eq!(
+            c.cubin.is_empty(),
+            !arch.starts_with("sm_"),
+            "{arch}: machine code only for a real architecture"
+        );
+        // nothing left to run-time double-precision emulation or local memory
+        assert!(!c.ptx.contains(".local"), "{arch}: local memory used");
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn a_kernel_that_does_not_compile_is_one_line_naming_it() {
+    let e = device::compile(
+        "broken",
+        "extern \"C\" __global__ void k() { x; }",
+        "sm_90",
+        true,
+    )
+    .unwrap_err();
+    assert!(matches!(e, DeviceError::Compile { .. }), "{e:?}");
+    let msg = e.to_string();
+    assert!(!msg.contains('\n'), "{msg}");
+    assert!(
+        msg.contains("broken") && msg.contains("sm_90") && msg.contains("identifier"),
+        "{msg}"
+    );
+}
