@@ -17,15 +17,18 @@ use std::sync::atomic::AtomicBool;
 
 use serde::Serialize;
 
+use crate::backend::cuda::source::Elementwise;
+use crate::backend::cuda::{CudaDevice, CudaElementwise, ElementwiseParams};
 use crate::backend::{Backend, CpuBackend, OnBackend};
 use crate::budget::{MemoryBudget, fmt_bytes};
-use crate::device::{DeviceRequest, GpuInfo};
+use crate::device::DeviceRequest;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::journal::{JobKey, Journal};
 use crate::ops::expr::{self, Program};
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
+use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
 use crate::tensor::zarr::ZarrWriteOptions;
@@ -34,6 +37,9 @@ use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape, same_file, win
 mod imagery;
 
 pub use imagery::{Edge, PatchFormat, PatchSpec};
+
+/// Operations with a CUDA kernel (the first word of their run report's `op`).
+const CUDA_OPS: [&str; 3] = ["affine", "cast", "standardize"];
 
 /// A progress callback shared with the pipeline threads.
 pub type ProgressCallback = Arc<dyn Fn(&Progress) + Send + Sync>;
@@ -54,7 +60,8 @@ pub struct Engine {
     georef: Option<(GeoRef, (usize, usize))>,
     out_format: Option<OutFormat>,
     device: DeviceRequest,
-    gpu: Option<GpuInfo>,
+    gpu_memory: Option<u64>,
+    cuda: Option<Arc<CudaDevice>>,
 }
 
 impl fmt::Debug for Engine {
@@ -308,44 +315,65 @@ impl Engine {
             georef: None,
             out_format: None,
             device: DeviceRequest::Auto,
-            gpu: None,
+            gpu_memory: None,
+            cuda: None,
         })
     }
 
-    /// Where runs compute: `auto` (the default: a GPU when one is present and has a
-    /// kernel for the operation, else the CPU), `cpu`, or `cuda`/`cuda:N`. Asking for a
-    /// CUDA device checks at once that it can be used.
+    /// Where runs compute: `auto` (the default), `cpu`, or `cuda`/`cuda:N`. Asking for
+    /// a CUDA device opens it at once (so a missing GPU is refused before any work),
+    /// with the device budget of [`Engine::with_gpu_memory`] (set that first).
     ///
-    /// No operation has a CUDA kernel wired into the engine yet (the kernels are in
-    /// `kernels/` and compile with NVRTC; running them is the CUDA backend's next step),
-    /// so every run is on the CPU, and the run report says why in `device_note`.
+    /// With `cuda`, affine, cast and standardize run their CUDA kernels (tiles staged
+    /// through page-locked slots, a ring of streams); every other operation runs on
+    /// the CPU and the run report says so. `auto` stays on the CPU until the CUDA
+    /// kernels have passed the GPU suite on real hardware, and says so too.
     ///
     /// # Errors
     /// [`Error::Device`] for `cuda` when the binary has no CUDA support, the driver
     /// cannot be loaded or the device does not exist.
     pub fn with_device(mut self, device: DeviceRequest) -> Result<Self> {
         if let DeviceRequest::Cuda(n) = device {
-            self.gpu = Some(crate::device::probe(n.unwrap_or(0))?);
+            self.cuda = Some(Arc::new(CudaDevice::open(n.unwrap_or(0), self.gpu_memory)?));
         }
         self.device = device;
         Ok(self)
     }
 
+    /// The device memory budget for `--device cuda` (default: 90% of what the device
+    /// has free when it is opened). Call before [`Engine::with_device`].
+    #[must_use]
+    pub fn with_gpu_memory(mut self, bytes: Option<u64>) -> Self {
+        self.gpu_memory = bytes;
+        self
+    }
+
     /// The device runs compute on, and why, for an operation named `op`.
     fn placement(&self, op: &str) -> (String, Option<String>) {
         let kind = op.split_whitespace().next().unwrap_or(op);
-        match (self.device, &self.gpu) {
+        let has_kernel = CUDA_OPS.contains(&kind);
+        match (self.device, &self.cuda) {
             (DeviceRequest::Cpu, _) => ("cpu".into(), None),
-            (DeviceRequest::Cuda(_), Some(gpu)) => (
+            (DeviceRequest::Cuda(_), Some(dev)) if has_kernel => {
+                (format!("cuda:{}", dev.info().ordinal), None)
+            }
+            (DeviceRequest::Cuda(_), Some(dev)) => (
                 "cpu".into(),
                 Some(format!(
-                    "no CUDA kernel for {kind} is wired yet: ran on the CPU, not on cuda:{} ({})",
-                    gpu.ordinal, gpu.name
+                    "no CUDA kernel for {kind} yet: ran on the CPU, not on cuda:{} ({})",
+                    dev.info().ordinal,
+                    dev.info().name
+                )),
+            ),
+            _ if has_kernel => (
+                "cpu".into(),
+                Some(format!(
+                    "auto: the CUDA kernel for {kind} has not passed the GPU suite on a GPU yet; --device cuda runs it"
                 )),
             ),
             _ => (
                 "cpu".into(),
-                Some(format!("auto: no CUDA kernel for {kind} is wired yet")),
+                Some(format!("auto: no CUDA kernel for {kind} yet")),
             ),
         }
     }
@@ -700,9 +728,10 @@ impl Engine {
             .transpose()
     }
 
-    /// [`Engine::to_file`] filled by the pipeline over a flat plan (`compute` per tile).
+    /// [`Engine::to_file`] filled by the pipeline over a flat plan (`kernel` per tile:
+    /// [`Engine::kernel`] of a closure on the CPU, or a device's kernel).
     #[allow(clippy::too_many_arguments)]
-    fn run_to_file<F>(
+    fn run_to_file<K>(
         &self,
         plan: &Plan,
         inputs: &[InputStream<'_>],
@@ -710,10 +739,10 @@ impl Engine {
         shape: &[usize],
         dtype: DType,
         out_per_item: u64,
-        compute: F,
+        kernel: K,
     ) -> Result<StageTimes>
     where
-        F: FnMut(crate::plan::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+        K: TileKernel<crate::plan::Tile>,
     {
         let journal = self.open_journal(out)?;
         self.run_to_file_with(
@@ -724,13 +753,13 @@ impl Engine {
             shape,
             dtype,
             out_per_item,
-            compute,
+            kernel,
         )
     }
 
     /// [`Engine::run_to_file`] within a journal already open.
     #[allow(clippy::too_many_arguments)]
-    fn run_to_file_with<F>(
+    fn run_to_file_with<K>(
         &self,
         journal: Option<Journal>,
         plan: &Plan,
@@ -739,17 +768,35 @@ impl Engine {
         shape: &[usize],
         dtype: DType,
         out_per_item: u64,
-        compute: F,
+        kernel: K,
     ) -> Result<StageTimes>
     where
-        F: FnMut(crate::plan::Tile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+        K: TileKernel<crate::plan::Tile>,
     {
         self.to_file_with(journal, out, shape, dtype, |output, journal| {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;
             stream.journal = journal;
-            scheduler::run(&stream, self.kernel(compute))
+            scheduler::run(&stream, kernel)
         })
+    }
+
+    /// The CUDA kernel of an elementwise operation, prepared for `plan`, when this
+    /// engine computes on a GPU (`--device cuda`); `None` on the CPU.
+    fn cuda_elementwise(
+        &self,
+        kind: Elementwise,
+        input: DType,
+        output: DType,
+        params: ElementwiseParams,
+        plan: &Plan,
+    ) -> Result<Option<CudaElementwise>> {
+        match &self.cuda {
+            Some(dev) => dev
+                .elementwise(kind, input, output, params, plan.tile_elems, plan.depth)
+                .map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Plans a reduction without running it.
@@ -943,15 +990,23 @@ impl Engine {
         self.budget.reset_peak();
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
-        let times = self.run_to_file(
-            &plan,
-            &inputs,
-            out.as_ref(),
-            input.shape(),
-            od,
-            1,
-            |_, ins, o| backend.affine(ins[0], input.dtype(), o, od, scale, offset),
-        )?;
+        let (out, shape) = (out.as_ref(), input.shape());
+        let params = ElementwiseParams::Affine { scale, offset };
+        let times =
+            match self.cuda_elementwise(Elementwise::Affine, input.dtype(), od, params, &plan)? {
+                Some(k) => self.run_to_file(&plan, &inputs, out, shape, od, 1, k),
+                None => self.run_to_file(
+                    &plan,
+                    &inputs,
+                    out,
+                    shape,
+                    od,
+                    1,
+                    self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                        backend.affine(ins[0], input.dtype(), o, od, scale, offset)
+                    }),
+                ),
+            }?;
         let op = format!(
             "affine {scale} * x + {offset} of {}",
             input.path().display()
@@ -992,15 +1047,28 @@ impl Engine {
         self.budget.reset_peak();
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
-        let times = self.run_to_file(
-            &plan,
-            &inputs,
-            out.as_ref(),
-            input.shape(),
+        let (out, shape) = (out.as_ref(), input.shape());
+        let cuda = self.cuda_elementwise(
+            Elementwise::Cast,
+            input.dtype(),
             dtype,
-            1,
-            |_, ins, o| backend.cast(ins[0], input.dtype(), o, dtype),
+            ElementwiseParams::Cast,
+            &plan,
         )?;
+        let times = match cuda {
+            Some(k) => self.run_to_file(&plan, &inputs, out, shape, dtype, 1, k),
+            None => self.run_to_file(
+                &plan,
+                &inputs,
+                out,
+                shape,
+                dtype,
+                1,
+                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                    backend.cast(ins[0], input.dtype(), o, dtype)
+                }),
+            ),
+        }?;
         let op = format!("cast {} to {dtype}", input.path().display());
         Ok(self.report(&plan, op, input.shape(), input.shape(), dtype, times))
     }
@@ -1152,10 +1220,17 @@ impl Engine {
         self.budget.reset_peak();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
         let backend = &self.backend;
-        let times =
-            self.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, |_, ins, o| {
+        let times = self.run_to_file(
+            &plan,
+            &streams,
+            out.as_ref(),
+            &shape,
+            od,
+            1,
+            self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
                 backend.map(&program, ins, &dtypes, o, od)
-            })?;
+            }),
+        )?;
         Ok(self.report(&plan, format!("map '{src}'"), &shape, &shape, od, times))
     }
 
@@ -1280,7 +1355,9 @@ impl Engine {
             &[r, n],
             od,
             n as u64,
-            |_, ins, o| backend.matmul(ins[0], xd, &resident, k, n, o, od),
+            self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                backend.matmul(ins[0], xd, &resident, k, n, o, od)
+            }),
         )?;
         let op = format!("matmul {} @ {}", x.path().display(), w.path().display());
         Ok(self.report(&plan, op, x.shape(), &[r, n], od, times))
@@ -1423,16 +1500,27 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let xd = input.dtype();
-        let times = self.run_to_file_with(
-            journal,
-            &plan,
-            &inputs,
-            out.as_ref(),
-            input.shape(),
-            od,
-            1,
-            |tile, ins, o| backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od),
-        )?;
+        let (out, shape) = (out.as_ref(), input.shape());
+        let params = ElementwiseParams::Standardize {
+            mean: m.clone(),
+            sd: sd.clone(),
+        };
+        let cuda = self.cuda_elementwise(Elementwise::Standardize, xd, od, params, &plan)?;
+        let times = match cuda {
+            Some(k) => self.run_to_file_with(journal, &plan, &inputs, out, shape, od, 1, k),
+            None => self.run_to_file_with(
+                journal,
+                &plan,
+                &inputs,
+                out,
+                shape,
+                od,
+                1,
+                self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], o: &mut [u8]| {
+                    backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od)
+                }),
+            ),
+        }?;
         let op = format!("standardize {}", input.path().display());
         Ok((
             stats_report,
@@ -1473,9 +1561,17 @@ impl Engine {
             0
         };
         let backend = &self.backend;
-        let times = self.run_to_file(&plan, &[], out.as_ref(), shape, dtype, 1, |tile, _, o| {
-            backend.generate(o, dtype, tile.start, last, seed)
-        })?;
+        let times = self.run_to_file(
+            &plan,
+            &[],
+            out.as_ref(),
+            shape,
+            dtype,
+            1,
+            self.kernel(|tile: crate::plan::Tile, _: &[&[u8]], o: &mut [u8]| {
+                backend.generate(o, dtype, tile.start, last, seed)
+            }),
+        )?;
         let op = format!("generate {} {dtype} (seed {seed})", fmt_shape(shape));
         Ok(self.report(&plan, op, shape, shape, dtype, times))
     }

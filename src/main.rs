@@ -64,6 +64,10 @@ struct Common {
     /// [default: auto, or a pipeline file's `device`]
     #[arg(long, global = true, value_parser = parse_device)]
     device: Option<DeviceRequest>,
+    /// Device memory budget with --device cuda: tile buffers, resident operands
+    /// (e.g. 8GiB) [default: 90% of what the GPU has free]
+    #[arg(long, global = true)]
+    gpu_memory: Option<String>,
     /// Pipeline depth: staging slots in flight.
     #[arg(long, default_value_t = 3, global = true)]
     depth: usize,
@@ -490,6 +494,12 @@ fn engine(c: &Common) -> Result<Engine> {
         .with_tiff_output(tiff)
         .with_zarr_output(zarr)
         .with_out_format(c.format.as_deref().map(str::parse).transpose()?)
+        .with_gpu_memory(
+            c.gpu_memory
+                .as_deref()
+                .map(tilestream::parse_size)
+                .transpose()?,
+        )
         .with_device(c.device.unwrap_or_default())?;
     match c.threads {
         Some(n) => {

@@ -336,6 +336,16 @@ where
             decode_scratch.push(budget.reserve("decode scratch of a compressed input", bytes)?);
         }
     }
+    // A kernel with staged inputs still maps each tile's windows before copying them
+    // into its slot: the read stage holds one such window at a time.
+    let _transient = if staged {
+        Some(budget.reserve(
+            "the read stage's mapped window while it is copied into a staging slot",
+            layout.window_bytes(),
+        )?)
+    } else {
+        None
+    };
     // Staging slots, reserved and allocated up front: if they do not fit, nothing starts.
     let (tok_tx, tok_rx) = bounded::<InputToken>(slots);
     let (free_tx, free_rx) = bounded::<Slot>(slots);

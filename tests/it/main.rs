@@ -11,6 +11,7 @@ mod cuda_kernels;
 mod examples;
 mod fuzz_corpus;
 mod geotiff;
+mod gpu;
 mod hostile_outputs;
 mod layering;
 mod map_oracle;

@@ -1,6 +1,40 @@
-//! The CUDA backend's parts that need no GPU: the kernels' source, assembled for NVRTC
-//! ([`source`]). Device discovery and compilation live in [`crate::device`]; the
-//! backend that stages tiles through page-locked slots and runs the kernels on streams
-//! builds on both.
+//! The CUDA backend. [`source`] assembles the kernels' CUDA C for NVRTC (pure text,
+//! tested everywhere); [`CudaDevice`] opens a device once per engine and prepares
+//! [`TileKernel`](crate::scheduler::TileKernel)s that stage tiles through page-locked
+//! slots and run them on a ring of streams (`runtime.rs`, with the `cuda` feature). A
+//! build without the feature has the same types, uninhabited: nothing can construct
+//! them and no method can panic (memmap2's stub pattern). Device discovery and NVRTC
+//! live in [`crate::device`].
 
 pub mod source;
+
+#[cfg(feature = "cuda")]
+mod runtime;
+#[cfg(feature = "cuda")]
+pub use runtime::{CudaDevice, CudaElementwise};
+
+#[cfg(not(feature = "cuda"))]
+mod stub;
+#[cfg(not(feature = "cuda"))]
+pub use stub::{CudaDevice, CudaElementwise};
+
+/// The parameters of an elementwise kernel.
+#[derive(Clone, Debug)]
+pub enum ElementwiseParams {
+    /// `y = cast(fma(x, scale, offset))`.
+    Affine {
+        /// Multiplier.
+        scale: f64,
+        /// Added after multiplying.
+        offset: f64,
+    },
+    /// `y = cast(x)`.
+    Cast,
+    /// `y = cast((x - mean[c]) / sd[c])`, `c` the flat index modulo the columns.
+    Standardize {
+        /// Per-column means.
+        mean: Vec<f64>,
+        /// Per-column standard deviations.
+        sd: Vec<f64>,
+    },
+}

@@ -1,0 +1,64 @@
+//! The CUDA backend's types in a build without the `cuda` feature: uninhabited, so no
+//! value exists and every method body is an empty match.
+
+use std::sync::Arc;
+
+use super::ElementwiseParams;
+use super::source::Elementwise;
+use crate::budget::MemoryBudget;
+use crate::device::{DeviceError, GpuInfo};
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::plan::Tile;
+use crate::scheduler::{Morsel, Pending, TileKernel};
+
+/// A CUDA device; none can be opened in a build without CUDA support.
+#[derive(Debug)]
+pub enum CudaDevice {}
+
+impl CudaDevice {
+    /// Always refused: this build has no CUDA support.
+    ///
+    /// # Errors
+    /// [`DeviceError::NotBuilt`].
+    pub fn open(_ordinal: usize, _memory: Option<u64>) -> Result<Self> {
+        Err(DeviceError::NotBuilt.into())
+    }
+
+    /// What the device is.
+    #[must_use]
+    pub fn info(&self) -> &GpuInfo {
+        match *self {}
+    }
+
+    /// The device memory budget.
+    #[must_use]
+    pub fn budget(&self) -> &MemoryBudget {
+        match *self {}
+    }
+
+    /// Prepares an elementwise kernel.
+    ///
+    /// # Errors
+    /// None: no device exists to call this on.
+    pub fn elementwise(
+        self: &Arc<Self>,
+        _kind: Elementwise,
+        _input: DType,
+        _output: DType,
+        _params: ElementwiseParams,
+        _tile_elems: u64,
+        _lanes: usize,
+    ) -> Result<CudaElementwise> {
+        match **self {}
+    }
+}
+
+/// An elementwise kernel on a device; none exists without CUDA support.
+pub enum CudaElementwise {}
+
+impl TileKernel<Tile> for CudaElementwise {
+    fn submit(&mut self, _m: Morsel<Tile>) -> Result<Pending<Tile>> {
+        match *self {}
+    }
+}

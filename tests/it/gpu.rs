@@ -1,0 +1,150 @@
+//! The GPU suite: every operation with a CUDA kernel, run on each device this machine
+//! has (the CPU always, `cuda:0` when a GPU can be used), through the same engine calls,
+//! with odd shapes, every dtype pair and budgets down to tiles of a few hundred
+//! elements; each device's output must equal the CPU's byte for byte (NaNs equal to
+//! NaNs), whatever the budget. Without a GPU only the CPU runs and the test says so on
+//! one line; `benches/gpu/run.sh` runs this suite on a GPU machine.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use tilestream::device::DeviceRequest;
+use tilestream::{DType, Engine, MemoryBudget, TensorFile};
+
+use crate::common::{read_npy_data, write_npy};
+
+/// The devices to run on: the CPU, and the first GPU when one can be opened.
+fn devices() -> Vec<DeviceRequest> {
+    let mut v = vec![DeviceRequest::Cpu];
+    match tilestream::device::probe(0) {
+        Ok(gpu) => {
+            eprintln!("gpu suite: running on cpu and cuda:0 ({})", gpu.name);
+            v.push(DeviceRequest::Cuda(Some(0)));
+        }
+        Err(e) => eprintln!("gpu suite: no GPU here ({e}); the CPU alone runs"),
+    }
+    v
+}
+
+fn engine(device: DeviceRequest, budget: &str) -> Engine {
+    Engine::new(MemoryBudget::parse(budget).unwrap())
+        .unwrap()
+        .with_device(device)
+        .unwrap()
+}
+
+/// Deterministic bytes for `n` elements of `d`: every bit pattern of floats (NaNs,
+/// subnormals, infinities) and of integers.
+fn data(d: DType, n: usize, seed: u64) -> Vec<u8> {
+    let mut s = seed;
+    (0..n * d.size())
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (s >> 56) as u8
+        })
+        .collect()
+}
+
+/// Equal bytes, except that any NaN equals any NaN.
+fn same(a: &[u8], b: &[u8], d: DType) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let es = d.size();
+    a.chunks(es).zip(b.chunks(es)).all(|(x, y)| {
+        x == y || {
+            let bits = |c: &[u8]| {
+                let mut w = [0u8; 8];
+                w[..es].copy_from_slice(c);
+                u64::from_le_bytes(w)
+            };
+            let nan = |v: u64| match d {
+                DType::F16 => (v & 0x7fff) > 0x7c00,
+                DType::BF16 => (v & 0x7fff) > 0x7f80,
+                DType::F32 => (v & 0x7fff_ffff) > 0x7f80_0000,
+                DType::F64 => f64::from_bits(v).is_nan(),
+                _ => false,
+            };
+            nan(bits(x)) && nan(bits(y))
+        }
+    })
+}
+
+/// Runs `op` on every device at every budget and checks each output against the CPU's
+/// at the largest budget.
+fn on_every_device(
+    dir: &Path,
+    name: &str,
+    od: DType,
+    op: impl Fn(&Engine, &Path) -> tilestream::Result<tilestream::RunReport>,
+) {
+    let mut want: Option<Vec<u8>> = None;
+    for device in devices() {
+        for budget in ["64MiB", "1MiB", "256KiB"] {
+            let out = dir.join(format!("{name}-{device}-{budget}.npy"));
+            let e = engine(device, budget);
+            let report =
+                op(&e, &out).unwrap_or_else(|err| panic!("{name} on {device} at {budget}: {err}"));
+            if device != DeviceRequest::Cpu {
+                assert!(report.device.starts_with("cuda"), "{name}: {report:?}");
+            }
+            let got = read_npy_data(&out);
+            match &want {
+                None => want = Some(got),
+                Some(w) => assert!(same(w, &got, od), "{name} on {device} at {budget} differs"),
+            }
+        }
+    }
+}
+
+#[test]
+fn affine_cast_and_standardize_agree_on_every_device_and_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    // odd shapes: a prime width, one row, a long column
+    for (k, shape) in [[4099usize, 7], [1, 13], [20011, 1]]
+        .into_iter()
+        .enumerate()
+    {
+        for i in [
+            DType::F32,
+            DType::U8,
+            DType::I64,
+            DType::F16,
+            DType::BF16,
+            DType::F64,
+        ] {
+            let n = shape[0] * shape[1];
+            let path = dir.path().join(format!("x{k}-{i}.npy"));
+            write_npy(&path, i, &shape, &data(i, n, 7 + k as u64));
+            let x = TensorFile::open(&path).unwrap();
+            for o in [
+                DType::F16,
+                DType::BF16,
+                DType::F32,
+                DType::I16,
+                DType::U8,
+                DType::Bool,
+            ] {
+                let tag = format!("{k}-{i}-{o}");
+                on_every_device(dir.path(), &format!("affine-{tag}"), o, |e, out| {
+                    e.affine(&x, out, 2.5, -3.0, Some(o))
+                });
+                on_every_device(dir.path(), &format!("cast-{tag}"), o, |e, out| {
+                    e.cast(&x, out, o)
+                });
+            }
+            on_every_device(
+                dir.path(),
+                &format!("standardize-{k}-{i}"),
+                DType::F32,
+                |e, out| {
+                    e.standardize(&x, out, Some(DType::F32), 1, None)
+                        .map(|(_, r)| r)
+                },
+            );
+        }
+    }
+}
