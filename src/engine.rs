@@ -39,7 +39,7 @@ mod imagery;
 pub use imagery::{Edge, PatchFormat, PatchSpec};
 
 /// Operations with a CUDA kernel (the first word of their run report's `op`).
-const CUDA_OPS: [&str; 3] = ["affine", "cast", "standardize"];
+const CUDA_OPS: [&str; 4] = ["affine", "cast", "map", "standardize"];
 
 /// A progress callback shared with the pipeline threads.
 pub type ProgressCallback = Arc<dyn Fn(&Progress) + Send + Sync>;
@@ -788,7 +788,7 @@ impl Engine {
         kind: Elementwise,
         input: DType,
         output: DType,
-        params: ElementwiseParams,
+        params: &ElementwiseParams,
         plan: &Plan,
     ) -> Result<Option<CudaElementwise>> {
         match &self.cuda {
@@ -993,7 +993,7 @@ impl Engine {
         let (out, shape) = (out.as_ref(), input.shape());
         let params = ElementwiseParams::Affine { scale, offset };
         let times =
-            match self.cuda_elementwise(Elementwise::Affine, input.dtype(), od, params, &plan)? {
+            match self.cuda_elementwise(Elementwise::Affine, input.dtype(), od, &params, &plan)? {
                 Some(k) => self.run_to_file(&plan, &inputs, out, shape, od, 1, k),
                 None => self.run_to_file(
                     &plan,
@@ -1052,7 +1052,7 @@ impl Engine {
             Elementwise::Cast,
             input.dtype(),
             dtype,
-            ElementwiseParams::Cast,
+            &ElementwiseParams::Cast,
             &plan,
         )?;
         let times = match cuda {
@@ -1220,17 +1220,24 @@ impl Engine {
         self.budget.reset_peak();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
         let backend = &self.backend;
-        let times = self.run_to_file(
-            &plan,
-            &streams,
-            out.as_ref(),
-            &shape,
-            od,
-            1,
-            self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
-                backend.map(&program, ins, &dtypes, o, od)
-            }),
-        )?;
+        let cuda = match &self.cuda {
+            Some(dev) => Some(dev.map(&program, &dtypes, od, plan.tile_elems, plan.depth)?),
+            None => None,
+        };
+        let times = match cuda {
+            Some(k) => self.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, k),
+            None => self.run_to_file(
+                &plan,
+                &streams,
+                out.as_ref(),
+                &shape,
+                od,
+                1,
+                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                    backend.map(&program, ins, &dtypes, o, od)
+                }),
+            ),
+        }?;
         Ok(self.report(&plan, format!("map '{src}'"), &shape, &shape, od, times))
     }
 
@@ -1505,7 +1512,7 @@ impl Engine {
             mean: m.clone(),
             sd: sd.clone(),
         };
-        let cuda = self.cuda_elementwise(Elementwise::Standardize, xd, od, params, &plan)?;
+        let cuda = self.cuda_elementwise(Elementwise::Standardize, xd, od, &params, &plan)?;
         let times = match cuda {
             Some(k) => self.run_to_file_with(journal, &plan, &inputs, out, shape, od, 1, k),
             None => self.run_to_file_with(

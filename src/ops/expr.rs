@@ -566,17 +566,33 @@ pub struct InputRef {
     pub column: usize,
 }
 
+/// An operand of a compiled program: a register or a constant (constants are folded,
+/// so an instruction never has only constants).
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Operand {
+pub enum Operand {
+    /// Register `n`.
     Reg(usize),
+    /// A constant.
     Const(f64),
 }
 
+/// One instruction of a compiled program; each writes the register it names last.
+/// Registers are numbered in order of first write, so an operand always names a
+/// register written earlier. Every value is an f64.
 #[derive(Clone, Copy, Debug)]
-enum Instr {
-    Load { stream: usize, dst: usize },
+pub enum Instr {
+    /// `dst = stream[i]` as f64.
+    Load {
+        /// The input stream.
+        stream: usize,
+        /// The register written.
+        dst: usize,
+    },
+    /// `dst = op(a)`.
     Un(UnOp, Operand, usize),
+    /// `dst = op(a, b)`.
     Bin(BinOp, Operand, Operand, usize),
+    /// `dst = if c != 0 { a } else { b }`.
     Where(Operand, Operand, Operand, usize),
 }
 
@@ -624,18 +640,25 @@ fn bin(op: BinOp, a: f64, b: f64) -> f64 {
         BinOp::Ge => t(a >= b),
         BinOp::Eq => t(a == b),
         BinOp::Ne => t(a != b),
+        // as numpy's minimum and maximum: NaN if either is, else the first argument on
+        // a tie (so min(0, -0) is 0 and min(-0, 0) is -0 on every CPU and device;
+        // f64::min leaves the sign of a zero result unspecified)
         BinOp::Min => {
             if a.is_nan() || b.is_nan() {
                 f64::NAN
+            } else if a <= b {
+                a
             } else {
-                a.min(b)
+                b
             }
         }
         BinOp::Max => {
             if a.is_nan() || b.is_nan() {
                 f64::NAN
+            } else if a >= b {
+                a
             } else {
-                a.max(b)
+                b
             }
         }
     }
@@ -653,6 +676,19 @@ impl Program {
         };
         p.result = p.emit(e);
         p
+    }
+
+    /// The instructions, in order: what a backend translates (the CUDA backend into one
+    /// fused kernel, `src/backend/cuda/source.rs`).
+    #[must_use]
+    pub fn code(&self) -> &[Instr] {
+        &self.code
+    }
+
+    /// The operand holding the result.
+    #[must_use]
+    pub fn result(&self) -> Operand {
+        self.result
     }
 
     fn reg(&mut self) -> usize {

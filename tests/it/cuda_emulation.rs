@@ -292,3 +292,139 @@ fn every_elementwise_kernel_matches_the_cpu_backend_bit_for_bit() {
         bad.join("\n")
     );
 }
+
+/// Expressions covering every operator and function of `map` (the map oracle's list),
+/// plus the zero-sign and NaN cases of min and max.
+pub(crate) const EXPRESSIONS: &[&str] = &[
+    "x * 2 + 1",
+    "-x - y / 3",
+    "x ** 2 - y ** 0.5",
+    "x / y",
+    "(x < y) + (x <= 1) * 2 + (x > 0) * 4 + (x >= y) * 8 + (x == 1) * 16 + (x != -1) * 32",
+    "where(x > 0, x, y)",
+    "abs(x) + sqrt(abs(y))",
+    "exp(x / 4) - log(abs(y) + 1) + log1p(abs(x))",
+    "log(x)",
+    "sin(x) * cos(y) + tanh(x)",
+    "floor(x) + ceil(x) * 10 + round(x) * 100",
+    "isnan(x) + isnan(x / 0)",
+    "min(x, y) * 1000 + max(x, y)",
+    "min(x * 0, -y * 0)",
+    "max(-x * 0, y * 0)",
+    "clip(x, -1, 1)",
+];
+
+#[test]
+#[cfg_attr(
+    not(tilestream_cxx),
+    ignore = "needs a C++ compiler with _Float16 (g++ 12 or later) as `c++` when the tests are built"
+)]
+fn every_fused_map_kernel_matches_the_cpu_backend_bit_for_bit() {
+    use tilestream::backend::cuda::source::{map_kernel_name, map_source};
+    use tilestream::ops::expr::{Program, parse};
+    let dir = tempfile::tempdir().unwrap();
+    let backend = CpuBackend::new(Some(1)).unwrap();
+    // x: f32 edge values and a ramp through zero; y: f64 of its own
+    let mut xs: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        2.5,
+        -2.5,
+        f32::NAN,
+        f32::INFINITY,
+    ];
+    xs.extend((0..2000).map(|i| (i as f32 - 1000.0) * 0.013));
+    let mut ys: Vec<f64> = vec![
+        -0.0,
+        0.0,
+        1.0,
+        3.0,
+        -2.5,
+        2.5,
+        0.0,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ];
+    ys.extend((0..2000).map(|i| ((i * 7919) % 2003) as f64 * 0.01 - 10.0));
+    let n = xs.len();
+    let (xb, yb): (&[u8], &[u8]) = (bytemuck::cast_slice(&xs), bytemuck::cast_slice(&ys));
+    let ins = [DType::F32, DType::F64];
+    let mut src = String::from(PRELUDE);
+    let mut main = String::from(
+        "#include <stdio.h>\nint main(int argc, char** argv) {\n    if (argc != 2) return 2;\n",
+    );
+    let _ = writeln!(
+        main,
+        "    static float x[{n}]; static double y[{n}]; static unsigned char out[{}];",
+        n * 8
+    );
+    main.push_str(
+        "    char p[4096]; snprintf(p, sizeof p, \"%s/x.bin\", argv[1]); FILE* f = fopen(p, \"rb\");\n    if (!f || fread(x, 1, sizeof x, f) != sizeof x) return 3; fclose(f);\n    snprintf(p, sizeof p, \"%s/y.bin\", argv[1]); f = fopen(p, \"rb\");\n    if (!f || fread(y, 1, sizeof y, f) != sizeof y) return 3; fclose(f);\n",
+    );
+    let mut cases = Vec::new();
+    let mut first = true;
+    for (k, e) in EXPRESSIONS.iter().enumerate() {
+        let program = Program::compile(&parse(e).unwrap());
+        // streams in order of first use: x first in every expression here
+        assert_eq!(
+            program.streams.len(),
+            1 + usize::from(e.contains('y')),
+            "{e}"
+        );
+        let dts = &ins[..program.streams.len()];
+        for od in [DType::F64, DType::F32, DType::I16] {
+            let name = map_kernel_name(&program, dts, od);
+            let mut kernel = map_source(&name, &program, dts, od);
+            if !first {
+                // the common header once
+                kernel = kernel[tilestream::backend::cuda::source::COMMON.len()..].to_string();
+            }
+            first = false;
+            src.push_str(&kernel);
+            let args = if dts.len() == 2 {
+                "(const ts_f32*)x, (const ts_f64*)y"
+            } else {
+                "(const ts_f32*)x"
+            };
+            let _ = writeln!(
+                main,
+                "    {name}({args}, ({}*)out, {n}ull); snprintf(p, sizeof p, \"%s/{k}-{}.bin\", argv[1]); f = fopen(p, \"wb\"); fwrite(out, 1, {}, f); fclose(f);",
+                tilestream::backend::cuda::source::cuda_type(od),
+                od.name(),
+                n * od.size()
+            );
+            cases.push((k, program.clone(), od));
+        }
+    }
+    main.push_str("    return 0;\n}\n");
+    src.push_str(&main);
+    let exe = compile(dir.path(), &src);
+    std::fs::write(dir.path().join("x.bin"), xb).unwrap();
+    std::fs::write(dir.path().join("y.bin"), yb).unwrap();
+    let st = Command::new(&exe).arg(dir.path()).status().unwrap();
+    assert!(st.success(), "the emulated map kernels failed: {st}");
+    let mut bad = Vec::new();
+    for (k, program, od) in cases {
+        let got = std::fs::read(dir.path().join(format!("{k}-{}.bin", od.name()))).unwrap();
+        let streams: Vec<&[u8]> = [xb, yb][..program.streams.len()].to_vec();
+        let mut want = vec![0u8; n * od.size()];
+        backend
+            .map(&program, &streams, &ins[..streams.len()], &mut want, od)
+            .unwrap();
+        for e in 0..n {
+            let (g, gn) = element(&got, od, e);
+            let (w, wn) = element(&want, od, e);
+            if g != w && !(gn && wn) {
+                bad.push(format!(
+                    "'{}' to {od}: element {e} (x = {:e}, y = {:e}): kernel {g:#x}, CPU {w:#x}",
+                    EXPRESSIONS[k], xs[e], ys[e]
+                ));
+                break;
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}

@@ -60,3 +60,27 @@ fn a_kernel_that_does_not_compile_is_one_line_naming_it() {
         "{msg}"
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn every_fused_map_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    use tilestream::DType;
+    use tilestream::backend::cuda::source::{map_kernel_name, map_source};
+    use tilestream::ops::expr::{Program, parse};
+    for e in crate::cuda_emulation::EXPRESSIONS {
+        let program = Program::compile(&parse(e).unwrap());
+        let ins = [DType::U16, DType::F32][..program.streams.len()].to_vec();
+        for od in [DType::F32, DType::F16, DType::U8] {
+            let name = map_kernel_name(&program, &ins, od);
+            let src = map_source(&name, &program, &ins, od);
+            for arch in ["compute_80", "sm_90"] {
+                let c = device::compile(&name, &src, arch, true)
+                    .unwrap_or_else(|err| panic!("'{e}' to {od}: {err}"));
+                assert!(c.ptx.contains(&format!(".entry {name}(")), "'{e}' {arch}");
+            }
+        }
+    }
+}

@@ -148,3 +148,39 @@ fn affine_cast_and_standardize_agree_on_every_device_and_budget() {
         }
     }
 }
+
+#[test]
+fn fused_map_kernels_agree_on_every_device_and_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = [3001usize, 5];
+    let n = shape[0] * shape[1];
+    // finite values: the GPU's transcendentals may differ from the CPU's libm in the last
+    // bit, so this suite keeps to operations IEEE defines exactly (the host emulation
+    // checks every function bit for bit against the same libm)
+    let xs: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 4001) as f32 * 0.37 - 700.0)
+        .collect();
+    let ys: Vec<u16> = (0..n).map(|i| ((i * 104_729) % 65_521) as u16).collect();
+    let (xp, yp) = (dir.path().join("x.npy"), dir.path().join("y.npy"));
+    write_npy(&xp, DType::F32, &shape, bytemuck::cast_slice(&xs));
+    write_npy(&yp, DType::U16, &shape, bytemuck::cast_slice(&ys));
+    let (x, y) = (
+        TensorFile::open(&xp).unwrap(),
+        TensorFile::open(&yp).unwrap(),
+    );
+    for (k, e) in [
+        "(x - y) / (x + y)",
+        "where(x > y / 100, x * 2 + 1, -y)",
+        "min(x, y) + max(x / 3, -y) + abs(x) + sqrt(y) + floor(x) + round(x / 7)",
+        "clip(x / 100, -1, 1) * 3 - ceil(x)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        for od in [DType::F32, DType::F16, DType::I32] {
+            on_every_device(dir.path(), &format!("map{k}-{od}"), od, |eng, out| {
+                eng.map(e, &[("x", &x), ("y", &y)], out, Some(od))
+            });
+        }
+    }
+}

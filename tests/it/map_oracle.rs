@@ -60,18 +60,24 @@ fn inputs(dir: &std::path::Path) -> (TensorFile, TensorFile, Vec<f64>, Vec<f64>)
 fn t(c: bool) -> f64 {
     if c { 1.0 } else { 0.0 }
 }
+/// numpy's minimum: NaN if either is, else the first argument on a tie.
 fn nanmin(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
+    } else if a <= b {
+        a
     } else {
-        a.min(b)
+        b
     }
 }
+/// numpy's maximum: NaN if either is, else the first argument on a tie.
 fn nanmax(a: f64, b: f64) -> f64 {
     if a.is_nan() || b.is_nan() {
         f64::NAN
+    } else if a >= b {
+        a
     } else {
-        a.max(b)
+        b
     }
 }
 

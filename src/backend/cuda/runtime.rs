@@ -17,11 +17,12 @@ use cudarc::driver::{
 };
 
 use super::ElementwiseParams;
-use super::source::{Elementwise, elementwise_source};
+use super::source::{Elementwise, elementwise_source, map_kernel_name, map_source};
 use crate::budget::{MemoryBudget, Reservation};
 use crate::device::{self, DeviceError, GpuInfo};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::ops::expr::Program;
 use crate::plan::Tile;
 use crate::scheduler::{Morsel, Pending, Slot, SlotMemory, TileKernel};
 
@@ -125,78 +126,156 @@ impl CudaDevice {
         kind: Elementwise,
         input: DType,
         output: DType,
-        params: ElementwiseParams,
+        params: &ElementwiseParams,
         tile_elems: u64,
         lanes: usize,
     ) -> Result<CudaElementwise> {
         let name = kind.kernel_name(input, output);
         let src = elementwise_source(&[(kind, input, output)]);
-        let compiled = device::compile(&name, &src, &self.info.arch(), false)?;
-        let module = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin))
-            .map_err(driver("load the kernels"))?;
-        let func = module
-            .load_function(&name)
-            .map_err(driver("find the kernel"))?;
-        let lanes = lanes.max(1);
-        let in_bytes = tile_elems as usize * input.size();
-        let out_bytes = tile_elems as usize * output.size();
         let mut resident = Vec::new();
-        let stream0 = self.ctx.default_stream();
-        let (mean, sd) = match &params {
-            ElementwiseParams::Standardize { mean, sd, .. } => {
+        let args = match (kind, params) {
+            (Elementwise::Affine, ElementwiseParams::Affine { scale, offset }) => {
+                vec![Arg::F64(*scale), Arg::F64(*offset)]
+            }
+            (Elementwise::Cast, ElementwiseParams::Cast) => Vec::new(),
+            (Elementwise::Standardize, ElementwiseParams::Standardize { mean, sd }) => {
                 let bytes = (mean.len() + sd.len()) as u64 * 8;
                 resident.push(
                     self.budget
                         .reserve("standardize statistics on the device", bytes)?,
                 );
-                let m = stream0
+                let stream = self.ctx.default_stream();
+                let m = stream
                     .clone_htod(mean.as_slice())
                     .map_err(driver("upload the statistics"))?;
-                let s = stream0
+                let s = stream
                     .clone_htod(sd.as_slice())
                     .map_err(driver("upload the statistics"))?;
-                (Some(m), Some(s))
+                stream
+                    .synchronize()
+                    .map_err(driver("upload the statistics"))?;
+                vec![
+                    Arg::TileStart,
+                    Arg::Buffer(m),
+                    Arg::Buffer(s),
+                    Arg::U64(mean.len() as u64),
+                ]
             }
-            _ => (None, None),
+            _ => {
+                return Err(Error::Internal(
+                    "elementwise kernel asked for with parameters of another kind".into(),
+                ));
+            }
         };
-        let mut ring = Vec::with_capacity(lanes);
-        for _ in 0..lanes {
+        self.prepare(
+            &name,
+            &src,
+            &[input],
+            output,
+            args,
+            resident,
+            tile_elems,
+            lanes,
+        )
+    }
+
+    /// Prepares the fused kernel of a `map` program over inputs of `inputs` dtypes (one
+    /// per stream of the program), as [`CudaDevice::elementwise`] does.
+    ///
+    /// # Errors
+    /// As [`CudaDevice::elementwise`].
+    pub fn map(
+        self: &Arc<Self>,
+        program: &Program,
+        inputs: &[DType],
+        output: DType,
+        tile_elems: u64,
+        lanes: usize,
+    ) -> Result<CudaElementwise> {
+        let name = map_kernel_name(program, inputs, output);
+        let src = map_source(&name, program, inputs, output);
+        self.prepare(
+            &name,
+            &src,
+            inputs,
+            output,
+            Vec::new(),
+            Vec::new(),
+            tile_elems,
+            lanes,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(
+        self: &Arc<Self>,
+        name: &str,
+        src: &str,
+        inputs: &[DType],
+        output: DType,
+        args: Vec<Arg>,
+        resident: Vec<Reservation>,
+        tile_elems: u64,
+        lanes: usize,
+    ) -> Result<CudaElementwise> {
+        let compiled = device::compile(name, src, &self.info.arch(), false)?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin))
+            .map_err(driver("load the kernels"))?;
+        let func = module
+            .load_function(name)
+            .map_err(driver("find the kernel"))?;
+        let in_bytes: Vec<usize> = inputs
+            .iter()
+            .map(|d| tile_elems as usize * d.size())
+            .collect();
+        let out_bytes = tile_elems as usize * output.size();
+        let mut ring = Vec::with_capacity(lanes.max(1));
+        for _ in 0..lanes.max(1) {
             let r = self.budget.reserve(
                 "one stream's input and output tile buffers on the device",
-                (in_bytes + out_bytes) as u64,
+                (in_bytes.iter().sum::<usize>() + out_bytes) as u64,
             )?;
             let stream = self.ctx.new_stream().map_err(driver("create a stream"))?;
-            let input = stream
-                .alloc_zeros::<u8>(in_bytes.max(1))
-                .map_err(driver("allocate device memory"))?;
+            let mut ins = Vec::with_capacity(in_bytes.len());
+            for &b in &in_bytes {
+                ins.push(
+                    stream
+                        .alloc_zeros::<u8>(b.max(1))
+                        .map_err(driver("allocate device memory"))?,
+                );
+            }
             let output = stream
                 .alloc_zeros::<u8>(out_bytes.max(1))
                 .map_err(driver("allocate device memory"))?;
             ring.push(Lane {
                 stream,
-                input,
+                inputs: ins,
                 output,
                 _reservation: r,
             });
         }
-        stream0
-            .synchronize()
-            .map_err(driver("upload the statistics"))?;
         Ok(CudaElementwise {
             dev: Arc::clone(self),
             func,
-            kind,
-            in_es: input.size(),
+            in_es: inputs.iter().map(|d| d.size()).collect(),
             out_es: output.size(),
-            params,
-            mean,
-            sd,
+            args,
             lanes: ring,
             _resident: resident,
         })
     }
+}
+
+/// A kernel argument after `(inputs.., output, n)`.
+enum Arg {
+    F64(f64),
+    U64(u64),
+    /// The tile's first flat element.
+    TileStart,
+    /// A resident operand on the device.
+    Buffer(CudaSlice<f64>),
 }
 
 /// Page-locked host memory of one staging slot.
@@ -226,24 +305,27 @@ impl SlotMemory for Pinned {
 
 struct Lane {
     stream: Arc<CudaStream>,
-    input: CudaSlice<u8>,
+    inputs: Vec<CudaSlice<u8>>,
     output: CudaSlice<u8>,
     _reservation: Reservation,
 }
 
-/// An elementwise operation prepared on a device: tiles in, tiles out, on a ring of
-/// streams.
+/// An elementwise operation (affine, cast, standardize, a fused `map`) prepared on a
+/// device: tiles in, tiles out, on a ring of streams.
 pub struct CudaElementwise {
     dev: Arc<CudaDevice>,
     func: CudaFunction,
-    kind: Elementwise,
-    in_es: usize,
+    in_es: Vec<usize>,
     out_es: usize,
-    params: ElementwiseParams,
-    mean: Option<CudaSlice<f64>>,
-    sd: Option<CudaSlice<f64>>,
+    args: Vec<Arg>,
     lanes: Vec<Lane>,
     _resident: Vec<Reservation>,
+}
+
+/// An argument's value for one launch.
+enum ArgValue {
+    F64(f64),
+    U64(u64),
 }
 
 /// A tile in flight: waiting synchronizes its event; dropped unwaited (a panic), it
@@ -289,21 +371,41 @@ impl TileKernel<Tile> for CudaElementwise {
         let tile = m.tile();
         let n = tile.len as usize;
         let lane = &self.lanes[m.seq() % self.lanes.len()];
+        let cu = lane.stream.cu_stream();
         let (ins, out) = m.io();
-        let (src, dst) = (&ins[0][..n * self.in_es], &mut out[..n * self.out_es]);
-        if src.len() > lane.input.len() || dst.len() > lane.output.len() {
+        if ins.len() != self.in_es.len() {
+            return Err(Error::Internal(format!(
+                "a tile brought {} inputs to a kernel prepared for {}",
+                ins.len(),
+                self.in_es.len()
+            )));
+        }
+        let dst = &mut out[..n * self.out_es];
+        // device pointers: inputs, then the output, then the family's arguments
+        let mut ptrs: Vec<u64> = Vec::with_capacity(ins.len() + 1);
+        for ((src, &es), buf) in ins.iter().zip(&self.in_es).zip(&lane.inputs) {
+            let src = &src[..n * es];
+            if src.len() > buf.len() {
+                return Err(Error::Internal(format!(
+                    "a tile of {n} elements is larger than the device buffers it was prepared for"
+                )));
+            }
+            let (d_in, _) = buf.device_ptr(&lane.stream);
+            // SAFETY: `src` is page-locked memory of the tile's input slot and `d_in` a
+            // device buffer at least as long; the slot stays alive and unwritten until
+            // the event recorded below completes (the morsel that owns it is kept in
+            // flight).
+            unsafe { result::memcpy_htod_async(d_in, src, cu) }
+                .map_err(driver("copy a tile to the device"))?;
+            ptrs.push(d_in);
+        }
+        if dst.len() > lane.output.len() {
             return Err(Error::Internal(format!(
                 "a tile of {n} elements is larger than the device buffers it was prepared for"
             )));
         }
-        let cu = lane.stream.cu_stream();
-        let (d_in, _) = lane.input.device_ptr(&lane.stream);
         let (d_out, _) = lane.output.device_ptr(&lane.stream);
-        // SAFETY: `src` is page-locked memory of the tile's input slot and `d_in` a
-        // device buffer at least as long; the slot stays alive and unwritten until the
-        // event recorded below completes (the morsel that owns it is kept in flight).
-        unsafe { result::memcpy_htod_async(d_in, src, cu) }
-            .map_err(driver("copy a tile to the device"))?;
+        ptrs.push(d_out);
         let blocks = (n as u64)
             .div_ceil(u64::from(BLOCK))
             .clamp(1, u64::from(self.dev.sms) * 32);
@@ -313,50 +415,31 @@ impl TileKernel<Tile> for CudaElementwise {
             shared_mem_bytes: 0,
         };
         let n64 = n as u64;
-        // the kernel's arguments after (x, y, n), which must outlive the launch builder
-        let (mut f64s, mut u64s) = ([0f64; 2], [0u64; 4]);
-        match (&self.params, self.kind) {
-            (ElementwiseParams::Affine { scale, offset }, Elementwise::Affine) => {
-                f64s = [*scale, *offset];
-            }
-            (ElementwiseParams::Cast, Elementwise::Cast) => {}
-            (ElementwiseParams::Standardize { mean, .. }, Elementwise::Standardize) => {
-                let (Some(dm), Some(ds)) = (&self.mean, &self.sd) else {
-                    return Err(Error::Internal(
-                        "standardize statistics not uploaded".into(),
-                    ));
-                };
-                u64s = [
-                    tile.start,
-                    dm.device_ptr(&lane.stream).0,
-                    ds.device_ptr(&lane.stream).0,
-                    mean.len() as u64,
-                ];
-            }
-            _ => {
-                return Err(Error::Internal(
-                    "elementwise kernel prepared with parameters of another kind".into(),
-                ));
-            }
-        }
+        // values the launch builder borrows: they must outlive it
+        let extra: Vec<ArgValue> = self
+            .args
+            .iter()
+            .map(|a| match a {
+                Arg::F64(v) => ArgValue::F64(*v),
+                Arg::U64(v) => ArgValue::U64(*v),
+                Arg::TileStart => ArgValue::U64(tile.start),
+                Arg::Buffer(b) => ArgValue::U64(b.device_ptr(&lane.stream).0),
+            })
+            .collect();
         let mut launch = lane.stream.launch_builder(&self.func);
-        launch.arg(&d_in).arg(&d_out).arg(&n64);
-        match self.kind {
-            Elementwise::Affine => {
-                launch.arg(&f64s[0]).arg(&f64s[1]);
-            }
-            Elementwise::Cast => {}
-            Elementwise::Standardize => {
-                launch
-                    .arg(&u64s[0])
-                    .arg(&u64s[1])
-                    .arg(&u64s[2])
-                    .arg(&u64s[3]);
-            }
+        for p in &ptrs {
+            launch.arg(p);
+        }
+        launch.arg(&n64);
+        for v in &extra {
+            match v {
+                ArgValue::F64(x) => launch.arg(x),
+                ArgValue::U64(x) => launch.arg(x),
+            };
         }
         // SAFETY: the arguments match the kernel's signature in
-        // src/backend/cuda/source.rs (x, y, n, then the family's parameters); `d_in` and
-        // `d_out` hold at least `n` elements of the input and output dtypes.
+        // src/backend/cuda/source.rs (inputs, output, n, then the family's parameters);
+        // each device buffer holds at least `n` elements of its dtype.
         unsafe { launch.launch(cfg) }.map_err(driver("launch a kernel"))?;
         // SAFETY: `dst` is page-locked memory of the tile's output slot, at least as
         // long as the copy; as for the input, it is neither read nor freed before the

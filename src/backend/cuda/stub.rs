@@ -9,6 +9,7 @@ use crate::budget::MemoryBudget;
 use crate::device::{DeviceError, GpuInfo};
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::ops::expr::Program;
 use crate::plan::Tile;
 use crate::scheduler::{Morsel, Pending, TileKernel};
 
@@ -46,7 +47,22 @@ impl CudaDevice {
         _kind: Elementwise,
         _input: DType,
         _output: DType,
-        _params: ElementwiseParams,
+        _params: &ElementwiseParams,
+        _tile_elems: u64,
+        _lanes: usize,
+    ) -> Result<CudaElementwise> {
+        match **self {}
+    }
+
+    /// Prepares a fused `map` kernel.
+    ///
+    /// # Errors
+    /// None: no device exists to call this on.
+    pub fn map(
+        self: &Arc<Self>,
+        _program: &Program,
+        _inputs: &[DType],
+        _output: DType,
         _tile_elems: u64,
         _lanes: usize,
     ) -> Result<CudaElementwise> {
