@@ -371,89 +371,101 @@ impl TileKernel<Tile> for CudaElementwise {
         let tile = m.tile();
         let n = tile.len as usize;
         let lane = &self.lanes[m.seq() % self.lanes.len()];
-        let cu = lane.stream.cu_stream();
-        let (ins, out) = m.io();
-        if ins.len() != self.in_es.len() {
-            return Err(Error::Internal(format!(
-                "a tile brought {} inputs to a kernel prepared for {}",
-                ins.len(),
-                self.in_es.len()
-            )));
-        }
-        let dst = &mut out[..n * self.out_es];
-        // device pointers: inputs, then the output, then the family's arguments
-        let mut ptrs: Vec<u64> = Vec::with_capacity(ins.len() + 1);
-        for ((src, &es), buf) in ins.iter().zip(&self.in_es).zip(&lane.inputs) {
-            let src = &src[..n * es];
-            if src.len() > buf.len() {
+        // Everything queued on the lane's stream; if a later step fails, wait for what
+        // was queued before the tile's slots can be freed (a copy may be reading them).
+        let queued = (|| -> Result<()> {
+            let cu = lane.stream.cu_stream();
+            let (ins, out) = m.io();
+            if ins.len() != self.in_es.len() {
+                return Err(Error::Internal(format!(
+                    "a tile brought {} inputs to a kernel prepared for {}",
+                    ins.len(),
+                    self.in_es.len()
+                )));
+            }
+            let dst = &mut out[..n * self.out_es];
+            // device pointers: inputs, then the output, then the family's arguments
+            let mut ptrs: Vec<u64> = Vec::with_capacity(ins.len() + 1);
+            for ((src, &es), buf) in ins.iter().zip(&self.in_es).zip(&lane.inputs) {
+                let src = &src[..n * es];
+                if src.len() > buf.len() {
+                    return Err(Error::Internal(format!(
+                        "a tile of {n} elements is larger than the device buffers it was prepared for"
+                    )));
+                }
+                let (d_in, _) = buf.device_ptr(&lane.stream);
+                // SAFETY: `src` is page-locked memory of the tile's input slot and `d_in` a
+                // device buffer at least as long; the slot stays alive and unwritten until
+                // the event recorded below completes (the morsel that owns it is kept in
+                // flight).
+                unsafe { result::memcpy_htod_async(d_in, src, cu) }
+                    .map_err(driver("copy a tile to the device"))?;
+                ptrs.push(d_in);
+            }
+            if dst.len() > lane.output.len() {
                 return Err(Error::Internal(format!(
                     "a tile of {n} elements is larger than the device buffers it was prepared for"
                 )));
             }
-            let (d_in, _) = buf.device_ptr(&lane.stream);
-            // SAFETY: `src` is page-locked memory of the tile's input slot and `d_in` a
-            // device buffer at least as long; the slot stays alive and unwritten until
-            // the event recorded below completes (the morsel that owns it is kept in
-            // flight).
-            unsafe { result::memcpy_htod_async(d_in, src, cu) }
-                .map_err(driver("copy a tile to the device"))?;
-            ptrs.push(d_in);
-        }
-        if dst.len() > lane.output.len() {
-            return Err(Error::Internal(format!(
-                "a tile of {n} elements is larger than the device buffers it was prepared for"
-            )));
-        }
-        let (d_out, _) = lane.output.device_ptr(&lane.stream);
-        ptrs.push(d_out);
-        let blocks = (n as u64)
-            .div_ceil(u64::from(BLOCK))
-            .clamp(1, u64::from(self.dev.sms) * 32);
-        let cfg = LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let n64 = n as u64;
-        // values the launch builder borrows: they must outlive it
-        let extra: Vec<ArgValue> = self
-            .args
-            .iter()
-            .map(|a| match a {
-                Arg::F64(v) => ArgValue::F64(*v),
-                Arg::U64(v) => ArgValue::U64(*v),
-                Arg::TileStart => ArgValue::U64(tile.start),
-                Arg::Buffer(b) => ArgValue::U64(b.device_ptr(&lane.stream).0),
-            })
-            .collect();
-        let mut launch = lane.stream.launch_builder(&self.func);
-        for p in &ptrs {
-            launch.arg(p);
-        }
-        launch.arg(&n64);
-        for v in &extra {
-            match v {
-                ArgValue::F64(x) => launch.arg(x),
-                ArgValue::U64(x) => launch.arg(x),
+            let (d_out, _) = lane.output.device_ptr(&lane.stream);
+            ptrs.push(d_out);
+            let blocks = (n as u64)
+                .div_ceil(u64::from(BLOCK))
+                .clamp(1, u64::from(self.dev.sms) * 32);
+            let cfg = LaunchConfig {
+                grid_dim: (blocks as u32, 1, 1),
+                block_dim: (BLOCK, 1, 1),
+                shared_mem_bytes: 0,
             };
+            let n64 = n as u64;
+            // values the launch builder borrows: they must outlive it
+            let extra: Vec<ArgValue> = self
+                .args
+                .iter()
+                .map(|a| match a {
+                    Arg::F64(v) => ArgValue::F64(*v),
+                    Arg::U64(v) => ArgValue::U64(*v),
+                    Arg::TileStart => ArgValue::U64(tile.start),
+                    Arg::Buffer(b) => ArgValue::U64(b.device_ptr(&lane.stream).0),
+                })
+                .collect();
+            let mut launch = lane.stream.launch_builder(&self.func);
+            for p in &ptrs {
+                launch.arg(p);
+            }
+            launch.arg(&n64);
+            for v in &extra {
+                match v {
+                    ArgValue::F64(x) => launch.arg(x),
+                    ArgValue::U64(x) => launch.arg(x),
+                };
+            }
+            // SAFETY: the arguments match the kernel's signature in
+            // src/backend/cuda/source.rs (inputs, output, n, then the family's parameters);
+            // each device buffer holds at least `n` elements of its dtype.
+            unsafe { launch.launch(cfg) }.map_err(driver("launch a kernel"))?;
+            // SAFETY: `dst` is page-locked memory of the tile's output slot, at least as
+            // long as the copy; as for the input, it is neither read nor freed before the
+            // event below completes.
+            unsafe { result::memcpy_dtoh_async(dst, d_out, cu) }
+                .map_err(driver("copy a tile back from the device"))?;
+            Ok(())
+        })();
+        if let Err(e) = queued {
+            let _ = lane.stream.synchronize();
+            return Err(e);
         }
-        // SAFETY: the arguments match the kernel's signature in
-        // src/backend/cuda/source.rs (inputs, output, n, then the family's parameters);
-        // each device buffer holds at least `n` elements of its dtype.
-        unsafe { launch.launch(cfg) }.map_err(driver("launch a kernel"))?;
-        // SAFETY: `dst` is page-locked memory of the tile's output slot, at least as
-        // long as the copy; as for the input, it is neither read nor freed before the
-        // event below completes.
-        unsafe { result::memcpy_dtoh_async(dst, d_out, cu) }
-            .map_err(driver("copy a tile back from the device"))?;
-        let event = self
-            .dev
-            .ctx
-            .new_event(None)
-            .map_err(driver("record an event"))?;
-        event
-            .record(&lane.stream)
-            .map_err(driver("record an event"))?;
+        let event = self.dev.ctx.new_event(None).and_then(|e| {
+            e.record(&lane.stream)?;
+            Ok(e)
+        });
+        let event = match event {
+            Ok(e) => e,
+            Err(e) => {
+                let _ = lane.stream.synchronize();
+                return Err(driver("record an event")(e));
+            }
+        };
         let flight = InFlight {
             event,
             morsel: Some(m),
