@@ -1,0 +1,485 @@
+//! Flat elementwise operations: affine, cast, map (a compiled expression), matmul with
+//! a resident right-hand side, and generation; on the CPU, or on a GPU through a
+//! prepared CUDA kernel.
+
+use std::path::Path;
+
+use super::{Engine, RunReport, check_not_input, decode_scratch, hold};
+use crate::backend::cuda::ElementwiseParams;
+use crate::backend::cuda::source::Elementwise;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::expr::{self, Program};
+use crate::plan::Plan;
+use crate::scheduler::InputStream;
+use crate::tensor::{TensorFile, fmt_shape, window_slack};
+
+impl Engine {
+    /// Plans `affine` without running it.
+    ///
+    /// # Errors
+    /// [`Error::Budget`] if the budget is too small.
+    pub fn plan_affine(&self, input: &TensorFile, out_dtype: Option<DType>) -> Result<Plan> {
+        let od = out_dtype.unwrap_or(input.dtype());
+        let mut req = self.request(
+            format!(
+                "affine of {} {} -> {od}",
+                fmt_shape(input.shape()),
+                input.dtype()
+            ),
+            input.shape(),
+            &[input],
+        );
+        req.in_bytes_per_elem = input.dtype().size() as u64;
+        req.inputs = 1;
+        req.out_bytes_per_elem = od.size() as u64;
+        Ok(Plan::new(&req)?)
+    }
+
+    /// Writes `cast(scale * input + offset)` to `out` (`.npy` or raw), streaming.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if `out` is the input; [`Error::Budget`]; I/O errors. On error
+    /// nothing is left at `out`.
+    pub fn affine(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        scale: f64,
+        offset: f64,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[input])?;
+        let od = dtype.unwrap_or(input.dtype());
+        let plan = self.plan_affine(input, dtype)?;
+        self.budget.reset_peak();
+        let inputs = [InputStream::whole(input)];
+        let backend = &self.backend;
+        let (out, shape) = (out.as_ref(), input.shape());
+        let params = ElementwiseParams::Affine { scale, offset };
+        let times =
+            match self.cuda_elementwise(Elementwise::Affine, input.dtype(), od, &params, &plan)? {
+                Some(k) => self.run_to_file(&plan, &inputs, out, shape, od, 1, k),
+                None => self.run_to_file(
+                    &plan,
+                    &inputs,
+                    out,
+                    shape,
+                    od,
+                    1,
+                    self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                        backend.affine(ins[0], input.dtype(), o, od, scale, offset)
+                    }),
+                ),
+            }?;
+        let op = format!(
+            "affine {scale} * x + {offset} of {}",
+            input.path().display()
+        );
+        Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
+    }
+
+    /// Plans `cast` without running it.
+    ///
+    /// # Errors
+    /// [`Error::Budget`] if the budget is too small.
+    pub fn plan_cast(&self, input: &TensorFile, dtype: DType) -> Result<Plan> {
+        self.plan_affine(input, Some(dtype)).map(|mut p| {
+            p.what = format!(
+                "cast {} {} -> {dtype}",
+                fmt_shape(input.shape()),
+                input.dtype()
+            );
+            p
+        })
+    }
+
+    /// Writes `input` cast to `dtype` to `out`, streaming. Integer to integer casts are
+    /// exact and saturate; float to f16/bf16 rounds to nearest even; float to integer
+    /// rounds toward zero, saturates and maps NaN to 0.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if `out` is the input; [`Error::Budget`]; I/O errors. On error
+    /// nothing is left at `out`.
+    pub fn cast(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        dtype: DType,
+    ) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[input])?;
+        let plan = self.plan_cast(input, dtype)?;
+        self.budget.reset_peak();
+        let inputs = [InputStream::whole(input)];
+        let backend = &self.backend;
+        let (out, shape) = (out.as_ref(), input.shape());
+        let cuda = self.cuda_elementwise(
+            Elementwise::Cast,
+            input.dtype(),
+            dtype,
+            &ElementwiseParams::Cast,
+            &plan,
+        )?;
+        let times = match cuda {
+            Some(k) => self.run_to_file(&plan, &inputs, out, shape, dtype, 1, k),
+            None => self.run_to_file(
+                &plan,
+                &inputs,
+                out,
+                shape,
+                dtype,
+                1,
+                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                    backend.cast(ins[0], input.dtype(), o, dtype)
+                }),
+            ),
+        }?;
+        let op = format!("cast {} to {dtype}", input.path().display());
+        Ok(self.report(&plan, op, input.shape(), input.shape(), dtype, times))
+    }
+
+    /// Resolves an expression's inputs: the compiled program, its streams (file and base
+    /// offset for each), the shape it iterates over and the default output dtype.
+    pub(crate) fn bind<'a>(
+        src: &str,
+        inputs: &[(&str, &'a TensorFile)],
+    ) -> Result<(Program, Vec<InputStream<'a>>, Vec<usize>, DType)> {
+        let e = expr::parse(src).map_err(|e| {
+            Error::invalid(format!(
+                "cannot parse expression '{}' at {e}",
+                crate::tensor::npy::shown(src)
+            ))
+        })?;
+        let program = Program::compile(&e);
+        if program.streams.is_empty() {
+            return Err(Error::invalid(format!(
+                "expression '{src}' uses no input: name one given with --in NAME=FILE"
+            )));
+        }
+        let mut streams = Vec::new();
+        let mut shape: Option<(Vec<usize>, String)> = None;
+        for r in &program.streams {
+            let Some(&(_, file)) = inputs.iter().find(|(n, _)| *n == r.name) else {
+                let known: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+                return Err(Error::invalid(format!(
+                    "expression '{src}' at column {}: unknown input '{}' (inputs given: {}); add --in {}=FILE",
+                    r.column,
+                    r.name,
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    },
+                    r.name
+                )));
+            };
+            let (s, base, label) = match r.index {
+                None => (file.shape().to_vec(), 0u64, r.name.clone()),
+                Some(i) => {
+                    let fs = file.shape();
+                    if fs.len() < 2 || i >= fs[0] {
+                        return Err(Error::invalid(format!(
+                            "expression '{src}' at column {}: {}[{i}] is out of range: {} has shape {} (index the leading axis, 0 to {})",
+                            r.column,
+                            r.name,
+                            r.name,
+                            fmt_shape(fs),
+                            fs.first().copied().unwrap_or(1).saturating_sub(1)
+                        )));
+                    }
+                    let plane: u64 = fs[1..].iter().map(|&d| d as u64).product();
+                    (
+                        fs[1..].to_vec(),
+                        i as u64 * plane,
+                        format!("{}[{i}]", r.name),
+                    )
+                }
+            };
+            match &shape {
+                None => shape = Some((s, label)),
+                Some((s0, l0)) if *s0 != s => {
+                    return Err(Error::invalid(format!(
+                        "expression '{src}': {l0} has shape {} but {label} has shape {}; inputs must have the same shape",
+                        fmt_shape(s0),
+                        fmt_shape(&s)
+                    )));
+                }
+                Some(_) => {}
+            }
+            streams.push(InputStream {
+                file,
+                base,
+                per_item: 1,
+            });
+        }
+        let shape = shape.map(|(s, _)| s).unwrap_or_default();
+        let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
+        Ok((program, streams, shape, Self::map_default_dtype(&dtypes)))
+    }
+
+    /// The dtype `map` writes by default over inputs of `dtypes`: the widest float input;
+    /// f32 for f16 with bf16; f64 if no input is a float.
+    #[must_use]
+    pub fn map_default_dtype(dtypes: &[DType]) -> DType {
+        let floats: Vec<DType> = dtypes.iter().copied().filter(|d| d.is_float()).collect();
+        if floats.is_empty() || floats.contains(&DType::F64) {
+            DType::F64
+        } else if floats.contains(&DType::F32)
+            || (floats.contains(&DType::F16) && floats.contains(&DType::BF16))
+        {
+            DType::F32
+        } else {
+            floats[0]
+        }
+    }
+
+    /// Plans `map` without running it.
+    ///
+    /// # Errors
+    /// As [`map`](Self::map), without I/O.
+    pub fn plan_map(
+        &self,
+        src: &str,
+        inputs: &[(&str, &TensorFile)],
+        dtype: Option<DType>,
+    ) -> Result<Plan> {
+        let (_, streams, shape, default) = Self::bind(src, inputs)?;
+        let od = dtype.unwrap_or(default);
+        let mut streams_files: Vec<&TensorFile> = Vec::new();
+        for s in &streams {
+            if !streams_files.iter().any(|f| std::ptr::eq(*f, s.file)) {
+                streams_files.push(s.file);
+            }
+        }
+        let mut req = self.request(
+            format!("map '{src}' over {} -> {od}", fmt_shape(&shape)),
+            &shape,
+            &streams_files,
+        );
+        req.in_bytes_per_elem = streams.iter().map(|s| s.file.dtype().size() as u64).sum();
+        req.inputs = streams.len();
+        req.out_bytes_per_elem = od.size() as u64;
+        Ok(Plan::new(&req)?)
+    }
+
+    /// Evaluates the elementwise expression `src` over named inputs of one shape (or
+    /// planes `s[k]` of a band-sequential input) in one pass, writing the result cast to
+    /// `dtype` (default: the widest float input, f64 if none) to `out`.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a parse error (with its column), an unknown input, an index
+    /// out of range, mismatched shapes, or `out` being an input; [`Error::Budget`]; I/O
+    /// errors. On error nothing is left at `out`.
+    pub fn map(
+        &self,
+        src: &str,
+        inputs: &[(&str, &TensorFile)],
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
+        let files: Vec<&TensorFile> = inputs.iter().map(|(_, f)| *f).collect();
+        check_not_input(out.as_ref(), &files)?;
+        let (program, streams, shape, default) = Self::bind(src, inputs)?;
+        let od = dtype.unwrap_or(default);
+        let plan = self.plan_map(src, inputs, dtype)?;
+        self.budget.reset_peak();
+        let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
+        let backend = &self.backend;
+        let cuda = match &self.cuda {
+            Some(dev) => Some(dev.map(&program, &dtypes, od, plan.tile_elems, plan.depth)?),
+            None => None,
+        };
+        let times = match cuda {
+            Some(k) => self.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, k),
+            None => self.run_to_file(
+                &plan,
+                &streams,
+                out.as_ref(),
+                &shape,
+                od,
+                1,
+                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                    backend.map(&program, ins, &dtypes, o, od)
+                }),
+            ),
+        }?;
+        Ok(self.report(&plan, format!("map '{src}'"), &shape, &shape, od, times))
+    }
+
+    fn matmul_shapes(x: &TensorFile, w: &TensorFile) -> Result<(usize, usize, usize)> {
+        let (xs, ws) = (x.shape(), w.shape());
+        if xs.len() != 2 || ws.len() != 2 {
+            return Err(Error::invalid(format!(
+                "matmul needs X of rank 2 (R x K) and W of rank 2 (K x N), got X {} and W {}",
+                fmt_shape(xs),
+                fmt_shape(ws)
+            )));
+        }
+        if xs[1] != ws[0] {
+            return Err(Error::invalid(format!(
+                "matmul shapes do not match: X is {} and W is {}; X's columns ({}) must equal W's rows ({})",
+                fmt_shape(xs),
+                fmt_shape(ws),
+                xs[1],
+                ws[0]
+            )));
+        }
+        Ok((xs[0], xs[1], ws[1]))
+    }
+
+    /// Plans `matmul` without running it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for mismatched shapes; [`Error::Budget`] if W, or W plus one row
+    /// tile, does not fit.
+    pub fn plan_matmul(
+        &self,
+        x: &TensorFile,
+        w: &TensorFile,
+        dtype: Option<DType>,
+    ) -> Result<Plan> {
+        let (r, k, n) = Self::matmul_shapes(x, w)?;
+        let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
+        let od = dtype.unwrap_or(c);
+        let w_bytes = (k * n * c.size()) as u64;
+        if w_bytes > self.budget.limit() {
+            return Err(Error::Budget(crate::budget::BudgetError::TooSmall {
+                what: format!(
+                    "matmul with W {} {} held in memory",
+                    fmt_shape(w.shape()),
+                    w.dtype()
+                ),
+                arithmetic: format!("W alone needs {k} x {n} x {} B", c.size()),
+                needed: w_bytes
+                    + (k * x.dtype().size() + n * od.size()) as u64 * 3
+                    + 3 * window_slack(),
+                limit: self.budget.limit(),
+            }));
+        }
+        let mut req = self.request(
+            format!(
+                "matmul {} {} @ {} {} -> {} {od}",
+                fmt_shape(x.shape()),
+                x.dtype(),
+                fmt_shape(w.shape()),
+                w.dtype(),
+                fmt_shape(&[r, n])
+            ),
+            &[r],
+            &[x, w],
+        );
+        req.in_bytes_per_elem = (k * x.dtype().size()) as u64;
+        req.inputs = 1;
+        req.out_bytes_per_elem = (n * od.size()) as u64;
+        hold(
+            &mut req.resident_bytes,
+            &mut req.resident_what,
+            w_bytes,
+            format!("W as {c}"),
+        );
+        req.scratch_per_elem = (if x.dtype() == c { 0 } else { k * c.size() }
+            + if od == c { 0 } else { n * (c.size() + 8) }) as u64;
+        req.min_tile = 1;
+        let mut plan = Plan::new(&req)?;
+        plan.tile_shape = vec![plan.extent, k];
+        Ok(plan)
+    }
+
+    /// Writes `X @ W` to `out`: X (R x K) streamed by row tiles, W (K x N) held in memory
+    /// (its bytes count in the budget), cast to `dtype` (default: f32 when both operands
+    /// are exact in f32, f64 otherwise).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for mismatched shapes or `out` being an input; [`Error::Budget`]
+    /// if W does not fit; I/O errors. On error nothing is left at `out`.
+    pub fn matmul(
+        &self,
+        x: &TensorFile,
+        w: &TensorFile,
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[x, w])?;
+        let (r, k, n) = Self::matmul_shapes(x, w)?;
+        let plan = self.plan_matmul(x, w, dtype)?;
+        let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
+        let od = dtype.unwrap_or(c);
+        self.budget.reset_peak();
+        let _w_reservation = self.budget.reserve(
+            "resident W",
+            plan.resident_bytes - decode_scratch(&[x, w]).0,
+        )?;
+        let resident = {
+            let win = w.map_window(0, (k * n) as u64)?;
+            crate::ops::matmul::Resident::new(win.bytes(), w.dtype(), c)
+        };
+        let inputs = [InputStream {
+            file: x,
+            base: 0,
+            per_item: k as u64,
+        }];
+        let backend = &self.backend;
+        let xd = x.dtype();
+        let times = self.run_to_file(
+            &plan,
+            &inputs,
+            out.as_ref(),
+            &[r, n],
+            od,
+            n as u64,
+            self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                backend.matmul(ins[0], xd, &resident, k, n, o, od)
+            }),
+        )?;
+        let op = format!("matmul {} @ {}", x.path().display(), w.path().display());
+        Ok(self.report(&plan, op, x.shape(), &[r, n], od, times))
+    }
+
+    /// Plans `generate` without running it.
+    ///
+    /// # Errors
+    /// [`Error::Budget`] if the budget is too small.
+    pub fn plan_generate(&self, shape: &[usize], dtype: DType) -> Result<Plan> {
+        let mut req = self.request(format!("generate {} {dtype}", fmt_shape(shape)), shape, &[]);
+        req.out_bytes_per_elem = dtype.size() as u64;
+        Ok(Plan::new(&req)?)
+    }
+
+    /// Writes a tensor of standard-normal values plus a per-column offset `col / 100` to
+    /// `out`, streamed (any size); the values depend only on `seed`.
+    ///
+    /// # Errors
+    /// [`Error::Budget`]; I/O errors. On error nothing is left at `out`.
+    pub fn generate(
+        &self,
+        out: impl AsRef<Path>,
+        shape: &[usize],
+        dtype: DType,
+        seed: u64,
+    ) -> Result<RunReport> {
+        if shape.is_empty() {
+            return Err(Error::invalid("generate needs a shape of rank 1 or more"));
+        }
+        let plan = self.plan_generate(shape, dtype)?;
+        self.budget.reset_peak();
+        let last = if shape.len() >= 2 {
+            shape[shape.len() - 1] as u64
+        } else {
+            0
+        };
+        let backend = &self.backend;
+        let times = self.run_to_file(
+            &plan,
+            &[],
+            out.as_ref(),
+            shape,
+            dtype,
+            1,
+            self.kernel(|tile: crate::plan::Tile, _: &[&[u8]], o: &mut [u8]| {
+                backend.generate(o, dtype, tile.start, last, seed)
+            }),
+        )?;
+        let op = format!("generate {} {dtype} (seed {seed})", fmt_shape(shape));
+        Ok(self.report(&plan, op, shape, shape, dtype, times))
+    }
+}
