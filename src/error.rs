@@ -8,6 +8,50 @@ use std::path::{Path, PathBuf};
 use crate::budget::BudgetError;
 use crate::device::DeviceError;
 
+/// Why a `.npy` header cannot be read. Each message is one line without the file name
+/// (the caller adds it: [`Error::Npy`]). Defined here, below the
+/// formats, so that [`Error`] can gather it; `tensor::npy` re-exports it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NpyError {
+    /// The file does not start with the `.npy` magic.
+    #[error("not a .npy file (missing the \\x93NUMPY magic)")]
+    NotNpy,
+    /// The header is longer than the bytes there are.
+    #[error("truncated .npy header: needs {needed} bytes, file has {has}")]
+    Truncated {
+        /// Bytes the header needs.
+        needed: usize,
+        /// Bytes there are.
+        has: usize,
+    },
+    /// A format version tilestream does not read.
+    #[error("unsupported .npy format version {0}.{1} (supported: 1.0, 2.0, 3.0)")]
+    Version(u8, u8),
+    /// Text that is not ASCII (before 3.0) or UTF-8 (3.0).
+    #[error("the .npy header is not {0}")]
+    Encoding(&'static str),
+    /// The dict literal does not parse.
+    #[error("malformed .npy header: {0}")]
+    Malformed(String),
+    /// A required key is missing.
+    #[error("the .npy header has no '{0}' key")]
+    MissingKey(&'static str),
+    /// More dimensions than numpy allows.
+    #[error("the .npy header gives {0} dimensions; tilestream reads at most {1} (numpy's limit)")]
+    TooManyDims(usize, usize),
+    /// A Fortran-order array with more than one non-trivial axis.
+    #[error(
+        "Fortran-order arrays are not supported: save a C-order copy with numpy `np.save(path, np.ascontiguousarray(a))`"
+    )]
+    FortranOrder,
+    /// A structured (record) dtype.
+    #[error("structured dtypes are not supported")]
+    Structured,
+    /// A dtype tilestream does not read (big-endian, object, complex...).
+    #[error("{0}")]
+    Dtype(String),
+}
+
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -32,6 +76,14 @@ pub enum Error {
         path: PathBuf,
         /// What is wrong with it.
         msg: String,
+    },
+    /// A `.npy` file whose header cannot be read.
+    #[error("{}: {source}", path.display())]
+    Npy {
+        /// The file concerned.
+        path: PathBuf,
+        /// What is wrong with its header.
+        source: NpyError,
     },
     /// The memory budget cannot hold what the operation needs.
     #[error(transparent)]
@@ -90,7 +142,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Invalid(_) | Error::Budget(_) | Error::Device(_) => 2,
-            Error::Io { .. } | Error::Format { .. } | Error::Internal(_) => 1,
+            Error::Io { .. } | Error::Format { .. } | Error::Npy { .. } | Error::Internal(_) => 1,
             Error::Interrupted { .. } => 130,
         }
     }

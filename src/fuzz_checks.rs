@@ -35,14 +35,14 @@ pub fn npy_header(data: &[u8]) -> NpyOutcome {
     let pre = &data[..data.len().min(npy::PREAMBLE)];
     let hlen = match npy::header_len(pre) {
         Ok(n) => n,
-        Err(m) => return refused(m),
+        Err(e) => return refused(e.to_string()),
     };
     if hlen > data.len() {
         return refused(format!("truncated .npy header: {hlen} > {}", data.len()));
     }
     let h = match npy::parse_header(&data[..hlen]) {
         Ok(h) => h,
-        Err(m) => return refused(m),
+        Err(e) => return refused(e.to_string()),
     };
     assert_eq!(
         h.data_offset, hlen as u64,

@@ -255,8 +255,9 @@ impl TensorFile {
     /// [`open_zarr`](Self::open_zarr)), by extension or, failing that, by content.
     ///
     /// # Errors
-    /// [`Error::Io`] if it cannot be opened or read; [`Error::Format`] if the header is
-    /// malformed, describes an unsupported dtype or order, or disagrees with the file size;
+    /// [`Error::Io`] if it cannot be opened or read; [`Error::Npy`] if the header is
+    /// malformed or describes an unsupported dtype or order; [`Error::Format`] if it
+    /// disagrees with the file size;
     /// [`Error::Invalid`] if it is neither `.npy`, TIFF nor Zarr, by name or by its first
     /// bytes (raw files need [`open_raw`](Self::open_raw)).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
@@ -290,7 +291,10 @@ impl TensorFile {
         let file_len = file_len(&file, path)?;
         let mut pre = [0u8; npy::PREAMBLE];
         let got = read_up_to(&mut file, &mut pre).map_err(|e| Error::io("read", path, e))?;
-        let hlen = npy::header_len(&pre[..got]).map_err(|m| Error::format(path, m))?;
+        let hlen = npy::header_len(&pre[..got]).map_err(|source| Error::Npy {
+            path: path.to_path_buf(),
+            source,
+        })?;
         if hlen > NPY_HEADER_MAX {
             return Err(Error::format(
                 path,
@@ -311,7 +315,10 @@ impl TensorFile {
         let mut head = vec![0u8; hlen];
         file.read_exact_at(&mut head, 0)
             .map_err(|e| Error::io("read", path, e))?;
-        let h = npy::parse_header(&head).map_err(|m| Error::format(path, m))?;
+        let h = npy::parse_header(&head).map_err(|source| Error::Npy {
+            path: path.to_path_buf(),
+            source,
+        })?;
         let nbytes = checked_nbytes(path, &h.shape, h.dtype)?;
         let have = file_len - h.data_offset;
         if have != nbytes {

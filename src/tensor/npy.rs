@@ -8,6 +8,8 @@
 
 use crate::dtype::DType;
 
+pub use crate::error::NpyError;
+
 /// The magic bytes opening every `.npy` file.
 pub const MAGIC: &[u8; 6] = b"\x93NUMPY";
 
@@ -31,46 +33,39 @@ pub const PREAMBLE: usize = 12;
 /// call [`header_len`] on the first [`PREAMBLE`] bytes to know how many that is.
 ///
 /// # Errors
-/// A message (without the file name) saying what is wrong.
-pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, String> {
+/// [`NpyError`] saying what is wrong.
+pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, NpyError> {
     let total = header_len(bytes)?;
     if bytes.len() < total {
-        return Err(format!(
-            "truncated .npy header: needs {total} bytes, file has {}",
-            bytes.len()
-        ));
+        return Err(NpyError::Truncated {
+            needed: total,
+            has: bytes.len(),
+        });
     }
     let version = (bytes[6], bytes[7]);
     let start = if version.0 == 1 { 10 } else { 12 };
     let text = &bytes[start..total];
     let text = if version.0 == 3 {
-        std::str::from_utf8(text).map_err(|_| "the .npy header is not valid UTF-8".to_string())?
+        std::str::from_utf8(text).map_err(|_| NpyError::Encoding("valid UTF-8"))?
     } else {
         if !text.is_ascii() {
-            return Err("the .npy header is not ASCII (required before format 3.0)".into());
+            return Err(NpyError::Encoding("ASCII (required before format 3.0)"));
         }
-        std::str::from_utf8(text).map_err(|_| "the .npy header is not ASCII".to_string())?
+        std::str::from_utf8(text).map_err(|_| NpyError::Encoding("ASCII"))?
     };
     let dict = parse_dict(text)?;
-    let descr = dict.descr.ok_or("the .npy header has no 'descr' key")?;
+    let descr = dict.descr.ok_or(NpyError::MissingKey("descr"))?;
     let fortran = dict
         .fortran_order
-        .ok_or("the .npy header has no 'fortran_order' key")?;
-    let shape = dict.shape.ok_or("the .npy header has no 'shape' key")?;
+        .ok_or(NpyError::MissingKey("fortran_order"))?;
+    let shape = dict.shape.ok_or(NpyError::MissingKey("shape"))?;
     if shape.len() > super::MAX_RANK {
-        return Err(format!(
-            "the .npy header gives {} dimensions; tilestream reads at most {} (numpy's limit)",
-            shape.len(),
-            super::MAX_RANK
-        ));
+        return Err(NpyError::TooManyDims(shape.len(), super::MAX_RANK));
     }
     if fortran && shape.iter().filter(|&&d| d > 1).count() > 1 {
-        return Err(
-            "Fortran-order arrays are not supported: save a C-order copy with numpy `np.save(path, np.ascontiguousarray(a))`"
-                .into(),
-        );
+        return Err(NpyError::FortranOrder);
     }
-    let dtype = DType::from_npy_descr(&descr)?;
+    let dtype = DType::from_npy_descr(&descr).map_err(NpyError::Dtype)?;
     Ok(NpyHeader {
         version,
         dtype,
@@ -94,24 +89,24 @@ pub fn data_bytes(shape: &[usize], dtype: DType) -> Option<u64> {
 /// [`PREAMBLE`] bytes of a file.
 ///
 /// # Errors
-/// A message if the magic or version is wrong or the bytes are too few.
-pub fn header_len(bytes: &[u8]) -> Result<usize, String> {
+/// [`NpyError`] if the magic or version is wrong or the bytes are too few.
+pub fn header_len(bytes: &[u8]) -> Result<usize, NpyError> {
     if bytes.len() < 10 || &bytes[..6] != MAGIC {
-        return Err("not a .npy file (missing the \\x93NUMPY magic)".into());
+        return Err(NpyError::NotNpy);
     }
     match bytes[6] {
         1 => Ok(10 + usize::from(u16::from_le_bytes([bytes[8], bytes[9]]))),
         2 | 3 => {
             if bytes.len() < 12 {
-                return Err("truncated .npy header".into());
+                return Err(NpyError::Truncated {
+                    needed: 12,
+                    has: bytes.len(),
+                });
             }
             let n = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
             Ok(12usize.saturating_add(n as usize))
         }
-        v => Err(format!(
-            "unsupported .npy format version {v}.{} (supported: 1.0, 2.0, 3.0)",
-            bytes[7]
-        )),
+        v => Err(NpyError::Version(v, bytes[7])),
     }
 }
 
@@ -147,24 +142,26 @@ impl Cursor<'_> {
             false
         }
     }
-    fn expect(&mut self, c: u8) -> Result<(), String> {
+    fn expect(&mut self, c: u8) -> Result<(), NpyError> {
         if self.eat(c) {
             Ok(())
         } else {
-            Err(format!(
-                "malformed .npy header: expected '{}' at column {}",
+            Err(NpyError::Malformed(format!(
+                "expected '{}' at column {}",
                 c as char,
                 self.pos + 1
-            ))
+            )))
         }
     }
-    fn string(&mut self) -> Result<String, String> {
-        let q = self.peek().ok_or("malformed .npy header: unexpected end")?;
+    fn string(&mut self) -> Result<String, NpyError> {
+        let q = self
+            .peek()
+            .ok_or_else(|| NpyError::Malformed("unexpected end".into()))?;
         if q != b'\'' && q != b'"' {
-            return Err(format!(
-                "malformed .npy header: expected a quoted string at column {}",
+            return Err(NpyError::Malformed(format!(
+                "expected a quoted string at column {}",
                 self.pos + 1
-            ));
+            )));
         }
         self.pos += 1;
         let start = self.pos;
@@ -172,7 +169,7 @@ impl Cursor<'_> {
             self.pos += 1;
         }
         if self.pos >= self.s.len() {
-            return Err("malformed .npy header: unterminated string".into());
+            return Err(NpyError::Malformed("unterminated string".into()));
         }
         let out = String::from_utf8_lossy(&self.s[start..self.pos]).into_owned();
         self.pos += 1;
@@ -190,7 +187,7 @@ impl Cursor<'_> {
     }
 }
 
-fn parse_dict(text: &str) -> Result<Dict, String> {
+fn parse_dict(text: &str) -> Result<Dict, NpyError> {
     let mut c = Cursor {
         s: text.as_bytes(),
         pos: 0,
@@ -206,7 +203,7 @@ fn parse_dict(text: &str) -> Result<Dict, String> {
         match key.as_str() {
             "descr" => {
                 if c.peek() == Some(b'[') {
-                    return Err("structured dtypes are not supported".into());
+                    return Err(NpyError::Structured);
                 }
                 d.descr = Some(c.string()?);
             }
@@ -215,9 +212,9 @@ fn parse_dict(text: &str) -> Result<Dict, String> {
                     b"True" => true,
                     b"False" => false,
                     _ => {
-                        return Err(
-                            "malformed .npy header: fortran_order is not True or False".into()
-                        );
+                        return Err(NpyError::Malformed(
+                            "fortran_order is not True or False".into(),
+                        ));
                     }
                 });
             }
@@ -232,9 +229,9 @@ fn parse_dict(text: &str) -> Result<Dict, String> {
                     let w = std::str::from_utf8(w).unwrap_or("");
                     let w = w.strip_suffix('L').unwrap_or(w);
                     let n: usize = w.parse().map_err(|_| {
-                        format!(
-                            "malformed .npy header: shape entry '{w}' is not a non-negative integer"
-                        )
+                        NpyError::Malformed(format!(
+                            "shape entry '{w}' is not a non-negative integer"
+                        ))
                     })?;
                     shape.push(n);
                     if !c.eat(b',') {
@@ -245,10 +242,10 @@ fn parse_dict(text: &str) -> Result<Dict, String> {
                 d.shape = Some(shape);
             }
             other => {
-                return Err(format!(
-                    "malformed .npy header: unknown key '{}'",
+                return Err(NpyError::Malformed(format!(
+                    "unknown key '{}'",
                     shown(other)
-                ));
+                )));
             }
         }
         if !c.eat(b',') {
@@ -346,29 +343,39 @@ mod tests {
             parse_header(&h)
         };
         let f = mk("{'descr': '<f4', 'fortran_order': True, 'shape': (3, 4), }").unwrap_err();
-        assert!(f.contains("Fortran"), "{f}");
-        assert!(
-            mk("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }")
-                .unwrap_err()
-                .contains("big-endian")
+        assert_eq!(f, NpyError::FortranOrder);
+        assert!(f.to_string().contains("np.ascontiguousarray"), "{f}");
+        assert!(matches!(
+            mk("{'descr': '>f4', 'fortran_order': False, 'shape': (3,), }").unwrap_err(),
+            NpyError::Dtype(m) if m.contains("big-endian")
+        ));
+        assert!(matches!(
+            mk("{'descr': '|O', 'fortran_order': False, 'shape': (3,), }").unwrap_err(),
+            NpyError::Dtype(m) if m.contains("object")
+        ));
+        assert_eq!(
+            mk("{'descr': '<f4', 'shape': (3,), }").unwrap_err(),
+            NpyError::MissingKey("fortran_order")
         );
-        assert!(
-            mk("{'descr': '|O', 'fortran_order': False, 'shape': (3,), }")
-                .unwrap_err()
-                .contains("object")
+        assert!(matches!(
+            mk("{'descr': '<f4', 'fortran_order': False, 'shape': (-3,), }").unwrap_err(),
+            NpyError::Malformed(m) if m.contains("shape entry")
+        ));
+        assert!(matches!(
+            mk("{'descr': '<f4', 'fortran_order': False, 'shape': (3,)").unwrap_err(),
+            NpyError::Malformed(_)
+        ));
+        assert!(matches!(
+            mk("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (3,), }").unwrap_err(),
+            NpyError::Structured
+        ));
+        assert_eq!(
+            parse_header(b"PK\x03\x04 not numpy").unwrap_err(),
+            NpyError::NotNpy
         );
-        assert!(
-            mk("{'descr': '<f4', 'shape': (3,), }")
-                .unwrap_err()
-                .contains("fortran_order")
-        );
-        assert!(mk("{'descr': '<f4', 'fortran_order': False, 'shape': (-3,), }").is_err());
-        assert!(mk("{'descr': '<f4', 'fortran_order': False, 'shape': (3,)").is_err());
-        assert!(
-            parse_header(b"PK\x03\x04 not numpy")
-                .unwrap_err()
-                .contains("magic")
-        );
+        let mut v9 = MAGIC.to_vec();
+        v9.extend_from_slice(&[9, 1, 0, 0]);
+        assert_eq!(header_len(&v9).unwrap_err(), NpyError::Version(9, 1));
         // Fortran order of a 1-d array is the same bytes as C order: accepted
         assert!(mk("{'descr': '<f4', 'fortran_order': True, 'shape': (5,), }").is_ok());
     }
