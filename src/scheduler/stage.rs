@@ -84,12 +84,6 @@ impl Slot {
     pub fn bytes_mut(&mut self) -> &mut [u8] {
         self.mem.as_bytes_mut()
     }
-
-    /// The slot's memory, for a backend that needs its own type back (its device copies
-    /// read and write it).
-    pub fn memory_mut(&mut self) -> &mut dyn SlotMemory {
-        self.mem.as_mut()
-    }
 }
 
 /// Where a tile's inputs are.
@@ -110,6 +104,17 @@ pub(super) enum InputToken {
 }
 
 impl Inputs {
+    /// The bytes of each read, in the layout's order.
+    fn slices(&self) -> Vec<&[u8]> {
+        match self {
+            Inputs::None => Vec::new(),
+            Inputs::Mapped(windows, _) => windows.iter().map(Window::bytes).collect(),
+            Inputs::Staged(slot, ranges) => {
+                ranges.iter().map(|&(a, b)| &slot.bytes()[a..b]).collect()
+            }
+        }
+    }
+
     /// Releases the inputs, giving back what the next tile can reuse.
     pub(super) fn release(self) -> Option<InputToken> {
         match self {
@@ -150,43 +155,15 @@ impl<T: Copy> Morsel<T> {
         self.tile
     }
 
-    /// The tile's input bytes, one slice per read of the layout, in its order.
-    #[must_use]
-    pub fn inputs(&self) -> Vec<&[u8]> {
-        match &self.inputs {
-            Inputs::None => Vec::new(),
-            Inputs::Mapped(windows, _) => windows.iter().map(Window::bytes).collect(),
-            Inputs::Staged(slot, ranges) => {
-                ranges.iter().map(|&(a, b)| &slot.bytes()[a..b]).collect()
-            }
-        }
-    }
-
     /// The tile's inputs and its output bytes (the used part of the output slot; empty
     /// when the run writes no output).
     pub fn io(&mut self) -> (Vec<&[u8]>, &mut [u8]) {
-        let ins = match &self.inputs {
-            Inputs::None => Vec::new(),
-            Inputs::Mapped(windows, _) => windows.iter().map(Window::bytes).collect(),
-            Inputs::Staged(slot, ranges) => {
-                ranges.iter().map(|&(a, b)| &slot.bytes()[a..b]).collect()
-            }
-        };
+        let ins = self.inputs.slices();
         let out = match self.out.as_mut() {
             Some(s) => &mut s.bytes_mut()[..self.out_len],
             None => &mut [],
         };
         (ins, out)
-    }
-
-    /// The staging slots of the tile (input slot, if staged, and output slot), for a
-    /// backend that queues copies from and into them.
-    pub fn slots_mut(&mut self) -> (Option<&mut Slot>, Option<&mut Slot>) {
-        let input = match &mut self.inputs {
-            Inputs::Staged(slot, _) => Some(slot),
-            _ => None,
-        };
-        (input, self.out.as_mut())
     }
 }
 
