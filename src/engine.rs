@@ -336,7 +336,7 @@ impl Engine {
     /// engine's less what decoding compressed inputs holds (see
     /// [`TensorFile::read_scratch_bytes`]).
     fn request(&self, what: String, shape: &[usize], inputs: &[&TensorFile]) -> PlanRequest {
-        let (resident_bytes, resident_what) = decode_scratch(inputs);
+        let (resident_bytes, resident_what) = decode_scratch(self.budget.limit(), inputs);
         PlanRequest {
             what,
             shape: shape.to_vec(),
@@ -591,14 +591,35 @@ fn kept_if_interrupted(journal: Option<&Journal>, e: Error) -> Error {
 }
 
 /// The decode scratch of compressed `inputs` (held for a whole run, reserved by the
-/// pipeline; planners count it among the resident bytes so that tiles leave room for it) and its description,
-/// the starting point of a plan's resident bytes.
-fn decode_scratch(inputs: &[&TensorFile]) -> (u64, String) {
-    let bytes: u64 = inputs.iter().map(|f| f.read_scratch_bytes()).sum();
-    let what = if bytes > 0 {
-        "decode scratch of compressed input".to_string()
-    } else {
+/// pipeline; planners count it among the resident bytes so that tiles leave room for it)
+/// and its description, the starting point of a plan's resident bytes. The scratch is
+/// sized here from the budget `limit`: up to half of it shared among the compressed
+/// inputs (a chunk cache that holds the chunk rows consecutive tiles share saves more
+/// than larger tiles would), never less than one chunk decoded at a time (see
+/// [`crate::tensor::chunked::Chunked::fit_scratch`]), so that a compressed input runs
+/// at any budget that holds one decoded chunk and the smallest tile. Calling it again
+/// with the same arguments gives the same figures.
+fn decode_scratch(limit: u64, inputs: &[&TensorFile]) -> (u64, String) {
+    let mut distinct: Vec<&TensorFile> = Vec::new();
+    for f in inputs {
+        if f.chunked().is_some() && !distinct.iter().any(|g| std::ptr::eq(*g, *f)) {
+            distinct.push(f);
+        }
+    }
+    let share = limit / 2 / (distinct.len().max(1) as u64);
+    let mut bytes = 0;
+    let mut what = Vec::new();
+    for f in &distinct {
+        f.fit_read_scratch(share);
+        bytes += f.read_scratch_bytes();
+        if let Some(c) = f.chunked() {
+            what.push(c.describe_scratch());
+        }
+    }
+    let what = if what.is_empty() {
         String::new()
+    } else {
+        format!("decode scratch of compressed input ({})", what.join("; "))
     };
     (bytes, what)
 }

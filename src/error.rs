@@ -157,26 +157,3 @@ pub(crate) fn shown(s: &str) -> String {
     }
     out
 }
-
-thread_local! {
-    static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `f` with panics on this thread kept off stderr: for code that contains a panic
-/// of a dependency (turned into an [`Error`] by its caller), so that a bad file yields
-/// one line, not a panic report. Panics elsewhere print as before.
-pub(crate) fn quiet_panics<T>(f: impl FnOnce() -> T) -> T {
-    static HOOK: std::sync::Once = std::sync::Once::new();
-    HOOK.call_once(|| {
-        let previous = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !QUIET.with(std::cell::Cell::get) {
-                previous(info);
-            }
-        }));
-    });
-    let was = QUIET.with(|q| q.replace(true));
-    let out = f();
-    QUIET.with(|q| q.set(was));
-    out
-}

@@ -370,3 +370,122 @@ fn zarr_stores_that_would_panic_or_block_are_refused() {
         refused(&["reduce", p(&h), p(&y), "--op", "sum"], word);
     }
 }
+
+/// A zstd frame of `n` (a multiple of 128 KiB) zero bytes made of RLE blocks, 4 bytes
+/// each: a decompression bomb of 32 KiB per GiB, written without a compressor (whose
+/// memory would count in the RSS of the children this process forks).
+fn zstd_bomb(n: usize) -> Vec<u8> {
+    // magic, then a frame header with no content size and a 128 KiB window
+    let mut f = vec![0x28, 0xb5, 0x2f, 0xfd, 0x00, 7 << 3];
+    let blocks = n / (128 << 10);
+    for k in 0..blocks {
+        let last = u32::from(k + 1 == blocks);
+        let header = (128u32 << 10) << 3 | 1 << 1 | last;
+        f.extend_from_slice(&header.to_le_bytes()[..3]);
+        f.push(0);
+    }
+    f
+}
+
+/// gzip of `n` zero bytes (at most 1032:1, deflate's limit), streamed.
+fn gzip_bomb(n: usize) -> Vec<u8> {
+    use std::io::Write as _;
+    let block = vec![0u8; 1 << 20];
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    for _ in 0..n >> 20 {
+        e.write_all(&block).unwrap();
+    }
+    e.finish().unwrap()
+}
+
+#[test]
+fn zarr_chunks_decode_within_their_size_and_sparse_stores_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "512x512", "--seed", "1"]);
+    let y = dir.path().join("y.npy");
+    // a chunk of 256x256 f32 (256 KiB) replaced by zstd inflating to 1 GiB, one of
+    // 512x512 by gzip inflating to 512 MiB
+    for (codec, chunks, bomb) in [
+        ("zstd", "256x256", zstd_bomb(1 << 30)),
+        ("gzip", "512x512", gzip_bomb(512 << 20)),
+    ] {
+        let z = dir.path().join(format!("{codec}.zarr"));
+        ok(&[
+            "convert",
+            p(&x),
+            p(&z),
+            "--zarr-chunks",
+            chunks,
+            "--zarr-compress",
+            codec,
+        ]);
+        let key = z.join("c").join("0").join("0");
+        assert!(key.is_file());
+        std::fs::write(&key, &bomb).unwrap();
+        refused(
+            &["reduce", p(&z), p(&y), "--op", "sum"],
+            "decompression bomb",
+        );
+        // a chunk file larger than any encoding of a chunk
+        std::fs::write(&key, vec![7u8; 2 << 20]).unwrap();
+        refused(
+            &["reduce", p(&z), p(&y), "--op", "sum"],
+            "more than a chunk",
+        );
+    }
+    // the same inside a shard: inner chunk 0 of shard (0, 0) is the bomb
+    let s = dir.path().join("s.zarr");
+    ok(&[
+        "convert",
+        p(&x),
+        p(&s),
+        "--zarr-chunks",
+        "128x128",
+        "--zarr-shard",
+        "256x256",
+        "--zarr-compress",
+        "zstd",
+    ]);
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(s.join("zarr.json")).unwrap()).unwrap();
+    let cfg = &meta["codecs"][0]["configuration"];
+    assert_eq!(cfg["index_codecs"][1]["name"], "crc32c", "{meta}");
+    assert_ne!(cfg["index_location"], "start", "{meta}");
+    let b = zstd_bomb(1 << 30);
+    let mut shard = b.clone();
+    let mut index = Vec::new();
+    for k in 0..4u64 {
+        let (off, n) = if k == 0 {
+            (0, b.len() as u64)
+        } else {
+            (u64::MAX, u64::MAX)
+        };
+        index.extend_from_slice(&off.to_le_bytes());
+        index.extend_from_slice(&n.to_le_bytes());
+    }
+    shard.extend_from_slice(&index);
+    shard.extend_from_slice(&crc32c::crc32c(&index).to_le_bytes());
+    std::fs::write(s.join("c").join("0").join("0"), &shard).unwrap();
+    refused(
+        &["reduce", p(&s), p(&y), "--op", "sum"],
+        "decompression bomb",
+    );
+    // a store of 2048x2048 chunks of 1x1 with no chunk file: all fill value
+    let e = dir.path().join("sparse.zarr");
+    std::fs::create_dir(&e).unwrap();
+    std::fs::write(
+        e.join("zarr.json"),
+        r#"{"zarr_format":3,"node_type":"array","shape":[2048,2048],"data_type":"float32",
+            "chunk_grid":{"name":"regular","configuration":{"chunk_shape":[1,1]}},
+            "chunk_key_encoding":{"name":"default","configuration":{"separator":"/"}},
+            "fill_value":1.5,"codecs":[{"name":"bytes","configuration":{"endian":"little"}}]}"#,
+    )
+    .unwrap();
+    let (code, err, rss) = run_measured(&["reduce", p(&e), p(&y), "--op", "sum", "--axis", "0"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(rss < 64 << 20, "sparse store: peak RSS {rss}");
+    let got = read_npy_data(&y);
+    let want: Vec<u8> = (0..2048).flat_map(|_| 3072f64.to_le_bytes()).collect();
+    assert!(got == want, "sparse store: wrong column sums");
+}

@@ -12,7 +12,8 @@ import sys
 
 import numpy as np
 import zarr
-from zarr.codecs import BloscCodec, GzipCodec, ZstdCodec
+from zarr.codecs import (BloscCodec, BytesCodec, Crc32cCodec, GzipCodec, ShardingCodec,
+                         TransposeCodec, ZstdCodec)
 
 
 def data(shape, dtype, seed):
@@ -38,6 +39,32 @@ CASES = [
     ("gzip_bool", (20, 30), "bool", (7, 9), None, [GzipCodec(level=1)]),
     ("zstd_f16", (2, 20, 30), "float16", (1, 8, 8), None, [ZstdCodec(level=3)]),
     ("zstd_u32_3d", (6, 10, 12), "uint32", (4, 4, 5), None, [ZstdCodec(level=3)]),
+    ("blosc_bitshuffle_f32", (40, 50), "float32", (16, 16), None,
+     [BloscCodec(cname="zstd", clevel=3, shuffle="bitshuffle")]),
+    ("gzip_crc32c_i32", (17, 19), "int32", (5, 6), None, [GzipCodec(level=1), Crc32cCodec()]),
+]
+
+# name, shape, dtype, create_array keywords, regions written (None: all), fill value
+EXTRA = [
+    ("transpose_big_u16", (20, 30), "uint16",
+     dict(chunks=(8, 8), filters=[TransposeCodec(order=(1, 0))],
+          serializer=BytesCodec(endian="big"), compressors=[ZstdCodec(level=1)]), None, 0),
+    ("transpose_3d_i8", (5, 6, 7), "int8",
+     dict(chunks=(2, 3, 4), filters=[TransposeCodec(order=(2, 0, 1))], compressors=None),
+     None, 0),
+    ("shard_index_start_u8", (50, 60), "uint8",
+     dict(chunks=(25, 30), serializer=ShardingCodec(
+         chunk_shape=(5, 6), codecs=[BytesCodec(), ZstdCodec(level=1)],
+         index_location="start"), compressors=None), None, 0),
+    ("sparse_nan_f64", (40, 40), "float64",
+     dict(chunks=(7, 7), compressors=[ZstdCodec(level=1)]),
+     [(slice(3, 10), slice(20, 33))], float("nan")),
+    ("sparse_shards_i16", (64, 64), "int16",
+     dict(chunks=(8, 8), shards=(32, 32), compressors=[ZstdCodec(level=1)]),
+     [(slice(0, 5), slice(0, 5)), (slice(40, 48), slice(50, 64))], 7),
+    ("v2_keys_u32", (30, 20), "uint32",
+     dict(chunks=(8, 8), compressors=[GzipCodec(level=1)],
+          chunk_key_encoding={"name": "v2", "separator": "."}), None, 0),
 ]
 
 
@@ -52,7 +79,18 @@ def write(d):
         z = zarr.create_array(**kw)
         z[...] = a
         np.save(f"{d}/{name}.npy", a)
-    print(" ".join(c[0] for c in CASES))
+    for i, (name, shape, dtype, kw, regions, fill) in enumerate(EXTRA):
+        a = data(shape, dtype, 100 + i)
+        z = zarr.create_array(store=f"{d}/{name}.zarr", shape=shape, dtype=dtype,
+                              zarr_format=3, fill_value=fill, **kw)
+        if regions is None:
+            z[...] = a
+        else:
+            for r in regions:
+                z[r] = a[r]
+        # what zarr-python reads back (fill value where nothing was written)
+        np.save(f"{d}/{name}.npy", zarr.open_array(f"{d}/{name}.zarr", mode="r")[...])
+    print(" ".join([c[0] for c in CASES] + [e[0] for e in EXTRA]))
 
 
 def check(store, npy):

@@ -407,7 +407,7 @@ impl Engine {
         self.budget.reset_peak();
         let _w_reservation = self.budget.reserve(
             "resident W",
-            plan.resident_bytes - decode_scratch(&[x, w]).0,
+            plan.resident_bytes - decode_scratch(self.budget.limit(), &[x, w]).0,
         )?;
         let resident = {
             let win = w.map_window(0, (k * n) as u64)?;

@@ -125,7 +125,7 @@ impl Engine {
         cuts: Cuts,
         out: OutMap,
     ) -> BoxRequest {
-        let (resident_bytes, resident_what) = super::decode_scratch(&[input]);
+        let (resident_bytes, resident_what) = super::decode_scratch(self.budget.limit(), &[input]);
         BoxRequest {
             what,
             dims,

@@ -9,18 +9,34 @@
 //! in parallel, a bounded batch at a time: the decode scratch is
 //! [`Chunked::scratch_bytes`], which the engine takes out of the budget before planning.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
 use super::Touch;
+use crate::budget::fmt_bytes;
 use crate::dtype::DType;
 use crate::error::Result;
 
 /// Most memory the cache of decoded chunks may hold.
 const CACHE_MAX: u64 = 64 << 20;
+
+/// Bookkeeping of one decoded chunk beyond its bytes (its buffer's header and allocator
+/// overhead, its cache entry): counted with every chunk, so that stores of tiny chunks
+/// cost what they hold.
+const CHUNK_OVERHEAD: u64 = 96;
+
+/// Decoded bytes a batch aims for when chunks are small: enough that the handing out of
+/// parallel work does not dominate decoding.
+const BATCH_TARGET: u64 = 1 << 20;
+
+/// Pieces of windows gathered before the chunks they need are decoded: bounds the
+/// bookkeeping of a tile whatever the chunk size (a store of 1x1 chunks has one piece
+/// per element).
+const PIECE_GROUP: usize = 1 << 14;
 
 /// A tensor stored as a regular grid of chunks, each decodable on its own.
 pub trait ChunkSource: Send + Sync + fmt::Debug {
@@ -38,6 +54,11 @@ pub trait ChunkSource: Send + Sync + fmt::Debug {
     fn resident_bytes(&self) -> u64 {
         0
     }
+    /// Memory one [`ChunkSource::decode`] holds beyond its output (the stored bytes it
+    /// reads, intermediate buffers); at least one decoded chunk is always counted.
+    fn work_bytes(&self) -> u64 {
+        0
+    }
 }
 
 /// A chunked tensor: its shape, dtype and the source of its chunks.
@@ -46,50 +67,68 @@ pub struct Chunked {
     shape: Vec<usize>,
     dtype: DType,
     source: Box<dyn ChunkSource>,
-    /// Chunks decoded at once (the decode scratch is this many chunks).
-    batch: usize,
+    /// Chunks decoded at once (the decode scratch holds this many decoded chunks).
+    batch: AtomicUsize,
     /// Recently decoded chunks, so that a chunk row shared by consecutive tiles (whose
     /// rows rarely fall on chunk boundaries) is decoded once, not once per tile.
     cache: Mutex<Cache>,
     /// Chunks decoded so far.
-    decoded: std::sync::atomic::AtomicU64,
+    decoded: AtomicU64,
 }
 
-/// Least-recently-used decoded chunks, up to `capacity` bytes.
+/// Least-recently-used decoded chunks, up to `capacity` bytes (each counted with
+/// [`CHUNK_OVERHEAD`]).
 #[derive(Debug, Default)]
 struct Cache {
     capacity: u64,
     held: u64,
-    map: HashMap<u64, Arc<Vec<u8>>>,
-    order: VecDeque<u64>,
+    /// Chunk key to (chunk, last use).
+    map: HashMap<u64, (Arc<Vec<u8>>, u64)>,
+    /// Last use to chunk key: the oldest first.
+    order: BTreeMap<u64, u64>,
+    clock: u64,
 }
 
 impl Cache {
+    fn cost(v: &[u8]) -> u64 {
+        v.len() as u64 + CHUNK_OVERHEAD
+    }
+
     fn get(&mut self, key: u64) -> Option<Arc<Vec<u8>>> {
-        let v = self.map.get(&key)?.clone();
-        if let Some(i) = self.order.iter().position(|&k| k == key) {
-            self.order.remove(i);
-        }
-        self.order.push_back(key);
-        Some(v)
+        self.clock += 1;
+        let now = self.clock;
+        let (v, used) = self.map.get_mut(&key)?;
+        self.order.remove(used);
+        *used = now;
+        self.order.insert(now, key);
+        Some(Arc::clone(v))
     }
 
     fn put(&mut self, key: u64, v: Arc<Vec<u8>>) {
-        let n = v.len() as u64;
+        let n = Self::cost(&v);
         if n > self.capacity || self.map.contains_key(&key) {
             return;
         }
         while self.held + n > self.capacity {
-            let Some(old) = self.order.pop_front() else {
+            let Some((_, old)) = self.order.pop_first() else {
                 break;
             };
-            if let Some(o) = self.map.remove(&old) {
-                self.held -= o.len() as u64;
+            if let Some((o, _)) = self.map.remove(&old) {
+                self.held -= Self::cost(&o);
             }
         }
+        self.clock += 1;
         self.held += n;
-        self.map.insert(key, v);
-        self.order.push_back(key);
+        self.map.insert(key, (v, self.clock));
+        self.order.insert(self.clock, key);
+    }
+
+    /// Empties the cache and sets its capacity.
+    fn resize(&mut self, capacity: u64) {
+        *self = Cache {
+            capacity,
+            ..Cache::default()
+        };
     }
 }
 
@@ -97,6 +136,7 @@ impl Cache {
 /// the decoded chunk to element `out_at` of window `out`.
 #[derive(Clone, Copy, Debug)]
 struct Piece {
+    key: u64,
     out: usize,
     out_at: usize,
     at: usize,
@@ -104,40 +144,20 @@ struct Piece {
 }
 
 impl Chunked {
-    /// A chunked tensor of `shape` and `dtype` read from `source`.
+    /// A chunked tensor of `shape` and `dtype` read from `source`, with the decode
+    /// scratch it would choose without a budget (see [`Chunked::fit_scratch`]).
     #[must_use]
     pub fn new(shape: Vec<usize>, dtype: DType, source: Box<dyn ChunkSource>) -> Self {
-        // never more chunks in flight or cached than the tensor has
-        let n_chunks = shape
-            .iter()
-            .zip(source.chunk_shape())
-            .map(|(&n, &c)| n.div_ceil(c.max(1)) as u64)
-            .product::<u64>()
-            .max(1);
-        let batch = (2 * rayon::current_num_threads()).clamp(1, n_chunks as usize);
-        let chunk_bytes =
-            source.chunk_shape().iter().product::<usize>() as u64 * dtype.size() as u64;
-        // three rows of chunks across the last axis (the chunk rows a tile and its halo
-        // span, and the next one, with room for least-recently-used order to keep the
-        // shared row), at most 64 MiB
-        let across = match (shape.last(), source.chunk_shape().last()) {
-            (Some(&n), Some(&c)) => n.div_ceil(c.max(1)) as u64,
-            _ => 1,
-        };
-        let capacity = (3 * across * chunk_bytes)
-            .min(CACHE_MAX.max(chunk_bytes))
-            .min(n_chunks * chunk_bytes);
-        Chunked {
+        let c = Chunked {
             shape,
             dtype,
             source,
-            batch,
-            cache: Mutex::new(Cache {
-                capacity,
-                ..Cache::default()
-            }),
+            batch: AtomicUsize::new(1),
+            cache: Mutex::default(),
             decoded: 0.into(),
-        }
+        };
+        c.fit_scratch(u64::MAX);
+        c
     }
 
     /// The chunk shape.
@@ -150,7 +170,7 @@ impl Chunked {
     /// how well tiles and the cache line up with the file's chunks.
     #[must_use]
     pub fn decoded_chunks(&self) -> u64 {
-        self.decoded.load(std::sync::atomic::Ordering::Relaxed)
+        self.decoded.load(Ordering::Relaxed)
     }
 
     /// Number of chunks in the tensor.
@@ -173,18 +193,101 @@ impl Chunked {
             * self.dtype.size() as u64
     }
 
+    /// Memory one decoding thread holds beyond the decoded chunk.
+    fn work(&self) -> u64 {
+        self.source.work_bytes().max(self.chunk_bytes())
+    }
+
+    /// The decode scratch for a batch of `batch` chunks: the decoded chunks, and the
+    /// working memory of each thread decoding them.
+    fn batch_cost(&self, batch: usize) -> u64 {
+        let threads = rayon::current_num_threads().min(batch).max(1);
+        batch as u64 * (self.chunk_bytes() + CHUNK_OVERHEAD) + threads as u64 * self.work()
+    }
+
+    /// The smallest decode scratch: one chunk decoded at a time, no cache.
+    #[must_use]
+    pub fn min_scratch_bytes(&self) -> u64 {
+        self.batch_cost(1) + self.source.resident_bytes()
+    }
+
+    /// Sizes the decode scratch (chunks decoded at once, and the cache of decoded
+    /// chunks) to fit `share` bytes where it can: never less than
+    /// [`Chunked::min_scratch_bytes`] (one chunk at a time, no cache), more when the
+    /// share allows, which is faster (decoding in parallel, and chunk rows shared by
+    /// consecutive tiles decoded once). Empties the cache.
+    pub fn fit_scratch(&self, share: u64) {
+        let n_chunks = self.num_chunks().max(1);
+        let threads = rayon::current_num_threads() as u64;
+        let unit = self.chunk_bytes() + CHUNK_OVERHEAD;
+        let want_batch = (2 * threads).max(BATCH_TARGET / unit).min(n_chunks).max(1) as usize;
+        let avail = share.saturating_sub(self.source.resident_bytes());
+        // first a batch per thread pair (halved until it fits), then the cache, then a
+        // larger batch with what is left (for small chunks, whose decoding is cheap next
+        // to handing it out)
+        let mut batch = (2 * threads).min(n_chunks).max(1) as usize;
+        while batch > 1 && self.batch_cost(batch) > avail {
+            batch /= 2;
+        }
+        // three rows of chunks across the last axis (the chunk rows a tile and its halo
+        // span, and the next one, with room for least-recently-used order to keep the
+        // shared row), at most 64 MiB
+        let across = match (self.shape.last(), self.chunk_shape().last()) {
+            (Some(&n), Some(&c)) => n.div_ceil(c.max(1)) as u64,
+            _ => 1,
+        };
+        let ideal = (3 * across * unit)
+            .min(CACHE_MAX.max(unit))
+            .min(n_chunks * unit);
+        let mut cache = ideal.min(avail.saturating_sub(self.batch_cost(batch)));
+        if cache < unit {
+            cache = 0;
+        }
+        while 2 * batch <= want_batch && self.batch_cost(2 * batch) + cache <= avail {
+            batch *= 2;
+        }
+        self.batch.store(batch, Ordering::Relaxed);
+        if let Ok(mut c) = self.cache.lock() {
+            c.resize(cache);
+        }
+    }
+
+    fn cache_capacity(&self) -> u64 {
+        self.cache.lock().map_or(0, |c| c.capacity)
+    }
+
     /// Memory the decoding of a window may hold beyond the window itself: the cache of
-    /// recent chunks, one batch of decoded chunks, and a buffer for each decoding thread.
+    /// recent chunks, one batch of decoded chunks, the working memory of each decoding
+    /// thread, and what the source keeps open.
     #[must_use]
     pub fn scratch_bytes(&self) -> u64 {
-        let cache = self.cache.lock().map_or(0, |c| c.capacity);
-        let threads = rayon::current_num_threads().min(self.batch);
-        cache + (self.batch + threads) as u64 * self.chunk_bytes() + self.source.resident_bytes()
+        self.cache_capacity()
+            + self.batch_cost(self.batch.load(Ordering::Relaxed))
+            + self.source.resident_bytes()
+    }
+
+    /// The decode scratch in words, for plans: chunks decoded at once and the cache.
+    #[must_use]
+    pub fn describe_scratch(&self) -> String {
+        let batch = self.batch.load(Ordering::Relaxed);
+        let cache = self.cache_capacity();
+        format!(
+            "{} at a time of {} chunks of {}, {}",
+            batch,
+            super::fmt_shape(self.chunk_shape()),
+            fmt_bytes(self.chunk_bytes()),
+            if cache == 0 {
+                "no chunk cache".to_string()
+            } else {
+                format!("{} chunk cache", fmt_bytes(cache))
+            }
+        )
     }
 
     /// Reads windows `(start, count, touch)` (flat element ranges, as
     /// [`TensorFile::map_window_touch`](super::TensorFile::map_window_touch) takes them)
-    /// into compact buffers, decoding each chunk they touch once.
+    /// into compact buffers, decoding each chunk they touch once (when the cache holds
+    /// the chunk rows a tile spans; with a small cache a chunk may be decoded again).
     ///
     /// # Errors
     /// The first chunk that fails to decode.
@@ -201,106 +304,139 @@ impl Chunked {
             .zip(&chunk)
             .map(|(&n, &c)| n.div_ceil(c.max(1)))
             .collect();
-        let mut outs = Vec::with_capacity(windows.len());
-        let mut pieces: BTreeMap<u64, Vec<Piece>> = BTreeMap::new();
+        let mut outs: Vec<Vec<u8>> = windows
+            .iter()
+            .map(|&(_, count, touch)| {
+                let elems = match touch {
+                    Touch::All => count,
+                    Touch::Rows { row, runs, nruns } => {
+                        count / row.max(1) * runs[..nruns].iter().map(|r| r.1).sum::<u64>()
+                    }
+                };
+                vec![0u8; elems as usize * es]
+            })
+            .collect();
+        let mut group: Vec<Piece> = Vec::with_capacity(PIECE_GROUP);
         let mut coords = vec![0usize; rank];
         for (w, &(start, count, touch)) in windows.iter().enumerate() {
-            let mut segs: Vec<(u64, u64)> = Vec::new();
-            match touch {
-                Touch::All => segs.push((start, count)),
-                Touch::Rows { row, runs, nruns } => {
-                    let rows = count / row.max(1);
-                    for r in 0..rows {
-                        for &(c0, n) in &runs[..nruns] {
-                            segs.push((start + r * row + c0, n));
-                        }
-                    }
-                }
-            }
+            let rows = match touch {
+                Touch::All => 1,
+                Touch::Rows { row, .. } => count / row.max(1),
+            };
             let mut out_at = 0usize;
-            for (s, n) in segs {
-                // split at the tensor's rows (runs along the last axis)
-                let mut e = s;
-                let end = s + n;
-                while e < end {
-                    let run_end = ((e / last + 1) * last).min(end);
-                    // coordinates of e
-                    let mut rem = e;
-                    for a in (0..rank).rev() {
-                        let d = self.shape[a].max(1) as u64;
-                        coords[a] = (rem % d) as usize;
-                        rem /= d;
+            for r in 0..rows {
+                let segs: &[(u64, u64)] = match &touch {
+                    Touch::All => &[(0, count)],
+                    Touch::Rows { runs, nruns, .. } => &runs[..*nruns],
+                };
+                let base = match touch {
+                    Touch::All => start,
+                    Touch::Rows { row, .. } => start + r * row,
+                };
+                for &(c0, n) in segs {
+                    // split at the tensor's rows (runs along the last axis)
+                    let mut e = base + c0;
+                    let end = e + n;
+                    while e < end {
+                        let run_end = ((e / last + 1) * last).min(end);
+                        let mut rem = e;
+                        for a in (0..rank).rev() {
+                            let d = self.shape[a].max(1) as u64;
+                            coords[a] = (rem % d) as usize;
+                            rem /= d;
+                        }
+                        let c_first = coords[rank - 1];
+                        let c_end = c_first + (run_end - e) as usize;
+                        // the chunk row holding this run, then the chunks along the last axis
+                        let mut key_prefix = 0u64;
+                        let mut within_prefix = 0usize;
+                        for a in 0..rank - 1 {
+                            key_prefix =
+                                key_prefix * grid[a] as u64 + (coords[a] / chunk[a]) as u64;
+                            within_prefix = within_prefix * chunk[a] + coords[a] % chunk[a];
+                        }
+                        let mut c = c_first;
+                        while c < c_end {
+                            let cx = c / cw;
+                            let piece_end = ((cx + 1) * cw).min(c_end);
+                            group.push(Piece {
+                                key: key_prefix * grid[rank - 1] as u64 + cx as u64,
+                                out: w,
+                                out_at: out_at + (c - c_first),
+                                at: within_prefix * cw + c % cw,
+                                len: piece_end - c,
+                            });
+                            if group.len() == PIECE_GROUP {
+                                self.serve(&mut group, &mut outs, &grid)?;
+                            }
+                            c = piece_end;
+                        }
+                        out_at += (run_end - e) as usize;
+                        e = run_end;
                     }
-                    let c_first = coords[rank - 1];
-                    let c_end = c_first + (run_end - e) as usize;
-                    // the chunk row holding this run, then the chunks along the last axis
-                    let mut key_prefix = 0u64;
-                    let mut within_prefix = 0usize;
-                    for a in 0..rank - 1 {
-                        key_prefix = key_prefix * grid[a] as u64 + (coords[a] / chunk[a]) as u64;
-                        within_prefix = within_prefix * chunk[a] + coords[a] % chunk[a];
-                    }
-                    let mut c = c_first;
-                    while c < c_end {
-                        let cx = c / cw;
-                        let piece_end = ((cx + 1) * cw).min(c_end);
-                        let key = key_prefix * grid[rank - 1] as u64 + cx as u64;
-                        pieces.entry(key).or_default().push(Piece {
-                            out: w,
-                            out_at: out_at + (c - c_first),
-                            at: within_prefix * cw + c % cw,
-                            len: piece_end - c,
-                        });
-                        c = piece_end;
-                    }
-                    out_at += (run_end - e) as usize;
-                    e = run_end;
                 }
             }
-            outs.push(vec![0u8; out_at * es]);
         }
-        let chunk_bytes = self.chunk_bytes() as usize;
-        let copy = |outs: &mut Vec<Vec<u8>>, key: u64, buf: &[u8]| {
-            for p in &pieces[&key] {
+        self.serve(&mut group, &mut outs, &grid)?;
+        Ok(outs)
+    }
+
+    /// Copies the pieces of `group` into `outs`, from the cache or from chunks decoded
+    /// now (in parallel, a batch at a time), and empties `group`.
+    fn serve(&self, group: &mut Vec<Piece>, outs: &mut [Vec<u8>], grid: &[usize]) -> Result<()> {
+        let es = self.dtype.size();
+        group.sort_by_key(|p| p.key);
+        let copy = |outs: &mut [Vec<u8>], pieces: &[Piece], buf: &[u8]| {
+            for p in pieces {
                 outs[p.out][p.out_at * es..(p.out_at + p.len) * es]
                     .copy_from_slice(&buf[p.at * es..(p.at + p.len) * es]);
             }
         };
-        // chunks still cached from the previous tile
-        let mut keys = Vec::with_capacity(pieces.len());
-        for &key in pieces.keys() {
-            let hit = self.cache.lock().ok().and_then(|mut c| c.get(key));
+        // the pieces of each chunk, served from the cache where it can
+        let mut missing: Vec<&[Piece]> = Vec::new();
+        for pieces in group.chunk_by(|a, b| a.key == b.key) {
+            let hit = self
+                .cache
+                .lock()
+                .ok()
+                .and_then(|mut c| c.get(pieces[0].key));
             match hit {
-                Some(buf) => copy(&mut outs, key, &buf),
-                None => keys.push(key),
+                Some(buf) => copy(outs, pieces, &buf),
+                None => missing.push(pieces),
             }
         }
-        for batch in keys.chunks(self.batch) {
-            let decoded: Vec<Result<Vec<u8>>> = batch
+        let chunk_bytes = self.chunk_bytes() as usize;
+        let batch = self.batch.load(Ordering::Relaxed).max(1);
+        // small chunks go to a thread several at a time
+        let per_task = (BATCH_TARGET as usize / 8 / chunk_bytes.max(1)).max(1);
+        let rank = grid.len();
+        for b in missing.chunks(batch) {
+            let decoded: Vec<Result<Vec<u8>>> = b
                 .par_iter()
-                .map(|&key| {
+                .with_min_len(per_task)
+                .map(|pieces| {
                     let mut pos = vec![0usize; rank];
-                    let mut rem = key;
+                    let mut rem = pieces[0].key;
                     for a in (0..rank).rev() {
                         pos[a] = (rem % grid[a] as u64) as usize;
                         rem /= grid[a] as u64;
                     }
                     let mut buf = vec![0u8; chunk_bytes];
                     self.source.decode(&pos, &mut buf)?;
-                    self.decoded
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.decoded.fetch_add(1, Ordering::Relaxed);
                     Ok(buf)
                 })
                 .collect();
-            for (&key, buf) in batch.iter().zip(decoded) {
+            for (pieces, buf) in b.iter().zip(decoded) {
                 let buf = Arc::new(buf?);
-                copy(&mut outs, key, &buf);
+                copy(outs, pieces, &buf);
                 if let Ok(mut c) = self.cache.lock() {
-                    c.put(key, buf);
+                    c.put(pieces[0].key, buf);
                 }
             }
         }
-        Ok(outs)
+        group.clear();
+        Ok(())
     }
 }
 

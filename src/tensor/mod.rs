@@ -17,6 +17,7 @@ pub mod npy;
 pub mod own_files;
 pub mod tiff_decode;
 pub mod zarr;
+pub mod zarr_decode;
 
 mod output;
 mod window;
@@ -409,11 +410,10 @@ impl TensorFile {
     /// type tilestream does not handle; [`Error::Io`] if it cannot be read.
     pub fn open_zarr(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let layout = zarr::read_layout(path)?;
+        let (layout, src) = zarr::ZarrChunks::open(path)?;
         let meta = path.join("zarr.json");
         let file = own_files::open_input(&meta)?;
         checked_nbytes(path, &layout.shape, layout.dtype)?;
-        let src = zarr::ZarrChunks::open(path, &layout)?;
         let c = chunked::Chunked::new(layout.shape.clone(), layout.dtype, Box::new(src));
         Ok(TensorFile {
             path: path.to_path_buf(),
@@ -460,6 +460,14 @@ impl TensorFile {
     #[must_use]
     pub fn read_scratch_bytes(&self) -> u64 {
         self.chunked.as_ref().map_or(0, |c| c.scratch_bytes())
+    }
+
+    /// Sizes the decode scratch of a compressed input to `share` bytes where it can
+    /// (see [`chunked::Chunked::fit_scratch`]); nothing for mapped files.
+    pub fn fit_read_scratch(&self, share: u64) {
+        if let Some(c) = &self.chunked {
+            c.fit_scratch(share);
+        }
     }
 
     /// Reads several windows at once; for a compressed file each chunk they touch is

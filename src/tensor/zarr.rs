@@ -1,23 +1,23 @@
-//! Zarr v3 in and out, through the `zarrs` crate: the chunked format large scientific
-//! arrays increasingly come in.
+//! Zarr v3 in and out: the chunked format large scientific arrays increasingly come in.
 //!
 //! Reading: a store (a directory with a `zarr.json`) with a regular chunk grid is a
-//! [`Chunked`](super::chunked::Chunked) tensor: each chunk (or shard, when the array is
-//! sharded) a tile touches is decoded once by `zarrs`, whatever its codecs (bytes, zstd,
-//! gzip, blosc, sharding, transpose, crc32c).
+//! [`Chunked`](super::chunked::Chunked) tensor: each chunk (or inner chunk, when the
+//! array is sharded) a tile touches is decoded once, by tilestream's own bounded decoder
+//! ([`zarr_decode`]: bytes, transpose, zstd, gzip, blosc, crc32c, sharding).
 //!
-//! Writing ([`write_store`]): the run's data, staged raw, is cut into chunks that are
+//! Writing ([`write_store`], through the `zarrs` crate): the run's data, staged raw, is cut into chunks that are
 //! encoded and stored in parallel (a batch at a time within the budget) into a store built
 //! in a temporary directory beside the destination, renamed into place once complete.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rayon::prelude::*;
-use zarrs::array::{Array, ArrayBuilder, ArrayBytes, codec, data_type};
+use zarrs::array::{ArrayBuilder, ArrayBytes, codec, data_type};
 use zarrs::filesystem::FilesystemStore;
 
 use super::chunked::ChunkSource;
+use super::zarr_decode;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -107,6 +107,11 @@ const ZARR_JSON_MAX: u64 = 1 << 20;
 /// # Errors
 /// [`Error::Format`] for a group, a Zarr v2 store, or a chunk grid that is not regular.
 pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
+    read_meta(path).map(|(layout, _)| layout)
+}
+
+/// [`read_layout`], with the codecs parsed for decoding.
+fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
     let meta_path = path.join("zarr.json");
     if !meta_path.is_file() {
         let msg = if path.join(".zarray").is_file() || path.join(".zgroup").is_file() {
@@ -158,7 +163,7 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
     let chunk_shape = usizes(&m["chunk_grid"]["configuration"]["chunk_shape"])
         .filter(|c| c.len() == shape.len() && c.iter().all(|&d| d > 0))
         .ok_or_else(|| Error::format(&meta_path, "bad chunk_shape"))?;
-    check_chunk_bytes(&meta_path, "chunk_shape", &chunk_shape, dtype)?;
+    let decode = zarr_decode::parse(&meta_path, &m, dtype, &chunk_shape)?;
     let mut codecs = Vec::new();
     let mut inner_chunks = None;
     for c in m["codecs"].as_array().into_iter().flatten() {
@@ -168,6 +173,8 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
             if let Some(inner) = &inner_chunks {
                 check_chunk_bytes(&meta_path, "the shards' chunk_shape", inner, dtype)?;
             }
+            // shards are read one inner chunk at a time: their size only has to be one
+            check_chunk_bytes(&meta_path, "chunk_shape", &chunk_shape, DType::U8)?;
             let inner: Vec<String> = c["configuration"]["codecs"]
                 .as_array()
                 .into_iter()
@@ -179,14 +186,18 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
             codecs.push(name);
         }
     }
-    Ok(ZarrLayout {
+    if inner_chunks.is_none() {
+        check_chunk_bytes(&meta_path, "chunk_shape", &chunk_shape, dtype)?;
+    }
+    let layout = ZarrLayout {
         shape,
         dtype,
         chunk_shape,
         inner_chunks,
         codecs,
         fill_value: m["fill_value"].to_string(),
-    })
+    };
+    Ok((layout, decode))
 }
 
 /// Largest decoded chunk (or shard) tilestream reads: chunks are decoded whole, so one
@@ -214,105 +225,52 @@ fn check_chunk_bytes(meta: &Path, what: &str, chunk: &[usize], dtype: DType) -> 
     }
 }
 
-/// Runs `f`, turning a panic inside `zarrs` (a corrupt shard index can cause one) into
-/// an error naming `what`.
-fn contained<T>(path: &Path, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    crate::error::quiet_panics(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
-        .unwrap_or_else(|p| {
-            let msg = p
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| p.downcast_ref::<&str>().copied())
-                .unwrap_or("no message");
-            Err(Error::format(
-                path,
-                format!(
-                    "{what}: the store is corrupt (zarrs failed: {})",
-                    msg.replace('\n', " ")
-                ),
-            ))
-        })
-}
-
-fn zarr_err(path: &Path, what: &str, e: &dyn std::fmt::Display) -> Error {
-    Error::format(path, format!("{what}: {e}"))
-}
-
-/// Decodes the chunks of a Zarr array for [`Chunked`](super::chunked::Chunked).
+/// Decodes the chunks of a Zarr array for [`Chunked`](super::chunked::Chunked): the
+/// array's chunks, or the inner chunks of its shards (see [`zarr_decode`]).
+#[derive(Debug)]
 pub struct ZarrChunks {
-    path: PathBuf,
-    array: Array<FilesystemStore>,
-    chunk_shape: Vec<usize>,
-}
-
-impl std::fmt::Debug for ZarrChunks {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ZarrChunks")
-            .field("path", &self.path)
-            .field("chunk_shape", &self.chunk_shape)
-            .finish_non_exhaustive()
-    }
+    decoder: zarr_decode::ZarrDecoder,
 }
 
 impl ZarrChunks {
     /// Opens the array at the root of the store at `path`.
     ///
     /// # Errors
-    /// [`Error::Format`] if `zarrs` cannot open it.
-    pub fn open(path: &Path, layout: &ZarrLayout) -> Result<Self> {
-        let store = FilesystemStore::new(path)
-            .map_err(|e| zarr_err(path, "cannot open the Zarr store", &e))?;
-        let array = contained(path, "cannot open the Zarr array", || {
-            Array::open(Arc::new(store), "/")
-                .map_err(|e| zarr_err(path, "cannot open the Zarr array", &e))
-        })?;
-        Ok(ZarrChunks {
-            path: path.to_path_buf(),
-            array,
-            chunk_shape: layout.chunk_shape.clone(),
-        })
+    /// As [`read_layout`]; [`Error::Format`] for codecs tilestream does not decode
+    /// exactly.
+    pub fn open(path: &Path) -> Result<(ZarrLayout, Self)> {
+        let (layout, codecs) = read_meta(path)?;
+        let decoder = zarr_decode::ZarrDecoder::new(
+            path,
+            layout.dtype,
+            &layout.shape,
+            &layout.chunk_shape,
+            codecs,
+        )?;
+        Ok((layout, ZarrChunks { decoder }))
     }
 }
 
 impl ChunkSource for ZarrChunks {
     fn chunk_shape(&self) -> &[usize] {
-        &self.chunk_shape
+        self.decoder.unit_shape()
     }
 
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
-        let idx: Vec<u64> = pos.iter().map(|&p| p as u64).collect();
-        let what = format!("cannot decode chunk {idx:?}");
-        // a FIFO or device under a chunk's name would block the read: only regular files
-        let file = self.path.join(self.array.chunk_key(&idx).as_str());
-        if let Ok(m) = std::fs::metadata(&file)
-            && !m.file_type().is_file()
-        {
-            return Err(Error::format(
-                &file,
-                "a chunk of the store is not a regular file (a FIFO, device or directory)",
-            ));
-        }
-        let bytes: ArrayBytes<'static> = contained(&self.path, &what, || {
-            self.array
-                .retrieve_chunk(&idx)
-                .map_err(|e| zarr_err(&self.path, &what, &e))
-        })?;
-        let raw = bytes
-            .into_fixed()
-            .map_err(|e| zarr_err(&self.path, "unexpected variable-length chunk", &e))?;
-        if raw.len() != out.len() {
-            return Err(Error::format(
-                &self.path,
-                format!(
-                    "chunk {idx:?} decoded to {} bytes, {} expected",
-                    raw.len(),
-                    out.len()
-                ),
-            ));
-        }
-        out.copy_from_slice(&raw);
-        Ok(())
+        self.decoder.decode(pos, out)
     }
+
+    fn resident_bytes(&self) -> u64 {
+        self.decoder.resident_bytes()
+    }
+
+    fn work_bytes(&self) -> u64 {
+        self.decoder.work_bytes()
+    }
+}
+
+fn zarr_err(path: &Path, what: &str, e: &dyn std::fmt::Display) -> Error {
+    Error::format(path, format!("{what}: {e}"))
 }
 
 /// Compression of written Zarr chunks.
