@@ -154,6 +154,7 @@ fn source(path: &Path, raw: &RawSpec) -> Result<Source> {
             (Some(s), Some(d)) => Some(RawLayout {
                 shape: parse_shape(s)?,
                 dtype: d.parse()?,
+                offset: 0,
             }),
             (None, None) => None,
             _ => {

@@ -41,6 +41,15 @@ pub struct RawLayout {
     /// Element type.
     #[serde(with = "dtype_name")]
     pub dtype: DType,
+    /// Where the data starts in the file (a view into a larger file, such as a sliced
+    /// `np.memmap`); 0 for a file that holds exactly the data.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub offset: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Source {
@@ -59,6 +68,9 @@ impl Source {
     /// As [`TensorFile::open`] or [`TensorFile::open_raw`].
     pub fn open(&self) -> Result<TensorFile> {
         match &self.raw {
+            Some(r) if r.offset > 0 => {
+                TensorFile::open_raw_at(&self.path, &r.shape, r.dtype, r.offset)
+            }
             Some(r) => TensorFile::open_raw(&self.path, &r.shape, r.dtype),
             None => TensorFile::open(&self.path),
         }
@@ -679,6 +691,7 @@ mod tests {
                 raw: Some(RawLayout {
                     shape: vec![3, 4],
                     dtype: DType::U16,
+                    offset: 0,
                 }),
             },
             output: "g.tif".into(),

@@ -528,6 +528,46 @@ impl TensorFile {
         })
     }
 
+    /// Opens the raw data of the given shape and dtype that starts `offset` bytes into
+    /// `path` (a view into a larger file, such as a sliced `np.memmap`): the file must
+    /// hold at least `offset` plus the data's bytes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if it is too short.
+    pub fn open_raw_at(
+        path: impl AsRef<Path>,
+        shape: &[usize],
+        dtype: DType,
+        offset: u64,
+    ) -> Result<Self> {
+        let path = path.as_ref();
+        let file = own_files::open_input(path)?;
+        let len = file_len(&file, path)?;
+        let nbytes = checked_nbytes(path, shape, dtype)?;
+        if offset.checked_add(nbytes).is_none_or(|end| end > len) {
+            return Err(Error::format(
+                path,
+                format!(
+                    "{} {dtype} from byte {offset} needs {nbytes} bytes, but the file holds {len}",
+                    fmt_shape(shape)
+                ),
+            ));
+        }
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::Raw,
+                dtype,
+                shape: shape.to_vec(),
+                data_offset: offset,
+            },
+            chunked: None,
+            tiff: None,
+            zarr: None,
+        })
+    }
+
     /// Opens `path` as `.npy`, or as raw data when `raw` gives (shape, dtype).
     ///
     /// # Errors

@@ -1,0 +1,405 @@
+//! `tilestream._tilestream`: the Rust side of the Python package. It is deliberately
+//! thin: the Python layer (`python/tilestream/__init__.py`) builds an operation as the
+//! engine's single description, [`OpSpec`] (as JSON), and this module plans or runs it
+//! with an engine made for the call, exactly as the command line does. Arrays come back
+//! as bytes with their dtype and shape, which the Python layer wraps with numpy (so the
+//! extension does not depend on numpy's C API, and numpy 1.26 and 2.x both work).
+//!
+//! Every run happens on a worker thread while the calling thread, with the GIL
+//! released, waits in short slices: between them it checks for signals (Ctrl-C raises
+//! `KeyboardInterrupt` within a fraction of a second, after the engine has stopped at
+//! the tile in flight and removed its unfinished output) and hands progress to a
+//! Python callable; an exception raised by that callable cancels the run and reaches
+//! the caller unchanged. An engine (and its worker threads) is made per call, so the
+//! module is safe to use after `fork`.
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{
+    PyFileNotFoundError, PyKeyboardInterrupt, PyMemoryError, PyOSError, PyPermissionError,
+    PyRuntimeError, PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use serde_json::{Value, json};
+use tilestream::tensor::Format;
+use tilestream::tensor::geotiff::TiffWriteOptions;
+use tilestream::tensor::zarr::ZarrWriteOptions;
+use tilestream::{
+    BudgetError as TsBudgetError, DType, Engine, Error, MemoryBudget, OpSpec, Progress, Reduce,
+    ReduceOver, Source, TensorFile,
+};
+
+create_exception!(
+    tilestream,
+    BudgetError,
+    PyMemoryError,
+    "The memory budget is too small for the operation (or exhausted); the message has the arithmetic."
+);
+
+/// How long the waiting thread sleeps between checks for signals and progress.
+const SLICE: Duration = Duration::from_millis(50);
+
+/// An error of the engine as the Python exception a Python user expects: see the
+/// package's documentation for the mapping.
+fn to_py(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        Error::Budget(b) => {
+            let smallest = match b {
+                TsBudgetError::TooSmall { needed, .. } => Some(needed),
+                TsBudgetError::Exhausted {
+                    held, requested, ..
+                } => Some(held + requested),
+                TsBudgetError::Parse(_) => None,
+            };
+            match smallest {
+                None => PyValueError::new_err(msg),
+                Some(n) => BudgetError::new_err((msg, n)),
+            }
+        }
+        Error::Io { source, .. } => match source.kind() {
+            std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(msg),
+            std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(msg),
+            _ => PyOSError::new_err(msg),
+        },
+        Error::Interrupted { .. } => PyKeyboardInterrupt::new_err(msg),
+        Error::Internal(_) | Error::Device(_) => PyRuntimeError::new_err(msg),
+        _ => PyValueError::new_err(msg),
+    }
+}
+
+fn bad_json(e: &serde_json::Error) -> PyErr {
+    PyValueError::new_err(format!("tilestream: bad operation description: {e}"))
+}
+
+/// The options of a call (`memory=`, `threads=`...), as the Python layer passes them.
+fn engine(opts: &Value) -> Result<Engine, Error> {
+    let memory = match &opts["memory"] {
+        Value::Number(n) => MemoryBudget::new(n.as_u64().unwrap_or(0)),
+        Value::String(s) => MemoryBudget::parse(s)?,
+        _ => MemoryBudget::parse("1GiB")?,
+    };
+    let mut tiff = TiffWriteOptions::default();
+    if let Some(c) = opts["tiff_compress"].as_str() {
+        tiff.compression = c.parse()?;
+    }
+    let mut zarr = ZarrWriteOptions::default();
+    if let Some(c) = opts["zarr_compress"].as_str() {
+        zarr.compression = c.parse()?;
+    }
+    if let Some(c) = opts["zarr_chunks"].as_str() {
+        zarr.chunks = Some(tilestream::shape::parse_shape(c)?);
+    }
+    if let Some(c) = opts["zarr_shard"].as_str() {
+        zarr.shard = Some(tilestream::shape::parse_shape(c)?);
+    }
+    let mut e = Engine::new(memory)?
+        .with_tiff_output(tiff)
+        .with_zarr_output(zarr)
+        .with_out_format(opts["format"].as_str().map(str::parse).transpose()?)
+        .with_device(
+            opts["device"]
+                .as_str()
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
+        )?;
+    if let Some(n) = opts["threads"].as_u64() {
+        e = e.with_threads(usize::try_from(n).unwrap_or(usize::MAX))?;
+    }
+    Ok(e)
+}
+
+/// Runs `work` on a worker thread with the engine `e`, the GIL released, checking for
+/// signals and passing progress to `progress` (a Python callable taking a dict) between
+/// short waits. A signal or an exception in `progress` cancels the run; the exception
+/// is what the caller gets.
+fn run_on_worker<T: Send + 'static>(
+    py: Python<'_>,
+    e: Engine,
+    progress: Option<Py<PyAny>>,
+    work: impl FnOnce(&Engine) -> Result<T, Error> + Send + 'static,
+) -> PyResult<T> {
+    let latest: Arc<Mutex<Option<Progress>>> = Arc::default();
+    let e = {
+        let latest = Arc::clone(&latest);
+        e.with_progress(Arc::new(move |p: &Progress| {
+            if let Ok(mut l) = latest.lock() {
+                *l = Some(p.clone());
+            }
+        }))
+    };
+    let cancel = e.cancel_token();
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let worker = std::thread::Builder::new()
+        .name("tilestream-run".into())
+        .spawn(move || {
+            let _ = tx.send(work(&e));
+        })
+        .map_err(|err| PyRuntimeError::new_err(format!("cannot start a worker thread: {err}")))?;
+    let mut pending: Option<PyErr> = None;
+    let result = loop {
+        let got = py.detach(|| rx.recv_timeout(SLICE));
+        match got {
+            Ok(r) => break r,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                break Err(Error::Internal(
+                    "the worker thread ended without a result".into(),
+                ));
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+        }
+        if pending.is_some() {
+            continue;
+        }
+        if let Err(err) = py.check_signals() {
+            cancel.store(true, Ordering::SeqCst);
+            pending = Some(err);
+            continue;
+        }
+        if let Some(cb) = &progress {
+            let p = latest.lock().ok().and_then(|mut l| l.take());
+            if let Some(p) = p
+                && let Err(err) = call_progress(py, cb, &p)
+            {
+                cancel.store(true, Ordering::SeqCst);
+                pending = Some(err);
+            }
+        }
+    };
+    let _ = py.detach(|| worker.join());
+    if let Some(err) = pending {
+        // the run stopped because of it (or finished just before): the caller's
+        // exception wins either way, and nothing is left at the output
+        return Err(err);
+    }
+    // the last progress, so that a bar reaches its end
+    if let (Some(cb), Ok(_)) = (&progress, &result) {
+        let p = latest.lock().ok().and_then(|mut l| l.take());
+        if let Some(p) = p {
+            call_progress(py, cb, &p)?;
+        }
+    }
+    result.map_err(to_py)
+}
+
+fn call_progress(py: Python<'_>, cb: &Py<PyAny>, p: &Progress) -> PyResult<()> {
+    let d = pyo3::types::PyDict::new(py);
+    d.set_item("tiles_done", p.tiles_done)?;
+    d.set_item("tiles_total", p.tiles_total)?;
+    d.set_item("bytes_done", p.bytes_done)?;
+    d.set_item("reserved", p.reserved)?;
+    d.set_item("budget", p.budget)?;
+    d.set_item("elapsed", p.elapsed.as_secs_f64())?;
+    cb.call1(py, (d,))?;
+    Ok(())
+}
+
+fn parse_spec(spec: &str) -> PyResult<OpSpec> {
+    serde_json::from_str(spec).map_err(|e| bad_json(&e))
+}
+
+fn parse_opts(opts: &str) -> PyResult<Value> {
+    serde_json::from_str(opts).map_err(|e| bad_json(&e))
+}
+
+/// Runs the operation `spec` (an `OpSpec` as JSON) with the options `opts` (JSON);
+/// returns the run report as JSON.
+#[pyfunction]
+#[pyo3(signature = (spec, opts, progress=None))]
+fn run_spec(
+    py: Python<'_>,
+    spec: &str,
+    opts: &str,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    let spec = parse_spec(spec)?;
+    let opts = parse_opts(opts)?;
+    let mut e = engine(&opts).map_err(to_py)?;
+    let resume = opts["resume"].as_bool().unwrap_or(false);
+    match spec.job_key().map_err(to_py)? {
+        Some(key) => e = e.with_journal(key, resume),
+        None if resume => {
+            return Err(PyValueError::new_err(
+                "tilestream: resume is not available for tiles: each patch file is written whole",
+            ));
+        }
+        None => {}
+    }
+    let report = run_on_worker(py, e, progress, move |e| e.run_spec(&spec))?;
+    serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Plans the operation `spec` without running it; returns the plan as JSON.
+#[pyfunction]
+fn plan_spec(py: Python<'_>, spec: &str, opts: &str) -> PyResult<String> {
+    let spec = parse_spec(spec)?;
+    let opts = parse_opts(opts)?;
+    py.detach(|| {
+        let e = engine(&opts)?;
+        let p = e.plan_spec(&spec)?;
+        let mut j = p.json();
+        j["text"] = Value::String(p.to_string());
+        Ok(j.to_string())
+    })
+    .map_err(to_py)
+}
+
+/// Reduces `source` (a `Source` as JSON) in memory: returns (bytes, dtype name, shape,
+/// report JSON), the bytes exactly those the command line writes.
+#[pyfunction]
+#[pyo3(signature = (source, op, axis, ddof, opts, progress=None))]
+fn reduce(
+    py: Python<'_>,
+    source: &str,
+    op: &str,
+    axis: Option<usize>,
+    ddof: u32,
+    opts: &str,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<(Py<PyBytes>, String, Vec<usize>, String)> {
+    let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
+    let opts = parse_opts(opts)?;
+    let reduce = Reduce::parse(op, ddof).map_err(to_py)?;
+    let over = axis.map_or(ReduceOver::All, ReduceOver::Axis);
+    let e = engine(&opts).map_err(to_py)?;
+    let (array, report) = run_on_worker(py, e, progress, move |e| {
+        let input = source.open()?;
+        e.reduce(&input, reduce, over)
+    })?;
+    let report =
+        serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok((
+        PyBytes::new(py, array.bytes()).unbind(),
+        array.dtype().name().to_string(),
+        array.shape().to_vec(),
+        report,
+    ))
+}
+
+/// What a file holds: format, dtype, shape, data offset, georeferencing (JSON).
+#[pyfunction]
+fn info(py: Python<'_>, source: &str) -> PyResult<String> {
+    let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
+    py.detach(|| {
+        let t = source.open()?;
+        let georef = t.georef().map(|g| {
+            json!({
+                "geotransform": g.geotransform(),
+                "epsg": g.epsg(),
+                "nodata": g.nodata,
+                "citation": g.geo_ascii,
+            })
+        });
+        let format = match t.info().format {
+            Format::Npy { .. } => "npy",
+            Format::Raw => "raw",
+            Format::GeoTiff => "geotiff",
+            Format::Zarr => "zarr",
+        };
+        Ok(json!({
+            "format": format,
+            "dtype": t.dtype().name(),
+            "shape": t.shape(),
+            "offset": t.info().data_offset,
+            "nbytes": t.info().nbytes(),
+            "georef": georef,
+        })
+        .to_string())
+    })
+    .map_err(to_py)
+}
+
+/// Reads `count` elements from element `start` of `source` (its bytes, C order),
+/// through the same mapped (or decoded) windows the engine reads.
+#[pyfunction]
+fn read_range(py: Python<'_>, source: &str, start: u64, count: u64) -> PyResult<Py<PyBytes>> {
+    let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
+    let bytes = py
+        .detach(|| -> Result<Vec<u8>, Error> {
+            let t = source.open()?;
+            let w = t.map_window(start, count)?;
+            Ok(w.bytes().to_vec())
+        })
+        .map_err(to_py)?;
+    Ok(PyBytes::new(py, &bytes).unbind())
+}
+
+/// The pipeline file at `path`: runs it (`dry_run=False`, returns a JSON list of
+/// reports) or plans it (returns the plan's text).
+#[pyfunction]
+#[pyo3(signature = (path, opts, dry_run, progress=None))]
+fn run_pipeline(
+    py: Python<'_>,
+    path: PathBuf,
+    opts: &str,
+    dry_run: bool,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    let wf = py
+        .detach(|| tilestream::workflow::Workflow::load(&path))
+        .map_err(to_py)?;
+    let mut opts = parse_opts(opts)?;
+    if opts["memory"].is_null()
+        && let Some(m) = wf.memory()
+    {
+        opts["memory"] = Value::String(m.to_string());
+    }
+    if opts["device"].is_null()
+        && let Some(d) = wf.device()
+    {
+        opts["device"] = Value::String(d.to_string());
+    }
+    let e = engine(&opts).map_err(to_py)?;
+    if dry_run {
+        return py.detach(|| wf.plan(&e)).map_err(to_py);
+    }
+    let reports = run_on_worker(py, e, progress, move |e| wf.run(e))?;
+    serde_json::to_string(&reports).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Bytes of a memory size written as on the command line (`512MiB`, `2GB`, `1048576`).
+#[pyfunction]
+fn parse_size(s: &str) -> PyResult<u64> {
+    tilestream::parse_size(s).map_err(|e| PyValueError::new_err(e.to_string()))
+}
+
+/// Names of the dtypes tilestream handles, as it spells them.
+#[pyfunction]
+fn dtypes() -> Vec<&'static str> {
+    DType::ALL.iter().map(|d| d.name()).collect()
+}
+
+/// The version of the tilestream crate this module was built from.
+#[pyfunction]
+fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
+
+/// Opens a file the way the engine does, to check that it can be read.
+#[pyfunction]
+fn check_open(py: Python<'_>, path: PathBuf) -> PyResult<()> {
+    py.detach(|| TensorFile::open(&path).map(|_| ()))
+        .map_err(to_py)
+}
+
+#[pymodule]
+fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(run_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(info, m)?)?;
+    m.add_function(wrap_pyfunction!(read_range, m)?)?;
+    m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
+    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_size, m)?)?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    m.add_function(wrap_pyfunction!(check_open, m)?)?;
+    m.add("BudgetError", m.py().get_type::<BudgetError>())?;
+    Ok(())
+}

@@ -1,0 +1,275 @@
+"""The Python API against numpy on small data: every dtype, every input format, every
+exception type, Ctrl-C and resume, progress callbacks, threads and fork."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tilestream as ts
+
+DTYPES = ["bool", "uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64",
+          "float16", "float32", "float64"]
+
+
+def data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    d = np.dtype(dtype)
+    if d.kind == "b":
+        return rng.random(shape) > 0.5
+    if d.kind == "f":
+        return (rng.normal(size=shape) * 100).astype(d)
+    info = np.iinfo(d)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000), size=shape,
+                        endpoint=True).astype(d)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_reduce_every_dtype_matches_numpy_at_any_budget(tmp_path, dtype):
+    a = data((301, 7), dtype)
+    np.save(tmp_path / "a.npy", a)
+    t = ts.open(tmp_path / "a.npy")
+    assert t.shape == a.shape and t.dtype == a.dtype and t.nbytes == a.nbytes
+    wide = a.astype(np.float64)
+    for memory in ["64KiB", "16MiB"]:
+        for axis in [0, 1, -1, None]:
+            got = ts.reduce(t, "sum", axis=axis, memory=memory)
+            if a.dtype.kind == "f":
+                assert got.dtype == np.float64
+                np.testing.assert_allclose(got, wide.sum(axis=axis), rtol=1e-12)
+            else:
+                # integers (and bool) sum exactly, in numpy's own result dtype
+                want = a.sum(axis=axis)
+                assert got.dtype == want.dtype and np.array_equal(got, want)
+            np.testing.assert_allclose(ts.reduce(t, "mean", axis, memory=memory),
+                                       wide.mean(axis=axis), rtol=1e-12)
+            np.testing.assert_allclose(ts.reduce(t, "std", axis, ddof=1, memory=memory),
+                                       wide.std(axis=axis, ddof=1), rtol=1e-9)
+            if dtype != "bool":
+                mx = ts.reduce(t, "max", axis, memory=memory)
+                assert mx.dtype == a.dtype
+                assert np.array_equal(mx, a.max(axis=axis))
+
+
+def test_every_input_format_reads_the_same(tmp_path):
+    a = data((3, 40, 50), "uint16", 1)
+    np.save(tmp_path / "a.npy", a)
+    a.tofile(tmp_path / "a.raw")
+    want = a.astype(np.float64).mean(axis=0)
+    npy = ts.open(tmp_path / "a.npy")
+    raw = ts.open(tmp_path / "a.raw", shape=a.shape, dtype=a.dtype)
+    tif = ts.convert(npy, tmp_path / "a.tif", memory="1MiB")
+    zarr = ts.convert(npy, tmp_path / "a.zarr", memory="1MiB", zarr_chunks="1x16x16")
+    assert tif.format == "geotiff" and zarr.format == "zarr"
+    assert tif.report.tiles >= 1
+    for t in [npy, raw, tif, zarr, tmp_path / "a.npy"]:
+        # the GeoTIFF's 512x512 tiles (512 KiB decoded) need one chunk of the budget
+        np.testing.assert_allclose(ts.reduce(t, "mean", 0, memory="2MiB"), want, rtol=1e-12)
+        assert np.array_equal(np.asarray(ts.open(t) if not isinstance(t, ts.Tensor) else t), a)
+
+
+def test_memmaps_and_sliced_memmaps_are_read_in_place(tmp_path):
+    a = data((200, 33), "float32", 2)
+    # a header of 96 bytes before the data: the memmap's offset is not page-aligned
+    with open(tmp_path / "m.bin", "wb") as f:
+        f.write(b"x" * 96)
+        f.write(a.tobytes())
+    m = np.memmap(tmp_path / "m.bin", dtype=np.float32, mode="r", offset=96, shape=a.shape)
+    for view, want in [(m, a), (m[50:120], a[50:120]), (m[199:], a[199:])]:
+        t = ts.open(view)
+        assert t.shape == want.shape
+        np.testing.assert_allclose(ts.reduce(view, "sum", 0), want.astype(np.float64).sum(0),
+                                   rtol=1e-12)
+        assert np.array_equal(ts.read(t), want)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        ts.open(m[:, 1:3])
+
+
+def test_file_outputs_match_numpy(tmp_path):
+    x = data((64, 48), "float32", 3)
+    w = data((48, 5), "float32", 4)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "w.npy", w)
+    xt = ts.open(tmp_path / "x.npy")
+    y = ts.map("x * 2 + 1", tmp_path / "y.npy", {"x": xt}, dtype="float32", memory="64KiB")
+    assert np.array_equal(np.load(tmp_path / "y.npy"), x * np.float32(2) + np.float32(1))
+    assert y.report.tiles > 1 and y.report.peak_reserved_bytes <= 64 << 10
+    c = ts.cast(xt, tmp_path / "c.npy", np.float16)
+    assert np.array_equal(np.load(c.path), x.astype(np.float16))
+    f = ts.affine(xt, tmp_path / "f.npy", 3.0, -1.0)
+    np.testing.assert_allclose(np.load(f.path), x * 3.0 - 1.0, rtol=1e-6)
+    tr = ts.transpose(xt, tmp_path / "t.npy", memory="64KiB")
+    assert np.array_equal(np.load(tr.path), x.T)
+    mm = ts.matmul(xt, tmp_path / "w.npy", tmp_path / "mm.npy")
+    np.testing.assert_allclose(np.load(mm.path), x.astype(np.float64) @ w, rtol=1e-4)
+    s = ts.standardize(xt, tmp_path / "s.npy", dtype="float64")
+    np.testing.assert_allclose(np.load(s.path), (x - x.mean(0, dtype=np.float64)) /
+                               x.std(0, dtype=np.float64), rtol=1e-9, atol=1e-12)
+    b = ts.stencil(xt, tmp_path / "b.npy", "box:size=3", boundary="nearest", dtype="float64")
+    assert np.load(b.path).shape == x.shape
+    g = ts.gen(tmp_path / "g.npy", (10, 4), seed=5)
+    assert g.shape == (10, 4) and g.dtype == np.float32
+    r = ts.tiles(xt, tmp_path / "patches", 16)
+    assert r.tiles >= 1 and (tmp_path / "patches" / "index.csv").exists()
+
+
+def test_plan_reports_without_running(tmp_path):
+    np.save(tmp_path / "x.npy", data((1000, 100), "float32"))
+    p = ts.plan(ts.reduce, tmp_path / "x.npy", "mean", 0, memory="256KiB")
+    assert p.fits and p.tiles > 1 and p.peak <= p.budget == 256 << 10
+    assert "tiles" in str(p)
+    q = ts.plan(ts.stencil, tmp_path / "x.npy", tmp_path / "g.npy", "gaussian:sigma=2",
+                memory="1KiB")
+    assert not q.fits and q.smallest > 1024
+    assert not (tmp_path / "g.npy").exists()
+
+
+def test_exceptions_are_pythons_own(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        ts.open(tmp_path / "missing.npy")
+    (tmp_path / "bad.npy").write_bytes(b"\x93NUMPY\x01\x00garbage")
+    with pytest.raises(ValueError):
+        ts.open(tmp_path / "bad.npy")
+    np.save(tmp_path / "x.npy", data((1000, 100), "float32"))
+    with pytest.raises(ts.BudgetError) as e:
+        ts.stencil(tmp_path / "x.npy", tmp_path / "g.npy", "gaussian:sigma=2", memory="1KiB")
+    assert isinstance(e.value, MemoryError)
+    assert e.value.smallest > 1024 and "smallest budget" in str(e.value)
+    assert not (tmp_path / "g.npy").exists()
+    with pytest.raises(TypeError):
+        ts.cast(tmp_path / "x.npy", tmp_path / "c.npy", np.complex64)
+    with pytest.raises(ValueError):
+        ts.reduce(tmp_path / "x.npy", "median")
+    with pytest.raises(ValueError):
+        ts.reduce(tmp_path / "x.npy", "sum", axis=2)
+    with pytest.raises(ValueError):
+        ts.reduce(tmp_path / "x.npy", "sum", memory="lots")
+    with ts.set_options(memory="64KiB"), pytest.raises(ts.BudgetError):
+        np.asarray(ts.open(tmp_path / "x.npy"))
+    with pytest.raises(TypeError):
+        ts.map("x", tmp_path / "y.npy", {"x": tmp_path / "x.npy"}, colour="red")
+
+
+def test_options_context_manager_restores(tmp_path):
+    np.save(tmp_path / "x.npy", data((1000, 100), "float32"))
+    with ts.set_options(memory="64KiB"):
+        _, r = ts.reduce(tmp_path / "x.npy", "sum", 0, report=True)
+        assert r.budget_bytes == 64 << 10
+    _, r = ts.reduce(tmp_path / "x.npy", "sum", 0, report=True)
+    assert r.budget_bytes == 1 << 30
+
+
+def test_progress_callback_and_an_exception_in_it(tmp_path):
+    np.save(tmp_path / "x.npy", data((20000, 64), "float32"))
+    seen = []
+    ts.map("x + 1", tmp_path / "y.npy", {"x": tmp_path / "x.npy"}, memory="256KiB",
+           progress=seen.append)
+    assert seen and seen[-1]["tiles_done"] == seen[-1]["tiles_total"] > 1
+
+    class Stop(Exception):
+        pass
+
+    def stop(p):
+        raise Stop("from the callback")
+
+    big = tmp_path / "big.npy"
+    np.save(big, data((400000, 64), "float32"))
+    with pytest.raises(Stop, match="from the callback"):
+        ts.stencil(big, tmp_path / "z.npy", "median:size=5", memory="1MiB", progress=stop)
+    assert not (tmp_path / "z.npy").exists()
+
+
+def test_another_thread_runs_during_a_call(tmp_path):
+    np.save(tmp_path / "x.npy", data((400000, 64), "float32"))
+    ticks = []
+    done = threading.Event()
+
+    def tick():
+        while not done.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.01)
+
+    th = threading.Thread(target=tick)
+    th.start()
+    t0 = time.monotonic()
+    ts.stencil(tmp_path / "x.npy", tmp_path / "m.npy", "median:size=3", memory="4MiB")
+    t1 = time.monotonic()
+    done.set()
+    th.join()
+    during = [t for t in ticks if t0 <= t <= t1]
+    # the GIL was released: the other thread ticked all along (every 10 ms)
+    assert len(during) >= 0.5 * (t1 - t0) / 0.01, (len(during), t1 - t0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_a_call_in_a_forked_child(tmp_path):
+    np.save(tmp_path / "x.npy", data((5000, 10), "float64"))
+    ts.reduce(tmp_path / "x.npy", "sum", 0)  # the parent used the engine first
+    pid = os.fork()
+    if pid == 0:
+        try:
+            r = ts.reduce(tmp_path / "x.npy", "sum", 0, memory="64KiB")
+            ok = np.allclose(r, np.load(tmp_path / "x.npy").sum(0))
+            os._exit(0 if ok else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+
+
+def test_ctrl_c_stops_within_two_seconds_and_resume_finishes(tmp_path):
+    x = tmp_path / "x.npy"
+    np.save(x, data((4000, 1000), "float32"))
+    out = tmp_path / "m.npy"
+    script = textwrap.dedent(f"""
+        import sys, tilestream as ts
+        print("start", flush=True)
+        try:
+            ts.stencil({str(x)!r}, {str(out)!r}, "median:size=7", memory="2MiB", threads=1)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(7)
+        print("finished", flush=True)
+    """)
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "start"
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    rest = p.communicate(timeout=30)[0]
+    took = time.monotonic() - t0
+    assert p.returncode == 7 and "interrupted" in rest, (p.returncode, rest)
+    assert took < 2.0, took
+    assert not out.exists()
+    r = ts.stencil(x, out, "median:size=7", memory="2MiB", threads=1, resume=True)
+    assert 0 < r.report.resumed_tiles < r.report.tiles
+    whole = ts.stencil(x, tmp_path / "w.npy", "median:size=7", memory="2MiB", threads=1)
+    assert out.read_bytes() == (tmp_path / "w.npy").read_bytes()
+    assert whole.report.resumed_tiles == 0
+
+
+def test_iter_tiles_and_read_stream_within_the_budget(tmp_path):
+    a = data((1000, 30), "int16", 6)
+    np.save(tmp_path / "a.npy", a)
+    seen = []
+    for i, rows, block in ts.iter_tiles(tmp_path / "a.npy", memory="16KiB"):
+        assert block.nbytes <= 4 << 10
+        seen.append(block.copy())
+    assert np.array_equal(np.concatenate(seen), a)
+    out = np.zeros((10, 30), dtype=np.int16)
+    ts.read(tmp_path / "a.npy", rows=slice(500, 510), out=out)
+    assert np.array_equal(out, a[500:510])
+
+
+def test_the_example_script_runs():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "quickstart.py"), "3000"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "tilestream" in r.stdout and "tiles" in r.stdout

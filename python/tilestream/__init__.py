@@ -1,0 +1,672 @@
+"""tilestream: arrays larger than memory, processed under a memory budget.
+
+Open an on-disk array (``.npy``, raw, GeoTIFF, Zarr v3, or an ``np.memmap``) and run
+an operation on it with ``memory=`` as the budget: the work is split into tiles that
+fit, streamed through a fixed pool of buffers, and the result is exactly what it would
+be at any budget::
+
+    import tilestream as ts
+    x = ts.open("features.npy")                       # 3075200 x 512 f32, 6.3 GB
+    mean = ts.reduce(x, "mean", axis=0, memory="256MiB")  # an np.ndarray of 512 f64
+
+Operations that write a file (``map``, ``cast``, ``affine``, ``standardize``,
+``matmul``, ``stencil``, ``transpose``, ``convert``, ``gen``) return the output as a
+:class:`Tensor` whose ``report`` is the :class:`RunReport` of the run. ``plan(f, ...)``
+shows what ``f(...)`` would do without doing it.
+
+Every call releases the GIL for the whole run; Ctrl-C raises ``KeyboardInterrupt``
+within about a second, after the run stopped at the tile in flight (nothing appears at
+the output, and ``resume=True`` continues it); ``progress=True`` shows a bar (tqdm when
+installed), a callable receives the progress numbers (an exception it raises cancels
+the run and reaches the caller). Errors are Python's own: :class:`BudgetError` (a
+``MemoryError``) when the budget is too small, ``FileNotFoundError``,
+``PermissionError`` and ``OSError`` for I/O, ``ValueError`` for bad arguments and
+corrupt files, ``TypeError`` for dtypes tilestream or numpy cannot hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import mmap
+import os
+import sys
+from typing import Any, Callable, Iterator, Mapping, Optional, Union
+
+import numpy as np
+
+from . import _tilestream as _ts
+
+__version__ = _ts.version()
+
+__all__ = [
+    "BudgetError",
+    "Plan",
+    "RunReport",
+    "Tensor",
+    "affine",
+    "cast",
+    "convert",
+    "gen",
+    "iter_tiles",
+    "map",
+    "matmul",
+    "open",
+    "plan",
+    "read",
+    "reduce",
+    "run",
+    "set_options",
+    "standardize",
+    "stencil",
+    "tiles",
+    "transpose",
+]
+
+#: The memory budget was too small for the operation (``MemoryError``). ``smallest`` is
+#: the smallest budget in bytes that works, when the planner could work it out.
+BudgetError = _ts.BudgetError
+BudgetError.__str__ = lambda self: str(self.args[0]) if self.args else ""  # type: ignore[method-assign]
+BudgetError.smallest = property(  # type: ignore[attr-defined]
+    lambda self: self.args[1] if len(self.args) > 1 else None,
+    doc="The smallest budget that works, in bytes (None if unknown).",
+)
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+# ---------------------------------------------------------------------------------------
+# dtypes
+
+_NUMPY_OF = {
+    "bool": "bool",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "f16": "float16",
+    "f32": "float32",
+    "f64": "float64",
+}
+
+
+def _np_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a tilestream dtype name (bf16 needs ml_dtypes)."""
+    if name == "bf16":
+        try:
+            import ml_dtypes  # type: ignore[import-not-found]
+        except ImportError:
+            raise TypeError(
+                "tilestream: bf16 data needs the ml_dtypes package for numpy "
+                "(pip install ml_dtypes)"
+            ) from None
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(_NUMPY_OF[name]).newbyteorder("<")
+
+
+def _ts_dtype(dtype: Any) -> Optional[str]:
+    """A tilestream dtype name from a numpy dtype, a type or a name (None stays None)."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, str) and dtype in _NUMPY_OF or dtype == "bf16":
+        return dtype
+    try:
+        d = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"tilestream: {dtype!r} is not a dtype") from None
+    if d.name == "bfloat16":
+        return "bf16"
+    if d.byteorder == ">" and d.itemsize > 1:
+        raise TypeError(
+            f"tilestream: big-endian {d} is not supported: convert with "
+            "a.astype(a.dtype.newbyteorder('<'))"
+        )
+    for k, v in _NUMPY_OF.items():
+        if np.dtype(v) == d.newbyteorder("="):
+            return k
+    raise TypeError(
+        f"tilestream: dtype {d} is not one tilestream handles "
+        "(bool, u8-u64, i8-i64, f16, bf16, f32, f64)"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# options
+
+_OPTIONS: dict = {"memory": "1GiB", "threads": None, "progress": None, "device": None}
+
+
+class set_options:
+    """Sets defaults for every call (``memory``, ``threads``, ``progress``, ``device``).
+
+    Usable as a context manager, which restores the previous defaults on exit::
+
+        with ts.set_options(memory="512MiB"):
+            ts.reduce(x, "sum")
+    """
+
+    def __init__(self, **options: Any) -> None:
+        unknown = set(options) - set(_OPTIONS)
+        if unknown:
+            raise ValueError(f"tilestream: unknown option(s) {sorted(unknown)}")
+        self._previous = dict(_OPTIONS)
+        _OPTIONS.update(options)
+
+    def __enter__(self) -> "set_options":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _OPTIONS.clear()
+        _OPTIONS.update(self._previous)
+
+
+def _opts(memory: Any = None, threads: Any = None, device: Any = None, **extra: Any) -> str:
+    o = {
+        "memory": memory if memory is not None else _OPTIONS["memory"],
+        "threads": threads if threads is not None else _OPTIONS["threads"],
+        "device": device if device is not None else _OPTIONS["device"],
+    }
+    if isinstance(o["memory"], bool) or not isinstance(o["memory"], (str, int)):
+        raise TypeError("tilestream: memory must be a size such as '512MiB' or a number of bytes")
+    if isinstance(o["memory"], int) and o["memory"] <= 0:
+        raise ValueError(f"tilestream: memory={o['memory']} is not a positive number of bytes")
+    o.update({k: v for k, v in extra.items() if v is not None})
+    return json.dumps(o)
+
+
+def _progress(progress: Any) -> Optional[Callable[[dict], None]]:
+    """The callable that receives progress: None, a callable, or True for a bar."""
+    if progress is None:
+        progress = _OPTIONS["progress"]
+    if progress is None or progress is False:
+        return None
+    if callable(progress):
+        return progress
+    try:
+        from tqdm import tqdm  # type: ignore[import-not-found]
+    except ImportError:
+        tqdm = None
+    state: dict = {}
+
+    def bar(p: dict) -> None:
+        if tqdm is not None:
+            if "bar" not in state:
+                state["bar"] = tqdm(total=p["tiles_total"], unit="tile")
+            b = state["bar"]
+            b.update(p["tiles_done"] - b.n)
+            if p["tiles_done"] >= p["tiles_total"]:
+                b.close()
+        else:
+            end = "\n" if p["tiles_done"] >= p["tiles_total"] else ""
+            print(
+                f"\rtilestream: {p['tiles_done']}/{p['tiles_total']} tiles, "
+                f"{p['bytes_done'] / 1e9:.2f} GB in {p['elapsed']:.1f} s",
+                end=end,
+                file=sys.stderr,
+                flush=True,
+            )
+
+    return bar
+
+
+# ---------------------------------------------------------------------------------------
+# reports and plans
+
+
+class RunReport:
+    """What a run did: tiles, bytes, time, throughput, busy time of each stage, peak
+    memory reserved against the budget. Fields are attributes (``r.tiles``,
+    ``r.gb_per_s``, ``r.peak_reserved_bytes``...); ``r.as_dict()`` has them all."""
+
+    def __init__(self, fields: dict) -> None:
+        self._fields = fields
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._fields[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict:
+        """Every field, as a dict."""
+        return dict(self._fields)
+
+    def __repr__(self) -> str:
+        f = self._fields
+        return (
+            f"RunReport({f.get('op')!r}, tiles={f.get('tiles')}, wall_s={f.get('wall_s', 0):.3f}, "
+            f"gb_per_s={f.get('gb_per_s', 0):.2f}, peak_reserved_bytes={f.get('peak_reserved_bytes')}, "
+            f"budget_bytes={f.get('budget_bytes')})"
+        )
+
+
+class Plan:
+    """What an operation would do under a budget, without doing it: ``tiles``,
+    ``tile_shape``, ``peak`` (bytes reserved at the peak), ``budget``, ``fits`` (and,
+    when it does not fit, ``smallest``, the smallest budget that works); ``str()`` is
+    what ``tilestream plan`` prints (or why it does not fit)."""
+
+    def __init__(self, fields: dict) -> None:
+        self._fields = fields
+
+    @property
+    def peak(self) -> Optional[int]:
+        """Bytes reserved from the budget at the peak of the run."""
+        return self._fields.get("reserved_bytes")
+
+    @property
+    def budget(self) -> int:
+        """The budget, in bytes."""
+        return int(self._fields.get("budget_bytes", 0))
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._fields[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict:
+        """Every field, as a dict."""
+        return dict(self._fields)
+
+    def __str__(self) -> str:
+        return str(self._fields.get("text", ""))
+
+    def __repr__(self) -> str:
+        return f"Plan({self._fields!r})"
+
+
+# ---------------------------------------------------------------------------------------
+# tensors
+
+
+class Tensor:
+    """An array on disk, never loaded whole: its ``shape``, ``dtype`` (a numpy dtype),
+    ``nbytes``, ``format`` and ``georef`` (GeoTIFF georeferencing, or None). Pass it to
+    any operation. ``np.asarray(t)`` reads it whole, and refuses (``BudgetError``) when
+    it is larger than the memory budget of the current options."""
+
+    def __init__(self, source: dict, info: dict, report: Optional[RunReport] = None) -> None:
+        self._source = source
+        self._info = info
+        #: The report of the run that wrote this tensor (None for an opened one).
+        self.report = report
+
+    @property
+    def path(self) -> str:
+        """The file (or Zarr store)."""
+        return str(self._source["path"])
+
+    @property
+    def shape(self) -> tuple:
+        """The shape."""
+        return tuple(self._info["shape"])
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The element type, as a numpy dtype."""
+        return _np_dtype(self._info["dtype"])
+
+    @property
+    def ndim(self) -> int:
+        """The number of dimensions."""
+        return len(self._info["shape"])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the data (decoded)."""
+        return int(self._info["nbytes"])
+
+    @property
+    def format(self) -> str:
+        """``npy``, ``raw``, ``geotiff`` or ``zarr``."""
+        return str(self._info["format"])
+
+    @property
+    def georef(self) -> Optional[dict]:
+        """GeoTIFF georeferencing (``geotransform``, ``epsg``, ``nodata``), or None."""
+        return self._info.get("georef")
+
+    def __len__(self) -> int:
+        return self.shape[0] if self.shape else 0
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.path!r}, shape={self.shape}, dtype={self.dtype}, format={self.format!r})"
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        budget = _budget_bytes(_OPTIONS["memory"])
+        if self.nbytes > budget:
+            raise BudgetError(
+                f"tilestream: reading {self.path} whole needs {self.nbytes} bytes, more than "
+                f"the memory budget of {budget} bytes; use ts.read(t, rows=...) or "
+                "ts.iter_tiles(t), or raise it with ts.set_options(memory=...)",
+                self.nbytes,
+            )
+        a = read(self)
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+
+def _budget_bytes(memory: Any) -> int:
+    return memory if isinstance(memory, int) else _ts.parse_size(str(memory))
+
+
+def _memmap_source(a: np.memmap) -> dict:
+    """The file, offset, shape and dtype of an np.memmap (also a slice of one: its
+    ``offset`` is its parent's, so the offset is worked out from the data pointer)."""
+    if not a.flags["C_CONTIGUOUS"]:
+        raise ValueError(
+            "tilestream: this memmap is not C-contiguous (a strided slice); open the file "
+            "itself, or pass a contiguous slice"
+        )
+    base = a
+    while isinstance(getattr(base, "base", None), np.memmap):
+        base = base.base
+    m = getattr(base, "_mmap", None)
+    if m is None or getattr(a, "filename", None) is None:
+        raise ValueError("tilestream: this memmap has no file behind it")
+    # np.memmap maps from the offset rounded down to the allocation granularity
+    start = base.offset - base.offset % mmap.ALLOCATIONGRANULARITY
+    mm_addr = np.frombuffer(m, dtype=np.uint8).ctypes.data
+    offset = start + (a.ctypes.data - mm_addr)
+    return {
+        "path": os.fspath(a.filename),
+        "raw": {"shape": list(a.shape), "dtype": _ts_dtype(a.dtype), "offset": int(offset)},
+    }
+
+
+def open(
+    path: Union[PathLike, np.memmap],
+    *,
+    shape: Optional[tuple] = None,
+    dtype: Any = None,
+    offset: int = 0,
+) -> Tensor:
+    """Opens an on-disk array without reading it: a ``.npy`` file, a GeoTIFF, a Zarr v3
+    store, an ``np.memmap`` (also a contiguous slice of one), or raw data when ``shape``
+    and ``dtype`` are given (starting ``offset`` bytes into the file).
+
+    Raises ``FileNotFoundError`` if it does not exist, ``ValueError`` if it is not a
+    format tilestream reads exactly (with a message naming what)."""
+    if isinstance(path, np.memmap):
+        source = _memmap_source(path)
+    elif shape is not None or dtype is not None:
+        if shape is None or dtype is None:
+            raise ValueError("tilestream: a raw file needs both shape= and dtype=")
+        source = {
+            "path": os.fspath(path),
+            "raw": {"shape": [int(s) for s in shape], "dtype": _ts_dtype(dtype), "offset": int(offset)},
+        }
+    else:
+        if isinstance(path, np.ndarray):
+            raise TypeError(
+                "tilestream: an in-memory array is already loaded; save it (np.save) or "
+                "pass an np.memmap"
+            )
+        source = {"path": os.fspath(path)}
+    if source.get("raw") and not source["raw"].get("offset"):
+        source["raw"].pop("offset", None)
+    return Tensor(source, json.loads(_ts.info(json.dumps(source))))
+
+
+def _source(x: Any) -> dict:
+    if isinstance(x, Tensor):
+        return x._source
+    if isinstance(x, np.memmap):
+        return _memmap_source(x)
+    if isinstance(x, (str, os.PathLike)):
+        return {"path": os.fspath(x)}
+    raise TypeError(
+        f"tilestream: expected a Tensor, a path or an np.memmap, not {type(x).__name__}"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# operations
+
+
+def _execute(spec: dict, out: Optional[PathLike], kw: dict) -> Any:
+    """Plans (``_plan=True``) or runs ``spec`` with the call's options."""
+    plan_only = kw.pop("_plan", False)
+    progress = kw.pop("progress", None)
+    resume = kw.pop("resume", False)
+    opts = _opts(resume=resume, **kw)
+    if plan_only:
+        try:
+            fields = json.loads(_ts.plan_spec(json.dumps(spec), opts))
+        except BudgetError as e:
+            return Plan({"fits": False, "text": str(e), "smallest": e.smallest,
+                         "budget_bytes": _budget_bytes(json.loads(opts)["memory"])})
+        fields["fits"] = True
+        return Plan(fields)
+    report = RunReport(json.loads(_ts.run_spec(json.dumps(spec), opts, _progress(progress))))
+    if out is None:
+        return report
+    t = open(out)
+    t.report = report
+    return t
+
+
+_COMMON = {"memory", "threads", "device", "progress", "resume", "_plan", "format",
+           "tiff_compress", "zarr_compress", "zarr_chunks", "zarr_shard"}
+
+
+def _check_kw(fn: str, kw: dict) -> None:
+    unknown = set(kw) - _COMMON
+    if unknown:
+        raise TypeError(f"tilestream.{fn}() got unexpected keyword argument(s) {sorted(unknown)}")
+
+
+def reduce(
+    t: Any,
+    op: str = "sum",
+    axis: Optional[int] = None,
+    *,
+    ddof: int = 0,
+    memory: Any = None,
+    threads: Optional[int] = None,
+    device: Optional[str] = None,
+    progress: Any = None,
+    report: bool = False,
+) -> Any:
+    """Reduces ``t`` (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``) over
+    ``axis`` (None: every element) under the budget ``memory``. Returns an np.ndarray
+    in the reduction's result dtype (f64 for sums, means, variances of any input; the
+    input's for min and max), exactly the bytes ``tilestream reduce`` writes; with
+    ``report=True``, a pair (array, RunReport)."""
+    src = _source(t)
+    if axis is not None:
+        ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
+        if not -ndim <= axis < ndim:
+            raise ValueError(f"tilestream: axis {axis} is out of range for {ndim} dimensions")
+        axis = axis % ndim
+    if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
+        raise ValueError(f"tilestream: ddof={ddof!r} is not a non-negative integer")
+    data, name, shape, rep = _ts.reduce(
+        json.dumps(src), op, axis, ddof, _opts(memory, threads, device), _progress(progress)
+    )
+    a = np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
+    return (a, RunReport(json.loads(rep))) if report else a
+
+
+def map(
+    expr: str,
+    out: PathLike,
+    inputs: Mapping[str, Any],
+    *,
+    dtype: Any = None,
+    **kw: Any,
+) -> Any:
+    """Evaluates the elementwise expression ``expr`` (``"(b4 - b3) / (b4 + b3)"``,
+    ``"where(x > 0, sqrt(x), 0)"``; inputs by name, ``s[3]`` for band 3 of ``s``) into
+    ``out``. Returns the output Tensor (its ``report`` is the run's)."""
+    _check_kw("map", kw)
+    spec = {
+        "op": "map",
+        "expr": expr,
+        "inputs": [[k, _source(v)] for k, v in inputs.items()],
+        "output": os.fspath(out),
+        "dtype": _ts_dtype(dtype),
+    }
+    return _execute(spec, out, kw)
+
+
+def cast(t: Any, out: PathLike, dtype: Any, **kw: Any) -> Any:
+    """Casts ``t`` to ``dtype`` into ``out`` (round to nearest even; integers saturate)."""
+    _check_kw("cast", kw)
+    spec = {"op": "cast", "input": _source(t), "output": os.fspath(out), "dtype": _ts_dtype(dtype)}
+    return _execute(spec, out, kw)
+
+
+def affine(t: Any, out: PathLike, scale: float = 1.0, offset: float = 0.0, *, dtype: Any = None, **kw: Any) -> Any:
+    """``scale * t + offset`` into ``out``."""
+    _check_kw("affine", kw)
+    spec = {"op": "affine", "input": _source(t), "output": os.fspath(out),
+            "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype)}
+    return _execute(spec, out, kw)
+
+
+def convert(t: Any, out: PathLike, *, dtype: Any = None, **kw: Any) -> Any:
+    """Converts ``t`` to the format of ``out``'s name (``.npy``, ``.tif``, ``.zarr``, raw)
+    or ``format=``, optionally casting."""
+    _check_kw("convert", kw)
+    spec = {"op": "convert", "input": _source(t), "output": os.fspath(out), "dtype": _ts_dtype(dtype)}
+    return _execute(spec, out, kw)
+
+
+def standardize(t: Any, out: PathLike, *, ddof: int = 0, dtype: Any = None,
+                stats: Optional[PathLike] = None, **kw: Any) -> Any:
+    """Per-column ``(t - mean) / std`` of a 2-D ``t`` into ``out`` (two passes); the
+    statistics go to ``stats`` (``.npz``) if given."""
+    _check_kw("standardize", kw)
+    spec = {"op": "standardize", "input": _source(t), "output": os.fspath(out), "ddof": ddof,
+            "dtype": _ts_dtype(dtype), "stats": None if stats is None else os.fspath(stats)}
+    return _execute(spec, out, kw)
+
+
+def matmul(x: Any, w: Any, out: PathLike, *, dtype: Any = None, **kw: Any) -> Any:
+    """``x @ w`` into ``out``, ``x`` streamed by rows and ``w`` held in memory."""
+    _check_kw("matmul", kw)
+    spec = {"op": "matmul", "x": _source(x), "w": _source(w), "output": os.fspath(out),
+            "dtype": _ts_dtype(dtype)}
+    return _execute(spec, out, kw)
+
+
+def stencil(t: Any, out: PathLike, filter: str, *, boundary: str = "reflect",
+            dtype: Any = None, **kw: Any) -> Any:
+    """A neighbourhood filter (``gaussian:sigma=2``, ``box:size=5``, ``sobel``,
+    ``median:size=3``, ``convolve:KERNEL.npy``) over the last two axes, with halo'd
+    tiles, into ``out``."""
+    _check_kw("stencil", kw)
+    spec = {"op": "stencil", "input": _source(t), "output": os.fspath(out), "filter": filter,
+            "boundary": boundary, "dtype": _ts_dtype(dtype)}
+    return _execute(spec, out, kw)
+
+
+def transpose(t: Any, out: PathLike, **kw: Any) -> Any:
+    """Swaps the last two axes of ``t`` into ``out``."""
+    _check_kw("transpose", kw)
+    return _execute({"op": "transpose", "input": _source(t), "output": os.fspath(out)}, out, kw)
+
+
+def tiles(t: Any, outdir: PathLike, size: int, *, overlap: int = 0, edge: str = "shift",
+          patch_format: str = "npy", **kw: Any) -> Any:
+    """Cuts an image into ``size`` x ``size`` patch files (and ``index.csv``) in
+    ``outdir``. Returns the RunReport."""
+    _check_kw("tiles", kw)
+    spec = {"op": "tiles", "input": _source(t), "outdir": os.fspath(outdir), "size": int(size),
+            "overlap": int(overlap), "edge": edge, "patch_format": patch_format}
+    return _execute(spec, None, kw)
+
+
+def gen(out: PathLike, shape: tuple, dtype: Any = "f32", *, seed: int = 0, **kw: Any) -> Any:
+    """Writes reproducible test data (N(col/100, 1) per column) of ``shape`` to ``out``."""
+    _check_kw("gen", kw)
+    spec = {"op": "generate", "output": os.fspath(out), "shape": [int(s) for s in shape],
+            "dtype": _ts_dtype(dtype), "seed": int(seed)}
+    return _execute(spec, out, kw)
+
+
+def plan(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
+    """What ``fn(*args, **kwargs)`` would do (tiles, tile shape, peak memory against the
+    budget), without running it: ``ts.plan(ts.stencil, x, "g.npy", "gaussian:sigma=2",
+    memory="64MiB")``."""
+    if fn is reduce:
+        t, op = args[0], (args[1] if len(args) > 1 else kwargs.pop("op", "sum"))
+        axis = args[2] if len(args) > 2 else kwargs.pop("axis", None)
+        ddof = kwargs.pop("ddof", 0)
+        kwargs.pop("report", None)
+        if axis is not None:
+            axis = axis % open(_source(t)["path"]).ndim if not isinstance(t, Tensor) else axis % t.ndim
+        spec = {"op": "reduce", "input": _source(t), "output": os.devnull, "reduce": op,
+                "ddof": ddof, "axis": axis}
+        return _execute(spec, None, dict(kwargs, _plan=True))
+    return fn(*args, _plan=True, **kwargs)
+
+
+def run(pipeline: PathLike, *, dry_run: bool = False, memory: Any = None,
+        threads: Optional[int] = None, device: Optional[str] = None,
+        progress: Any = None) -> Any:
+    """Runs a pipeline file (``tilestream run``): a list of RunReports, one per step; with
+    ``dry_run=True``, the plan as text. The file's ``memory`` applies unless ``memory=``
+    is given."""
+    o = json.loads(_opts(memory, threads, device))
+    if memory is None:
+        o["memory"] = None
+    out = _ts.run_pipeline(os.fspath(pipeline), json.dumps(o), dry_run, _progress(progress))
+    return out if dry_run else [RunReport(r) for r in json.loads(out)]
+
+
+# ---------------------------------------------------------------------------------------
+# reading into memory
+
+
+def read(t: Any, rows: Optional[slice] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+    """Reads rows ``rows`` (a slice of the first axis; all by default) of ``t`` into
+    ``out`` (a C-contiguous array of the right size and dtype, such as a page-locked
+    ``torch.empty(..., pin_memory=True).numpy()``), or into a new array."""
+    t = t if isinstance(t, Tensor) else open(t)
+    n = t.shape[0] if t.shape else 1
+    start, stop, step = (rows or slice(None)).indices(n)
+    if step != 1:
+        raise ValueError("tilestream: rows must be a contiguous slice (step 1)")
+    stop = max(stop, start)
+    row_elems = int(np.prod(t.shape[1:], dtype=np.int64)) if t.ndim > 1 else 1
+    shape = (stop - start,) + tuple(t.shape[1:])
+    if out is None:
+        out = np.empty(shape, dtype=t.dtype)
+    elif out.dtype != t.dtype or out.size != (stop - start) * row_elems:
+        raise ValueError(
+            f"tilestream: out is {out.shape} {out.dtype}, the read is {shape} {t.dtype}"
+        )
+    if not out.flags["C_CONTIGUOUS"] or not out.flags["WRITEABLE"]:
+        raise ValueError("tilestream: out must be a writable C-contiguous array")
+    if stop > start:
+        b = _ts.read_range(json.dumps(t._source), start * row_elems, (stop - start) * row_elems)
+        np.copyto(out.reshape(-1), np.frombuffer(b, dtype=t.dtype))
+    return out
+
+
+def iter_tiles(t: Any, *, memory: Any = None) -> Iterator[tuple]:
+    """Yields ``(index, rows, array)`` for consecutive blocks of rows of ``t``, each block
+    as large as the budget ``memory`` allows (a quarter of it); the array is one
+    buffer reused from block to block, valid until the next step (copy it to keep it)."""
+    t = t if isinstance(t, Tensor) else open(t)
+    budget = _budget_bytes(memory if memory is not None else _OPTIONS["memory"])
+    n = t.shape[0] if t.shape else 1
+    row_bytes = max(1, t.nbytes // max(n, 1))
+    per = max(1, (budget // 4) // row_bytes)
+    if per * row_bytes > budget:
+        raise BudgetError(
+            f"tilestream: one row of {t.path} is {row_bytes} bytes, more than the budget of "
+            f"{budget} bytes",
+            row_bytes,
+        )
+    buf = np.empty((min(per, n),) + tuple(t.shape[1:]), dtype=t.dtype)
+    for i, start in enumerate(range(0, n, per)):
+        stop = min(start + per, n)
+        view = buf[: stop - start]
+        read(t, slice(start, stop), view)
+        yield i, slice(start, stop), view
