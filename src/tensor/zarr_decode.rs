@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, shown};
 
 /// A bytes-to-bytes codec, applied after `bytes` when writing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -166,7 +166,12 @@ fn sharded(meta: &Path, codecs: &[Value], dtype: DType, shard: &[usize]) -> Resu
     let index_at_start = match cfg["index_location"].as_str() {
         None | Some("end") => false,
         Some("start") => true,
-        Some(o) => return Err(bad(meta, format!("sharding_indexed: index_location `{o}`"))),
+        Some(o) => {
+            return Err(bad(
+                meta,
+                format!("sharding_indexed: index_location `{}`", shown(o)),
+            ));
+        }
     };
     Ok(Storage::Sharded {
         per_shard: shard.iter().zip(&inner).map(|(&s, &i)| s / i).collect(),
@@ -180,9 +185,9 @@ fn sharded(meta: &Path, codecs: &[Value], dtype: DType, shard: &[usize]) -> Resu
 
 /// (big-endian, checksummed) of a shard index's codecs.
 fn chain_of_index(meta: &Path, codecs: &[Value]) -> Result<(bool, bool)> {
-    let names: Vec<&str> = codecs
+    let names: Vec<String> = codecs
         .iter()
-        .map(|c| c["name"].as_str().unwrap_or("?"))
+        .map(|c| shown(c["name"].as_str().unwrap_or("?")))
         .collect();
     let refuse = || {
         bad(
@@ -194,7 +199,8 @@ fn chain_of_index(meta: &Path, codecs: &[Value]) -> Result<(bool, bool)> {
             ),
         )
     };
-    match names.as_slice() {
+    let plain: Vec<&str> = names.iter().map(String::as_str).collect();
+    match plain.as_slice() {
         ["bytes"] | ["bytes", "crc32c"] => {}
         _ => return Err(refuse()),
     }
@@ -214,7 +220,10 @@ fn bytes_big_endian(meta: &Path, cfg: &Value, size: usize) -> Result<bool> {
             meta,
             "the bytes codec has no endian for a multi-byte data type",
         )),
-        Some(o) => Err(bad(meta, format!("the bytes codec's endian `{o}`"))),
+        Some(o) => Err(bad(
+            meta,
+            format!("the bytes codec's endian `{}`", shown(o)),
+        )),
     }
 }
 
@@ -222,7 +231,7 @@ fn crc_at_end(meta: &Path, cfg: &Value) -> Result<bool> {
     match cfg.get("location").and_then(Value::as_str) {
         None | Some("end") => Ok(true),
         Some("start") => Ok(false),
-        Some(o) => Err(bad(meta, format!("crc32c location `{o}`"))),
+        Some(o) => Err(bad(meta, format!("crc32c location `{}`", shown(o)))),
     }
 }
 
@@ -259,8 +268,9 @@ fn chain(meta: &Path, codecs: &[Value], dtype: DType, rank: usize, inner: bool) 
                 return Err(bad(
                     meta,
                     format!(
-                        "codec `{name}`{}: tilestream decodes transpose, bytes, zstd, gzip, \
+                        "codec `{}`{}: tilestream decodes transpose, bytes, zstd, gzip, \
                          blosc, crc32c and sharding_indexed, in the specification's order",
+                        shown(name),
                         if big_endian.is_some() {
                             " after bytes"
                         } else {
@@ -295,7 +305,10 @@ fn transpose_order(meta: &Path, v: &Value, rank: usize) -> Result<Vec<usize>> {
     ok.ok_or_else(|| {
         bad(
             meta,
-            format!("transpose order {v} is not a permutation of the axes"),
+            format!(
+                "transpose order {} is not a permutation of the axes",
+                shown(&v.to_string())
+            ),
         )
     })
 }
@@ -305,7 +318,7 @@ fn key_encoding(meta: &Path, v: &Value) -> Result<(bool, char)> {
     let v2 = match name {
         "default" => false,
         "v2" => true,
-        o => return Err(bad(meta, format!("chunk_key_encoding `{o}`"))),
+        o => return Err(bad(meta, format!("chunk_key_encoding `{}`", shown(o)))),
     };
     let sep = match v["configuration"]["separator"].as_str() {
         None => {
@@ -317,14 +330,23 @@ fn key_encoding(meta: &Path, v: &Value) -> Result<(bool, char)> {
         }
         Some("/") => '/',
         Some(".") => '.',
-        Some(o) => return Err(bad(meta, format!("chunk key separator `{o}`"))),
+        Some(o) => return Err(bad(meta, format!("chunk key separator `{}`", shown(o)))),
     };
     Ok((v2, sep))
 }
 
 /// One element of `dtype` holding the fill value `v`, in native byte order.
 fn fill_value(meta: &Path, v: &Value, dtype: DType) -> Result<Vec<u8>> {
-    let refuse = || bad(meta, format!("fill_value {v} is not a {}", dtype.name()));
+    let refuse = || {
+        bad(
+            meta,
+            format!(
+                "fill_value {} is not a {}",
+                shown(&v.to_string()),
+                dtype.name()
+            ),
+        )
+    };
     let size = dtype.size();
     // "0x..." is the element's bytes, big-endian, for floats
     if let Some(hex) = v.as_str().and_then(|s| s.strip_prefix("0x")) {
