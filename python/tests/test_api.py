@@ -257,11 +257,16 @@ def test_ctrl_c_stops_within_two_seconds_and_resume_finishes(tmp_path):
 def test_iter_tiles_and_read_stream_within_the_budget(tmp_path):
     a = data((1000, 30), "int16", 6)
     np.save(tmp_path / "a.npy", a)
-    seen = []
-    for i, rows, block in ts.iter_tiles(tmp_path / "a.npy", memory="16KiB"):
-        assert block.nbytes <= 4 << 10
-        seen.append(block.copy())
-    assert np.array_equal(np.concatenate(seen), a)
+    ts.convert(tmp_path / "a.npy", tmp_path / "a.zarr", zarr_chunks="64x30")
+    for src in [tmp_path / "a.npy", tmp_path / "a.zarr"]:
+        seen = []
+        for i, rows, block in ts.iter_tiles(src, memory="16KiB"):
+            assert block.nbytes <= 4 << 10 and block.shape[1:] == (30,)
+            assert i == len(seen) and rows.start == sum(len(b) for b in seen)
+            if src.suffix == ".npy":
+                assert not block.flags["WRITEABLE"]  # a view over the file, no copy
+            seen.append(block.copy())
+        assert np.array_equal(np.concatenate(seen), a)
     out = np.zeros((10, 30), dtype=np.int16)
     ts.read(tmp_path / "a.npy", rows=slice(500, 510), out=out)
     assert np.array_equal(out, a[500:510])

@@ -650,9 +650,14 @@ def read(t: Any, rows: Optional[slice] = None, out: Optional[np.ndarray] = None)
 
 
 def iter_tiles(t: Any, *, memory: Any = None) -> Iterator[tuple]:
-    """Yields ``(index, rows, array)`` for consecutive blocks of rows of ``t``, each block
-    as large as the budget ``memory`` allows (a quarter of it); the array is one
-    buffer reused from block to block, valid until the next step (copy it to keep it)."""
+    """Yields ``(index, rows, array)`` for consecutive blocks of rows of ``t``, each
+    block as large as the budget ``memory`` allows (a quarter of it).
+
+    For ``.npy`` and raw files each array is a read-only view straight over the file's
+    pages (a memory map of that block alone, no copy), released when the next block is
+    made, so resident memory stays at one block; for compressed files (GeoTIFF, Zarr) it
+    is one decoded buffer reused from block to block. Either way it is valid until the
+    next step: copy it to keep it."""
     t = t if isinstance(t, Tensor) else open(t)
     budget = _budget_bytes(memory if memory is not None else _OPTIONS["memory"])
     n = t.shape[0] if t.shape else 1
@@ -664,9 +669,16 @@ def iter_tiles(t: Any, *, memory: Any = None) -> Iterator[tuple]:
             f"{budget} bytes",
             row_bytes,
         )
-    buf = np.empty((min(per, n),) + tuple(t.shape[1:]), dtype=t.dtype)
+    mapped = t.format in ("npy", "raw") and t.nbytes > 0
+    buf = None if mapped else np.empty((min(per, n),) + tuple(t.shape[1:]), dtype=t.dtype)
     for i, start in enumerate(range(0, n, per)):
         stop = min(start + per, n)
-        view = buf[: stop - start]
-        read(t, slice(start, stop), view)
+        if mapped:
+            view = np.memmap(t.path, dtype=t.dtype, mode="r",
+                             offset=int(t._info["offset"]) + start * row_bytes,
+                             shape=(stop - start,) + tuple(t.shape[1:]))
+        else:
+            view = buf[: stop - start]
+            read(t, slice(start, stop), view)
         yield i, slice(start, stop), view
+        del view
