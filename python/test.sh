@@ -13,4 +13,4 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check numpy pytest
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check ./python
-"$venv/bin/python" -m pytest -q python/tests "$@"
+"$venv/bin/python" -m pytest -q -rs python/tests "$@"

@@ -278,3 +278,65 @@ def test_the_example_script_runs():
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "tilestream" in r.stdout and "tiles" in r.stdout
+
+
+def test_pipeline_files_run_and_plan(tmp_path):
+    x = data((300, 8), "float32", 7)
+    np.save(tmp_path / "x.npy", x)
+    (tmp_path / "p.toml").write_text(textwrap.dedent("""
+        memory = "1MiB"
+        [inputs]
+        x = "x.npy"
+        [[steps]]
+        op = "map"
+        expr = "x * 2"
+        out = "y"
+        [[steps]]
+        op = "reduce"
+        input = "y"
+        reduce = "sum"
+        axis = 0
+        out = "s"
+        [outputs]
+        s = "s.npy"
+    """))
+    text = ts.run(tmp_path / "p.toml", dry_run=True)
+    assert "reduce" in text and not (tmp_path / "s.npy").exists()
+    reports = ts.run(tmp_path / "p.toml")
+    assert reports and all(r.budget_bytes == 1 << 20 for r in reports)
+    np.testing.assert_allclose(np.load(tmp_path / "s.npy"),
+                               (x.astype(np.float64) * 2).sum(0), rtol=1e-12)
+
+
+def test_progress_true_prints_a_line_without_tqdm(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # as if tqdm were not installed
+    np.save(tmp_path / "x.npy", data((20000, 64), "float32"))
+    ts.cast(tmp_path / "x.npy", tmp_path / "y.npy", "float16", memory="256KiB", progress=True)
+    err = capsys.readouterr().err
+    assert "tiles" in err and err.endswith("\n")
+
+
+def test_os_errors_are_oserrors(tmp_path):
+    (tmp_path / "f").write_bytes(b"")
+    with pytest.raises(OSError) as e:
+        ts.open(tmp_path / "f" / "x.npy")  # a path through a file
+    assert not isinstance(e.value, FileNotFoundError)
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
+                    reason="root reads files whatever their mode")
+def test_unreadable_files_are_permission_errors(tmp_path):
+    np.save(tmp_path / "x.npy", data((10, 10), "float32"))
+    os.chmod(tmp_path / "x.npy", 0)
+    with pytest.raises(PermissionError):
+        ts.open(tmp_path / "x.npy")
+
+
+def test_bf16_when_ml_dtypes_is_there(tmp_path):
+    ml = pytest.importorskip("ml_dtypes")
+    a = data((50, 6), "float32", 8).astype(ml.bfloat16)
+    np.save(tmp_path / "b.npy", a)
+    t = ts.open(tmp_path / "b.npy")
+    assert t.dtype == np.dtype(ml.bfloat16)
+    np.testing.assert_allclose(ts.reduce(t, "sum", 0), a.astype(np.float64).sum(0), rtol=1e-12)
+    assert np.array_equal(np.asarray(t).view(np.uint16), a.view(np.uint16))
