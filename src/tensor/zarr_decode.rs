@@ -413,6 +413,9 @@ const INDEX_MAX: u64 = 16 << 20;
 /// every shard's).
 const INDEX_CACHE: u64 = 1 << 20;
 
+/// Shards remembered in the index cache (missing shards included), at most.
+const INDEX_ENTRIES: usize = 4096;
+
 /// Decodes chunks (or, for sharded arrays, inner chunks) of one Zarr v3 array.
 #[derive(Debug)]
 pub struct ZarrDecoder {
@@ -421,7 +424,7 @@ pub struct ZarrDecoder {
     /// The unit decoded: the chunk, or the inner chunk of a sharded array.
     unit: Vec<usize>,
     codecs: Codecs,
-    /// Shard indexes by shard key, most recent last; `None` for a missing shard.
+    /// Shard indexes by shard key, newest last; `None` for a missing shard.
     indexes: Mutex<IndexCache>,
     /// Bytes of shard indexes kept.
     index_cache: u64,
@@ -431,7 +434,7 @@ pub struct ZarrDecoder {
 }
 
 /// Missing chunk directories remembered (then forgotten all at once).
-const MISSING_DIRS: usize = 4096;
+const MISSING_DIRS: usize = 1024;
 
 #[derive(Debug, Default)]
 struct IndexCache {
@@ -509,10 +512,17 @@ impl ZarrDecoder {
         }
     }
 
-    /// Memory the decoder holds while open: its cache of shard indexes.
+    /// Memory the decoder holds while open: its cache of shard indexes (their bytes and
+    /// their entries) and the missing directories it remembers.
     #[must_use]
     pub fn resident_bytes(&self) -> u64 {
-        self.index_cache
+        let path = self.root.as_os_str().len() as u64 + 32;
+        let entries = if self.index_bytes() > 0 {
+            INDEX_ENTRIES as u64 * (96 + 8 * self.unit.len() as u64)
+        } else {
+            0
+        };
+        self.index_cache + entries + MISSING_DIRS as u64 * (64 + path)
     }
 
     /// Memory one decode holds beyond its output: the stored bytes and, for a chain of
@@ -631,13 +641,10 @@ impl ZarrDecoder {
     /// The index of the shard at `shard`, stored at `path`: (offset, bytes) per inner
     /// chunk; `None` for a shard with no file.
     fn index(&self, shard: &[usize], path: &Path) -> Result<Option<Arc<Vec<u64>>>> {
-        if let Ok(mut c) = self.indexes.lock()
+        // first in, first out: tiles visit shards in order, so the oldest goes first
+        if let Ok(c) = self.indexes.lock()
             && let Some(v) = c.map.get(shard).cloned()
         {
-            if let Some(i) = c.order.iter().position(|k| k == shard) {
-                let k = c.order.remove(i).unwrap_or_default();
-                c.order.push_back(k);
-            }
             return Ok(v);
         }
         let Storage::Sharded {
@@ -707,7 +714,9 @@ impl ZarrDecoder {
         };
         if let Ok(mut c) = self.indexes.lock() {
             let n = self.index_bytes();
-            while c.held + n > self.index_cache {
+            // bounded in bytes of index and in entries (a sparse store's missing shards
+            // hold no index, but each entry costs its key)
+            while c.held + n > self.index_cache || c.map.len() >= INDEX_ENTRIES {
                 let Some(old) = c.order.pop_front() else {
                     break;
                 };
