@@ -26,43 +26,30 @@ import sys
 import time
 from pathlib import Path
 
-PY_TS = """
-import json, resource, sys, time
-import numpy as np, tilestream as ts
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t0 = time.perf_counter()
-m = ts.reduce(sys.argv[1], "mean", axis=0, memory=sys.argv[2])
-t = time.perf_counter() - t0
-print(json.dumps({"s": t, "base": base * 1024,
-                  "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                  "sum": float(m.sum())}))
-"""
-
-PY_NP = """
+# One timed call in a fresh interpreter: its time, the interpreter's peak RSS before the
+# call (after imports) and after it, and a checksum of the result.
+TIMED = """
 import json, resource, sys, time
 import numpy as np
+{imports}
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0 = time.perf_counter()
-m = np.load(sys.argv[1], mmap_mode="r").mean(axis=0)
+{call}
 t = time.perf_counter() - t0
-print(json.dumps({"s": t, "base": base * 1024,
+print(json.dumps({{"s": t, "base": base * 1024,
                   "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                  "sum": float(m.sum())}))
+                  "sum": float(m.sum())}}))
 """
 
-PY_DASK = """
-import json, resource, sys, time
-import numpy as np, dask, dask.array as da
-base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t0 = time.perf_counter()
+PY_TS = TIMED.format(imports="import tilestream as ts",
+                     call='m = ts.reduce(sys.argv[1], "mean", axis=0, memory=sys.argv[2])')
+
+PY_NP = TIMED.format(imports="", call='m = np.load(sys.argv[1], mmap_mode="r").mean(axis=0)')
+
+PY_DASK = TIMED.format(imports="import dask, dask.array as da", call="""
 x = np.load(sys.argv[1], mmap_mode="r")
 rows = max(1, int(sys.argv[3]) // (x.shape[1] * x.dtype.itemsize))
-m = da.from_array(x, chunks=(rows, x.shape[1])).mean(axis=0).compute()
-t = time.perf_counter() - t0
-print(json.dumps({"s": t, "base": base * 1024,
-                  "peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-                  "sum": float(m.sum())}))
-"""
+m = da.from_array(x, chunks=(rows, x.shape[1])).mean(axis=0).compute()""")
 
 
 def main():

@@ -216,10 +216,8 @@ def _progress(progress: Any) -> Optional[Callable[[dict], None]]:
 # reports and plans
 
 
-class RunReport:
-    """What a run did: tiles, bytes, time, throughput, busy time of each stage, peak
-    memory reserved against the budget. Fields are attributes (``r.tiles``,
-    ``r.gb_per_s``, ``r.peak_reserved_bytes``...); ``r.as_dict()`` has them all."""
+class _Fields:
+    """Named fields as attributes, and as a dict with ``as_dict()``."""
 
     def __init__(self, fields: dict) -> None:
         self._fields = fields
@@ -233,6 +231,12 @@ class RunReport:
     def as_dict(self) -> dict:
         """Every field, as a dict."""
         return dict(self._fields)
+
+
+class RunReport(_Fields):
+    """What a run did: tiles, bytes, time, throughput, busy time of each stage, peak
+    memory reserved against the budget. Fields are attributes (``r.tiles``,
+    ``r.gb_per_s``, ``r.peak_reserved_bytes``...); ``r.as_dict()`` has them all."""
 
     def __repr__(self) -> str:
         f = self._fields
@@ -243,14 +247,11 @@ class RunReport:
         )
 
 
-class Plan:
+class Plan(_Fields):
     """What an operation would do under a budget, without doing it: ``tiles``,
     ``tile_shape``, ``peak`` (bytes reserved at the peak), ``budget``, ``fits`` (and,
     when it does not fit, ``smallest``, the smallest budget that works); ``str()`` is
     what ``tilestream plan`` prints (or why it does not fit)."""
-
-    def __init__(self, fields: dict) -> None:
-        self._fields = fields
 
     @property
     def peak(self) -> Optional[int]:
@@ -261,16 +262,6 @@ class Plan:
     def budget(self) -> int:
         """The budget, in bytes."""
         return int(self._fields.get("budget_bytes", 0))
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self._fields[name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def as_dict(self) -> dict:
-        """Every field, as a dict."""
-        return dict(self._fields)
 
     def __str__(self) -> str:
         return str(self._fields.get("text", ""))

@@ -500,32 +500,7 @@ impl TensorFile {
     /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if its size is not exactly
     /// what the shape and dtype need.
     pub fn open_raw(path: impl AsRef<Path>, shape: &[usize], dtype: DType) -> Result<Self> {
-        let path = path.as_ref();
-        let file = own_files::open_input(path)?;
-        let len = file_len(&file, path)?;
-        let nbytes = checked_nbytes(path, shape, dtype)?;
-        if len != nbytes {
-            return Err(Error::format(
-                path,
-                format!(
-                    "size mismatch: --shape {} --in-dtype {dtype} needs {nbytes} bytes, file holds {len}",
-                    fmt_shape(shape)
-                ),
-            ));
-        }
-        Ok(TensorFile {
-            path: path.to_path_buf(),
-            file,
-            info: TensorInfo {
-                format: Format::Raw,
-                dtype,
-                shape: shape.to_vec(),
-                data_offset: 0,
-            },
-            chunked: None,
-            tiff: None,
-            zarr: None,
-        })
+        Self::raw(path.as_ref(), shape, dtype, None)
     }
 
     /// Opens the raw data of the given shape and dtype that starts `offset` bytes into
@@ -540,18 +515,28 @@ impl TensorFile {
         dtype: DType,
         offset: u64,
     ) -> Result<Self> {
-        let path = path.as_ref();
+        Self::raw(path.as_ref(), shape, dtype, Some(offset))
+    }
+
+    /// A raw file holding exactly the data (`offset` `None`), or holding it from byte
+    /// `offset` on.
+    fn raw(path: &Path, shape: &[usize], dtype: DType, offset: Option<u64>) -> Result<Self> {
         let file = own_files::open_input(path)?;
         let len = file_len(&file, path)?;
         let nbytes = checked_nbytes(path, shape, dtype)?;
-        if offset.checked_add(nbytes).is_none_or(|end| end > len) {
-            return Err(Error::format(
-                path,
-                format!(
-                    "{} {dtype} from byte {offset} needs {nbytes} bytes, but the file holds {len}",
-                    fmt_shape(shape)
-                ),
-            ));
+        let refusal = match offset {
+            None if len != nbytes => Some(format!(
+                "size mismatch: --shape {} --in-dtype {dtype} needs {nbytes} bytes, file holds {len}",
+                fmt_shape(shape)
+            )),
+            Some(at) if at.checked_add(nbytes).is_none_or(|end| end > len) => Some(format!(
+                "{} {dtype} from byte {at} needs {nbytes} bytes, but the file holds {len}",
+                fmt_shape(shape)
+            )),
+            _ => None,
+        };
+        if let Some(msg) = refusal {
+            return Err(Error::format(path, msg));
         }
         Ok(TensorFile {
             path: path.to_path_buf(),
@@ -560,7 +545,7 @@ impl TensorFile {
                 format: Format::Raw,
                 dtype,
                 shape: shape.to_vec(),
-                data_offset: offset,
+                data_offset: offset.unwrap_or(0),
             },
             chunked: None,
             tiff: None,
