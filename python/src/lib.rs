@@ -30,8 +30,8 @@ use tilestream::tensor::Format;
 use tilestream::tensor::geotiff::TiffWriteOptions;
 use tilestream::tensor::zarr::ZarrWriteOptions;
 use tilestream::{
-    BudgetError as TsBudgetError, DType, Engine, Error, MemoryBudget, OpSpec, Progress, Reduce,
-    ReduceOver, Source, TensorFile,
+    BudgetError as TsBudgetError, Engine, Error, MemoryBudget, OpSpec, Progress, Reduce,
+    ReduceOver, Source,
 };
 
 create_exception!(
@@ -369,23 +369,10 @@ fn parse_size(s: &str) -> PyResult<u64> {
     tilestream::parse_size(s).map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
-/// Names of the dtypes tilestream handles, as it spells them.
-#[pyfunction]
-fn dtypes() -> Vec<&'static str> {
-    DType::ALL.iter().map(|d| d.name()).collect()
-}
-
 /// The version of the tilestream crate this module was built from.
 #[pyfunction]
 fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
-}
-
-/// Opens a file the way the engine does, to check that it can be read.
-#[pyfunction]
-fn check_open(py: Python<'_>, path: PathBuf) -> PyResult<()> {
-    py.detach(|| TensorFile::open(&path).map(|_| ()))
-        .map_err(to_py)
 }
 
 #[pymodule]
@@ -396,10 +383,8 @@ fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(read_range, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;
-    m.add_function(wrap_pyfunction!(dtypes, m)?)?;
     m.add_function(wrap_pyfunction!(parse_size, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
-    m.add_function(wrap_pyfunction!(check_open, m)?)?;
     m.add("BudgetError", m.py().get_type::<BudgetError>())?;
     Ok(())
 }
