@@ -551,6 +551,15 @@ fn main_inner(cli: Cli) -> Result<()> {
 fn on_sigbus_exit_cleanly() {
     extern "C" fn handler(_: libc::c_int) {
         const MSG: &[u8] = b"tilestream: error: an input file changed size while in use (another program truncated it while it was mapped): the output was not written\n";
+        // Several threads can fault on the lost pages at once: the first one says it and
+        // ends the process, the others wait for that (one line, not one per thread).
+        static FIRST: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+        if !FIRST.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            loop {
+                // SAFETY: pause is async-signal-safe; _exit from the first thread ends us.
+                unsafe { libc::pause() };
+            }
+        }
         // SAFETY: write and _exit are async-signal-safe.
         unsafe {
             libc::write(2, MSG.as_ptr().cast(), MSG.len());

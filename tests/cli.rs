@@ -12,6 +12,8 @@
 
 #[path = "it/common/mod.rs"]
 mod common;
+#[path = "it/common/peak.rs"]
+mod peak;
 
 use std::path::Path;
 
@@ -24,30 +26,8 @@ fn p(path: &Path) -> &str {
 
 /// Runs the binary and returns (exit code, stderr, peak RSS in bytes of that child alone).
 fn run_measured(args: &[&str]) -> (i32, String, u64) {
-    let child = bin()
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pid = child.id() as libc::pid_t;
-    let mut status = 0;
-    // SAFETY: zeroed rusage is valid; wait4 fills it for this child only.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `pid` is our own child; `status` and `ru` are valid places for the results.
-    let r = unsafe { libc::wait4(pid, &raw mut status, 0, &raw mut ru) };
-    assert_eq!(r, pid);
-    let mut stderr = String::new();
-    if let Some(mut e) = child.stderr {
-        use std::io::Read;
-        e.read_to_string(&mut stderr).unwrap();
-    }
-    let code = if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status)
-    } else {
-        -1
-    };
-    (code, stderr, ru.ru_maxrss as u64 * 1024)
+    let m = peak::measure(args, std::time::Duration::from_secs(300));
+    (m.code.unwrap_or(-1), m.stderr, m.rss)
 }
 
 /// Asserts a failed run: exit code, a message fragment, one line, no panic.

@@ -12,9 +12,10 @@
 
 #[path = "it/common/mod.rs"]
 mod common;
+#[path = "it/common/peak.rs"]
+mod peak;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{bin, ok, read_npy_data};
@@ -24,36 +25,12 @@ fn p(path: &Path) -> &str {
 }
 
 /// Runs `tilestream args` with `--memory 16MiB`, measuring the peak RSS of that process
-/// alone (wait4), killing it after 20 s; returns (exit code, stderr, peak RSS bytes).
+/// alone, killing it after 20 s; returns (exit code, stderr, peak RSS bytes).
 fn run_measured(args: &[&str]) -> (Option<i32>, String, u64) {
-    let mut c: Command = bin();
-    c.args(args)
-        .args(["--memory", "16MiB", "--progress", "never"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
-    let pid = child.id() as libc::pid_t;
-    let start = Instant::now();
-    let mut status = 0;
-    // SAFETY: zeroed rusage is a valid value for wait4 to fill.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    loop {
-        // SAFETY: wait4 on our own child with valid out-pointers; WNOHANG never blocks.
-        let r = unsafe { libc::wait4(pid, &raw mut status, libc::WNOHANG, &raw mut ru) };
-        if r == pid {
-            break;
-        }
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            panic!("tilestream {args:?} still running after 20 s");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
-    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
-    (code, err, ru.ru_maxrss as u64 * 1024)
+    let mut all = args.to_vec();
+    all.extend(["--memory", "16MiB", "--progress", "never"]);
+    let m = peak::measure(&all, Duration::from_secs(20));
+    (m.code, m.stderr, m.rss)
 }
 
 fn refused(args: &[&str], word: &str) {
