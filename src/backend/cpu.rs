@@ -75,6 +75,9 @@ impl TileReducer for InPool {
     fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
         self.inner.state_parts_mut()
     }
+    fn finish_outers(&mut self, first: u64, totals: &[u8]) {
+        self.inner.finish_outers(first, totals);
+    }
 }
 
 impl Backend for CpuBackend {

@@ -198,6 +198,25 @@ impl Geometry {
         self.inner
     }
 
+    /// Columns of the virtual matrix each outer index is summed as: `inner`, or 8
+    /// lanes when `inner` is 1.
+    #[must_use]
+    pub fn vcols(&self) -> usize {
+        self.vcols
+    }
+
+    /// Rows per summation block.
+    #[must_use]
+    pub fn block_rows(&self) -> u64 {
+        self.block_rows
+    }
+
+    /// Elements per outer index (`len * inner`).
+    #[must_use]
+    pub fn per_outer_elems(&self) -> u64 {
+        self.per_outer()
+    }
+
     fn per_outer(&self) -> u64 {
         self.len * self.inner
     }
@@ -623,12 +642,17 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
             let o = st.open[c];
             K::merge(&mut st.total[c], &o);
         }
+        self.finish_totals(&st.total, out);
+        st.reset(zero);
+    }
+
+    /// Writes the outputs of one outer index from its columns' final totals `t`.
+    fn finish_totals(&self, t: &[K::A], out: &mut [K::O]) {
         if self.g.inner > 1 {
-            for (r, t) in out.iter_mut().zip(&st.total) {
+            for (r, t) in out.iter_mut().zip(t) {
                 *r = self.k.finish(t, self.g.len);
             }
         } else {
-            let t = &st.total;
             let mut a = [t[0], t[2], t[4], t[6]];
             for (x, y) in a.iter_mut().zip([t[1], t[3], t[5], t[7]]) {
                 K::merge(x, &y);
@@ -639,7 +663,6 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
             K::merge(&mut a01, &a45);
             out[0] = self.k.finish(&a01, self.g.len);
         }
-        st.reset(zero);
     }
 
     /// Feeds one tile (flat elements `[start, start + data.len())`), in plan order.
@@ -712,6 +735,14 @@ pub trait TileReducer: Send {
     /// The same buffers, writable, to restore a saved state into (in the same order):
     /// the reducer then continues as if the same tiles had been fed.
     fn state_parts_mut(&mut self) -> Vec<&mut [u8]>;
+    /// Finishes outer indices `first..` from the final totals of their columns, computed
+    /// elsewhere (a device) with this reducer's order of operations: `totals` holds
+    /// [`Geometry::vcols`] accumulators per outer index, as bytes of this reducer's
+    /// accumulator type.
+    ///
+    /// # Panics
+    /// If `totals` is not a whole number of outer indices within the result.
+    fn finish_outers(&mut self, first: u64, totals: &[u8]);
 }
 
 impl<T: Element, K: Kernel<T> + Send> TileReducer for Reducer<T, K>
@@ -735,6 +766,18 @@ where
             bytemuck::cast_slice(&l.shift),
             bytemuck::cast_slice(&self.result),
         ]
+    }
+    fn finish_outers(&mut self, first: u64, totals: &[u8]) {
+        let vc = self.g.vcols;
+        let opo = self.g.out_per_outer() as usize;
+        let totals: Vec<K::A> = bytemuck::pod_collect_to_vec(totals);
+        assert_eq!(totals.len() % vc, 0, "totals of part of an outer index");
+        let mut result = std::mem::take(&mut self.result);
+        for (k, t) in totals.chunks(vc).enumerate() {
+            let o = first as usize + k;
+            self.finish_totals(t, &mut result[o * opo..(o + 1) * opo]);
+        }
+        self.result = result;
     }
     fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
         let l = &mut self.live;

@@ -19,7 +19,7 @@ use tilestream::backend::cuda::source::{Elementwise, all_elementwise, elementwis
 use tilestream::{Backend, CpuBackend, DType};
 
 /// Host stand-ins for the CUDA built-ins the kernels use.
-const PRELUDE: &str = r"
+pub(crate) const PRELUDE: &str = r"
 #define TS_HOST_EMULATION 1
 #include <math.h>
 #include <stdio.h>
@@ -197,7 +197,7 @@ fn inputs(backend: &CpuBackend, d: DType) -> Vec<u8> {
 }
 
 /// Element `i` of `b` (dtype `d`) as bits, and whether it is a NaN.
-fn element(b: &[u8], d: DType, i: usize) -> (u64, bool) {
+pub(crate) fn element(b: &[u8], d: DType, i: usize) -> (u64, bool) {
     let es = d.size();
     let mut w = [0u8; 8];
     w[..es].copy_from_slice(&b[i * es..(i + 1) * es]);
@@ -224,7 +224,7 @@ fn cpu(backend: &CpuBackend, k: Elementwise, x: &[u8], i: DType, o: DType) -> Ve
     y
 }
 
-fn compile(dir: &Path, src: &str) -> std::path::PathBuf {
+pub(crate) fn compile(dir: &Path, src: &str) -> std::path::PathBuf {
     let cpp = dir.join("emulation.cpp");
     std::fs::write(&cpp, src).unwrap();
     let exe = dir.join("emulation");

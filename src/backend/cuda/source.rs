@@ -8,11 +8,14 @@ use std::fmt::Write as _;
 
 use crate::dtype::DType;
 use crate::ops::expr::{BinOp, Instr, Operand, Program, UnOp};
+use crate::ops::reduce::{Geometry, Reduce};
 
 /// Element types and casts shared by every kernel.
 pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 /// Templates of the elementwise kernels.
 pub const ELEMENTWISE: &str = include_str!("../../../kernels/elementwise.cu");
+/// Templates of the reduction kernels.
+pub const REDUCE: &str = include_str!("../../../kernels/reduce.cu");
 
 /// The CUDA type of `d` in the kernels (`ts_f32`).
 #[must_use]
@@ -103,6 +106,214 @@ pub fn all_elementwise() -> Vec<(Elementwise, DType, DType)> {
         }
     }
     v
+}
+
+/// A reduction's accumulator family, as in `kernels/reduce.cu` (and the CPU's kernels in
+/// `src/ops/reduce.rs`): each has a blocks kernel and a merge kernel per input dtype.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reduction {
+    /// Sum and mean of floats, in f64.
+    FloatSum,
+    /// Sum and mean of integers and bools, wrapping 64-bit.
+    IntSum,
+    /// Variance and standard deviation: shifted sums of `d` and `d * d`.
+    Moments,
+    /// Minimum in the input's dtype (NaN wins).
+    Min,
+    /// Maximum in the input's dtype (NaN wins).
+    Max,
+}
+
+impl Reduction {
+    /// Every family.
+    pub const ALL: [Reduction; 5] = [
+        Reduction::FloatSum,
+        Reduction::IntSum,
+        Reduction::Moments,
+        Reduction::Min,
+        Reduction::Max,
+    ];
+
+    /// The family that computes `op` over elements of `dtype`.
+    #[must_use]
+    pub fn of(op: Reduce, dtype: DType) -> Self {
+        match op {
+            Reduce::Sum | Reduce::Mean if dtype.is_float() => Reduction::FloatSum,
+            Reduce::Sum | Reduce::Mean => Reduction::IntSum,
+            Reduce::Var { .. } | Reduce::Std { .. } => Reduction::Moments,
+            Reduce::Min => Reduction::Min,
+            Reduce::Max => Reduction::Max,
+        }
+    }
+
+    /// Whether the family runs over elements of `dtype`.
+    #[must_use]
+    pub fn takes(self, dtype: DType) -> bool {
+        match self {
+            Reduction::FloatSum => dtype.is_float(),
+            Reduction::IntSum => !dtype.is_float(),
+            _ => true,
+        }
+    }
+
+    /// The family's part of kernel names.
+    #[must_use]
+    pub fn op_name(self) -> &'static str {
+        match self {
+            Reduction::FloatSum => "fsum",
+            Reduction::IntSum => "isum",
+            Reduction::Moments => "moments",
+            Reduction::Min => "min",
+            Reduction::Max => "max",
+        }
+    }
+
+    /// The blocks kernel's name for `dtype` (`reduce_blocks_fsum_f32`).
+    #[must_use]
+    pub fn blocks_name(self, dtype: DType) -> String {
+        format!("reduce_blocks_{}_{}", self.op_name(), dtype.name())
+    }
+
+    /// The merge kernel's name for `dtype` (`reduce_merge_fsum_f32`).
+    #[must_use]
+    pub fn merge_name(self, dtype: DType) -> String {
+        format!("reduce_merge_{}_{}", self.op_name(), dtype.name())
+    }
+
+    fn template(self) -> &'static str {
+        match self {
+            Reduction::FloatSum => "TsFSum",
+            Reduction::IntSum => "TsISum",
+            Reduction::Moments => "TsMoments",
+            Reduction::Min => "TsMin",
+            Reduction::Max => "TsMax",
+        }
+    }
+
+    fn wrappers(self, dtype: DType) -> String {
+        let t = cuda_type(dtype);
+        let k = format!("{}<{t}>", self.template());
+        let a = format!("{k}::A");
+        format!(
+            "extern \"C\" __global__ void {blocks}(const {t}* x, TsReduceTile t, const {a}* open, \
+             const double* shift, {a}* part, unsigned long long cells) \
+             {{ ts_reduce_blocks<{t}, {k} >(x, t, open, shift, part, cells); }}\n\
+             extern \"C\" __global__ void {merge}(const {t}* x, TsReduceTile t, \
+             const {a}* total, const {a}* open, const double* shift, const {a}* part, \
+             {a}* done, {a}* total_out, {a}* open_out, double* shift_out) \
+             {{ ts_reduce_merge<{t}, {k} >(x, t, total, open, shift, part, done, total_out, \
+             open_out, shift_out); }}\n",
+            blocks = self.blocks_name(dtype),
+            merge = self.merge_name(dtype),
+        )
+    }
+}
+
+/// The NVRTC source of the reduction kernels `kernels` (family, input dtype): both
+/// kernels of each.
+#[must_use]
+pub fn reduce_source(kernels: &[(Reduction, DType)]) -> String {
+    let mut s = String::with_capacity(COMMON.len() + REDUCE.len() + 600 * kernels.len());
+    s.push_str(COMMON);
+    s.push('\n');
+    s.push_str(REDUCE);
+    s.push('\n');
+    for &(k, d) in kernels {
+        s.push_str(&k.wrappers(d));
+    }
+    s
+}
+
+/// Every reduction kernel pair: each family for every dtype it takes.
+#[must_use]
+pub fn all_reductions() -> Vec<(Reduction, DType)> {
+    Reduction::ALL
+        .iter()
+        .flat_map(|&k| DType::ALL.iter().filter(move |&&d| k.takes(d)).map(move |&d| (k, d)))
+        .collect()
+}
+
+/// The arguments of one tile's reduction launches, laid out as `TsReduceTile` in
+/// `kernels/reduce.cu` (twelve u64). Pure arithmetic on the geometry and the tile, so it
+/// is checked without a GPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+pub struct ReduceTile {
+    /// First flat element of the tile.
+    pub start: u64,
+    /// Elements in the tile.
+    pub n: u64,
+    /// Elements per outer index.
+    pub per: u64,
+    /// Columns of the virtual matrix.
+    pub vcols: u64,
+    /// Rows per summation block.
+    pub block_rows: u64,
+    /// 1 when the columns are the inner axes, 0 for lanes.
+    pub wide: u64,
+    /// The tile's first outer index.
+    pub first: u64,
+    /// Outer indices the tile touches.
+    pub n_o: u64,
+    /// First block touched in the first outer index.
+    pub b0: u64,
+    /// Last block touched in the last outer index.
+    pub b1: u64,
+    /// Blocks per outer index.
+    pub nb: u64,
+    /// Blocks touched in the first outer index.
+    pub count_first: u64,
+}
+
+impl ReduceTile {
+    /// The launch arguments of the tile of `n > 0` elements from flat element `start`.
+    #[must_use]
+    pub fn new(g: &Geometry, start: u64, n: u64) -> Self {
+        let per = g.per_outer_elems();
+        let vc = g.vcols() as u64;
+        let br = g.block_rows();
+        let nb = per.div_ceil(vc).div_ceil(br);
+        let end = start + n;
+        let first = start / per;
+        let last = (end - 1) / per;
+        let n_o = last - first + 1;
+        let b0 = (start - first * per) / vc / br;
+        let b1 = (end - last * per - 1) / vc / br;
+        let count_first = if n_o == 1 { b1 - b0 + 1 } else { nb - b0 };
+        ReduceTile {
+            start,
+            n,
+            per,
+            vcols: vc,
+            block_rows: br,
+            wide: u64::from(g.inner > 1),
+            first,
+            n_o,
+            b0,
+            b1,
+            nb,
+            count_first,
+        }
+    }
+
+    /// Threads of the blocks kernel: one per (outer, block, column) cell.
+    #[must_use]
+    pub fn cells(&self) -> u64 {
+        let pairs = if self.n_o == 1 {
+            self.count_first
+        } else {
+            self.count_first + (self.n_o - 2) * self.nb + self.b1 + 1
+        };
+        pairs * self.vcols
+    }
+
+    /// The outer indices this tile finishes: `(first, count)`; their totals are the
+    /// first `count * vcols` accumulators of the merge kernel's `done`.
+    #[must_use]
+    pub fn finished(&self) -> (u64, u64) {
+        let complete_last = (self.start + self.n) % self.per == 0;
+        (self.first, self.n_o - u64::from(!complete_last))
+    }
 }
 
 /// The name of the fused kernel of a `map` program: `map_` and a hash of the program
