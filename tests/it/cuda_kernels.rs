@@ -84,3 +84,25 @@ fn every_fused_map_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
         }
     }
 }
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn every_reduction_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    use tilestream::backend::cuda::source::{all_reductions, reduce_source};
+    assert!(device::nvrtc_available(), "NVRTC cannot be loaded");
+    let kernels = all_reductions();
+    let src = reduce_source(&kernels);
+    for arch in ["compute_80", "sm_90"] {
+        let c = device::compile("reduce", &src, arch, true).unwrap_or_else(|e| panic!("{e}"));
+        for &(k, d) in &kernels {
+            for name in [k.blocks_name(d), k.merge_name(d)] {
+                let entry = format!(".entry {name}(");
+                assert!(c.ptx.contains(&entry), "{arch}: no {entry} in the PTX");
+            }
+        }
+        assert!(!c.ptx.contains(".local"), "{arch}: local memory used");
+    }
+}
