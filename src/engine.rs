@@ -41,7 +41,7 @@ pub use imagery::{Edge, PatchFormat, PatchSpec};
 pub use report::{RunReport, peak_rss};
 
 /// Operations with a CUDA kernel (the first word of their run report's `op`).
-const CUDA_OPS: [&str; 4] = ["affine", "cast", "map", "standardize"];
+const CUDA_OPS: [&str; 5] = ["affine", "cast", "map", "reduce", "standardize"];
 
 /// A progress callback shared with the pipeline threads.
 pub type ProgressCallback = Arc<dyn Fn(&Progress) + Send + Sync>;

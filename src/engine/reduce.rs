@@ -4,15 +4,16 @@
 use std::path::Path;
 
 use super::{Array, Engine, RunReport, check_not_input, hold, kept_if_interrupted, write_npz};
-use crate::backend::cuda::ElementwiseParams;
 use crate::backend::cuda::source::Elementwise;
+use crate::backend::cuda::{CudaReduce, ElementwiseParams};
+use crate::budget::Reservation;
 use crate::budget::fmt_bytes;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::plan::Plan;
-use crate::scheduler::{self, InputStream};
+use crate::scheduler::{self, InputStream, Morsel, Pending, Slot, TileKernel};
 use crate::tensor::{OutputFile, TensorFile, fmt_shape};
 
 impl Engine {
@@ -63,6 +64,19 @@ impl Engine {
             format!("result ({}) and accumulators", fmt_bytes(result)),
         );
         req.scratch_per_elem = g.scratch_per_elem(acc);
+        if self.cuda.is_some() {
+            // each stream's page-locked buffer of finished totals: at most
+            // (tile / per + 2) outer indices of vcols accumulators
+            let (vc, depth) = (g.vcols() as u64, req.depth.max(1) as u64);
+            let fixed = depth * 2 * vc * acc as u64;
+            hold(
+                &mut req.resident_bytes,
+                &mut req.resident_what,
+                fixed,
+                "page-locked buffers of finished totals".into(),
+            );
+            req.scratch_per_elem = (depth * vc * acc as u64).div_ceil(g.per_outer_elems());
+        }
         Ok(Plan::new(&req)?)
     }
 
@@ -98,14 +112,28 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(&plan, &inputs, None);
         stream.journal = journal;
-        let times = scheduler::run(
-            &stream,
-            self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
-                restore_reducers(journal, &mut [&mut reducer])?;
-                reducer.feed_bytes(tile.start, ins[0]);
-                checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
-            }),
-        )?;
+        let times = if let Some(dev) = &self.cuda {
+            let mut k = dev.reduce(op, input.dtype(), g, &plan, &self.budget, reducer)?;
+            let times = scheduler::run(
+                &stream,
+                Checkpointed {
+                    k: &mut k,
+                    journal,
+                    restored: false,
+                },
+            )?;
+            reducer = k.finish()?;
+            times
+        } else {
+            scheduler::run(
+                &stream,
+                self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
+                    restore_reducers(journal, &mut [&mut reducer])?;
+                    reducer.feed_bytes(tile.start, ins[0]);
+                    checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
+                }),
+            )?
+        };
         // a pass resumed with every tile done never called the closure
         restore_reducers(journal, &mut [&mut reducer])?;
         let out_dtype = op.output_dtype(input.dtype());
@@ -330,6 +358,42 @@ impl Engine {
             stats_report,
             self.report(&plan, op, input.shape(), input.shape(), od, times),
         ))
+    }
+}
+
+/// A reduction on a device, resumable: the state a resumed pass found is restored
+/// before the first tile, and after each tile the device's state is brought back and
+/// checkpointed (which waits for the tile: the journal checkpoints small states after
+/// every tile, so a resumable device reduction overlaps only reading with computing).
+struct Checkpointed<'a> {
+    k: &'a mut CudaReduce,
+    journal: Option<&'a Journal>,
+    restored: bool,
+}
+
+impl TileKernel<crate::plan::Tile> for Checkpointed<'_> {
+    fn staged_inputs(&self) -> bool {
+        true
+    }
+
+    fn alloc_slot(&self, len: usize, reservation: Reservation) -> Result<Slot> {
+        self.k.alloc_slot(len, reservation)
+    }
+
+    fn submit(&mut self, m: Morsel<crate::plan::Tile>) -> Result<Pending<crate::plan::Tile>> {
+        let Some(j) = self.journal else {
+            return (&mut *self.k).submit(m);
+        };
+        if !self.restored {
+            self.restored = true;
+            restore_reducers(Some(j), &mut [self.k.host_mut()])?;
+            self.k.upload_state()?;
+        }
+        let index = m.tile().index;
+        let pending = (&mut *self.k).submit(m)?;
+        self.k.sync()?;
+        checkpoint_reducers(Some(j), index, &[self.k.host_mut().as_ref()])?;
+        Ok(pending)
     }
 }
 

@@ -248,7 +248,11 @@ fn every_reduction_kernel_matches_the_cpu_backend_bit_for_bit_whatever_the_tiles
                         ])
                         .status()
                         .unwrap();
-                    assert!(st.success(), "{}: the emulated kernels failed: {st}", key(k, kd));
+                    assert!(
+                        st.success(),
+                        "{}: the emulated kernels failed: {st}",
+                        key(k, kd)
+                    );
                     runs += 1;
                     let done = std::fs::read(dir.path().join("done.bin")).unwrap();
                     // the device's totals, finished by a fresh CPU reducer

@@ -184,3 +184,56 @@ fn fused_map_kernels_agree_on_every_device_and_budget() {
         }
     }
 }
+
+#[test]
+fn reductions_agree_on_every_device_and_budget() {
+    use tilestream::{Backend, CpuBackend, Reduce, ReduceOver};
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = CpuBackend::new(Some(1)).unwrap();
+    // lanes over a long run, a prime width, outer indices shorter than the lanes, and
+    // columns with two summation blocks each
+    let cases: [(&[usize], ReduceOver); 5] = [
+        (&[200_003], ReduceOver::All),
+        (&[4099, 7], ReduceOver::Axis(0)),
+        (&[4099, 7], ReduceOver::Axis(1)),
+        (&[13, 3, 5], ReduceOver::Axis(1)),
+        (&[90_001, 3], ReduceOver::Axis(0)),
+    ];
+    for (k, (shape, over)) in cases.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        for d in [
+            DType::F32,
+            DType::F16,
+            DType::F64,
+            DType::U8,
+            DType::I32,
+            DType::Bool,
+        ] {
+            // finite values with a large common offset (the variance's shift matters)
+            let v: Vec<f64> = (0..n)
+                .map(|i| ((i * 7919) % 4001) as f64 * 0.37 + if d.is_float() { 900.0 } else { 0.0 })
+                .collect();
+            let mut b = vec![0u8; n * d.size()];
+            cpu.cast(bytemuck::cast_slice(&v), DType::F64, &mut b, d)
+                .unwrap();
+            let path = dir.path().join(format!("r{k}-{d}.npy"));
+            write_npy(&path, d, shape, &b);
+            let x = TensorFile::open(&path).unwrap();
+            for op in [
+                Reduce::Sum,
+                Reduce::Mean,
+                Reduce::Std { ddof: 1 },
+                Reduce::Min,
+                Reduce::Max,
+            ] {
+                let od = op.output_dtype(d);
+                on_every_device(
+                    dir.path(),
+                    &format!("reduce-{k}-{d}-{}", op.name()),
+                    od,
+                    |e, out| e.reduce_to_file(&x, op, *over, out, None),
+                );
+            }
+        }
+    }
+}

@@ -1,9 +1,9 @@
 //! The integration tests, as one test binary: each module was a binary of its own, and
 //! linking the crate and its dependencies once per binary dominated the build (see the
 //! README's build-time figures). The tests that measure the peak memory of the processes
-//! they start live in binaries of their own (`tests/cli.rs`, `tests/hostile_params.rs`):
-//! a child starts with its parent's resident-memory high-water mark, and this binary's
-//! in-process tests raise it.
+//! they start live in binaries of their own (`tests/cli.rs`, `tests/hostile_params.rs`),
+//! and measure through a relay (`tests/it/common/peak.rs`): a child starts with its
+//! parent's resident-memory high-water mark, which this binary's in-process tests raise.
 
 mod common;
 mod cuda_emulation;

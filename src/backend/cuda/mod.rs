@@ -9,14 +9,18 @@
 pub mod source;
 
 #[cfg(feature = "cuda")]
+mod reduce;
+#[cfg(feature = "cuda")]
 mod runtime;
+#[cfg(feature = "cuda")]
+pub use reduce::CudaReduce;
 #[cfg(feature = "cuda")]
 pub use runtime::{CudaDevice, CudaElementwise};
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaDevice, CudaElementwise};
+pub use stub::{CudaDevice, CudaElementwise, CudaReduce};
 
 /// The parameters of an elementwise kernel.
 #[derive(Clone, Debug)]

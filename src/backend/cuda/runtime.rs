@@ -27,9 +27,9 @@ use crate::plan::Tile;
 use crate::scheduler::{Morsel, Pending, Slot, SlotMemory, TileKernel};
 
 /// Threads per block of the elementwise kernels.
-const BLOCK: u32 = 256;
+pub(super) const BLOCK: u32 = 256;
 
-fn driver(action: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
+pub(super) fn driver(action: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
     move |e| {
         Error::Device(DeviceError::Driver {
             action,
@@ -40,10 +40,10 @@ fn driver(action: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error
 
 /// A CUDA device opened for an engine's runs, with its memory budget.
 pub struct CudaDevice {
-    ctx: Arc<CudaContext>,
+    pub(super) ctx: Arc<CudaContext>,
     info: GpuInfo,
-    budget: MemoryBudget,
-    sms: u32,
+    pub(super) budget: MemoryBudget,
+    pub(super) sms: u32,
 }
 
 impl std::fmt::Debug for CudaDevice {
@@ -206,6 +206,24 @@ impl CudaDevice {
         )
     }
 
+    /// Compiles `src` for this device and loads the kernels `names` from it.
+    pub(super) fn functions(
+        &self,
+        what: &str,
+        src: &str,
+        names: &[&str],
+    ) -> Result<Vec<CudaFunction>> {
+        let compiled = device::compile(what, src, &self.info.arch(), false)?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin))
+            .map_err(driver("load the kernels"))?;
+        names
+            .iter()
+            .map(|n| module.load_function(n).map_err(driver("find the kernel")))
+            .collect()
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn prepare(
         self: &Arc<Self>,
@@ -218,14 +236,7 @@ impl CudaDevice {
         tile_elems: u64,
         lanes: usize,
     ) -> Result<CudaElementwise> {
-        let compiled = device::compile(name, src, &self.info.arch(), false)?;
-        let module = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin))
-            .map_err(driver("load the kernels"))?;
-        let func = module
-            .load_function(name)
-            .map_err(driver("find the kernel"))?;
+        let func = self.functions(name, src, &[name])?.remove(0);
         let in_bytes: Vec<usize> = inputs
             .iter()
             .map(|d| tile_elems as usize * d.size())

@@ -229,7 +229,12 @@ pub fn reduce_source(kernels: &[(Reduction, DType)]) -> String {
 pub fn all_reductions() -> Vec<(Reduction, DType)> {
     Reduction::ALL
         .iter()
-        .flat_map(|&k| DType::ALL.iter().filter(move |&&d| k.takes(d)).map(move |&d| (k, d)))
+        .flat_map(|&k| {
+            DType::ALL
+                .iter()
+                .filter(move |&&d| k.takes(d))
+                .map(move |&d| (k, d))
+        })
         .collect()
 }
 

@@ -5,13 +5,14 @@ use std::sync::Arc;
 
 use super::ElementwiseParams;
 use super::source::Elementwise;
-use crate::budget::MemoryBudget;
+use crate::budget::{MemoryBudget, Reservation};
 use crate::device::{DeviceError, GpuInfo};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::expr::Program;
-use crate::plan::Tile;
-use crate::scheduler::{Morsel, Pending, TileKernel};
+use crate::ops::reduce::{Geometry, Reduce, TileReducer};
+use crate::plan::{Plan, Tile};
+use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 
 /// A CUDA device; none can be opened in a build without CUDA support.
 #[derive(Debug)]
@@ -66,6 +67,72 @@ impl CudaDevice {
         _tile_elems: u64,
         _lanes: usize,
     ) -> Result<CudaElementwise> {
+        match **self {}
+    }
+}
+
+impl CudaDevice {
+    /// Prepares a reduction.
+    ///
+    /// # Errors
+    /// None: no device exists to call this on.
+    pub fn reduce(
+        self: &Arc<Self>,
+        _op: Reduce,
+        _dtype: DType,
+        _g: Geometry,
+        _plan: &Plan,
+        _host_budget: &MemoryBudget,
+        _host: Box<dyn TileReducer>,
+    ) -> Result<CudaReduce> {
+        match **self {}
+    }
+}
+
+/// A reduction on a device; none exists without CUDA support.
+pub enum CudaReduce {}
+
+impl CudaReduce {
+    /// Waits for every tile and copies the state back.
+    ///
+    /// # Errors
+    /// None: no value exists.
+    pub fn sync(&mut self) -> Result<()> {
+        match *self {}
+    }
+
+    /// Uploads the host reducer's state.
+    ///
+    /// # Errors
+    /// None: no value exists.
+    pub fn upload_state(&mut self) -> Result<()> {
+        match *self {}
+    }
+
+    /// A page-locked staging slot.
+    ///
+    /// # Errors
+    /// None: no value exists.
+    pub fn alloc_slot(&self, _len: usize, _reservation: Reservation) -> Result<Slot> {
+        match *self {}
+    }
+
+    /// The host reducer.
+    pub fn host_mut(&mut self) -> &mut Box<dyn TileReducer> {
+        match *self {}
+    }
+
+    /// The host reducer holding the result.
+    ///
+    /// # Errors
+    /// None: no value exists.
+    pub fn finish(self) -> Result<Box<dyn TileReducer>> {
+        match self {}
+    }
+}
+
+impl TileKernel<Tile> for &mut CudaReduce {
+    fn submit(&mut self, _m: Morsel<Tile>) -> Result<Pending<Tile>> {
         match **self {}
     }
 }
