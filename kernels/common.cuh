@@ -217,7 +217,14 @@ template <> struct Elem<ts_bf16> {
     __device__ static __forceinline__ ts_bf16 from_unsigned(unsigned long long v) { return from_f64((double)v); }
 };
 
-// A grid-stride loop over n elements.
+// A grid-stride loop over n elements. The host emulation can walk it backwards
+// (TS_HOST_REVERSE): a kernel whose threads read what other threads of the same launch
+// write gives another result in the other order, which the emulation tests catch.
+#if defined(TS_HOST_EMULATION) && defined(TS_HOST_REVERSE)
+#define TS_FOR_EACH(i, n)                                                                 \
+    for (unsigned long long ts_n_ = (n), i = ts_n_ - 1; i < ts_n_; --i)
+#else
 #define TS_FOR_EACH(i, n)                                                                 \
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x; \
          i < (n); i += (unsigned long long)gridDim.x * blockDim.x)
+#endif

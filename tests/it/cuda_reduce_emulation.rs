@@ -1,5 +1,6 @@
 //! The CUDA reduction kernels (`kernels/reduce.cu`), run on the host: compiled as C++
-//! with `TS_HOST_EMULATION` (one thread walks each grid), driven tile by tile as the
+//! with `TS_HOST_EMULATION` (one thread walks each grid, first to last and, in a second
+//! build, last to first, so that a race between threads shows), driven tile by tile as the
 //! runtime drives them (carried state between tiles, the launch arguments of
 //! `ReduceTile`), their finished totals completed by the CPU reducer's own finishing
 //! code, and compared byte for byte with the CPU backend's result. Every family and
@@ -200,7 +201,16 @@ fn every_reduction_kernel_matches_the_cpu_backend_bit_for_bit_whatever_the_tiles
     let dir = tempfile::tempdir().unwrap();
     let backend = CpuBackend::new(Some(1)).unwrap();
     let kernels = all_reductions();
-    let exe = compile(dir.path(), &runner(&kernels));
+    // threads walked first to last, and last to first: a kernel reading what another
+    // thread of the same launch writes differs between the two
+    let src = runner(&kernels);
+    let (fwd, rev) = (dir.path().join("fwd"), dir.path().join("rev"));
+    std::fs::create_dir(&fwd).unwrap();
+    std::fs::create_dir(&rev).unwrap();
+    let exes = [
+        compile(&fwd, &src),
+        compile(&rev, &format!("#define TS_HOST_REVERSE 1\n{src}")),
+    ];
     let mut bad = Vec::new();
     let mut runs = 0;
     for (ci, case) in CASES.iter().enumerate() {
@@ -236,8 +246,13 @@ fn every_reduction_kernel_matches_the_cpu_backend_bit_for_bit_whatever_the_tiles
                 std::fs::write(dir.path().join("state.bin"), &state).unwrap();
                 cpu.feed_bytes(0, &x);
                 let want = cpu.into_bytes();
-                for (ti, &tile) in case.tiles.iter().enumerate() {
-                    let st = Command::new(&exe)
+                for ((ti, &tile), exe) in case
+                    .tiles
+                    .iter()
+                    .enumerate()
+                    .flat_map(|t| exes.iter().map(move |e| (t, e)))
+                {
+                    let st = Command::new(exe)
                         .arg(dir.path())
                         .args([
                             key(k, kd),
@@ -288,7 +303,7 @@ fn every_reduction_kernel_matches_the_cpu_backend_bit_for_bit_whatever_the_tiles
             }
         }
     }
-    assert!(runs > 900, "{runs} runs");
+    assert!(runs > 1800, "{runs} runs");
     assert!(bad.is_empty(), "{} differ:\n{}", bad.len(), bad.join("\n"));
 }
 
