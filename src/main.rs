@@ -285,6 +285,11 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
             shape: parse_shape(&a.shape)?,
             dtype: a.dtype.parse()?,
             seed: a.seed,
+            dist: a.dist.clone(),
+            mean: a.mean,
+            std: a.std,
+            low: a.low,
+            high: a.high,
         },
     })
 }

@@ -216,7 +216,9 @@ pub enum OpSpec {
         #[serde(default = "default_patch_format")]
         patch_format: String,
     },
-    /// `tilestream gen` data: N(col/100, 1), reproducible from the seed.
+    /// `tilestream gen` data, reproducible from the seed: `dist` is `demo` (N(col/100, 1),
+    /// the default), `normal` (with `mean` and `std`) or `uniform` (with `low` and
+    /// `high`), as [`crate::ops::generate::Dist::parse`] reads them.
     Generate {
         /// Output file.
         output: PathBuf,
@@ -228,7 +230,26 @@ pub enum OpSpec {
         /// Seed.
         #[serde(default)]
         seed: u64,
+        /// Distribution: `demo`, `normal` or `uniform`.
+        #[serde(default = "default_dist")]
+        dist: String,
+        /// Mean of `normal` (default 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        mean: Option<f64>,
+        /// Standard deviation of `normal` (default 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        std: Option<f64>,
+        /// Lower bound of `uniform` (default 0).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        low: Option<f64>,
+        /// Upper bound of `uniform`, not reached (default 1).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        high: Option<f64>,
     },
+}
+
+fn default_dist() -> String {
+    "demo".into()
 }
 
 fn default_boundary() -> String {
@@ -658,7 +679,15 @@ impl Engine {
                 shape,
                 dtype,
                 seed,
-            } => self.generate(output, shape, *dtype, *seed),
+                dist,
+                mean,
+                std,
+                low,
+                high,
+            } => {
+                let dist = crate::ops::generate::Dist::parse(dist, *mean, *std, *low, *high)?;
+                self.generate_dist(output, shape, *dtype, *seed, dist)
+            }
         }
     }
 }

@@ -211,6 +211,78 @@ fn gen_is_identical_whatever_the_budget_and_threads() {
 }
 
 #[test]
+fn gen_draws_normal_and_uniform_matrices_the_same_at_any_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.npy"), dir.path().join("b.npy"));
+    let args = |out: &Path, budget: &'static str| {
+        vec![
+            "gen".to_string(),
+            p(out).to_string(),
+            "--shape".into(),
+            "3001x37".into(),
+            "--dtype".into(),
+            "f64".into(),
+            "--dist".into(),
+            "uniform".into(),
+            "--low".into(),
+            "-2".into(),
+            "--high".into(),
+            "3".into(),
+            "--memory".into(),
+            budget.into(),
+        ]
+    };
+    let run_with = |v: Vec<String>| ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
+    let report = run_with(args(&a, "1GiB"));
+    assert!(report.contains("uniform [-2, 3)"), "{report}");
+    run_with(args(&b, "40KiB"));
+    let (da, db) = (read_npy_data(&a), read_npy_data(&b));
+    assert_eq!(da, db);
+    let u: Vec<f64> = bytemuck::pod_collect_to_vec(&da);
+    assert!(u.iter().all(|x| (-2.0..3.0).contains(x)));
+    let mean = u.iter().sum::<f64>() / u.len() as f64;
+    assert!((mean - 0.5).abs() < 0.03, "{mean}");
+    let n = dir.path().join("n.npy");
+    ok(&[
+        "gen",
+        p(&n),
+        "--shape",
+        "100000",
+        "--dtype",
+        "f64",
+        "--dist",
+        "normal",
+        "--mean",
+        "-5",
+        "--std",
+        "0.5",
+        "--seed",
+        "4",
+    ]);
+    let v: Vec<f64> = bytemuck::pod_collect_to_vec(&read_npy_data(&n));
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let sd = (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+    assert!(
+        (mean + 5.0).abs() < 0.01 && (sd - 0.5).abs() < 0.01,
+        "{mean} {sd}"
+    );
+    fails(
+        &[
+            "gen",
+            p(&n),
+            "--shape",
+            "10",
+            "--dist",
+            "uniform",
+            "--std",
+            "2",
+        ],
+        2,
+        "another distribution",
+    );
+}
+
+#[test]
 fn affine_matches_elementwise_oracle_and_casts() {
     let dir = tempfile::tempdir().unwrap();
     let x = dir.path().join("x.npy");

@@ -119,6 +119,22 @@ def test_file_outputs_match_numpy(tmp_path):
     assert r.tiles >= 1 and (tmp_path / "patches" / "index.csv").exists()
 
 
+def test_gen_draws_the_asked_distribution_whatever_the_budget(tmp_path):
+    n = ts.gen(tmp_path / "n.npy", (20000, 8), "float64", seed=3, dist="normal", mean=5.0,
+               std=2.0)
+    x = np.load(n.path)
+    assert abs(x.mean() - 5.0) < 0.05 and abs(x.std() - 2.0) < 0.05
+    small = ts.gen(tmp_path / "n2.npy", (20000, 8), "float64", seed=3, dist="normal",
+                   mean=5.0, std=2.0, memory="64KiB")
+    assert np.array_equal(np.load(small.path), x)
+    u = np.load(ts.gen(tmp_path / "u.npy", (50000,), "float32", dist="uniform", low=-1,
+                       high=1).path)
+    assert u.min() >= -1 and u.max() < 1 and abs(u.mean()) < 0.02
+    with pytest.raises(ValueError, match="another distribution"):
+        ts.gen(tmp_path / "bad.npy", (10,), dist="uniform", mean=1.0)
+    assert not (tmp_path / "bad.npy").exists()
+
+
 def test_plan_reports_without_running(tmp_path):
     np.save(tmp_path / "x.npy", data((1000, 100), "float32"))
     p = ts.plan(ts.reduce, tmp_path / "x.npy", "mean", 0, memory="256KiB")

@@ -31,7 +31,7 @@ import json
 import mmap
 import os
 import sys
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
@@ -572,11 +572,21 @@ def tiles(t: Any, outdir: PathLike, size: int, *, overlap: int = 0, edge: str = 
     return _execute(spec, None, kw)
 
 
-def gen(out: PathLike, shape: tuple, dtype: Any = "f32", *, seed: int = 0, **kw: Any) -> Any:
-    """Writes reproducible test data (N(col/100, 1) per column) of ``shape`` to ``out``."""
+def gen(out: PathLike, shape: tuple, dtype: Any = "f32", *, seed: int = 0, dist: str = "demo",
+        mean: Optional[float] = None, std: Optional[float] = None, low: Optional[float] = None,
+        high: Optional[float] = None, **kw: Any) -> Any:
+    """Writes reproducible random data of ``shape`` to ``out``: ``dist="demo"`` (the
+    default) draws N(col/100, 1), so each column's mean is its index over 100;
+    ``"normal"`` draws N(mean, std²) (defaults 0 and 1); ``"uniform"`` draws from
+    [low, high) (defaults 0 and 1). The values depend only on ``seed`` and the
+    distribution, never on the budget. Returns the RunReport."""
     _check_kw("gen", kw)
-    spec = {"op": "generate", "output": os.fspath(out), "shape": [int(s) for s in shape],
-            "dtype": _ts_dtype(dtype), "seed": int(seed)}
+    spec: Dict[str, Any] = {"op": "generate", "output": os.fspath(out),
+                            "shape": [int(s) for s in shape], "dtype": _ts_dtype(dtype),
+                            "seed": int(seed), "dist": str(dist)}
+    for name, value in (("mean", mean), ("std", std), ("low", low), ("high", high)):
+        if value is not None:
+            spec[name] = float(value)
     return _execute(spec, out, kw)
 
 

@@ -173,9 +173,10 @@ impl Backend for CpuBackend {
         start: u64,
         last_dim: u64,
         seed: u64,
+        dist: generate::Dist,
     ) -> Result<()> {
         self.pool
-            .install(|| generate::fill_bytes(out, dtype, start, last_dim, seed));
+            .install(|| generate::fill_bytes(out, dtype, start, last_dim, seed, dist));
         Ok(())
     }
 

@@ -20,6 +20,7 @@ use crate::budget::{MemoryBudget, Reservation};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::expr::Program;
+use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::ops::stencil::TileJob;
@@ -148,7 +149,8 @@ pub trait Backend: Send + Sync {
         out_dtype: DType,
     ) -> Result<()>;
 
-    /// Fills one tile (flat elements from `start`) with `tilestream gen` data.
+    /// Fills one tile (flat elements from `start`) with `tilestream gen` data drawn
+    /// from `dist`.
     ///
     /// # Errors
     /// If the backend fails to run the kernel.
@@ -159,6 +161,7 @@ pub trait Backend: Send + Sync {
         start: u64,
         last_dim: u64,
         seed: u64,
+        dist: Dist,
     ) -> Result<()>;
 
     /// Runs one tile of a neighbourhood filter into `out`, with `arena` as reusable

@@ -10,6 +10,7 @@ use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::expr::{self, Program};
+use crate::ops::generate::Dist;
 use crate::plan::Plan;
 use crate::scheduler::InputStream;
 use crate::tensor::{TensorFile, fmt_shape, window_slack};
@@ -457,6 +458,22 @@ impl Engine {
         dtype: DType,
         seed: u64,
     ) -> Result<RunReport> {
+        self.generate_dist(out, shape, dtype, seed, Dist::Demo)
+    }
+
+    /// Writes a tensor of draws of `dist` to `out`, streamed (any size); the values
+    /// depend only on `seed` and `dist`, never on the budget or the threads.
+    ///
+    /// # Errors
+    /// [`Error::Budget`]; I/O errors. On error nothing is left at `out`.
+    pub fn generate_dist(
+        &self,
+        out: impl AsRef<Path>,
+        shape: &[usize],
+        dtype: DType,
+        seed: u64,
+        dist: Dist,
+    ) -> Result<RunReport> {
         if shape.is_empty() {
             return Err(Error::invalid("generate needs a shape of rank 1 or more"));
         }
@@ -476,10 +493,14 @@ impl Engine {
             dtype,
             1,
             self.kernel(|tile: crate::plan::Tile, _: &[&[u8]], o: &mut [u8]| {
-                backend.generate(o, dtype, tile.start, last, seed)
+                backend.generate(o, dtype, tile.start, last, seed, dist)
             }),
         )?;
-        let op = format!("generate {} {dtype} (seed {seed})", fmt_shape(shape));
+        let op = format!(
+            "generate {} {dtype} {} (seed {seed})",
+            fmt_shape(shape),
+            dist.describe()
+        );
         Ok(self.report(&plan, op, shape, shape, dtype, times))
     }
 }

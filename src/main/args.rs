@@ -243,6 +243,22 @@ pub(crate) struct GenArgs {
     /// Random seed (the values depend only on it, never on budget or threads).
     #[arg(long, default_value_t = 0)]
     pub(crate) seed: u64,
+    /// Distribution: demo (N(col/100, 1): each column's mean is its index / 100),
+    /// normal (--mean, --std) or uniform (--low, --high).
+    #[arg(long, default_value = "demo")]
+    pub(crate) dist: String,
+    /// Mean of --dist normal [default: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) mean: Option<f64>,
+    /// Standard deviation of --dist normal [default: 1].
+    #[arg(long)]
+    pub(crate) std: Option<f64>,
+    /// Smallest value of --dist uniform [default: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) low: Option<f64>,
+    /// Bound above of --dist uniform, not reached [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) high: Option<f64>,
 }
 
 #[derive(Args, Clone, Debug)]
