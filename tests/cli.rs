@@ -650,6 +650,14 @@ fn help_carries_examples() {
     for sub in ["reduce", "affine", "gen", "info", "plan"] {
         let h = ok(&[sub, "--help"]);
         assert!(h.contains("Example"), "{sub} --help has no example");
+        // the shared GeoTIFF/Zarr output options under a heading of their own, after
+        // the command's own options
+        let heading = h.find("Output formats (GeoTIFF, Zarr):");
+        let (own, tiff) = (h.find("--memory"), h.find("--tiff-compress"));
+        assert!(
+            heading.is_some() && own < heading && heading < tiff,
+            "{sub}: {h}"
+        );
     }
 }
 

@@ -36,6 +36,9 @@ pub(crate) struct Cli {
     pub(crate) cmd: Cmd,
 }
 
+/// The `--help` heading of the output-format options every command shares.
+const OUTPUT_FORMATS: &str = "Output formats (GeoTIFF, Zarr)";
+
 #[derive(Args, Clone, Debug)]
 pub(crate) struct Common {
     /// Memory budget for everything the engine holds: staging windows and buffers,
@@ -75,30 +78,30 @@ pub(crate) struct Common {
     #[arg(long, global = true)]
     pub(crate) resume: bool,
     /// GeoTIFF outputs (.tif/.tiff): tile side in pixels (a multiple of 16).
-    #[arg(long, default_value_t = 512, global = true)]
+    #[arg(long, default_value_t = 512, global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) tiff_tile: usize,
     /// GeoTIFF outputs: tile compression, deflate[:1-9], zstd[:1-22] or none.
-    #[arg(long, default_value = "deflate", global = true)]
+    #[arg(long, default_value = "deflate", global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) tiff_compress: String,
     /// GeoTIFF outputs: band (one plane per band) or pixel (bands of a pixel together).
-    #[arg(long, default_value = "band", value_parser = ["band", "pixel"], global = true)]
+    #[arg(long, default_value = "band", value_parser = ["band", "pixel"], global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) tiff_interleave: String,
     /// GeoTIFF outputs: BigTIFF (64-bit offsets): auto (when the data passes 4 GB), yes, no.
-    #[arg(long, default_value = "auto", value_parser = ["auto", "yes", "no"], global = true)]
+    #[arg(long, default_value = "auto", value_parser = ["auto", "yes", "no"], global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) tiff_bigtiff: String,
     /// Output format: npy, raw, tif or zarr (default: from the output's extension: .npy,
     /// .tif/.tiff, .zarr, anything else raw). Inputs are recognised by extension or content.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) format: Option<String>,
     /// Zarr outputs (.zarr): chunk shape, e.g. 1x512x512 (default: 512 along the last two
     /// axes, 1 before them). With --zarr-shard, the inner chunk shape.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) zarr_chunks: Option<String>,
     /// Zarr outputs: shard shape (a multiple of the chunk shape) for the sharding codec.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) zarr_shard: Option<String>,
     /// Zarr outputs: chunk compression, zstd[:level], gzip[:0-9], blosc[:0-9] or none.
-    #[arg(long, default_value = "zstd", global = true)]
+    #[arg(long, default_value = "zstd", global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) zarr_compress: String,
 }
 
