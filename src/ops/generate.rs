@@ -128,9 +128,20 @@ impl Dist {
             Dist::Uniform { low, high } => {
                 let u: f64 = rng.random();
                 // below `high` even where (high - low) * u rounds up to it
-                (low + (high - low) * u).min(high.next_down())
+                (low + (high - low) * u).min(below(high))
             }
         }
+    }
+}
+
+/// The largest f64 below finite `x` (`f64::next_down`, which needs Rust 1.86).
+fn below(x: f64) -> f64 {
+    if x > 0.0 {
+        f64::from_bits(x.to_bits() - 1)
+    } else if x == 0.0 {
+        -f64::from_bits(1)
+    } else {
+        f64::from_bits(x.to_bits() + 1)
     }
 }
 
@@ -248,6 +259,17 @@ mod tests {
             bins.iter().all(|&b| (19_000..21_000).contains(&b)),
             "{bins:?}"
         );
+    }
+
+    #[test]
+    fn below_is_the_next_float_down() {
+        for x in [3.0, 1e-300, 0.0, -0.0, -2.5, f64::MAX, -f64::MAX / 2.0] {
+            let b = below(x);
+            assert!(b < x, "{x}");
+            // nothing between: the midpoint rounds to one of the two
+            let mid = b / 2.0 + x / 2.0;
+            assert!(mid == b || mid == x, "{x}");
+        }
     }
 
     #[test]
