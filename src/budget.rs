@@ -55,6 +55,21 @@ pub enum BudgetError {
         /// The budget given.
         limit: u64,
     },
+    /// The device's memory cannot hold the buffers of even the smallest tile.
+    #[error(
+        "device memory budget {} is too small for {what}: {arithmetic} = {}; the smallest that works is {} (--gpu-memory {})",
+        fmt_bytes(*limit), fmt_bytes(*needed), fmt_bytes(*needed), suggest(*needed)
+    )]
+    DeviceTooSmall {
+        /// The operation being planned.
+        what: String,
+        /// How the minimum was computed, spelled out.
+        arithmetic: String,
+        /// Smallest device budget that works, in bytes.
+        needed: u64,
+        /// The device budget given.
+        limit: u64,
+    },
 }
 
 fn suggest(bytes: u64) -> String {

@@ -351,6 +351,28 @@ impl Engine {
             max_tile_bytes: self.max_tile_bytes,
             window_slack: window_slack(),
             min_tile: crate::plan::MIN_TILE_ELEMS,
+            device: None,
+        }
+    }
+
+    /// Sizes `req`'s tiles for the device's memory too when this engine computes on a
+    /// GPU: each stream holds a tile's inputs and output (`req`'s staging bytes per
+    /// element) plus `extra_per_elem` per element and `per_stream` bytes, and `resident`
+    /// bytes stay on the device for the run. Call after setting the staging bytes.
+    fn on_device(
+        &self,
+        req: &mut PlanRequest,
+        extra_per_elem: u64,
+        per_stream: u64,
+        resident: u64,
+    ) {
+        if let Some(dev) = &self.cuda {
+            req.device = Some(crate::plan::DeviceFit {
+                budget: dev.budget().limit(),
+                resident_bytes: resident,
+                bytes_per_elem: req.in_bytes_per_elem + req.out_bytes_per_elem + extra_per_elem,
+                per_stream,
+            });
         }
     }
 

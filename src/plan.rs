@@ -62,6 +62,23 @@ pub struct PlanRequest {
     /// Smallest tile, in elements of `shape` (default [`MIN_TILE_ELEMS`]; 1 when an element
     /// of the plan is a whole row, as for matmul).
     pub min_tile: u64,
+    /// When a device computes: what its memory must hold, a second budget the tiles are
+    /// sized for.
+    pub device: Option<DeviceFit>,
+}
+
+/// What a run needs of a device's own memory: every buffer is allocated once, before
+/// the first tile, so a plan whose tiles fit here cannot run out of device memory halfway.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceFit {
+    /// The device memory budget in bytes.
+    pub budget: u64,
+    /// Bytes held on the device for the whole run (resident operands, carried state).
+    pub resident_bytes: u64,
+    /// Device bytes per element of a tile, for each stream (its tile buffers).
+    pub bytes_per_elem: u64,
+    /// Fixed device bytes of each stream.
+    pub per_stream: u64,
 }
 
 /// A tile: the flat C-order element range `[start, start + len)`.
@@ -150,9 +167,31 @@ impl Plan {
                 limit: req.budget,
             });
         }
+        let mut device_cap = u64::MAX;
+        if let Some(d) = req.device {
+            // the device holds one set of tile buffers per stream (= staging slot)
+            let fixed = d.resident_bytes + depth * d.per_stream;
+            let per = depth * d.bytes_per_elem.max(1);
+            let needed = fixed + min_elems * per;
+            if needed > d.budget {
+                return Err(BudgetError::DeviceTooSmall {
+                    what: req.what.clone(),
+                    arithmetic: format!(
+                        "{depth} streams × ({} + {min_elems} elements × {} B) + {} held for the run",
+                        fmt_bytes(d.per_stream),
+                        d.bytes_per_elem,
+                        fmt_bytes(d.resident_bytes)
+                    ),
+                    needed,
+                    limit: d.budget,
+                });
+            }
+            device_cap = (d.budget - fixed) / per;
+        }
         let avail = req.budget - req.resident_bytes - depth * slack;
         let max_elems = (avail / (depth * per_elem + scratch))
             .min((req.max_tile_bytes / per_elem).max(min_elems))
+            .min(device_cap)
             .max(min_elems);
 
         let rank = req.shape.len();
@@ -334,6 +373,7 @@ mod tests {
             max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
             window_slack: 8192,
             min_tile: MIN_TILE_ELEMS,
+            device: None,
         }
     }
 
@@ -417,6 +457,40 @@ mod tests {
     }
 
     #[test]
+    fn tiles_shrink_for_the_device_budget_and_a_small_one_is_refused_in_its_terms() {
+        let mut r = req(&[100_000, 100], 1 << 30);
+        r.in_bytes_per_elem = 4;
+        r.out_bytes_per_elem = 4;
+        let host_only = Plan::new(&r).unwrap();
+        r.device = Some(DeviceFit {
+            budget: 3 << 20,
+            resident_bytes: 0,
+            bytes_per_elem: 8,
+            per_stream: 0,
+        });
+        let both = Plan::new(&r).unwrap();
+        assert!(both.tile_elems < host_only.tile_elems);
+        // three streams of 8 B per element in 3 MiB: at most 131072 elements a tile
+        assert!(both.tile_elems <= 131_072, "{}", both.tile_elems);
+        assert!(both.tile_elems >= 100_000, "{}", both.tile_elems);
+        r.device = Some(DeviceFit {
+            budget: 16 << 10,
+            resident_bytes: 4 << 10,
+            bytes_per_elem: 8,
+            per_stream: 1 << 10,
+        });
+        let msg = Plan::new(&r).unwrap_err().to_string();
+        assert!(
+            msg.starts_with("device memory budget 16.0 KiB is too small"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("--gpu-memory") && !msg.contains("--memory"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn resident_bytes_count() {
         let mut r = req(&[1000, 1000], 1 << 20);
         r.resident_bytes = 2 << 20;
@@ -455,6 +529,7 @@ mod properties {
             max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
             window_slack: 8192,
             min_tile: MIN_TILE_ELEMS,
+            device: None,
         }
     }
 
@@ -491,6 +566,44 @@ mod properties {
                     prop_assert!(needed > budget);
                     let again = Plan::new(&PlanRequest { budget: needed, ..req });
                     prop_assert!(again.is_ok(), "the suggested {needed} does not plan: {again:?}");
+                }
+                Err(e) => prop_assert!(false, "unexpected error {e}"),
+            }
+        }
+
+        /// With a device budget too, the tile buffers of every stream fit the device:
+        /// tiles shrink for it, and a refusal names a device budget that then plans.
+        #[test]
+        fn plans_fit_the_device_budget_too(
+            shape in prop::collection::vec(1usize..300, 1..4),
+            in_b in 1u64..9,
+            out_b in 0u64..9,
+            depth in 1usize..5,
+            device in (1u64 << 10)..(8 << 20),
+            dev_resident in 0u64..(1 << 16),
+            per_stream in 0u64..(1 << 12),
+            extra in 0u64..5,
+        ) {
+            let mut req = request(shape, in_b, out_b, 0, depth, 64 << 20);
+            req.device = Some(DeviceFit {
+                budget: device,
+                resident_bytes: dev_resident,
+                bytes_per_elem: in_b + out_b + extra,
+                per_stream,
+            });
+            match Plan::new(&req) {
+                Ok(p) => {
+                    let d = req.device.unwrap();
+                    let used = d.resident_bytes
+                        + p.depth as u64 * (d.per_stream + p.tile_elems * d.bytes_per_elem);
+                    prop_assert!(used <= device, "{used} > {device}");
+                }
+                Err(BudgetError::DeviceTooSmall { needed, limit, .. }) => {
+                    prop_assert_eq!(limit, device);
+                    prop_assert!(needed > device);
+                    let mut again = req.clone();
+                    again.device = Some(DeviceFit { budget: needed, ..req.device.unwrap() });
+                    prop_assert!(Plan::new(&again).is_ok(), "the suggested {needed} does not plan");
                 }
                 Err(e) => prop_assert!(false, "unexpected error {e}"),
             }

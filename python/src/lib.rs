@@ -51,7 +51,9 @@ fn to_py(e: Error) -> PyErr {
     match e {
         Error::Budget(b) => {
             let smallest = match b {
-                TsBudgetError::TooSmall { needed, .. } => Some(needed),
+                // the device's: the message names --gpu-memory (`gpu_memory=`)
+                TsBudgetError::TooSmall { needed, .. }
+                | TsBudgetError::DeviceTooSmall { needed, .. } => Some(needed),
                 TsBudgetError::Exhausted {
                     held, requested, ..
                 } => Some(held + requested),

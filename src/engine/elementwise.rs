@@ -34,6 +34,7 @@ impl Engine {
         req.in_bytes_per_elem = input.dtype().size() as u64;
         req.inputs = 1;
         req.out_bytes_per_elem = od.size() as u64;
+        self.on_device(&mut req, 0, 0, 0);
         Ok(Plan::new(&req)?)
     }
 
@@ -260,6 +261,7 @@ impl Engine {
         req.in_bytes_per_elem = streams.iter().map(|s| s.file.dtype().size() as u64).sum();
         req.inputs = streams.len();
         req.out_bytes_per_elem = od.size() as u64;
+        self.on_device(&mut req, 0, 0, 0);
         Ok(Plan::new(&req)?)
     }
 

@@ -76,6 +76,11 @@ impl Engine {
                 "page-locked buffers of finished totals".into(),
             );
             req.scratch_per_elem = (depth * vc * acc as u64).div_ceil(g.per_outer_elems());
+            // on the device, per stream: the tile, its cells (at most tile / block_rows
+            // + 2 per outer index, of vcols accumulators) and its finished totals
+            let (acc, per, br) = (acc as u64, g.per_outer_elems(), g.block_rows());
+            let extra = acc.div_ceil(br) + (3 * vc * acc).div_ceil(per);
+            self.on_device(&mut req, extra, 6 * vc * acc, 2 * vc * (2 * acc + 8));
         }
         Ok(Plan::new(&req)?)
     }
@@ -323,6 +328,8 @@ impl Engine {
             "mean and std".to_string(),
         );
         req.scratch_per_elem = 8;
+        let stats = (m.len() * 16) as u64;
+        self.on_device(&mut req, 0, 0, stats);
         let plan = Plan::new(&req)?;
         self.budget.reset_peak();
         let _resident = self.budget.reserve(
