@@ -47,13 +47,15 @@ static int run(char** a,
     unsigned char* state = (unsigned char*)load(a[5], &ns);
     nr /= sizeof(Rec);
     unsigned long long vc = recs[0].t.vcols;
+    // the device's layout (src/backend/cuda/reduce.rs device_state): shifts, totals,
+    // open partials
     unsigned char* other = (unsigned char*)malloc(ns + 16);
-    A* total = (A*)state;
+    double* shift = (double*)state;
+    A* total = (A*)(shift + vc);
     A* open = total + vc;
-    double* shift = (double*)(open + vc);
-    A* total2 = (A*)other;
+    double* shift2 = (double*)other;
+    A* total2 = (A*)(shift2 + vc);
     A* open2 = total2 + vc;
-    double* shift2 = (double*)(open2 + vc);
     char p[4096]; snprintf(p, sizeof p, "%s/%s", DIR, a[6]);
     FILE* out = fopen(p, "wb"); if (!out) return 4;
     for (unsigned long long k = 0; k < nr; ++k) {
@@ -242,7 +244,8 @@ fn every_reduction_kernel_matches_the_cpu_backend_bit_for_bit_whatever_the_tiles
                 let op = op_of(k);
                 let od = op.output_dtype(d);
                 let mut cpu = reducer(op, d, g, 1);
-                let state: Vec<u8> = cpu.state_parts()[..3].concat();
+                let parts = cpu.state_parts();
+                let state: Vec<u8> = [parts[2], parts[0], parts[1]].concat();
                 std::fs::write(dir.path().join("state.bin"), &state).unwrap();
                 cpu.feed_bytes(0, &x);
                 let want = cpu.into_bytes();

@@ -119,7 +119,7 @@ impl CudaDevice {
             2 * state_bytes as u64,
         )?];
         let stream = self.ctx.default_stream();
-        let start: Vec<u8> = host.state_parts()[..3].concat();
+        let start = device_state(host.as_ref());
         let state = [
             stream
                 .clone_htod(start.as_slice())
@@ -220,8 +220,11 @@ impl CudaReduce {
         stream
             .synchronize()
             .map_err(driver("copy the reduction state back"))?;
-        let mut at = 0;
-        for part in self.host.state_parts_mut().into_iter().take(3) {
+        let mut parts = self.host.state_parts_mut();
+        let shift_len = parts[2].len();
+        parts[2].copy_from_slice(&state[..shift_len]);
+        let mut at = shift_len;
+        for part in parts.iter_mut().take(2) {
             let n = part.len();
             part.copy_from_slice(&state[at..at + n]);
             at += n;
@@ -234,7 +237,7 @@ impl CudaReduce {
     /// # Errors
     /// [`Error::Device`] if the copy fails.
     pub fn upload_state(&mut self) -> Result<()> {
-        let start: Vec<u8> = self.host.state_parts()[..3].concat();
+        let start = device_state(self.host.as_ref());
         let stream = self.dev.ctx.default_stream();
         stream
             .memcpy_htod(start.as_slice(), &mut self.state[self.flip])
@@ -294,14 +297,12 @@ impl CudaReduce {
         }
         let (read, write) = (&self.state[self.flip], &self.state[1 - self.flip]);
         let ptr = |s: &CudaSlice<u8>| s.device_ptr(&l.stream).0;
-        let (total_in, total_out) = (ptr(read), ptr(write));
+        // the layout of `device_state`: shifts, totals, open partials
+        let (shift_in, shift_out) = (ptr(read), ptr(write));
+        let (total_in, total_out) = (shift_in + 8 * vc as u64, shift_out + 8 * vc as u64);
         let (open_in, open_out) = (
             total_in + (vc * self.acc) as u64,
             total_out + (vc * self.acc) as u64,
-        );
-        let (shift_in, shift_out) = (
-            open_in + (vc * self.acc) as u64,
-            open_out + (vc * self.acc) as u64,
         );
         let (part, done) = (ptr(&l.part), ptr(&l.done));
         let grid = |threads: u64| LaunchConfig {
@@ -372,6 +373,14 @@ impl CudaReduce {
             bytes: done_bytes,
         })
     }
+}
+
+/// The carried state as the device holds it: the shifts (f64), then the totals, then the
+/// open partials, so that every part starts 8-byte aligned (accumulators are 1, 2, 4, 8
+/// or 16 bytes, and 16-byte ones are two f64).
+fn device_state(host: &dyn TileReducer) -> Vec<u8> {
+    let parts = host.state_parts();
+    [parts[2], parts[0], parts[1]].concat()
 }
 
 /// The tile's input slot is held until its copy to the device is done.
