@@ -3,7 +3,7 @@
 #   bash benches/gpu/run.sh
 # Records the device, driver and NVRTC; runs the kernel-compilation test, the host
 # emulation and the GPU suite (tests/it/gpu.rs) with the GPU present; then times a
-# first benchmark (affine x*2+1 to f16 and a cast, CPU against CUDA, warm page cache,
+# first benchmark (affine x*2+1 to f16, a cast and the column mean, CPU against CUDA, warm page cache,
 # median of 3, peak RSS). Everything goes to $OUT (or benches/gpu/out) and a short table
 # is printed last.
 set -uo pipefail
@@ -31,13 +31,14 @@ work=$(mktemp -d)
 "$bin" gen "$work/x.npy" --shape 3075200x512 --dtype f32 --seed 1 --memory 1GiB --progress never > /dev/null
 cat "$work/x.npy" > /dev/null   # warm the page cache
 printf "%-24s %-6s %10s %10s %12s\n" task device median_s GB/s peak_rss_MiB | tee -a "$out/summary.txt"
-for task in affine cast; do
+for task in affine cast colmean; do
     for dev in cpu cuda; do
         times=()
         for r in 1 2 3; do
             case $task in
                 affine) args=(affine "$work/x.npy" "$work/y.npy" --scale 2 --offset 1 --dtype f16) ;;
                 cast) args=(cast "$work/x.npy" "$work/y.npy" --dtype bf16) ;;
+                colmean) args=(reduce "$work/x.npy" "$work/y.npy" --op mean --axis 0) ;;
             esac
             /usr/bin/time -v "$bin" "${args[@]}" --device "$dev" --memory 512MiB --json --progress never --no-sync \
                 > "$out/$task-$dev-$r.json" 2> "$out/$task-$dev-$r.time"
