@@ -242,21 +242,28 @@ def test_a_call_in_a_forked_child(tmp_path):
 
 def test_ctrl_c_stops_the_call_and_resume_finishes(tmp_path):
     x = tmp_path / "x.npy"
-    np.save(x, data((4000, 1000), "float32"))
+    np.save(x, data((8000, 1000), "float32"))
     out = tmp_path / "m.npy"
+    # the child says when a few tiles are done (and many remain), then is interrupted:
+    # no fixed sleep, which a fast machine outran
     script = textwrap.dedent(f"""
         import sys, tilestream as ts
-        print("start", flush=True)
+        said = []
+        def tell(p):
+            if not said and p["tiles_done"] >= 2:
+                said.append(1)
+                print("running", p["tiles_done"], p["tiles_total"], flush=True)
         try:
-            ts.stencil({str(x)!r}, {str(out)!r}, "median:size=7", memory="2MiB", threads=1)
+            ts.stencil({str(x)!r}, {str(out)!r}, "median:size=7", memory="2MiB", threads=1,
+                       progress=tell)
         except KeyboardInterrupt:
             print("interrupted", flush=True)
             sys.exit(7)
         print("finished", flush=True)
     """)
     p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert p.stdout.readline().strip() == "start"
-    time.sleep(1.0)
+    line = p.stdout.readline().split()
+    assert line[0] == "running" and int(line[2]) > 4 * int(line[1]), line
     p.send_signal(signal.SIGINT)
     rest = p.communicate(timeout=30)[0]
     # interrupted, not finished (how fast is measured, not asserted: no timing in tests)
