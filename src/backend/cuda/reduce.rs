@@ -18,7 +18,7 @@ use cudarc::driver::{
     PinnedHostSlice, PushKernelArg, result,
 };
 
-use super::runtime::{BLOCK, CudaDevice, driver};
+use super::runtime::{BLOCK, CudaDevice, InFlight, driver, record_now};
 use super::source::{ReduceTile, Reduction, reduce_source};
 use crate::budget::{MemoryBudget, Reservation};
 use crate::dtype::DType;
@@ -36,14 +36,15 @@ struct Lane {
     input: CudaSlice<u8>,
     part: CudaSlice<u8>,
     done: CudaSlice<u8>,
-    host_done: PinnedHostSlice<u8>,
+    /// Owns the page-locked buffer `host_ptr` points into.
+    _host_done: PinnedHostSlice<u8>,
     host_ptr: *const u8,
 }
 
 /// A tile whose finished totals have not been read yet.
 struct Outstanding {
     lane: usize,
-    event: CudaEvent,
+    event: Arc<CudaEvent>,
     first: u64,
     bytes: usize,
 }
@@ -160,7 +161,7 @@ impl CudaDevice {
                 input,
                 part,
                 done,
-                host_done,
+                _host_done: host_done,
                 host_ptr,
             });
         }
@@ -192,7 +193,6 @@ impl CudaReduce {
             .synchronize()
             .map_err(driver("run a reduction tile on the device"))?;
         let lane = &self.lanes[o.lane];
-        let _ = &lane.host_done;
         // SAFETY: `host_ptr` is the start of the lane's page-locked buffer of at least
         // `o.bytes` bytes, and the copy into it completed (the event above); the lane is
         // not used again before this read (submit drains first).
@@ -343,12 +343,7 @@ impl CudaReduce {
         // outer indices times `vcols` accumulators.
         unsafe { m.launch(grid(t.n_o * vc as u64)) }
             .map_err(driver("launch a reduction kernel"))?;
-        let after_merge = self
-            .dev
-            .ctx
-            .new_event(None)
-            .and_then(|e| e.record(&l.stream).map(|()| e))
-            .map_err(driver("record an event"))?;
+        let after_merge = record_now(&self.dev.ctx, &l.stream)?;
         if done_bytes > 0 {
             // SAFETY: the lane's page-locked buffer holds at least `done_bytes`; the host
             // reads it only after the event recorded below (drain_one).
@@ -358,12 +353,7 @@ impl CudaReduce {
             unsafe { result::memcpy_dtoh_async(dst, done, cu) }
                 .map_err(driver("copy finished totals back from the device"))?;
         }
-        let event = self
-            .dev
-            .ctx
-            .new_event(None)
-            .and_then(|e| e.record(&l.stream).map(|()| e))
-            .map_err(driver("record an event"))?;
+        let event = Arc::new(record_now(&self.dev.ctx, &l.stream)?);
         self.prev = Some(after_merge);
         self.flip = 1 - self.flip;
         Ok(Outstanding {
@@ -381,20 +371,6 @@ impl CudaReduce {
 fn device_state(host: &dyn TileReducer) -> Vec<u8> {
     let parts = host.state_parts();
     [parts[2], parts[0], parts[1]].concat()
-}
-
-/// The tile's input slot is held until its copy to the device is done.
-struct Held {
-    event: CudaEvent,
-    morsel: Option<Morsel<Tile>>,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if self.morsel.is_some() {
-            let _ = self.event.synchronize();
-        }
-    }
 }
 
 impl TileKernel<Tile> for &mut CudaReduce {
@@ -434,25 +410,9 @@ impl TileKernel<Tile> for &mut CudaReduce {
                 return Err(e);
             }
         };
-        let event = self
-            .dev
-            .ctx
-            .new_event(None)
-            .and_then(|e| e.record(&self.lanes[lane].stream).map(|()| e))
-            .map_err(driver("record an event"))?;
+        // the tile's input slot is held until the event after its totals copy
+        let event = Arc::clone(&o.event);
         self.outstanding.push_back(o);
-        let held = Held {
-            event,
-            morsel: Some(m),
-        };
-        Ok(Pending::Later(Box::new(move || {
-            let mut held = held;
-            held.event
-                .synchronize()
-                .map_err(driver("run a reduction tile on the device"))?;
-            held.morsel
-                .take()
-                .ok_or_else(|| Error::Internal("a device tile was finished twice".into()))
-        })))
+        Ok(InFlight::pending(event, m))
     }
 }

@@ -339,14 +339,37 @@ enum ArgValue {
     U64(u64),
 }
 
+/// An event recorded on `stream` now (the work queued so far). On failure the stream is
+/// waited for first, so nothing queued still reads memory the caller frees on error.
+///
+/// # Errors
+/// [`Error::Device`] if the event cannot be created or recorded.
+pub(super) fn record_now(ctx: &Arc<CudaContext>, stream: &CudaStream) -> Result<CudaEvent> {
+    ctx.new_event(None)
+        .and_then(|e| e.record(stream).map(|()| e))
+        .map_err(|e| {
+            let _ = stream.synchronize();
+            driver("record an event")(e)
+        })
+}
+
 /// A tile in flight: waiting synchronizes its event; dropped unwaited (a panic), it
 /// still waits before its slots are freed, so no copy lands in freed memory.
-struct InFlight {
-    event: CudaEvent,
+pub(super) struct InFlight {
+    event: Arc<CudaEvent>,
     morsel: Option<Morsel<Tile>>,
 }
 
 impl InFlight {
+    /// The pending handle of tile `morsel`, done when `event` is.
+    pub(super) fn pending(event: Arc<CudaEvent>, morsel: Morsel<Tile>) -> Pending<Tile> {
+        let flight = InFlight {
+            event,
+            morsel: Some(morsel),
+        };
+        Pending::Later(Box::new(move || flight.finish()))
+    }
+
     fn finish(mut self) -> Result<Morsel<Tile>> {
         self.event
             .synchronize()
@@ -466,21 +489,7 @@ impl TileKernel<Tile> for CudaElementwise {
             let _ = lane.stream.synchronize();
             return Err(e);
         }
-        let event = self.dev.ctx.new_event(None).and_then(|e| {
-            e.record(&lane.stream)?;
-            Ok(e)
-        });
-        let event = match event {
-            Ok(e) => e,
-            Err(e) => {
-                let _ = lane.stream.synchronize();
-                return Err(driver("record an event")(e));
-            }
-        };
-        let flight = InFlight {
-            event,
-            morsel: Some(m),
-        };
-        Ok(Pending::Later(Box::new(move || flight.finish())))
+        let event = record_now(&self.dev.ctx, &lane.stream)?;
+        Ok(InFlight::pending(Arc::new(event), m))
     }
 }
