@@ -118,7 +118,7 @@ impl Engine {
         let mut stream = self.stream(&plan, &inputs, None);
         stream.journal = journal;
         let times = if let Some(dev) = &self.cuda {
-            let mut k = dev.reduce(op, input.dtype(), g, &plan, &self.budget, reducer)?;
+            let mut k = dev.reduce(op, input.dtype(), g, &plan, reducer)?;
             let times = scheduler::run(
                 &stream,
                 Checkpointed {

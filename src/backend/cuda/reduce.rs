@@ -20,7 +20,7 @@ use cudarc::driver::{
 
 use super::runtime::{BLOCK, CudaDevice, InFlight, driver, record_now};
 use super::source::{ReduceTile, Reduction, reduce_source};
-use crate::budget::{MemoryBudget, Reservation};
+use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
@@ -76,12 +76,13 @@ unsafe impl Send for CudaReduce {}
 impl CudaDevice {
     /// Prepares reduction `op` over `g` of `dtype` elements for the tiles of `plan`
     /// (`plan.depth` lanes): compiles its two kernels, allocates every device buffer
-    /// from the device budget and the page-locked totals buffers from `host_budget`,
-    /// and uploads the starting state of `host`, the CPU reducer that finishes the
-    /// outer indices (and holds the result).
+    /// from the device budget, and uploads the starting state of `host`, the CPU reducer
+    /// that finishes the outer indices (and holds the result). The page-locked buffers of
+    /// finished totals are host memory the plan already counts (`Engine::plan_reduce`)
+    /// and the engine reserves with the plan's resident bytes.
     ///
     /// # Errors
-    /// [`Error::Budget`] when the buffers do not fit either budget, [`Error::Device`]
+    /// [`Error::Budget`] when the buffers do not fit the device budget, [`Error::Device`]
     /// when compiling or a driver call fails.
     pub fn reduce(
         self: &Arc<Self>,
@@ -89,7 +90,6 @@ impl CudaDevice {
         dtype: DType,
         g: Geometry,
         plan: &Plan,
-        host_budget: &MemoryBudget,
         host: Box<dyn TileReducer>,
     ) -> Result<CudaReduce> {
         let family = Reduction::of(op, dtype);
@@ -137,10 +137,6 @@ impl CudaDevice {
             reservations.push(self.budget.reserve(
                 "one stream's tile, cell and totals buffers on the device",
                 (in_bytes + part_bytes + done_bytes) as u64,
-            )?);
-            reservations.push(host_budget.reserve(
-                "one stream's page-locked buffer of finished totals",
-                done_bytes as u64,
             )?);
             let stream = self.ctx.new_stream().map_err(driver("create a stream"))?;
             let alloc = |b: usize| {

@@ -82,7 +82,6 @@ impl CudaDevice {
         _dtype: DType,
         _g: Geometry,
         _plan: &Plan,
-        _host_budget: &MemoryBudget,
         _host: Box<dyn TileReducer>,
     ) -> Result<CudaReduce> {
         match **self {}
