@@ -16,7 +16,8 @@ use tilestream::DType;
 use tilestream::backend::{Backend, CpuBackend};
 use tilestream::ops::expr::{Program, parse};
 use tilestream::ops::matmul::{Resident, compute_dtype};
-use tilestream::ops::reduce::{Geometry, Reduce, ReduceOver, reducer};
+use tilestream::backend::cpu::reduce::reducer;
+use tilestream::ops::reduce::{Geometry, Reduce, ReduceOver};
 use tilestream::ops::stencil::{Filter, Stencil, TileJob};
 use tilestream::tiling::{Boundary, BoxPlan, BoxRequest, Cuts, OutMap};
 

@@ -33,11 +33,12 @@ use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape, same_file, win
 mod array;
 mod elementwise;
 mod imagery;
+mod patches;
 mod reduce;
 mod report;
 
 pub use array::{Array, write_npz};
-pub use imagery::{Edge, PatchFormat, PatchSpec};
+pub use patches::{Edge, PatchFormat, PatchSpec};
 pub use report::{RunReport, peak_rss};
 
 /// Operations with a CUDA kernel (the first word of their run report's `op`).

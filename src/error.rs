@@ -52,6 +52,47 @@ pub enum NpyError {
     Dtype(String),
 }
 
+/// Why a TIFF file is not read. The kind says what a caller can do about it; the message
+/// (one line, without the file name, which [`Error::Tiff`] adds) names the tag, value or
+/// chunk at fault.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TiffError {
+    /// Valid TIFF that tilestream does not decode exactly (a photometric interpretation,
+    /// codec, predictor, bit depth...): refused rather than read approximately; the
+    /// message says how to convert the file.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Metadata larger than tilestream reads (tag counts, strip or tile tables), refused
+    /// before it is parsed.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The file is truncated or corrupt: tables that do not match the image, a chunk past
+    /// the end of the file or one that does not decode to its size.
+    #[error("{0}")]
+    Corrupt(String),
+}
+
+/// Why a Zarr store is not read. As [`TiffError`]: the kind for callers, the message
+/// (without the path, which [`Error::Zarr`] adds) for people.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ZarrError {
+    /// The metadata is not valid Zarr v3 (bad JSON, a missing or malformed field).
+    #[error("{0}")]
+    Metadata(String),
+    /// Valid Zarr v3 that tilestream does not decode exactly (a codec, data type, chunk
+    /// grid or key encoding), refused in one line naming it.
+    #[error("{0}")]
+    Unsupported(String),
+    /// More than tilestream reads at once (a shard index over its bound, a stored chunk
+    /// larger than any encoding of its size).
+    #[error("{0}")]
+    TooLarge(String),
+    /// A chunk or shard that is truncated, fails its checksum or does not decode to its
+    /// size.
+    #[error("{0}")]
+    Corrupt(String),
+}
+
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -84,6 +125,22 @@ pub enum Error {
         path: PathBuf,
         /// What is wrong with its header.
         source: NpyError,
+    },
+    /// A TIFF file tilestream does not read.
+    #[error("{}: {source}", path.display())]
+    Tiff {
+        /// The file concerned.
+        path: PathBuf,
+        /// Why, and what kind of problem it is.
+        source: TiffError,
+    },
+    /// A Zarr store (or one of its chunks) tilestream does not read.
+    #[error("{}: {source}", path.display())]
+    Zarr {
+        /// The metadata file or chunk concerned.
+        path: PathBuf,
+        /// Why, and what kind of problem it is.
+        source: ZarrError,
     },
     /// The memory budget cannot hold what the operation needs.
     #[error(transparent)]
@@ -131,6 +188,22 @@ impl Error {
         }
     }
 
+    /// Builds an [`Error::Tiff`] of the kind `kind` (a [`TiffError`] variant).
+    pub fn tiff(path: impl AsRef<Path>, kind: fn(String) -> TiffError, msg: impl Into<String>) -> Self {
+        Error::Tiff {
+            path: path.as_ref().to_path_buf(),
+            source: kind(msg.into()),
+        }
+    }
+
+    /// Builds an [`Error::Zarr`] of the kind `kind` (a [`ZarrError`] variant).
+    pub fn zarr(path: impl AsRef<Path>, kind: fn(String) -> ZarrError, msg: impl Into<String>) -> Self {
+        Error::Zarr {
+            path: path.as_ref().to_path_buf(),
+            source: kind(msg.into()),
+        }
+    }
+
     /// Builds an [`Error::Invalid`].
     pub fn invalid(msg: impl Into<String>) -> Self {
         Error::Invalid(msg.into())
@@ -142,7 +215,12 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::Invalid(_) | Error::Budget(_) | Error::Device(_) => 2,
-            Error::Io { .. } | Error::Format { .. } | Error::Npy { .. } | Error::Internal(_) => 1,
+            Error::Io { .. }
+            | Error::Format { .. }
+            | Error::Npy { .. }
+            | Error::Tiff { .. }
+            | Error::Zarr { .. }
+            | Error::Internal(_) => 1,
             Error::Interrupted { .. } => 130,
         }
     }

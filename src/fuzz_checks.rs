@@ -98,7 +98,7 @@ pub fn expr(data: &[u8]) -> bool {
         // staging buffers are 8-byte aligned in the pipeline: the same here
         let mut words = vec![0u64; (N * out_dtype.size()).div_ceil(8)];
         let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..N * out_dtype.size()];
-        program.eval_tile(&inputs, &dtypes, out, out_dtype);
+        crate::backend::cpu::expr::eval_tile(&program, &inputs, &dtypes, out, out_dtype);
     }
     true
 }

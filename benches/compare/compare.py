@@ -25,7 +25,9 @@ Results go to benches/compare/results/*.json and the markdown table to
 benches/compare/results/table.md; --readme pastes it into README.md between the
 <!-- bench:table -->, <!-- bench:sweep --> and <!-- bench:scaling --> markers. --only
 verify,table,sweep,scaling,plots picks parts (the others are taken from results/);
---plot-only redraws the plots.
+--plot-only redraws the plots. --also LABEL=PATH adds another tilestream build as the
+engine "tilestream LABEL", run in the same alternating rounds (a before/after comparison:
+`--only table --engines tilestream --also before=/path/to/old/tilestream`).
 """
 import argparse
 import json
@@ -52,6 +54,8 @@ BIN = ROOT / "target" / "release" / "tilestream"
 LIMIT = WORK / "limit"
 PY = VENV / "bin" / "python"
 MIB = 2**20
+# --also: other tilestream builds, by engine name
+OTHER_BINS = {}
 
 TASKS = {
     "colmean": "column mean (f64 sums)",
@@ -108,8 +112,10 @@ def commands(task, x, out, w, memory):
     lim = [LIMIT, LIMIT_TASK[task], x] + ([out] if task not in ("colmean", "colstd") else []) + ([w] if task == "matmul" else [])
     base = [PY, HERE / "baselines.py", task]
     tail = [x, out] + ([w] if task == "matmul" else [])
+    others = {name: [path] + tile[1:] for name, path in OTHER_BINS.items()}
     return {
         "tilestream": tile,
+        **others,
         "C limit": lim,
         "numpy whole": base + ["whole"] + tail,
         "numpy blocks": base + ["blocks"] + tail,
@@ -522,9 +528,17 @@ def main():
     ap.add_argument("--out-dir", help="where outputs go (default benches/compare/work)")
     ap.add_argument("--readme", action="store_true", help="paste the table into README.md")
     ap.add_argument("--plot-only", action="store_true", help="only redraw docs/bench/*.png from results/")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=PATH",
+                    help="another tilestream binary, run as the engine 'tilestream LABEL' in the same "
+                    "alternating rounds (to compare two builds side by side); repeatable")
     a = ap.parse_args()
+    for spec in a.also:
+        label, _, path = spec.partition("=")
+        if not label or not Path(path).is_file():
+            sys.exit(f"--also {spec}: give LABEL=PATH of a tilestream binary")
+        OTHER_BINS[f"tilestream {label}"] = Path(path).resolve()
     a.tasks = [t for t in a.tasks.split(",") if t]
-    a.engines = [e for e in a.engines.split(",") if e]
+    a.engines = [e for e in a.engines.split(",") if e] + list(OTHER_BINS)
     a.scaling_sizes = [float(s) for s in a.scaling_sizes.split(",") if s]
     parts = set(a.only.split(","))
     for t in a.tasks:

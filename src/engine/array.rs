@@ -85,7 +85,7 @@ impl Array {
         // one call on the whole (small) array; alignment handled by the kernel
         let mut words = vec![0u64; out.len().div_ceil(8)];
         let dst = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..out.len()];
-        crate::ops::elementwise::affine_bytes(&self.data, self.dtype, dst, to, 1.0, 0.0);
+        crate::backend::cpu::elementwise::affine_bytes(&self.data, self.dtype, dst, to, 1.0, 0.0);
         out.copy_from_slice(dst);
         Array {
             dtype: to,

@@ -1,12 +1,13 @@
-//! Operations: *what* is computed on a tile. The engine plans and streams; these modules
-//! hold the arithmetic, written once, generic over the element types.
+//! Operations: *what* is computed on a tile. These modules describe each operation (a
+//! reduction's kind, axis and fixed order of operations; a compiled expression; a
+//! filter's passes and halos; matmul's compute type and resident operand; the random
+//! streams of `gen`) and what the planner asks of it. The kernels that compute them live
+//! with their backend: rayon in [`crate::backend::cpu`], CUDA in `kernels/`.
 
-pub mod elementwise;
 pub mod expr;
 pub mod generate;
 pub mod matmul;
 pub mod reduce;
 pub mod stencil;
-pub mod transpose;
 
 pub use reduce::{Axis, Reduce, ReduceOver};

@@ -13,7 +13,7 @@
 //! by [`Chunked`](super::chunked::Chunked), each chunk's bytes read with one positioned
 //! read and decoded by [`tiff_decode`].
 //!
-//! Writing ([`write_tiled`]): 512x512 tiles (by default), Deflate or ZSTD compressed in
+//! Writing ([`write_tiled`], in `tiff_write.rs`): 512x512 tiles (by default), Deflate or ZSTD compressed in
 //! parallel, planar or pixel-interleaved, BigTIFF when the data could pass 4 GB, with
 //! the georeferencing tags of an input copied verbatim.
 
@@ -28,7 +28,7 @@ use tiff::tags::Tag;
 use super::chunked::ChunkSource;
 use super::tiff_decode::{self, ChunkRows, Codec};
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TiffError};
 
 /// GeoTIFF tags that place an image on the earth, kept as they are in the file so that
 /// an output carries exactly the input's georeferencing.
@@ -184,7 +184,12 @@ impl TiffLayout {
 }
 
 fn tiff_err(path: &Path, e: &tiff::TiffError) -> Error {
-    Error::format(path, format!("cannot read TIFF: {e}"))
+    let kind = match e {
+        tiff::TiffError::UnsupportedError(_) => TiffError::Unsupported,
+        tiff::TiffError::LimitsExceeded => TiffError::TooLarge,
+        _ => TiffError::Corrupt,
+    };
+    Error::tiff(path, kind, format!("cannot read TIFF: {e}"))
 }
 
 fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
@@ -201,8 +206,8 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
         (3, 32) => DType::F32,
         (3, 64) => DType::F64,
         _ => {
-            return Err(Error::format(
-                path,
+            return Err(Error::tiff(
+                path, TiffError::Unsupported,
                 format!(
                     "BitsPerSample {bits} with SampleFormat {format} is not read by tilestream \
                      (it reads 8, 16, 32 and 64-bit integers and 16, 32 and 64-bit floats); \
@@ -216,7 +221,7 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
 /// Reads the layout and georeferencing of the first image of a TIFF file.
 ///
 /// # Errors
-/// [`Error::Io`] if it cannot be opened; [`Error::Format`] if it is not a TIFF tilestream
+/// [`Error::Io`] if it cannot be opened; [`Error::Tiff`] if it is not a TIFF tilestream
 /// can read (bit-packed samples, mixed sample types, JPEG).
 pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
     let file = super::own_files::open_input(path)?;
@@ -238,8 +243,8 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         .map_err(|e| tiff_err(path, &e))?
         .unwrap_or_else(|| vec![1]);
     if bits_all.iter().any(|&b| b != bits_all[0]) {
-        return Err(Error::format(
-            path,
+        return Err(Error::tiff(
+            path, TiffError::Unsupported,
             format!("bands of different bit depths ({bits_all:?}) are not supported"),
         ));
     }
@@ -322,8 +327,8 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         per_plane
     };
     if layout.offsets.len() < want || layout.byte_counts.len() < want {
-        return Err(Error::format(
-            path,
+        return Err(Error::tiff(
+            path, TiffError::Corrupt,
             format!(
                 "the file lists {} chunk offsets and {} byte counts; its {}x{} image in {}x{} \
                  chunks needs {want}",
@@ -415,8 +420,8 @@ fn precheck_tables(path: &Path, file: &File) -> Result<()> {
         u64::from(u16_at(&count))
     };
     if entries > MAX_ENTRIES {
-        return Err(Error::format(
-            path,
+        return Err(Error::tiff(
+            path, TiffError::TooLarge,
             format!(
                 "its first directory lists {entries} tags; tilestream reads at most {MAX_ENTRIES}"
             ),
@@ -462,23 +467,23 @@ fn precheck_tables(path: &Path, file: &File) -> Result<()> {
                 | 42113
         );
         if small && n > 1 << 16 {
-            return Err(Error::format(
-                path,
+            return Err(Error::tiff(
+                path, TiffError::TooLarge,
                 format!("its tag {tag} claims {n} values; tilestream reads at most 65536"),
             ));
         }
         // any other tag: the crate may parse it as a list too (a BigTIFF entry can claim
         // 2^64 values), and no real tag holds a million values
         if !matches!(tag, 273 | 279 | 324 | 325) && n > MAX_CHUNKS {
-            return Err(Error::format(
-                path,
+            return Err(Error::tiff(
+                path, TiffError::TooLarge,
                 format!("its tag {tag} claims {n} values; tilestream reads at most {MAX_CHUNKS}"),
             ));
         }
         // StripOffsets, StripByteCounts, TileOffsets, TileByteCounts
         if matches!(tag, 273 | 279 | 324 | 325) && n > MAX_CHUNKS {
-            return Err(Error::format(
-                path,
+            return Err(Error::tiff(
+                path, TiffError::TooLarge,
                 format!(
                     "the image lists {n} strips or tiles; tilestream reads at most {MAX_CHUNKS} \
                      (rewrite it with larger tiles: gdal_translate -co TILED=YES -co \
@@ -617,10 +622,10 @@ impl ChunkSource for TiffChunks {
         // any of the codecs read here; refusing them bounds the read buffer
         let limit = 2 * need as u64 + 4096;
         if count > limit || offset.checked_add(count).is_none_or(|e| e > self.file_len) {
-            return Err(Error::format(
-                &self.path,
+            return Err(Error::tiff(
+                &self.path, TiffError::Corrupt,
                 format!(
-                    "{what} claims {count} bytes at offset {offset}, but the file has {} bytes                      and the chunk decodes to {need}: the file is truncated or corrupt",
+                    "{what} claims {count} bytes at offset {offset}, but the file has {} bytes and the chunk decodes to {need}: the file is truncated or corrupt",
                     self.file_len
                 ),
             ));
@@ -678,395 +683,11 @@ pub fn is_tiff_path(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"))
 }
 
-/// Compression of written GeoTIFF tiles.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TiffCompression {
-    /// Stored as is.
-    None,
-    /// zlib Deflate (TIFF compression 8) at a level 1-9.
-    Deflate(u32),
-    /// Zstandard (TIFF compression 50000) at a level 1-22.
-    Zstd(i32),
-}
-
-impl std::str::FromStr for TiffCompression {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        let spec = super::CodecSpec::parse(s, || {
-            Error::invalid(format!(
-                "unknown GeoTIFF compression `{s}`: use none, deflate[:1-9] or zstd[:1-22]"
-            ))
-        });
-        match spec.name.as_str() {
-            "none" if spec.level.is_none() => Ok(TiffCompression::None),
-            "deflate" => Ok(TiffCompression::Deflate(spec.level_in(6, 1, 9)? as u32)),
-            "zstd" => Ok(TiffCompression::Zstd(spec.level_in(9, 1, 22)? as i32)),
-            _ => Err(spec.bad()),
-        }
-    }
-}
-
-/// How [`write_tiled`] lays out a GeoTIFF.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TiffWriteOptions {
-    /// Tile side in pixels (a multiple of 16).
-    pub tile: usize,
-    /// Tile compression.
-    pub compression: TiffCompression,
-    /// Pixel-interleaved (all bands of a pixel together) instead of band-sequential.
-    pub pixel_interleave: bool,
-    /// Georeferencing to write (tags copied as they are).
-    pub georef: Option<GeoRef>,
-    /// Memory the encoder may hold (tiles in flight, raw and compressed).
-    pub memory: u64,
-    /// BigTIFF: `None` chooses it when the data passes 4 GB; `Some` forces it on or off
-    /// (off fails for files that need it).
-    pub bigtiff: Option<bool>,
-}
-
-impl Default for TiffWriteOptions {
-    fn default() -> Self {
-        TiffWriteOptions {
-            tile: 512,
-            compression: TiffCompression::Deflate(6),
-            pixel_interleave: false,
-            georef: None,
-            memory: 64 << 20,
-            bigtiff: None,
-        }
-    }
-}
-
-/// Above this much data a GeoTIFF is written as BigTIFF (32-bit offsets end at 4 GiB;
-/// compression may not bring the file under it, so uncompressed size decides, less a
-/// margin for the directory).
-const BIGTIFF_ABOVE: u64 = (4 << 30) - (64 << 20);
-
-/// `(bands, height, width)` of a tensor shape written as an image.
-///
-/// # Errors
-/// [`Error::Invalid`] for shapes that are not 2-D or 3-D, or that hold no pixels.
-pub fn image_dims(shape: &[usize]) -> Result<(usize, usize, usize)> {
-    match *shape {
-        _ if shape.contains(&0) => Err(Error::invalid(format!(
-            "a GeoTIFF cannot hold an image without pixels; this output has shape {}",
-            super::fmt_shape(shape)
-        ))),
-        [h, w] => Ok((1, h, w)),
-        [b, h, w] => Ok((b, h, w)),
-        _ => Err(Error::invalid(format!(
-            "a GeoTIFF holds a (rows, cols) or (bands, rows, cols) image; this output has shape {}",
-            super::fmt_shape(shape)
-        ))),
-    }
-}
-
-/// TIFF `(SampleFormat, BitsPerSample)` of a dtype.
-///
-/// # Errors
-/// [`Error::Invalid`] for dtypes a TIFF cannot hold (bool, bf16).
-pub fn tiff_sample(dtype: DType) -> Result<(u16, u16)> {
-    let bits = (dtype.size() * 8) as u16;
-    Ok(match dtype {
-        DType::U8 | DType::U16 | DType::U32 | DType::U64 => (1, bits),
-        DType::I8 | DType::I16 | DType::I32 | DType::I64 => (2, bits),
-        DType::F16 | DType::F32 | DType::F64 => (3, bits),
-        DType::Bool | DType::BF16 => {
-            return Err(Error::invalid(format!(
-                "a GeoTIFF cannot hold {dtype}: give --dtype u8 (for bool) or f32 (for bf16)"
-            )));
-        }
-    })
-}
-
-/// One IFD entry: tag, TIFF type, count and the value bytes (little-endian).
-struct Entry {
-    tag: u16,
-    typ: u16,
-    count: u64,
-    data: Vec<u8>,
-}
-
-fn shorts(tag: u16, v: &[u16]) -> Entry {
-    Entry {
-        tag,
-        typ: 3,
-        count: v.len() as u64,
-        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
-}
-
-fn longs(tag: u16, v: &[u64], big: bool) -> Entry {
-    if big {
-        Entry {
-            tag,
-            typ: 16,
-            count: v.len() as u64,
-            data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        }
-    } else {
-        Entry {
-            tag,
-            typ: 4,
-            count: v.len() as u64,
-            data: v.iter().flat_map(|&x| (x as u32).to_le_bytes()).collect(),
-        }
-    }
-}
-
-fn doubles(tag: u16, v: &[f64]) -> Entry {
-    Entry {
-        tag,
-        typ: 12,
-        count: v.len() as u64,
-        data: v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-    }
-}
-
-fn ascii(tag: u16, s: &str) -> Entry {
-    let mut data = s.as_bytes().to_vec();
-    data.push(0);
-    Entry {
-        tag,
-        typ: 2,
-        count: data.len() as u64,
-        data,
-    }
-}
-
-/// Serializes an IFD placed at `at`, its out-of-line values right after it.
-fn ifd_bytes(mut entries: Vec<Entry>, at: u64, big: bool) -> Vec<u8> {
-    entries.sort_by_key(|e| e.tag);
-    let (count_len, entry_len, next_len, inline) = if big {
-        (8u64, 20u64, 8u64, 8usize)
-    } else {
-        (2, 12, 4, 4)
-    };
-    let head = count_len + entry_len * entries.len() as u64 + next_len;
-    let mut out = Vec::new();
-    let mut extra: Vec<u8> = Vec::new();
-    if big {
-        out.extend((entries.len() as u64).to_le_bytes());
-    } else {
-        out.extend((entries.len() as u16).to_le_bytes());
-    }
-    for e in &entries {
-        out.extend(e.tag.to_le_bytes());
-        out.extend(e.typ.to_le_bytes());
-        if big {
-            out.extend(e.count.to_le_bytes());
-        } else {
-            out.extend((e.count as u32).to_le_bytes());
-        }
-        if e.data.len() <= inline {
-            let mut v = e.data.clone();
-            v.resize(inline, 0);
-            out.extend(v);
-        } else {
-            if extra.len() % 2 == 1 {
-                extra.push(0);
-            }
-            let off = at + head + extra.len() as u64;
-            if big {
-                out.extend(off.to_le_bytes());
-            } else {
-                out.extend((off as u32).to_le_bytes());
-            }
-            extra.extend(&e.data);
-        }
-    }
-    out.extend(vec![0u8; next_len as usize]);
-    out.extend(extra);
-    out
-}
-
-/// Writes a tiled GeoTIFF to `dest` from little-endian C-order `(bands, height, width)`
-/// data that `read(at, buf)` reads by byte offset (the staged output of a run).
-/// Tiles are compressed in parallel, a batch at a time within `opts.memory`, and
-/// appended in order; the directory goes at the end.
-///
-/// # Errors
-/// [`Error::Io`] on a failed read or write; [`Error::Invalid`] for a shape or dtype a
-/// TIFF cannot hold.
-pub fn write_tiled(
-    dest: &File,
-    dest_path: &Path,
-    shape: &[usize],
-    dtype: DType,
-    opts: &TiffWriteOptions,
-    read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
-) -> Result<u64> {
-    use rayon::prelude::*;
-    let (bands, height, width) = image_dims(shape)?;
-    let (format, bits) = tiff_sample(dtype)?;
-    let es = dtype.size();
-    let t = opts.tile.max(16);
-    let across = width.div_ceil(t);
-    let down = height.div_ceil(t);
-    let pixel = opts.pixel_interleave && bands > 1;
-    let (planes, spp_chunk) = if pixel { (1, bands) } else { (bands, 1) };
-    let n_chunks = planes * across * down;
-    let nbytes = (bands * height * width * es) as u64;
-    let big = opts.bigtiff.unwrap_or(nbytes > BIGTIFF_ABOVE);
-    let chunk_bytes = t * t * spp_chunk * es;
-    let batch = ((opts.memory / (2 * chunk_bytes as u64).max(1)) as usize)
-        .clamp(1, 4 * rayon::current_num_threads().max(1));
-    let wr = |at: u64, b: &[u8]| {
-        dest.write_all_at(b, at)
-            .map_err(|e| Error::io("write", dest_path, e))
-    };
-    // header; the first IFD's offset is patched at the end
-    let mut pos: u64 = if big {
-        wr(0, &[b'I', b'I', 43, 0, 8, 0, 0, 0])?;
-        16
-    } else {
-        wr(0, &[b'I', b'I', 42, 0])?;
-        8
-    };
-    let encode = |k: usize| -> Result<Vec<u8>> {
-        let plane = k / (across * down);
-        let (ty, tx) = ((k % (across * down)) / across, k % across);
-        let (y0, x0) = (ty * t, tx * t);
-        let rows = t.min(height - y0);
-        let cols = t.min(width - x0);
-        let mut raw = vec![0u8; chunk_bytes];
-        let mut line = vec![0u8; cols * es];
-        for y in 0..rows {
-            if pixel {
-                for b in 0..bands {
-                    let at = (((b * height + y0 + y) * width + x0) * es) as u64;
-                    read(at, &mut line)?;
-                    for x in 0..cols {
-                        let o = ((y * t + x) * bands + b) * es;
-                        raw[o..o + es].copy_from_slice(&line[x * es..(x + 1) * es]);
-                    }
-                }
-            } else {
-                let at = (((plane * height + y0 + y) * width + x0) * es) as u64;
-                read(at, &mut raw[y * t * es..(y * t + cols) * es])?;
-            }
-        }
-        match opts.compression {
-            TiffCompression::None => Ok(raw),
-            TiffCompression::Deflate(level) => {
-                use std::io::Write as _;
-                let mut z = flate2::write::ZlibEncoder::new(
-                    Vec::with_capacity(chunk_bytes / 2),
-                    flate2::Compression::new(level),
-                );
-                z.write_all(&raw)
-                    .and_then(|()| z.finish())
-                    .map_err(|e| Error::io("compress a tile of", dest_path, e))
-            }
-            TiffCompression::Zstd(level) => zstd::bulk::compress(&raw, level)
-                .map_err(|e| Error::io("compress a tile of", dest_path, e)),
-        }
-    };
-    let mut offsets = Vec::with_capacity(n_chunks);
-    let mut counts = Vec::with_capacity(n_chunks);
-    let all: Vec<usize> = (0..n_chunks).collect();
-    for group in all.chunks(batch) {
-        let done: Vec<Result<Vec<u8>>> = group.par_iter().map(|&k| encode(k)).collect();
-        for c in done {
-            let c = c?;
-            wr(pos, &c)?;
-            offsets.push(pos);
-            counts.push(c.len() as u64);
-            pos += c.len() as u64;
-        }
-    }
-    if !big && pos > u64::from(u32::MAX) - (1 << 20) {
-        return Err(Error::invalid(format!(
-            "{}: the compressed tiles pass 4 GiB, more than a classic TIFF can address; \
-             write it as BigTIFF (--tiff-bigtiff yes)",
-            dest_path.display()
-        )));
-    }
-    pos += pos % 2;
-    let b16 = |v: usize| u16::try_from(v).unwrap_or(u16::MAX);
-    let mut e = vec![
-        longs(256, &[width as u64], false),
-        longs(257, &[height as u64], false),
-        shorts(258, &vec![bits; bands]),
-        shorts(
-            259,
-            &[match opts.compression {
-                TiffCompression::None => 1,
-                TiffCompression::Deflate(_) => 8,
-                TiffCompression::Zstd(_) => 50000,
-            }],
-        ),
-        shorts(262, &[1]),
-        shorts(277, &[b16(bands)]),
-        shorts(284, &[if pixel || bands == 1 { 1 } else { 2 }]),
-        shorts(322, &[b16(t)]),
-        shorts(323, &[b16(t)]),
-        longs(324, &offsets, big),
-        longs(325, &counts, big),
-        shorts(339, &vec![format; bands]),
-    ];
-    if bands > 1 {
-        e.push(shorts(338, &vec![0; bands - 1]));
-    }
-    if let Some(g) = &opts.georef {
-        if let Some(v) = &g.pixel_scale {
-            e.push(doubles(33550, v));
-        }
-        if let Some(v) = &g.tiepoint {
-            e.push(doubles(33922, v));
-        }
-        if let Some(v) = &g.transformation {
-            e.push(doubles(34264, v));
-        }
-        if let Some(v) = &g.geo_keys {
-            e.push(shorts(34735, v));
-        }
-        if let Some(v) = &g.geo_doubles {
-            e.push(doubles(34736, v));
-        }
-        if let Some(v) = &g.geo_ascii {
-            e.push(ascii(34737, v.trim_end_matches('\0')));
-        }
-        if let Some(v) = &g.nodata {
-            e.push(ascii(42113, v));
-        }
-    }
-    let ifd = ifd_bytes(e, pos, big);
-    wr(pos, &ifd)?;
-    if big {
-        wr(8, &pos.to_le_bytes())?;
-    } else {
-        wr(4, &(pos as u32).to_le_bytes())?;
-    }
-    let end = pos + ifd.len() as u64;
-    dest.set_len(end)
-        .map_err(|e| Error::io("size", dest_path, e))?;
-    Ok(end)
-}
+pub use super::tiff_write::{TiffCompression, TiffWriteOptions, image_dims, tiff_sample, write_tiled};
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::zarr::ZarrCompression;
-
-    #[test]
-    fn compression_specs_parse_with_levels_in_range() {
-        let t = |s: &str| s.parse::<TiffCompression>();
-        assert_eq!(t("deflate").ok(), Some(TiffCompression::Deflate(6)));
-        assert_eq!(t("DEFLATE:3").ok(), Some(TiffCompression::Deflate(3)));
-        assert_eq!(t("zstd").ok(), Some(TiffCompression::Zstd(9)));
-        assert_eq!(t("none").ok(), Some(TiffCompression::None));
-        for bad in ["deflate:10", "deflate:0", "zstd:x", "none:1", "lzw", ""] {
-            assert!(t(bad).is_err(), "{bad}");
-        }
-        let z = |s: &str| s.parse::<ZarrCompression>();
-        assert_eq!(z("blosc:9").ok(), Some(ZarrCompression::Blosc(9)));
-        assert_eq!(z("gzip").ok(), Some(ZarrCompression::Gzip(5)));
-        assert_eq!(z("zstd:-3").ok(), Some(ZarrCompression::Zstd(-3)));
-        for bad in ["gzip:10", "blosc:-1", "lz4", "none:0"] {
-            assert!(z(bad).is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn geotransform_from_tiepoint_or_matrix_and_shifted_to_a_window() {

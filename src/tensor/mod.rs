@@ -16,12 +16,17 @@ pub mod geotiff;
 pub mod npy;
 pub mod own_files;
 pub mod tiff_decode;
+pub mod tiff_write;
 pub mod zarr;
+pub mod zarr_codecs;
 pub mod zarr_decode;
 
+mod formats;
 mod output;
 mod window;
 
+pub(crate) use formats::CodecSpec;
+pub use formats::{Encode, Format, OutFormat};
 pub(crate) use output::dir_and_name;
 pub use output::{OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, lock, temp_beside};
 pub use window::{Window, page_size, window_slack};
@@ -36,119 +41,8 @@ use std::sync::Arc;
 use memmap2::MmapOptions;
 
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TiffError};
 pub use crate::shape::{fmt_shape, parse_shape};
-
-/// How a tensor is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// numpy `.npy`, with its version.
-    Npy {
-        /// (major, minor) format version.
-        version: (u8, u8),
-    },
-    /// Headerless little-endian C-order data; shape and dtype given by the user.
-    Raw,
-    /// A GeoTIFF (or plain TIFF): bands x rows x columns.
-    GeoTiff,
-    /// A Zarr v3 array (a directory with `zarr.json`).
-    Zarr,
-}
-
-/// The format an output is written in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OutFormat {
-    /// `.npy` with its header.
-    Npy,
-    /// Headerless little-endian C-order data.
-    Raw,
-    /// Tiled GeoTIFF.
-    GeoTiff,
-    /// Zarr v3 store.
-    Zarr,
-}
-
-impl OutFormat {
-    /// The format a destination's name asks for: `.npy`, `.tif`/`.tiff`, `.zarr`, else
-    /// raw.
-    #[must_use]
-    pub fn of(dest: &Path) -> Self {
-        if is_npy_path(dest) {
-            OutFormat::Npy
-        } else if geotiff::is_tiff_path(dest) {
-            OutFormat::GeoTiff
-        } else if zarr::is_zarr_path(dest) {
-            OutFormat::Zarr
-        } else {
-            OutFormat::Raw
-        }
-    }
-}
-
-impl std::str::FromStr for OutFormat {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "npy" => Ok(OutFormat::Npy),
-            "raw" => Ok(OutFormat::Raw),
-            "tif" | "tiff" | "geotiff" => Ok(OutFormat::GeoTiff),
-            "zarr" => Ok(OutFormat::Zarr),
-            _ => Err(Error::invalid(format!(
-                "unknown output format `{s}`: use npy, raw, tif or zarr"
-            ))),
-        }
-    }
-}
-
-/// A compression given as `name[:level]` on the command line.
-pub(crate) struct CodecSpec<'a, B: Fn() -> Error> {
-    /// The name, lower-cased.
-    pub name: String,
-    /// The level as written, if given.
-    pub level: Option<&'a str>,
-    bad: B,
-}
-
-impl<'a, B: Fn() -> Error> CodecSpec<'a, B> {
-    /// Splits `s`; `bad` makes the error for a spec that does not hold.
-    pub fn parse(s: &'a str, bad: B) -> Self {
-        let (name, level) = match s.split_once(':') {
-            Some((n, l)) => (n, Some(l)),
-            None => (s, None),
-        };
-        CodecSpec {
-            name: name.to_ascii_lowercase(),
-            level,
-            bad,
-        }
-    }
-
-    /// The level, `default` when none was given, checked to lie in `lo..=hi`.
-    pub fn level_in(&self, default: i64, lo: i64, hi: i64) -> Result<i64> {
-        match self.level {
-            None => Ok(default),
-            Some(l) => l
-                .parse::<i64>()
-                .ok()
-                .filter(|v| (lo..=hi).contains(v))
-                .ok_or_else(&self.bad),
-        }
-    }
-
-    /// The error for this spec.
-    pub fn bad(&self) -> Error {
-        (self.bad)()
-    }
-}
-
-/// How a staged output is encoded when it is finished.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Encode {
-    /// A tiled GeoTIFF.
-    Tiff(geotiff::TiffWriteOptions),
-    /// A Zarr v3 store.
-    Zarr(zarr::ZarrWriteOptions),
-}
 
 /// Shape, dtype and layout of a tensor file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -357,7 +251,7 @@ impl TensorFile {
     /// chunk by chunk.
     ///
     /// # Errors
-    /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if it is not a TIFF
+    /// [`Error::Io`] if it cannot be opened; [`Error::Tiff`] if it is not a TIFF
     /// tilestream can read.
     pub fn open_tiff(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
@@ -371,8 +265,8 @@ impl TensorFile {
                 // mapped: a file shorter than its tables say would fault when read
                 let len = file_len(&file, path)?;
                 if off.checked_add(nbytes).is_none_or(|end| end > len) {
-                    return Err(Error::format(
-                        path,
+                    return Err(Error::tiff(
+                        path, TiffError::Corrupt,
                         format!(
                             "its data runs from byte {off} for {nbytes} bytes, but the file has \
                              {len}: it is truncated"
@@ -406,7 +300,7 @@ impl TensorFile {
     /// by `zarrs` as tiles need them.
     ///
     /// # Errors
-    /// [`Error::Format`] for a Zarr v2 store, a group, an irregular chunk grid or a data
+    /// [`Error::Zarr`] for a Zarr v2 store, a group, an irregular chunk grid or a data
     /// type tilestream does not handle; [`Error::Io`] if it cannot be read.
     pub fn open_zarr(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();

@@ -12,7 +12,7 @@
 use std::io::Read;
 use std::path::Path;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, TiffError};
 
 /// TIFF compressions tilestream decodes, by their `Compression` tag value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,13 +99,13 @@ pub struct SampleTags {
 /// JPEG, LERC, WebP, JPEG-XL and every other codec, bit-reversed fill order.
 ///
 /// # Errors
-/// [`Error::Format`] naming the first tag whose value is refused.
+/// [`Error::Tiff`] naming the first tag whose value is refused.
 pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
     if let Some(p) = t.photometric
         && !matches!(p, 0..=3)
     {
-        return Err(Error::format(
-            path,
+        return Err(Error::tiff(
+            path, TiffError::Unsupported,
             format!(
                 "PhotometricInterpretation {p} ({}) is not read by tilestream (it reads \
                  MinIsBlack, MinIsWhite, RGB with any extra samples, and Palette indices); \
@@ -120,8 +120,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
         } else {
             ""
         };
-        return Err(Error::format(
-            path,
+        return Err(Error::tiff(
+            path, TiffError::Unsupported,
             format!(
                 "Compression {} ({}) is not decoded by tilestream ({hint}it decodes none, LZW, \
                  Deflate, PackBits and ZSTD); convert with gdal_translate -co COMPRESS=DEFLATE \
@@ -132,8 +132,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
         ));
     };
     if t.fill_order != 1 {
-        return Err(Error::format(
-            path,
+        return Err(Error::tiff(
+            path, TiffError::Unsupported,
             format!(
                 "FillOrder {} (bits of each byte reversed) is not read by tilestream",
                 t.fill_order
@@ -145,8 +145,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
             1 | 2 => {}
             3 if t.sample_format == 3 => {}
             3 => {
-                return Err(Error::format(
-                    path,
+                return Err(Error::tiff(
+                    path, TiffError::Corrupt,
                     format!(
                         "Predictor 3 (floating point) on SampleFormat {} samples is not valid \
                          TIFF",
@@ -155,8 +155,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 ));
             }
             p => {
-                return Err(Error::format(
-                    path,
+                return Err(Error::tiff(
+                    path, TiffError::Unsupported,
                     format!("Predictor {p} is not read by tilestream (it reads 1, 2 and 3)"),
                 ));
             }
@@ -214,12 +214,12 @@ impl ChunkRows {
 /// short of it is an error.
 ///
 /// # Errors
-/// [`Error::Format`] for a corrupt or short stream, naming the chunk `what`.
+/// [`Error::Tiff`] for a corrupt or short stream, naming the chunk `what`.
 pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [u8]) -> Result<()> {
     let need = out.len();
     let short = |got: usize| {
-        Error::format(
-            path,
+        Error::tiff(
+            path, TiffError::Corrupt,
             format!(
                 "{what} decodes to {got} bytes, but the layout needs {need}: the file is \
                  truncated or corrupt"
@@ -227,7 +227,7 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
         )
     };
     let corrupt =
-        |e: &dyn std::fmt::Display| Error::format(path, format!("cannot decode {what}: {e}"));
+        |e: &dyn std::fmt::Display| Error::tiff(path, TiffError::Corrupt, format!("cannot decode {what}: {e}"));
     match codec {
         Codec::None => {
             if src.len() < need {
@@ -250,8 +250,8 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
         }
         Codec::Lzw => {
             if src.len() >= 2 && src[0] == 0 && src[1] & 1 == 1 {
-                return Err(Error::format(
-                    path,
+                return Err(Error::tiff(
+                    path, TiffError::Unsupported,
                     format!(
                         "{what} is old-style (pre-TIFF 6.0) LZW, which tilestream does not \
                          decode; rewrite the file with gdal_translate"

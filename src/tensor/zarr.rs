@@ -19,7 +19,7 @@ use zarrs::filesystem::FilesystemStore;
 use super::chunked::ChunkSource;
 use super::zarr_decode;
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, ZarrError};
 
 /// True if the path names a Zarr store: a `.zarr` name, or a directory holding a
 /// `zarr.json`.
@@ -63,8 +63,8 @@ fn zarr_dtype(path: &Path, name: &str) -> Result<DType> {
         "float64" => DType::F64,
         "bfloat16" => DType::BF16,
         other => {
-            return Err(Error::format(
-                path,
+            return Err(Error::zarr(
+                path, ZarrError::Unsupported,
                 format!(
                     "Zarr data type `{other}` is not one tilestream handles (bool, ints, floats)"
                 ),
@@ -105,7 +105,7 @@ const ZARR_JSON_MAX: u64 = 1 << 20;
 /// Reads the metadata (`zarr.json`) of the array at the root of the store at `path`.
 ///
 /// # Errors
-/// [`Error::Format`] for a group, a Zarr v2 store, or a chunk grid that is not regular.
+/// [`Error::Zarr`] for a group, a Zarr v2 store, or a chunk grid that is not regular.
 pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
     read_meta(path).map(|(layout, _)| layout)
 }
@@ -119,24 +119,24 @@ fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
         } else {
             "no zarr.json here: not a Zarr v3 array"
         };
-        return Err(Error::format(path, msg));
+        return Err(Error::zarr(path, ZarrError::Unsupported, msg));
     }
     let text = super::own_files::read_small_input(&meta_path, ZARR_JSON_MAX)?;
     let m: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::format(&meta_path, format!("not valid JSON: {e}")))?;
+        .map_err(|e| Error::zarr(&meta_path, ZarrError::Metadata, format!("not valid JSON: {e}")))?;
     if m["zarr_format"] != 3 {
-        return Err(Error::format(&meta_path, "zarr_format is not 3"));
+        return Err(Error::zarr(&meta_path, ZarrError::Unsupported, "zarr_format is not 3"));
     }
     if m["node_type"] != "array" {
-        return Err(Error::format(
-            path,
+        return Err(Error::zarr(
+            path, ZarrError::Unsupported,
             "a Zarr group, not an array: give the path of one of its arrays",
         ));
     }
-    let shape = usizes(&m["shape"]).ok_or_else(|| Error::format(&meta_path, "bad shape"))?;
+    let shape = usizes(&m["shape"]).ok_or_else(|| Error::zarr(&meta_path, ZarrError::Metadata, "bad shape"))?;
     if shape.len() > super::MAX_RANK {
-        return Err(Error::format(
-            &meta_path,
+        return Err(Error::zarr(
+            &meta_path, ZarrError::Unsupported,
             format!(
                 "{} dimensions; tilestream reads at most {} (numpy's limit)",
                 shape.len(),
@@ -145,15 +145,15 @@ fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
         ));
     }
     if shape.is_empty() {
-        return Err(Error::format(
-            path,
+        return Err(Error::zarr(
+            path, ZarrError::Unsupported,
             "a 0-dimensional Zarr array is not supported",
         ));
     }
     let dtype = zarr_dtype(path, m["data_type"].as_str().unwrap_or("?"))?;
     if m["chunk_grid"]["name"] != "regular" {
-        return Err(Error::format(
-            path,
+        return Err(Error::zarr(
+            path, ZarrError::Unsupported,
             format!(
                 "chunk grid `{}` is not regular: tilestream reads regular chunk grids",
                 m["chunk_grid"]["name"]
@@ -162,7 +162,7 @@ fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
     }
     let chunk_shape = usizes(&m["chunk_grid"]["configuration"]["chunk_shape"])
         .filter(|c| c.len() == shape.len() && c.iter().all(|&d| d > 0))
-        .ok_or_else(|| Error::format(&meta_path, "bad chunk_shape"))?;
+        .ok_or_else(|| Error::zarr(&meta_path, ZarrError::Metadata, "bad chunk_shape"))?;
     let decode = zarr_decode::parse(&meta_path, &m, dtype, &chunk_shape)?;
     let mut codecs = Vec::new();
     let mut inner_chunks = None;
@@ -211,8 +211,8 @@ fn check_chunk_bytes(meta: &Path, what: &str, chunk: &[usize], dtype: DType) -> 
         .try_fold(dtype.size() as u64, |n, &d| n.checked_mul(d as u64));
     match bytes {
         Some(b) if b <= CHUNK_MAX => Ok(()),
-        _ => Err(Error::format(
-            meta,
+        _ => Err(Error::zarr(
+            meta, ZarrError::TooLarge,
             format!(
                 "{what} {} of {} decodes to {} a chunk; tilestream decodes chunks whole and \
                  reads chunks of at most {}",
@@ -236,7 +236,7 @@ impl ZarrChunks {
     /// Opens the array at the root of the store at `path`.
     ///
     /// # Errors
-    /// As [`read_layout`]; [`Error::Format`] for codecs tilestream does not decode
+    /// As [`read_layout`]; [`Error::Zarr`] for codecs tilestream does not decode
     /// exactly.
     pub fn open(path: &Path) -> Result<(ZarrLayout, Self)> {
         let (layout, codecs) = read_meta(path)?;

@@ -22,388 +22,10 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 
 use crate::dtype::DType;
-use crate::error::{Error, Result, shown};
+use crate::error::{Error, Result, ZarrError, shown};
 
-/// A bytes-to-bytes codec, applied after `bytes` when writing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Compressor {
-    Zstd,
-    Gzip,
-    Blosc,
-    /// A CRC-32C checksum of the preceding bytes, at the end (`true`) or the start.
-    Crc32c {
-        at_end: bool,
-    },
-}
-
-/// How one chunk's bytes are encoded: `transpose`, `bytes`, then bytes-to-bytes codecs.
-#[derive(Clone, Debug)]
-struct Chain {
-    /// `transpose` order: axis `i` of the encoded array is axis `order[i]` of the chunk.
-    order: Option<Vec<usize>>,
-    big_endian: bool,
-    /// In the order they are applied when writing (decoding goes backwards).
-    compressors: Vec<Compressor>,
-}
-
-/// Most bytes one compression stage may add to what it compresses: zstd, gzip and blosc
-/// all stay far below `n / 16 + 4 KiB` on incompressible data, so a stored chunk larger
-/// than that is corrupt or hostile and is refused before it is read.
-fn max_encoded(n: u64) -> u64 {
-    n.saturating_add(n / 16).saturating_add(4096)
-}
-
-impl Chain {
-    /// Largest stored size of a chunk of `bytes` decoded bytes.
-    fn max_stored(&self, bytes: u64) -> u64 {
-        self.compressors.iter().fold(bytes, |n, c| match c {
-            Compressor::Crc32c { .. } => n.saturating_add(4),
-            _ => max_encoded(n),
-        })
-    }
-}
-
-/// How a store's chunks are laid out: plain chunks or shards of inner chunks.
-#[derive(Clone, Debug)]
-enum Storage {
-    Plain(Chain),
-    Sharded {
-        /// Inner chunk shape.
-        inner: Vec<usize>,
-        /// Inner chunks per shard along each axis.
-        per_shard: Vec<usize>,
-        chain: Chain,
-        /// The index is stored little-endian unless this is set.
-        index_big_endian: bool,
-        /// The index ends with a CRC-32C of its entries.
-        index_crc: bool,
-        index_at_start: bool,
-    },
-}
-
-/// What [`ZarrDecoder`] needs from the metadata, parsed and checked.
-#[derive(Clone, Debug)]
-pub struct Codecs {
-    storage: Storage,
-    /// `default` (`c/1/2`) or `v2` (`1.2`) keys, and the separator.
-    v2_keys: bool,
-    separator: char,
-    /// One element of the fill value, in native byte order.
-    fill: Vec<u8>,
-}
-
-fn bad(meta: &Path, msg: impl Into<String>) -> Error {
-    Error::format(meta, msg.into())
-}
-
-/// Parses the codecs, the chunk key encoding and the fill value of the array whose
-/// metadata is `m` (read from `meta`), with `chunk_shape` (the regular grid's) and
-/// `dtype` already checked.
-///
-/// # Errors
-/// [`Error::Format`] naming the codec, configuration or value tilestream does not
-/// decode exactly.
-pub fn parse(meta: &Path, m: &Value, dtype: DType, chunk_shape: &[usize]) -> Result<Codecs> {
-    if m.get("storage_transformers")
-        .and_then(Value::as_array)
-        .is_some_and(|a| !a.is_empty())
-    {
-        return Err(bad(
-            meta,
-            "storage_transformers are set: tilestream reads arrays without them",
-        ));
-    }
-    let codecs = m["codecs"]
-        .as_array()
-        .ok_or_else(|| bad(meta, "no codecs list"))?;
-    let storage = if codecs.iter().any(|c| c["name"] == "sharding_indexed") {
-        sharded(meta, codecs, dtype, chunk_shape)?
-    } else {
-        Storage::Plain(chain(meta, codecs, dtype, chunk_shape.len(), false)?)
-    };
-    let (v2_keys, separator) = key_encoding(meta, &m["chunk_key_encoding"])?;
-    Ok(Codecs {
-        storage,
-        v2_keys,
-        separator,
-        fill: fill_value(meta, &m["fill_value"], dtype)?,
-    })
-}
-
-fn sharded(meta: &Path, codecs: &[Value], dtype: DType, shard: &[usize]) -> Result<Storage> {
-    if codecs.len() != 1 {
-        return Err(bad(
-            meta,
-            "sharding_indexed with other codecs around it: tilestream reads shards that \
-             are the array's only codec",
-        ));
-    }
-    let cfg = &codecs[0]["configuration"];
-    let inner: Vec<usize> = cfg["chunk_shape"]
-        .as_array()
-        .and_then(|a| a.iter().map(|x| x.as_u64().map(|n| n as usize)).collect())
-        .filter(|c: &Vec<usize>| c.len() == shard.len())
-        .ok_or_else(|| bad(meta, "sharding_indexed: bad chunk_shape"))?;
-    if inner.iter().zip(shard).any(|(&i, &s)| i == 0 || s % i != 0) {
-        return Err(bad(
-            meta,
-            format!(
-                "sharding_indexed: inner chunks {} do not divide shards {}",
-                super::fmt_shape(&inner),
-                super::fmt_shape(shard)
-            ),
-        ));
-    }
-    let inner_codecs = cfg["codecs"]
-        .as_array()
-        .ok_or_else(|| bad(meta, "sharding_indexed: no codecs"))?;
-    let chain = chain(meta, inner_codecs, dtype, shard.len(), true)?;
-    // the index: bytes (either order), then an optional crc32c, nothing else
-    let idx = cfg["index_codecs"]
-        .as_array()
-        .ok_or_else(|| bad(meta, "sharding_indexed: no index_codecs"))?;
-    let index = chain_of_index(meta, idx)?;
-    let index_at_start = match cfg["index_location"].as_str() {
-        None | Some("end") => false,
-        Some("start") => true,
-        Some(o) => {
-            return Err(bad(
-                meta,
-                format!("sharding_indexed: index_location `{}`", shown(o)),
-            ));
-        }
-    };
-    Ok(Storage::Sharded {
-        per_shard: shard.iter().zip(&inner).map(|(&s, &i)| s / i).collect(),
-        inner,
-        chain,
-        index_big_endian: index.0,
-        index_crc: index.1,
-        index_at_start,
-    })
-}
-
-/// (big-endian, checksummed) of a shard index's codecs.
-fn chain_of_index(meta: &Path, codecs: &[Value]) -> Result<(bool, bool)> {
-    let names: Vec<String> = codecs
-        .iter()
-        .map(|c| shown(c["name"].as_str().unwrap_or("?")))
-        .collect();
-    let refuse = || {
-        bad(
-            meta,
-            format!(
-                "sharding_indexed: index_codecs [{}]; tilestream reads indexes encoded with \
-                 bytes and an optional crc32c",
-                names.join(", ")
-            ),
-        )
-    };
-    let plain: Vec<&str> = names.iter().map(String::as_str).collect();
-    match plain.as_slice() {
-        ["bytes"] | ["bytes", "crc32c"] => {}
-        _ => return Err(refuse()),
-    }
-    let big = bytes_big_endian(meta, &codecs[0]["configuration"], 8)?;
-    if names.len() == 2 && !crc_at_end(meta, &codecs[1]["configuration"])? {
-        return Err(refuse());
-    }
-    Ok((big, names.len() == 2))
-}
-
-fn bytes_big_endian(meta: &Path, cfg: &Value, size: usize) -> Result<bool> {
-    match cfg.get("endian").and_then(Value::as_str) {
-        Some("little") => Ok(false),
-        Some("big") => Ok(true),
-        None if size == 1 => Ok(false),
-        None => Err(bad(
-            meta,
-            "the bytes codec has no endian for a multi-byte data type",
-        )),
-        Some(o) => Err(bad(
-            meta,
-            format!("the bytes codec's endian `{}`", shown(o)),
-        )),
-    }
-}
-
-fn crc_at_end(meta: &Path, cfg: &Value) -> Result<bool> {
-    match cfg.get("location").and_then(Value::as_str) {
-        None | Some("end") => Ok(true),
-        Some("start") => Ok(false),
-        Some(o) => Err(bad(meta, format!("crc32c location `{}`", shown(o)))),
-    }
-}
-
-/// A chunk's codec chain: array-to-array codecs (transpose), one array-to-bytes codec
-/// (bytes), bytes-to-bytes codecs, in that order.
-fn chain(meta: &Path, codecs: &[Value], dtype: DType, rank: usize, inner: bool) -> Result<Chain> {
-    let mut order = None;
-    let mut big_endian = None;
-    let mut compressors = Vec::new();
-    for c in codecs {
-        let name = c["name"].as_str().unwrap_or("?");
-        let cfg = &c["configuration"];
-        match (name, big_endian.is_some()) {
-            ("transpose", false) => {
-                if order.is_some() {
-                    return Err(bad(meta, "two transpose codecs"));
-                }
-                order = Some(transpose_order(meta, &cfg["order"], rank)?);
-            }
-            ("bytes", false) => big_endian = Some(bytes_big_endian(meta, cfg, dtype.size())?),
-            ("zstd", true) => compressors.push(Compressor::Zstd),
-            ("gzip", true) => compressors.push(Compressor::Gzip),
-            ("blosc", true) => compressors.push(Compressor::Blosc),
-            ("crc32c", true) => compressors.push(Compressor::Crc32c {
-                at_end: crc_at_end(meta, cfg)?,
-            }),
-            ("sharding_indexed", _) if inner => {
-                return Err(bad(
-                    meta,
-                    "shards inside shards: tilestream reads one level of sharding_indexed",
-                ));
-            }
-            _ => {
-                return Err(bad(
-                    meta,
-                    format!(
-                        "codec `{}`{}: tilestream decodes transpose, bytes, zstd, gzip, \
-                         blosc, crc32c and sharding_indexed, in the specification's order",
-                        shown(name),
-                        if big_endian.is_some() {
-                            " after bytes"
-                        } else {
-                            " before bytes"
-                        }
-                    ),
-                ));
-            }
-        }
-    }
-    let big_endian = big_endian.ok_or_else(|| bad(meta, "no bytes codec in the codec chain"))?;
-    Ok(Chain {
-        order,
-        big_endian: big_endian && dtype.size() > 1,
-        compressors,
-    })
-}
-
-fn transpose_order(meta: &Path, v: &Value, rank: usize) -> Result<Vec<usize>> {
-    let order: Option<Vec<usize>> = match v {
-        Value::String(s) if s == "C" => Some((0..rank).collect()),
-        Value::String(s) if s == "F" => Some((0..rank).rev().collect()),
-        Value::Array(a) => a.iter().map(|x| x.as_u64().map(|n| n as usize)).collect(),
-        _ => None,
-    };
-    let ok = order.filter(|o| {
-        let mut seen = vec![false; rank];
-        o.len() == rank
-            && o.iter()
-                .all(|&i| i < rank && !std::mem::replace(&mut seen[i], true))
-    });
-    ok.ok_or_else(|| {
-        bad(
-            meta,
-            format!(
-                "transpose order {} is not a permutation of the axes",
-                shown(&v.to_string())
-            ),
-        )
-    })
-}
-
-fn key_encoding(meta: &Path, v: &Value) -> Result<(bool, char)> {
-    let name = v["name"].as_str().unwrap_or("default");
-    let v2 = match name {
-        "default" => false,
-        "v2" => true,
-        o => return Err(bad(meta, format!("chunk_key_encoding `{}`", shown(o)))),
-    };
-    let sep = match v["configuration"]["separator"].as_str() {
-        None => {
-            if v2 {
-                '.'
-            } else {
-                '/'
-            }
-        }
-        Some("/") => '/',
-        Some(".") => '.',
-        Some(o) => return Err(bad(meta, format!("chunk key separator `{}`", shown(o)))),
-    };
-    Ok((v2, sep))
-}
-
-/// One element of `dtype` holding the fill value `v`, in native byte order.
-fn fill_value(meta: &Path, v: &Value, dtype: DType) -> Result<Vec<u8>> {
-    let refuse = || {
-        bad(
-            meta,
-            format!(
-                "fill_value {} is not a {}",
-                shown(&v.to_string()),
-                dtype.name()
-            ),
-        )
-    };
-    let size = dtype.size();
-    // "0x..." is the element's bytes, big-endian, for floats
-    if let Some(hex) = v.as_str().and_then(|s| s.strip_prefix("0x")) {
-        if !dtype.is_float() || hex.len() != 2 * size {
-            return Err(refuse());
-        }
-        let bits = u64::from_str_radix(hex, 16).map_err(|_| refuse())?;
-        return Ok(bits.to_le_bytes()[..size].to_vec());
-    }
-    if dtype == DType::Bool {
-        return v.as_bool().map(|b| vec![u8::from(b)]).ok_or_else(refuse);
-    }
-    if dtype.is_float() {
-        let x = match v {
-            Value::Number(n) => n.as_f64().ok_or_else(refuse)?,
-            Value::String(s) if s == "NaN" => f64::NAN,
-            Value::String(s) if s == "Infinity" => f64::INFINITY,
-            Value::String(s) if s == "-Infinity" => f64::NEG_INFINITY,
-            _ => return Err(refuse()),
-        };
-        let mut out = vec![0u8; size];
-        crate::dtype::store_f64(&[x], &mut out, dtype);
-        return Ok(out);
-    }
-    // integers: exactly, in range
-    let fits = |lo: i128, hi: i128| -> Result<i128> {
-        let x = v
-            .as_i64()
-            .map(i128::from)
-            .or_else(|| v.as_u64().map(i128::from))
-            .ok_or_else(refuse)?;
-        if (lo..=hi).contains(&x) {
-            Ok(x)
-        } else {
-            Err(refuse())
-        }
-    };
-    let bits = |bytes: usize, signed: bool| -> Result<Vec<u8>> {
-        let width = 8 * bytes as u32;
-        let (lo, hi) = if signed {
-            (-(1i128 << (width - 1)), (1i128 << (width - 1)) - 1)
-        } else {
-            (0, (1i128 << width) - 1)
-        };
-        Ok(fits(lo, hi)?.to_le_bytes()[..bytes].to_vec())
-    };
-    let le = match dtype {
-        DType::I8 | DType::I16 | DType::I32 | DType::I64 => bits(size, true)?,
-        _ => bits(size, false)?,
-    };
-    // native order (every supported target is little-endian; keep it honest anyway)
-    Ok(if cfg!(target_endian = "big") {
-        le.into_iter().rev().collect()
-    } else {
-        le
-    })
-}
+use super::zarr_codecs::{Chain, Compressor, Storage, max_encoded};
+pub use super::zarr_codecs::{Codecs, parse};
 
 /// Largest shard index tilestream reads: 16 bytes per inner chunk, so 2^20 inner chunks
 /// per shard. A larger index would be one allocation beyond any sensible budget.
@@ -448,7 +70,7 @@ impl ZarrDecoder {
     /// `chunk_shape`.
     ///
     /// # Errors
-    /// [`Error::Format`] if a shard's index would be larger than 16 MiB.
+    /// [`Error::Zarr`] if a shard's index would be larger than 16 MiB.
     pub fn new(
         root: &Path,
         dtype: DType,
@@ -475,8 +97,8 @@ impl ZarrDecoder {
             missing_dirs: Mutex::default(),
         };
         if dec.index_bytes() > INDEX_MAX {
-            return Err(bad(
-                &root.join("zarr.json"),
+            return Err(Error::zarr(
+                &root.join("zarr.json"), ZarrError::TooLarge,
                 format!(
                     "each shard indexes {} inner chunks ({} of index); tilestream reads \
                      shard indexes of at most {}",
@@ -564,7 +186,7 @@ impl ZarrDecoder {
     /// `out`, which holds exactly one unit, C order.
     ///
     /// # Errors
-    /// [`Error::Format`] naming the chunk for anything corrupt, oversized or truncated;
+    /// [`Error::Zarr`] naming the chunk for anything corrupt, oversized or truncated;
     /// [`Error::Io`] if it cannot be read.
     pub fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
         let stored = match &self.codecs.storage {
@@ -580,8 +202,8 @@ impl ZarrDecoder {
                             .len();
                         let max = chain.max_stored(self.unit_bytes());
                         if len > max {
-                            return Err(bad(
-                                &path,
+                            return Err(Error::zarr(
+                                &path, ZarrError::Corrupt,
                                 format!(
                                     "{what} is stored in {len} bytes, more than a chunk of {} \
                                      can take ({max}): the store is corrupt",
@@ -610,8 +232,8 @@ impl ZarrDecoder {
                         } else {
                             let max = self.chain().max_stored(self.unit_bytes());
                             if n > max {
-                                return Err(bad(
-                                    &path,
+                                return Err(Error::zarr(
+                                    &path, ZarrError::Corrupt,
                                     format!(
                                         "the index gives {what} {n} bytes, more than it can \
                                          take ({max}): the shard is corrupt"
@@ -619,7 +241,7 @@ impl ZarrDecoder {
                                 ));
                             }
                             let f = open_chunk(&path)?.ok_or_else(|| {
-                                bad(&path, "the shard disappeared while it was read")
+                                Error::zarr(&path, ZarrError::Corrupt, "the shard disappeared while it was read")
                             })?;
                             Some((read_at(&f, &path, off, n)?, path, what))
                         }
@@ -666,8 +288,8 @@ impl ZarrDecoder {
                 let entries = self.index_bytes();
                 let size = entries + if *index_crc { 4 } else { 0 };
                 if len < size {
-                    return Err(bad(
-                        path,
+                    return Err(Error::zarr(
+                        path, ZarrError::Corrupt,
                         format!(
                             "shard {shard:?} is {len} bytes, shorter than its {size}-byte \
                              index: it is truncated"
@@ -678,8 +300,8 @@ impl ZarrDecoder {
                 let raw = read_at(&f, path, at, size)?;
                 let (body, crc) = raw.split_at(entries as usize);
                 if *index_crc && crc32c::crc32c(body).to_le_bytes() != crc {
-                    return Err(bad(
-                        path,
+                    return Err(Error::zarr(
+                        path, ZarrError::Corrupt,
                         format!("the index of shard {shard:?} fails its crc32c checksum"),
                     ));
                 }
@@ -700,8 +322,8 @@ impl ZarrDecoder {
                     if (off, n) != (u64::MAX, u64::MAX)
                         && off.checked_add(n).is_none_or(|end| end > len)
                     {
-                        return Err(bad(
-                            path,
+                        return Err(Error::zarr(
+                            path, ZarrError::Corrupt,
                             format!(
                                 "the index of shard {shard:?} puts inner chunk {k} at bytes \
                                  {off}+{n}, past the shard's {len} bytes: it is corrupt"
@@ -778,8 +400,8 @@ impl ZarrDecoder {
             data = undo(path, what, *c, &data, size as usize, exact)?;
         }
         if data.len() != need {
-            return Err(bad(
-                path,
+            return Err(Error::zarr(
+                path, ZarrError::Corrupt,
                 format!(
                     "{what} decodes to {} bytes, but a chunk is {need}: the store is corrupt",
                     data.len()
@@ -815,8 +437,8 @@ fn open_chunk(path: &Path) -> Result<Option<File>> {
             if m.file_type().is_file() {
                 Ok(Some(f))
             } else {
-                Err(bad(
-                    path,
+                Err(Error::zarr(
+                    path, ZarrError::Unsupported,
                     "a chunk of the store is not a regular file (a FIFO, device or directory)",
                 ))
             }
@@ -843,10 +465,10 @@ fn undo(
     size: usize,
     exact: bool,
 ) -> Result<Vec<u8>> {
-    let corrupt = |e: &dyn std::fmt::Display| bad(path, format!("cannot decode {what}: {e}"));
+    let corrupt = |e: &dyn std::fmt::Display| Error::zarr(path, ZarrError::Corrupt, format!("cannot decode {what}: {e}"));
     let over = || {
-        bad(
-            path,
+        Error::zarr(
+            path, ZarrError::Corrupt,
             format!(
                 "{what} decodes to more than the {size} bytes its chunk can be: the store is \
                  corrupt (or a decompression bomb)"
@@ -965,6 +587,7 @@ fn untranspose(src: &[u8], out: &mut [u8], shape: &[usize], order: &[usize], es:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tensor::zarr_codecs::fill_value;
 
     #[test]
     fn untranspose_inverts_a_permutation() {
@@ -998,6 +621,15 @@ mod tests {
     fn fill_values_of_every_form() {
         let m = Path::new("zarr.json");
         let f = |v: Value, d: DType| fill_value(m, &v, d);
+        let metadata_error = |r: Result<Vec<u8>>| {
+            matches!(
+                r,
+                Err(Error::Zarr {
+                    source: ZarrError::Metadata(_),
+                    ..
+                })
+            )
+        };
         assert_eq!(
             f(serde_json::json!(-2), DType::I16).ok(),
             Some(vec![0xfe, 0xff])
@@ -1006,9 +638,9 @@ mod tests {
             f(serde_json::json!(u64::MAX), DType::U64).ok(),
             Some(vec![0xff; 8])
         );
-        assert!(f(serde_json::json!(256), DType::U8).is_err());
-        assert!(f(serde_json::json!(-1), DType::U32).is_err());
-        assert!(f(serde_json::json!(1.5), DType::I32).is_err());
+        assert!(metadata_error(f(serde_json::json!(256), DType::U8)));
+        assert!(metadata_error(f(serde_json::json!(-1), DType::U32)));
+        assert!(metadata_error(f(serde_json::json!(1.5), DType::I32)));
         assert_eq!(
             f(serde_json::json!("NaN"), DType::F32).ok(),
             Some(f32::NAN.to_le_bytes().to_vec())
@@ -1021,13 +653,13 @@ mod tests {
             f(serde_json::json!("0x7fc00001"), DType::F32).ok(),
             Some(0x7fc0_0001u32.to_le_bytes().to_vec())
         );
-        assert!(f(serde_json::json!("0x7fc0"), DType::F32).is_err());
+        assert!(metadata_error(f(serde_json::json!("0x7fc0"), DType::F32)));
         assert_eq!(
             f(serde_json::json!(0.1), DType::F32).ok(),
             Some(0.1f32.to_le_bytes().to_vec())
         );
         assert_eq!(f(serde_json::json!(true), DType::Bool).ok(), Some(vec![1]));
-        assert!(f(serde_json::json!(1), DType::Bool).is_err());
+        assert!(metadata_error(f(serde_json::json!(1), DType::Bool)));
     }
 
     #[test]
@@ -1037,6 +669,16 @@ mod tests {
         let big = vec![0u8; 1 << 20];
         let z = zstd::encode_all(&big[..], 3).expect("zstd");
         let e = undo(p, "chunk [0]", Compressor::Zstd, &z, 1024, true).expect_err("bomb");
+        let corrupt = |e: &Error| {
+            matches!(
+                e,
+                Error::Zarr {
+                    source: ZarrError::Corrupt(_),
+                    ..
+                }
+            )
+        };
+        assert!(corrupt(&e), "{e:?}");
         assert!(
             e.to_string()
                 .contains("decodes to more than the 1024 bytes"),
@@ -1045,7 +687,9 @@ mod tests {
         let mut g = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         std::io::Write::write_all(&mut g, &big).expect("gzip");
         let g = g.finish().expect("gzip");
-        assert!(undo(p, "chunk [0]", Compressor::Gzip, &g, 1024, true).is_err());
+        assert!(corrupt(
+            &undo(p, "chunk [0]", Compressor::Gzip, &g, 1024, true).expect_err("gzip bomb")
+        ));
         // and give exactly the chunk when it is one
         let small = zstd::encode_all(&big[..1024], 3).expect("zstd");
         assert_eq!(
@@ -1062,7 +706,9 @@ mod tests {
             vec![1, 2, 3]
         );
         c[0] = 9;
-        assert!(undo(p, "c", Compressor::Crc32c { at_end: true }, &c, 3, true).is_err());
+        assert!(corrupt(
+            &undo(p, "c", Compressor::Crc32c { at_end: true }, &c, 3, true).expect_err("crc")
+        ));
     }
 
     #[test]

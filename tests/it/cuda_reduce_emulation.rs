@@ -16,7 +16,8 @@ use std::process::Command;
 
 use super::cuda_emulation::{PRELUDE, compile, element};
 use tilestream::backend::cuda::source::{ReduceTile, Reduction, all_reductions, reduce_source};
-use tilestream::ops::reduce::{Geometry, Reduce, ReduceOver, reducer};
+use tilestream::backend::cpu::reduce::reducer;
+use tilestream::ops::reduce::{Geometry, Reduce, ReduceOver};
 use tilestream::{Backend, CpuBackend, DType};
 
 /// The runner: `runner DIR KERNEL DATA TILES STATE OUT` feeds the tiles of `TILES` (the

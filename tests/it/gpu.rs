@@ -16,15 +16,7 @@ use crate::common::{read_npy_data, write_npy};
 
 /// The devices to run on: the CPU, and the first GPU when one can be opened.
 fn devices() -> Vec<DeviceRequest> {
-    let mut v = vec![DeviceRequest::Cpu];
-    match tilestream::device::probe(0) {
-        Ok(gpu) => {
-            eprintln!("gpu suite: running on cpu and cuda:0 ({})", gpu.name);
-            v.push(DeviceRequest::Cuda(Some(0)));
-        }
-        Err(e) => eprintln!("gpu suite: no GPU here ({e}); the CPU alone runs"),
-    }
-    v
+    crate::common::backends()
 }
 
 fn engine(device: DeviceRequest, budget: &str) -> Engine {

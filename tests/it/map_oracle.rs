@@ -9,7 +9,7 @@
     clippy::type_complexity
 )]
 
-use crate::common::{Lcg, read_npy_data, write_npy};
+use crate::common::{Lcg, engine_on, on_every_backend, read_npy_data, write_npy};
 use half::{bf16, f16};
 use tilestream::{DType, Element, Engine, MemoryBudget, TensorFile};
 
@@ -81,8 +81,8 @@ fn nanmax(a: f64, b: f64) -> f64 {
     }
 }
 
-#[test]
-fn every_operator_and_function_matches_the_oracle() {
+on_every_backend! {
+fn every_operator_and_function_matches_the_oracle(device) {
     let cases: &[(&str, fn(f64, f64) -> f64)] = &[
         ("x * 2 + 1", |x, _| x * 2.0 + 1.0),
         ("-x - y / 3", |x, y| -x - y / 3.0),
@@ -131,7 +131,7 @@ fn every_operator_and_function_matches_the_oracle() {
     for (k, (src, f)) in cases.iter().enumerate() {
         // 96 KiB forces about 12-18 tiles of this 20011-element input; 1 GiB makes one
         for budget in [96u64 << 10, 1 << 30] {
-            let e = Engine::new(MemoryBudget::new(budget)).unwrap();
+            let e = engine_on(device, budget);
             let out = dir.path().join(format!("o{k}_{budget}.npy"));
             let r = e.map(src, &named, &out, Some(DType::F64)).unwrap();
             if budget < 1 << 20 {
@@ -151,6 +151,7 @@ fn every_operator_and_function_matches_the_oracle() {
             }
         }
     }
+}
 }
 
 #[test]
@@ -250,10 +251,10 @@ fn map_errors() {
     assert!(!o.exists());
 }
 
-#[test]
-fn casts_round_saturate_and_are_exact_between_integers() {
+on_every_backend! {
+fn casts_round_saturate_and_are_exact_between_integers(device) {
     let dir = tempfile::tempdir().unwrap();
-    let e = Engine::new(MemoryBudget::new(128 << 10)).unwrap();
+    let e = engine_on(device, 128 << 10);
     let cast = |vals: &[u8], from: DType, shape: usize, to: DType| -> Vec<u8> {
         let i = dir.path().join(format!("in_{from}.npy"));
         let o = dir.path().join(format!("out_{from}_{to}.npy"));
@@ -388,4 +389,5 @@ fn casts_round_saturate_and_are_exact_between_integers() {
             assert_eq!(got, want, "{from} -> {to}");
         }
     }
+}
 }

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use crate::common::{Lcg, read_npy_data, write_npy};
+use crate::common::{Lcg, engine_on, on_every_backend, read_npy_data, write_npy};
 use tilestream::{DType, Element, Engine, MemoryBudget, TensorFile};
 
 fn golden(name: &str) -> std::path::PathBuf {
@@ -67,8 +67,8 @@ fn random(dtype: DType, n: usize, seed: u64) -> (Vec<u8>, Vec<f64>) {
     (bytes, vals)
 }
 
-#[test]
-fn matches_the_oracle_and_is_tiling_invariant() {
+on_every_backend! {
+fn matches_the_oracle_and_is_tiling_invariant(device) {
     let dir = tempfile::tempdir().unwrap();
     let cases = [
         (1001, 37, 7, DType::F32, DType::F32),
@@ -94,10 +94,7 @@ fn matches_the_oracle_and_is_tiling_invariant() {
         let mut first: Option<Vec<u8>> = None;
         for (budget, threads) in [(1u64 << 30, 2), (64 << 10, 1), (100 << 10, 3)] {
             let out = dir.path().join(format!("y{case}_{budget}.npy"));
-            let e = Engine::new(MemoryBudget::new(budget))
-                .unwrap()
-                .with_threads(threads)
-                .unwrap();
+            let e = engine_on(device, budget).with_threads(threads).unwrap();
             let rep = e.matmul(&xf, &wf, &out, Some(DType::F64)).unwrap();
             if budget == 64 << 10 && r > 500 {
                 assert!(rep.tiles >= 4, "case {case}: {} tiles", rep.tiles);
@@ -132,6 +129,7 @@ fn matches_the_oracle_and_is_tiling_invariant() {
             }
         }
     }
+}
 }
 
 #[test]

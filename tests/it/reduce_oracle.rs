@@ -4,7 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
-use crate::common::{Lcg, write_npy};
+use crate::common::{Lcg, backends, engine_on, on_every_backend, write_npy};
+use tilestream::device::DeviceRequest;
 use proptest::prelude::*;
 use tilestream::{
     BudgetError, DType, Element, Engine, Error, MemoryBudget, Reduce, ReduceOver, TensorFile,
@@ -63,18 +64,14 @@ fn random_data(dtype: DType, n: usize, seed: u64) -> (Vec<u8>, Vec<f64>) {
 
 /// Runs a reduction, raising the budget to the planner's stated minimum if it is too small.
 fn reduce_at(
+    device: DeviceRequest,
     x: &TensorFile,
     op: Reduce,
     over: ReduceOver,
     budget: u64,
     threads: usize,
 ) -> (Vec<u8>, usize) {
-    let engine = |b: u64| {
-        Engine::new(MemoryBudget::new(b))
-            .unwrap()
-            .with_threads(threads)
-            .unwrap()
-    };
+    let engine = |b: u64| engine_on(device, b).with_threads(threads).unwrap();
     let (a, r) = match engine(budget).reduce(x, op, over) {
         Err(Error::Budget(BudgetError::TooSmall { needed, .. })) => {
             engine(needed).reduce(x, op, over).unwrap()
@@ -84,7 +81,14 @@ fn reduce_at(
     (a.bytes().to_vec(), r.tiles)
 }
 
-fn check(shape: &[usize], dtype: DType, over: ReduceOver, op: Reduce, seed: u64) {
+fn check(
+    device: DeviceRequest,
+    shape: &[usize],
+    dtype: DType,
+    over: ReduceOver,
+    op: Reduce,
+    seed: u64,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.npy");
     let n: usize = shape.iter().product();
@@ -93,7 +97,7 @@ fn check(shape: &[usize], dtype: DType, over: ReduceOver, op: Reduce, seed: u64)
     let x = TensorFile::open(&path).unwrap();
 
     let want = oracle(&vals, shape, over, op);
-    let (base, _) = reduce_at(&x, op, over, 1 << 30, 2);
+    let (base, _) = reduce_at(device, &x, op, over, 1 << 30, 2);
     let got: Vec<f64> = tilestream::dispatch_dtype!(op.output_dtype(dtype), T => {
         bytemuck::pod_collect_to_vec::<u8, T>(&base).into_iter().map(Element::to_f64).collect()
     });
@@ -114,7 +118,7 @@ fn check(shape: &[usize], dtype: DType, over: ReduceOver, op: Reduce, seed: u64)
     // bit-identical across budgets (down to hundreds of tiles) and thread counts
     let mut most_tiles = 0;
     for (budget, threads) in [(40 << 10, 1), (64 << 10, 3), (200 << 10, 2), (3 << 20, 1)] {
-        let (b, tiles) = reduce_at(&x, op, over, budget, threads);
+        let (b, tiles) = reduce_at(device, &x, op, over, budget, threads);
         most_tiles = most_tiles.max(tiles);
         assert!(
             b == base,
@@ -138,8 +142,8 @@ const OPS: [Reduce; 6] = [
     Reduce::Std { ddof: 0 },
 ];
 
-#[test]
-fn edge_shapes_every_op() {
+on_every_backend! {
+fn edge_shapes_every_op(device) {
     let cases: &[(&[usize], ReduceOver)] = &[
         (&[1, 1], ReduceOver::Axis(0)),
         (&[1, 1], ReduceOver::Axis(1)),
@@ -159,24 +163,27 @@ fn edge_shapes_every_op() {
     ];
     for (i, &(shape, over)) in cases.iter().enumerate() {
         for op in OPS {
-            check(shape, DType::F32, over, op, i as u64);
+            check(device, shape, DType::F32, over, op, i as u64);
         }
     }
 }
+}
 
-#[test]
-fn every_dtype() {
+on_every_backend! {
+fn every_dtype(device) {
     for (i, d) in DType::ALL.into_iter().enumerate() {
         for op in OPS {
-            check(&[1031, 7], d, ReduceOver::Axis(0), op, 100 + i as u64);
-            check(&[1031, 7], d, ReduceOver::Axis(1), op, 200 + i as u64);
+            check(device, &[1031, 7], d, ReduceOver::Axis(0), op, 100 + i as u64);
+            check(device, &[1031, 7], d, ReduceOver::Axis(1), op, 200 + i as u64);
         }
     }
 }
+}
 
-#[test]
-fn hundreds_of_tiles() {
+on_every_backend! {
+fn hundreds_of_tiles(device) {
     check(
+        device,
         &[300_007, 3],
         DType::F32,
         ReduceOver::Axis(0),
@@ -184,6 +191,7 @@ fn hundreds_of_tiles() {
         7,
     );
     check(
+        device,
         &[300_007, 3],
         DType::F64,
         ReduceOver::Axis(0),
@@ -191,15 +199,16 @@ fn hundreds_of_tiles() {
         8,
     );
 }
+}
 
-#[test]
-fn nan_propagates_like_numpy() {
+on_every_backend! {
+fn nan_propagates_like_numpy(device) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.npy");
     let data: Vec<f32> = vec![1.0, 2.0, f32::NAN, 4.0, 5.0, 6.0];
     write_npy(&path, DType::F32, &[3, 2], bytemuck::cast_slice(&data));
     let x = TensorFile::open(&path).unwrap();
-    let e = Engine::new(MemoryBudget::new(1 << 20)).unwrap();
+    let e = engine_on(device, 1 << 20);
     for op in OPS {
         let (a, _) = e.reduce(&x, op, ReduceOver::Axis(0)).unwrap();
         let v = a.to_f64();
@@ -209,6 +218,7 @@ fn nan_propagates_like_numpy() {
         );
         assert!(!v[1].is_nan(), "{op:?}: column 1 has no NaN, got {v:?}");
     }
+}
 }
 
 proptest! {
@@ -222,6 +232,8 @@ proptest! {
         seed in 0u64..1000,
     ) {
         let over = if axis_pick >= shape.len() { ReduceOver::All } else { ReduceOver::Axis(axis_pick) };
-        check(&shape, DType::ALL[dtype_pick], over, OPS[op_pick], seed);
+        for device in backends() {
+            check(device, &shape, DType::ALL[dtype_pick], over, OPS[op_pick], seed);
+        }
     }
 }

@@ -9,11 +9,11 @@
     clippy::cast_precision_loss
 )]
 
-use crate::common::{Lcg, read_npy_data, write_npy};
+use crate::common::{Lcg, engine_on, on_every_backend, read_npy_data, write_npy};
 use tilestream::{Axis, DType, Engine, MemoryBudget, Reduce, TensorFile};
 
-#[test]
-fn matches_the_oracle_and_the_reductions() {
+on_every_backend! {
+fn matches_the_oracle_and_the_reductions(device) {
     let dir = tempfile::tempdir().unwrap();
     let (r, c) = (20_011usize, 7usize);
     let mut rng = Lcg(5);
@@ -23,7 +23,7 @@ fn matches_the_oracle_and_the_reductions() {
     let xp = dir.path().join("x.npy");
     write_npy(&xp, DType::F32, &[r, c], bytemuck::cast_slice(&x));
     let xf = TensorFile::open(&xp).unwrap();
-    let e = Engine::new(MemoryBudget::new(96 << 10)).unwrap();
+    let e = engine_on(device, 96 << 10);
     let out = dir.path().join("z.npy");
     let stats = dir.path().join("stats.npz");
     let (sr, ar) = e
@@ -73,6 +73,7 @@ fn matches_the_oracle_and_the_reductions() {
         let got: Vec<f64> = bytemuck::pod_collect_to_vec(&npy[hl..hl + 8 * c]);
         assert_eq!(&got, want, "{name}");
     }
+}
 }
 
 #[test]

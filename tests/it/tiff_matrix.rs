@@ -279,5 +279,13 @@ fn tiffs_that_cannot_be_read_exactly_are_refused_in_one_line() {
             "{what}: the message does not name {word}: {err}"
         );
         assert!(!npy.exists(), "{what}: an output was left");
+        // the library says what kind of refusal it is
+        match tilestream::TensorFile::open(&tif).err() {
+            Some(tilestream::Error::Tiff {
+                source: tilestream::error::TiffError::Unsupported(_),
+                ..
+            }) => {}
+            other => panic!("{what}: opening gives {other:?}, not a TIFF refused as unsupported"),
+        }
     }
 }

@@ -66,3 +66,48 @@ impl Lcg {
         (self.next_u64() >> 11) as f64 / (1u64 << 42) as f64
     }
 }
+
+/// The backends this machine can run, for tests written once per backend: the CPU
+/// always, and `cuda:0` when a GPU can be opened (probed once per test binary, which
+/// says on one line which backends run).
+pub fn backends() -> Vec<tilestream::device::DeviceRequest> {
+    use tilestream::device::DeviceRequest;
+    static BACKENDS: std::sync::OnceLock<Vec<DeviceRequest>> = std::sync::OnceLock::new();
+    BACKENDS
+        .get_or_init(|| match tilestream::device::probe(0) {
+            Ok(gpu) => {
+                eprintln!("backends: cpu and cuda:0 ({})", gpu.name);
+                vec![DeviceRequest::Cpu, DeviceRequest::Cuda(Some(0))]
+            }
+            Err(e) => {
+                eprintln!("backends: cpu alone (no GPU: {e})");
+                vec![DeviceRequest::Cpu]
+            }
+        })
+        .clone()
+}
+
+/// An engine on `device` with a budget of `budget` bytes.
+pub fn engine_on(device: tilestream::device::DeviceRequest, budget: u64) -> tilestream::Engine {
+    tilestream::Engine::new(tilestream::MemoryBudget::new(budget))
+        .unwrap()
+        .with_device(device)
+        .unwrap()
+}
+
+/// A test written once and run on every backend of [`backends`]: `$device` is bound to
+/// each in turn (build engines with [`engine_on`]), so a new backend gets the oracle
+/// tests that use this for free.
+macro_rules! on_every_backend {
+    ($(#[$attr:meta])* fn $name:ident($device:ident) $body:block) => {
+        $(#[$attr])*
+        #[test]
+        fn $name() {
+            for $device in $crate::common::backends() {
+                eprintln!(concat!(stringify!($name), ": {}"), $device);
+                $body
+            }
+        }
+    };
+}
+pub(crate) use on_every_backend;

@@ -1,5 +1,15 @@
-//! The CPU backend: kernels from [`crate::ops`] run on a dedicated rayon pool, so
-//! `--threads` is honoured without touching the global pool of an embedding program.
+//! The CPU backend: the rayon kernels of every operation [`crate::ops`] describes, run on
+//! a dedicated pool, so `--threads` is honoured without touching the global pool of an
+//! embedding program. One module per operation, as `kernels/` has one CUDA file per
+//! operation.
+
+pub mod elementwise;
+pub mod expr;
+pub mod generate;
+pub mod matmul;
+pub mod reduce;
+pub mod stencil;
+pub mod transpose;
 
 use std::sync::Arc;
 
@@ -9,10 +19,10 @@ use super::Backend;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::expr::Program;
-use crate::ops::matmul::{self, Resident};
+use crate::ops::generate::Dist;
+use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
-use crate::ops::stencil::{self, TileJob};
-use crate::ops::{elementwise, generate, reduce, transpose};
+use crate::ops::stencil::TileJob;
 
 /// Runs kernels on a rayon pool of a fixed size.
 #[derive(Clone, Debug)]
@@ -130,7 +140,7 @@ impl Backend for CpuBackend {
         out_dtype: DType,
     ) -> Result<()> {
         self.pool
-            .install(|| program.eval_tile(inputs, in_dtypes, out, out_dtype));
+            .install(|| expr::eval_tile(program, inputs, in_dtypes, out, out_dtype));
         Ok(())
     }
 
@@ -173,7 +183,7 @@ impl Backend for CpuBackend {
         start: u64,
         last_dim: u64,
         seed: u64,
-        dist: generate::Dist,
+        dist: Dist,
     ) -> Result<()> {
         self.pool
             .install(|| generate::fill_bytes(out, dtype, start, last_dim, seed, dist));

@@ -1,0 +1,697 @@
+//! The CPU kernels of the reductions: the order of operations that
+//! [`crate::ops::reduce`] fixes (blocks of rows summed sequentially, merged in index
+//! order, blocks inside a tile in parallel on the rayon pool), in f64 or exact 64-bit
+//! integer accumulators, with the widest vector instructions the CPU has.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use crate::dtype::{DType, Element};
+use crate::ops::reduce::{BLOCK_ELEMS, Geometry, Reduce, TileReducer, WIDE};
+
+/// A reduction's arithmetic: accumulator, how elements enter it, how partials merge and
+/// how the result is finished.
+pub(crate) trait Kernel<T: Element>: Sync {
+    type A: bytemuck::Pod + Send + Sync;
+    type O: Element;
+    const NEEDS_SHIFT: bool;
+    fn zero(&self) -> Self::A;
+    fn push(a: &mut Self::A, x: T, shift: f64);
+    fn merge(a: &mut Self::A, b: &Self::A);
+    fn finish(&self, a: &Self::A, n: u64) -> Self::O;
+}
+
+struct FloatSum {
+    mean: bool,
+}
+impl<T: Element> Kernel<T> for FloatSum {
+    type A = f64;
+    type O = f64;
+    const NEEDS_SHIFT: bool = false;
+    fn zero(&self) -> f64 {
+        0.0
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut f64, x: T, _: f64) {
+        *a += x.to_f64();
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut f64, b: &f64) {
+        *a += *b;
+    }
+    fn finish(&self, a: &f64, n: u64) -> f64 {
+        if self.mean { *a / n as f64 } else { *a }
+    }
+}
+
+/// Integer sum; `O` is i64 (signed, bool), u64 (unsigned) or f64 (mean).
+struct IntSum<O> {
+    mean: bool,
+    unsigned: bool,
+    _o: std::marker::PhantomData<O>,
+}
+impl<T: Element, O: Element> Kernel<T> for IntSum<O> {
+    type A = i64;
+    type O = O;
+    const NEEDS_SHIFT: bool = false;
+    fn zero(&self) -> i64 {
+        0
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut i64, x: T, _: f64) {
+        *a = a.wrapping_add(x.to_i64());
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut i64, b: &i64) {
+        *a = a.wrapping_add(*b);
+    }
+    fn finish(&self, a: &i64, n: u64) -> O {
+        let v = if self.unsigned {
+            *a as u64 as f64
+        } else {
+            *a as f64
+        };
+        if self.mean {
+            O::from_f64(v / n as f64)
+        } else if self.unsigned {
+            // reinterpret the wrapping sum's bits as u64 (O is u64 here)
+            bytemuck::cast::<u64, O>(*a as u64)
+        } else {
+            bytemuck::cast::<i64, O>(*a)
+        }
+    }
+}
+
+struct Moments {
+    ddof: u32,
+    sqrt: bool,
+}
+impl<T: Element> Kernel<T> for Moments {
+    type A = [f64; 2];
+    type O = f64;
+    const NEEDS_SHIFT: bool = true;
+    fn zero(&self) -> [f64; 2] {
+        [0.0; 2]
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut [f64; 2], x: T, shift: f64) {
+        let d = x.to_f64() - shift;
+        a[0] += d;
+        a[1] += d * d;
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut [f64; 2], b: &[f64; 2]) {
+        a[0] += b[0];
+        a[1] += b[1];
+    }
+    fn finish(&self, a: &[f64; 2], n: u64) -> f64 {
+        if n <= u64::from(self.ddof) {
+            return f64::NAN;
+        }
+        let nf = n as f64;
+        let var = ((a[1] - a[0] * (a[0] / nf)) / (nf - f64::from(self.ddof))).max(0.0);
+        // NaN inputs must give NaN, which max(0.0) would hide
+        let var = if a[1].is_nan() { f64::NAN } else { var };
+        if self.sqrt { var.sqrt() } else { var }
+    }
+}
+
+struct MinK;
+impl<T: Element> Kernel<T> for MinK {
+    type A = T;
+    type O = T;
+    const NEEDS_SHIFT: bool = false;
+    fn zero(&self) -> T {
+        T::HIGHEST
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut T, x: T, _: f64) {
+        if x < *a || x.is_nan() {
+            *a = x;
+        }
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut T, b: &T) {
+        Self::push(a, *b, 0.0);
+    }
+    fn finish(&self, a: &T, _: u64) -> T {
+        *a
+    }
+}
+
+struct MaxK;
+impl<T: Element> Kernel<T> for MaxK {
+    type A = T;
+    type O = T;
+    const NEEDS_SHIFT: bool = false;
+    fn zero(&self) -> T {
+        T::LOWEST
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut T, x: T, _: f64) {
+        if x > *a || x.is_nan() {
+            *a = x;
+        }
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut T, b: &T) {
+        Self::push(a, *b, 0.0);
+    }
+    fn finish(&self, a: &T, _: u64) -> T {
+        *a
+    }
+}
+
+/// One piece of a tile: rows `[ra, rb)` × columns `[ca, cb)` of the virtual matrix of one
+/// outer index; `at` is the index in the tile's data of element `(ra, ca)`.
+#[derive(Clone, Copy, Debug)]
+struct Seg {
+    ra: u64,
+    rb: u64,
+    ca: usize,
+    cb: usize,
+    at: usize,
+}
+
+/// Accumulation state of one outer index.
+struct State<A> {
+    total: Vec<A>,
+    open: Vec<A>,
+    shift: Vec<f64>,
+}
+
+impl<A: Copy> State<A> {
+    fn new(zero: A, vcols: usize) -> Self {
+        State {
+            total: vec![zero; vcols],
+            open: vec![zero; vcols],
+            shift: vec![0.0; vcols],
+        }
+    }
+    fn reset(&mut self, zero: A) {
+        self.total.fill(zero);
+        self.open.fill(zero);
+    }
+}
+
+/// Adds rows `seg` of `data` into `acc` (which holds columns `seg.ca..seg.cb`, or a
+/// sub-range `cols` of them), with the widest vector instructions the CPU has.
+///
+/// Vectorization runs across columns, so every column sees the same sequence of IEEE
+/// additions whichever path runs: results are bit-identical between them. FMA is not
+/// enabled, since fusing would change rounding.
+#[inline]
+fn accumulate<T: Element, K: Kernel<T>>(
+    data: &[T],
+    vcols: usize,
+    seg: Seg,
+    cols: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { accumulate_avx2::<T, K>(data, vcols, seg, cols, acc, shift) };
+        return;
+    }
+    accumulate_rows::<T, K>(data, vcols, seg, cols, acc, shift);
+}
+
+/// [`accumulate_rows`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn accumulate_avx2<T: Element, K: Kernel<T>>(
+    data: &[T],
+    vcols: usize,
+    seg: Seg,
+    cols: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) {
+    accumulate_rows::<T, K>(data, vcols, seg, cols, acc, shift);
+}
+
+// inline(always) so the body is compiled with AVX2 inside `accumulate_avx2`
+#[inline(always)]
+#[allow(clippy::inline_always)]
+fn accumulate_rows<T: Element, K: Kernel<T>>(
+    data: &[T],
+    vcols: usize,
+    seg: Seg,
+    cols: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) {
+    let w = cols.len();
+    let shift = &shift[cols.start..cols.end];
+    for r in 0..(seg.rb - seg.ra) as usize {
+        let row = seg.at + r * vcols + (cols.start - seg.ca);
+        let xs = &data[row..row + w];
+        for ((a, &x), &s) in acc.iter_mut().zip(xs).zip(shift) {
+            K::push(a, x, s);
+        }
+    }
+}
+
+/// Streaming reducer: feed it tiles in order, read the result at the end.
+pub(crate) struct Reducer<T: Element, K: Kernel<T>> {
+    k: K,
+    g: Geometry,
+    live: State<K::A>,
+    result: Vec<K::O>,
+    threads: usize,
+}
+
+impl<T: Element, K: Kernel<T>> Reducer<T, K> {
+    fn new(k: K, g: Geometry, threads: usize) -> Self {
+        let zero = k.zero();
+        let n_out = (g.outer * g.out_per_outer()) as usize;
+        Reducer {
+            live: State::new(zero, g.vcols()),
+            result: vec![K::O::from_f64(0.0); n_out],
+            k,
+            g,
+            threads: threads.max(1),
+        }
+    }
+
+    /// Splits positions `[p0, p1)` of one outer index into segments.
+    fn segments(&self, p0: u64, p1: u64) -> Vec<Seg> {
+        let vc = self.g.vcols() as u64;
+        let b = self.g.block_rows();
+        let mut out = Vec::new();
+        let mut p = p0;
+        while p < p1 {
+            let row = p / vc;
+            let col = p % vc;
+            let at = (p - p0) as usize;
+            if col != 0 || p1 - p < vc {
+                let cb = vc.min(col + (p1 - p));
+                out.push(Seg {
+                    ra: row,
+                    rb: row + 1,
+                    ca: col as usize,
+                    cb: cb as usize,
+                    at,
+                });
+                p += cb - col;
+            } else {
+                let next_block = (row / b + 1) * b;
+                let rows = ((p1 - p) / vc).min(next_block - row);
+                out.push(Seg {
+                    ra: row,
+                    rb: row + rows,
+                    ca: 0,
+                    cb: vc as usize,
+                    at,
+                });
+                p += rows * vc;
+            }
+        }
+        out
+    }
+
+    /// Feeds positions `[p0, p1)` of one outer index (`data` holds exactly them) into `st`.
+    fn feed(&self, st: &mut State<K::A>, data: &[T], p0: u64, p1: u64, parallel: bool) {
+        let g = self.g;
+        let vc = g.vcols();
+        if K::NEEDS_SHIFT {
+            if g.inner > 1 {
+                // shift of column j is element (row 0, j)
+                for j in p0..p1.min(vc as u64) {
+                    st.shift[j as usize] = data[(j - p0) as usize].to_f64();
+                }
+            } else if p0 == 0 {
+                st.shift.fill(data[0].to_f64());
+            }
+        }
+        let zero = self.k.zero();
+        let segs = self.segments(p0, p1);
+        let wide = vc >= WIDE;
+        let mut i = 0;
+        while i < segs.len() {
+            let s = segs[i];
+            let independent = s.ra % g.block_rows() == 0;
+            if parallel && !wide && independent {
+                // a run of independent segments: compute in parallel, apply in order
+                let mut j = i;
+                while j < segs.len() && segs[j].ra % g.block_rows() == 0 {
+                    j += 1;
+                }
+                if j - i > 1 {
+                    let shift = &st.shift;
+                    let accs: Vec<Vec<K::A>> = segs[i..j]
+                        .par_iter()
+                        .map(|s| {
+                            let mut acc = vec![zero; s.cb - s.ca];
+                            accumulate::<T, K>(data, vc, *s, s.ca..s.cb, &mut acc, shift);
+                            acc
+                        })
+                        .collect();
+                    for (s, acc) in segs[i..j].iter().zip(accs) {
+                        self.apply(st, *s, &acc);
+                    }
+                    i = j;
+                    continue;
+                }
+            }
+            // in place on the open block (which is `zero` where a block starts)
+            if parallel && wide {
+                let chunk = (s.cb - s.ca).div_ceil(self.threads * 4).max(128);
+                let shift = &st.shift;
+                st.open[s.ca..s.cb]
+                    .par_chunks_mut(chunk)
+                    .enumerate()
+                    .for_each(|(c, acc)| {
+                        let a = s.ca + c * chunk;
+                        accumulate::<T, K>(data, vc, s, a..a + acc.len(), acc, shift);
+                    });
+            } else {
+                let (open, shift) = (&mut st.open, &st.shift);
+                accumulate::<T, K>(data, vc, s, s.ca..s.cb, &mut open[s.ca..s.cb], shift);
+            }
+            if s.rb % g.block_rows() == 0 {
+                for c in s.ca..s.cb {
+                    let o = std::mem::replace(&mut st.open[c], zero);
+                    K::merge(&mut st.total[c], &o);
+                }
+            }
+            i += 1;
+        }
+    }
+
+    /// Applies a block-start segment computed out of place.
+    fn apply(&self, st: &mut State<K::A>, s: Seg, acc: &[K::A]) {
+        if s.rb % self.g.block_rows() == 0 {
+            for (t, a) in st.total[s.ca..s.cb].iter_mut().zip(acc) {
+                K::merge(t, a);
+            }
+        } else {
+            st.open[s.ca..s.cb].copy_from_slice(acc);
+        }
+    }
+
+    /// Writes the outputs of a finished outer index into `out` and resets `st`.
+    fn finish(&self, st: &mut State<K::A>, out: &mut [K::O]) {
+        let zero = self.k.zero();
+        for c in 0..self.g.vcols() {
+            let o = st.open[c];
+            K::merge(&mut st.total[c], &o);
+        }
+        self.finish_totals(&st.total, out);
+        st.reset(zero);
+    }
+
+    /// Writes the outputs of one outer index from its columns' final totals `t`.
+    fn finish_totals(&self, t: &[K::A], out: &mut [K::O]) {
+        if self.g.inner > 1 {
+            for (r, t) in out.iter_mut().zip(t) {
+                *r = self.k.finish(t, self.g.len);
+            }
+        } else {
+            let mut a = [t[0], t[2], t[4], t[6]];
+            for (x, y) in a.iter_mut().zip([t[1], t[3], t[5], t[7]]) {
+                K::merge(x, &y);
+            }
+            let [mut a01, a23, mut a45, a67] = a;
+            K::merge(&mut a01, &a23);
+            K::merge(&mut a45, &a67);
+            K::merge(&mut a01, &a45);
+            out[0] = self.k.finish(&a01, self.g.len);
+        }
+    }
+
+    /// Feeds one tile (flat elements `[start, start + data.len())`), in plan order.
+    fn tile(&mut self, start: u64, data: &[T]) {
+        if data.is_empty() {
+            return;
+        }
+        let per = self.g.per_outer_elems();
+        let opo = self.g.out_per_outer() as usize;
+        let end = start + data.len() as u64;
+        let first = start / per;
+        let last = (end - 1) / per;
+        let mut live = std::mem::replace(&mut self.live, State::new(self.k.zero(), 0));
+
+        // first outer index: continues the carried state
+        let p0 = start - first * per;
+        let p1 = per.min(end - first * per);
+        self.feed(&mut live, &data[..(p1 - p0) as usize], p0, p1, true);
+        let mut consumed = (p1 - p0) as usize;
+        let mut result = std::mem::take(&mut self.result);
+        if p1 == per {
+            let o = first as usize;
+            self.finish(&mut live, &mut result[o * opo..(o + 1) * opo]);
+        }
+        if last > first {
+            // outer indices wholly inside the tile: independent, in parallel
+            let last_complete = end == (last + 1) * per;
+            let full_end = if last_complete { last + 1 } else { last };
+            let n_full = (full_end - first - 1) as usize;
+            if n_full > 0 {
+                let o0 = (first + 1) as usize;
+                let zero = self.k.zero();
+                let vc = self.g.vcols();
+                let body = &data[consumed..consumed + n_full * per as usize];
+                result[o0 * opo..(o0 + n_full) * opo]
+                    .par_chunks_mut(opo)
+                    .zip(body.par_chunks(per as usize))
+                    .with_min_len((BLOCK_ELEMS / per).max(1) as usize)
+                    .for_each_init(
+                        || State::new(zero, vc),
+                        |st, (out, d)| {
+                            self.feed(st, d, 0, per, false);
+                            self.finish(st, out);
+                        },
+                    );
+                consumed += n_full * per as usize;
+            }
+            if !last_complete {
+                live.reset(self.k.zero());
+                let p1 = end - last * per;
+                self.feed(&mut live, &data[consumed..], 0, p1, true);
+            }
+        }
+        self.result = result;
+        self.live = live;
+    }
+}
+
+impl<T: Element, K: Kernel<T> + Send> TileReducer for Reducer<T, K>
+where
+    K::A: Send,
+{
+    fn feed_bytes(&mut self, start: u64, bytes: &[u8]) {
+        self.tile(start, &crate::dtype::typed::<T>(bytes));
+    }
+    fn into_bytes(self: Box<Self>) -> Vec<u8> {
+        bytemuck::cast_slice(&self.result).to_vec()
+    }
+    fn state_len(&self) -> u64 {
+        self.state_parts().iter().map(|p| p.len() as u64).sum()
+    }
+    fn state_parts(&self) -> Vec<&[u8]> {
+        let l = &self.live;
+        vec![
+            bytemuck::cast_slice(&l.total),
+            bytemuck::cast_slice(&l.open),
+            bytemuck::cast_slice(&l.shift),
+            bytemuck::cast_slice(&self.result),
+        ]
+    }
+    fn finish_outers(&mut self, first: u64, totals: &[u8]) {
+        let vc = self.g.vcols();
+        let opo = self.g.out_per_outer() as usize;
+        let totals: Vec<K::A> = bytemuck::pod_collect_to_vec(totals);
+        assert_eq!(totals.len() % vc, 0, "totals of part of an outer index");
+        let mut result = std::mem::take(&mut self.result);
+        for (k, t) in totals.chunks(vc).enumerate() {
+            let o = first as usize + k;
+            self.finish_totals(t, &mut result[o * opo..(o + 1) * opo]);
+        }
+        self.result = result;
+    }
+    fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
+        let l = &mut self.live;
+        vec![
+            bytemuck::cast_slice_mut(&mut l.total),
+            bytemuck::cast_slice_mut(&mut l.open),
+            bytemuck::cast_slice_mut(&mut l.shift),
+            bytemuck::cast_slice_mut(&mut self.result),
+        ]
+    }
+}
+
+/// Builds the CPU streaming reducer for `op` over `g` on elements of `dtype`, splitting
+/// work across `threads` (which changes the work split, never the arithmetic).
+#[must_use]
+pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn TileReducer> {
+    fn int<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
+        let unsigned = T::DTYPE.is_unsigned();
+        match op {
+            Reduce::Sum if unsigned => Box::new(Reducer::<T, _>::new(
+                IntSum::<u64> {
+                    mean: false,
+                    unsigned,
+                    _o: std::marker::PhantomData,
+                },
+                g,
+                th,
+            )),
+            Reduce::Sum => Box::new(Reducer::<T, _>::new(
+                IntSum::<i64> {
+                    mean: false,
+                    unsigned,
+                    _o: std::marker::PhantomData,
+                },
+                g,
+                th,
+            )),
+            Reduce::Mean => Box::new(Reducer::<T, _>::new(
+                IntSum::<f64> {
+                    mean: true,
+                    unsigned,
+                    _o: std::marker::PhantomData,
+                },
+                g,
+                th,
+            )),
+            _ => common::<T>(op, g, th),
+        }
+    }
+    fn float<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
+        match op {
+            Reduce::Sum => Box::new(Reducer::<T, _>::new(FloatSum { mean: false }, g, th)),
+            Reduce::Mean => Box::new(Reducer::<T, _>::new(FloatSum { mean: true }, g, th)),
+            _ => common::<T>(op, g, th),
+        }
+    }
+    fn common<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
+        match op {
+            Reduce::Min => Box::new(Reducer::<T, _>::new(MinK, g, th)),
+            Reduce::Max => Box::new(Reducer::<T, _>::new(MaxK, g, th)),
+            Reduce::Var { ddof } => {
+                Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: false }, g, th))
+            }
+            Reduce::Std { ddof } => {
+                Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: true }, g, th))
+            }
+            Reduce::Sum | Reduce::Mean => {
+                unreachable!("sum and mean are dispatched by dtype class")
+            }
+        }
+    }
+    crate::dispatch_dtype!(dtype, T => {
+        if T::DTYPE.is_float() { float::<T>(op, g, threads) } else { int::<T>(op, g, threads) }
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// Plain f64 oracle over (outer, len, inner).
+    fn oracle(x: &[f64], g: &Geometry, op: Reduce) -> Vec<f64> {
+        let mut out = Vec::new();
+        for o in 0..g.outer {
+            for i in 0..g.inner {
+                let v: Vec<f64> = (0..g.len)
+                    .map(|r| x[(o * g.len * g.inner + r * g.inner + i) as usize])
+                    .collect();
+                let n = v.len() as f64;
+                let mean = v.iter().sum::<f64>() / n;
+                let var = |d: u32| {
+                    v.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / (n - f64::from(d))
+                };
+                out.push(match op {
+                    Reduce::Sum => v.iter().sum(),
+                    Reduce::Mean => mean,
+                    Reduce::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
+                    Reduce::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                    Reduce::Var { ddof } => var(ddof),
+                    Reduce::Std { ddof } => var(ddof).sqrt(),
+                });
+            }
+        }
+        out
+    }
+
+    fn run(shape: &[usize], over: ReduceOver, op: Reduce, x: &[f32], tile: usize) -> Vec<u8> {
+        let g = Geometry::new(shape, over).unwrap();
+        let mut r = reducer(op, DType::F32, g, 2);
+        for (i, chunk) in x.chunks(tile).enumerate() {
+            r.feed_bytes((i * tile) as u64, bytemuck::cast_slice(chunk));
+        }
+        r.into_bytes()
+    }
+
+    #[test]
+    fn matches_oracle_and_is_tiling_invariant() {
+        let shapes: &[(&[usize], ReduceOver)] = &[
+            (&[1000, 37], ReduceOver::Axis(0)),
+            (&[1000, 37], ReduceOver::Axis(1)),
+            (&[1000, 37], ReduceOver::All),
+            (&[13, 17, 19], ReduceOver::Axis(1)),
+            (&[13, 17, 19], ReduceOver::Axis(2)),
+            (&[3, 2000, 1500], ReduceOver::Axis(1)),
+            (&[1, 1], ReduceOver::Axis(0)),
+            (&[300_001], ReduceOver::All),
+        ];
+        for &(shape, over) in shapes {
+            let n: usize = shape.iter().product();
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 7919 % 1013) as f32) * 0.37 - 100.0)
+                .collect();
+            let xf: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+            let g = Geometry::new(shape, over).unwrap();
+            for op in [
+                Reduce::Sum,
+                Reduce::Mean,
+                Reduce::Min,
+                Reduce::Max,
+                Reduce::Var { ddof: 1 },
+                Reduce::Std { ddof: 0 },
+            ] {
+                let want = oracle(&xf, &g, op);
+                let base = run(shape, over, op, &x, n);
+                for tile in [1, 7, 1024, 4099, n / 3 + 1] {
+                    let got = run(shape, over, op, &x, tile.max(1));
+                    assert_eq!(
+                        got, base,
+                        "{shape:?} {over:?} {op:?} tile {tile}: bytes differ"
+                    );
+                }
+                let got: Vec<f64> = if op.output_dtype(DType::F32) == DType::F32 {
+                    bytemuck::cast_slice::<u8, f32>(&base)
+                        .iter()
+                        .map(|&v| f64::from(v))
+                        .collect()
+                } else {
+                    bytemuck::cast_slice::<u8, f64>(&base).to_vec()
+                };
+                assert_eq!(got.len(), want.len());
+                for (a, b) in got.iter().zip(&want) {
+                    let same =
+                        (a.is_nan() && b.is_nan()) || (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+                    assert!(same, "{shape:?} {over:?} {op:?}: {a} vs {b}");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Unit tests of OpSpec: JSON round trips, defaults, job keys.
+use super::*;
+
+#[test]
+fn specs_round_trip_through_json_with_defaults() {
+    let spec: OpSpec = serde_json::from_str(
+        r#"{"op": "reduce", "input": {"path": "x.npy"}, "output": "m.npy",
+            "reduce": "mean", "axis": 0}"#,
+    )
+    .expect("parses");
+    assert_eq!(
+        spec,
+        OpSpec::Reduce {
+            input: Source::file("x.npy"),
+            output: "m.npy".into(),
+            reduce: "mean".into(),
+            ddof: 0,
+            axis: Some(0),
+            dtype: None,
+        }
+    );
+    let raw = OpSpec::Stencil {
+        input: Source {
+            path: "img.raw".into(),
+            raw: Some(RawLayout {
+                shape: vec![3, 4],
+                dtype: DType::U16,
+                offset: 0,
+            }),
+        },
+        output: "g.tif".into(),
+        filter: "gaussian:sigma=2".into(),
+        boundary: "reflect".into(),
+        dtype: Some(DType::F32),
+    };
+    let text = serde_json::to_string(&raw).expect("serialises");
+    assert!(text.contains(r#""dtype":"f32""#) && text.contains(r#""op":"stencil""#));
+    assert_eq!(serde_json::from_str::<OpSpec>(&text).expect("back"), raw);
+    // a misspelt field is an error, not a silent default
+    let e = serde_json::from_str::<OpSpec>(
+        r#"{"op": "cast", "input": {"path": "x"}, "output": "y", "dtyp": "f16"}"#,
+    );
+    assert!(e.is_err());
+}
+
+#[test]
+fn job_keys_differ_by_parameter_and_tiles_do_not_resume() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let x = dir.path().join("x.raw");
+    std::fs::write(&x, [0u8; 16]).expect("write");
+    let spec = |scale: f64| OpSpec::Affine {
+        input: Source::file(&x),
+        output: "y.npy".into(),
+        scale,
+        offset: 0.0,
+        dtype: None,
+    };
+    let a = spec(2.0).job_key().expect("key");
+    assert_eq!(a, spec(2.0).job_key().expect("key"));
+    assert_ne!(a, spec(3.0).job_key().expect("key"));
+    let tiles = OpSpec::Tiles {
+        input: Source::file(&x),
+        outdir: "p".into(),
+        size: 4,
+        overlap: 0,
+        edge: "shift".into(),
+        patch_format: "npy".into(),
+    };
+    assert_eq!(tiles.job_key().expect("none"), None);
+}

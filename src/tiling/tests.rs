@@ -1,0 +1,147 @@
+//! Unit tests of the box planner and its sources.
+#![allow(clippy::unwrap_used)]
+use super::*;
+
+fn req(dims: [usize; 3], halo: usize, budget: u64, boundary: Boundary) -> BoxRequest {
+    BoxRequest {
+        what: "test".into(),
+        dims,
+        in_bytes: 4,
+        out_bytes: 4,
+        halo_rows: Halo::symmetric(halo),
+        halo_cols: Halo::symmetric(halo),
+        boundary,
+        scratch: Scratch {
+            padded: 4,
+            row_pass: 4,
+            tile: 4,
+        },
+        resident_bytes: 0,
+        resident_what: String::new(),
+        depth: 3,
+        budget,
+        max_tile_bytes: 16 << 20,
+        cuts: Cuts::Auto { prefer_rows: true },
+        out: OutMap::Same,
+    }
+}
+
+#[test]
+fn boundary_sources_follow_scipy() {
+    // scipy.ndimage docs: reflect (d c b a | a b c d | d c b a), etc.
+    let n = 4;
+    let got = |m: Boundary| -> Vec<Option<usize>> { (-4..8).map(|i| m.source(i, n)).collect() };
+    let s = |v: &[usize]| v.iter().map(|&x| Some(x)).collect::<Vec<_>>();
+    assert_eq!(
+        got(Boundary::Reflect),
+        s(&[3, 2, 1, 0, 0, 1, 2, 3, 3, 2, 1, 0])
+    );
+    assert_eq!(
+        got(Boundary::Nearest),
+        s(&[0, 0, 0, 0, 0, 1, 2, 3, 3, 3, 3, 3])
+    );
+    assert_eq!(
+        got(Boundary::Wrap),
+        s(&[0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3])
+    );
+    let c = got(Boundary::Constant(1.0));
+    assert_eq!(c[3], None);
+    assert_eq!(c[4], Some(0));
+    // reflect beyond one period (an image smaller than the filter)
+    assert_eq!(Boundary::Reflect.source(-9, 4), Some(0));
+    assert_eq!(Boundary::Reflect.source(1, 1), Some(0));
+}
+
+#[test]
+fn boundary_parse() {
+    assert_eq!("wrap".parse::<Boundary>().unwrap(), Boundary::Wrap);
+    assert_eq!(
+        "constant:-2.5".parse::<Boundary>().unwrap(),
+        Boundary::Constant(-2.5)
+    );
+    assert!("constant:x".parse::<Boundary>().is_err());
+    assert!("mirror".parse::<Boundary>().is_err());
+}
+
+#[test]
+fn runs_coalesce() {
+    assert_eq!(runs(-2, 3, 10, Boundary::Wrap), vec![(0, 3), (8, 10)]);
+    assert_eq!(runs(-2, 3, 10, Boundary::Reflect), vec![(0, 3)]);
+    assert_eq!(runs(-5, 1, 10, Boundary::Reflect), vec![(0, 5)]);
+    assert_eq!(runs(8, 12, 10, Boundary::Constant(0.0)), vec![(8, 10)]);
+    assert_eq!(runs(-3, 30, 10, Boundary::Nearest), vec![(0, 10)]);
+    // a narrow tile inside a halo wider than itself, at the left edge
+    assert_eq!(runs(-6, 8, 20, Boundary::Reflect), vec![(0, 8)]);
+}
+
+fn check_cover(p: &BoxPlan) {
+    let [bands, h, w] = p.dims;
+    let mut seen = vec![0u8; bands * h * w];
+    for i in 0..p.num_tiles {
+        let t = p.box_tile(i);
+        for r in t.r0..t.r1 {
+            for c in t.c0..t.c1 {
+                seen[(t.band * h + r as usize) * w + c as usize] += 1;
+            }
+        }
+    }
+    assert!(
+        seen.iter().all(|&s| s == 1),
+        "tiles must cover every pixel once"
+    );
+}
+
+#[test]
+fn wide_image_splits_in_two_dimensions() {
+    // 100000 x 100000 f32 at 64 MiB: full rows cannot fit, so blocks split both axes.
+    let p = BoxPlan::new(&req([1, 100_000, 100_000], 8, 64 << 20, Boundary::Reflect)).unwrap();
+    assert!(p.tile.1 < 100_000, "{p}");
+    assert!(p.tile.0 > 100 && p.tile.1 > 100, "{p}");
+    assert!(p.reserved_bytes <= 64 << 20, "{p}");
+    let small = BoxPlan::new(&req([2, 300, 500], 3, 2_000_000, Boundary::Wrap)).unwrap();
+    assert!(small.num_tiles > 2);
+    check_cover(&small);
+    assert!(small.reserved_bytes <= 2_000_000);
+}
+
+#[test]
+fn full_width_rows_when_they_fit() {
+    let p = BoxPlan::new(&req([1, 20_000, 20_000], 8, 128 << 20, Boundary::Reflect)).unwrap();
+    assert_eq!(p.tile.1, 20_000, "{p}");
+    check_cover(&p);
+    assert!(p.reserved_bytes <= 128 << 20);
+}
+
+#[test]
+fn too_small_budget_explains() {
+    let e = BoxPlan::new(&req([1, 100, 100], 50, 1000, Boundary::Reflect)).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("halo of 100 rows"), "{msg}");
+}
+
+#[test]
+fn writes_cover_the_output() {
+    let mut r = req([2, 37, 53], 2, 600_000, Boundary::Nearest);
+    r.max_tile_bytes = 2000;
+    for out in [OutMap::Same, OutMap::Transposed] {
+        r.out = out;
+        r.cuts = Cuts::Auto { prefer_rows: false };
+        let p = BoxPlan::new(&r).unwrap();
+        assert!(p.num_tiles > 4);
+        let mut seen = vec![0u8; 2 * 37 * 53];
+        let mut ws = Vec::new();
+        for i in 0..p.num_tiles {
+            let t = p.box_tile(i);
+            ws.clear();
+            p.writes(&t, &mut ws);
+            let n: u64 = ws.iter().map(|w| w.len).sum();
+            assert_eq!(n, p.out_elems(&t));
+            for w in &ws {
+                for k in 0..w.len {
+                    seen[(w.file_elem + k) as usize] += 1;
+                }
+            }
+        }
+        assert!(seen.iter().all(|&s| s == 1), "{out:?}");
+    }
+}

@@ -1,0 +1,326 @@
+//! Planning and running a loaded pipeline file: each job is planned on placeholder files
+//! of the shapes the jobs before it produce (the dry run), then run as an [`OpSpec`]
+//! through [`Engine::run_spec`], the path the command line takes.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{Job, Planned, Workflow};
+use crate::dtype::DType;
+use crate::engine::{Engine, RunReport};
+use crate::error::{Error, Result};
+use crate::spec::{OpSpec, Source};
+use crate::tensor::{TensorFile, fmt_shape};
+
+impl Workflow {
+    /// Plans every job on placeholder files of the shapes the jobs before produce (sparse
+    /// files: no disk is used), returning each job's plan as text. This is the check that
+    /// shapes, dtypes and the budget work for every step.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] or [`Error::Budget`] naming the line of the step.
+    pub fn plan(&self, engine: &Engine) -> Result<String> {
+        // a dry run that passes must not leave a run to fail on a missing directory
+        for (name, dest) in &self.outputs {
+            let parent = match dest.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            if !parent.is_dir() {
+                return Err(Error::Invalid(format!(
+                    "{}: output `{name}` goes to {}, but the directory {} does not exist; \
+                     create it first",
+                    self.path.display(),
+                    dest.display(),
+                    parent.display()
+                )));
+            }
+            crate::tensor::own_files::check_destination(dest, crate::tensor::OutFormat::of(dest))?;
+        }
+        let dir =
+            tempfile::tempdir().map_err(|e| Error::io("create", "a temporary directory", e))?;
+        let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
+        for (name, p) in &self.inputs {
+            files.insert(name.clone(), TensorFile::open(p)?);
+        }
+        let mut text = String::new();
+        for (i, j) in self.jobs.iter().enumerate() {
+            let (plan, shape, dtype) =
+                Self::plan_job(engine, j, &files).map_err(|e| self.at(j, e))?;
+            let _ = writeln!(
+                text,
+                "step {} (line {}): {} -> {} {} {dtype}\n{plan}\n",
+                i + 1,
+                j.line,
+                j.what,
+                j.out,
+                fmt_shape(&shape)
+            );
+            let p = dir.path().join(format!("{}.raw", j.out));
+            let f = std::fs::File::create(&p).map_err(|e| Error::io("create", &p, e))?;
+            let n: u64 = shape.iter().map(|&d| d as u64).product::<u64>() * dtype.size() as u64;
+            f.set_len(n).map_err(|e| Error::io("size", &p, e))?;
+            files.insert(j.out.clone(), TensorFile::open_raw(&p, &shape, dtype)?);
+        }
+        Ok(text)
+    }
+
+    fn at(&self, j: &Planned, e: Error) -> Error {
+        let msg = format!(
+            "{} line {}: step -> `{}`: {e}",
+            self.path.display(),
+            j.line,
+            j.out
+        );
+        match e {
+            Error::Budget(_) | Error::Invalid(_) => Error::Invalid(msg),
+            other => other,
+        }
+    }
+
+    fn plan_job(
+        e: &Engine,
+        j: &Planned,
+        files: &BTreeMap<String, TensorFile>,
+    ) -> Result<(String, Vec<usize>, DType)> {
+        let f = |n: &str| {
+            files
+                .get(n)
+                .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
+        };
+        Ok(match &j.job {
+            Job::Map { expr, dtype, like } => {
+                let named = Self::named(expr, files);
+                let refs: Vec<(&str, &TensorFile)> =
+                    named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+                let dtype = &Self::map_dtype(*dtype, like, files)?;
+                let (_, _, shape, default) = Engine::bind(expr, &refs)?;
+                let p = e.plan_map(expr, &refs, *dtype)?;
+                (p.to_string(), shape, dtype.unwrap_or(default))
+            }
+            Job::Reduce {
+                input,
+                op,
+                axis,
+                dtype,
+            } => {
+                let x = f(input)?;
+                let over = ReduceOver::from(*axis);
+                let p = e.plan_reduce(x, *op, over)?;
+                let shape = match axis {
+                    None => vec![],
+                    Some(a) => x
+                        .shape()
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != *a)
+                        .map(|(_, &d)| d)
+                        .collect(),
+                };
+                (
+                    p.to_string(),
+                    shape,
+                    dtype.unwrap_or(op.output_dtype(x.dtype())),
+                )
+            }
+            Job::Stencil {
+                input,
+                stencil,
+                dtype,
+                ..
+            } => {
+                let x = f(input)?;
+                let p = e.plan_stencil(x, stencil, *dtype)?;
+                (
+                    p.to_string(),
+                    x.shape().to_vec(),
+                    dtype.unwrap_or(x.dtype()),
+                )
+            }
+            Job::Transpose { input } => {
+                let x = f(input)?;
+                let p = e.plan_transpose(x)?;
+                let mut s = x.shape().to_vec();
+                let k = s.len();
+                s.swap(k - 1, k - 2);
+                (p.to_string(), s, x.dtype())
+            }
+            Job::Matmul { x, w, dtype } => {
+                let (xf, wf) = (f(x)?, f(w)?);
+                let p = e.plan_matmul(xf, wf, *dtype)?;
+                let c = crate::ops::matmul::compute_dtype(xf.dtype(), wf.dtype());
+                (
+                    p.to_string(),
+                    vec![xf.shape()[0], wf.shape()[1]],
+                    dtype.unwrap_or(c),
+                )
+            }
+            Job::Standardize { input, dtype, .. } => {
+                let x = f(input)?;
+                let p = e.plan_reduce(x, Reduce::Std { ddof: 0 }, ReduceOver::Axis(0))?;
+                let d = dtype.unwrap_or(if x.dtype() == DType::F64 {
+                    DType::F64
+                } else {
+                    DType::F32
+                });
+                (p.to_string(), x.shape().to_vec(), d)
+            }
+        })
+    }
+
+    /// The dtype of a map job: the one given, else (for a job reading values written in
+    /// f64 for length) the default over the names they stand for, so that the output is
+    /// what a fused evaluation would have written.
+    fn map_dtype(
+        dtype: Option<DType>,
+        like: &[String],
+        files: &BTreeMap<String, TensorFile>,
+    ) -> Result<Option<DType>> {
+        if dtype.is_some() || like.is_empty() {
+            return Ok(dtype);
+        }
+        let dtypes = like
+            .iter()
+            .map(|n| {
+                files
+                    .get(n)
+                    .map(TensorFile::dtype)
+                    .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(Engine::map_default_dtype(&dtypes)))
+    }
+
+    /// The files an expression names.
+    fn named<'a>(
+        expr: &str,
+        files: &'a BTreeMap<String, TensorFile>,
+    ) -> Vec<(String, &'a TensorFile)> {
+        let mut v: Vec<(String, &TensorFile)> = Vec::new();
+        for (n, _) in expr_names(expr) {
+            if let Some(t) = files.get(&n)
+                && !v.iter().any(|(m, _)| *m == n)
+            {
+                v.push((n, t));
+            }
+        }
+        v
+    }
+
+    /// Checks everything ([`Workflow::plan`]), then runs the jobs in order. Results that
+    /// are not outputs live in a temporary directory beside the first output, removed at
+    /// the end or on error.
+    ///
+    /// # Errors
+    /// The first failing step's error, naming its line.
+    pub fn run(&self, engine: &Engine) -> Result<Vec<RunReport>> {
+        self.plan(engine)?;
+        let first = self.outputs.values().next().cloned().unwrap_or_default();
+        let parent = first
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let tmp = tempfile::Builder::new()
+            .prefix(crate::tensor::PIPELINE_DIR_PREFIX)
+            .tempdir_in(parent)
+            .map_err(|e| Error::io("create a temporary directory in", parent, e))?;
+        // held while the pipeline runs, so `tilestream clean` leaves this directory alone
+        let lock_path = tmp.path().join(".lock");
+        let lock_file =
+            std::fs::File::create(&lock_path).map_err(|e| Error::io("create", &lock_path, e))?;
+        let _held = crate::tensor::lock(&lock_file);
+        let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
+        for (name, p) in &self.inputs {
+            files.insert(name.clone(), TensorFile::open(p)?);
+        }
+        let mut reports = Vec::new();
+        for (i, j) in self.jobs.iter().enumerate() {
+            tracing::info!(step = i + 1, line = j.line, what = %j.what, out = %j.out, "pipeline step");
+            let out = self
+                .outputs
+                .get(&j.out)
+                .cloned()
+                .unwrap_or_else(|| tmp.path().join(format!("{}.npy", j.out)));
+            let r = Self::run_job(engine, j, &files, &out).map_err(|e| self.at(j, e))?;
+            reports.push(r);
+            files.insert(j.out.clone(), TensorFile::open(&out)?);
+        }
+        Ok(reports)
+    }
+
+    /// Runs one job: its [`OpSpec`], over the files of the values it names, through
+    /// [`Engine::run_spec`] like every other front end.
+    fn run_job(
+        e: &Engine,
+        j: &Planned,
+        files: &BTreeMap<String, TensorFile>,
+        out: &Path,
+    ) -> Result<RunReport> {
+        let src = |n: &str| -> Result<Source> {
+            files
+                .get(n)
+                .map(|t| Source::file(t.path()))
+                .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
+        };
+        let output = out.to_path_buf();
+        let spec = match &j.job {
+            Job::Map { expr, dtype, like } => OpSpec::Map {
+                expr: expr.clone(),
+                inputs: Self::named(expr, files)
+                    .into_iter()
+                    .map(|(n, t)| (n, Source::file(t.path())))
+                    .collect(),
+                output,
+                dtype: Self::map_dtype(*dtype, like, files)?,
+            },
+            Job::Reduce {
+                input,
+                op,
+                axis,
+                dtype,
+            } => OpSpec::Reduce {
+                input: src(input)?,
+                output,
+                reduce: op.name().into(),
+                ddof: match *op {
+                    Reduce::Var { ddof } | Reduce::Std { ddof } => ddof,
+                    _ => 0,
+                },
+                axis: *axis,
+                dtype: *dtype,
+            },
+            Job::Stencil {
+                input,
+                filter,
+                boundary,
+                dtype,
+                ..
+            } => OpSpec::Stencil {
+                input: src(input)?,
+                output,
+                filter: filter.clone(),
+                boundary: boundary.clone(),
+                dtype: *dtype,
+            },
+            Job::Transpose { input } => OpSpec::Transpose {
+                input: src(input)?,
+                output,
+            },
+            Job::Matmul { x, w, dtype } => OpSpec::Matmul {
+                x: src(x)?,
+                w: src(w)?,
+                output,
+                dtype: *dtype,
+            },
+            Job::Standardize { input, ddof, dtype } => OpSpec::Standardize {
+                input: src(input)?,
+                output,
+                ddof: *ddof,
+                dtype: *dtype,
+                stats: None,
+            },
+        };
+        e.run_spec(&spec)
+    }
+}
+
