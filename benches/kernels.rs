@@ -13,10 +13,10 @@ use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use tilestream::DType;
+use tilestream::backend::cpu::reduce::reducer;
 use tilestream::backend::{Backend, CpuBackend};
 use tilestream::ops::expr::{Program, parse};
 use tilestream::ops::matmul::{Resident, compute_dtype};
-use tilestream::backend::cpu::reduce::reducer;
 use tilestream::ops::reduce::{Geometry, Reduce, ReduceOver};
 use tilestream::ops::stencil::{Filter, Stencil, TileJob};
 use tilestream::tiling::{Boundary, BoxPlan, BoxRequest, Cuts, OutMap};

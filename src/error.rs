@@ -189,7 +189,11 @@ impl Error {
     }
 
     /// Builds an [`Error::Tiff`] of the kind `kind` (a [`TiffError`] variant).
-    pub fn tiff(path: impl AsRef<Path>, kind: fn(String) -> TiffError, msg: impl Into<String>) -> Self {
+    pub fn tiff(
+        path: impl AsRef<Path>,
+        kind: fn(String) -> TiffError,
+        msg: impl Into<String>,
+    ) -> Self {
         Error::Tiff {
             path: path.as_ref().to_path_buf(),
             source: kind(msg.into()),
@@ -197,7 +201,11 @@ impl Error {
     }
 
     /// Builds an [`Error::Zarr`] of the kind `kind` (a [`ZarrError`] variant).
-    pub fn zarr(path: impl AsRef<Path>, kind: fn(String) -> ZarrError, msg: impl Into<String>) -> Self {
+    pub fn zarr(
+        path: impl AsRef<Path>,
+        kind: fn(String) -> ZarrError,
+        msg: impl Into<String>,
+    ) -> Self {
         Error::Zarr {
             path: path.as_ref().to_path_buf(),
             source: kind(msg.into()),

@@ -9,7 +9,7 @@
 //! one whose slots the backend allocates; an asynchronous backend implements
 //! [`TileKernel`] itself, returning a [`Pending`](crate::scheduler::Pending) handle per tile.
 
-mod cpu;
+pub mod cpu;
 pub mod cuda;
 
 pub use cpu::{CpuBackend, max_threads};

@@ -4,17 +4,15 @@
 //!
 //! [`Layout`]: crate::scheduler::Layout
 
-use std::fmt::Write as _;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use super::patches::BandsTogether;
 use super::{Engine, RunReport, check_not_input};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::stencil::{Stencil, TileJob};
 use crate::scheduler::{self, Hooks};
-use crate::tensor::geotiff::write_tiled;
-use crate::tensor::{TensorFile, fmt_shape, npy};
+use crate::tensor::{TensorFile, fmt_shape};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
 
 /// `bands × height × width` of a rank-2 or rank-3 image.

@@ -6,13 +6,13 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::imagery::image_dims;
-use super::{Engine, RunReport, check_not_input};
+use super::{Engine, RunReport};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::scheduler::{self, Hooks};
+use crate::scheduler::{self};
 use crate::tensor::geotiff::write_tiled;
 use crate::tensor::{TensorFile, fmt_shape, npy};
-use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
+use crate::tiling::{Boundary, BoxPlan, BoxTile, Cuts, Halo, OutMap, Scratch};
 
 /// The file format of patches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -379,10 +379,10 @@ fn clear_earlier_patches(outdir: &Path) -> Result<usize> {
 /// after another), everything else as the plan says: one patch file can be written as
 /// soon as its last band is read, and one decode of a pixel-interleaved chunk serves all
 /// its bands.
-struct BandsTogether<'a> {
-    plan: &'a BoxPlan,
-    bands: usize,
-    per_band: usize,
+pub(super) struct BandsTogether<'a> {
+    pub(super) plan: &'a BoxPlan,
+    pub(super) bands: usize,
+    pub(super) per_band: usize,
 }
 
 impl scheduler::Layout for BandsTogether<'_> {

@@ -8,8 +8,8 @@
 //! each drawn from its own xoshiro256++ stream seeded from `(seed, chunk)`.
 
 use rand::RngExt;
-use rand_xoshiro::Xoshiro256PlusPlus;
 use rand_distr::{Distribution, StandardNormal};
+use rand_xoshiro::Xoshiro256PlusPlus;
 
 use crate::error::{Error, Result};
 

@@ -13,14 +13,10 @@
 //! (and as `scipy.ndimage` does).
 
 use std::fmt;
-use std::ops::{Add, Mul, Sub};
 
-use rayon::prelude::*;
-
-use crate::dispatch_dtype;
-use crate::dtype::{DType, Element, store_f64, typed};
+use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tiling::{Boundary, BoxPlan, BoxTile, Halo, Sources};
+use crate::tiling::{Boundary, BoxPlan, BoxTile, Halo};
 
 /// A filter, as given on the command line (`gaussian:sigma=2`, `box:size=5`, `sobel`,
 /// `median:size=3`, `convolve:kernel.npy`).

@@ -1,4 +1,4 @@
-//! Unit tests of OpSpec: JSON round trips, defaults, job keys.
+//! Unit tests of `OpSpec`: JSON round trips, defaults, job keys.
 use super::*;
 
 #[test]

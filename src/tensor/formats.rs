@@ -41,7 +41,7 @@ impl OutFormat {
     /// raw.
     #[must_use]
     pub fn of(dest: &Path) -> Self {
-        if is_npy_path(dest) {
+        if super::is_npy_path(dest) {
             OutFormat::Npy
         } else if geotiff::is_tiff_path(dest) {
             OutFormat::GeoTiff

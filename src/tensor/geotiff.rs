@@ -207,7 +207,8 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
         (3, 64) => DType::F64,
         _ => {
             return Err(Error::tiff(
-                path, TiffError::Unsupported,
+                path,
+                TiffError::Unsupported,
                 format!(
                     "BitsPerSample {bits} with SampleFormat {format} is not read by tilestream \
                      (it reads 8, 16, 32 and 64-bit integers and 16, 32 and 64-bit floats); \
@@ -244,7 +245,8 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         .unwrap_or_else(|| vec![1]);
     if bits_all.iter().any(|&b| b != bits_all[0]) {
         return Err(Error::tiff(
-            path, TiffError::Unsupported,
+            path,
+            TiffError::Unsupported,
             format!("bands of different bit depths ({bits_all:?}) are not supported"),
         ));
     }
@@ -328,7 +330,8 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
     };
     if layout.offsets.len() < want || layout.byte_counts.len() < want {
         return Err(Error::tiff(
-            path, TiffError::Corrupt,
+            path,
+            TiffError::Corrupt,
             format!(
                 "the file lists {} chunk offsets and {} byte counts; its {}x{} image in {}x{} \
                  chunks needs {want}",
@@ -421,7 +424,8 @@ fn precheck_tables(path: &Path, file: &File) -> Result<()> {
     };
     if entries > MAX_ENTRIES {
         return Err(Error::tiff(
-            path, TiffError::TooLarge,
+            path,
+            TiffError::TooLarge,
             format!(
                 "its first directory lists {entries} tags; tilestream reads at most {MAX_ENTRIES}"
             ),
@@ -468,7 +472,8 @@ fn precheck_tables(path: &Path, file: &File) -> Result<()> {
         );
         if small && n > 1 << 16 {
             return Err(Error::tiff(
-                path, TiffError::TooLarge,
+                path,
+                TiffError::TooLarge,
                 format!("its tag {tag} claims {n} values; tilestream reads at most 65536"),
             ));
         }
@@ -476,14 +481,16 @@ fn precheck_tables(path: &Path, file: &File) -> Result<()> {
         // 2^64 values), and no real tag holds a million values
         if !matches!(tag, 273 | 279 | 324 | 325) && n > MAX_CHUNKS {
             return Err(Error::tiff(
-                path, TiffError::TooLarge,
+                path,
+                TiffError::TooLarge,
                 format!("its tag {tag} claims {n} values; tilestream reads at most {MAX_CHUNKS}"),
             ));
         }
         // StripOffsets, StripByteCounts, TileOffsets, TileByteCounts
         if matches!(tag, 273 | 279 | 324 | 325) && n > MAX_CHUNKS {
             return Err(Error::tiff(
-                path, TiffError::TooLarge,
+                path,
+                TiffError::TooLarge,
                 format!(
                     "the image lists {n} strips or tiles; tilestream reads at most {MAX_CHUNKS} \
                      (rewrite it with larger tiles: gdal_translate -co TILED=YES -co \
@@ -623,7 +630,8 @@ impl ChunkSource for TiffChunks {
         let limit = 2 * need as u64 + 4096;
         if count > limit || offset.checked_add(count).is_none_or(|e| e > self.file_len) {
             return Err(Error::tiff(
-                &self.path, TiffError::Corrupt,
+                &self.path,
+                TiffError::Corrupt,
                 format!(
                     "{what} claims {count} bytes at offset {offset}, but the file has {} bytes and the chunk decodes to {need}: the file is truncated or corrupt",
                     self.file_len
@@ -683,7 +691,9 @@ pub fn is_tiff_path(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"))
 }
 
-pub use super::tiff_write::{TiffCompression, TiffWriteOptions, image_dims, tiff_sample, write_tiled};
+pub use super::tiff_write::{
+    TiffCompression, TiffWriteOptions, image_dims, tiff_sample, write_tiled,
+};
 
 #[cfg(test)]
 mod tests {

@@ -266,7 +266,8 @@ impl TensorFile {
                 let len = file_len(&file, path)?;
                 if off.checked_add(nbytes).is_none_or(|end| end > len) {
                     return Err(Error::tiff(
-                        path, TiffError::Corrupt,
+                        path,
+                        TiffError::Corrupt,
                         format!(
                             "its data runs from byte {off} for {nbytes} bytes, but the file has \
                              {len}: it is truncated"

@@ -105,7 +105,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
         && !matches!(p, 0..=3)
     {
         return Err(Error::tiff(
-            path, TiffError::Unsupported,
+            path,
+            TiffError::Unsupported,
             format!(
                 "PhotometricInterpretation {p} ({}) is not read by tilestream (it reads \
                  MinIsBlack, MinIsWhite, RGB with any extra samples, and Palette indices); \
@@ -121,7 +122,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
             ""
         };
         return Err(Error::tiff(
-            path, TiffError::Unsupported,
+            path,
+            TiffError::Unsupported,
             format!(
                 "Compression {} ({}) is not decoded by tilestream ({hint}it decodes none, LZW, \
                  Deflate, PackBits and ZSTD); convert with gdal_translate -co COMPRESS=DEFLATE \
@@ -133,7 +135,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
     };
     if t.fill_order != 1 {
         return Err(Error::tiff(
-            path, TiffError::Unsupported,
+            path,
+            TiffError::Unsupported,
             format!(
                 "FillOrder {} (bits of each byte reversed) is not read by tilestream",
                 t.fill_order
@@ -146,7 +149,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
             3 if t.sample_format == 3 => {}
             3 => {
                 return Err(Error::tiff(
-                    path, TiffError::Corrupt,
+                    path,
+                    TiffError::Corrupt,
                     format!(
                         "Predictor 3 (floating point) on SampleFormat {} samples is not valid \
                          TIFF",
@@ -156,7 +160,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
             }
             p => {
                 return Err(Error::tiff(
-                    path, TiffError::Unsupported,
+                    path,
+                    TiffError::Unsupported,
                     format!("Predictor {p} is not read by tilestream (it reads 1, 2 and 3)"),
                 ));
             }
@@ -219,15 +224,21 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
     let need = out.len();
     let short = |got: usize| {
         Error::tiff(
-            path, TiffError::Corrupt,
+            path,
+            TiffError::Corrupt,
             format!(
                 "{what} decodes to {got} bytes, but the layout needs {need}: the file is \
                  truncated or corrupt"
             ),
         )
     };
-    let corrupt =
-        |e: &dyn std::fmt::Display| Error::tiff(path, TiffError::Corrupt, format!("cannot decode {what}: {e}"));
+    let corrupt = |e: &dyn std::fmt::Display| {
+        Error::tiff(
+            path,
+            TiffError::Corrupt,
+            format!("cannot decode {what}: {e}"),
+        )
+    };
     match codec {
         Codec::None => {
             if src.len() < need {
@@ -251,7 +262,8 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
         Codec::Lzw => {
             if src.len() >= 2 && src[0] == 0 && src[1] & 1 == 1 {
                 return Err(Error::tiff(
-                    path, TiffError::Unsupported,
+                    path,
+                    TiffError::Unsupported,
                     format!(
                         "{what} is old-style (pre-TIFF 6.0) LZW, which tilestream does not \
                          decode; rewrite the file with gdal_translate"

@@ -64,7 +64,8 @@ fn zarr_dtype(path: &Path, name: &str) -> Result<DType> {
         "bfloat16" => DType::BF16,
         other => {
             return Err(Error::zarr(
-                path, ZarrError::Unsupported,
+                path,
+                ZarrError::Unsupported,
                 format!(
                     "Zarr data type `{other}` is not one tilestream handles (bool, ints, floats)"
                 ),
@@ -122,21 +123,33 @@ fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
         return Err(Error::zarr(path, ZarrError::Unsupported, msg));
     }
     let text = super::own_files::read_small_input(&meta_path, ZARR_JSON_MAX)?;
-    let m: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| Error::zarr(&meta_path, ZarrError::Metadata, format!("not valid JSON: {e}")))?;
+    let m: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        Error::zarr(
+            &meta_path,
+            ZarrError::Metadata,
+            format!("not valid JSON: {e}"),
+        )
+    })?;
     if m["zarr_format"] != 3 {
-        return Err(Error::zarr(&meta_path, ZarrError::Unsupported, "zarr_format is not 3"));
+        return Err(Error::zarr(
+            &meta_path,
+            ZarrError::Unsupported,
+            "zarr_format is not 3",
+        ));
     }
     if m["node_type"] != "array" {
         return Err(Error::zarr(
-            path, ZarrError::Unsupported,
+            path,
+            ZarrError::Unsupported,
             "a Zarr group, not an array: give the path of one of its arrays",
         ));
     }
-    let shape = usizes(&m["shape"]).ok_or_else(|| Error::zarr(&meta_path, ZarrError::Metadata, "bad shape"))?;
+    let shape = usizes(&m["shape"])
+        .ok_or_else(|| Error::zarr(&meta_path, ZarrError::Metadata, "bad shape"))?;
     if shape.len() > super::MAX_RANK {
         return Err(Error::zarr(
-            &meta_path, ZarrError::Unsupported,
+            &meta_path,
+            ZarrError::Unsupported,
             format!(
                 "{} dimensions; tilestream reads at most {} (numpy's limit)",
                 shape.len(),
@@ -146,14 +159,16 @@ fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
     }
     if shape.is_empty() {
         return Err(Error::zarr(
-            path, ZarrError::Unsupported,
+            path,
+            ZarrError::Unsupported,
             "a 0-dimensional Zarr array is not supported",
         ));
     }
     let dtype = zarr_dtype(path, m["data_type"].as_str().unwrap_or("?"))?;
     if m["chunk_grid"]["name"] != "regular" {
         return Err(Error::zarr(
-            path, ZarrError::Unsupported,
+            path,
+            ZarrError::Unsupported,
             format!(
                 "chunk grid `{}` is not regular: tilestream reads regular chunk grids",
                 m["chunk_grid"]["name"]
@@ -212,7 +227,8 @@ fn check_chunk_bytes(meta: &Path, what: &str, chunk: &[usize], dtype: DType) -> 
     match bytes {
         Some(b) if b <= CHUNK_MAX => Ok(()),
         _ => Err(Error::zarr(
-            meta, ZarrError::TooLarge,
+            meta,
+            ZarrError::TooLarge,
             format!(
                 "{what} {} of {} decodes to {} a chunk; tilestream decodes chunks whole and \
                  reads chunks of at most {}",

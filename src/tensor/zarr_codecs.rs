@@ -91,7 +91,8 @@ pub fn parse(meta: &Path, m: &Value, dtype: DType, chunk_shape: &[usize]) -> Res
         .is_some_and(|a| !a.is_empty())
     {
         return Err(Error::zarr(
-            meta, ZarrError::Unsupported,
+            meta,
+            ZarrError::Unsupported,
             "storage_transformers are set: tilestream reads arrays without them",
         ));
     }
@@ -115,7 +116,8 @@ pub fn parse(meta: &Path, m: &Value, dtype: DType, chunk_shape: &[usize]) -> Res
 fn sharded(meta: &Path, codecs: &[Value], dtype: DType, shard: &[usize]) -> Result<Storage> {
     if codecs.len() != 1 {
         return Err(Error::zarr(
-            meta, ZarrError::Unsupported,
+            meta,
+            ZarrError::Unsupported,
             "sharding_indexed with other codecs around it: tilestream reads shards that \
              are the array's only codec",
         ));
@@ -125,10 +127,17 @@ fn sharded(meta: &Path, codecs: &[Value], dtype: DType, shard: &[usize]) -> Resu
         .as_array()
         .and_then(|a| a.iter().map(|x| x.as_u64().map(|n| n as usize)).collect())
         .filter(|c: &Vec<usize>| c.len() == shard.len())
-        .ok_or_else(|| Error::zarr(meta, ZarrError::Metadata, "sharding_indexed: bad chunk_shape"))?;
+        .ok_or_else(|| {
+            Error::zarr(
+                meta,
+                ZarrError::Metadata,
+                "sharding_indexed: bad chunk_shape",
+            )
+        })?;
     if inner.iter().zip(shard).any(|(&i, &s)| i == 0 || s % i != 0) {
         return Err(Error::zarr(
-            meta, ZarrError::Metadata,
+            meta,
+            ZarrError::Metadata,
             format!(
                 "sharding_indexed: inner chunks {} do not divide shards {}",
                 super::fmt_shape(&inner),
@@ -141,16 +150,21 @@ fn sharded(meta: &Path, codecs: &[Value], dtype: DType, shard: &[usize]) -> Resu
         .ok_or_else(|| Error::zarr(meta, ZarrError::Metadata, "sharding_indexed: no codecs"))?;
     let chain = chain(meta, inner_codecs, dtype, shard.len(), true)?;
     // the index: bytes (either order), then an optional crc32c, nothing else
-    let idx = cfg["index_codecs"]
-        .as_array()
-        .ok_or_else(|| Error::zarr(meta, ZarrError::Metadata, "sharding_indexed: no index_codecs"))?;
+    let idx = cfg["index_codecs"].as_array().ok_or_else(|| {
+        Error::zarr(
+            meta,
+            ZarrError::Metadata,
+            "sharding_indexed: no index_codecs",
+        )
+    })?;
     let index = chain_of_index(meta, idx)?;
     let index_at_start = match cfg["index_location"].as_str() {
         None | Some("end") => false,
         Some("start") => true,
         Some(o) => {
             return Err(Error::zarr(
-                meta, ZarrError::Metadata,
+                meta,
+                ZarrError::Metadata,
                 format!("sharding_indexed: index_location `{}`", shown(o)),
             ));
         }
@@ -173,7 +187,8 @@ fn chain_of_index(meta: &Path, codecs: &[Value]) -> Result<(bool, bool)> {
         .collect();
     let refuse = || {
         Error::zarr(
-            meta, ZarrError::Unsupported,
+            meta,
+            ZarrError::Unsupported,
             format!(
                 "sharding_indexed: index_codecs [{}]; tilestream reads indexes encoded with \
                  bytes and an optional crc32c",
@@ -199,11 +214,13 @@ fn bytes_big_endian(meta: &Path, cfg: &Value, size: usize) -> Result<bool> {
         Some("big") => Ok(true),
         None if size == 1 => Ok(false),
         None => Err(Error::zarr(
-            meta, ZarrError::Metadata,
+            meta,
+            ZarrError::Metadata,
             "the bytes codec has no endian for a multi-byte data type",
         )),
         Some(o) => Err(Error::zarr(
-            meta, ZarrError::Metadata,
+            meta,
+            ZarrError::Metadata,
             format!("the bytes codec's endian `{}`", shown(o)),
         )),
     }
@@ -213,7 +230,11 @@ fn crc_at_end(meta: &Path, cfg: &Value) -> Result<bool> {
     match cfg.get("location").and_then(Value::as_str) {
         None | Some("end") => Ok(true),
         Some("start") => Ok(false),
-        Some(o) => Err(Error::zarr(meta, ZarrError::Metadata, format!("crc32c location `{}`", shown(o)))),
+        Some(o) => Err(Error::zarr(
+            meta,
+            ZarrError::Metadata,
+            format!("crc32c location `{}`", shown(o)),
+        )),
     }
 }
 
@@ -229,7 +250,11 @@ fn chain(meta: &Path, codecs: &[Value], dtype: DType, rank: usize, inner: bool) 
         match (name, big_endian.is_some()) {
             ("transpose", false) => {
                 if order.is_some() {
-                    return Err(Error::zarr(meta, ZarrError::Unsupported, "two transpose codecs"));
+                    return Err(Error::zarr(
+                        meta,
+                        ZarrError::Unsupported,
+                        "two transpose codecs",
+                    ));
                 }
                 order = Some(transpose_order(meta, &cfg["order"], rank)?);
             }
@@ -242,13 +267,15 @@ fn chain(meta: &Path, codecs: &[Value], dtype: DType, rank: usize, inner: bool) 
             }),
             ("sharding_indexed", _) if inner => {
                 return Err(Error::zarr(
-                    meta, ZarrError::Unsupported,
+                    meta,
+                    ZarrError::Unsupported,
                     "shards inside shards: tilestream reads one level of sharding_indexed",
                 ));
             }
             _ => {
                 return Err(Error::zarr(
-                    meta, ZarrError::Unsupported,
+                    meta,
+                    ZarrError::Unsupported,
                     format!(
                         "codec `{}`{}: tilestream decodes transpose, bytes, zstd, gzip, \
                          blosc, crc32c and sharding_indexed, in the specification's order",
@@ -263,7 +290,13 @@ fn chain(meta: &Path, codecs: &[Value], dtype: DType, rank: usize, inner: bool) 
             }
         }
     }
-    let big_endian = big_endian.ok_or_else(|| Error::zarr(meta, ZarrError::Metadata, "no bytes codec in the codec chain"))?;
+    let big_endian = big_endian.ok_or_else(|| {
+        Error::zarr(
+            meta,
+            ZarrError::Metadata,
+            "no bytes codec in the codec chain",
+        )
+    })?;
     Ok(Chain {
         order,
         big_endian: big_endian && dtype.size() > 1,
@@ -286,7 +319,8 @@ fn transpose_order(meta: &Path, v: &Value, rank: usize) -> Result<Vec<usize>> {
     });
     ok.ok_or_else(|| {
         Error::zarr(
-            meta, ZarrError::Metadata,
+            meta,
+            ZarrError::Metadata,
             format!(
                 "transpose order {} is not a permutation of the axes",
                 shown(&v.to_string())
@@ -300,7 +334,13 @@ fn key_encoding(meta: &Path, v: &Value) -> Result<(bool, char)> {
     let v2 = match name {
         "default" => false,
         "v2" => true,
-        o => return Err(Error::zarr(meta, ZarrError::Unsupported, format!("chunk_key_encoding `{}`", shown(o)))),
+        o => {
+            return Err(Error::zarr(
+                meta,
+                ZarrError::Unsupported,
+                format!("chunk_key_encoding `{}`", shown(o)),
+            ));
+        }
     };
     let sep = match v["configuration"]["separator"].as_str() {
         None => {
@@ -312,7 +352,13 @@ fn key_encoding(meta: &Path, v: &Value) -> Result<(bool, char)> {
         }
         Some("/") => '/',
         Some(".") => '.',
-        Some(o) => return Err(Error::zarr(meta, ZarrError::Metadata, format!("chunk key separator `{}`", shown(o)))),
+        Some(o) => {
+            return Err(Error::zarr(
+                meta,
+                ZarrError::Metadata,
+                format!("chunk key separator `{}`", shown(o)),
+            ));
+        }
     };
     Ok((v2, sep))
 }
@@ -321,7 +367,8 @@ fn key_encoding(meta: &Path, v: &Value) -> Result<(bool, char)> {
 pub(crate) fn fill_value(meta: &Path, v: &Value, dtype: DType) -> Result<Vec<u8>> {
     let refuse = || {
         Error::zarr(
-            meta, ZarrError::Metadata,
+            meta,
+            ZarrError::Metadata,
             format!(
                 "fill_value {} is not a {}",
                 shown(&v.to_string()),

@@ -19,10 +19,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use serde_json::Value;
-
 use crate::dtype::DType;
-use crate::error::{Error, Result, ZarrError, shown};
+use crate::error::{Error, Result, ZarrError};
 
 use super::zarr_codecs::{Chain, Compressor, Storage, max_encoded};
 pub use super::zarr_codecs::{Codecs, parse};
@@ -98,7 +96,8 @@ impl ZarrDecoder {
         };
         if dec.index_bytes() > INDEX_MAX {
             return Err(Error::zarr(
-                &root.join("zarr.json"), ZarrError::TooLarge,
+                root.join("zarr.json"),
+                ZarrError::TooLarge,
                 format!(
                     "each shard indexes {} inner chunks ({} of index); tilestream reads \
                      shard indexes of at most {}",
@@ -203,7 +202,8 @@ impl ZarrDecoder {
                         let max = chain.max_stored(self.unit_bytes());
                         if len > max {
                             return Err(Error::zarr(
-                                &path, ZarrError::Corrupt,
+                                &path,
+                                ZarrError::Corrupt,
                                 format!(
                                     "{what} is stored in {len} bytes, more than a chunk of {} \
                                      can take ({max}): the store is corrupt",
@@ -233,7 +233,8 @@ impl ZarrDecoder {
                             let max = self.chain().max_stored(self.unit_bytes());
                             if n > max {
                                 return Err(Error::zarr(
-                                    &path, ZarrError::Corrupt,
+                                    &path,
+                                    ZarrError::Corrupt,
                                     format!(
                                         "the index gives {what} {n} bytes, more than it can \
                                          take ({max}): the shard is corrupt"
@@ -241,7 +242,11 @@ impl ZarrDecoder {
                                 ));
                             }
                             let f = open_chunk(&path)?.ok_or_else(|| {
-                                Error::zarr(&path, ZarrError::Corrupt, "the shard disappeared while it was read")
+                                Error::zarr(
+                                    &path,
+                                    ZarrError::Corrupt,
+                                    "the shard disappeared while it was read",
+                                )
                             })?;
                             Some((read_at(&f, &path, off, n)?, path, what))
                         }
@@ -289,7 +294,8 @@ impl ZarrDecoder {
                 let size = entries + if *index_crc { 4 } else { 0 };
                 if len < size {
                     return Err(Error::zarr(
-                        path, ZarrError::Corrupt,
+                        path,
+                        ZarrError::Corrupt,
                         format!(
                             "shard {shard:?} is {len} bytes, shorter than its {size}-byte \
                              index: it is truncated"
@@ -301,7 +307,8 @@ impl ZarrDecoder {
                 let (body, crc) = raw.split_at(entries as usize);
                 if *index_crc && crc32c::crc32c(body).to_le_bytes() != crc {
                     return Err(Error::zarr(
-                        path, ZarrError::Corrupt,
+                        path,
+                        ZarrError::Corrupt,
                         format!("the index of shard {shard:?} fails its crc32c checksum"),
                     ));
                 }
@@ -323,7 +330,8 @@ impl ZarrDecoder {
                         && off.checked_add(n).is_none_or(|end| end > len)
                     {
                         return Err(Error::zarr(
-                            path, ZarrError::Corrupt,
+                            path,
+                            ZarrError::Corrupt,
                             format!(
                                 "the index of shard {shard:?} puts inner chunk {k} at bytes \
                                  {off}+{n}, past the shard's {len} bytes: it is corrupt"
@@ -401,7 +409,8 @@ impl ZarrDecoder {
         }
         if data.len() != need {
             return Err(Error::zarr(
-                path, ZarrError::Corrupt,
+                path,
+                ZarrError::Corrupt,
                 format!(
                     "{what} decodes to {} bytes, but a chunk is {need}: the store is corrupt",
                     data.len()
@@ -438,7 +447,8 @@ fn open_chunk(path: &Path) -> Result<Option<File>> {
                 Ok(Some(f))
             } else {
                 Err(Error::zarr(
-                    path, ZarrError::Unsupported,
+                    path,
+                    ZarrError::Unsupported,
                     "a chunk of the store is not a regular file (a FIFO, device or directory)",
                 ))
             }
@@ -465,10 +475,17 @@ fn undo(
     size: usize,
     exact: bool,
 ) -> Result<Vec<u8>> {
-    let corrupt = |e: &dyn std::fmt::Display| Error::zarr(path, ZarrError::Corrupt, format!("cannot decode {what}: {e}"));
+    let corrupt = |e: &dyn std::fmt::Display| {
+        Error::zarr(
+            path,
+            ZarrError::Corrupt,
+            format!("cannot decode {what}: {e}"),
+        )
+    };
     let over = || {
         Error::zarr(
-            path, ZarrError::Corrupt,
+            path,
+            ZarrError::Corrupt,
             format!(
                 "{what} decodes to more than the {size} bytes its chunk can be: the store is \
                  corrupt (or a decompression bomb)"
@@ -588,6 +605,7 @@ fn untranspose(src: &[u8], out: &mut [u8], shape: &[usize], order: &[usize], es:
 mod tests {
     use super::*;
     use crate::tensor::zarr_codecs::fill_value;
+    use serde_json::Value;
 
     #[test]
     fn untranspose_inverts_a_permutation() {

@@ -42,19 +42,15 @@
 //! shapes the previous steps produce), and the budget; errors name the line of the file.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use toml::Spanned;
 
 use crate::dtype::DType;
-use crate::engine::{Engine, RunReport};
 use crate::error::{Error, Result};
-use crate::ops::reduce::{Reduce, ReduceOver};
+use crate::ops::reduce::Reduce;
 use crate::ops::stencil::{Filter, Stencil};
-use crate::spec::{OpSpec, Source};
-use crate::tensor::{TensorFile, fmt_shape};
 use crate::tiling::Boundary;
 
 #[derive(Deserialize)]

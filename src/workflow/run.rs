@@ -3,12 +3,14 @@
 //! through [`Engine::run_spec`], the path the command line takes.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::fmt::Write as _;
+use std::path::Path;
 
-use super::{Job, Planned, Workflow};
+use super::{Job, Planned, Workflow, expr_names};
 use crate::dtype::DType;
 use crate::engine::{Engine, RunReport};
 use crate::error::{Error, Result};
+use crate::ops::reduce::{Reduce, ReduceOver};
 use crate::spec::{OpSpec, Source};
 use crate::tensor::{TensorFile, fmt_shape};
 
@@ -323,4 +325,3 @@ impl Workflow {
         e.run_spec(&spec)
     }
 }
-

@@ -15,8 +15,8 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 use super::cuda_emulation::{PRELUDE, compile, element};
-use tilestream::backend::cuda::source::{ReduceTile, Reduction, all_reductions, reduce_source};
 use tilestream::backend::cpu::reduce::reducer;
+use tilestream::backend::cuda::source::{ReduceTile, Reduction, all_reductions, reduce_source};
 use tilestream::ops::reduce::{Geometry, Reduce, ReduceOver};
 use tilestream::{Backend, CpuBackend, DType};
 

@@ -5,11 +5,9 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 use crate::common::{Lcg, backends, engine_on, on_every_backend, write_npy};
-use tilestream::device::DeviceRequest;
 use proptest::prelude::*;
-use tilestream::{
-    BudgetError, DType, Element, Engine, Error, MemoryBudget, Reduce, ReduceOver, TensorFile,
-};
+use tilestream::device::DeviceRequest;
+use tilestream::{BudgetError, DType, Element, Error, Reduce, ReduceOver, TensorFile};
 
 /// Plain f64 oracle: reduces `x` (row-major `shape`) over `over`.
 fn oracle(x: &[f64], shape: &[usize], over: ReduceOver, op: Reduce) -> Vec<f64> {

@@ -29,7 +29,9 @@ pub fn eval_tile(
                 for (b, ob) in o.chunks_mut(BLOCK * es).enumerate() {
                     let start = (j * JOB_BLOCKS + b) * BLOCK;
                     let len = (n - start).min(BLOCK);
-                    eval_block(program, inputs, in_dtypes, start, len, scratch, ob, out_dtype);
+                    eval_block(
+                        program, inputs, in_dtypes, start, len, scratch, ob, out_dtype,
+                    );
                 }
             };
             with_avx2(|| job(&mut scratch, o));

@@ -605,6 +605,7 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::ops::reduce::ReduceOver;
 
     /// Plain f64 oracle over (outer, len, inner).
     fn oracle(x: &[f64], g: &Geometry, op: Reduce) -> Vec<f64> {

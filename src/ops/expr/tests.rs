@@ -37,7 +37,7 @@ fn streams_are_shared_and_constants_folded() {
     let p = Program::compile(&parse("(s[7] - s[3]) / (s[7] + s[3]) + 2 * 3").unwrap());
     assert_eq!(p.streams.len(), 2);
     assert_eq!(
-        p.code
+        p.code()
             .iter()
             .filter(|i| matches!(i, Instr::Load { .. }))
             .count(),

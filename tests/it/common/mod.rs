@@ -98,6 +98,7 @@ pub fn engine_on(device: tilestream::device::DeviceRequest, budget: u64) -> tile
 /// A test written once and run on every backend of [`backends`]: `$device` is bound to
 /// each in turn (build engines with [`engine_on`]), so a new backend gets the oracle
 /// tests that use this for free.
+#[allow(unused_macros)] // tests/cli.rs and tests/hostile_params.rs include this module too
 macro_rules! on_every_backend {
     ($(#[$attr:meta])* fn $name:ident($device:ident) $body:block) => {
         $(#[$attr])*
@@ -110,4 +111,5 @@ macro_rules! on_every_backend {
         }
     };
 }
+#[allow(unused_imports)]
 pub(crate) use on_every_backend;
