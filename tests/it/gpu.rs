@@ -14,11 +14,6 @@ use tilestream::{DType, Engine, MemoryBudget, TensorFile};
 
 use crate::common::{read_npy_data, write_npy};
 
-/// The devices to run on: the CPU, and the first GPU when one can be opened.
-fn devices() -> Vec<DeviceRequest> {
-    crate::common::backends()
-}
-
 fn engine(device: DeviceRequest, budget: &str) -> Engine {
     Engine::new(MemoryBudget::parse(budget).unwrap())
         .unwrap()
@@ -74,7 +69,7 @@ fn on_every_device(
     op: impl Fn(&Engine, &Path) -> tilestream::Result<tilestream::RunReport>,
 ) {
     let mut want: Option<Vec<u8>> = None;
-    for device in devices() {
+    for device in crate::common::backends() {
         for budget in ["64MiB", "1MiB", "256KiB"] {
             let out = dir.join(format!("{name}-{device}-{budget}.npy"));
             let e = engine(device, budget);
