@@ -42,7 +42,15 @@ pub use patches::{Edge, PatchFormat, PatchSpec};
 pub use report::{RunReport, peak_rss};
 
 /// Operations with a CUDA kernel (the first word of their run report's `op`).
-const CUDA_OPS: [&str; 5] = ["affine", "cast", "map", "reduce", "standardize"];
+const CUDA_OPS: [&str; 7] = [
+    "affine",
+    "cast",
+    "map",
+    "matmul",
+    "reduce",
+    "standardize",
+    "transpose",
+];
 
 /// A progress callback shared with the pipeline threads.
 pub type ProgressCallback = Arc<dyn Fn(&Progress) + Send + Sync>;
@@ -107,9 +115,9 @@ impl Engine {
     /// a CUDA device opens it at once (so a missing GPU is refused before any work),
     /// with the device budget of [`Engine::with_gpu_memory`] (set that first).
     ///
-    /// With `cuda`, affine, cast and standardize run their CUDA kernels (tiles staged
-    /// through page-locked slots, a ring of streams); every other operation runs on
-    /// the CPU and the run report says so. `auto` stays on the CPU until the CUDA
+    /// With `cuda`, affine, cast, standardize, map, matmul, reduce and transpose run their
+    /// CUDA kernels (tiles staged through page-locked slots, a ring of streams); every other
+    /// operation runs on the CPU and the run report says so. `auto` stays on the CPU until the CUDA
     /// kernels have passed the GPU suite on real hardware, and says so too.
     ///
     /// # Errors

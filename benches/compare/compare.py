@@ -12,7 +12,8 @@ reused when present), then
 
   table    for each task (colmean, colstd, map_f16, standardize, matmul, gaussian) runs
            tilestream, the C limit, numpy on the whole memmap, numpy in 64 MiB row blocks
-           and dask.array with 64 MiB chunks, in alternation, --runs times each; records
+           and dask.array with 64 MiB chunks, in alternation (every other round in
+           reverse order), --runs times each; records
            the median wall time and the peak resident set of each process (os.wait4:
            the figure /usr/bin/time -v prints as "Maximum resident set size");
   sweep    tilestream alone at budgets 16 MiB .. 8 GiB on colmean and gaussian;
@@ -213,7 +214,9 @@ def run_table(a, x, img, w, out):
         samples = {e: [] for e in cmds}
         for r in range(a.runs):
             warm(src)  # every round starts from the same page-cache state
-            for e, cmd in cmds.items():
+            # every other round in reverse order: no engine always runs first after warm()
+            order = list(cmds.items())
+            for e, cmd in (order if r % 2 == 0 else order[::-1]):
                 clear(out)  # no engine pays for the writeback of the one before it
                 read_through(src)  # tops up what the previous engine's writes evicted
                 s = measure(cmd, a.timeout)

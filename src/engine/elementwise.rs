@@ -383,6 +383,8 @@ impl Engine {
         req.scratch_per_elem = (if x.dtype() == c { 0 } else { k * c.size() }
             + if od == c { 0 } else { n * (c.size() + 8) }) as u64;
         req.min_tile = 1;
+        // on a GPU: each stream's row tile of X and of Y, and W resident
+        self.on_device(&mut req, 0, 0, w_bytes);
         let mut plan = Plan::new(&req)?;
         plan.tile_shape = vec![plan.extent, k];
         Ok(plan)
@@ -423,17 +425,26 @@ impl Engine {
         }];
         let backend = &self.backend;
         let xd = x.dtype();
-        let times = self.run_to_file(
-            &plan,
-            &inputs,
-            out.as_ref(),
-            &[r, n],
-            od,
-            n as u64,
-            self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
-                backend.matmul(ins[0], xd, &resident, k, n, o, od)
-            }),
-        )?;
+        let cuda = match &self.cuda {
+            Some(dev) => Some(dev.matmul(&resident, xd, od, k, n, plan.tile_elems, plan.depth)?),
+            None => None,
+        };
+        let times = match cuda {
+            Some(kernel) => {
+                self.run_to_file(&plan, &inputs, out.as_ref(), &[r, n], od, n as u64, kernel)
+            }
+            None => self.run_to_file(
+                &plan,
+                &inputs,
+                out.as_ref(),
+                &[r, n],
+                od,
+                n as u64,
+                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                    backend.matmul(ins[0], xd, &resident, k, n, o, od)
+                }),
+            ),
+        }?;
         let op = format!("matmul {} @ {}", x.path().display(), w.path().display());
         Ok(self.report(&plan, op, x.shape(), &[r, n], od, times))
     }

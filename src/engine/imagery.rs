@@ -11,7 +11,7 @@ use super::{Engine, RunReport, check_not_input};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::stencil::{Stencil, TileJob};
-use crate::scheduler::{self, Hooks};
+use crate::scheduler::{self, Hooks, Layout, TileKernel};
 use crate::tensor::{TensorFile, fmt_shape};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
 
@@ -76,17 +76,17 @@ impl Engine {
     }
 
     /// Streams a box plan over `input` into a new output file at `out`.
-    pub(super) fn run_box<F>(
+    pub(super) fn run_box<K>(
         &self,
         plan: &BoxPlan,
         input: &TensorFile,
         out: &Path,
         shape: &[usize],
         dtype: DType,
-        compute: F,
+        kernel: K,
     ) -> Result<scheduler::StageTimes>
     where
-        F: FnMut(BoxTile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+        K: TileKernel<BoxTile>,
     {
         // A pixel-interleaved compressed input holds every band of a position in one
         // chunk: visiting the bands of a position one after another lets the chunk cache
@@ -110,23 +110,9 @@ impl Engine {
                     bands,
                     per_band: plan.num_tiles / bands,
                 };
-                scheduler::run_layout(
-                    &order,
-                    &[input],
-                    &self.budget,
-                    Some(output),
-                    hooks,
-                    self.kernel(compute),
-                )
+                scheduler::run_layout(&order, &[input], &self.budget, Some(output), hooks, kernel)
             } else {
-                scheduler::run_layout(
-                    plan,
-                    &[input],
-                    &self.budget,
-                    Some(output),
-                    hooks,
-                    self.kernel(compute),
-                )
+                scheduler::run_layout(plan, &[input], &self.budget, Some(output), hooks, kernel)
             }
         })
     }
@@ -203,7 +189,7 @@ impl Engine {
             out.as_ref(),
             input.shape(),
             od,
-            |tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
+            self.kernel(|tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
                 let job = TileJob {
                     stencil,
                     plan: &plan,
@@ -213,7 +199,7 @@ impl Engine {
                     out_dtype: od,
                 };
                 backend.stencil(&job, &mut arena, o)
-            },
+            }),
         )?;
         let op = format!(
             "stencil {} ({} boundary) of {}",
@@ -275,25 +261,38 @@ impl Engine {
         self.budget.reset_peak();
         let backend = &self.backend;
         let es = input.dtype().size();
-        let times = self.run_box(
-            &plan,
-            input,
-            out.as_ref(),
-            &out_shape,
-            input.dtype(),
-            |tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
-                let src = plan.sources(&tile);
-                backend.transpose(
-                    windows[0],
-                    src.row_len(),
-                    src.col_pos(tile.c0 as usize).unwrap_or(0),
-                    tile.rows(),
-                    tile.cols(),
-                    es,
-                    o,
+        // where a tile's block lies in its window: the window's row length and the
+        // block's first column within a row
+        let at = |tile: &BoxTile| {
+            let src = plan.sources(tile);
+            (src.row_len(), src.col_pos(tile.c0 as usize).unwrap_or(0))
+        };
+        let times = match &self.cuda {
+            Some(dev) => {
+                let out_bytes = plan.out_slot_elems() * es as u64;
+                let kernel =
+                    dev.transpose(es, plan.window_bytes(), out_bytes, plan.depth, Box::new(at))?;
+                self.run_box(
+                    &plan,
+                    input,
+                    out.as_ref(),
+                    &out_shape,
+                    input.dtype(),
+                    kernel,
                 )
-            },
-        )?;
+            }
+            None => self.run_box(
+                &plan,
+                input,
+                out.as_ref(),
+                &out_shape,
+                input.dtype(),
+                self.kernel(|tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
+                    let (row_len, c0) = at(&tile);
+                    backend.transpose(windows[0], row_len, c0, tile.rows(), tile.cols(), es, o)
+                }),
+            ),
+        }?;
         let op = format!("transpose of {}", input.path().display());
         Ok(self.report_tiles(
             (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth),

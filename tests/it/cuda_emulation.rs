@@ -428,3 +428,69 @@ fn every_fused_map_kernel_matches_the_cpu_backend_bit_for_bit() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// The transpose kernels (`kernels/transpose.cu`), one per element size, on the host:
+/// blocks at a column offset inside wider window rows, a single row, a single column and
+/// a square, each compared byte for byte with the CPU backend's block transpose.
+#[test]
+#[cfg_attr(
+    not(tilestream_cxx),
+    ignore = "needs a C++ compiler with _Float16 (g++ 12 or later) as `c++` when the tests are built"
+)]
+fn every_transpose_kernel_matches_the_cpu_backend_bit_for_bit() {
+    use tilestream::backend::cuda::source::{transpose_kernel_name, transpose_source};
+    // (rows, cols, row_len, c0)
+    let cases = [
+        (70usize, 33usize, 50usize, 9usize),
+        (1, 17, 17, 0),
+        (23, 1, 5, 4),
+        (64, 64, 64, 0),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let backend = CpuBackend::new(Some(1)).unwrap();
+    let mut src = String::from(PRELUDE);
+    src.push_str(&transpose_source());
+    src.push_str(
+        "int main(int argc, char** argv) {\n    if (argc != 2) return 2;\n    static unsigned char in[1 << 16], out[1 << 16]; char p[4096]; FILE* f;\n    for (int i = 0; i < (1 << 16); ++i) in[i] = (unsigned char)(i * 131 + (i >> 8) * 7);\n",
+    );
+    let mut runs = Vec::new();
+    for es in [1usize, 2, 4, 8] {
+        for (k, &(rows, cols, row_len, c0)) in cases.iter().enumerate() {
+            let name = transpose_kernel_name(es);
+            let bits = es * 8;
+            let _ = writeln!(
+                src,
+                "    {name}((const ts_u{bits}*)in, (ts_u{bits}*)out, {row_len}ull, {c0}ull, {rows}ull, {cols}ull); snprintf(p, sizeof p, \"%s/t{es}-{k}.bin\", argv[1]); f = fopen(p, \"wb\"); fwrite(out, 1, {}, f); fclose(f);",
+                rows * cols * es
+            );
+            runs.push((es, k));
+        }
+    }
+    src.push_str("    return 0;\n}\n");
+    let exe = compile(dir.path(), &src);
+    let st = Command::new(&exe).arg(dir.path()).status().unwrap();
+    assert!(st.success(), "the emulated transpose kernels failed: {st}");
+    let input: Vec<u8> = (0..1usize << 16)
+        .map(|i| (i * 131 + (i >> 8) * 7) as u8)
+        .collect();
+    for (es, k) in runs {
+        let (rows, cols, row_len, c0) = cases[k];
+        let got = std::fs::read(dir.path().join(format!("t{es}-{k}.bin"))).unwrap();
+        let mut want = vec![0u8; rows * cols * es];
+        backend
+            .transpose(
+                &input[..rows * row_len * es],
+                row_len,
+                c0,
+                rows,
+                cols,
+                es,
+                &mut want,
+            )
+            .unwrap();
+        assert!(
+            got == want,
+            "transpose of {es}-byte elements, {rows}x{cols} at column {c0} of rows of {row_len}: kernel differs from the CPU"
+        );
+    }
+}

@@ -10,23 +10,18 @@
 use tilestream::backend::cuda::source::{all_elementwise, elementwise_source};
 use tilestream::device::{self, DeviceError};
 
-#[test]
-#[cfg_attr(
-    not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
-)]
-fn every_elementwise_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+/// Compiles `src` for `compute_80` and `sm_90` (spills as errors) and checks that every
+/// kernel of `names` is in the PTX and that nothing uses local memory.
+fn compiles_everywhere(what: &str, src: &str, names: &[String]) {
     assert!(
         device::nvrtc_available(),
         "TILESTREAM_REQUIRE_NVRTC=1 but NVRTC cannot be loaded: put the lib directory of \
          the nvidia-cuda-nvrtc wheel on LD_LIBRARY_PATH"
     );
-    let kernels = all_elementwise();
-    let src = elementwise_source(&kernels);
     for arch in ["compute_80", "sm_90"] {
-        let c = device::compile("elementwise", &src, arch, true).unwrap_or_else(|e| panic!("{e}"));
-        for &(k, i, o) in &kernels {
-            let entry = format!(".entry {}(", k.kernel_name(i, o));
+        let c = device::compile(what, src, arch, true).unwrap_or_else(|e| panic!("{e}"));
+        for name in names {
+            let entry = format!(".entry {name}(");
             assert!(c.ptx.contains(&entry), "{arch}: no {entry} in the PTX");
         }
         assert_eq!(
@@ -34,9 +29,23 @@ fn every_elementwise_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
             !arch.starts_with("sm_"),
             "{arch}: machine code only for a real architecture"
         );
-        // nothing left to run-time double-precision emulation or local memory
+        // nothing left to local memory (spills or stack arrays)
         assert!(!c.ptx.contains(".local"), "{arch}: local memory used");
     }
+}
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn every_elementwise_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    let kernels = all_elementwise();
+    let names: Vec<String> = kernels
+        .iter()
+        .map(|&(k, i, o)| k.kernel_name(i, o))
+        .collect();
+    compiles_everywhere("elementwise", &elementwise_source(&kernels), &names);
 }
 
 #[test]
@@ -92,17 +101,36 @@ fn every_fused_map_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
 )]
 fn every_reduction_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     use tilestream::backend::cuda::source::{all_reductions, reduce_source};
-    assert!(device::nvrtc_available(), "NVRTC cannot be loaded");
     let kernels = all_reductions();
-    let src = reduce_source(&kernels);
-    for arch in ["compute_80", "sm_90"] {
-        let c = device::compile("reduce", &src, arch, true).unwrap_or_else(|e| panic!("{e}"));
-        for &(k, d) in &kernels {
-            for name in [k.blocks_name(d), k.merge_name(d)] {
-                let entry = format!(".entry {name}(");
-                assert!(c.ptx.contains(&entry), "{arch}: no {entry} in the PTX");
-            }
-        }
-        assert!(!c.ptx.contains(".local"), "{arch}: local memory used");
-    }
+    let names: Vec<String> = kernels
+        .iter()
+        .flat_map(|&(k, d)| [k.blocks_name(d), k.merge_name(d)])
+        .collect();
+    compiles_everywhere("reduce", &reduce_source(&kernels), &names);
+}
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn every_matmul_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    use tilestream::backend::cuda::source::{all_matmul, matmul_kernel_name, matmul_source};
+    let kernels = all_matmul();
+    let names: Vec<String> = kernels
+        .iter()
+        .map(|&(x, c, y)| matmul_kernel_name(x, c, y))
+        .collect();
+    compiles_everywhere("matmul", &matmul_source(&kernels), &names);
+}
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn every_transpose_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    use tilestream::backend::cuda::source::{transpose_kernel_name, transpose_source};
+    let names: Vec<String> = [1, 2, 4, 8].map(transpose_kernel_name).to_vec();
+    compiles_everywhere("transpose", &transpose_source(), &names);
 }

@@ -224,3 +224,90 @@ fn reductions_agree_on_every_device_and_budget() {
         }
     }
 }
+
+/// Integer values in `[lo, hi]` as `n` elements of `d`.
+fn integers(d: DType, n: usize, lo: i64, hi: i64, seed: u64) -> Vec<u8> {
+    use tilestream::{Backend, CpuBackend};
+    let mut s = seed;
+    let v: Vec<f64> = (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (lo + ((s >> 33) % (hi - lo + 1) as u64) as i64) as f64
+        })
+        .collect();
+    let mut b = vec![0u8; n * d.size()];
+    CpuBackend::new(Some(1))
+        .unwrap()
+        .cast(bytemuck::cast_slice(&v), DType::F64, &mut b, d)
+        .unwrap();
+    b
+}
+
+/// Matmul sums in another order on a GPU (one fused multiply-add chain per output) than
+/// the CPU's blocked sgemm, so the devices agree exactly where every partial sum is exact:
+/// integer-valued operands whose sums stay below 2^24. Each device is also identical to
+/// itself at every budget (`on_every_device` compares every run with the first); the
+/// rounding-level agreement on fractional data is `matmul.rs`'s oracle test, run on
+/// every backend.
+#[test]
+fn matmul_agrees_on_every_device_and_budget_on_integer_data() {
+    let dir = tempfile::tempdir().unwrap();
+    for (c, (r, k, n, xd, wd, od)) in [
+        (
+            4099usize,
+            37usize,
+            7usize,
+            DType::U8,
+            DType::I16,
+            DType::F32,
+        ),
+        (1, 5, 64, DType::F16, DType::F32, DType::F32),
+        (513, 300, 1, DType::I32, DType::U8, DType::F64),
+        (2003, 64, 16, DType::F32, DType::F32, DType::F16),
+        (97, 13, 5, DType::BF16, DType::I8, DType::I16),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (lo, hi) = if xd.is_unsigned() { (0, 16) } else { (-8, 8) };
+        let xp = dir.path().join(format!("mx{c}.npy"));
+        let wp = dir.path().join(format!("mw{c}.npy"));
+        write_npy(&xp, xd, &[r, k], &integers(xd, r * k, lo, hi, 3 + c as u64));
+        let (wlo, whi) = if wd.is_unsigned() { (0, 8) } else { (-8, 8) };
+        write_npy(
+            &wp,
+            wd,
+            &[k, n],
+            &integers(wd, k * n, wlo, whi, 9 + c as u64),
+        );
+        let (x, w) = (
+            TensorFile::open(&xp).unwrap(),
+            TensorFile::open(&wp).unwrap(),
+        );
+        on_every_device(dir.path(), &format!("matmul-{c}"), od, |e, out| {
+            e.matmul(&x, &w, out, Some(od))
+        });
+    }
+}
+
+/// The out-of-core transpose moves bits: every device writes the CPU's bytes, for every
+/// element size, rank 2 and 3, odd and prime shapes, at budgets that cut the image into
+/// many blocks.
+#[test]
+fn transpose_agrees_on_every_device_and_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let shapes: [&[usize]; 4] = [&[1, 4099], &[4099, 7], &[3, 257, 1031], &[613, 617]];
+    for (k, shape) in shapes.iter().enumerate() {
+        for d in [DType::U8, DType::F16, DType::F32, DType::F64] {
+            let n: usize = shape.iter().product();
+            let path = dir.path().join(format!("t{k}-{d}.npy"));
+            write_npy(&path, d, shape, &data(d, n, 11 + k as u64));
+            let x = TensorFile::open(&path).unwrap();
+            on_every_device(dir.path(), &format!("transpose-{k}-{d}"), d, |e, out| {
+                e.transpose(&x, out)
+            });
+        }
+    }
+}

@@ -8,6 +8,7 @@
 mod common;
 mod cuda_emulation;
 mod cuda_kernels;
+mod cuda_matmul_emulation;
 mod cuda_reduce_emulation;
 mod examples;
 mod fuzz_corpus;

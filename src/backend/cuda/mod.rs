@@ -13,14 +13,18 @@ mod reduce;
 #[cfg(feature = "cuda")]
 mod runtime;
 #[cfg(feature = "cuda")]
+mod transpose;
+#[cfg(feature = "cuda")]
 pub use reduce::CudaReduce;
 #[cfg(feature = "cuda")]
 pub use runtime::{CudaDevice, CudaElementwise};
+#[cfg(feature = "cuda")]
+pub use transpose::{BlockAt, CudaTranspose};
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaDevice, CudaElementwise, CudaReduce};
+pub use stub::{BlockAt, CudaDevice, CudaElementwise, CudaReduce, CudaTranspose};
 
 /// The parameters of an elementwise kernel.
 #[derive(Clone, Debug)]

@@ -17,12 +17,15 @@ use cudarc::driver::{
 };
 
 use super::ElementwiseParams;
-use super::source::{Elementwise, elementwise_source, map_kernel_name, map_source};
+use super::source::{
+    Elementwise, elementwise_source, map_kernel_name, map_source, matmul_kernel_name, matmul_source,
+};
 use crate::budget::{MemoryBudget, Reservation};
 use crate::device::{self, DeviceError, GpuInfo};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::expr::Program;
+use crate::ops::matmul::Resident;
 use crate::plan::Tile;
 use crate::scheduler::{Morsel, Pending, Slot, SlotMemory, TileKernel};
 
@@ -144,20 +147,10 @@ impl CudaDevice {
                     self.budget
                         .reserve("standardize statistics on the device", bytes)?,
                 );
-                let stream = self.ctx.default_stream();
-                let m = stream
-                    .clone_htod(mean.as_slice())
-                    .map_err(driver("upload the statistics"))?;
-                let s = stream
-                    .clone_htod(sd.as_slice())
-                    .map_err(driver("upload the statistics"))?;
-                stream
-                    .synchronize()
-                    .map_err(driver("upload the statistics"))?;
                 vec![
                     Arg::TileStart,
-                    Arg::Buffer(m),
-                    Arg::Buffer(s),
+                    Arg::Buffer(self.upload("upload the statistics", bytemuck::cast_slice(mean))?),
+                    Arg::Buffer(self.upload("upload the statistics", bytemuck::cast_slice(sd))?),
                     Arg::U64(mean.len() as u64),
                 ]
             }
@@ -170,13 +163,67 @@ impl CudaDevice {
         self.prepare(
             &name,
             &src,
-            &[input],
-            output,
+            Items::elements(&[input], output),
             args,
             resident,
             tile_elems,
             lanes,
         )
+    }
+
+    /// Prepares matmul with the resident right-hand side `w` (K x N, already in the
+    /// compute type) for tiles of at most `tile_rows` rows of X (dtype `x`) on `lanes`
+    /// streams, writing `output`: uploads W once (paid for from the device budget),
+    /// compiles the kernel and allocates every lane's buffers, as
+    /// [`CudaDevice::elementwise`] does.
+    ///
+    /// # Errors
+    /// As [`CudaDevice::elementwise`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        self: &Arc<Self>,
+        w: &Resident,
+        x: DType,
+        output: DType,
+        k: usize,
+        n: usize,
+        tile_rows: u64,
+        lanes: usize,
+    ) -> Result<CudaElementwise> {
+        let (c, bytes): (DType, &[u8]) = match w {
+            Resident::F32(v) => (DType::F32, bytemuck::cast_slice(v)),
+            Resident::F64(v) => (DType::F64, bytemuck::cast_slice(v)),
+        };
+        if bytes.len() != k * n * c.size() {
+            return Err(Error::Internal(format!(
+                "W of {} bytes handed to a {k} x {n} {c} matmul",
+                bytes.len()
+            )));
+        }
+        let name = matmul_kernel_name(x, c, output);
+        let src = matmul_source(&[(x, c, output)]);
+        let resident = vec![self.budget.reserve("W on the device", bytes.len() as u64)?];
+        let args = vec![
+            Arg::Buffer(self.upload("upload W", bytes)?),
+            Arg::U64(k as u64),
+            Arg::U64(n as u64),
+        ];
+        let items = Items {
+            in_bytes: vec![k * x.size()],
+            out_bytes: n * output.size(),
+            threads: n as u64,
+        };
+        self.prepare(&name, &src, items, args, resident, tile_rows, lanes)
+    }
+
+    /// Copies `bytes` to a new device buffer, waiting until the copy is done.
+    fn upload(&self, action: &'static str, bytes: &[u8]) -> Result<CudaSlice<u8>> {
+        let stream = self.ctx.default_stream();
+        let buf = stream
+            .clone_htod(if bytes.is_empty() { &[0u8][..] } else { bytes })
+            .map_err(driver(action))?;
+        stream.synchronize().map_err(driver(action))?;
+        Ok(buf)
     }
 
     /// Prepares the fused kernel of a `map` program over inputs of `inputs` dtypes (one
@@ -197,8 +244,7 @@ impl CudaDevice {
         self.prepare(
             &name,
             &src,
-            inputs,
-            output,
+            Items::elements(inputs, output),
             Vec::new(),
             Vec::new(),
             tile_elems,
@@ -229,19 +275,42 @@ impl CudaDevice {
         self: &Arc<Self>,
         name: &str,
         src: &str,
-        inputs: &[DType],
-        output: DType,
+        items: Items,
         args: Vec<Arg>,
         resident: Vec<Reservation>,
-        tile_elems: u64,
+        tile_items: u64,
         lanes: usize,
     ) -> Result<CudaElementwise> {
         let func = self.functions(name, src, &[name])?.remove(0);
-        let in_bytes: Vec<usize> = inputs
+        let in_bytes: Vec<usize> = items
+            .in_bytes
             .iter()
-            .map(|d| tile_elems as usize * d.size())
+            .map(|b| tile_items as usize * b)
             .collect();
-        let out_bytes = tile_elems as usize * output.size();
+        let out_bytes = tile_items as usize * items.out_bytes;
+        let ring = self.lanes(&in_bytes, out_bytes, lanes)?;
+        Ok(CudaElementwise {
+            dev: Arc::clone(self),
+            func,
+            in_es: items.in_bytes,
+            out_es: items.out_bytes,
+            threads: items.threads.max(1),
+            args,
+            lanes: ring,
+            _resident: resident,
+        })
+    }
+}
+
+impl CudaDevice {
+    /// `lanes` streams (at least one), each with device buffers of `in_bytes` (one per
+    /// input) and `out_bytes`, allocated now and paid for from the device budget.
+    pub(super) fn lanes(
+        &self,
+        in_bytes: &[usize],
+        out_bytes: usize,
+        lanes: usize,
+    ) -> Result<Vec<Lane>> {
         let mut ring = Vec::with_capacity(lanes.max(1));
         for _ in 0..lanes.max(1) {
             let r = self.budget.reserve(
@@ -250,7 +319,7 @@ impl CudaDevice {
             )?;
             let stream = self.ctx.new_stream().map_err(driver("create a stream"))?;
             let mut ins = Vec::with_capacity(in_bytes.len());
-            for &b in &in_bytes {
+            for &b in in_bytes {
                 ins.push(
                     stream
                         .alloc_zeros::<u8>(b.max(1))
@@ -267,15 +336,28 @@ impl CudaDevice {
                 _reservation: r,
             });
         }
-        Ok(CudaElementwise {
-            dev: Arc::clone(self),
-            func,
-            in_es: inputs.iter().map(|d| d.size()).collect(),
-            out_es: output.size(),
-            args,
-            lanes: ring,
-            _resident: resident,
-        })
+        Ok(ring)
+    }
+}
+
+/// What one item of a tile (an element; a row of X for matmul) is to a kernel.
+struct Items {
+    /// Bytes of each input per item.
+    in_bytes: Vec<usize>,
+    /// Bytes of output per item.
+    out_bytes: usize,
+    /// Threads the kernel runs per item (one per output element).
+    threads: u64,
+}
+
+impl Items {
+    /// One element in per input, one element out.
+    fn elements(inputs: &[DType], output: DType) -> Self {
+        Items {
+            in_bytes: inputs.iter().map(|d| d.size()).collect(),
+            out_bytes: output.size(),
+            threads: 1,
+        }
     }
 }
 
@@ -286,7 +368,7 @@ enum Arg {
     /// The tile's first flat element.
     TileStart,
     /// A resident operand on the device.
-    Buffer(CudaSlice<f64>),
+    Buffer(CudaSlice<u8>),
 }
 
 /// Page-locked host memory of one staging slot.
@@ -314,27 +396,32 @@ impl SlotMemory for Pinned {
     }
 }
 
-struct Lane {
+/// One stream of a prepared kernel and the device buffers its tiles use.
+pub(super) struct Lane {
     stream: Arc<CudaStream>,
     inputs: Vec<CudaSlice<u8>>,
     output: CudaSlice<u8>,
     _reservation: Reservation,
 }
 
-/// An elementwise operation (affine, cast, standardize, a fused `map`) prepared on a
-/// device: tiles in, tiles out, on a ring of streams.
+/// An operation whose tiles map item for item from input to output (affine, cast,
+/// standardize, a fused `map`: elements; matmul: rows) prepared on a device: tiles in,
+/// tiles out, on a ring of streams.
 pub struct CudaElementwise {
     dev: Arc<CudaDevice>,
     func: CudaFunction,
+    /// Bytes per item of each input and of the output.
     in_es: Vec<usize>,
     out_es: usize,
+    /// Threads per item.
+    threads: u64,
     args: Vec<Arg>,
     lanes: Vec<Lane>,
     _resident: Vec<Reservation>,
 }
 
 /// An argument's value for one launch.
-enum ArgValue {
+pub(super) enum ArgValue {
     F64(f64),
     U64(u64),
 }
@@ -355,14 +442,14 @@ pub(super) fn record_now(ctx: &Arc<CudaContext>, stream: &CudaStream) -> Result<
 
 /// A tile in flight: waiting synchronizes its event; dropped unwaited (a panic), it
 /// still waits before its slots are freed, so no copy lands in freed memory.
-pub(super) struct InFlight {
+pub(super) struct InFlight<T> {
     event: Arc<CudaEvent>,
-    morsel: Option<Morsel<Tile>>,
+    morsel: Option<Morsel<T>>,
 }
 
-impl InFlight {
+impl<T: Send + 'static> InFlight<T> {
     /// The pending handle of tile `morsel`, done when `event` is.
-    pub(super) fn pending(event: Arc<CudaEvent>, morsel: Morsel<Tile>) -> Pending<Tile> {
+    pub(super) fn pending(event: Arc<CudaEvent>, morsel: Morsel<T>) -> Pending<T> {
         let flight = InFlight {
             event,
             morsel: Some(morsel),
@@ -370,7 +457,7 @@ impl InFlight {
         Pending::Later(Box::new(move || flight.finish()))
     }
 
-    fn finish(mut self) -> Result<Morsel<Tile>> {
+    fn finish(mut self) -> Result<Morsel<T>> {
         self.event
             .synchronize()
             .map_err(driver("run a tile on the device"))?;
@@ -380,12 +467,110 @@ impl InFlight {
     }
 }
 
-impl Drop for InFlight {
+impl<T> Drop for InFlight<T> {
     fn drop(&mut self) {
         if self.morsel.is_some() {
             let _ = self.event.synchronize();
         }
     }
+}
+
+/// One launch of a tile: how many threads, and the arguments after the buffers.
+pub(super) struct Launch {
+    /// Threads the kernel needs (one per output element).
+    pub(super) threads: u64,
+    /// Arguments after the buffers.
+    pub(super) args: Vec<ArgValue>,
+}
+
+/// Queues tile `m` on `lane`: its staged inputs copied to the lane's input buffers, the
+/// kernel `func` launched with `(inputs.., output, launch.args..)`, the first `out_len`
+/// bytes of the result copied back into the tile's output slot; returns the pending
+/// handle the write stage waits on. On failure the lane's stream is waited for first
+/// (a copy may still be reading the tile's slots).
+pub(super) fn queue_tile<T: Copy + Send + 'static>(
+    dev: &CudaDevice,
+    func: &CudaFunction,
+    lane: &Lane,
+    mut m: Morsel<T>,
+    in_lens: &[usize],
+    out_len: usize,
+    launch_of: impl FnOnce(&Lane) -> Launch,
+) -> Result<Pending<T>> {
+    dev.ctx.bind_to_thread().map_err(driver("use the device"))?;
+    let queued = (|| -> Result<()> {
+        let cu = lane.stream.cu_stream();
+        let (ins, out) = m.io();
+        if ins.len() != in_lens.len() || ins.len() != lane.inputs.len() {
+            return Err(Error::Internal(format!(
+                "a tile brought {} inputs to a kernel prepared for {}",
+                ins.len(),
+                lane.inputs.len()
+            )));
+        }
+        let too_large = || {
+            Error::Internal("a tile is larger than the device buffers it was prepared for".into())
+        };
+        // device pointers: inputs, then the output, then the launch's arguments
+        let mut ptrs: Vec<u64> = Vec::with_capacity(ins.len() + 1);
+        for ((src, &len), buf) in ins.iter().zip(in_lens).zip(&lane.inputs) {
+            let src = src.get(..len).ok_or_else(too_large)?;
+            if src.len() > buf.len() {
+                return Err(too_large());
+            }
+            let (d_in, _) = buf.device_ptr(&lane.stream);
+            // SAFETY: `src` is page-locked memory of the tile's input slot and `d_in` a
+            // device buffer at least as long; the slot stays alive and unwritten until
+            // the event recorded after this completes (the morsel that owns it is kept
+            // in flight).
+            unsafe { result::memcpy_htod_async(d_in, src, cu) }
+                .map_err(driver("copy a tile to the device"))?;
+            ptrs.push(d_in);
+        }
+        let dst = out.get_mut(..out_len).ok_or_else(too_large)?;
+        if dst.len() > lane.output.len() {
+            return Err(too_large());
+        }
+        let (d_out, _) = lane.output.device_ptr(&lane.stream);
+        ptrs.push(d_out);
+        let launch = launch_of(lane);
+        let blocks = launch
+            .threads
+            .div_ceil(u64::from(BLOCK))
+            .clamp(1, u64::from(dev.sms) * 32);
+        let cfg = LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut builder = lane.stream.launch_builder(func);
+        for p in &ptrs {
+            builder.arg(p);
+        }
+        for v in &launch.args {
+            match v {
+                ArgValue::F64(x) => builder.arg(x),
+                ArgValue::U64(x) => builder.arg(x),
+            };
+        }
+        // SAFETY: the arguments match the kernel's signature in
+        // src/backend/cuda/source.rs (inputs, output, then the family's parameters, as
+        // the kernel's preparation laid them out); each device buffer holds the tile's
+        // bytes (checked above) and the kernel touches no more than the tile.
+        unsafe { builder.launch(cfg) }.map_err(driver("launch a kernel"))?;
+        // SAFETY: `dst` is page-locked memory of the tile's output slot, at least as
+        // long as the copy; as for the input, it is neither read nor freed before the
+        // event below completes.
+        unsafe { result::memcpy_dtoh_async(dst, d_out, cu) }
+            .map_err(driver("copy a tile back from the device"))?;
+        Ok(())
+    })();
+    if let Err(e) = queued {
+        let _ = lane.stream.synchronize();
+        return Err(e);
+    }
+    let event = record_now(&dev.ctx, &lane.stream)?;
+    Ok(InFlight::pending(Arc::new(event), m))
 }
 
 impl TileKernel<Tile> for CudaElementwise {
@@ -397,99 +582,32 @@ impl TileKernel<Tile> for CudaElementwise {
         self.dev.alloc_slot(len, reservation)
     }
 
-    fn submit(&mut self, mut m: Morsel<Tile>) -> Result<Pending<Tile>> {
-        self.dev
-            .ctx
-            .bind_to_thread()
-            .map_err(driver("use the device"))?;
+    fn submit(&mut self, m: Morsel<Tile>) -> Result<Pending<Tile>> {
         let tile = m.tile();
         let n = tile.len as usize;
         let lane = &self.lanes[m.seq() % self.lanes.len()];
-        // Everything queued on the lane's stream; if a later step fails, wait for what
-        // was queued before the tile's slots can be freed (a copy may be reading them).
-        let queued = (|| -> Result<()> {
-            let cu = lane.stream.cu_stream();
-            let (ins, out) = m.io();
-            if ins.len() != self.in_es.len() {
-                return Err(Error::Internal(format!(
-                    "a tile brought {} inputs to a kernel prepared for {}",
-                    ins.len(),
-                    self.in_es.len()
-                )));
+        let in_lens: Vec<usize> = self.in_es.iter().map(|&es| n * es).collect();
+        let launch_of = |lane: &Lane| {
+            let mut args = vec![ArgValue::U64(n as u64)];
+            args.extend(self.args.iter().map(|a| match a {
+                Arg::F64(v) => ArgValue::F64(*v),
+                Arg::U64(v) => ArgValue::U64(*v),
+                Arg::TileStart => ArgValue::U64(tile.start),
+                Arg::Buffer(b) => ArgValue::U64(b.device_ptr(&lane.stream).0),
+            }));
+            Launch {
+                threads: n as u64 * self.threads,
+                args,
             }
-            let dst = &mut out[..n * self.out_es];
-            // device pointers: inputs, then the output, then the family's arguments
-            let mut ptrs: Vec<u64> = Vec::with_capacity(ins.len() + 1);
-            for ((src, &es), buf) in ins.iter().zip(&self.in_es).zip(&lane.inputs) {
-                let src = &src[..n * es];
-                if src.len() > buf.len() {
-                    return Err(Error::Internal(format!(
-                        "a tile of {n} elements is larger than the device buffers it was prepared for"
-                    )));
-                }
-                let (d_in, _) = buf.device_ptr(&lane.stream);
-                // SAFETY: `src` is page-locked memory of the tile's input slot and `d_in` a
-                // device buffer at least as long; the slot stays alive and unwritten until
-                // the event recorded below completes (the morsel that owns it is kept in
-                // flight).
-                unsafe { result::memcpy_htod_async(d_in, src, cu) }
-                    .map_err(driver("copy a tile to the device"))?;
-                ptrs.push(d_in);
-            }
-            if dst.len() > lane.output.len() {
-                return Err(Error::Internal(format!(
-                    "a tile of {n} elements is larger than the device buffers it was prepared for"
-                )));
-            }
-            let (d_out, _) = lane.output.device_ptr(&lane.stream);
-            ptrs.push(d_out);
-            let blocks = (n as u64)
-                .div_ceil(u64::from(BLOCK))
-                .clamp(1, u64::from(self.dev.sms) * 32);
-            let cfg = LaunchConfig {
-                grid_dim: (blocks as u32, 1, 1),
-                block_dim: (BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let n64 = n as u64;
-            // values the launch builder borrows: they must outlive it
-            let extra: Vec<ArgValue> = self
-                .args
-                .iter()
-                .map(|a| match a {
-                    Arg::F64(v) => ArgValue::F64(*v),
-                    Arg::U64(v) => ArgValue::U64(*v),
-                    Arg::TileStart => ArgValue::U64(tile.start),
-                    Arg::Buffer(b) => ArgValue::U64(b.device_ptr(&lane.stream).0),
-                })
-                .collect();
-            let mut launch = lane.stream.launch_builder(&self.func);
-            for p in &ptrs {
-                launch.arg(p);
-            }
-            launch.arg(&n64);
-            for v in &extra {
-                match v {
-                    ArgValue::F64(x) => launch.arg(x),
-                    ArgValue::U64(x) => launch.arg(x),
-                };
-            }
-            // SAFETY: the arguments match the kernel's signature in
-            // src/backend/cuda/source.rs (inputs, output, n, then the family's parameters);
-            // each device buffer holds at least `n` elements of its dtype.
-            unsafe { launch.launch(cfg) }.map_err(driver("launch a kernel"))?;
-            // SAFETY: `dst` is page-locked memory of the tile's output slot, at least as
-            // long as the copy; as for the input, it is neither read nor freed before the
-            // event below completes.
-            unsafe { result::memcpy_dtoh_async(dst, d_out, cu) }
-                .map_err(driver("copy a tile back from the device"))?;
-            Ok(())
-        })();
-        if let Err(e) = queued {
-            let _ = lane.stream.synchronize();
-            return Err(e);
-        }
-        let event = record_now(&self.dev.ctx, &lane.stream)?;
-        Ok(InFlight::pending(Arc::new(event), m))
+        };
+        queue_tile(
+            &self.dev,
+            &self.func,
+            lane,
+            m,
+            &in_lens,
+            n * self.out_es,
+            launch_of,
+        )
     }
 }

@@ -16,6 +16,10 @@ pub const COMMON: &str = include_str!("../../../kernels/common.cuh");
 pub const ELEMENTWISE: &str = include_str!("../../../kernels/elementwise.cu");
 /// Templates of the reduction kernels.
 pub const REDUCE: &str = include_str!("../../../kernels/reduce.cu");
+/// The matmul kernel's template.
+pub const MATMUL: &str = include_str!("../../../kernels/matmul.cu");
+/// The transpose kernel's template.
+pub const TRANSPOSE: &str = include_str!("../../../kernels/transpose.cu");
 
 /// The CUDA type of `d` in the kernels (`ts_f32`).
 #[must_use]
@@ -106,6 +110,88 @@ pub fn all_elementwise() -> Vec<(Elementwise, DType, DType)> {
         }
     }
     v
+}
+
+/// The matmul kernel's name for X of dtype `x`, compute type `c` (f32 or f64) and
+/// output `y` (`matmul_u16_f32_f16`). Its arguments are `(x, y, rows, w, k, n)`.
+#[must_use]
+pub fn matmul_kernel_name(x: DType, c: DType, y: DType) -> String {
+    format!("matmul_{}_{}_{}", x.name(), c.name(), y.name())
+}
+
+/// The NVRTC source of the matmul kernels `kernels` (X, compute, output dtypes).
+#[must_use]
+pub fn matmul_source(kernels: &[(DType, DType, DType)]) -> String {
+    let mut s = String::with_capacity(COMMON.len() + MATMUL.len() + 200 * kernels.len());
+    s.push_str(COMMON);
+    s.push('\n');
+    s.push_str(MATMUL);
+    s.push('\n');
+    for &(x, c, y) in kernels {
+        let _ = writeln!(
+            s,
+            "extern \"C\" __global__ void {name}(const {xt}* x, {yt}* y, unsigned long long rows, \
+             const {ct}* w, unsigned long long k, unsigned long long n) \
+             {{ ts_matmul<{xt}, {ct}, {yt}>(x, y, rows, w, k, n); }}",
+            name = matmul_kernel_name(x, c, y),
+            xt = cuda_type(x),
+            ct = cuda_type(c),
+            yt = cuda_type(y),
+        );
+    }
+    s
+}
+
+/// Every matmul kernel the engine can ask for: X of any dtype with each compute type
+/// [`crate::ops::matmul::compute_dtype`] can choose for it (f32 only where X is exact in
+/// f32), to every output dtype.
+#[must_use]
+pub fn all_matmul() -> Vec<(DType, DType, DType)> {
+    let mut v = Vec::new();
+    for x in DType::ALL {
+        for c in [DType::F32, DType::F64] {
+            if crate::ops::matmul::compute_dtype(x, c) != c {
+                continue;
+            }
+            for y in DType::ALL {
+                v.push((x, c, y));
+            }
+        }
+    }
+    v
+}
+
+/// The transpose kernel's name for elements of `es` bytes (`transpose_u32`): elements
+/// move as unsigned integers of their size. Its arguments are
+/// `(src, dst, row_len, c0, rows, cols)`.
+///
+/// # Panics
+/// If `es` is not 1, 2, 4 or 8 (no dtype has another size).
+#[must_use]
+pub fn transpose_kernel_name(es: usize) -> String {
+    assert!(matches!(es, 1 | 2 | 4 | 8), "no element has {es} bytes");
+    format!("transpose_u{}", es * 8)
+}
+
+/// The NVRTC source of the transpose kernels for elements of 1, 2, 4 and 8 bytes.
+#[must_use]
+pub fn transpose_source() -> String {
+    let mut s = String::with_capacity(COMMON.len() + TRANSPOSE.len() + 800);
+    s.push_str(COMMON);
+    s.push('\n');
+    s.push_str(TRANSPOSE);
+    s.push('\n');
+    for es in [1usize, 2, 4, 8] {
+        let _ = writeln!(
+            s,
+            "extern \"C\" __global__ void {name}(const ts_u{bits}* src, ts_u{bits}* dst, \
+             unsigned long long row_len, unsigned long long c0, unsigned long long rows, \
+             unsigned long long cols) {{ ts_transpose(src, dst, row_len, c0, rows, cols); }}",
+            name = transpose_kernel_name(es),
+            bits = es * 8,
+        );
+    }
+    s
 }
 
 /// A reduction's accumulator family, as in `kernels/reduce.cu` (and the CPU's kernels in
@@ -466,6 +552,24 @@ mod tests {
         assert_ne!(
             name,
             map_kernel_name(&p, &[DType::U16, DType::U16], DType::F64)
+        );
+    }
+
+    #[test]
+    fn matmul_kernels_cover_every_compute_type_the_engine_chooses() {
+        let all = all_matmul();
+        // f64 for every X; f32 for the 8 dtypes exact in f32; to each of 13 outputs
+        assert_eq!(all.len(), (13 + 8) * 13);
+        assert!(all.contains(&(DType::U16, DType::F32, DType::F16)));
+        assert!(!all.contains(&(DType::I32, DType::F32, DType::F32)));
+        let src = matmul_source(&all);
+        for &(x, c, y) in &all {
+            let name = format!(" {}(", matmul_kernel_name(x, c, y));
+            assert_eq!(src.matches(&name).count(), 1, "{name}");
+        }
+        assert_eq!(
+            matmul_kernel_name(DType::U16, DType::F32, DType::F16),
+            "matmul_u16_f32_f16"
         );
     }
 

@@ -10,9 +10,11 @@ use crate::device::{DeviceError, GpuInfo};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::ops::expr::Program;
+use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::plan::{Plan, Tile};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
+use crate::tiling::BoxTile;
 
 /// A CUDA device; none can be opened in a build without CUDA support.
 #[derive(Debug)]
@@ -72,6 +74,24 @@ impl CudaDevice {
 }
 
 impl CudaDevice {
+    /// Prepares matmul with a resident W.
+    ///
+    /// # Errors
+    /// None: no device exists to call this on.
+    #[allow(clippy::too_many_arguments)]
+    pub fn matmul(
+        self: &Arc<Self>,
+        _w: &Resident,
+        _x: DType,
+        _output: DType,
+        _k: usize,
+        _n: usize,
+        _tile_rows: u64,
+        _lanes: usize,
+    ) -> Result<CudaElementwise> {
+        match **self {}
+    }
+
     /// Prepares a reduction.
     ///
     /// # Errors
@@ -142,5 +162,37 @@ pub enum CudaElementwise {}
 impl TileKernel<Tile> for CudaElementwise {
     fn submit(&mut self, _m: Morsel<Tile>) -> Result<Pending<Tile>> {
         match *self {}
+    }
+}
+
+/// Where a tile's block lies in its staged window (as in the CUDA build).
+pub type BlockAt<'a> = Box<dyn Fn(&BoxTile) -> (usize, usize) + Send + 'a>;
+
+/// A transpose on a device; none exists without CUDA support.
+pub struct CudaTranspose<'a> {
+    never: std::convert::Infallible,
+    _at: std::marker::PhantomData<&'a ()>,
+}
+
+impl CudaDevice {
+    /// Prepares the transpose.
+    ///
+    /// # Errors
+    /// None: no device exists to call this on.
+    pub fn transpose<'a>(
+        self: &Arc<Self>,
+        _es: usize,
+        _window_bytes: u64,
+        _out_bytes: u64,
+        _lanes: usize,
+        _at: BlockAt<'a>,
+    ) -> Result<CudaTranspose<'a>> {
+        match **self {}
+    }
+}
+
+impl TileKernel<BoxTile> for CudaTranspose<'_> {
+    fn submit(&mut self, _m: Morsel<BoxTile>) -> Result<Pending<BoxTile>> {
+        match self.never {}
     }
 }
