@@ -42,15 +42,25 @@ pub use patches::{Edge, PatchFormat, PatchSpec};
 pub use report::{RunReport, peak_rss};
 
 /// Operations with a CUDA kernel (the first word of their run report's `op`).
-const CUDA_OPS: [&str; 7] = [
+const CUDA_OPS: [&str; 8] = [
     "affine",
     "cast",
     "map",
     "matmul",
     "reduce",
     "standardize",
+    "stencil",
     "transpose",
 ];
+
+/// Whether `op` (a run report's operation) is a median too wide for the GPU's kernel
+/// (its window is sorted in registers): it runs on the CPU.
+fn wide_median(op: &str) -> bool {
+    op.strip_prefix("stencil median ")
+        .and_then(|r| r.split('x').next())
+        .and_then(|n| n.parse::<usize>().ok())
+        .is_some_and(|n| n > crate::backend::cuda::stencil::MAX_GPU_MEDIAN)
+}
 
 /// A progress callback shared with the pipeline threads.
 pub type ProgressCallback = Arc<dyn Fn(&Progress) + Send + Sync>;
@@ -115,8 +125,8 @@ impl Engine {
     /// a CUDA device opens it at once (so a missing GPU is refused before any work),
     /// with the device budget of [`Engine::with_gpu_memory`] (set that first).
     ///
-    /// With `cuda`, affine, cast, standardize, map, matmul, reduce and transpose run their
-    /// CUDA kernels (tiles staged through page-locked slots, a ring of streams); every other
+    /// With `cuda`, affine, cast, standardize, map, matmul, reduce, transpose and the
+    /// filters (medians up to 7x7) run their CUDA kernels (tiles staged through page-locked slots, a ring of streams); every other
     /// operation runs on the CPU and the run report says so. `auto` stays on the CPU until the CUDA
     /// kernels have passed the GPU suite on real hardware, and says so too.
     ///
@@ -142,7 +152,7 @@ impl Engine {
     /// The device runs compute on, and why, for an operation named `op`.
     fn placement(&self, op: &str) -> (String, Option<String>) {
         let kind = op.split_whitespace().next().unwrap_or(op);
-        let has_kernel = CUDA_OPS.contains(&kind);
+        let has_kernel = CUDA_OPS.contains(&kind) && !wide_median(op);
         match (self.device, &self.cuda) {
             (DeviceRequest::Cpu, _) => ("cpu".into(), None),
             (DeviceRequest::Cuda(_), Some(dev)) if has_kernel => {

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Two tilestream binaries side by side: the same tasks, alternating A and B in each
-round (so a noisy machine hurts both alike), warm page cache, the median wall time of
-each and its peak RSS (os.wait4, the figure /usr/bin/time -v prints). For checking that
-a change costs no speed:
+round, B first every other round (so a noisy machine hurts both alike), warm page
+cache, the median wall time of each and its peak RSS (os.wait4, the figure
+/usr/bin/time -v prints). For checking that a change costs no speed:
 
     python3 benches/compare/ab.py OLD_BIN NEW_BIN --rows 1000000 --side 8000
 
@@ -69,8 +69,10 @@ def main():
     for name, args in tasks.items():
         res = {"A": [], "B": []}
         rss = {"A": 0, "B": 0}
-        for _ in range(a.runs):
-            for tag, b in (("A", a.a), ("B", a.b)):
+        for k in range(a.runs):
+            # every other round B first: neither binary always runs first
+            order = (("A", a.a), ("B", a.b)) if k % 2 == 0 else (("B", a.b), ("A", a.a))
+            for tag, b in order:
                 t, r = run([b] + args + mem + q)
                 res[tag].append(t)
                 rss[tag] = max(rss[tag], r)

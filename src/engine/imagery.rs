@@ -8,6 +8,7 @@ use std::path::Path;
 
 use super::patches::BandsTogether;
 use super::{Engine, RunReport, check_not_input};
+use crate::backend::cuda::stencil::StencilProgram;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::stencil::{Stencil, TileJob};
@@ -177,30 +178,42 @@ impl Engine {
         let od = dtype.unwrap_or(input.dtype());
         let plan = self.plan_stencil(input, stencil, dtype)?;
         self.budget.reset_peak();
-        let _scratch = self.budget.reserve(
+        let scratch = self.budget.reserve(
             "filter scratch and kernel",
             plan.scratch_bytes + plan.resident_bytes - input.read_scratch_bytes(),
         )?;
         let backend = &self.backend;
         let mut arena = Vec::new();
-        let times = self.run_box(
-            &plan,
-            input,
-            out.as_ref(),
-            input.shape(),
-            od,
-            self.kernel(|tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
-                let job = TileJob {
-                    stencil,
-                    plan: &plan,
-                    tile: &tile,
-                    windows,
-                    in_dtype: input.dtype(),
-                    out_dtype: od,
-                };
-                backend.stencil(&job, &mut arena, o)
-            }),
-        )?;
+        let program = self
+            .cuda
+            .as_ref()
+            .and_then(|dev| Some((dev, StencilProgram::new(stencil, &plan, input.dtype(), od)?)));
+        let times = match program {
+            // on a GPU the page-locked buffer the host gathers each box into replaces
+            // the CPU's scratch: the same reservation pays for it
+            Some((dev, program)) => {
+                let kernel = dev.stencil(program, stencil, &plan, input.dtype(), scratch)?;
+                self.run_box(&plan, input, out.as_ref(), input.shape(), od, kernel)
+            }
+            None => self.run_box(
+                &plan,
+                input,
+                out.as_ref(),
+                input.shape(),
+                od,
+                self.kernel(|tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
+                    let job = TileJob {
+                        stencil,
+                        plan: &plan,
+                        tile: &tile,
+                        windows,
+                        in_dtype: input.dtype(),
+                        out_dtype: od,
+                    };
+                    backend.stencil(&job, &mut arena, o)
+                }),
+            ),
+        }?;
         let op = format!(
             "stencil {} ({} boundary) of {}",
             stencil.filter,

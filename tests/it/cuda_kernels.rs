@@ -134,3 +134,14 @@ fn every_transpose_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     let names: Vec<String> = [1, 2, 4, 8].map(transpose_kernel_name).to_vec();
     compiles_everywhere("transpose", &transpose_source(), &names);
 }
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn every_stencil_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    use tilestream::backend::cuda::stencil::{all_stencil_kernels, stencil_source};
+    let names = all_stencil_kernels();
+    compiles_everywhere("stencil", &stencil_source(&names), &names);
+}

@@ -311,3 +311,72 @@ fn transpose_agrees_on_every_device_and_budget() {
         }
     }
 }
+
+/// Every filter kind on every device: separable (both pass orders), Sobel's magnitude,
+/// dense convolution, medians (odd, even and the widest the GPU sorts), every boundary
+/// mode, f32 and f64 arithmetic; a device's bytes equal the CPU's at every budget.
+#[test]
+fn filters_agree_on_every_device_and_budget() {
+    use tilestream::ops::stencil::{Filter, Stencil};
+    use tilestream::tiling::Boundary;
+    let dir = tempfile::tempdir().unwrap();
+    let f = |s: &str| Filter::parse(s, |_| unreachable!()).unwrap();
+    let cases = [
+        (
+            f("gaussian:sigma=2"),
+            Boundary::Reflect,
+            DType::F32,
+            DType::F32,
+        ),
+        (
+            f("box:size=5"),
+            Boundary::Constant(3.0),
+            DType::U16,
+            DType::U16,
+        ),
+        (f("sobel"), Boundary::Nearest, DType::I16, DType::F32),
+        (
+            f("sobel:axis=1"),
+            Boundary::Constant(0.0),
+            DType::U8,
+            DType::F16,
+        ),
+        (f("median:size=3"), Boundary::Reflect, DType::U8, DType::U8),
+        (f("median:size=4"), Boundary::Wrap, DType::F64, DType::F64),
+        (
+            f("median:size=7"),
+            Boundary::Nearest,
+            DType::F32,
+            DType::F32,
+        ),
+        (
+            f("gaussian:sigma=1"),
+            Boundary::Wrap,
+            DType::I32,
+            DType::F64,
+        ),
+        (
+            Filter::Convolve {
+                weights: vec![1.0, -2.0, 0.5, 0.25, 3.0, -1.0],
+                rows: 2,
+                cols: 3,
+            },
+            Boundary::Constant(1.0),
+            DType::F32,
+            DType::I32,
+        ),
+    ];
+    for (k, (filter, boundary, i, o)) in cases.into_iter().enumerate() {
+        let stencil = Stencil::new(filter, boundary).unwrap();
+        let shape = [2usize, 257, 311];
+        let n: usize = shape.iter().product();
+        // finite values: integers spanning the type, floats from the integer pattern
+        let path = dir.path().join(format!("img{k}.npy"));
+        let lo = if i.is_unsigned() { 0 } else { -120 };
+        write_npy(&path, i, &shape, &integers(i, n, lo, 120, 21 + k as u64));
+        let x = TensorFile::open(&path).unwrap();
+        on_every_device(dir.path(), &format!("stencil-{k}"), o, |e, out| {
+            e.stencil(&x, out, &stencil, Some(o))
+        });
+    }
+}

@@ -290,8 +290,14 @@ fn separable<F: Real>(
     }
 }
 
-/// Fills the padded box (`(th + hr) × pw`) from the tile's windows.
-fn gather<F: Real>(job: &TileJob<'_>, padded: &mut [F], pw: usize) -> Result<()> {
+/// Fills the padded box (`(th + halo) × pw` values of `F`, `pw` the tile's columns plus
+/// the column halo) from the tile's windows, applying the boundary mode: what every
+/// pass reads. Public for the CUDA backend, which gathers on the host and runs the
+/// passes on the device, and for its tests.
+///
+/// # Errors
+/// [`Error::Internal`] if the windows do not match the plan.
+pub fn gather<F: Real>(job: &TileJob<'_>, padded: &mut [F], pw: usize) -> Result<()> {
     let plan = job.plan;
     let [_, h, w] = plan.dims;
     let src = plan.sources(job.tile);

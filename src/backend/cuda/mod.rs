@@ -7,11 +7,14 @@
 //! live in [`crate::device`].
 
 pub mod source;
+pub mod stencil;
 
 #[cfg(feature = "cuda")]
 mod reduce;
 #[cfg(feature = "cuda")]
 mod runtime;
+#[cfg(feature = "cuda")]
+mod stencil_runtime;
 #[cfg(feature = "cuda")]
 mod transpose;
 #[cfg(feature = "cuda")]
@@ -19,12 +22,14 @@ pub use reduce::CudaReduce;
 #[cfg(feature = "cuda")]
 pub use runtime::{CudaDevice, CudaElementwise};
 #[cfg(feature = "cuda")]
+pub use stencil_runtime::CudaStencil;
+#[cfg(feature = "cuda")]
 pub use transpose::{BlockAt, CudaTranspose};
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{BlockAt, CudaDevice, CudaElementwise, CudaReduce, CudaTranspose};
+pub use stub::{BlockAt, CudaDevice, CudaElementwise, CudaReduce, CudaStencil, CudaTranspose};
 
 /// The parameters of an elementwise kernel.
 #[derive(Clone, Debug)]
