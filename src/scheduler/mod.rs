@@ -35,7 +35,7 @@ use crate::tensor::{OutputFile, TensorFile, Window};
 mod stage;
 
 pub use stage::{HostMemory, InPlace, Morsel, Pending, Slot, SlotMemory, TileKernel};
-use stage::{InputToken, Inputs, stage_windows};
+use stage::{InputToken, Inputs, stage_reads, stage_windows};
 
 /// Progress after each completed tile, for progress bars and logs.
 #[derive(Clone, Debug)]
@@ -336,9 +336,10 @@ where
             decode_scratch.push(budget.reserve("decode scratch of a compressed input", bytes)?);
         }
     }
-    // A kernel with staged inputs still maps each tile's windows before copying them
-    // into its slot: the read stage holds one such window at a time.
-    let _transient = if staged {
+    // A kernel with staged inputs has plain inputs read straight into its slots; a
+    // compressed input's chunks are decoded into a window first, then copied: the read
+    // stage holds one such window at a time.
+    let _transient = if staged && files.iter().any(|f| f.chunked().is_some()) {
         Some(budget.reserve(
             "the read stage's mapped window while it is copied into a staging slot",
             layout.window_bytes(),
@@ -415,13 +416,22 @@ where
                     let t0 = Instant::now();
                     reads.clear();
                     layout.reads(&tile, &mut reads);
-                    let staged = read_windows(files, &reads).and_then(|windows| match token {
-                        InputToken::Mapped(r) => Ok(Inputs::Mapped(windows, r)),
-                        InputToken::Staged(mut slot) => {
-                            let ranges = stage_windows(&windows, &mut slot)?;
-                            Ok(Inputs::Staged(slot, ranges))
+                    let staged = match token {
+                        InputToken::Mapped(r) => {
+                            read_windows(files, &reads).map(|w| Inputs::Mapped(w, r))
                         }
-                    });
+                        // plain inputs are read straight into the slot; compressed ones
+                        // are decoded into windows first
+                        InputToken::Staged(mut slot) => {
+                            match stage_reads(files, &reads, &mut slot) {
+                                Ok(Some(ranges)) => Ok(Inputs::Staged(slot, ranges)),
+                                Ok(None) => read_windows(files, &reads)
+                                    .and_then(|w| stage_windows(&w, &mut slot))
+                                    .map(|ranges| Inputs::Staged(slot, ranges)),
+                                Err(e) => Err(e),
+                            }
+                        }
+                    };
                     let inputs = match staged {
                         Ok(inputs) => inputs,
                         Err(e) => {

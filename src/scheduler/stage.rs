@@ -256,3 +256,38 @@ pub(super) fn stage_windows(windows: &[Window], slot: &mut Slot) -> Result<Vec<(
     }
     Ok(ranges)
 }
+
+/// Reads a tile's inputs straight into a staging slot with positioned reads (plain
+/// `.npy` and raw inputs: no mapping, one copy from the page cache), each at an offset
+/// aligned for any element type, laid out as [`stage_windows`] lays them out; returns
+/// the byte range of each read, or `None` if an input is compressed (its chunks are
+/// decoded into windows, then staged).
+pub(super) fn stage_reads(
+    files: &[&crate::tensor::TensorFile],
+    reads: &[crate::layout::Read],
+    slot: &mut Slot,
+) -> Result<Option<Vec<(usize, usize)>>> {
+    if reads.iter().any(|r| files[r.input].chunked().is_some()) {
+        return Ok(None);
+    }
+    let dst = slot.bytes_mut();
+    let mut ranges = Vec::with_capacity(reads.len());
+    let mut at = 0usize;
+    for r in reads {
+        let f = files[r.input];
+        let want = (r.touch.touched(r.len) * f.dtype().size() as u64) as usize;
+        let end = at + want;
+        if end > dst.len() {
+            return Err(Error::Internal(format!(
+                "a tile's inputs ({end} bytes) overflow their staging slot ({} bytes)",
+                dst.len()
+            )));
+        }
+        let Some(n) = f.read_into(r.start, r.len, r.touch, &mut dst[at..end])? else {
+            return Err(Error::Internal("a plain input read as compressed".into()));
+        };
+        ranges.push((at, at + n));
+        at = (at + n).next_multiple_of(64);
+    }
+    Ok(Some(ranges))
+}

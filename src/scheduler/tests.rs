@@ -406,3 +406,54 @@ fn an_error_a_pending_tile_reports_stops_the_run() {
     assert!(e.to_string().contains("device fault at tile 5"), "{e}");
     assert_eq!(live, 0);
 }
+
+#[test]
+fn reads_staged_straight_into_a_slot_equal_the_mapped_windows() {
+    use crate::tensor::Touch;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.npy");
+    let mut bytes = crate::tensor::npy::build_header(DType::U16, &[30, 10]);
+    bytes.extend((0..300u16).flat_map(u16::to_le_bytes));
+    std::fs::write(&path, bytes).unwrap();
+    let f = TensorFile::open(&path).unwrap();
+    let rows = Touch::Rows {
+        row: 10,
+        runs: [(2, 3), (7, 2), (0, 0)],
+        nruns: 2,
+    };
+    // a whole range, then rows with two column runs, then an empty read
+    let reads = [
+        Read {
+            input: 0,
+            start: 13,
+            len: 41,
+            touch: Touch::All,
+        },
+        Read {
+            input: 0,
+            start: 50,
+            len: 70,
+            touch: rows,
+        },
+        Read {
+            input: 0,
+            start: 0,
+            len: 0,
+            touch: Touch::All,
+        },
+    ];
+    let budget = MemoryBudget::new(1 << 20);
+    let mut slot = Slot::host(4096, budget.reserve("slot", 4096).unwrap());
+    let ranges = stage_reads(&[&f], &reads, &mut slot).unwrap().unwrap();
+    assert_eq!(ranges.len(), 3);
+    for (r, &(a, b)) in reads.iter().zip(&ranges) {
+        let w = f.map_window_touch(r.start, r.len, r.touch).unwrap();
+        assert_eq!(&slot.bytes()[a..b], w.bytes(), "read at {}", r.start);
+        assert_eq!(a % 64, 0, "each read starts aligned");
+    }
+    // 7 rows x (3 + 2) elements of 2 bytes
+    assert_eq!(ranges[1].1 - ranges[1].0, 70);
+    // a slot too small is an error, not a short read
+    let mut small = Slot::host(16, budget.reserve("slot", 16).unwrap());
+    assert!(stage_reads(&[&f], &reads, &mut small).is_err());
+}

@@ -572,8 +572,30 @@ impl TensorFile {
     /// `[start, start + count)` into a compact buffer.
     fn read_runs(&self, start: u64, count: u64, row: u64, runs: &[(u64, u64)]) -> Result<Window> {
         let es = self.info.dtype.size() as u64;
-        let rows = count / row.max(1);
         let width: u64 = runs.iter().map(|r| r.1).sum();
+        let mut owned = vec![0u8; (count / row.max(1) * width * es) as usize];
+        self.pread_runs(start, count, row, runs, &mut owned)?;
+        let len = owned.len();
+        Ok(Window {
+            map: None,
+            owned,
+            skip: 0,
+            len,
+        })
+    }
+
+    /// Reads the column runs of each row of `[start, start + count)` (rows of `row`
+    /// elements) into `dst`, one after another, with positioned reads.
+    fn pread_runs(
+        &self,
+        start: u64,
+        count: u64,
+        row: u64,
+        runs: &[(u64, u64)],
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let es = self.info.dtype.size() as u64;
+        let rows = count / row.max(1);
         let end = self.info.data_offset + (start + count) * es;
         let now = file_len(&self.file, &self.path)?;
         if end > now {
@@ -584,25 +606,55 @@ impl TensorFile {
                 ),
             ));
         }
-        let mut owned = vec![0u8; (rows * width * es) as usize];
+        let width: u64 = runs.iter().map(|r| r.1).sum();
+        if ((rows * width * es) as usize) > dst.len() {
+            return Err(Error::Internal(format!(
+                "a read of {} bytes into a buffer of {}",
+                rows * width * es,
+                dst.len()
+            )));
+        }
         let mut at = 0usize;
         for r in 0..rows {
             for &(c0, n) in runs {
                 let len = (n * es) as usize;
                 let off = self.info.data_offset + (start + r * row + c0) * es;
                 self.file
-                    .read_exact_at(&mut owned[at..at + len], off)
+                    .read_exact_at(&mut dst[at..at + len], off)
                     .map_err(|e| Error::io("read a window of", &self.path, e))?;
                 at += len;
             }
         }
-        let len = owned.len();
-        Ok(Window {
-            map: None,
-            owned,
-            skip: 0,
-            len,
-        })
+        Ok(())
+    }
+
+    /// Reads the elements `[start, start + count)` as `touch` says straight into `dst`
+    /// with positioned reads, laid out as [`TensorFile::map_window_touch`] lays out its
+    /// window (the whole range, or each row's column runs one after another), with no
+    /// mapping and no buffer in between: how a device backend's page-locked staging slot
+    /// is filled. Returns the bytes written, or `None` for a compressed input, whose
+    /// chunks must be decoded (use [`TensorFile::map_window_touch`]).
+    ///
+    /// # Errors
+    /// As [`TensorFile::map_window_touch`]; [`Error::Internal`] if `dst` is too short.
+    pub fn read_into(
+        &self,
+        start: u64,
+        count: u64,
+        touch: Touch,
+        dst: &mut [u8],
+    ) -> Result<Option<usize>> {
+        if self.chunked.is_some() {
+            return Ok(None);
+        }
+        let bytes = (touch.touched(count) * self.info.dtype.size() as u64) as usize;
+        match touch {
+            Touch::All => self.pread_runs(start, count, count.max(1), &[(0, count)], dst)?,
+            Touch::Rows { row, runs, nruns } => {
+                self.pread_runs(start, count, row, &runs[..nruns], dst)?;
+            }
+        }
+        Ok(Some(bytes))
     }
 }
 
