@@ -18,7 +18,7 @@ use cudarc::driver::{
     PinnedHostSlice, PushKernelArg, result,
 };
 
-use super::runtime::{BLOCK, CudaDevice, InFlight, driver, record_now};
+use super::runtime::{BLOCK, CudaDevice, Drain, InFlight, driver, record_now};
 use super::source::{ReduceTile, Reduction, reduce_source};
 use crate::budget::Reservation;
 use crate::dtype::DType;
@@ -51,6 +51,9 @@ struct Outstanding {
 
 /// A reduction prepared on a device for one run (see the module docs).
 pub struct CudaReduce {
+    /// First, so dropped first: a run that stopped on an error may leave tiles queued,
+    /// and they are waited for before the state, lane buffers and module are freed.
+    _drain: Drain,
     dev: Arc<CudaDevice>,
     blocks: CudaFunction,
     merge: CudaFunction,
@@ -162,6 +165,7 @@ impl CudaDevice {
             });
         }
         Ok(CudaReduce {
+            _drain: Drain(lanes.iter().map(|l| Arc::clone(&l.stream)).collect()),
             dev: Arc::clone(self),
             blocks,
             merge,

@@ -398,7 +398,7 @@ impl SlotMemory for Pinned {
 
 /// One stream of a prepared kernel and the device buffers its tiles use.
 pub(super) struct Lane {
-    stream: Arc<CudaStream>,
+    pub(super) stream: Arc<CudaStream>,
     inputs: Vec<CudaSlice<u8>>,
     output: CudaSlice<u8>,
     _reservation: Reservation,
@@ -432,7 +432,9 @@ pub(super) enum ArgValue {
 /// # Errors
 /// [`Error::Device`] if the event cannot be created or recorded.
 pub(super) fn record_now(ctx: &Arc<CudaContext>, stream: &CudaStream) -> Result<CudaEvent> {
-    ctx.new_event(None)
+    // blocking sync: the write stage waiting on a tile sleeps instead of spinning a core
+    // the read stage (and a filter's host gather) could use
+    ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC))
         .and_then(|e| e.record(stream).map(|()| e))
         .map_err(|e| {
             let _ = stream.synchronize();
@@ -571,6 +573,33 @@ pub(super) fn queue_tile<T: Copy + Send + 'static>(
     }
     let event = record_now(&dev.ctx, &lane.stream)?;
     Ok(InFlight::pending(Arc::new(event), m))
+}
+
+/// Waits for everything queued on `lanes`: a prepared kernel is dropped by the compute
+/// stage once it has submitted its last tile (or stopped on an error), while tiles may
+/// still run; its device buffers, resident operands and module are freed only after
+/// this. (cudarc frees device memory on the default stream, which is not ordered with
+/// the lanes' non-blocking streams.)
+pub(super) fn drain(lanes: impl IntoIterator<Item = Arc<CudaStream>>) {
+    for stream in lanes {
+        let _ = stream.synchronize();
+    }
+}
+
+/// Waits for its streams when dropped: the first field of a prepared kernel whose other
+/// fields must outlive the work queued on them (see [`drain`]).
+pub(super) struct Drain(pub(super) Vec<Arc<CudaStream>>);
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        drain(self.0.iter().cloned());
+    }
+}
+
+impl Drop for CudaElementwise {
+    fn drop(&mut self) {
+        drain(self.lanes.iter().map(|l| Arc::clone(&l.stream)));
+    }
 }
 
 impl TileKernel<Tile> for CudaElementwise {

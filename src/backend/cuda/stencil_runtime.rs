@@ -15,7 +15,7 @@ use cudarc::driver::{
     PushKernelArg, result,
 };
 
-use super::runtime::{BLOCK, CudaDevice, InFlight, driver, record_now};
+use super::runtime::{BLOCK, CudaDevice, InFlight, drain, driver, record_now};
 use super::stencil::{Buf, StencilProgram, Val};
 use crate::backend::cpu::stencil::gather;
 use crate::budget::Reservation;
@@ -199,9 +199,9 @@ impl CudaStencil<'_> {
             ));
         }
         let (d_padded, _) = l.padded.device_ptr(&l.stream);
-        // SAFETY: `host` is page-locked and stays untouched until the event recorded just
-        // below completes (the next tile waits for it first); the device buffer holds at
-        // least its bytes (checked above).
+        // SAFETY: `host` is page-locked and stays untouched and allocated until the event
+        // recorded just below completes (the next tile, and dropping this kernel, wait
+        // for it first); the device buffer holds at least its bytes (checked above).
         unsafe { result::memcpy_htod_async(d_padded, &*host, cu) }
             .map_err(driver("copy a tile to the device"))?;
         self.uploaded = Some(record_now(&self.dev.ctx, &l.stream)?);
@@ -258,6 +258,17 @@ impl CudaStencil<'_> {
         unsafe { result::memcpy_dtoh_async(dst, d_out, cu) }
             .map_err(driver("copy a tile back from the device"))?;
         Ok(())
+    }
+}
+
+impl Drop for CudaStencil<'_> {
+    fn drop(&mut self) {
+        // the last upload may still read the page-locked buffer, and kernels still read
+        // the weights and lane buffers freed after this
+        if let Some(e) = self.uploaded.take() {
+            let _ = e.synchronize();
+        }
+        drain(self.lanes.iter().map(|l| Arc::clone(&l.stream)));
     }
 }
 

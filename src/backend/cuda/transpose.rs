@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaFunction;
 
-use super::runtime::{ArgValue, CudaDevice, Lane, Launch, queue_tile};
+use super::runtime::{ArgValue, CudaDevice, Lane, Launch, drain, queue_tile};
 use super::source::{transpose_kernel_name, transpose_source};
 use crate::budget::Reservation;
 use crate::error::{Error, Result};
@@ -63,6 +63,12 @@ impl CudaDevice {
             lanes,
             at,
         })
+    }
+}
+
+impl Drop for CudaTranspose<'_> {
+    fn drop(&mut self) {
+        drain(self.lanes.iter().map(|l| Arc::clone(&l.stream)));
     }
 }
 
