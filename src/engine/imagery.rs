@@ -157,7 +157,21 @@ impl Engine {
                 "convolution kernel".to_string(),
             );
         }
-        Ok(BoxPlan::new(&req)?)
+        let (ind, limit) = (input.dtype(), self.device_limit());
+        Ok(fit_device(req, limit, |plan| {
+            StencilProgram::new(stencil, plan, ind, od).map_or(0, |p| {
+                let f = p.float.size() as u64;
+                let (padded, pass, tile) = p.buffer_elems(plan.tile);
+                let weights: u64 = p.weights.iter().map(|w| w.len() as u64 * f).sum();
+                let lane = (padded + pass + 2 * tile) as u64 * f + tile as u64 * od.size() as u64;
+                plan.depth.max(1) as u64 * lane + weights
+            })
+        })?)
+    }
+
+    /// The device budget when a GPU computes.
+    fn device_limit(&self) -> Option<u64> {
+        self.cuda.as_ref().map(|d| d.budget().limit())
     }
 
     /// Filters each band of a rank-2 `(H, W)` or rank-3 `(bands, H, W)` image with
@@ -253,7 +267,10 @@ impl Engine {
             Cuts::Auto { prefer_rows: false },
             OutMap::Transposed,
         );
-        Ok(BoxPlan::new(&req)?)
+        Ok(fit_device(req, self.device_limit(), |plan| {
+            // each lane: a staged window and a transposed block
+            plan.depth.max(1) as u64 * (plan.window_bytes + plan.out_slot_elems * es)
+        })?)
     }
 
     /// Writes the transpose of the last two axes of a rank-2 or rank-3 array to `out`,
@@ -315,5 +332,108 @@ impl Engine {
             input.dtype(),
             times,
         ))
+    }
+}
+
+/// The box plan of `req`, with tiles made smaller until the device buffers they need
+/// (`need`, for a plan) fit the device budget `limit` (no limit: the CPU computes).
+///
+/// # Errors
+/// [`BudgetError::DeviceTooSmall`] when even one-pixel tiles need more than `limit`;
+/// the host planner's errors.
+pub(super) fn fit_device(
+    mut req: BoxRequest,
+    limit: Option<u64>,
+    need: impl Fn(&BoxPlan) -> u64,
+) -> std::result::Result<BoxPlan, crate::budget::BudgetError> {
+    let mut plan = BoxPlan::new(&req)?;
+    let Some(limit) = limit else {
+        return Ok(plan);
+    };
+    loop {
+        let needed = need(&plan);
+        if needed <= limit {
+            return Ok(plan);
+        }
+        if plan.tile.0 * plan.tile.1 <= 1 || req.max_tile_bytes <= 1 {
+            return Err(crate::budget::BudgetError::DeviceTooSmall {
+                what: plan.what.clone(),
+                arithmetic: format!(
+                    "{} lanes of one-pixel tiles with their halos need {} on the device",
+                    plan.depth,
+                    crate::budget::fmt_bytes(needed)
+                ),
+                needed,
+                limit,
+            });
+        }
+        req.max_tile_bytes /= 2;
+        plan = BoxPlan::new(&req)?;
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn request(budget: u64) -> BoxRequest {
+        BoxRequest {
+            what: "test".into(),
+            dims: [1, 1000, 1000],
+            in_bytes: 4,
+            out_bytes: 4,
+            halo_rows: Halo::symmetric(2),
+            halo_cols: Halo::symmetric(2),
+            boundary: Boundary::Reflect,
+            scratch: Scratch::default(),
+            resident_bytes: 0,
+            resident_what: String::new(),
+            depth: 3,
+            budget,
+            max_tile_bytes: u64::MAX,
+            cuts: Cuts::Auto { prefer_rows: true },
+            out: OutMap::Same,
+        }
+    }
+
+    /// Device bytes of a plan: each lane holds its padded tile in and its tile out.
+    fn lanes(p: &BoxPlan) -> u64 {
+        let (h, w) = p.tile;
+        3 * (((h + 4) * (w + 4)) as u64 * 4 + (h * w) as u64 * 4)
+    }
+
+    #[test]
+    fn box_tiles_shrink_until_the_device_buffers_fit() {
+        let req = request(64 << 20);
+        let host_only = fit_device(req.clone(), None, lanes).unwrap();
+        for limit in [8u64 << 20, 1 << 20, 100 << 10, 4 << 10] {
+            let p = fit_device(req.clone(), Some(limit), lanes).unwrap();
+            assert!(
+                lanes(&p) <= limit,
+                "{limit}: {:?} needs {}",
+                p.tile,
+                lanes(&p)
+            );
+            assert!(p.tile.0 * p.tile.1 <= host_only.tile.0 * host_only.tile.1);
+            assert!(p.num_tiles >= host_only.num_tiles);
+        }
+        // a device budget the host plan already fits changes nothing
+        let same = fit_device(req.clone(), Some(u64::MAX), lanes).unwrap();
+        assert_eq!(same.tile, host_only.tile);
+    }
+
+    #[test]
+    fn a_device_budget_below_one_pixel_tiles_is_refused_with_the_arithmetic() {
+        let e = fit_device(request(64 << 20), Some(100), lanes).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::budget::BudgetError::DeviceTooSmall { limit: 100, .. }
+            ),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(msg.contains("--gpu-memory") && !msg.contains('\n'), "{msg}");
     }
 }
