@@ -160,10 +160,7 @@ impl Engine {
         let (ind, limit) = (input.dtype(), self.device_limit());
         Ok(fit_device(req, limit, |plan| {
             StencilProgram::new(stencil, plan, ind, od).map_or(0, |p| {
-                let f = p.float.size() as u64;
-                let (padded, pass, tile) = p.buffer_elems(plan.tile);
-                let weights: u64 = p.weights.iter().map(|w| w.len() as u64 * f).sum();
-                let lane = (padded + pass + 2 * tile) as u64 * f + tile as u64 * od.size() as u64;
+                let (lane, weights) = p.device_bytes(plan.tile);
                 plan.depth.max(1) as u64 * lane + weights
             })
         })?)

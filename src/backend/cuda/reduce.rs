@@ -14,11 +14,11 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
-    PinnedHostSlice, PushKernelArg, result,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, PinnedHostSlice,
+    PushKernelArg, result,
 };
 
-use super::runtime::{BLOCK, CudaDevice, Drain, InFlight, driver, record_now};
+use super::runtime::{CudaDevice, Drain, InFlight, driver, record_now};
 use super::source::{ReduceTile, Reduction, reduce_source};
 use crate::budget::Reservation;
 use crate::dtype::DType;
@@ -305,17 +305,7 @@ impl CudaReduce {
             total_out + (vc * self.acc) as u64,
         );
         let (part, done) = (ptr(&l.part), ptr(&l.done));
-        let grid = |threads: u64| LaunchConfig {
-            grid_dim: (
-                threads
-                    .div_ceil(u64::from(BLOCK))
-                    .clamp(1, u64::from(self.dev.sms) * 32) as u32,
-                1,
-                1,
-            ),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let grid = |threads: u64| self.dev.grid(threads);
         let cells = t.cells();
         let mut b = l.stream.launch_builder(&self.blocks);
         b.arg(&d_in)

@@ -30,7 +30,7 @@ use crate::plan::Tile;
 use crate::scheduler::{Morsel, Pending, Slot, SlotMemory, TileKernel};
 
 /// Threads per block of the elementwise kernels.
-pub(super) const BLOCK: u32 = 256;
+const BLOCK: u32 = 256;
 
 pub(super) fn driver(action: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
     move |e| {
@@ -217,7 +217,7 @@ impl CudaDevice {
     }
 
     /// Copies `bytes` to a new device buffer, waiting until the copy is done.
-    fn upload(&self, action: &'static str, bytes: &[u8]) -> Result<CudaSlice<u8>> {
+    pub(super) fn upload(&self, action: &'static str, bytes: &[u8]) -> Result<CudaSlice<u8>> {
         let stream = self.ctx.default_stream();
         let buf = stream
             .clone_htod(if bytes.is_empty() { &[0u8][..] } else { bytes })
@@ -303,6 +303,19 @@ impl CudaDevice {
 }
 
 impl CudaDevice {
+    /// The launch shape of a grid-stride kernel over `threads` elements: blocks of
+    /// [`BLOCK`] threads, at most 32 blocks per multiprocessor.
+    pub(super) fn grid(&self, threads: u64) -> LaunchConfig {
+        let blocks = threads
+            .div_ceil(u64::from(BLOCK))
+            .clamp(1, u64::from(self.sms) * 32);
+        LaunchConfig {
+            grid_dim: (blocks as u32, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        }
+    }
+
     /// `lanes` streams (at least one), each with device buffers of `in_bytes` (one per
     /// input) and `out_bytes`, allocated now and paid for from the device budget.
     pub(super) fn lanes(
@@ -536,15 +549,7 @@ pub(super) fn queue_tile<T: Copy + Send + 'static>(
         let (d_out, _) = lane.output.device_ptr(&lane.stream);
         ptrs.push(d_out);
         let launch = launch_of(lane);
-        let blocks = launch
-            .threads
-            .div_ceil(u64::from(BLOCK))
-            .clamp(1, u64::from(dev.sms) * 32);
-        let cfg = LaunchConfig {
-            grid_dim: (blocks as u32, 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        };
+        let cfg = dev.grid(launch.threads);
         let mut builder = lane.stream.launch_builder(func);
         for p in &ptrs {
             builder.arg(p);

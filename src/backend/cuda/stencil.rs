@@ -180,6 +180,17 @@ impl StencilProgram {
         (ph * pw, (rows * pw).max(ph * cols), rows * cols)
     }
 
+    /// Device bytes for tiles of at most `tile` (`rows × cols`): each lane's padded box,
+    /// intermediate, two float tiles and the output tile, and the weights (once).
+    #[must_use]
+    pub fn device_bytes(&self, tile: (usize, usize)) -> (u64, u64) {
+        let f = self.float.size() as u64;
+        let (padded, pass, t) = self.buffer_elems(tile);
+        let lane = (padded + pass + 2 * t) as u64 * f + t as u64 * self.out.size() as u64;
+        let weights = self.weights.iter().map(|w| w.len() as u64 * f).sum();
+        (lane, weights)
+    }
+
     fn name(&self, kind: &str, o: DType) -> String {
         format!("stencil_{kind}_{}_{}", self.float.name(), o.name())
     }

@@ -11,11 +11,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PinnedHostSlice,
-    PushKernelArg, result,
+    CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice, PushKernelArg,
+    result,
 };
 
-use super::runtime::{BLOCK, CudaDevice, InFlight, drain, driver, record_now};
+use super::runtime::{CudaDevice, InFlight, drain, driver, record_now};
 use super::stencil::{Buf, StencilProgram, Val};
 use crate::backend::cpu::stencil::gather;
 use crate::budget::Reservation;
@@ -80,11 +80,10 @@ impl CudaDevice {
             .collect();
         let f = program.float.size();
         let (padded, pass, tile) = program.buffer_elems(plan.tile);
-        let wbytes: usize = program.weights.iter().map(|w| w.len() * f).sum();
+        let (per_lane, wbytes) = program.device_bytes(plan.tile);
         let resident = self
             .budget
-            .reserve("filter weights on the device", wbytes as u64)?;
-        let stream = self.ctx.default_stream();
+            .reserve("filter weights on the device", wbytes)?;
         let mut weights = Vec::with_capacity(program.weights.len());
         for w in &program.weights {
             let bytes: Vec<u8> = if program.float == DType::F64 {
@@ -93,21 +92,13 @@ impl CudaDevice {
                 let v: Vec<f32> = w.iter().map(|&x| x as f32).collect();
                 bytemuck::cast_slice(&v).to_vec()
             };
-            weights.push(
-                stream
-                    .clone_htod(&bytes)
-                    .map_err(driver("upload the filter weights"))?,
-            );
+            weights.push(self.upload("upload the filter weights", &bytes)?);
         }
-        stream
-            .synchronize()
-            .map_err(driver("upload the filter weights"))?;
-        let per_lane = (padded + pass + 2 * tile) * f + tile * program.out.size();
-        let mut ring = Vec::with_capacity(lanes_of(plan));
-        for _ in 0..lanes_of(plan) {
+        let mut ring = Vec::with_capacity(plan.depth.max(1));
+        for _ in 0..plan.depth.max(1) {
             let r = self.budget.reserve(
                 "one stream's padded box, intermediate and tile buffers on the device",
-                per_lane as u64,
+                per_lane,
             )?;
             let stream = self.ctx.new_stream().map_err(driver("create a stream"))?;
             let alloc = |n: usize| {
@@ -150,10 +141,6 @@ impl CudaDevice {
             _host: host,
         })
     }
-}
-
-fn lanes_of(plan: &BoxPlan) -> usize {
-    plan.depth.max(1)
 }
 
 impl CudaStencil<'_> {
@@ -221,15 +208,7 @@ impl CudaStencil<'_> {
                 Error::Internal(format!("stencil kernel {} was not compiled", launch.kernel))
             })?;
             let ptrs: Vec<u64> = launch.bufs.iter().map(|&b| ptr(b)).collect();
-            let blocks = launch
-                .threads
-                .div_ceil(u64::from(BLOCK))
-                .clamp(1, u64::from(self.dev.sms) * 32);
-            let cfg = LaunchConfig {
-                grid_dim: (blocks as u32, 1, 1),
-                block_dim: (BLOCK, 1, 1),
-                shared_mem_bytes: 0,
-            };
+            let cfg = self.dev.grid(launch.threads);
             let mut b = l.stream.launch_builder(func);
             for p in &ptrs {
                 b.arg(p);
