@@ -28,7 +28,9 @@ use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
 use crate::tensor::zarr::ZarrWriteOptions;
-use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape, same_file, window_slack};
+use crate::tensor::{
+    OutFormat, OutRegion, OutputFile, TensorFile, fmt_shape, same_file, window_slack,
+};
 
 mod array;
 mod elementwise;
@@ -39,6 +41,7 @@ mod report;
 
 pub use array::{Array, write_npz};
 pub use patches::{Edge, PatchFormat, PatchSpec};
+pub use reduce::merge_partials;
 pub use report::{RunReport, peak_rss};
 
 /// Operations with a CUDA kernel (the first word of their run report's `op`).
@@ -83,6 +86,7 @@ pub struct Engine {
     device: DeviceRequest,
     gpu_memory: Option<u64>,
     cuda: Option<Arc<CudaDevice>>,
+    out_region: Option<OutRegion>,
 }
 
 impl fmt::Debug for Engine {
@@ -118,6 +122,7 @@ impl Engine {
             device: DeviceRequest::Auto,
             gpu_memory: None,
             cuda: None,
+            out_region: None,
         })
     }
 
@@ -308,6 +313,17 @@ impl Engine {
     #[must_use]
     pub fn with_durable(mut self, yes: bool) -> Self {
         self.durable = yes;
+        self
+    }
+
+    /// Makes the runs of this engine write their output into rows of an existing `.npy`
+    /// at the output path (made whole beforehand, by
+    /// [`create_npy_for_rows`](crate::tensor::create_npy_for_rows)) instead of creating
+    /// it, as `region` says: how the tasks of a job split over a cluster each write their
+    /// rows of one output. Such runs are not resumable (a retried task rewrites its rows).
+    #[must_use]
+    pub fn with_output_region(mut self, region: Option<OutRegion>) -> Self {
+        self.out_region = region;
         self
     }
 
@@ -516,9 +532,18 @@ impl Engine {
         fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<StageTimes>,
     ) -> Result<StageTimes> {
         let format = self.format_of(out);
-        let output = match &journal {
-            Some(j) => j.output(shape, dtype, self.durable, format)?,
-            None => OutputFile::create_as(out, shape, dtype, format)?.durable(self.durable),
+        let output = match (&journal, self.out_region) {
+            (Some(_), Some(_)) => {
+                return Err(Error::invalid(
+                    "a run writing into rows of an existing file cannot be resumable",
+                ));
+            }
+            // the file (a temporary name) is checked to be a `.npy` by its content
+            (None, Some(region)) => {
+                OutputFile::region(out, region, shape, dtype)?.durable(self.durable)
+            }
+            (Some(j), None) => j.output(shape, dtype, self.durable, format)?,
+            (None, None) => OutputFile::create_as(out, shape, dtype, format)?.durable(self.durable),
         };
         let output = self.encoded_as(output, out, format)?;
         match fill(&output, journal.as_ref()) {

@@ -163,6 +163,7 @@ fn source(path: &Path, raw: &RawSpec) -> Result<Source> {
                 ));
             }
         },
+        rows: None,
     })
 }
 

@@ -31,6 +31,10 @@ pub struct Source {
     /// Shape and dtype of a raw file; `None` for self-describing formats.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw: Option<RawLayout>,
+    /// Only the rows `[start, end)` of the leading axis (uncompressed inputs only): the
+    /// share of one task of a job split over a cluster. `None` for the whole tensor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<(u64, u64)>,
 }
 
 /// The layout of a raw input.
@@ -59,14 +63,28 @@ impl Source {
         Source {
             path: path.into(),
             raw: None,
+            rows: None,
         }
     }
 
     /// Opens it.
     ///
     /// # Errors
-    /// As [`TensorFile::open`] or [`TensorFile::open_raw`].
+    /// As [`TensorFile::open`] or [`TensorFile::open_raw`], and [`TensorFile::rows`]
+    /// with `rows`.
     pub fn open(&self) -> Result<TensorFile> {
+        let whole = self.open_whole()?;
+        match self.rows {
+            Some((a, b)) => whole.rows(a..b),
+            None => Ok(whole),
+        }
+    }
+
+    /// Opens the whole tensor, whatever `rows` says.
+    ///
+    /// # Errors
+    /// As [`TensorFile::open`] or [`TensorFile::open_raw`].
+    pub fn open_whole(&self) -> Result<TensorFile> {
         match &self.raw {
             Some(r) if r.offset > 0 => {
                 TensorFile::open_raw_at(&self.path, &r.shape, r.dtype, r.offset)

@@ -11,7 +11,9 @@ use crate::budget::fmt_bytes;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::journal::Journal;
-use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
+use crate::ops::reduce::{
+    Geometry, Partial, PartialHeader, Reduce, ReduceOver, TileReducer, row_step,
+};
 use crate::plan::Plan;
 use crate::scheduler::{self, InputStream, Morsel, Pending, Slot, TileKernel};
 use crate::tensor::{OutputFile, TensorFile, fmt_shape};
@@ -28,7 +30,17 @@ impl Engine {
         op: Reduce,
         over: impl Into<ReduceOver>,
     ) -> Result<Plan> {
-        let over = over.into();
+        self.plan_reduce_holding(input, op, over.into(), 0)
+    }
+
+    /// [`plan_reduce`](Self::plan_reduce) holding `extra` bytes more for the run.
+    fn plan_reduce_holding(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: ReduceOver,
+        extra: u64,
+    ) -> Result<Plan> {
         let shape = input.shape();
         let dtype = input.dtype();
         let g = Geometry::new(shape, over)?;
@@ -60,8 +72,16 @@ impl Engine {
         hold(
             &mut req.resident_bytes,
             &mut req.resident_what,
-            result + states,
-            format!("result ({}) and accumulators", fmt_bytes(result)),
+            result + states + extra,
+            if extra > 0 {
+                format!(
+                    "result ({}), accumulators and block partials ({})",
+                    fmt_bytes(result),
+                    fmt_bytes(extra)
+                )
+            } else {
+                format!("result ({}) and accumulators", fmt_bytes(result))
+            },
         );
         req.scratch_per_elem = g.scratch_per_elem(acc);
         if self.cuda.is_some() {
@@ -113,32 +133,9 @@ impl Engine {
             "reduction result and accumulators",
             plan.resident_bytes - input.read_scratch_bytes(),
         )?;
-        let mut reducer = self.backend.reducer(op, input.dtype(), g)?;
-        let inputs = [InputStream::whole(input)];
-        let mut stream = self.stream(&plan, &inputs, None);
-        stream.journal = journal;
-        let times = if let Some(dev) = &self.cuda {
-            let mut k = dev.reduce(op, input.dtype(), g, &plan, reducer)?;
-            let times = scheduler::run(
-                &stream,
-                Checkpointed {
-                    k: &mut k,
-                    journal,
-                    restored: false,
-                },
-            )?;
-            reducer = k.finish()?;
-            times
-        } else {
-            scheduler::run(
-                &stream,
-                self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
-                    restore_reducers(journal, &mut [&mut reducer])?;
-                    reducer.feed_bytes(tile.start, ins[0]);
-                    checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
-                }),
-            )?
-        };
+        let reducer = self.backend.reducer(op, input.dtype(), g)?;
+        let (mut reducer, times) =
+            self.stream_reducer(input, &plan, op, g, reducer, journal, true)?;
         // a pass resumed with every tile done never called the closure
         restore_reducers(journal, &mut [&mut reducer])?;
         let out_dtype = op.output_dtype(input.dtype());
@@ -162,6 +159,135 @@ impl Engine {
             times,
         );
         Ok((array, report))
+    }
+
+    /// Streams `input` through `reducer` as `plan` says, on the GPU when this engine has
+    /// one and `device` allows.
+    #[allow(clippy::too_many_arguments)]
+    fn stream_reducer(
+        &self,
+        input: &TensorFile,
+        plan: &Plan,
+        op: Reduce,
+        g: Geometry,
+        mut reducer: Box<dyn TileReducer>,
+        journal: Option<&Journal>,
+        device: bool,
+    ) -> Result<(Box<dyn TileReducer>, scheduler::StageTimes)> {
+        let inputs = [InputStream::whole(input)];
+        let mut stream = self.stream(plan, &inputs, None);
+        stream.journal = journal;
+        let times = match &self.cuda {
+            Some(dev) if device => {
+                let mut k = dev.reduce(op, input.dtype(), g, plan, reducer)?;
+                let times = scheduler::run(
+                    &stream,
+                    Checkpointed {
+                        k: &mut k,
+                        journal,
+                        restored: false,
+                    },
+                )?;
+                reducer = k.finish()?;
+                times
+            }
+            _ => scheduler::run(
+                &stream,
+                self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
+                    restore_reducers(journal, &mut [&mut reducer])?;
+                    reducer.feed_bytes(tile.start, ins[0]);
+                    checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
+                }),
+            )?,
+        };
+        Ok((reducer, times))
+    }
+
+    /// Reduces the rows `rows` of `input` (the whole tensor) into a [`Partial`]: what
+    /// one task of a reduction split over a cluster computes. Merged in row order with
+    /// the partials of the other rows ([`merge_partials`]), it gives exactly the bytes
+    /// of [`Engine::reduce`] over the whole input, whatever the split. A split must fall
+    /// on a multiple of [`row_step`] rows (summation blocks are never cut). Partials of
+    /// a reduction over the leading axis or all elements hold one partial per summation
+    /// block ([`Geometry::vcols`] accumulators, about 1/128 of the input's bytes for a
+    /// 512-column f32 matrix), counted in the budget; the others hold their rows' results.
+    /// Computed on the CPU.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for rows out of range or not on the step, a compressed input,
+    /// or as [`plan_reduce`](Self::plan_reduce); [`Error::Budget`]; I/O errors.
+    pub fn reduce_partial(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: impl Into<ReduceOver>,
+        rows: std::ops::Range<u64>,
+    ) -> Result<(Partial, RunReport)> {
+        let over = over.into();
+        let shape = input.shape();
+        let n = shape.first().map_or(1, |&d| d as u64);
+        let step = row_step(shape, over)?;
+        if rows.start % step != 0 || (rows.end % step != 0 && rows.end != n) || rows.end > n {
+            return Err(Error::invalid(format!(
+                "rows {}..{} of {}: a share of this reduction must start and end on a \
+                 multiple of {step} rows (or at the last row, {n})",
+                rows.start,
+                rows.end,
+                input.path().display()
+            )));
+        }
+        let header = PartialHeader {
+            op: op.name().into(),
+            ddof: match op {
+                Reduce::Var { ddof } | Reduce::Std { ddof } => ddof,
+                _ => 0,
+            },
+            dtype: input.dtype().name().into(),
+            shape: shape.to_vec(),
+            axis: match over {
+                ReduceOver::All => None,
+                ReduceOver::Axis(a) => Some(a),
+            },
+            rows: (rows.start, rows.end),
+            blocks: Geometry::new(shape, over)?.outer == 1,
+        };
+        let sub = input.rows(rows)?;
+        if !header.blocks {
+            let (array, report) = self.reduce(&sub, op, over)?;
+            let payload = array.bytes().to_vec();
+            return Ok((Partial { header, payload }, report));
+        }
+        let g = Geometry::new(sub.shape(), over)?;
+        let acc = op.acc_bytes(input.dtype()) as u64;
+        let vc = g.vcols() as u64;
+        let sink = (g.per_outer_elems().div_ceil(vc) / g.block_rows() + 1) * vc * acc;
+        let plan = self.plan_reduce_holding(&sub, op, over, sink)?;
+        self.budget.reset_peak();
+        let _resident = self.budget.reserve(
+            "reduction result, accumulators and block partials",
+            plan.resident_bytes - sub.read_scratch_bytes(),
+        )?;
+        let shift = if matches!(op, Reduce::Var { .. } | Reduce::Std { .. }) {
+            // the shifts are the first row's (all elements: the first element's)
+            let first = if g.inner > 1 { vc } else { 1 };
+            let w = input.map_window(0, first)?;
+            let v = Array::from_bytes(input.dtype(), vec![first as usize], w.bytes().to_vec())?
+                .to_f64();
+            Some(if g.inner > 1 {
+                v
+            } else {
+                vec![v[0]; vc as usize]
+            })
+        } else {
+            None
+        };
+        let mut reducer = self.backend.reducer(op, input.dtype(), g)?;
+        reducer.collect_blocks(shift.as_deref());
+        let (mut reducer, times) = self.stream_reducer(&sub, &plan, op, g, reducer, None, false)?;
+        let payload = reducer.take_blocks();
+        let out_dtype = op.output_dtype(input.dtype());
+        let report = self.report(&plan, plan.what.clone(), sub.shape(), &[], out_dtype, times);
+        Ok((Partial { header, payload }, report))
     }
 
     /// Reduces `input` and writes the result to `out` (`.npy` or raw), cast to `dtype` if given.
@@ -429,4 +555,105 @@ fn checkpoint_reducers(
     j.checkpoint(j.pass(), index, size, || {
         reducers.iter().flat_map(|r| r.state_parts()).collect()
     })
+}
+
+/// Merges the partials of a reduction split by rows (from [`Engine::reduce_partial`],
+/// in any order) into its result: exactly the bytes one run over the whole input gives.
+///
+/// # Errors
+/// [`Error::Invalid`] if the partials are of different reductions, or their rows do not
+/// cover the input once each, or a payload has the wrong size.
+pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
+    let Some(first) = parts.first() else {
+        return Err(Error::invalid("no partials to merge"));
+    };
+    let h = &first.header;
+    let mut order: Vec<&Partial> = parts.iter().collect();
+    order.sort_by_key(|p| p.header.rows.0);
+    let n = h.shape.first().map_or(1, |&d| d as u64);
+    let mut next = 0;
+    for p in &order {
+        let q = &p.header;
+        if (&q.op, q.ddof, &q.dtype, &q.shape, q.axis, q.blocks)
+            != (&h.op, h.ddof, &h.dtype, &h.shape, h.axis, h.blocks)
+        {
+            return Err(Error::invalid(format!(
+                "partials of different reductions: {} of {} {} and {} of {} {}",
+                h.op,
+                fmt_shape(&h.shape),
+                h.dtype,
+                q.op,
+                fmt_shape(&q.shape),
+                q.dtype
+            )));
+        }
+        if q.rows.0 < next {
+            return Err(Error::invalid(format!(
+                "rows {}..{} are in two partials: each row must be in exactly one",
+                q.rows.0,
+                next.min(q.rows.1)
+            )));
+        }
+        if q.rows.0 > next {
+            return Err(Error::invalid(format!(
+                "rows {next}..{} are in no partial: each row must be in exactly one",
+                q.rows.0
+            )));
+        }
+        next = q.rows.1;
+    }
+    if next != n {
+        return Err(Error::invalid(format!(
+            "rows {next}..{n} are in no partial: each row must be in exactly one"
+        )));
+    }
+    let (op, over, dtype) = (h.reduce()?, h.over(), h.dtype()?);
+    let out_dtype = op.output_dtype(dtype);
+    let out_shape: Vec<usize> = match over {
+        ReduceOver::All => vec![],
+        ReduceOver::Axis(a) => h
+            .shape
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| i != a)
+            .map(|(_, &d)| d)
+            .collect(),
+    };
+    let g = Geometry::new(&h.shape, over)?;
+    let wrong = |p: &Partial, want: u64| {
+        Error::invalid(format!(
+            "the partial of rows {}..{} holds {} bytes, not {want}",
+            p.header.rows.0,
+            p.header.rows.1,
+            p.payload.len()
+        ))
+    };
+    if !h.blocks {
+        let per_row = (g.outer / n.max(1)) * g.out_per_outer() * out_dtype.size() as u64;
+        let mut data = Vec::with_capacity((n * per_row) as usize);
+        for p in order {
+            let want = (p.header.rows.1 - p.header.rows.0) * per_row;
+            if p.payload.len() as u64 != want {
+                return Err(wrong(p, want));
+            }
+            data.extend_from_slice(&p.payload);
+        }
+        return Array::from_bytes(out_dtype, out_shape, data);
+    }
+    let mut reducer = crate::backend::cpu::reduce::reducer(op, dtype, g, 1);
+    let (vc, acc) = (g.vcols() as u64, op.acc_bytes(dtype) as u64);
+    let per_row = h.shape[1..].iter().map(|&d| d as u64).product::<u64>();
+    for p in order {
+        let (a, b) = p.header.rows;
+        // blocks closed in the share, then its open block's partial (zeros unless last)
+        let vrows = ((b - a) * per_row).div_ceil(vc);
+        let want = (vrows / g.block_rows() + 1) * vc * acc;
+        if p.payload.len() as u64 != want {
+            return Err(wrong(p, want));
+        }
+        let keep = if b == n { want } else { want - vc * acc };
+        reducer.fold_blocks(&p.payload[..keep as usize]);
+    }
+    reducer.finish_folded();
+    Array::from_bytes(out_dtype, out_shape, reducer.into_bytes())
 }

@@ -10,4 +10,4 @@ pub mod matmul;
 pub mod reduce;
 pub mod stencil;
 
-pub use reduce::{Axis, Reduce, ReduceOver};
+pub use reduce::{Axis, Partial, Reduce, ReduceOver, row_step};

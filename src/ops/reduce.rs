@@ -26,6 +26,8 @@
 //! Integer sums are exact in wrapping 64-bit arithmetic (i64 for signed and bool, u64 for
 //! unsigned), as numpy does. Min and max propagate NaN, as numpy does.
 
+use serde::{Deserialize, Serialize};
+
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -257,4 +259,141 @@ pub trait TileReducer: Send {
     /// # Panics
     /// If `totals` is not a whole number of outer indices within the result.
     fn finish_outers(&mut self, first: u64, totals: &[u8]);
+    /// Makes this reducer (of one outer index: a reduction over the leading axis or
+    /// over all elements) keep each summation block's partial instead of merging it into
+    /// the running total, for [`take_blocks`](Self::take_blocks): the partials of the
+    /// blocks of one share of the rows, to be merged with the other shares' in block
+    /// order ([`fold_blocks`](Self::fold_blocks)), which gives the bytes of one run.
+    /// `shift` replaces the variance's shifts, which a share that does not start at row 0
+    /// cannot take from its data ([`Geometry::vcols`] values). Call before any tile.
+    ///
+    /// # Panics
+    /// If the reduction has more than one outer index.
+    fn collect_blocks(&mut self, shift: Option<&[f64]>);
+    /// The block partials collected since [`collect_blocks`](Self::collect_blocks), as
+    /// bytes of [`Geometry::vcols`] accumulators per block: every block closed, then the
+    /// open block's (zeros if none) once the last row was fed.
+    fn take_blocks(&mut self) -> Vec<u8>;
+    /// Merges whole blocks' partials (as [`take_blocks`](Self::take_blocks) gives them)
+    /// into the running totals, in order.
+    fn fold_blocks(&mut self, blocks: &[u8]);
+    /// Finishes the result (of the single outer index) from the running totals that
+    /// [`fold_blocks`](Self::fold_blocks) made.
+    fn finish_folded(&mut self);
+}
+
+/// The step, in rows of the leading axis, on which a reduction may be split into shares
+/// whose [`Partial`]s merge into the bytes of one run: its summation blocks are never
+/// cut. 1 when the leading axis is not reduced (each row's outputs are its own).
+///
+/// # Errors
+/// As [`Geometry::new`].
+pub fn row_step(shape: &[usize], over: ReduceOver) -> Result<u64> {
+    let g = Geometry::new(shape, over)?;
+    if g.outer > 1 || shape.is_empty() {
+        return Ok(1);
+    }
+    // positions (elements) per row of the leading axis, and per summation block
+    let per_row = shape[1..].iter().map(|&d| d as u64).product::<u64>().max(1);
+    let block = g.block_rows * g.vcols as u64;
+    Ok(block / gcd(per_row, block))
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// What a [`Partial`] is the partial of.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartialHeader {
+    /// The reduction's name (`sum`, `mean`, ...).
+    pub op: String,
+    /// Its `ddof` (var and std).
+    pub ddof: u32,
+    /// The input's dtype.
+    pub dtype: String,
+    /// The whole input's shape.
+    pub shape: Vec<usize>,
+    /// The axis reduced; `None` for all elements.
+    pub axis: Option<usize>,
+    /// The rows `[start, end)` of the leading axis this share covers.
+    pub rows: (u64, u64),
+    /// True if the payload is summation-block partials; false if it is the results of
+    /// the share's rows.
+    pub blocks: bool,
+}
+
+impl PartialHeader {
+    /// The reduction.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an unknown name.
+    pub fn reduce(&self) -> Result<Reduce> {
+        Reduce::parse(&self.op, self.ddof)
+    }
+
+    /// What it reduces over.
+    #[must_use]
+    pub fn over(&self) -> ReduceOver {
+        self.axis.into()
+    }
+
+    /// The input's dtype.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for an unknown name.
+    pub fn dtype(&self) -> Result<DType> {
+        self.dtype.parse()
+    }
+}
+
+/// One share of a reduction split by rows (see `Engine::reduce_partial`): a header
+/// saying what it is, and its payload (summation-block partials or results).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partial {
+    /// What it is the partial of.
+    pub header: PartialHeader,
+    /// Block partials (accumulators) or results, as bytes.
+    pub payload: Vec<u8>,
+}
+
+/// First bytes of a serialised [`Partial`].
+const PARTIAL_MAGIC: &[u8; 8] = b"TSPART1\n";
+
+impl Partial {
+    /// Serialises it (to ship between processes): magic, header length (u32 LE), JSON
+    /// header, payload.
+    #[must_use]
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let head = serde_json::to_vec(&self.header).unwrap_or_default();
+        let mut out = Vec::with_capacity(12 + head.len() + self.payload.len());
+        out.extend_from_slice(PARTIAL_MAGIC);
+        out.extend_from_slice(&(head.len() as u32).to_le_bytes());
+        out.extend_from_slice(&head);
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// Reads what [`to_bytes`](Self::to_bytes) wrote.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if the bytes are not a partial.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self> {
+        let bad = |why: &str| Error::invalid(format!("not a tilestream reduction partial: {why}"));
+        let rest = bytes
+            .strip_prefix(PARTIAL_MAGIC.as_slice())
+            .ok_or_else(|| bad("no magic"))?;
+        let (len, rest) = rest.split_at_checked(4).ok_or_else(|| bad("truncated"))?;
+        let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        let (head, payload) = rest.split_at_checked(len).ok_or_else(|| bad("truncated"))?;
+        let header = serde_json::from_slice(head).map_err(|e| bad(&e.to_string()))?;
+        Ok(Partial {
+            header,
+            payload: payload.to_vec(),
+        })
+    }
 }

@@ -27,6 +27,7 @@ fn specs_round_trip_through_json_with_defaults() {
                 dtype: DType::U16,
                 offset: 0,
             }),
+            rows: None,
         },
         output: "g.tif".into(),
         filter: "gaussian:sigma=2".into(),

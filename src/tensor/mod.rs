@@ -28,7 +28,10 @@ mod window;
 pub(crate) use formats::CodecSpec;
 pub use formats::{Encode, Format, OutFormat};
 pub(crate) use output::dir_and_name;
-pub use output::{OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, lock, temp_beside};
+pub use output::{
+    OutRegion, OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, commit_npy,
+    create_npy_for_rows, lock, temp_beside,
+};
 pub use window::{Window, page_size, window_slack};
 use window::{fully_resident, populate};
 
@@ -442,6 +445,56 @@ impl TensorFile {
                 shape: shape.to_vec(),
                 data_offset: offset.unwrap_or(0),
             },
+            chunked: None,
+            tiff: None,
+            zarr: None,
+        })
+    }
+
+    /// The rows `[rows.start, rows.end)` of the leading axis as a tensor of their own, with
+    /// no copy: the same file, its data starting `rows.start` rows further in (how a
+    /// cluster task reads its share of an input). Only uncompressed inputs (`.npy`, raw)
+    /// can be cut so; GeoTIFF and Zarr inputs are refused.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a rank-0 or compressed input or rows out of range;
+    /// [`Error::Io`] if the file cannot be opened again.
+    pub fn rows(&self, rows: std::ops::Range<u64>) -> Result<Self> {
+        let shape = &self.info.shape;
+        let Some(&n) = shape.first() else {
+            return Err(Error::invalid(format!(
+                "{}: a 0-d tensor has no rows to select",
+                self.path.display()
+            )));
+        };
+        if self.chunked.is_some() || self.tiff.is_some() || self.zarr.is_some() {
+            return Err(Error::invalid(format!(
+                "{}: rows can be selected only from an uncompressed .npy or raw input, not a \
+                 GeoTIFF or Zarr store",
+                self.path.display()
+            )));
+        }
+        if rows.start > rows.end || rows.end > n as u64 {
+            return Err(Error::invalid(format!(
+                "{}: rows {}..{} are out of range for {} rows",
+                self.path.display(),
+                rows.start,
+                rows.end,
+                n
+            )));
+        }
+        let row_bytes =
+            shape[1..].iter().map(|&d| d as u64).product::<u64>() * self.info.dtype.size() as u64;
+        let mut info = self.info.clone();
+        info.shape[0] = (rows.end - rows.start) as usize;
+        info.data_offset += rows.start * row_bytes;
+        Ok(TensorFile {
+            path: self.path.clone(),
+            file: self
+                .file
+                .try_clone()
+                .map_err(|e| Error::io("open again", &self.path, e))?,
+            info,
             chunked: None,
             tiff: None,
             zarr: None,

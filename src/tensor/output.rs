@@ -120,13 +120,40 @@ fn temp_beside_unlocked(dest: &Path) -> Result<tempfile::NamedTempFile> {
         .map_err(|e| Error::io("create a temporary output file in", &dir, e))
 }
 
+/// Where an output's bytes go.
+#[derive(Debug)]
+enum Target {
+    /// A temporary file beside the destination, renamed onto it at the end.
+    Temp(tempfile::NamedTempFile),
+    /// Rows of an existing `.npy` that other runs write too (a cluster job's output):
+    /// written in place, never renamed or removed.
+    Region(File),
+}
+
+/// The rows of an existing `.npy` file a run writes its output into, instead of a file of
+/// its own: how the tasks of a job split over a cluster fill one output, each its rows
+/// (see [`OutputFile::region`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutRegion {
+    /// The first row of the file written.
+    pub at_row: u64,
+    /// Leading rows of the run's output not written (the halo rows a filter computes
+    /// above its share).
+    pub skip_rows: u64,
+    /// Rows of the run's output written, from `skip_rows` on; `None` for all the rest.
+    pub rows: Option<u64>,
+}
+
 /// An output tensor being written: a temporary file beside the destination that becomes
 /// the destination in [`finish`](Self::finish). Dropped without `finish`, it is deleted.
 #[derive(Debug)]
 pub struct OutputFile {
     durable: bool,
     dest: PathBuf,
-    tmp: tempfile::NamedTempFile,
+    tmp: Target,
+    /// Elements `[keep.0, keep.1)` of the run's output are written (region outputs);
+    /// the others are dropped.
+    keep: (u64, u64),
     data_offset: u64,
     dtype: DType,
     shape: Vec<usize>,
@@ -182,7 +209,8 @@ impl OutputFile {
         Ok(OutputFile {
             durable: true,
             dest: dest.to_path_buf(),
-            tmp,
+            tmp: Target::Temp(tmp),
+            keep: (0, nbytes / dtype.size().max(1) as u64),
             data_offset,
             dtype,
             shape: shape.to_vec(),
@@ -250,15 +278,95 @@ impl OutputFile {
         Ok(OutputFile {
             durable: true,
             dest: dest.to_path_buf(),
-            tmp: tempfile::NamedTempFile::from_parts(
+            tmp: Target::Temp(tempfile::NamedTempFile::from_parts(
                 file,
                 tempfile::TempPath::try_from_path(tmp).map_err(|e| Error::io("open", tmp, e))?,
-            ),
+            )),
+            keep: (0, nbytes / dtype.size().max(1) as u64),
             data_offset: header.len() as u64,
             dtype,
             shape: shape.to_vec(),
             encode: default_encode(dest, shape, dtype, format)?,
         })
+    }
+
+    /// Writes a run's output of `shape` and `dtype` into rows of the existing `.npy` file
+    /// `dest` (created whole beforehand, for instance by [`create_npy_for_rows`]), as
+    /// `region` says: run output rows `[skip_rows, skip_rows + rows)` go to file rows
+    /// `[at_row, at_row + rows)`, the rest is dropped. The file is written in place:
+    /// [`finish`](Self::finish) flushes it and renames nothing, and an error leaves it
+    /// as it is (a retried run rewrites the same rows).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if `dest` is not a `.npy` of `dtype` whose rows are the
+    /// output's rows and hold the region; [`Error::Io`] if it cannot be opened.
+    pub fn region(dest: &Path, region: OutRegion, shape: &[usize], dtype: DType) -> Result<Self> {
+        let file = super::TensorFile::open(dest)?;
+        let info = file.info();
+        let fits = |what: String| {
+            Error::invalid(format!("{}: cannot write {what} into it", dest.display()))
+        };
+        let run_rows = shape.first().map_or(1, |&n| n as u64);
+        let rows = region
+            .rows
+            .unwrap_or(run_rows.saturating_sub(region.skip_rows));
+        let out_desc = || {
+            format!(
+                "rows {}..{} of a {} {dtype} output",
+                region.skip_rows,
+                region.skip_rows + rows,
+                super::fmt_shape(shape)
+            )
+        };
+        if !matches!(info.format, super::Format::Npy { .. })
+            || info.dtype != dtype
+            || info.shape.len() != shape.len()
+            || info.shape.get(1..) != shape.get(1..)
+        {
+            return Err(fits(format!(
+                "{} (it holds {} {})",
+                out_desc(),
+                super::fmt_shape(&info.shape),
+                info.dtype
+            )));
+        }
+        if region.skip_rows + rows > run_rows
+            || region.at_row + rows > info.shape.first().map_or(1, |&n| n as u64)
+        {
+            return Err(fits(format!(
+                "{} at row {} (it holds {} rows)",
+                out_desc(),
+                region.at_row,
+                info.shape[0]
+            )));
+        }
+        let row_elems: u64 = shape.iter().skip(1).map(|&d| d as u64).product();
+        let es = dtype.size() as u64;
+        let writer = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dest)
+            .map_err(|e| Error::io("open for writing", dest, e))?;
+        Ok(OutputFile {
+            durable: true,
+            dest: dest.to_path_buf(),
+            tmp: Target::Region(writer),
+            keep: (
+                region.skip_rows * row_elems,
+                (region.skip_rows + rows) * row_elems,
+            ),
+            data_offset: info.data_offset + region.at_row * row_elems * es,
+            dtype,
+            shape: shape.to_vec(),
+            encode: None,
+        })
+    }
+
+    /// True for an output written into rows of an existing file
+    /// ([`OutputFile::region`]).
+    #[must_use]
+    pub fn is_region(&self) -> bool {
+        matches!(self.tmp, Target::Region(_))
     }
 
     /// Makes this output a tiled GeoTIFF written as `opts` say: the run's data is staged
@@ -305,28 +413,63 @@ impl OutputFile {
         }
     }
 
-    /// The temporary file the data goes to until [`finish`](Self::finish).
+    /// The temporary file the data goes to until [`finish`](Self::finish) (the file
+    /// itself for a region output).
     #[must_use]
     pub fn temp_path(&self) -> &Path {
-        self.tmp.path()
+        match &self.tmp {
+            Target::Temp(t) => t.path(),
+            Target::Region(_) => &self.dest,
+        }
+    }
+
+    fn handle(&self) -> &File {
+        match &self.tmp {
+            Target::Temp(t) => t.as_file(),
+            Target::Region(f) => f,
+        }
+    }
+
+    /// Where the `bytes` bytes from element `start` of the run's output go: the file
+    /// offset and the part `[from, to)` of those bytes kept (all of them but for a
+    /// region output's dropped rows); `None` if none is kept.
+    fn locate(&self, start: u64, bytes: usize) -> Option<(u64, usize, usize)> {
+        let es = self.dtype.size() as u64;
+        let end = start + bytes as u64 / es;
+        let (a, b) = (start.max(self.keep.0), end.min(self.keep.1));
+        (a < b).then(|| {
+            (
+                self.data_offset + (a - self.keep.0) * es,
+                ((a - start) * es) as usize,
+                ((b - start) * es) as usize,
+            )
+        })
     }
 
     /// Reads back `buf.len()` bytes from element index `start` (flat C order).
     ///
     /// # Errors
-    /// [`Error::Io`] on a failed read.
+    /// [`Error::Io`] on a failed read; [`Error::Internal`] for elements a region output
+    /// dropped.
     pub fn read_at(&self, start: u64, buf: &mut [u8]) -> Result<()> {
-        let off = self.data_offset + start * self.dtype.size() as u64;
-        self.tmp
-            .as_file()
-            .read_exact_at(buf, off)
-            .map_err(|e| Error::io("read back", self.tmp.path(), e))
+        match self.locate(start, buf.len()) {
+            Some((off, 0, to)) if to == buf.len() => self
+                .handle()
+                .read_exact_at(buf, off)
+                .map_err(|e| Error::io("read back", self.temp_path(), e)),
+            _ if buf.is_empty() => Ok(()),
+            _ => Err(Error::Internal(format!(
+                "reading back elements {start}.. that this output does not keep"
+            ))),
+        }
     }
 
     /// Leaves the temporary file in place (an interrupted run that can be resumed):
     /// the next run with `--resume` takes it up, `tilestream clean` removes it.
     pub fn keep(self) {
-        let _ = self.tmp.keep();
+        if let Target::Temp(t) = self.tmp {
+            let _ = t.keep();
+        }
     }
 
     /// Shape of the output.
@@ -346,8 +489,11 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Io`] on a failed write (disk full, file size limit...).
     pub fn write_at(&self, start: u64, bytes: &[u8]) -> Result<()> {
-        let off = self.data_offset + start * self.dtype.size() as u64;
-        let file = self.tmp.as_file();
+        let Some((off, from, to)) = self.locate(start, bytes.len()) else {
+            return Ok(());
+        };
+        let bytes = &bytes[from..to];
+        let file = self.handle();
         file.write_all_at(bytes, off)
             .map_err(|e| Error::io("write", &self.dest, e))?;
         if self.durable {
@@ -388,12 +534,23 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Io`] if the flush or rename fails; the temporary file is removed then.
     pub fn finish(self) -> Result<()> {
-        let staged = self.tmp.as_file();
+        let tmp = match self.tmp {
+            Target::Temp(t) => t,
+            Target::Region(f) => {
+                // the job that made the file renames it when all its runs are done
+                if self.durable {
+                    f.sync_data()
+                        .map_err(|e| Error::io("flush", &self.dest, e))?;
+                }
+                return Ok(());
+            }
+        };
+        let staged = tmp.as_file();
         let off = self.data_offset;
         let read = |at: u64, buf: &mut [u8]| {
             staged
                 .read_exact_at(buf, off + at)
-                .map_err(|e| Error::io("read back", self.tmp.path(), e))
+                .map_err(|e| Error::io("read back", tmp.path(), e))
         };
         match &self.encode {
             Some(Encode::Tiff(opts)) => {
@@ -433,7 +590,7 @@ impl OutputFile {
             }
             None => {}
         }
-        Self::persist(self.tmp, &self.dest, self.durable)
+        Self::persist(tmp, &self.dest, self.durable)
     }
 
     fn persist(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {
@@ -464,8 +621,54 @@ impl OutputFile {
     /// The open temporary file (used to compare identities of inputs and outputs).
     #[must_use]
     pub fn file(&self) -> &File {
-        self.tmp.as_file()
+        self.handle()
     }
+}
+
+/// Creates the file the runs of a job split over a cluster fill, each its rows (see
+/// [`OutputFile::region`]): a `.npy` of `shape` and `dtype`, full size, as a temporary
+/// file beside `dest` named as tilestream's temporary outputs are (so that
+/// `tilestream clean` removes it if the job dies). Returns its path; [`commit_npy`] puts
+/// it in place when every run is done. The caller should hold [`lock`] on it meanwhile.
+///
+/// # Errors
+/// [`Error::Io`] if the directory is missing or not writable or the file cannot be
+/// sized; [`Error::Invalid`] if `dest` is something tilestream does not replace.
+pub fn create_npy_for_rows(dest: &Path, shape: &[usize], dtype: DType) -> Result<PathBuf> {
+    let out = OutputFile::create_as(dest, shape, dtype, OutFormat::Npy)?;
+    let Target::Temp(tmp) = out.tmp else {
+        return Err(Error::Internal(
+            "a new output is not a temporary file".into(),
+        ));
+    };
+    let (_, path) = tmp.keep().map_err(|e| Error::io("keep", dest, e.error))?;
+    Ok(path)
+}
+
+/// Puts the file made by [`create_npy_for_rows`] in place at `dest`: flushes it (with
+/// `durable`), renames it onto `dest` and syncs the directory.
+///
+/// # Errors
+/// [`Error::Invalid`] if `tmp` is not a temporary output of `dest`; [`Error::Io`] if the
+/// flush or rename fails.
+pub fn commit_npy(tmp: &Path, dest: &Path, durable: bool) -> Result<()> {
+    let (dir, name) = dir_and_name(dest)?;
+    let own_name = tmp
+        .file_name()
+        .is_some_and(|n| own_files::temp_name_of(&name, &n.to_string_lossy()));
+    if !own_name || tmp.parent().map(Path::to_path_buf).unwrap_or_default() != dir {
+        return Err(Error::invalid(format!(
+            "{}: not a temporary output of {}",
+            tmp.display(),
+            dest.display()
+        )));
+    }
+    let file = own_files::open_own(tmp, false)?;
+    let tmp = tempfile::NamedTempFile::from_parts(
+        file,
+        tempfile::TempPath::try_from_path(tmp).map_err(|e| Error::io("open", tmp, e))?,
+    );
+    OutputFile::persist(tmp, dest, durable)
 }
 
 /// The encoding `format` needs: GeoTIFF (checking that the shape is an image and the

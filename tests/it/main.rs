@@ -25,6 +25,7 @@ mod pipeline;
 mod readme;
 mod reduce_oracle;
 mod resume;
+mod split;
 mod standardize;
 mod stencil;
 mod tiff_matrix;

@@ -88,6 +88,18 @@ impl TileReducer for InPool {
     fn finish_outers(&mut self, first: u64, totals: &[u8]) {
         self.inner.finish_outers(first, totals);
     }
+    fn collect_blocks(&mut self, shift: Option<&[f64]>) {
+        self.inner.collect_blocks(shift);
+    }
+    fn take_blocks(&mut self) -> Vec<u8> {
+        self.inner.take_blocks()
+    }
+    fn fold_blocks(&mut self, blocks: &[u8]) {
+        self.inner.fold_blocks(blocks);
+    }
+    fn finish_folded(&mut self) {
+        self.inner.finish_folded();
+    }
 }
 
 impl Backend for CpuBackend {

@@ -189,6 +189,11 @@ struct State<A> {
     total: Vec<A>,
     open: Vec<A>,
     shift: Vec<f64>,
+    /// With [`TileReducer::collect_blocks`]: each block's partial (`vcols` accumulators
+    /// per block, in block order) instead of their running total.
+    blocks: Option<Vec<A>>,
+    /// True when the shifts were given rather than taken from the data.
+    shift_given: bool,
 }
 
 impl<A: Copy> State<A> {
@@ -197,6 +202,26 @@ impl<A: Copy> State<A> {
             total: vec![zero; vcols],
             open: vec![zero; vcols],
             shift: vec![0.0; vcols],
+            blocks: None,
+            shift_given: false,
+        }
+    }
+
+    /// Closes column `c` of block `block` with its partial `a`: merged into the total,
+    /// or kept in `blocks` when collecting (columns of a block not closed hold `zero`,
+    /// whose merge changes nothing: they are closed with the open block at the end).
+    #[inline]
+    fn close<K: Fn(&mut A, &A)>(&mut self, block: u64, c: usize, a: &A, zero: A, merge: K) {
+        match &mut self.blocks {
+            Some(b) => {
+                let vc = self.total.len();
+                let at = block as usize * vc + c;
+                if b.len() <= at {
+                    b.resize((block as usize + 1) * vc, zero);
+                }
+                b[at] = *a;
+            }
+            None => merge(&mut self.total[c], a),
         }
     }
     fn reset(&mut self, zero: A) {
@@ -330,7 +355,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
     fn feed(&self, st: &mut State<K::A>, data: &[T], p0: u64, p1: u64, parallel: bool) {
         let g = self.g;
         let vc = g.vcols();
-        if K::NEEDS_SHIFT {
+        if K::NEEDS_SHIFT && !st.shift_given {
             if g.inner > 1 {
                 // shift of column j is element (row 0, j)
                 for j in p0..p1.min(vc as u64) {
@@ -386,9 +411,10 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
                 accumulate::<T, K>(data, vc, s, s.ca..s.cb, &mut open[s.ca..s.cb], shift);
             }
             if s.rb % g.block_rows() == 0 {
+                let block = s.rb / g.block_rows() - 1;
                 for c in s.ca..s.cb {
                     let o = std::mem::replace(&mut st.open[c], zero);
-                    K::merge(&mut st.total[c], &o);
+                    st.close(block, c, &o, zero, K::merge);
                 }
             }
             i += 1;
@@ -398,8 +424,10 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
     /// Applies a block-start segment computed out of place.
     fn apply(&self, st: &mut State<K::A>, s: Seg, acc: &[K::A]) {
         if s.rb % self.g.block_rows() == 0 {
-            for (t, a) in st.total[s.ca..s.cb].iter_mut().zip(acc) {
-                K::merge(t, a);
+            let block = s.rb / self.g.block_rows() - 1;
+            let zero = self.k.zero();
+            for (c, a) in (s.ca..s.cb).zip(acc) {
+                st.close(block, c, a, zero, K::merge);
             }
         } else {
             st.open[s.ca..s.cb].copy_from_slice(acc);
@@ -409,6 +437,16 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
     /// Writes the outputs of a finished outer index into `out` and resets `st`.
     fn finish(&self, st: &mut State<K::A>, out: &mut [K::O]) {
         let zero = self.k.zero();
+        if let Some(blocks) = &mut st.blocks {
+            // the open block (or zeros) is the last partial; totals are made by the merge
+            let vc = self.g.vcols();
+            let rows = self.g.per_outer_elems().div_ceil(vc as u64);
+            let at = (rows / self.g.block_rows()) as usize * vc;
+            blocks.resize(at, zero);
+            blocks.extend_from_slice(&st.open);
+            st.open.fill(zero);
+            return;
+        }
         for c in 0..self.g.vcols() {
             let o = st.open[c];
             K::merge(&mut st.total[c], &o);
@@ -524,6 +562,34 @@ where
             let o = first as usize + k;
             self.finish_totals(t, &mut result[o * opo..(o + 1) * opo]);
         }
+        self.result = result;
+    }
+    fn collect_blocks(&mut self, shift: Option<&[f64]>) {
+        assert_eq!(
+            self.g.outer, 1,
+            "block partials of a reduction with several outputs rows"
+        );
+        self.live.blocks = Some(Vec::new());
+        if let Some(sh) = shift {
+            self.live.shift.copy_from_slice(sh);
+            self.live.shift_given = true;
+        }
+    }
+    fn take_blocks(&mut self) -> Vec<u8> {
+        bytemuck::cast_slice(&self.live.blocks.take().unwrap_or_default()).to_vec()
+    }
+    fn fold_blocks(&mut self, blocks: &[u8]) {
+        let blocks: Vec<K::A> = bytemuck::pod_collect_to_vec(blocks);
+        for b in blocks.chunks(self.g.vcols()) {
+            for (t, a) in self.live.total.iter_mut().zip(b) {
+                K::merge(t, a);
+            }
+        }
+    }
+    fn finish_folded(&mut self) {
+        let opo = self.g.out_per_outer() as usize;
+        let mut result = std::mem::take(&mut self.result);
+        self.finish_totals(&self.live.total, &mut result[..opo]);
         self.result = result;
     }
     fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
