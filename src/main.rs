@@ -251,6 +251,7 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
             ddof: a.ddof,
             dtype: dtype(a.dtype.as_ref())?,
             stats: a.stats.clone(),
+            given: None,
         },
         Op::Cast(a) => OpSpec::Cast {
             input: source(&a.input, &a.raw)?,

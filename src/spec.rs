@@ -192,6 +192,10 @@ pub enum OpSpec {
         /// Where to save the statistics (`.npz`), if anywhere.
         #[serde(default)]
         stats: Option<PathBuf>,
+        /// The column means and stds to use (`.npy` files of one value per column), in
+        /// place of a statistics pass: a cluster job computes them once for all its tasks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        given: Option<(Source, Source)>,
     },
     /// A neighbourhood filter over halo'd tiles.
     Stencil {
@@ -453,6 +457,21 @@ pub fn load_kernel(path: &Path) -> Result<(Vec<f64>, usize, usize)> {
     Ok((a.to_f64(), rows, cols))
 }
 
+/// Reads a small tensor (statistics: at most 64 MiB) whole.
+fn read_small(source: &Source) -> Result<crate::Array> {
+    let t = source.open()?;
+    let bytes = t.info().nbytes();
+    if bytes > 64 << 20 {
+        return Err(Error::invalid(format!(
+            "{}: {} bytes is too big for statistics (at most 64 MiB)",
+            source.path.display(),
+            bytes
+        )));
+    }
+    let w = t.map_window(0, t.info().len())?;
+    crate::Array::from_bytes(t.dtype(), t.shape().to_vec(), w.bytes().to_vec())
+}
+
 fn stencil_of(filter: &str, boundary: &str) -> Result<Stencil> {
     Stencil::new(
         Filter::parse(filter, |k| load_kernel(Path::new(k)))?,
@@ -470,6 +489,98 @@ fn open_named(inputs: &[(String, Source)]) -> Result<Vec<(String, TensorFile)>> 
 /// `e` writing the georeferencing of `x` (if any) to GeoTIFF outputs on its grid.
 fn georef_from(e: &Engine, x: &TensorFile) -> Engine {
     e.clone().with_georef(Engine::georef_of(x))
+}
+
+/// What an operation writes, known before it runs: how a job split by rows over a
+/// cluster makes the file its tasks fill ([`OpSpec::output_layout`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct OutputLayout {
+    /// The output's shape.
+    pub shape: Vec<usize>,
+    /// The output's dtype.
+    #[serde(with = "dtype_name")]
+    pub dtype: DType,
+    /// Rows of input beyond a share of the leading axis that its output rows depend on,
+    /// above and below (a filter's halo; 0 for element-wise operations).
+    pub halo_rows: (usize, usize),
+}
+
+impl OpSpec {
+    /// The shape and dtype of what an operation writes and the input rows each output
+    /// row depends on, for the operations whose output rows follow the input's (affine,
+    /// cast, convert, map, matmul, standardize, filters).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for other operations or bad parameters; I/O errors opening the
+    /// inputs.
+    pub fn output_layout(&self) -> Result<OutputLayout> {
+        let same = |input: &Source, dtype: Option<DType>| -> Result<OutputLayout> {
+            let x = input.open()?;
+            Ok(OutputLayout {
+                shape: x.shape().to_vec(),
+                dtype: dtype.unwrap_or(x.dtype()),
+                halo_rows: (0, 0),
+            })
+        };
+        match self {
+            OpSpec::Affine { input, dtype, .. } | OpSpec::Convert { input, dtype, .. } => {
+                same(input, *dtype)
+            }
+            OpSpec::Cast { input, dtype, .. } => same(input, Some(*dtype)),
+            OpSpec::Standardize { input, dtype, .. } => {
+                let x = input.open()?;
+                let f = if x.dtype() == DType::F64 {
+                    DType::F64
+                } else {
+                    DType::F32
+                };
+                same(input, Some(dtype.unwrap_or(f)))
+            }
+            OpSpec::Map { inputs, dtype, .. } => {
+                let files = open_named(inputs)?;
+                let dtypes: Vec<DType> = files.iter().map(|(_, f)| f.dtype()).collect();
+                let shape = files
+                    .first()
+                    .map(|(_, f)| f.shape().to_vec())
+                    .unwrap_or_default();
+                Ok(OutputLayout {
+                    shape,
+                    dtype: dtype.unwrap_or(Engine::map_default_dtype(&dtypes)),
+                    halo_rows: (0, 0),
+                })
+            }
+            OpSpec::Matmul { x, w, dtype, .. } => {
+                let (x, w) = (x.open()?, w.open()?);
+                let (r, _, n) = Engine::matmul_shapes(&x, &w)?;
+                let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
+                Ok(OutputLayout {
+                    shape: vec![r, n],
+                    dtype: dtype.unwrap_or(c),
+                    halo_rows: (0, 0),
+                })
+            }
+            OpSpec::Stencil {
+                input,
+                filter,
+                boundary,
+                dtype,
+                ..
+            } => {
+                let mut out = same(input, *dtype)?;
+                // rows are image rows of a 2-D image; the bands of a 3-D one are
+                // filtered one by one
+                if out.shape.len() == 2 {
+                    let (rows, _) = stencil_of(filter, boundary)?.halos();
+                    out.halo_rows = (rows.before, rows.after);
+                }
+                Ok(out)
+            }
+            _ => Err(Error::invalid(
+                "only affine, cast, convert, map, matmul, standardize and filters write \
+                 outputs whose rows follow their input's",
+            )),
+        }
+    }
 }
 
 impl Engine {
@@ -636,9 +747,21 @@ impl Engine {
             OpSpec::Standardize {
                 input,
                 output,
+                dtype,
+                given: Some((mean, std)),
+                ..
+            } => {
+                let x = input.open()?;
+                let (mean, std) = (read_small(mean)?, read_small(std)?);
+                georef_from(self, &x).standardize_with_stats(&x, output, *dtype, &mean, &std)
+            }
+            OpSpec::Standardize {
+                input,
+                output,
                 ddof,
                 dtype,
                 stats,
+                given: None,
             } => {
                 let x = input.open()?;
                 let (stats, apply) = georef_from(self, &x).standardize(

@@ -26,11 +26,11 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use serde_json::{Value, json};
-use tilestream::tensor::Format;
 use tilestream::tensor::geotiff::TiffWriteOptions;
 use tilestream::tensor::zarr::ZarrWriteOptions;
+use tilestream::tensor::{Format, OutRegion};
 use tilestream::{
-    BudgetError as TsBudgetError, Engine, Error, MemoryBudget, OpSpec, Progress, Reduce,
+    BudgetError as TsBudgetError, Engine, Error, MemoryBudget, OpSpec, Partial, Progress, Reduce,
     ReduceOver, Source,
 };
 
@@ -113,6 +113,13 @@ fn engine(opts: &Value) -> Result<Engine, Error> {
         )?;
     if let Some(n) = opts["threads"].as_u64() {
         e = e.with_threads(usize::try_from(n).unwrap_or(usize::MAX))?;
+    }
+    if let Some(r) = opts.get("out_region").filter(|r| !r.is_null()) {
+        e = e.with_output_region(Some(OutRegion {
+            at_row: r["at_row"].as_u64().unwrap_or(0),
+            skip_rows: r["skip_rows"].as_u64().unwrap_or(0),
+            rows: r["rows"].as_u64(),
+        }));
     }
     Ok(e)
 }
@@ -224,7 +231,14 @@ fn run_spec(
     let opts = parse_opts(opts)?;
     let mut e = engine(&opts).map_err(to_py)?;
     let resume = opts["resume"].as_bool().unwrap_or(false);
+    let region = !opts["out_region"].is_null();
+    if region && resume {
+        return Err(PyValueError::new_err(
+            "tilestream: a run writing rows of a cluster job's output cannot resume",
+        ));
+    }
     match spec.job_key().map_err(to_py)? {
+        _ if region => {}
         Some(key) => e = e.with_journal(key, resume),
         None if resume => {
             return Err(PyValueError::new_err(
@@ -282,6 +296,88 @@ fn reduce(
         array.shape().to_vec(),
         report,
     ))
+}
+
+/// Reduces the rows `[start, end)` of `source` (the whole input, a `Source` as JSON)
+/// into a partial (bytes) for [`merge_partials`]; returns it with the run report (JSON).
+#[pyfunction]
+#[pyo3(signature = (source, op, axis, ddof, start, end, opts))]
+#[allow(clippy::too_many_arguments)]
+fn reduce_partial(
+    py: Python<'_>,
+    source: &str,
+    op: &str,
+    axis: Option<usize>,
+    ddof: u32,
+    start: u64,
+    end: u64,
+    opts: &str,
+) -> PyResult<(Py<PyBytes>, String)> {
+    let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
+    let opts = parse_opts(opts)?;
+    let reduce = Reduce::parse(op, ddof).map_err(to_py)?;
+    let over = axis.map_or(ReduceOver::All, ReduceOver::Axis);
+    let e = engine(&opts).map_err(to_py)?;
+    let (partial, report) = run_on_worker(py, e, None, move |e| {
+        let input = source.open_whole()?;
+        e.reduce_partial(&input, reduce, over, start..end)
+    })?;
+    let report =
+        serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok((PyBytes::new(py, &partial.to_bytes()).unbind(), report))
+}
+
+/// Merges partials (bytes from [`reduce_partial`], any order) into the result: (bytes,
+/// dtype name, shape), the bytes of one run over the whole input.
+#[pyfunction]
+fn merge_partials(
+    py: Python<'_>,
+    parts: Vec<Vec<u8>>,
+) -> PyResult<(Py<PyBytes>, String, Vec<usize>)> {
+    let array = py
+        .detach(|| {
+            let parts = parts
+                .iter()
+                .map(|b| Partial::from_bytes(b))
+                .collect::<Result<Vec<_>, _>>()?;
+            tilestream::merge_partials(&parts)
+        })
+        .map_err(to_py)?;
+    Ok((
+        PyBytes::new(py, array.bytes()).unbind(),
+        array.dtype().name().to_string(),
+        array.shape().to_vec(),
+    ))
+}
+
+/// What the operation `spec` (JSON) writes: its shape, dtype and halo rows (JSON).
+#[pyfunction]
+fn output_layout(py: Python<'_>, spec: &str) -> PyResult<String> {
+    let spec = parse_spec(spec)?;
+    let layout = py.detach(|| spec.output_layout()).map_err(to_py)?;
+    serde_json::to_string(&layout).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// The step in rows on which a reduction of `shape` over `axis` may be split.
+#[pyfunction]
+fn row_step(shape: Vec<usize>, axis: Option<usize>) -> PyResult<u64> {
+    tilestream::row_step(&shape, axis.map_or(ReduceOver::All, ReduceOver::Axis)).map_err(to_py)
+}
+
+/// Creates the temporary `.npy` that the tasks of a job writing `dest` fill by rows;
+/// returns its path.
+#[pyfunction]
+fn create_npy_for_rows(dest: PathBuf, shape: Vec<usize>, dtype: &str) -> PyResult<String> {
+    let dtype = dtype.parse().map_err(to_py)?;
+    let p = tilestream::tensor::create_npy_for_rows(&dest, &shape, dtype).map_err(to_py)?;
+    Ok(p.to_string_lossy().into_owned())
+}
+
+/// Flushes the file [`create_npy_for_rows`] made and renames it onto `dest`.
+#[pyfunction]
+#[pyo3(signature = (tmp, dest, durable=true))]
+fn commit_npy(tmp: PathBuf, dest: PathBuf, durable: bool) -> PyResult<()> {
+    tilestream::tensor::commit_npy(&tmp, &dest, durable).map_err(to_py)
 }
 
 /// What a file holds: format, dtype, shape, data offset, georeferencing (JSON).
@@ -382,6 +478,12 @@ fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_spec, m)?)?;
     m.add_function(wrap_pyfunction!(plan_spec, m)?)?;
     m.add_function(wrap_pyfunction!(reduce, m)?)?;
+    m.add_function(wrap_pyfunction!(reduce_partial, m)?)?;
+    m.add_function(wrap_pyfunction!(merge_partials, m)?)?;
+    m.add_function(wrap_pyfunction!(row_step, m)?)?;
+    m.add_function(wrap_pyfunction!(output_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(create_npy_for_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(commit_npy, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(read_range, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;

@@ -309,7 +309,7 @@ impl Engine {
         Ok(self.report(&plan, format!("map '{src}'"), &shape, &shape, od, times))
     }
 
-    fn matmul_shapes(x: &TensorFile, w: &TensorFile) -> Result<(usize, usize, usize)> {
+    pub(crate) fn matmul_shapes(x: &TensorFile, w: &TensorFile) -> Result<(usize, usize, usize)> {
         let (xs, ws) = (x.shape(), w.shape());
         if xs.len() != 2 || ws.len() != 2 {
             return Err(Error::invalid(format!(

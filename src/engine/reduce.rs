@@ -433,6 +433,56 @@ impl Engine {
         if let Some(p) = stats {
             write_npz(p, &[("mean", &mean), ("std", &std)])?;
         }
+        let apply = self.apply_standardize(journal, input, out.as_ref(), od, &mean, &std)?;
+        Ok((stats_report, apply))
+    }
+
+    /// Pass 2 of [`standardize`](Self::standardize) with statistics computed elsewhere
+    /// (by a cluster job's first pass, say): writes `(x - mean) / std` cast to `dtype`
+    /// (default as `standardize`), `mean` and `std` holding one value per column.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for statistics of another shape than the input's columns or a
+    /// rank-0 input; as [`standardize`](Self::standardize) otherwise.
+    pub fn standardize_with_stats(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+        mean: &Array,
+        std: &Array,
+    ) -> Result<RunReport> {
+        check_not_input(out.as_ref(), &[input])?;
+        let cols = input.shape().get(1..).unwrap_or_default();
+        if input.shape().len() < 2 || mean.shape() != cols || std.shape() != cols {
+            return Err(Error::invalid(format!(
+                "standardize of {} {} needs a mean and a std of shape {}, not {} and {}",
+                input.path().display(),
+                fmt_shape(input.shape()),
+                fmt_shape(cols),
+                fmt_shape(mean.shape()),
+                fmt_shape(std.shape())
+            )));
+        }
+        let od = dtype.unwrap_or(if input.dtype() == DType::F64 {
+            DType::F64
+        } else {
+            DType::F32
+        });
+        let journal = self.open_journal(out.as_ref())?;
+        self.apply_standardize(journal, input, out.as_ref(), od, mean, std)
+    }
+
+    /// Writes `(x - mean) / std` of `input` to `out` as `od`.
+    fn apply_standardize(
+        &self,
+        journal: Option<Journal>,
+        input: &TensorFile,
+        out: &Path,
+        od: DType,
+        mean: &Array,
+        std: &Array,
+    ) -> Result<RunReport> {
         let m = mean.to_f64();
         let sd = std.to_f64();
         let mut req = self.request(
@@ -465,7 +515,7 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let xd = input.dtype();
-        let (out, shape) = (out.as_ref(), input.shape());
+        let shape = input.shape();
         let params = ElementwiseParams::Standardize {
             mean: m.clone(),
             sd: sd.clone(),
@@ -487,13 +537,9 @@ impl Engine {
             ),
         }?;
         let op = format!("standardize {}", input.path().display());
-        Ok((
-            stats_report,
-            self.report(&plan, op, input.shape(), input.shape(), od, times),
-        ))
+        Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
     }
 }
-
 /// A reduction on a device, resumable: the state a resumed pass found is restored
 /// before the first tile, and after each tile the device's state is brought back and
 /// checkpointed (which waits for the tile: the journal checkpoints small states after

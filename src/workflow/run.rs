@@ -320,6 +320,7 @@ impl Workflow {
                 ddof: *ddof,
                 dtype: *dtype,
                 stats: None,
+                given: None,
             },
         };
         e.run_spec(&spec)

@@ -1,0 +1,214 @@
+"""tilestream.dask on LocalClusters of 2 and 3 worker processes on 127.0.0.1: every
+operation's output is byte-identical to the single-process run, for several rows per
+task; a worker killed in the middle of a job leads to a retried task and still an
+identical output, with nothing at the output path before the end; a job raises a
+worker's peak resident memory by at most its budget + 48 MiB."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tilestream as ts
+
+if os.environ.get("CI"):
+    import distributed  # CI installs it: a missing package must fail, not skip
+else:
+    distributed = pytest.importorskip("distributed", reason="tilestream.dask needs distributed")
+import tilestream.dask as tsd  # noqa: E402
+
+MiB = 1 << 20
+
+
+def cluster(n, memory_limit="512MiB"):
+    return distributed.LocalCluster(
+        n_workers=n, threads_per_worker=1, processes=True, memory_limit=memory_limit,
+        host="127.0.0.1", dashboard_address=":0", silence_logs=40,
+    )
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["2-workers", "3-workers"])
+def client(request):
+    with cluster(request.param) as c, distributed.Client(c) as cl:
+        yield cl
+
+
+def data(shape, dtype, seed=0):
+    rng = np.random.default_rng(seed)
+    d = np.dtype(dtype)
+    if d.kind == "f":
+        # a large offset and a spread: a sum in another order differs in the last bits
+        return (1000 + rng.normal(size=shape) * 3.7).astype(d)
+    return rng.integers(0, 200, size=shape).astype(d)
+
+
+def same_file(a, b):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        return fa.read() == fb.read()
+
+
+@pytest.mark.parametrize("rows", [None, 256, 700])
+def test_reductions_equal_one_process(client, tmp_path, rows):
+    cases = [((3000, 96), "float32", 0), ((2000, 77), "float64", None),
+             ((1200, 5, 6), "int16", 2), ((300_000,), "float32", 0)]
+    for k, (shape, dtype, axis) in enumerate(cases):
+        p = tmp_path / f"x{k}.npy"
+        np.save(p, data(shape, dtype, k))
+        for op in ["sum", "mean", "min", "max", "var", "std"]:
+            one = ts.reduce(p, op, axis, ddof=1, memory="4MiB")
+            got = tsd.reduce(p, op, axis, ddof=1, client=client, block_rows=rows,
+                             memory="3MiB")
+            assert got.dtype == one.dtype and got.shape == one.shape
+            assert got.tobytes() == one.tobytes(), (shape, dtype, axis, op, rows)
+
+
+@pytest.mark.parametrize("rows", [None, 97, 1000])
+def test_outputs_equal_one_process(client, tmp_path, rows):
+    x = tmp_path / "x.npy"
+    np.save(x, data((1500, 64), "float32", 1))
+    u = tmp_path / "u.npy"
+    np.save(u, data((1500, 64), "uint16", 2))
+    w = tmp_path / "w.npy"
+    np.save(w, data((64, 24), "float32", 3))
+    img = tmp_path / "img.npy"
+    np.save(img, data((600, 200), "uint16", 4))
+    bands = tmp_path / "bands.npy"
+    np.save(bands, data((3, 100, 80), "float32", 5))
+    kw = dict(client=client, block_rows=rows, memory="2MiB")
+    jobs = [
+        ("affine", lambda o: ts.affine(x, o, 0.5, -3, memory="2MiB"),
+         lambda o: tsd.affine(x, o, 0.5, -3, **kw)),
+        ("cast", lambda o: ts.cast(x, o, "f16", memory="2MiB"),
+         lambda o: tsd.cast(x, o, "f16", **kw)),
+        ("map", lambda o: ts.map("(a - u) / (a + u)", o, {"a": x, "u": u}, dtype="f32",
+                                 memory="2MiB"),
+         lambda o: tsd.map("(a - u) / (a + u)", o, {"a": x, "u": u}, dtype="f32", **kw)),
+        ("matmul", lambda o: ts.matmul(x, w, o, memory="2MiB"),
+         lambda o: tsd.matmul(x, w, o, **kw)),
+        ("standardize", lambda o: ts.standardize(x, o, ddof=1, memory="2MiB"),
+         lambda o: tsd.standardize(x, o, ddof=1, **kw)),
+        ("gaussian", lambda o: ts.stencil(img, o, "gaussian:sigma=2", dtype="f32",
+                                          memory="2MiB"),
+         lambda o: tsd.stencil(img, o, "gaussian:sigma=2", dtype="f32", **kw)),
+        ("median", lambda o: ts.stencil(img, o, "median:size=5", memory="2MiB"),
+         lambda o: tsd.stencil(img, o, "median:size=5", **kw)),
+        ("bands", lambda o: ts.stencil(bands, o, "sobel", boundary="nearest", memory="2MiB"),
+         lambda o: tsd.stencil(bands, o, "sobel", boundary="nearest", **kw)),
+    ]
+    for name, single, split in jobs:
+        one, two = tmp_path / f"{name}-1.npy", tmp_path / f"{name}-n.npy"
+        single(one)
+        t = split(two)
+        assert t.path == str(two)
+        assert same_file(one, two), (name, rows)
+    # nothing left beside the outputs but the inputs and outputs
+    left = sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("."))
+    assert left == [], left
+
+
+def test_map_files_equals_one_process(client, tmp_path):
+    scenes = []
+    for k in range(6):
+        p = tmp_path / f"scene{k}.npy"
+        np.save(p, data((120, 90), "uint16", 10 + k))
+        scenes.append(p)
+    outs = tsd.map_files(ts.stencil, scenes, tmp_path / "out", client=client,
+                         filter="box:size=3", dtype="f32", memory="1MiB")
+    assert [os.path.basename(o) for o in outs] == [p.name for p in scenes]
+    for p, o in zip(scenes, outs):
+        ts.stencil(p, tmp_path / "one.npy", "box:size=3", dtype="f32", memory="1MiB")
+        assert same_file(tmp_path / "one.npy", o)
+
+
+def test_bad_arguments_are_refused_in_one_line(client, tmp_path):
+    p = tmp_path / "x.npy"
+    np.save(p, data((100, 4), "float32"))
+    with pytest.raises(ValueError, match="axis 5 is out of range"):
+        tsd.reduce(p, "sum", 5, client=client)
+    with pytest.raises(ValueError, match="unknown reduction"):
+        tsd.reduce(p, "median", 0, client=client, memory="1MiB")
+    # a failed job leaves nothing behind
+    with pytest.raises(ValueError, match="unknown function|expression"):
+        tsd.map("nosuch(a)", tmp_path / "o.npy", {"a": p}, client=client, memory="1MiB")
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["x.npy"]
+
+
+def _slow():
+    time.sleep(0.4)
+
+
+def test_a_killed_worker_is_retried_and_the_output_is_identical(tmp_path):
+    x = tmp_path / "x.npy"
+    np.save(x, data((4000, 64), "float32", 7))
+    one = tmp_path / "one.npy"
+    ts.affine(x, one, 2.0, 1.0, memory="2MiB")
+    dest = tmp_path / "split.npy"
+    with cluster(2) as c, distributed.Client(c) as cl:
+        pids = list(cl.run(os.getpid).values())
+        seen = {}
+
+        def kill_one():
+            # once tasks are running: kill a worker process outright
+            time.sleep(1.0)
+            seen["before"] = dest.exists()
+            os.kill(pids[0], signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_one)
+        killer.start()
+        tsd.affine(x, dest, 2.0, 1.0, client=cl, block_rows=250, memory="2MiB", _hook=_slow)
+        killer.join()
+        now = list(cl.run(os.getpid).values())
+    assert pids[0] not in now, "the worker was not killed"
+    assert seen["before"] is False, "the output appeared before the job ended"
+    assert same_file(one, dest)
+    # the same for a reduction (1024 columns: 128 rows a summation block, 16 tasks)
+    np.save(x, data((4096, 1024), "float32", 9))
+    with cluster(2) as c, distributed.Client(c) as cl:
+        pids = list(cl.run(os.getpid).values())
+        killer = threading.Timer(1.0, os.kill, (pids[1], signal.SIGKILL))
+        killer.start()
+        got = tsd.reduce(x, "std", 0, client=cl, block_rows=256, memory="2MiB", _hook=_slow)
+        killer.join()
+        assert pids[1] not in list(cl.run(os.getpid).values())
+    assert got.tobytes() == ts.reduce(x, "std", 0, memory="2MiB").tobytes()
+
+
+def _status(key):
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
+
+
+def _reset_peak():
+    """Resets this process's peak resident memory (VmHWM) to its current resident memory
+    and returns that: ru_maxrss cannot be used, a worker inherits its parent's."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return _status("VmRSS:")
+
+
+def _peak():
+    return _status("VmHWM:")
+
+
+def test_a_job_raises_worker_peak_memory_by_at_most_budget_plus_48_MiB(tmp_path):
+    # 192 MiB of input, 96 MiB a task, 24 MiB of budget: a task that mapped or held its
+    # share would grow its worker by twice what is allowed
+    x = tmp_path / "x.npy"
+    np.save(x, data((48 * 1024, 1024), "float32", 8))
+    budget = 24 * MiB
+    with cluster(2, memory_limit="1GiB") as c, distributed.Client(c) as cl:
+        before = cl.run(_reset_peak)
+        tsd.reduce(x, "mean", 0, client=cl, memory=budget, block_rows=24 * 1024)
+        tsd.affine(x, tmp_path / "y.npy", 0.5, 1.0, client=cl, memory=budget,
+                   block_rows=24 * 1024)
+        after = cl.run(_peak)
+    for w, peak in after.items():
+        grew = peak - before[w]
+        print(f"worker {w}: {before[w] / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB")
+        assert grew <= budget + 48 * MiB, f"worker {w}: peak RSS grew by {grew / MiB:.1f} MiB"

@@ -1,0 +1,360 @@
+"""tilestream on a Dask cluster: jobs split by rows over the workers, each task running
+tilestream's engine on its share under a strict memory budget, with results identical
+to one process.
+
+Needs ``distributed`` (``pip install distributed``) and a :class:`distributed.Client`
+(the current one unless ``client=`` is given)::
+
+    from distributed import Client, LocalCluster
+    import tilestream.dask as tsd
+
+    client = Client(LocalCluster(n_workers=2, threads_per_worker=1, memory_limit="1GiB"))
+    mean = tsd.reduce("features.npy", "mean", axis=0)          # np.ndarray, as ts.reduce
+    tsd.standardize("features.npy", "z.npy")                     # written by row ranges
+    tsd.map_files(ts.stencil, scenes, "out/", filter="gaussian:sigma=2")
+
+How the results stay the bytes of one run:
+
+* **Reductions** are split on the engine's summation blocks (``row_step`` rows); each
+  task returns the partial of every block it covers, and the client merges them in block
+  order, the order one process uses. Over an inner axis each task returns its rows'
+  results.
+* **Outputs** (``affine``, ``cast``, ``map``, ``matmul``, ``standardize``, ``stencil``)
+  are ``.npy`` files made whole (as a temporary file beside the destination) before the
+  tasks start; each task writes its rows in place; filters read their halo rows from
+  the neighbouring shares. The file is renamed onto the destination when every task
+  has succeeded, so nothing appears at the path before the end, and a failed job
+  leaves nothing. A task Dask retries after its worker died rewrites exactly its rows.
+* ``map_files`` runs one tilestream call per file (thousands of scenes): each output
+  appears atomically, as with one process.
+
+**Memory.** ``memory="auto"`` (the default) gives each task the worker's
+``memory_limit``, less what the worker process already holds when the task starts
+(Python, Dask, numpy: about 100 MiB), divided by the worker's ``nthreads`` (the tasks
+it runs at once); each task computes on one thread, so the worker's threads are
+tilestream's. Dask counts tilestream's memory as unmanaged: the budget is what keeps the
+worker under its limit. ``memory="512MiB"`` sets it per task instead.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _check_kw, _np_dtype, _opts, _source, _ts, _ts_dtype, open as _open
+
+__all__ = [
+    "affine",
+    "cast",
+    "map",
+    "map_files",
+    "matmul",
+    "reduce",
+    "standardize",
+    "stencil",
+]
+
+#: Smallest budget "auto" gives a task.
+_MIN_AUTO = 16 << 20
+
+
+def _client(client: Any) -> Any:
+    if client is not None:
+        return client
+    try:
+        from distributed import get_client
+    except ImportError:
+        raise ImportError(
+            "tilestream.dask needs the distributed package: pip install distributed"
+        ) from None
+    return get_client()
+
+
+def _task_opts(memory: Any, threads: Optional[int], **extra: Any) -> str:
+    """The engine options of a task, worked out on the worker that runs it."""
+    worker = None
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):
+        pass
+    if memory == "auto":
+        limit = getattr(getattr(worker, "memory_manager", None), "memory_limit", None)
+        if not limit:
+            raise ValueError(
+                "tilestream.dask: memory='auto' needs workers with a memory_limit; "
+                "give memory= (a budget per task) instead"
+            )
+        nthreads = max(1, getattr(getattr(worker, "state", None), "nthreads", 1))
+        held = 0
+        try:
+            import psutil
+
+            held = psutil.Process().memory_info().rss
+        except ImportError:
+            pass
+        memory = max(_MIN_AUTO, (int(limit) - held) // nthreads)
+    return _opts(memory, threads if threads is not None else 1, **extra)
+
+
+def _shares(n: int, step: int, rows: Optional[int], client: Any) -> List[Tuple[int, int]]:
+    """Row ranges of about ``rows`` rows (rounded up to ``step``), covering ``0..n``;
+    by default four shares per worker thread."""
+    step = max(1, int(step))
+    if rows is None:
+        threads = sum(client.nthreads().values()) or 1
+        rows = -(-n // (4 * threads))
+    rows = max(step, -(-int(rows) // step) * step)
+    cuts = list(range(0, n, rows)) + [n]
+    return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, n)]
+
+
+def _rows_of(src: dict) -> int:
+    info = json.loads(_ts.info(json.dumps(src)))
+    if not info["shape"]:
+        raise ValueError("tilestream.dask: a 0-d array has no rows to split")
+    return int(info["shape"][0])
+
+
+# ---------------------------------------------------------------------------------------
+# reductions
+
+
+def _reduce_task(src: dict, op: str, axis: Optional[int], ddof: int, share: Tuple[int, int],
+                 memory: Any, threads: Optional[int], hook: Optional[Callable[[], Any]]) -> bytes:
+    if hook is not None:
+        hook()
+    part, _report = _ts.reduce_partial(
+        json.dumps(src), op, axis, ddof, share[0], share[1], _task_opts(memory, threads)
+    )
+    return part
+
+
+def reduce(
+    path: Any,
+    op: str = "sum",
+    axis: Optional[int] = None,
+    *,
+    ddof: int = 0,
+    client: Any = None,
+    block_rows: Optional[int] = None,
+    memory: Any = "auto",
+    threads: Optional[int] = None,
+    _hook: Optional[Callable[[], Any]] = None,
+) -> np.ndarray:
+    """Reduces ``path`` (an uncompressed ``.npy``, raw file or ``np.memmap``) over
+    ``axis`` on the cluster: the same np.ndarray, byte for byte, as
+    :func:`tilestream.reduce`. ``block_rows`` is the rows per task (rounded up to the
+    reduction's step; default: four tasks per worker thread)."""
+    c = _client(client)
+    src = _source(path)
+    ndim = _open(path).ndim if not isinstance(path, np.memmap) else path.ndim
+    if axis is not None:
+        if not -ndim <= axis < ndim:
+            raise ValueError(f"tilestream: axis {axis} is out of range for {ndim} dimensions")
+        axis = axis % ndim
+    n = _rows_of(src)
+    info = json.loads(_ts.info(json.dumps(src)))
+    step = _ts.row_step(info["shape"], axis)
+    shares = _shares(n, step, block_rows, c)
+    futures = [
+        c.submit(_reduce_task, src, op, axis, ddof, s, memory, threads, _hook,
+                 key=f"tilestream-reduce-{os.getpid()}-{id(shares)}-{i}", pure=False)
+        for i, s in enumerate(shares)
+    ]
+    parts = c.gather(futures)
+    data, name, shape = _ts.merge_partials(list(parts))
+    return np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
+
+
+# ---------------------------------------------------------------------------------------
+# outputs written by row ranges
+
+
+def _with_rows(src: dict, a: int, b: int) -> dict:
+    s = dict(src)
+    s["rows"] = [a, b]
+    return s
+
+
+def _rows_task(spec: dict, inputs: Sequence[str], share: Tuple[int, int], halo: Tuple[int, int],
+               n: int, tmp: str, memory: Any, threads: Optional[int],
+               hook: Optional[Callable[[], Any]]) -> dict:
+    """Runs ``spec`` on rows ``share`` (plus the halo) of its inputs named ``inputs``,
+    writing its rows of ``tmp``."""
+    if hook is not None:
+        hook()
+    a, b = share
+    lo, hi = max(0, a - halo[0]), min(n, b + halo[1])
+    spec = dict(spec)
+    for key in inputs:
+        if key == "inputs":
+            spec["inputs"] = [[k, _with_rows(v, lo, hi)] for k, v in spec["inputs"]]
+        else:
+            spec[key] = _with_rows(spec[key], lo, hi)
+    spec["output"] = tmp
+    region = {"at_row": a, "skip_rows": a - lo, "rows": b - a}
+    opts = _task_opts(memory, threads, out_region=region)
+    return json.loads(_ts.run_spec(json.dumps(spec), opts, None))
+
+
+def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
+              block_rows: Optional[int], memory: Any, threads: Optional[int],
+              hook: Optional[Callable[[], Any]]) -> Any:
+    """Makes the output file, runs ``spec`` by row ranges on the cluster, then puts the
+    file in place (or removes it if a task failed for good)."""
+    c = _client(client)
+    layout = json.loads(_ts.output_layout(json.dumps(spec)))
+    shape, dtype = layout["shape"], layout["dtype"]
+    halo = tuple(layout["halo_rows"])
+    if not shape:
+        raise ValueError("tilestream.dask: a 0-d output has no rows to split")
+    n = int(shape[0])
+    dest = os.fspath(out)
+    tmp = _ts.create_npy_for_rows(dest, shape, dtype)
+    # held for the job: `tilestream clean` leaves a locked temporary file alone
+    held = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        shares = _shares(n, 1, block_rows, c)
+        futures = [
+            c.submit(_rows_task, spec, inputs, s, halo, n, tmp, memory, threads, hook,
+                     key=f"tilestream-{spec['op']}-{os.getpid()}-{id(shares)}-{i}", pure=False)
+            for i, s in enumerate(shares)
+        ]
+        c.gather(futures)
+        _ts.commit_npy(tmp, dest, True)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    finally:
+        os.close(held)
+    return _open(dest)
+
+
+def affine(path: Any, out: Any, scale: float = 1.0, offset: float = 0.0, *, dtype: Any = None,
+           client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
+           threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
+    """:func:`tilestream.affine` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
+    spec = {"op": "affine", "input": _source(path), "output": os.fspath(out),
+            "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype)}
+    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
+
+
+def cast(path: Any, out: Any, dtype: Any, *, client: Any = None,
+         block_rows: Optional[int] = None, memory: Any = "auto",
+         threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
+    """:func:`tilestream.cast` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
+    spec = {"op": "cast", "input": _source(path), "output": os.fspath(out),
+            "dtype": _ts_dtype(dtype)}
+    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
+
+
+def map(expr: str, out: Any, inputs: Mapping[str, Any], *, dtype: Any = None,
+        client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
+        threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
+    """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
+    spec = {"op": "map", "expr": expr, "inputs": [[k, _source(v)] for k, v in inputs.items()],
+            "output": os.fspath(out), "dtype": _ts_dtype(dtype)}
+    return _run_rows(spec, ["inputs"], out, client, block_rows, memory, threads, _hook)
+
+
+def matmul(x: Any, w: Any, out: Any, *, dtype: Any = None, client: Any = None,
+           block_rows: Optional[int] = None, memory: Any = "auto",
+           threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
+    """:func:`tilestream.matmul` on the cluster: each task multiplies its rows of ``x``
+    by the whole ``w``."""
+    spec = {"op": "matmul", "x": _source(x), "w": _source(w), "output": os.fspath(out),
+            "dtype": _ts_dtype(dtype)}
+    return _run_rows(spec, ["x"], out, client, block_rows, memory, threads, _hook)
+
+
+def stencil(path: Any, out: Any, filter: str, *, boundary: str = "reflect", dtype: Any = None,
+            client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
+            threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
+    """:func:`tilestream.stencil` on the cluster: a 2-D image by row ranges (each task
+    reads the filter's halo rows of its neighbours' ranges), a 3-D one by bands."""
+    spec = {"op": "stencil", "input": _source(path), "output": os.fspath(out),
+            "filter": filter, "boundary": boundary, "dtype": _ts_dtype(dtype)}
+    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
+
+
+def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client: Any = None,
+                block_rows: Optional[int] = None, memory: Any = "auto",
+                threads: Optional[int] = None,
+                _hook: Optional[Callable[[], Any]] = None) -> Any:
+    """:func:`tilestream.standardize` on the cluster: the column means and stds by a
+    split reduction (the bytes one process computes), then ``(x - mean) / std`` by row
+    ranges. The statistics are kept beside ``out`` while the job runs."""
+    c = _client(client)
+    src = _source(path)
+    mean = reduce(path, "mean", 0, client=c, block_rows=None, memory=memory,
+                  threads=threads, _hook=_hook)
+    std = reduce(path, "std", 0, ddof=ddof, client=c, block_rows=None, memory=memory,
+                 threads=threads, _hook=_hook)
+    dest = os.fspath(out)
+    d, name = os.path.split(os.path.abspath(dest))
+    paths = [os.path.join(d, f".{name}.{os.getpid()}.{k}.npy") for k in ("mean", "std")]
+    try:
+        for p, a in zip(paths, (mean, std)):
+            np.save(p, a)
+        spec = {"op": "standardize", "input": src, "output": dest, "ddof": ddof,
+                "dtype": _ts_dtype(dtype), "stats": None,
+                "given": [{"path": paths[0]}, {"path": paths[1]}]}
+        return _run_rows(spec, ["input"], out, c, block_rows, memory, threads, _hook)
+    finally:
+        for p in paths:
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                pass
+
+
+# ---------------------------------------------------------------------------------------
+# many files
+
+
+def _file_task(fn: Callable[..., Any], path: str, out: str, memory: Any,
+               threads: Optional[int], kwargs: dict) -> dict:
+    opts = json.loads(_task_opts(memory, threads))
+    r = fn(path, out, memory=opts["memory"], threads=opts["threads"], **kwargs)
+    report = getattr(r, "report", None)
+    return report.as_dict() if report is not None else {}
+
+
+def map_files(fn: Callable[..., Any], paths: Iterable[Any], out_dir: Any, *,
+              suffix: Optional[str] = None, client: Any = None, memory: Any = "auto",
+              threads: Optional[int] = None, **kwargs: Any) -> List[str]:
+    """Runs ``fn(path, out, **kwargs)`` (a tilestream function: ``tilestream.stencil``,
+    ``tilestream.convert``, ``tilestream.cast``...) on every file of ``paths``, one task
+    each, writing ``out_dir/<name>`` (with its extension replaced by ``suffix`` if
+    given). Returns the output paths in the order of ``paths``. Each output appears
+    atomically; a task retried after its worker died writes it again whole."""
+    c = _client(client)
+    out_dir = os.fspath(out_dir)
+    os.makedirs(out_dir, exist_ok=True)
+    jobs = []
+    for p in paths:
+        p = os.fspath(p)
+        name = os.path.basename(p.rstrip("/"))
+        if suffix is not None:
+            name = os.path.splitext(name)[0] + suffix
+        jobs.append((p, os.path.join(out_dir, name)))
+    outs = [o for _, o in jobs]
+    if len(set(outs)) != len(outs):
+        raise ValueError("tilestream.dask.map_files: two inputs have the same output name")
+    futures = [
+        c.submit(_file_task, fn, p, o, memory, threads, kwargs,
+                 key=f"tilestream-file-{os.getpid()}-{id(jobs)}-{i}", pure=False)
+        for i, (p, o) in enumerate(jobs)
+    ]
+    c.gather(futures)
+    return outs
