@@ -194,6 +194,7 @@ pub enum OpSpec {
         stats: Option<PathBuf>,
         /// The column means and stds to use (`.npy` files of one value per column), in
         /// place of a statistics pass: a cluster job computes them once for all its tasks.
+        /// With them, `ddof` is not used and `stats` is not written.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         given: Option<(Source, Source)>,
     },
@@ -380,6 +381,11 @@ impl OpSpec {
                 }
                 v
             }
+            OpSpec::Standardize {
+                input,
+                given: Some((m, sd)),
+                ..
+            } => vec![&input.path, &m.path, &sd.path],
             OpSpec::Reduce { input, .. }
             | OpSpec::Affine { input, .. }
             | OpSpec::Cast { input, .. }
@@ -570,8 +576,18 @@ impl OpSpec {
                 // rows are image rows of a 2-D image; the bands of a 3-D one are
                 // filtered one by one
                 if out.shape.len() == 2 {
-                    let (rows, _) = stencil_of(filter, boundary)?.halos();
-                    out.halo_rows = (rows.before, rows.after);
+                    let stencil = stencil_of(filter, boundary)?;
+                    if matches!(stencil.boundary, Boundary::Wrap) {
+                        return Err(Error::invalid(
+                            "boundary wrap needs the whole image: it cannot be split by rows \
+                             (filter it with one process, or split a 3-D image by bands)",
+                        ));
+                    }
+                    // as many rows each side as the longer side needs: near an edge of
+                    // the image, a reflected row lies up to that far inside
+                    let (rows, _) = stencil.halos();
+                    let h = rows.before.max(rows.after);
+                    out.halo_rows = (h, h);
                 }
                 Ok(out)
             }

@@ -123,6 +123,25 @@ def test_map_files_equals_one_process(client, tmp_path):
         assert same_file(tmp_path / "one.npy", o)
 
 
+def test_filters_of_one_row_shares_and_relative_paths(client, tmp_path, monkeypatch):
+    # shares of 1 and 2 rows: the reflected rows near the image's edges lie in the
+    # neighbours' shares (an asymmetric box of 4 reaches 2 rows up and 1 down)
+    monkeypatch.chdir(tmp_path)
+    np.save("img.npy", data((40, 30), "float32", 6))
+    for filt, boundary in [("box:size=4", "reflect"), ("gaussian:sigma=1.5", "nearest"),
+                           ("median:size=3", "reflect"), ("sobel", "constant:7")]:
+        for rows in [1, 2]:
+            ts.stencil("img.npy", "one.npy", filt, boundary=boundary, memory="1MiB")
+            # relative names: the workers run in another directory
+            t = tsd.stencil("img.npy", "split.npy", filt, boundary=boundary, client=client,
+                            block_rows=rows, memory="1MiB")
+            assert t.path == str(tmp_path / "split.npy")
+            assert same_file("one.npy", "split.npy"), (filt, boundary, rows)
+    with pytest.raises(ValueError, match="boundary wrap needs the whole image"):
+        tsd.stencil("img.npy", "w.npy", "box:size=3", boundary="wrap", client=client)
+    assert not os.path.exists("w.npy")
+
+
 def test_bad_arguments_are_refused_in_one_line(client, tmp_path):
     p = tmp_path / "x.npy"
     np.save(p, data((100, 4), "float32"))

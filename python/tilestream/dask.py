@@ -38,14 +38,16 @@ worker under its limit. ``memory="512MiB"`` sets it per task instead.
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import json
 import os
+import uuid
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import _check_kw, _np_dtype, _opts, _source, _ts, _ts_dtype, open as _open
+from . import _np_dtype, _opts, _source, _ts, _ts_dtype, open as _open
 
 __all__ = [
     "affine",
@@ -60,6 +62,24 @@ __all__ = [
 
 #: Smallest budget "auto" gives a task.
 _MIN_AUTO = 16 << 20
+builtins_open = builtins.open
+#: What a run holds beyond its budget (the README's "budget + 48 MiB").
+_OVERHEAD = 48 << 20
+
+
+def _fraction() -> float:
+    """The fraction of its memory_limit a worker may reach: the first of Dask's pause and
+    terminate thresholds that is set (0.8 and 0.95 by default)."""
+    try:
+        import dask
+
+        for key in ("distributed.worker.memory.pause", "distributed.worker.memory.terminate"):
+            f = dask.config.get(key, default=False)
+            if f:
+                return float(f)
+    except ImportError:
+        pass
+    return 0.8
 
 
 def _client(client: Any) -> Any:
@@ -98,7 +118,9 @@ def _task_opts(memory: Any, threads: Optional[int], **extra: Any) -> str:
             held = psutil.Process().memory_info().rss
         except ImportError:
             pass
-        memory = max(_MIN_AUTO, (int(limit) - held) // nthreads)
+        # stay under the fraction of the limit at which the worker pauses (or is
+        # terminated), with each task's fixed overhead beyond its budget set aside
+        memory = max(_MIN_AUTO, int(limit * _fraction() - held) // nthreads - _OVERHEAD)
     return _opts(memory, threads if threads is not None else 1, **extra)
 
 
@@ -112,6 +134,14 @@ def _shares(n: int, step: int, rows: Optional[int], client: Any) -> List[Tuple[i
     rows = max(step, -(-int(rows) // step) * step)
     cuts = list(range(0, n, rows)) + [n]
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, n)]
+
+
+def _src(x: Any) -> dict:
+    """The source of ``x`` with an absolute path: workers may run elsewhere, in another
+    working directory."""
+    s = dict(_source(x))
+    s["path"] = os.path.abspath(s["path"])
+    return s
 
 
 def _rows_of(src: dict) -> int:
@@ -152,7 +182,7 @@ def reduce(
     :func:`tilestream.reduce`. ``block_rows`` is the rows per task (rounded up to the
     reduction's step; default: four tasks per worker thread)."""
     c = _client(client)
-    src = _source(path)
+    src = _src(path)
     ndim = _open(path).ndim if not isinstance(path, np.memmap) else path.ndim
     if axis is not None:
         if not -ndim <= axis < ndim:
@@ -162,12 +192,17 @@ def reduce(
     info = json.loads(_ts.info(json.dumps(src)))
     step = _ts.row_step(info["shape"], axis)
     shares = _shares(n, step, block_rows, c)
+    job = uuid.uuid4().hex
     futures = [
         c.submit(_reduce_task, src, op, axis, ddof, s, memory, threads, _hook,
-                 key=f"tilestream-reduce-{os.getpid()}-{id(shares)}-{i}", pure=False)
+                 key=f"tilestream-reduce-{job}-{i}", pure=False)
         for i, s in enumerate(shares)
     ]
-    parts = c.gather(futures)
+    try:
+        parts = c.gather(futures)
+    except BaseException:
+        c.cancel(futures)
+        raise
     data, name, shape = _ts.merge_partials(list(parts))
     return np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
 
@@ -215,19 +250,24 @@ def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
     if not shape:
         raise ValueError("tilestream.dask: a 0-d output has no rows to split")
     n = int(shape[0])
-    dest = os.fspath(out)
+    dest = spec["output"]
     tmp = _ts.create_npy_for_rows(dest, shape, dtype)
     # held for the job: `tilestream clean` leaves a locked temporary file alone
     held = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         shares = _shares(n, 1, block_rows, c)
+        job = uuid.uuid4().hex
         futures = [
             c.submit(_rows_task, spec, inputs, s, halo, n, tmp, memory, threads, hook,
-                     key=f"tilestream-{spec['op']}-{os.getpid()}-{id(shares)}-{i}", pure=False)
+                     key=f"tilestream-{spec['op']}-{job}-{i}", pure=False)
             for i, s in enumerate(shares)
         ]
-        c.gather(futures)
+        try:
+            c.gather(futures)
+        except BaseException:
+            c.cancel(futures)
+            raise
         _ts.commit_npy(tmp, dest, True)
     except BaseException:
         try:
@@ -244,7 +284,7 @@ def affine(path: Any, out: Any, scale: float = 1.0, offset: float = 0.0, *, dtyp
            client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
            threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
     """:func:`tilestream.affine` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
-    spec = {"op": "affine", "input": _source(path), "output": os.fspath(out),
+    spec = {"op": "affine", "input": _src(path), "output": os.path.abspath(out),
             "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype)}
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
 
@@ -253,7 +293,7 @@ def cast(path: Any, out: Any, dtype: Any, *, client: Any = None,
          block_rows: Optional[int] = None, memory: Any = "auto",
          threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
     """:func:`tilestream.cast` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
-    spec = {"op": "cast", "input": _source(path), "output": os.fspath(out),
+    spec = {"op": "cast", "input": _src(path), "output": os.path.abspath(out),
             "dtype": _ts_dtype(dtype)}
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
 
@@ -262,8 +302,8 @@ def map(expr: str, out: Any, inputs: Mapping[str, Any], *, dtype: Any = None,
         client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
         threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
     """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
-    spec = {"op": "map", "expr": expr, "inputs": [[k, _source(v)] for k, v in inputs.items()],
-            "output": os.fspath(out), "dtype": _ts_dtype(dtype)}
+    spec = {"op": "map", "expr": expr, "inputs": [[k, _src(v)] for k, v in inputs.items()],
+            "output": os.path.abspath(out), "dtype": _ts_dtype(dtype)}
     return _run_rows(spec, ["inputs"], out, client, block_rows, memory, threads, _hook)
 
 
@@ -272,7 +312,7 @@ def matmul(x: Any, w: Any, out: Any, *, dtype: Any = None, client: Any = None,
            threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
     """:func:`tilestream.matmul` on the cluster: each task multiplies its rows of ``x``
     by the whole ``w``."""
-    spec = {"op": "matmul", "x": _source(x), "w": _source(w), "output": os.fspath(out),
+    spec = {"op": "matmul", "x": _src(x), "w": _src(w), "output": os.path.abspath(out),
             "dtype": _ts_dtype(dtype)}
     return _run_rows(spec, ["x"], out, client, block_rows, memory, threads, _hook)
 
@@ -282,7 +322,9 @@ def stencil(path: Any, out: Any, filter: str, *, boundary: str = "reflect", dtyp
             threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
     """:func:`tilestream.stencil` on the cluster: a 2-D image by row ranges (each task
     reads the filter's halo rows of its neighbours' ranges), a 3-D one by bands."""
-    spec = {"op": "stencil", "input": _source(path), "output": os.fspath(out),
+    if filter.startswith("convolve:"):
+        filter = "convolve:" + os.path.abspath(filter[len("convolve:"):])
+    spec = {"op": "stencil", "input": _src(path), "output": os.path.abspath(out),
             "filter": filter, "boundary": boundary, "dtype": _ts_dtype(dtype)}
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
 
@@ -295,22 +337,32 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client
     split reduction (the bytes one process computes), then ``(x - mean) / std`` by row
     ranges. The statistics are kept beside ``out`` while the job runs."""
     c = _client(client)
-    src = _source(path)
+    src = _src(path)
     mean = reduce(path, "mean", 0, client=c, block_rows=None, memory=memory,
                   threads=threads, _hook=_hook)
     std = reduce(path, "std", 0, ddof=ddof, client=c, block_rows=None, memory=memory,
                  threads=threads, _hook=_hook)
-    dest = os.fspath(out)
-    d, name = os.path.split(os.path.abspath(dest))
-    paths = [os.path.join(d, f".{name}.{os.getpid()}.{k}.npy") for k in ("mean", "std")]
+    dest = os.path.abspath(out)
+    d, name = os.path.split(dest)
+    # named as tilestream's temporary files, and locked while the job runs: `tilestream
+    # clean` removes them if the client dies, and leaves them alone until then
+    job = uuid.uuid4().hex[:12]
+    paths = [os.path.join(d, f".{name}.{job}{k}.tilestream-tmp") for k in ("m", "s")]
+    held = []
     try:
         for p, a in zip(paths, (mean, std)):
-            np.save(p, a)
+            f = builtins_open(p, "xb")
+            held.append(f)
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            np.save(f, a)
+            f.flush()
         spec = {"op": "standardize", "input": src, "output": dest, "ddof": ddof,
                 "dtype": _ts_dtype(dtype), "stats": None,
                 "given": [{"path": paths[0]}, {"path": paths[1]}]}
         return _run_rows(spec, ["input"], out, c, block_rows, memory, threads, _hook)
     finally:
+        for f in held:
+            f.close()
         for p in paths:
             try:
                 os.unlink(p)
@@ -339,11 +391,11 @@ def map_files(fn: Callable[..., Any], paths: Iterable[Any], out_dir: Any, *,
     given). Returns the output paths in the order of ``paths``. Each output appears
     atomically; a task retried after its worker died writes it again whole."""
     c = _client(client)
-    out_dir = os.fspath(out_dir)
+    out_dir = os.path.abspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     jobs = []
     for p in paths:
-        p = os.fspath(p)
+        p = os.path.abspath(p)
         name = os.path.basename(p.rstrip("/"))
         if suffix is not None:
             name = os.path.splitext(name)[0] + suffix
@@ -351,10 +403,15 @@ def map_files(fn: Callable[..., Any], paths: Iterable[Any], out_dir: Any, *,
     outs = [o for _, o in jobs]
     if len(set(outs)) != len(outs):
         raise ValueError("tilestream.dask.map_files: two inputs have the same output name")
+    job = uuid.uuid4().hex
     futures = [
         c.submit(_file_task, fn, p, o, memory, threads, kwargs,
-                 key=f"tilestream-file-{os.getpid()}-{id(jobs)}-{i}", pure=False)
+                 key=f"tilestream-file-{job}-{i}", pure=False)
         for i, (p, o) in enumerate(jobs)
     ]
-    c.gather(futures)
+    try:
+        c.gather(futures)
+    except BaseException:
+        c.cancel(futures)
+        raise
     return outs

@@ -260,7 +260,8 @@ impl Engine {
         let g = Geometry::new(sub.shape(), over)?;
         let acc = op.acc_bytes(input.dtype()) as u64;
         let vc = g.vcols() as u64;
-        let sink = (g.per_outer_elems().div_ceil(vc) / g.block_rows() + 1) * vc * acc;
+        // the partials, their copy as bytes and the shipped bytes (header and payload)
+        let sink = 3 * (g.per_outer_elems().div_ceil(vc) / g.block_rows() + 1) * vc * acc;
         let plan = self.plan_reduce_holding(&sub, op, over, sink)?;
         self.budget.reset_peak();
         let _resident = self.budget.reserve(
@@ -304,6 +305,12 @@ impl Engine {
         dtype: Option<DType>,
     ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[input])?;
+        if self.out_region.is_some() {
+            return Err(Error::invalid(
+                "a reduction's result is not written into rows of another file: merge \
+                 partials (Engine::reduce_partial) instead",
+            ));
+        }
         let journal = self.open_journal(out.as_ref())?;
         let (array, mut report) = self
             .reduce_with(input, op, over.into(), journal.as_ref())
@@ -614,6 +621,11 @@ pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
         return Err(Error::invalid("no partials to merge"));
     };
     let h = &first.header;
+    if h.shape.is_empty() {
+        return Err(Error::invalid(
+            "a partial of a 0-d input: a 0-d tensor has no rows to split",
+        ));
+    }
     let mut order: Vec<&Partial> = parts.iter().collect();
     order.sort_by_key(|p| p.header.rows.0);
     let n = h.shape.first().map_or(1, |&d| d as u64);

@@ -656,7 +656,15 @@ pub fn commit_npy(tmp: &Path, dest: &Path, durable: bool) -> Result<()> {
     let own_name = tmp
         .file_name()
         .is_some_and(|n| own_files::temp_name_of(&name, &n.to_string_lossy()));
-    if !own_name || tmp.parent().map(Path::to_path_buf).unwrap_or_default() != dir {
+    // the same directory, however each path spells it (the temporary file's is absolute)
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let tmp_dir = tmp.parent().map(Path::to_path_buf).unwrap_or_default();
+    let tmp_dir = if tmp_dir.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        tmp_dir
+    };
+    if !own_name || real(&tmp_dir) != real(&dir) {
         return Err(Error::invalid(format!(
             "{}: not a temporary output of {}",
             tmp.display(),

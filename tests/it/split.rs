@@ -78,11 +78,11 @@ fn partials_of_any_split_merge_into_the_bytes_of_one_run() {
         Reduce::Std { ddof: 1 },
     ];
     // (shape, dtype, over): columns (256 rows a block), all elements (128 Ki a block,
-    // rows of 999 elements so the step is not a whole number of blocks' rows), a rank-1
+    // rows of 96 elements: a step of 4096 rows, three blocks), a rank-1
     // input, an inner axis (rows are outputs of their own), a wide matrix
     let cases: [(&[usize], DType, ReduceOver); 6] = [
         (&[3000, 512], DType::F32, ReduceOver::Axis(0)),
-        (&[1500, 999], DType::F32, ReduceOver::All),
+        (&[10_000, 96], DType::F32, ReduceOver::All),
         (&[700_001], DType::F64, ReduceOver::Axis(0)),
         (&[40, 30, 50], DType::I16, ReduceOver::Axis(1)),
         (&[900, 300], DType::U8, ReduceOver::Axis(0)),
@@ -95,9 +95,13 @@ fn partials_of_any_split_merge_into_the_bytes_of_one_run() {
         let input = TensorFile::open(&path).unwrap();
         let step = row_step(shape, over).unwrap();
         let rows = shape[0] as u64;
+        assert!(
+            split(rows, step, 7).len() > 1,
+            "{shape:?}: no split to test"
+        );
         for op in ops {
             let (whole, _) = engine(64 << 20).reduce(&input, op, over).unwrap();
-            for (budget, parts) in [(64u64 << 20, 1), (8 << 20, 2), (6 << 20, 3), (6 << 20, 7)] {
+            for (budget, parts) in [(64u64 << 20, 1), (16 << 20, 2), (12 << 20, 3), (8 << 20, 7)] {
                 let cuts = split(rows, step, parts);
                 let got = merged(&engine(budget), &input, op, over, &cuts);
                 assert!(

@@ -567,9 +567,12 @@ where
     fn collect_blocks(&mut self, shift: Option<&[f64]>) {
         assert_eq!(
             self.g.outer, 1,
-            "block partials of a reduction with several outputs rows"
+            "block partials of a reduction with several outer indices"
         );
-        self.live.blocks = Some(Vec::new());
+        let vc = self.g.vcols();
+        let rows = self.g.per_outer_elems().div_ceil(vc as u64);
+        let blocks = (rows / self.g.block_rows()) as usize + 1;
+        self.live.blocks = Some(Vec::with_capacity(blocks * vc));
         if let Some(sh) = shift {
             self.live.shift.copy_from_slice(sh);
             self.live.shift_given = true;
