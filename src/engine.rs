@@ -539,13 +539,20 @@ impl Engine {
                 ));
             }
             // the file (a temporary name) is checked to be a `.npy` by its content
+            (None, Some(region)) if out.join("zarr.json").is_file() => {
+                OutputFile::zarr_region(out, region, shape, dtype, self.zarr_out.clone())?
+            }
             (None, Some(region)) => {
                 OutputFile::region(out, region, shape, dtype)?.durable(self.durable)
             }
             (Some(j), None) => j.output(shape, dtype, self.durable, format)?,
             (None, None) => OutputFile::create_as(out, shape, dtype, format)?.durable(self.durable),
         };
-        let output = self.encoded_as(output, out, format)?;
+        let output = if self.out_region.is_some() {
+            output
+        } else {
+            self.encoded_as(output, out, format)?
+        };
         match fill(&output, journal.as_ref()) {
             Ok(mut times) => {
                 let t0 = std::time::Instant::now();

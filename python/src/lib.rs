@@ -90,16 +90,7 @@ fn engine(opts: &Value) -> Result<Engine, Error> {
     if let Some(c) = opts["tiff_compress"].as_str() {
         tiff.compression = c.parse()?;
     }
-    let mut zarr = ZarrWriteOptions::default();
-    if let Some(c) = opts["zarr_compress"].as_str() {
-        zarr.compression = c.parse()?;
-    }
-    if let Some(c) = opts["zarr_chunks"].as_str() {
-        zarr.chunks = Some(tilestream::shape::parse_shape(c)?);
-    }
-    if let Some(c) = opts["zarr_shard"].as_str() {
-        zarr.shard = Some(tilestream::shape::parse_shape(c)?);
-    }
+    let zarr = zarr_options(opts)?;
     let mut e = Engine::new(memory)?
         .with_tiff_output(tiff)
         .with_zarr_output(zarr)
@@ -122,6 +113,21 @@ fn engine(opts: &Value) -> Result<Engine, Error> {
         }));
     }
     Ok(e)
+}
+
+/// The Zarr output options of a call (`zarr_compress=`, `zarr_chunks=`, `zarr_shard=`).
+fn zarr_options(opts: &Value) -> Result<ZarrWriteOptions, Error> {
+    let mut zarr = ZarrWriteOptions::default();
+    if let Some(c) = opts["zarr_compress"].as_str() {
+        zarr.compression = c.parse()?;
+    }
+    if let Some(c) = opts["zarr_chunks"].as_str() {
+        zarr.chunks = Some(tilestream::shape::parse_shape(c)?);
+    }
+    if let Some(c) = opts["zarr_shard"].as_str() {
+        zarr.shard = Some(tilestream::shape::parse_shape(c)?);
+    }
+    Ok(zarr)
 }
 
 /// Runs `work` on a worker thread with the engine `e`, the GIL released, checking for
@@ -380,6 +386,38 @@ fn commit_npy(tmp: PathBuf, dest: PathBuf, durable: bool) -> PyResult<()> {
     tilestream::tensor::commit_npy(&tmp, &dest, durable).map_err(to_py)
 }
 
+/// Rows of the leading axis in one chunk of a Zarr output of `shape` and `dtype`
+/// written with the options `opts` (JSON).
+#[pyfunction]
+fn zarr_chunk_rows(shape: Vec<usize>, dtype: &str, opts: &str) -> PyResult<usize> {
+    let opts = parse_opts(opts)?;
+    let dtype = dtype.parse().map_err(to_py)?;
+    let z = zarr_options(&opts).map_err(to_py)?;
+    tilestream::tensor::zarr::chunk_rows(&z, &shape, dtype).map_err(to_py)
+}
+
+/// Creates the temporary Zarr store that the tasks of a job writing `dest` fill by chunk
+/// rows, with the Zarr options of `opts` (JSON); returns its path.
+#[pyfunction]
+fn create_zarr_for_rows(
+    dest: PathBuf,
+    shape: Vec<usize>,
+    dtype: &str,
+    opts: &str,
+) -> PyResult<String> {
+    let opts = parse_opts(opts)?;
+    let dtype = dtype.parse().map_err(to_py)?;
+    let z = zarr_options(&opts).map_err(to_py)?;
+    let p = tilestream::tensor::create_zarr_for_rows(&dest, &shape, dtype, &z).map_err(to_py)?;
+    Ok(p.to_string_lossy().into_owned())
+}
+
+/// Renames the store [`create_zarr_for_rows`] made onto `dest`.
+#[pyfunction]
+fn commit_zarr(tmp: PathBuf, dest: PathBuf) -> PyResult<()> {
+    tilestream::tensor::commit_zarr(&tmp, &dest).map_err(to_py)
+}
+
 /// What a file holds: format, dtype, shape, data offset, georeferencing (JSON).
 #[pyfunction]
 fn info(py: Python<'_>, source: &str) -> PyResult<String> {
@@ -484,6 +522,9 @@ fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(output_layout, m)?)?;
     m.add_function(wrap_pyfunction!(create_npy_for_rows, m)?)?;
     m.add_function(wrap_pyfunction!(commit_npy, m)?)?;
+    m.add_function(wrap_pyfunction!(zarr_chunk_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(create_zarr_for_rows, m)?)?;
+    m.add_function(wrap_pyfunction!(commit_zarr, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(read_range, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;

@@ -42,6 +42,7 @@ import builtins
 import fcntl
 import json
 import os
+import shutil
 import uuid
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -219,7 +220,7 @@ def _with_rows(src: dict, a: int, b: int) -> dict:
 
 def _rows_task(spec: dict, inputs: Sequence[str], share: Tuple[int, int], halo: Tuple[int, int],
                n: int, tmp: str, memory: Any, threads: Optional[int],
-               hook: Optional[Callable[[], Any]]) -> dict:
+               hook: Optional[Callable[[], Any]], zarr: Optional[dict] = None) -> dict:
     """Runs ``spec`` on rows ``share`` (plus the halo) of its inputs named ``inputs``,
     writing its rows of ``tmp``."""
     if hook is not None:
@@ -234,16 +235,29 @@ def _rows_task(spec: dict, inputs: Sequence[str], share: Tuple[int, int], halo: 
             spec[key] = _with_rows(spec[key], lo, hi)
     spec["output"] = tmp
     region = {"at_row": a, "skip_rows": a - lo, "rows": b - a}
-    opts = _task_opts(memory, threads, out_region=region)
+    opts = _task_opts(memory, threads, out_region=region, **(zarr or {}))
     return json.loads(_ts.run_spec(json.dumps(spec), opts, None))
+
+
+_ZARR_KW = {"zarr_compress", "zarr_chunks", "zarr_shard"}
+
+
+def _zarr_kw(fn: str, kw: Mapping[str, Any]) -> dict:
+    unknown = set(kw) - _ZARR_KW
+    if unknown:
+        raise TypeError(f"tilestream.dask.{fn}() got unexpected keyword argument(s) "
+                        f"{sorted(unknown)}")
+    return {k: v for k, v in kw.items() if v is not None}
 
 
 def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
               block_rows: Optional[int], memory: Any, threads: Optional[int],
-              hook: Optional[Callable[[], Any]]) -> Any:
-    """Makes the output file, runs ``spec`` by row ranges on the cluster, then puts the
-    file in place (or removes it if a task failed for good)."""
+              hook: Optional[Callable[[], Any]], zarr: Optional[dict] = None) -> Any:
+    """Makes the output (a ``.npy`` file, or a Zarr store for a name ending in ``.zarr``),
+    runs ``spec`` by row ranges on the cluster, then puts the output in place (or
+    removes it if a task failed for good)."""
     c = _client(client)
+    zarr = zarr or {}
     layout = json.loads(_ts.output_layout(json.dumps(spec)))
     shape, dtype = layout["shape"], layout["dtype"]
     halo = tuple(layout["halo_rows"])
@@ -251,15 +265,26 @@ def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
         raise ValueError("tilestream.dask: a 0-d output has no rows to split")
     n = int(shape[0])
     dest = spec["output"]
-    tmp = _ts.create_npy_for_rows(dest, shape, dtype)
-    # held for the job: `tilestream clean` leaves a locked temporary file alone
-    held = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    is_zarr = dest.rstrip("/").lower().endswith(".zarr")
+    if is_zarr:
+        zopts = json.dumps(zarr)
+        step = _ts.zarr_chunk_rows(shape, dtype, zopts)
+        tmp = _ts.create_zarr_for_rows(dest, shape, dtype, zopts)
+        lock_path = os.path.join(tmp, ".lock")
+    else:
+        if zarr:
+            raise ValueError("tilestream.dask: zarr_* options need an output named *.zarr")
+        step = 1
+        tmp = _ts.create_npy_for_rows(dest, shape, dtype)
+        lock_path = tmp
+    # held for the job: `tilestream clean` leaves a locked temporary output alone
+    held = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        shares = _shares(n, 1, block_rows, c)
+        shares = _shares(n, step, block_rows, c)
         job = uuid.uuid4().hex
         futures = [
-            c.submit(_rows_task, spec, inputs, s, halo, n, tmp, memory, threads, hook,
+            c.submit(_rows_task, spec, inputs, s, halo, n, tmp, memory, threads, hook, zarr,
                      key=f"tilestream-{spec['op']}-{job}-{i}", pure=False)
             for i, s in enumerate(shares)
         ]
@@ -268,12 +293,18 @@ def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
         except BaseException:
             c.cancel(futures)
             raise
-        _ts.commit_npy(tmp, dest, True)
+        if is_zarr:
+            _ts.commit_zarr(tmp, dest)
+        else:
+            _ts.commit_npy(tmp, dest, True)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        if is_zarr:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
         raise
     finally:
         os.close(held)
@@ -282,57 +313,70 @@ def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
 
 def affine(path: Any, out: Any, scale: float = 1.0, offset: float = 0.0, *, dtype: Any = None,
            client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
-           threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
-    """:func:`tilestream.affine` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
+           threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
+           **kw: Any) -> Any:
+    """:func:`tilestream.affine` on the cluster, by row ranges of ``out`` (a ``.npy``, or a
+    Zarr store written chunk rows by chunk rows for a name ending in ``.zarr``, with
+    ``zarr_chunks=``, ``zarr_shard=``, ``zarr_compress=`` as in :func:`tilestream.affine`)."""
     spec = {"op": "affine", "input": _src(path), "output": os.path.abspath(out),
             "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype)}
-    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
+    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
+                     _zarr_kw("affine", kw))
 
 
 def cast(path: Any, out: Any, dtype: Any, *, client: Any = None,
          block_rows: Optional[int] = None, memory: Any = "auto",
-         threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
-    """:func:`tilestream.cast` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
+         threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
+         **kw: Any) -> Any:
+    """:func:`tilestream.cast` on the cluster, by row ranges of ``out`` (as :func:`affine`)."""
     spec = {"op": "cast", "input": _src(path), "output": os.path.abspath(out),
             "dtype": _ts_dtype(dtype)}
-    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
+    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
+                     _zarr_kw("cast", kw))
 
 
 def map(expr: str, out: Any, inputs: Mapping[str, Any], *, dtype: Any = None,
         client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
-        threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
-    """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (a ``.npy``)."""
+        threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
+        **kw: Any) -> Any:
+    """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (as :func:`affine`)."""
     spec = {"op": "map", "expr": expr, "inputs": [[k, _src(v)] for k, v in inputs.items()],
             "output": os.path.abspath(out), "dtype": _ts_dtype(dtype)}
-    return _run_rows(spec, ["inputs"], out, client, block_rows, memory, threads, _hook)
+    return _run_rows(spec, ["inputs"], out, client, block_rows, memory, threads, _hook,
+                     _zarr_kw("map", kw))
 
 
 def matmul(x: Any, w: Any, out: Any, *, dtype: Any = None, client: Any = None,
            block_rows: Optional[int] = None, memory: Any = "auto",
-           threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
+           threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
+           **kw: Any) -> Any:
     """:func:`tilestream.matmul` on the cluster: each task multiplies its rows of ``x``
-    by the whole ``w``."""
+    by the whole ``w`` (outputs as :func:`affine`)."""
     spec = {"op": "matmul", "x": _src(x), "w": _src(w), "output": os.path.abspath(out),
             "dtype": _ts_dtype(dtype)}
-    return _run_rows(spec, ["x"], out, client, block_rows, memory, threads, _hook)
+    return _run_rows(spec, ["x"], out, client, block_rows, memory, threads, _hook,
+                     _zarr_kw("matmul", kw))
 
 
 def stencil(path: Any, out: Any, filter: str, *, boundary: str = "reflect", dtype: Any = None,
             client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
-            threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None) -> Any:
+            threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
+            **kw: Any) -> Any:
     """:func:`tilestream.stencil` on the cluster: a 2-D image by row ranges (each task
-    reads the filter's halo rows of its neighbours' ranges), a 3-D one by bands."""
+    reads the filter's halo rows of its neighbours' ranges), a 3-D one by bands (outputs
+    as :func:`affine`)."""
     if filter.startswith("convolve:"):
         filter = "convolve:" + os.path.abspath(filter[len("convolve:"):])
     spec = {"op": "stencil", "input": _src(path), "output": os.path.abspath(out),
             "filter": filter, "boundary": boundary, "dtype": _ts_dtype(dtype)}
-    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook)
+    return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
+                     _zarr_kw("stencil", kw))
 
 
 def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client: Any = None,
                 block_rows: Optional[int] = None, memory: Any = "auto",
                 threads: Optional[int] = None,
-                _hook: Optional[Callable[[], Any]] = None) -> Any:
+                _hook: Optional[Callable[[], Any]] = None, **kw: Any) -> Any:
     """:func:`tilestream.standardize` on the cluster: the column means and stds by a
     split reduction (the bytes one process computes), then ``(x - mean) / std`` by row
     ranges. The statistics are kept beside ``out`` while the job runs."""
@@ -359,7 +403,8 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client
         spec = {"op": "standardize", "input": src, "output": dest, "ddof": ddof,
                 "dtype": _ts_dtype(dtype), "stats": None,
                 "given": [{"path": paths[0]}, {"path": paths[1]}]}
-        return _run_rows(spec, ["input"], out, c, block_rows, memory, threads, _hook)
+        return _run_rows(spec, ["input"], out, c, block_rows, memory, threads, _hook,
+                         _zarr_kw("standardize", kw))
     finally:
         for f in held:
             f.close()

@@ -29,8 +29,8 @@ pub(crate) use formats::CodecSpec;
 pub use formats::{Encode, Format, OutFormat};
 pub(crate) use output::dir_and_name;
 pub use output::{
-    OutRegion, OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, commit_npy,
-    create_npy_for_rows, lock, temp_beside,
+    OutRegion, OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, commit_npy, commit_zarr,
+    create_npy_for_rows, create_zarr_for_rows, lock, temp_beside,
 };
 pub use window::{Window, page_size, window_slack};
 use window::{fully_resident, populate};

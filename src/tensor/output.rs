@@ -160,6 +160,22 @@ pub struct OutputFile {
     /// Set when the destination is a GeoTIFF or a Zarr store: the data is staged raw in
     /// `tmp`, then encoded by [`finish`](Self::finish).
     encode: Option<Encode>,
+    /// Set when the run writes rows of an existing Zarr store (a cluster job's output):
+    /// its staged data goes into those rows' chunks instead of a store of its own.
+    zarr_rows: Option<ZarrRows>,
+}
+
+/// The rows of an existing Zarr store a run writes ([`OutputFile::zarr_region`]).
+#[derive(Clone, Debug)]
+struct ZarrRows {
+    /// The store's shape.
+    store_shape: Vec<usize>,
+    /// The first row of the store written.
+    at_row: u64,
+    /// Rows written.
+    rows: u64,
+    /// Rows of the run's output before the first one written.
+    skip_rows: u64,
 }
 
 impl OutputFile {
@@ -215,6 +231,7 @@ impl OutputFile {
             dtype,
             shape: shape.to_vec(),
             encode,
+            zarr_rows: None,
         })
     }
 
@@ -287,6 +304,7 @@ impl OutputFile {
             dtype,
             shape: shape.to_vec(),
             encode: default_encode(dest, shape, dtype, format)?,
+            zarr_rows: None,
         })
     }
 
@@ -359,6 +377,76 @@ impl OutputFile {
             dtype,
             shape: shape.to_vec(),
             encode: None,
+            zarr_rows: None,
+        })
+    }
+
+    /// Writes a run's output of `shape` and `dtype` into rows of the existing Zarr store
+    /// `dest` (made by [`create_zarr_for_rows`] with the same `opts`), as `region` says:
+    /// the run's data is staged raw beside the store, and [`finish`](Self::finish) encodes
+    /// the chunks of those rows into it (the store's other chunks are not touched, its
+    /// `zarr.json` is not rewritten). The rows must fall on the store's chunks.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if `dest` is not a Zarr store of `dtype` whose rows are the
+    /// output's rows and hold the region on its chunk grid; [`Error::Io`] if the staging
+    /// file cannot be made.
+    pub fn zarr_region(
+        dest: &Path,
+        region: OutRegion,
+        shape: &[usize],
+        dtype: DType,
+        opts: zarr::ZarrWriteOptions,
+    ) -> Result<Self> {
+        let store = super::TensorFile::open_zarr(dest)?;
+        let info = store.info();
+        let run_rows = shape.first().map_or(1, |&n| n as u64);
+        let rows = region
+            .rows
+            .unwrap_or(run_rows.saturating_sub(region.skip_rows));
+        let store_rows = info.shape.first().map_or(1, |&n| n as u64);
+        let chunk = zarr::chunk_rows(&opts, &info.shape, dtype)? as u64;
+        let end = region.at_row + rows;
+        if info.dtype != dtype
+            || info.shape.len() != shape.len()
+            || info.shape.get(1..) != shape.get(1..)
+            || region.skip_rows + rows > run_rows
+            || end > store_rows
+            || region.at_row % chunk != 0
+            || (end % chunk != 0 && end != store_rows)
+        {
+            return Err(Error::invalid(format!(
+                "{}: cannot write rows {}..{} of a {} {dtype} output at row {} of it: it is \
+                 {} {} in chunks of {chunk} rows",
+                dest.display(),
+                region.skip_rows,
+                region.skip_rows + rows,
+                super::fmt_shape(shape),
+                region.at_row,
+                super::fmt_shape(&info.shape),
+                info.dtype
+            )));
+        }
+        let nbytes = checked_nbytes(dest, shape, dtype)?;
+        let tmp = temp_beside(dest)?;
+        tmp.as_file()
+            .set_len(nbytes)
+            .map_err(|e| Error::io("size", tmp.path(), e))?;
+        Ok(OutputFile {
+            durable: true,
+            dest: dest.to_path_buf(),
+            tmp: Target::Temp(tmp),
+            keep: (0, nbytes / dtype.size().max(1) as u64),
+            data_offset: 0,
+            dtype,
+            shape: shape.to_vec(),
+            encode: Some(Encode::Zarr(opts)),
+            zarr_rows: Some(ZarrRows {
+                store_shape: info.shape.clone(),
+                at_row: region.at_row,
+                rows,
+                skip_rows: region.skip_rows,
+            }),
         })
     }
 
@@ -552,6 +640,26 @@ impl OutputFile {
                 .read_exact_at(buf, off + at)
                 .map_err(|e| Error::io("read back", tmp.path(), e))
         };
+        if let (Some(Encode::Zarr(opts)), Some(z)) = (&self.encode, &self.zarr_rows) {
+            let row_bytes = z.store_shape[1..]
+                .iter()
+                .map(|&d| d as u64)
+                .product::<u64>()
+                * self.dtype.size() as u64;
+            // store byte `at` is run byte `at - (at_row - skip_rows) * row_bytes`
+            let read_rows = |at: u64, buf: &mut [u8]| {
+                read(at + z.skip_rows * row_bytes - z.at_row * row_bytes, buf)
+            };
+            let rows = z.at_row as usize..(z.at_row + z.rows) as usize;
+            return zarr::write_store_rows(
+                &self.dest,
+                &z.store_shape,
+                self.dtype,
+                opts,
+                rows,
+                &read_rows,
+            );
+        }
         match &self.encode {
             Some(Encode::Tiff(opts)) => {
                 let encoded = temp_beside(&self.dest)?;
@@ -643,6 +751,66 @@ pub fn create_npy_for_rows(dest: &Path, shape: &[usize], dtype: DType) -> Result
     };
     let (_, path) = tmp.keep().map_err(|e| Error::io("keep", dest, e.error))?;
     Ok(path)
+}
+
+/// Creates the Zarr store the runs of a job split over a cluster fill, each the chunks
+/// of its rows (see [`OutputFile::zarr_region`]): its `zarr.json` for an array of
+/// `shape` and `dtype` written with `opts`, in a temporary directory beside `dest` named
+/// as tilestream's temporary outputs are. Returns its path; [`commit_zarr`] puts it in
+/// place. The caller should hold [`lock`] on its `.lock` file meanwhile (so that
+/// `tilestream clean` leaves it alone).
+///
+/// # Errors
+/// [`Error::Invalid`] for chunk shapes that do not fit the array or a destination
+/// tilestream does not replace; [`Error::Io`] if the directory cannot be made.
+pub fn create_zarr_for_rows(
+    dest: &Path,
+    shape: &[usize],
+    dtype: DType,
+    opts: &zarr::ZarrWriteOptions,
+) -> Result<PathBuf> {
+    own_files::check_destination(dest, OutFormat::Zarr)?;
+    let (parent, name) = dir_and_name(dest)?;
+    let dir = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(TEMP_SUFFIX)
+        .tempdir_in(&parent)
+        .map_err(|e| Error::io("create a directory in", &parent, e))?;
+    own_files::open_own(&dir.path().join(".lock"), true)?;
+    zarr::create_store(dir.path(), dest, shape, dtype, opts)?;
+    Ok(dir.keep())
+}
+
+/// Puts the store made by [`create_zarr_for_rows`] in place at `dest` (replacing a store
+/// there): removes its `.lock` and renames it.
+///
+/// # Errors
+/// [`Error::Invalid`] if `tmp` is not a temporary output of `dest`; [`Error::Io`] if the
+/// rename fails.
+pub fn commit_zarr(tmp: &Path, dest: &Path) -> Result<()> {
+    let (dir, name) = dir_and_name(dest)?;
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let own = tmp
+        .file_name()
+        .is_some_and(|n| own_files::temp_name_of(&name, &n.to_string_lossy()))
+        && tmp.parent().is_some_and(|p| real(p) == real(&dir))
+        && tmp.join("zarr.json").is_file();
+    if !own {
+        return Err(Error::invalid(format!(
+            "{}: not a temporary Zarr output of {}",
+            tmp.display(),
+            dest.display()
+        )));
+    }
+    let lock_path = tmp.join(".lock");
+    if lock_path.exists() {
+        std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))?;
+    }
+    if std::fs::symlink_metadata(dest).is_ok() {
+        own_files::check_destination(dest, OutFormat::Zarr)?;
+        std::fs::remove_dir_all(dest).map_err(|e| Error::io("replace", dest, e))?;
+    }
+    std::fs::rename(tmp, dest).map_err(|e| Error::io("rename the finished output to", dest, e))
 }
 
 /// Puts the file made by [`create_npy_for_rows`] in place at `dest`: flushes it (with

@@ -435,6 +435,97 @@ pub fn write_store(
     opts: &ZarrWriteOptions,
     read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
 ) -> Result<()> {
+    let (array, outer) = build_array(dir, dest, shape, dtype, opts)?;
+    array
+        .store_metadata()
+        .map_err(|e| zarr_err(dest, "cannot write zarr.json", &e))?;
+    let rows = shape[0].div_ceil(outer[0]);
+    encode_chunks(
+        &array,
+        dest,
+        shape,
+        dtype,
+        &outer,
+        opts.memory,
+        0..rows,
+        read,
+    )
+}
+
+/// Writes only `zarr.json` of the array [`write_store`] would write into `dir`: the store
+/// that the tasks of a job split by rows fill ([`write_store_rows`]).
+///
+/// # Errors
+/// As [`write_store`].
+pub fn create_store(
+    dir: &Path,
+    dest: &Path,
+    shape: &[usize],
+    dtype: DType,
+    opts: &ZarrWriteOptions,
+) -> Result<()> {
+    let (array, _) = build_array(dir, dest, shape, dtype, opts)?;
+    array
+        .store_metadata()
+        .map_err(|e| zarr_err(dest, "cannot write zarr.json", &e))
+}
+
+/// Rows of the leading axis in one (outer) chunk of an array written with `opts`: the
+/// step on which a job writing a Zarr store by rows splits it.
+///
+/// # Errors
+/// As [`chunk_shapes`].
+pub fn chunk_rows(opts: &ZarrWriteOptions, shape: &[usize], dtype: DType) -> Result<usize> {
+    let (_, outer) = chunk_shapes(opts, shape, dtype, u64::MAX)?;
+    Ok(outer.first().copied().unwrap_or(1))
+}
+
+/// Stores the chunks of rows `rows` of the array of `shape` in the store `dir` made by
+/// [`create_store`] with the same `opts`, from data that `read(at, buf)` reads by byte
+/// offset in the whole array (only offsets within those rows are asked for). `rows`
+/// must start on a chunk boundary and end on one or at the last row.
+///
+/// # Errors
+/// [`Error::Invalid`] for rows off the chunk grid; as [`write_store`] otherwise.
+pub fn write_store_rows(
+    dir: &Path,
+    shape: &[usize],
+    dtype: DType,
+    opts: &ZarrWriteOptions,
+    rows: std::ops::Range<usize>,
+    read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
+) -> Result<()> {
+    let (array, outer) = build_array(dir, dir, shape, dtype, opts)?;
+    let c = outer[0];
+    if rows.start % c != 0 || (rows.end % c != 0 && rows.end != shape[0]) || rows.end > shape[0] {
+        return Err(Error::invalid(format!(
+            "{}: rows {}..{} do not fall on its chunks of {c} rows",
+            dir.display(),
+            rows.start,
+            rows.end
+        )));
+    }
+    let grid_rows = rows.start / c..rows.end.div_ceil(c);
+    encode_chunks(
+        &array,
+        dir,
+        shape,
+        dtype,
+        &outer,
+        opts.memory,
+        grid_rows,
+        read,
+    )
+}
+
+/// The array handle [`write_store`] writes through (and its outer chunk shape).
+fn build_array(
+    dir: &Path,
+    dest: &Path,
+    shape: &[usize],
+    dtype: DType,
+    opts: &ZarrWriteOptions,
+) -> Result<(zarrs::array::Array<FilesystemStore>, Vec<usize>)> {
     let rank = shape.len();
     if rank == 0 {
         return Err(Error::invalid("a Zarr output needs at least one dimension"));
@@ -479,20 +570,34 @@ pub fn write_store(
     let array = b
         .build(Arc::new(store), "/")
         .map_err(|e| zarr_err(dest, "cannot build the Zarr array", &e))?;
-    array
-        .store_metadata()
-        .map_err(|e| zarr_err(dest, "cannot write zarr.json", &e))?;
+    Ok((array, outer))
+}
+
+/// Encodes and stores the chunks in rows `grid_rows` of the chunk grid (all of them
+/// along the other axes), a batch at a time within `memory`.
+#[allow(clippy::too_many_arguments)]
+fn encode_chunks(
+    array: &zarrs::array::Array<FilesystemStore>,
+    dest: &Path,
+    shape: &[usize],
+    dtype: DType,
+    outer: &[usize],
+    memory: u64,
+    grid_rows: std::ops::Range<usize>,
+    read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
+) -> Result<()> {
+    let rank = shape.len();
 
     let es = dtype.size();
     let grid: Vec<usize> = shape
         .iter()
-        .zip(&outer)
+        .zip(outer)
         .map(|(&n, &c)| n.div_ceil(c))
         .collect();
-    let n_chunks: usize = grid.iter().product();
+    let per_grid_row: usize = grid[1..].iter().product();
     let chunk_elems: usize = outer.iter().product();
     let chunk_bytes = chunk_elems * es;
-    let batch = ((opts.memory / (3 * chunk_bytes as u64).max(1)) as usize)
+    let batch = ((memory / (3 * chunk_bytes as u64).max(1)) as usize)
         .clamp(1, 4 * rayon::current_num_threads().max(1));
     let last = outer[rank - 1];
     let encode = |k: usize| -> Result<()> {
@@ -503,7 +608,7 @@ pub fn write_store(
             pos[a] = rem % grid[a];
             rem /= grid[a];
         }
-        let origin: Vec<usize> = pos.iter().zip(&outer).map(|(p, c)| p * c).collect();
+        let origin: Vec<usize> = pos.iter().zip(outer).map(|(p, c)| p * c).collect();
         let extent: Vec<usize> = (0..rank)
             .map(|a| outer[a].min(shape[a] - origin[a]))
             .collect();
@@ -535,7 +640,7 @@ pub fn write_store(
             .store_chunk(&ci, ArrayBytes::new_flen(buf))
             .map_err(|e| zarr_err(dest, &format!("cannot write chunk {ci:?}"), &e))
     };
-    let all: Vec<usize> = (0..n_chunks).collect();
+    let all: Vec<usize> = (grid_rows.start * per_grid_row..grid_rows.end * per_grid_row).collect();
     for group in all.chunks(batch) {
         group.par_iter().try_for_each(|&k| encode(k))?;
     }

@@ -293,3 +293,113 @@ fn a_region_that_does_not_fit_the_file_is_refused() {
         .to_string();
     assert!(msg.contains("out of range"), "{msg}");
 }
+
+/// Every file of a directory tree, by relative path, with its bytes.
+fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                out.push((rel, std::fs::read(&p).unwrap()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
+    use tilestream::tensor::zarr::{ZarrCompression, ZarrWriteOptions};
+    use tilestream::tensor::{commit_zarr, create_zarr_for_rows};
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("x.npy");
+    write_npy(&src, DType::U16, &[1000, 70], &data(DType::U16, 70_000, 6));
+    for shard in [None, Some(vec![256, 70])] {
+        let opts = ZarrWriteOptions {
+            chunks: Some(vec![128, 35]),
+            shard: shard.clone(),
+            compression: ZarrCompression::Zstd(3),
+            memory: 1 << 20,
+        };
+        let e = engine(2 << 20).with_zarr_output(opts.clone());
+        let one = dir.path().join("one.zarr");
+        e.affine(
+            &TensorFile::open(&src).unwrap(),
+            &one,
+            2.0,
+            1.0,
+            Some(DType::F32),
+        )
+        .unwrap();
+        let dest = dir.path().join("split.zarr");
+        let tmp = create_zarr_for_rows(&dest, &[1000, 70], DType::F32, &opts).unwrap();
+        let cuts: &[(u64, u64)] = if shard.is_some() {
+            &[(512, 1000), (0, 256), (256, 512)]
+        } else {
+            &[(768, 1000), (0, 128), (128, 768)]
+        };
+        for &(a, b) in cuts {
+            let input = TensorFile::open(&src).unwrap().rows(a..b).unwrap();
+            e.clone()
+                .with_output_region(Some(OutRegion {
+                    at_row: a,
+                    skip_rows: 0,
+                    rows: None,
+                }))
+                .affine(&input, &tmp, 2.0, 1.0, Some(DType::F32))
+                .unwrap();
+        }
+        assert!(!dest.exists());
+        // a share off the chunk grid is refused
+        let input = TensorFile::open(&src).unwrap().rows(100..200).unwrap();
+        let msg = e
+            .clone()
+            .with_output_region(Some(OutRegion {
+                at_row: 100,
+                skip_rows: 0,
+                rows: None,
+            }))
+            .affine(&input, &tmp, 2.0, 1.0, Some(DType::F32))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("in chunks of"), "{msg}");
+        commit_zarr(&tmp, &dest).unwrap();
+        let (a, b) = (tree(&one), tree(&dest));
+        assert_eq!(
+            a.iter().map(|f| &f.0).collect::<Vec<_>>(),
+            b.iter().map(|f| &f.0).collect::<Vec<_>>()
+        );
+        if shard.is_none() {
+            assert!(a == b, "the stores differ");
+        } else {
+            // zarrs lays out a shard's inner chunks in the order their parallel encoding
+            // finishes, so only the metadata and the decoded values are compared
+            assert_eq!(
+                a.iter().find(|f| f.0 == "zarr.json"),
+                b.iter().find(|f| f.0 == "zarr.json")
+            );
+            let read = |p: &Path| {
+                let t = TensorFile::open(p).unwrap();
+                t.map_window(0, t.info().len()).unwrap().bytes().to_vec()
+            };
+            assert!(
+                read(&one) == read(&dest),
+                "the sharded stores hold different values"
+            );
+        }
+        std::fs::remove_dir_all(&one).unwrap();
+        std::fs::remove_dir_all(&dest).unwrap();
+    }
+    // nothing left beside them
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, vec!["x.npy".to_string()]);
+}
