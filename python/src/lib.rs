@@ -386,6 +386,19 @@ fn commit_npy(tmp: PathBuf, dest: PathBuf, durable: bool) -> PyResult<()> {
     tilestream::tensor::commit_npy(&tmp, &dest, durable).map_err(to_py)
 }
 
+/// The input and output names of the pipeline file `path`.
+#[pyfunction]
+fn pipeline_names(py: Python<'_>, path: PathBuf) -> PyResult<(Vec<String>, Vec<String>)> {
+    let wf = py
+        .detach(|| tilestream::workflow::Workflow::load(&path))
+        .map_err(to_py)?;
+    let (i, o) = wf.names();
+    Ok((
+        i.into_iter().map(String::from).collect(),
+        o.into_iter().map(String::from).collect(),
+    ))
+}
+
 /// Rows of the leading axis in one chunk of a Zarr output of `shape` and `dtype`
 /// written with the options `opts` (JSON).
 #[pyfunction]
@@ -469,16 +482,21 @@ fn read_range(py: Python<'_>, source: &str, start: u64, count: u64) -> PyResult<
 /// The pipeline file at `path`: runs it (`dry_run=False`, returns a JSON list of
 /// reports) or plans it (returns the plan's text).
 #[pyfunction]
-#[pyo3(signature = (path, opts, dry_run, progress=None))]
+#[pyo3(signature = (path, opts, dry_run, progress=None, inputs=None, outputs=None))]
 fn run_pipeline(
     py: Python<'_>,
     path: PathBuf,
     opts: &str,
     dry_run: bool,
     progress: Option<Py<PyAny>>,
+    inputs: Option<Vec<(String, PathBuf)>>,
+    outputs: Option<Vec<(String, PathBuf)>>,
 ) -> PyResult<String> {
     let wf = py
-        .detach(|| tilestream::workflow::Workflow::load(&path))
+        .detach(|| {
+            tilestream::workflow::Workflow::load(&path)?
+                .with_paths(&inputs.unwrap_or_default(), &outputs.unwrap_or_default())
+        })
         .map_err(to_py)?;
     let mut opts = parse_opts(opts)?;
     if opts["memory"].is_null()
@@ -525,6 +543,7 @@ fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(zarr_chunk_rows, m)?)?;
     m.add_function(wrap_pyfunction!(create_zarr_for_rows, m)?)?;
     m.add_function(wrap_pyfunction!(commit_zarr, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline_names, m)?)?;
     m.add_function(wrap_pyfunction!(info, m)?)?;
     m.add_function(wrap_pyfunction!(read_range, m)?)?;
     m.add_function(wrap_pyfunction!(run_pipeline, m)?)?;

@@ -182,6 +182,28 @@ def test_filters_of_one_row_shares_and_relative_paths(client, tmp_path, monkeypa
     assert not os.path.exists("w.npy")
 
 
+def test_map_files_runs_a_pipeline_per_file(client, tmp_path):
+    scenes = []
+    for k in range(4):
+        p = tmp_path / f"s{k}.npy"
+        np.save(p, data((80, 60), "uint16", 20 + k))
+        scenes.append(p)
+    pipe = tmp_path / "p.toml"
+    pipe.write_text(
+        'memory = "4MiB"\n[inputs]\nscene = "s0.npy"\n'
+        '[[steps]]\nop = "map"\nexpr = "(scene - 100) * 0.5"\ndtype = "f32"\nout = "shifted"\n'
+        '[[steps]]\nop = "stencil"\ninput = "shifted"\nfilter = "box:size=3"\nout = "smooth"\n'
+        '[outputs]\nsmooth = "smooth.npy"\n'
+    )
+    outs = tsd.map_files(pipe, scenes, tmp_path / "out", client=client, memory="2MiB")
+    for p, o in zip(scenes, outs):
+        ts.run(pipe, inputs={"scene": p}, outputs={"smooth": tmp_path / "one.npy"},
+               memory="2MiB")
+        assert same_file(tmp_path / "one.npy", o)
+    with pytest.raises(ValueError, match="has no input `nope`"):
+        ts.run(pipe, inputs={"nope": scenes[0]})
+
+
 def test_bad_arguments_are_refused_in_one_line(client, tmp_path):
     p = tmp_path / "x.npy"
     np.save(p, data((100, 4), "float32"))

@@ -609,14 +609,19 @@ def plan(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
 
 def run(pipeline: PathLike, *, dry_run: bool = False, memory: Any = None,
         threads: Optional[int] = None, device: Optional[str] = None,
-        progress: Any = None) -> Any:
+        progress: Any = None, inputs: Optional[Mapping[str, PathLike]] = None,
+        outputs: Optional[Mapping[str, PathLike]] = None) -> Any:
     """Runs a pipeline file (``tilestream run``): a list of RunReports, one per step; with
     ``dry_run=True``, the plan as text. The file's ``memory`` applies unless ``memory=``
-    is given."""
+    is given. ``inputs``/``outputs`` (name -> path) replace the files the pipeline names,
+    to run the same steps on other data."""
     o = json.loads(_opts(memory, threads, device))
     if memory is None:
         o["memory"] = None
-    out = _ts.run_pipeline(os.fspath(pipeline), json.dumps(o), dry_run, _progress(progress))
+    ins = [(k, os.fspath(v)) for k, v in (inputs or {}).items()]
+    outs = [(k, os.fspath(v)) for k, v in (outputs or {}).items()]
+    out = _ts.run_pipeline(os.fspath(pipeline), json.dumps(o), dry_run, _progress(progress),
+                           ins, outs)
     return out if dry_run else [RunReport(r) for r in json.loads(out)]
 
 

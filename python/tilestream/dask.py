@@ -419,23 +419,42 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client
 # many files
 
 
-def _file_task(fn: Callable[..., Any], path: str, out: str, memory: Any,
+def _file_task(fn: Any, path: str, out: str, memory: Any,
                threads: Optional[int], kwargs: dict) -> dict:
     opts = json.loads(_task_opts(memory, threads))
+    if isinstance(fn, tuple):
+        # a pipeline file: (file, input name, output name)
+        from . import run
+
+        pipeline, i, o = fn
+        reports = run(pipeline, inputs={i: path}, outputs={o: out}, memory=opts["memory"],
+                      threads=opts["threads"], **kwargs)
+        return reports[-1].as_dict() if reports else {}
     r = fn(path, out, memory=opts["memory"], threads=opts["threads"], **kwargs)
     report = getattr(r, "report", None)
     return report.as_dict() if report is not None else {}
 
 
-def map_files(fn: Callable[..., Any], paths: Iterable[Any], out_dir: Any, *,
+def map_files(fn: Any, paths: Iterable[Any], out_dir: Any, *,
               suffix: Optional[str] = None, client: Any = None, memory: Any = "auto",
               threads: Optional[int] = None, **kwargs: Any) -> List[str]:
     """Runs ``fn(path, out, **kwargs)`` (a tilestream function: ``tilestream.stencil``,
     ``tilestream.convert``, ``tilestream.cast``...) on every file of ``paths``, one task
     each, writing ``out_dir/<name>`` (with its extension replaced by ``suffix`` if
-    given). Returns the output paths in the order of ``paths``. Each output appears
+    given). ``fn`` may also be a pipeline file (``.toml``) with one input and one output:
+    each task runs its steps with the file as the input and ``out_dir/<name>`` as the
+    output. Returns the output paths in the order of ``paths``. Each output appears
     atomically; a task retried after its worker died writes it again whole."""
     c = _client(client)
+    if isinstance(fn, (str, os.PathLike)):
+        pipeline = os.path.abspath(fn)
+        ins, outs_ = _ts.pipeline_names(pipeline)
+        if len(ins) != 1 or len(outs_) != 1:
+            raise ValueError(
+                f"tilestream.dask.map_files: {fn} has inputs {ins} and outputs {outs_}; "
+                "a pipeline run per file needs exactly one of each"
+            )
+        fn = (pipeline, ins[0], outs_[0])
     out_dir = os.path.abspath(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     jobs = []

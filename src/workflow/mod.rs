@@ -571,6 +571,56 @@ impl Workflow {
         })
     }
 
+    /// The names of the file's inputs and outputs.
+    #[must_use]
+    pub fn names(&self) -> (Vec<&str>, Vec<&str>) {
+        (
+            self.inputs.keys().map(String::as_str).collect(),
+            self.outputs.keys().map(String::as_str).collect(),
+        )
+    }
+
+    /// Runs the same steps on other files: each `(name, path)` of `inputs` replaces the
+    /// file of the input `name`, each of `outputs` the destination of the output `name`
+    /// (how one pipeline is run over thousands of scenes). Shapes and dtypes are checked
+    /// again when the pipeline is planned or run.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a name the file does not have, or an input that does not
+    /// exist.
+    pub fn with_paths(
+        mut self,
+        inputs: &[(String, PathBuf)],
+        outputs: &[(String, PathBuf)],
+    ) -> Result<Self> {
+        let file = self.path.display().to_string();
+        for (name, p) in inputs {
+            if !self.inputs.contains_key(name) {
+                return Err(Error::Invalid(format!(
+                    "{file} has no input `{name}` (its inputs: {})",
+                    self.names().0.join(", ")
+                )));
+            }
+            if !p.exists() {
+                return Err(Error::Invalid(format!(
+                    "input `{name}`: {} does not exist",
+                    p.display()
+                )));
+            }
+            self.inputs.insert(name.clone(), p.clone());
+        }
+        for (name, p) in outputs {
+            if !self.outputs.contains_key(name) {
+                return Err(Error::Invalid(format!(
+                    "{file} has no output `{name}` (its outputs: {})",
+                    self.names().1.join(", ")
+                )));
+            }
+            self.outputs.insert(name.clone(), p.clone());
+        }
+        Ok(self)
+    }
+
     /// The budget the file asks for (`memory = "..."`), if any.
     #[must_use]
     pub fn memory(&self) -> Option<&str> {
