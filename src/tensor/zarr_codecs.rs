@@ -379,7 +379,9 @@ pub(crate) fn fill_value(meta: &Path, v: &Value, dtype: DType) -> Result<Vec<u8>
     let size = dtype.size();
     // "0x..." is the element's bytes, big-endian, for floats
     if let Some(hex) = v.as_str().and_then(|s| s.strip_prefix("0x")) {
-        if !dtype.is_float() || hex.len() != 2 * size {
+        // hex digits only: from_str_radix would also take a sign
+        if !dtype.is_float() || hex.len() != 2 * size || !hex.bytes().all(|b| b.is_ascii_hexdigit())
+        {
             return Err(refuse());
         }
         let bits = u64::from_str_radix(hex, 16).map_err(|_| refuse())?;

@@ -672,6 +672,10 @@ mod tests {
             Some(0x7fc0_0001u32.to_le_bytes().to_vec())
         );
         assert!(metadata_error(f(serde_json::json!("0x7fc0"), DType::F32)));
+        assert!(metadata_error(f(
+            serde_json::json!("0x+7fc0001"),
+            DType::F32
+        )));
         assert_eq!(
             f(serde_json::json!(0.1), DType::F32).ok(),
             Some(0.1f32.to_le_bytes().to_vec())
