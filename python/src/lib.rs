@@ -305,35 +305,42 @@ fn reduce(
 }
 
 /// Reduces the rows `[start, end)` of `source` (the whole input, a `Source` as JSON)
-/// into a partial (bytes) for [`merge_partials`]; returns it with the run report (JSON).
+/// with each reduction of `requested` (`(name, ddof)`), in one pass, into partials (bytes) for
+/// [`merge_partials`]; returns them with the run report (JSON).
 #[pyfunction]
-#[pyo3(signature = (source, op, axis, ddof, start, end, opts))]
-#[allow(clippy::too_many_arguments)]
-fn reduce_partial(
+#[pyo3(signature = (source, requested, axis, start, end, opts))]
+fn reduce_partials(
     py: Python<'_>,
     source: &str,
-    op: &str,
+    requested: Vec<(String, u32)>,
     axis: Option<usize>,
-    ddof: u32,
     start: u64,
     end: u64,
     opts: &str,
-) -> PyResult<(Py<PyBytes>, String)> {
+) -> PyResult<(Vec<Py<PyBytes>>, String)> {
     let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
     let opts = parse_opts(opts)?;
-    let reduce = Reduce::parse(op, ddof).map_err(to_py)?;
+    let reductions = requested
+        .iter()
+        .map(|(name, ddof)| Reduce::parse(name, *ddof))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(to_py)?;
     let over = axis.map_or(ReduceOver::All, ReduceOver::Axis);
     let e = engine(&opts).map_err(to_py)?;
-    let (partial, report) = run_on_worker(py, e, None, move |e| {
+    let (parts, report) = run_on_worker(py, e, None, move |e| {
         let input = source.open_whole()?;
-        e.reduce_partial(&input, reduce, over, start..end)
+        e.reduce_partials(&input, &reductions, over, start..end)
     })?;
     let report =
         serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-    Ok((PyBytes::new(py, &partial.to_bytes()).unbind(), report))
+    let parts = parts
+        .iter()
+        .map(|p| PyBytes::new(py, &p.to_bytes()).unbind())
+        .collect();
+    Ok((parts, report))
 }
 
-/// Merges partials (bytes from [`reduce_partial`], any order) into the result: (bytes,
+/// Merges partials (bytes from [`reduce_partials`], any order) into the result: (bytes,
 /// dtype name, shape), the bytes of one run over the whole input.
 #[pyfunction]
 fn merge_partials(
@@ -534,7 +541,7 @@ fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_spec, m)?)?;
     m.add_function(wrap_pyfunction!(plan_spec, m)?)?;
     m.add_function(wrap_pyfunction!(reduce, m)?)?;
-    m.add_function(wrap_pyfunction!(reduce_partial, m)?)?;
+    m.add_function(wrap_pyfunction!(reduce_partials, m)?)?;
     m.add_function(wrap_pyfunction!(merge_partials, m)?)?;
     m.add_function(wrap_pyfunction!(row_step, m)?)?;
     m.add_function(wrap_pyfunction!(output_layout, m)?)?;

@@ -156,14 +156,53 @@ def _rows_of(src: dict) -> int:
 # reductions
 
 
-def _reduce_task(src: dict, op: str, axis: Optional[int], ddof: int, share: Tuple[int, int],
-                 memory: Any, threads: Optional[int], hook: Optional[Callable[[], Any]]) -> bytes:
+def _reduce_task(src: dict, ops: List[Tuple[str, int]], axis: Optional[int],
+                 share: Tuple[int, int], memory: Any, threads: Optional[int],
+                 hook: Optional[Callable[[], Any]]) -> List[bytes]:
     if hook is not None:
         hook()
-    part, _report = _ts.reduce_partial(
-        json.dumps(src), op, axis, ddof, share[0], share[1], _task_opts(memory, threads)
+    parts, _report = _ts.reduce_partials(
+        json.dumps(src), ops, axis, share[0], share[1], _task_opts(memory, threads)
     )
-    return part
+    return parts
+
+
+def _reduce_many(path: Any, ops: List[Tuple[str, int]], axis: Optional[int], client: Any,
+                 block_rows: Optional[int], memory: Any, threads: Optional[int],
+                 hook: Optional[Callable[[], Any]]) -> List[np.ndarray]:
+    """The reductions ``ops`` (``(name, ddof)``) of ``path`` over ``axis``, in one pass
+    of tasks over its rows."""
+    c = _client(client)
+    src = _src(path)
+    info = json.loads(_ts.info(json.dumps(src)))
+    ndim = len(info["shape"])
+    if ndim == 0:
+        raise ValueError("tilestream.dask: a 0-d array has no rows to split")
+    if axis is not None:
+        if not -ndim <= axis < ndim:
+            raise ValueError(f"tilestream: axis {axis} is out of range for {ndim} dimensions")
+        axis = axis % ndim
+    for op, ddof in ops:
+        if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
+            raise ValueError(f"tilestream: ddof={ddof!r} is not a non-negative integer")
+    step = _ts.row_step(info["shape"], axis)
+    shares = _shares(int(info["shape"][0]), step, block_rows, c)
+    job = uuid.uuid4().hex
+    futures = [
+        c.submit(_reduce_task, src, ops, axis, s, memory, threads, hook,
+                 key=f"tilestream-reduce-{job}-{i}", pure=False)
+        for i, s in enumerate(shares)
+    ]
+    try:
+        per_share = c.gather(futures)
+    except BaseException:
+        c.cancel(futures)
+        raise
+    out = []
+    for k in range(len(ops)):
+        data, name, shape = _ts.merge_partials([parts[k] for parts in per_share])
+        out.append(np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy())
+    return out
 
 
 def reduce(
@@ -182,30 +221,8 @@ def reduce(
     ``axis`` on the cluster: the same np.ndarray, byte for byte, as
     :func:`tilestream.reduce`. ``block_rows`` is the rows per task (rounded up to the
     reduction's step; default: four tasks per worker thread)."""
-    c = _client(client)
-    src = _src(path)
-    ndim = _open(path).ndim if not isinstance(path, np.memmap) else path.ndim
-    if axis is not None:
-        if not -ndim <= axis < ndim:
-            raise ValueError(f"tilestream: axis {axis} is out of range for {ndim} dimensions")
-        axis = axis % ndim
-    n = _rows_of(src)
-    info = json.loads(_ts.info(json.dumps(src)))
-    step = _ts.row_step(info["shape"], axis)
-    shares = _shares(n, step, block_rows, c)
-    job = uuid.uuid4().hex
-    futures = [
-        c.submit(_reduce_task, src, op, axis, ddof, s, memory, threads, _hook,
-                 key=f"tilestream-reduce-{job}-{i}", pure=False)
-        for i, s in enumerate(shares)
-    ]
-    try:
-        parts = c.gather(futures)
-    except BaseException:
-        c.cancel(futures)
-        raise
-    data, name, shape = _ts.merge_partials(list(parts))
-    return np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
+    return _reduce_many(path, [(op, ddof)], axis, client, block_rows, memory, threads,
+                        _hook)[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -382,10 +399,9 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client
     ranges. The statistics are kept beside ``out`` while the job runs."""
     c = _client(client)
     src = _src(path)
-    mean = reduce(path, "mean", 0, client=c, block_rows=None, memory=memory,
-                  threads=threads, _hook=_hook)
-    std = reduce(path, "std", 0, ddof=ddof, client=c, block_rows=None, memory=memory,
-                 threads=threads, _hook=_hook)
+    # both statistics in one pass, the bytes one process computes
+    mean, std = _reduce_many(path, [("mean", 0), ("std", ddof)], 0, c, None, memory, threads,
+                             _hook)
     dest = os.path.abspath(out)
     d, name = os.path.split(dest)
     # named as tilestream's temporary files, and locked while the job runs: `tilestream

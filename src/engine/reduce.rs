@@ -30,16 +30,18 @@ impl Engine {
         op: Reduce,
         over: impl Into<ReduceOver>,
     ) -> Result<Plan> {
-        self.plan_reduce_holding(input, op, over.into(), 0)
+        self.plan_reduce_holding(input, op, over.into(), 0, 0)
     }
 
-    /// [`plan_reduce`](Self::plan_reduce) holding `extra` bytes more for the run.
+    /// [`plan_reduce`](Self::plan_reduce) holding `extra` bytes more for the run and
+    /// `extra_scratch` bytes more per element of a tile.
     fn plan_reduce_holding(
         &self,
         input: &TensorFile,
         op: Reduce,
         over: ReduceOver,
         extra: u64,
+        extra_scratch: u64,
     ) -> Result<Plan> {
         let shape = input.shape();
         let dtype = input.dtype();
@@ -83,7 +85,7 @@ impl Engine {
                 format!("result ({}) and accumulators", fmt_bytes(result))
             },
         );
-        req.scratch_per_elem = g.scratch_per_elem(acc);
+        req.scratch_per_elem = g.scratch_per_elem(acc) + extra_scratch;
         if self.cuda.is_some() {
             // each stream's page-locked buffer of finished totals: at most
             // (tile / per + 2) outer indices of vcols accumulators
@@ -223,6 +225,26 @@ impl Engine {
         over: impl Into<ReduceOver>,
         rows: std::ops::Range<u64>,
     ) -> Result<(Partial, RunReport)> {
+        let (mut parts, report) = self.reduce_partials(input, &[op], over, rows)?;
+        let part = parts
+            .pop()
+            .ok_or_else(|| Error::Internal("no partial computed".into()))?;
+        Ok((part, report))
+    }
+
+    /// [`Engine::reduce_partial`] of several reductions of the same rows in one pass over
+    /// them (a cluster `standardize`'s mean and std): one partial per reduction, in the
+    /// order of `ops`.
+    ///
+    /// # Errors
+    /// As [`Engine::reduce_partial`]; [`Error::Invalid`] for no reduction.
+    pub fn reduce_partials(
+        &self,
+        input: &TensorFile,
+        ops: &[Reduce],
+        over: impl Into<ReduceOver>,
+        rows: std::ops::Range<u64>,
+    ) -> Result<(Vec<Partial>, RunReport)> {
         let over = over.into();
         let shape = input.shape();
         let n = shape.first().map_or(1, |&d| d as u64);
@@ -236,59 +258,110 @@ impl Engine {
                 input.path().display()
             )));
         }
-        let header = PartialHeader {
-            op: op.name().into(),
-            ddof: match op {
-                Reduce::Var { ddof } | Reduce::Std { ddof } => ddof,
-                _ => 0,
-            },
-            dtype: input.dtype().name().into(),
-            shape: shape.to_vec(),
-            axis: match over {
-                ReduceOver::All => None,
-                ReduceOver::Axis(a) => Some(a),
-            },
-            rows: (rows.start, rows.end),
-            blocks: Geometry::new(shape, over)?.outer == 1,
+        if ops.is_empty() {
+            return Err(Error::invalid("no reduction to compute"));
+        }
+        let header = |op: Reduce| -> Result<PartialHeader> {
+            Ok(PartialHeader {
+                op: op.name().into(),
+                ddof: match op {
+                    Reduce::Var { ddof } | Reduce::Std { ddof } => ddof,
+                    _ => 0,
+                },
+                dtype: input.dtype().name().into(),
+                shape: shape.to_vec(),
+                axis: match over {
+                    ReduceOver::All => None,
+                    ReduceOver::Axis(a) => Some(a),
+                },
+                rows: (rows.start, rows.end),
+                blocks: Geometry::new(shape, over)?.outer == 1,
+            })
         };
-        let sub = input.rows(rows)?;
-        if !header.blocks {
-            let (array, report) = self.reduce(&sub, op, over)?;
-            let payload = array.bytes().to_vec();
-            return Ok((Partial { header, payload }, report));
+        let sub = input.rows(rows.clone())?;
+        if !header(ops[0])?.blocks {
+            // each share's rows have their own outputs: the results, reduction by reduction
+            let mut parts = Vec::with_capacity(ops.len());
+            let mut last = None;
+            for &op in ops {
+                let (array, report) = self.reduce(&sub, op, over)?;
+                parts.push(Partial {
+                    header: header(op)?,
+                    payload: array.bytes().to_vec(),
+                });
+                last = Some(report);
+            }
+            let report = last.ok_or_else(|| Error::Internal("no reduction ran".into()))?;
+            return Ok((parts, report));
         }
         let g = Geometry::new(sub.shape(), over)?;
-        let acc = op.acc_bytes(input.dtype()) as u64;
         let vc = g.vcols() as u64;
-        // the partials, their copy as bytes and the shipped bytes (header and payload)
-        let sink = 3 * (g.per_outer_elems().div_ceil(vc) / g.block_rows() + 1) * vc * acc;
-        let plan = self.plan_reduce_holding(&sub, op, over, sink)?;
+        let blocks = g.per_outer_elems().div_ceil(vc) / g.block_rows() + 1;
+        // per reduction: its result and accumulators, and its partials three times (the
+        // partials, their copy as bytes, the shipped bytes)
+        let mut extra = 0;
+        let mut scratch = 0;
+        for (k, &op) in ops.iter().enumerate() {
+            let acc = op.acc_bytes(input.dtype()) as u64;
+            extra += 3 * blocks * vc * acc;
+            if k > 0 {
+                extra +=
+                    self.plan_reduce(&sub, op, over)?.resident_bytes - sub.read_scratch_bytes();
+                scratch += g.scratch_per_elem(acc as usize);
+            }
+        }
+        let plan = self.plan_reduce_holding(&sub, ops[0], over, extra, scratch)?;
         self.budget.reset_peak();
         let _resident = self.budget.reserve(
-            "reduction result, accumulators and block partials",
+            "reduction results, accumulators and block partials",
             plan.resident_bytes - sub.read_scratch_bytes(),
         )?;
-        let shift = if matches!(op, Reduce::Var { .. } | Reduce::Std { .. }) {
-            // the shifts are the first row's (all elements: the first element's)
-            let first = if g.inner > 1 { vc } else { 1 };
-            let w = input.map_window(0, first)?;
-            let v = Array::from_bytes(input.dtype(), vec![first as usize], w.bytes().to_vec())?
-                .to_f64();
-            Some(if g.inner > 1 {
-                v
-            } else {
-                vec![v[0]; vc as usize]
-            })
+        // the variance's shifts are the first row's (all elements: the first element's)
+        let first = if g.inner > 1 { vc } else { 1 };
+        let w = input.map_window(0, first)?;
+        let v =
+            Array::from_bytes(input.dtype(), vec![first as usize], w.bytes().to_vec())?.to_f64();
+        let shift = if g.inner > 1 {
+            v
         } else {
-            None
+            vec![v[0]; vc as usize]
         };
-        let mut reducer = self.backend.reducer(op, input.dtype(), g)?;
-        reducer.collect_blocks(shift.as_deref());
-        let (mut reducer, times) = self.stream_reducer(&sub, &plan, op, g, reducer, None, false)?;
-        let payload = reducer.take_blocks();
-        let out_dtype = op.output_dtype(input.dtype());
+        let mut reducers = Vec::with_capacity(ops.len());
+        for &op in ops {
+            let mut r = self.backend.reducer(op, input.dtype(), g)?;
+            let moments = matches!(op, Reduce::Var { .. } | Reduce::Std { .. });
+            r.collect_blocks(moments.then_some(shift.as_slice()));
+            reducers.push(r);
+        }
+        let times = if reducers.len() == 1
+            && let Some(r) = reducers.pop()
+        {
+            let (r, times) = self.stream_reducer(&sub, &plan, ops[0], g, r, None, false)?;
+            reducers.push(r);
+            times
+        } else {
+            let inputs = [InputStream::whole(&sub)];
+            let stream = self.stream(&plan, &inputs, None);
+            scheduler::run(
+                &stream,
+                self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
+                    for r in &mut reducers {
+                        r.feed_bytes(tile.start, ins[0]);
+                    }
+                    Ok(())
+                }),
+            )?
+        };
+        let mut parts = Vec::with_capacity(ops.len());
+        for (&op, r) in ops.iter().zip(&mut reducers) {
+            parts.push(Partial {
+                header: header(op)?,
+                payload: r.take_blocks(),
+            });
+        }
+        let out_dtype = ops[0].output_dtype(input.dtype());
         let report = self.report(&plan, plan.what.clone(), sub.shape(), &[], out_dtype, times);
-        Ok((Partial { header, payload }, report))
+        Ok((parts, report))
     }
 
     /// Reduces `input` and writes the result to `out` (`.npy` or raw), cast to `dtype` if given.

@@ -403,3 +403,26 @@ fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
         .collect();
     assert_eq!(left, vec!["x.npy".to_string()]);
 }
+
+#[test]
+fn several_reductions_in_one_pass_give_the_partials_of_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.npy");
+    write_npy(&path, DType::F32, &[3000, 200], &data(DType::F32, 600_000, 12));
+    let input = TensorFile::open(&path).unwrap();
+    let over = ReduceOver::Axis(0);
+    let ops = [Reduce::Mean, Reduce::Std { ddof: 1 }, Reduce::Max];
+    let step = row_step(&[3000, 200], over).unwrap();
+    let e = engine(4 << 20);
+    let mut per_op: Vec<Vec<Partial>> = vec![Vec::new(); ops.len()];
+    for (a, b) in split(3000, step, 3) {
+        let (parts, _) = e.reduce_partials(&input, &ops, over, a..b).unwrap();
+        for (k, p) in parts.into_iter().enumerate() {
+            per_op[k].push(p);
+        }
+    }
+    for (op, parts) in ops.iter().zip(&per_op) {
+        let (one, _) = e.reduce(&input, *op, over).unwrap();
+        assert!(merge_partials(parts).unwrap().bytes() == one.bytes(), "{op:?}");
+    }
+}
