@@ -408,7 +408,12 @@ fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
 fn several_reductions_in_one_pass_give_the_partials_of_each() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.npy");
-    write_npy(&path, DType::F32, &[3000, 200], &data(DType::F32, 600_000, 12));
+    write_npy(
+        &path,
+        DType::F32,
+        &[3000, 200],
+        &data(DType::F32, 600_000, 12),
+    );
     let input = TensorFile::open(&path).unwrap();
     let over = ReduceOver::Axis(0);
     let ops = [Reduce::Mean, Reduce::Std { ddof: 1 }, Reduce::Max];
@@ -423,6 +428,9 @@ fn several_reductions_in_one_pass_give_the_partials_of_each() {
     }
     for (op, parts) in ops.iter().zip(&per_op) {
         let (one, _) = e.reduce(&input, *op, over).unwrap();
-        assert!(merge_partials(parts).unwrap().bytes() == one.bytes(), "{op:?}");
+        assert!(
+            merge_partials(parts).unwrap().bytes() == one.bytes(),
+            "{op:?}"
+        );
     }
 }
