@@ -540,7 +540,8 @@ impl Engine {
             }
             // the file (a temporary name) is checked to be a `.npy` by its content
             (None, Some(region)) if out.join("zarr.json").is_file() => {
-                OutputFile::zarr_region(out, region, shape, dtype, self.zarr_out.clone())?
+                let budget = self.budget.limit();
+                OutputFile::zarr_region(out, region, shape, dtype, self.zarr_out.clone(), budget)?
             }
             (None, Some(region)) => {
                 OutputFile::region(out, region, shape, dtype)?.durable(self.durable)

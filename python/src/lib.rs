@@ -396,14 +396,8 @@ fn commit_npy(tmp: PathBuf, dest: PathBuf, durable: bool) -> PyResult<()> {
 /// The input and output names of the pipeline file `path`.
 #[pyfunction]
 fn pipeline_names(py: Python<'_>, path: PathBuf) -> PyResult<(Vec<String>, Vec<String>)> {
-    let wf = py
-        .detach(|| tilestream::workflow::Workflow::load(&path))
-        .map_err(to_py)?;
-    let (i, o) = wf.names();
-    Ok((
-        i.into_iter().map(String::from).collect(),
-        o.into_iter().map(String::from).collect(),
-    ))
+    py.detach(|| tilestream::workflow::Workflow::names_of(&path))
+        .map_err(to_py)
 }
 
 /// Rows of the leading axis in one chunk of a Zarr output of `shape` and `dtype`
@@ -501,8 +495,11 @@ fn run_pipeline(
 ) -> PyResult<String> {
     let wf = py
         .detach(|| {
-            tilestream::workflow::Workflow::load(&path)?
-                .with_paths(&inputs.unwrap_or_default(), &outputs.unwrap_or_default())
+            tilestream::workflow::Workflow::load_with(
+                &path,
+                &inputs.unwrap_or_default(),
+                &outputs.unwrap_or_default(),
+            )
         })
         .map_err(to_py)?;
     let mut opts = parse_opts(opts)?;

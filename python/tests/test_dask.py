@@ -190,7 +190,8 @@ def test_map_files_runs_a_pipeline_per_file(client, tmp_path):
         scenes.append(p)
     pipe = tmp_path / "p.toml"
     pipe.write_text(
-        'memory = "4MiB"\n[inputs]\nscene = "s0.npy"\n'
+        # the file's own input need not exist: every task replaces it
+        'memory = "4MiB"\n[inputs]\nscene = "template.npy"\n'
         '[[steps]]\nop = "map"\nexpr = "(scene - 100) * 0.5"\ndtype = "f32"\nout = "shifted"\n'
         '[[steps]]\nop = "stencil"\ninput = "shifted"\nfilter = "box:size=3"\nout = "smooth"\n'
         '[outputs]\nsmooth = "smooth.npy"\n'

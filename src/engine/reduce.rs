@@ -317,20 +317,24 @@ impl Engine {
             plan.resident_bytes - sub.read_scratch_bytes(),
         )?;
         // the variance's shifts are the first row's (all elements: the first element's)
-        let first = if g.inner > 1 { vc } else { 1 };
-        let w = input.map_window(0, first)?;
-        let v =
-            Array::from_bytes(input.dtype(), vec![first as usize], w.bytes().to_vec())?.to_f64();
-        let shift = if g.inner > 1 {
-            v
+        let moments = |op: &Reduce| matches!(op, Reduce::Var { .. } | Reduce::Std { .. });
+        let shift = if ops.iter().any(moments) {
+            let first = if g.inner > 1 { vc } else { 1 };
+            let w = input.map_window(0, first)?;
+            let v = Array::from_bytes(input.dtype(), vec![first as usize], w.bytes().to_vec())?
+                .to_f64();
+            if g.inner > 1 {
+                v
+            } else {
+                vec![v[0]; vc as usize]
+            }
         } else {
-            vec![v[0]; vc as usize]
+            Vec::new()
         };
         let mut reducers = Vec::with_capacity(ops.len());
         for &op in ops {
             let mut r = self.backend.reducer(op, input.dtype(), g)?;
-            let moments = matches!(op, Reduce::Var { .. } | Reduce::Std { .. });
-            r.collect_blocks(moments.then_some(shift.as_slice()));
+            r.collect_blocks(moments(&op).then_some(shift.as_slice()));
             reducers.push(r);
         }
         let times = if reducers.len() == 1

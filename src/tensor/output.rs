@@ -397,6 +397,7 @@ impl OutputFile {
         shape: &[usize],
         dtype: DType,
         opts: zarr::ZarrWriteOptions,
+        memory: u64,
     ) -> Result<Self> {
         let store = super::TensorFile::open_zarr(dest)?;
         let info = store.info();
@@ -405,7 +406,32 @@ impl OutputFile {
             .rows
             .unwrap_or(run_rows.saturating_sub(region.skip_rows));
         let store_rows = info.shape.first().map_or(1, |&n| n as u64);
-        let chunk = zarr::chunk_rows(&opts, &info.shape, dtype)? as u64;
+        // the chunks these options make must be the store's (and fit the budget)
+        let (inner, outer) = zarr::chunk_shapes(&opts, &info.shape, dtype, memory)?;
+        let compressor = match opts.compression {
+            zarr::ZarrCompression::None => None,
+            zarr::ZarrCompression::Zstd(_) => Some("zstd"),
+            zarr::ZarrCompression::Gzip(_) => Some("gzip"),
+            zarr::ZarrCompression::Blosc(_) => Some("blosc"),
+        };
+        if let Some(layout) = store.zarr() {
+            let same = layout.chunk_shape == outer
+                && layout.inner_chunks == opts.shard.as_ref().map(|_| inner.clone())
+                && (opts.shard.is_some()
+                    || compressor.is_none_or(|c| layout.codecs.iter().any(|n| n == c)));
+            if !same {
+                return Err(Error::invalid(format!(
+                    "{}: its chunks ({}) or codecs ({}) are not what this run's Zarr options \
+                     make ({}, {}): give every task the options the store was made with",
+                    dest.display(),
+                    super::fmt_shape(&layout.chunk_shape),
+                    layout.codecs.join(", "),
+                    super::fmt_shape(&outer),
+                    compressor.unwrap_or("no compression")
+                )));
+            }
+        }
+        let chunk = outer.first().copied().unwrap_or(1) as u64;
         let end = region.at_row + rows;
         if info.dtype != dtype
             || info.shape.len() != shape.len()
@@ -802,15 +828,17 @@ pub fn commit_zarr(tmp: &Path, dest: &Path) -> Result<()> {
             dest.display()
         )));
     }
-    let lock_path = tmp.join(".lock");
-    if lock_path.exists() {
-        std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))?;
-    }
     if std::fs::symlink_metadata(dest).is_ok() {
         own_files::check_destination(dest, OutFormat::Zarr)?;
         std::fs::remove_dir_all(dest).map_err(|e| Error::io("replace", dest, e))?;
     }
-    std::fs::rename(tmp, dest).map_err(|e| Error::io("rename the finished output to", dest, e))
+    // renamed with its `.lock`, removed after: until the rename, `clean` sees it locked
+    std::fs::rename(tmp, dest).map_err(|e| Error::io("rename the finished output to", dest, e))?;
+    let lock_path = dest.join(".lock");
+    if lock_path.exists() {
+        std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))?;
+    }
+    Ok(())
 }
 
 /// Puts the file made by [`create_npy_for_rows`] in place at `dest`: flushes it (with

@@ -464,7 +464,12 @@ pub fn create_store(
     dtype: DType,
     opts: &ZarrWriteOptions,
 ) -> Result<()> {
-    let (array, _) = build_array(dir, dest, shape, dtype, opts)?;
+    // each task checks its chunks against its own budget
+    let unbounded = ZarrWriteOptions {
+        memory: u64::MAX,
+        ..opts.clone()
+    };
+    let (array, _) = build_array(dir, dest, shape, dtype, &unbounded)?;
     array
         .store_metadata()
         .map_err(|e| zarr_err(dest, "cannot write zarr.json", &e))

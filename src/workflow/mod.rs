@@ -268,24 +268,49 @@ impl Workflow {
     /// # Errors
     /// [`Error::Invalid`] naming the line of the file.
     pub fn load(path: impl AsRef<Path>) -> Result<Workflow> {
+        Self::load_with(path, &[], &[])
+    }
+
+    /// Reads and checks a pipeline file as [`Workflow::load`], with the same steps run on
+    /// other files: each `(name, path)` of `inputs` replaces the file of the input `name`
+    /// (the file's own need not exist), each of `outputs` the destination of the output
+    /// `name` (how one pipeline is run over thousands of scenes). Paths given here are
+    /// taken as they are (relative to the current directory), not from the file's.
+    ///
+    /// # Errors
+    /// As [`Workflow::load`]; [`Error::Invalid`] for a name the file does not have.
+    pub fn load_with(
+        path: impl AsRef<Path>,
+        in_paths: &[(String, PathBuf)],
+        out_paths: &[(String, PathBuf)],
+    ) -> Result<Workflow> {
         let path = path.as_ref();
-        let text = crate::tensor::own_files::read_small_input(path, PIPELINE_FILE_MAX)?;
+        let (text, spec) = parse_file(path)?;
         let file = path.display().to_string();
-        let spec: FileSpec = toml::from_str(&text).map_err(|e| {
-            let line = e.span().map_or(1, |s| line_of(&text, s.start));
-            Error::Invalid(format!(
-                "{file} line {line}: {}",
-                e.message().trim().replace('\n', "; ")
-            ))
-        })?;
         let base = path.parent().unwrap_or(Path::new("."));
         let at = |line: usize, msg: String| Error::Invalid(format!("{file} line {line}: {msg}"));
+        let given = |list: &[(String, PathBuf)],
+                     names: &BTreeMap<String, Spanned<String>>,
+                     what| {
+            match list.iter().find(|(n, _)| !names.contains_key(n)) {
+                Some((n, _)) => Err(Error::Invalid(format!(
+                    "{file} has no {what} `{n}` (its {what}s: {})",
+                    names.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))),
+                None => Ok(()),
+            }
+        };
+        given(in_paths, &spec.inputs, "input")?;
+        given(out_paths, &spec.outputs, "output")?;
+        let replaced = |list: &[(String, PathBuf)], name: &str| {
+            list.iter().find(|(n, _)| n == name).map(|(_, p)| p.clone())
+        };
         let mut known: BTreeMap<String, usize> = BTreeMap::new();
         let mut inputs = BTreeMap::new();
         for (name, p) in &spec.inputs {
             let line = line_of(&text, p.span().start);
             check_name(name).map_err(|m| at(line, format!("input `{name}`: {m}")))?;
-            let full = base.join(p.get_ref());
+            let full = replaced(in_paths, name).unwrap_or_else(|| base.join(p.get_ref()));
             if !full.exists() {
                 return Err(at(
                     line,
@@ -542,7 +567,7 @@ impl Workflow {
                     format!("output `{name}` is not produced by any step"),
                 ));
             }
-            let dest = base.join(p.get_ref());
+            let dest = replaced(out_paths, name).unwrap_or_else(|| base.join(p.get_ref()));
             if let Some((other, _)) = outputs.iter().find(|(_, d)| **d == dest) {
                 return Err(at(
                     line,
@@ -571,54 +596,17 @@ impl Workflow {
         })
     }
 
-    /// The names of the file's inputs and outputs.
-    #[must_use]
-    pub fn names(&self) -> (Vec<&str>, Vec<&str>) {
-        (
-            self.inputs.keys().map(String::as_str).collect(),
-            self.outputs.keys().map(String::as_str).collect(),
-        )
-    }
-
-    /// Runs the same steps on other files: each `(name, path)` of `inputs` replaces the
-    /// file of the input `name`, each of `outputs` the destination of the output `name`
-    /// (how one pipeline is run over thousands of scenes). Shapes and dtypes are checked
-    /// again when the pipeline is planned or run.
+    /// The names of the inputs and outputs of the pipeline file `path`, read without
+    /// checking the rest (its input files need not exist).
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a name the file does not have, or an input that does not
-    /// exist.
-    pub fn with_paths(
-        mut self,
-        inputs: &[(String, PathBuf)],
-        outputs: &[(String, PathBuf)],
-    ) -> Result<Self> {
-        let file = self.path.display().to_string();
-        for (name, p) in inputs {
-            if !self.inputs.contains_key(name) {
-                return Err(Error::Invalid(format!(
-                    "{file} has no input `{name}` (its inputs: {})",
-                    self.names().0.join(", ")
-                )));
-            }
-            if !p.exists() {
-                return Err(Error::Invalid(format!(
-                    "input `{name}`: {} does not exist",
-                    p.display()
-                )));
-            }
-            self.inputs.insert(name.clone(), p.clone());
-        }
-        for (name, p) in outputs {
-            if !self.outputs.contains_key(name) {
-                return Err(Error::Invalid(format!(
-                    "{file} has no output `{name}` (its outputs: {})",
-                    self.names().1.join(", ")
-                )));
-            }
-            self.outputs.insert(name.clone(), p.clone());
-        }
-        Ok(self)
+    /// [`Error::Invalid`] if it is not a pipeline file; I/O errors.
+    pub fn names_of(path: impl AsRef<Path>) -> Result<(Vec<String>, Vec<String>)> {
+        let (_, spec) = parse_file(path.as_ref())?;
+        Ok((
+            spec.inputs.keys().cloned().collect(),
+            spec.outputs.keys().cloned().collect(),
+        ))
     }
 
     /// The budget the file asks for (`memory = "..."`), if any.
@@ -632,6 +620,20 @@ impl Workflow {
     pub fn device(&self) -> Option<crate::device::DeviceRequest> {
         self.device
     }
+}
+
+/// Reads a pipeline file's text and parses it (syntax and keys), errors naming the line.
+fn parse_file(path: &Path) -> Result<(String, FileSpec)> {
+    let text = crate::tensor::own_files::read_small_input(path, PIPELINE_FILE_MAX)?;
+    let spec: FileSpec = toml::from_str(&text).map_err(|e| {
+        let line = e.span().map_or(1, |s| line_of(&text, s.start));
+        Error::Invalid(format!(
+            "{} line {line}: {}",
+            path.display(),
+            e.message().trim().replace('\n', "; ")
+        ))
+    })?;
+    Ok((text, spec))
 }
 
 /// The names of `expr`, each value written in f64 for length replaced by the names it

@@ -369,6 +369,23 @@ fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("in chunks of"), "{msg}");
+        // a task with other chunk options than the store's is refused
+        let other = ZarrWriteOptions {
+            chunks: Some(vec![64, 35]),
+            ..opts.clone()
+        };
+        let input = TensorFile::open(&src).unwrap().rows(0..256).unwrap();
+        let msg = engine(2 << 20)
+            .with_zarr_output(other)
+            .with_output_region(Some(OutRegion {
+                at_row: 0,
+                skip_rows: 0,
+                rows: None,
+            }))
+            .affine(&input, &tmp, 2.0, 1.0, Some(DType::F32))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("give every task the options"), "{msg}");
         commit_zarr(&tmp, &dest).unwrap();
         let (a, b) = (tree(&one), tree(&dest));
         assert_eq!(
