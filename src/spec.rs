@@ -534,13 +534,12 @@ impl OpSpec {
             }
             OpSpec::Cast { input, dtype, .. } => same(input, Some(*dtype)),
             OpSpec::Standardize { input, dtype, .. } => {
-                let x = input.open()?;
-                let f = if x.dtype() == DType::F64 {
-                    DType::F64
-                } else {
-                    DType::F32
-                };
-                same(input, Some(dtype.unwrap_or(f)))
+                // by default f64 for an f64 input, f32 otherwise
+                let mut out = same(input, *dtype)?;
+                if dtype.is_none() && out.dtype != DType::F64 {
+                    out.dtype = DType::F32;
+                }
+                Ok(out)
             }
             OpSpec::Map { inputs, dtype, .. } => {
                 let files = open_named(inputs)?;

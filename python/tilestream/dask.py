@@ -38,7 +38,6 @@ worker under its limit. ``memory="512MiB"`` sets it per task instead.
 
 from __future__ import annotations
 
-import builtins
 import fcntl
 import json
 import os
@@ -63,7 +62,6 @@ __all__ = [
 
 #: Smallest budget "auto" gives a task.
 _MIN_AUTO = 16 << 20
-builtins_open = builtins.open
 #: What a run holds beyond its budget (the README's "budget + 48 MiB").
 _OVERHEAD = 48 << 20
 
@@ -143,13 +141,6 @@ def _src(x: Any) -> dict:
     s = dict(_source(x))
     s["path"] = os.path.abspath(s["path"])
     return s
-
-
-def _rows_of(src: dict) -> int:
-    info = json.loads(_ts.info(json.dumps(src)))
-    if not info["shape"]:
-        raise ValueError("tilestream.dask: a 0-d array has no rows to split")
-    return int(info["shape"][0])
 
 
 # ---------------------------------------------------------------------------------------
@@ -411,7 +402,7 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client
     held = []
     try:
         for p, a in zip(paths, (mean, std)):
-            f = builtins_open(p, "xb")
+            f = open(p, "xb")
             held.append(f)
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             np.save(f, a)

@@ -807,6 +807,21 @@ pub fn create_zarr_for_rows(
     Ok(dir.keep())
 }
 
+/// True if `tmp` is one of tilestream's temporary outputs of `dest`: named so, in the
+/// same directory however each path spells it (a temporary file's path is absolute).
+fn is_temp_of(tmp: &Path, dest: &Path) -> Result<bool> {
+    let (dir, name) = dir_and_name(dest)?;
+    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let tmp_dir = match tmp.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok(tmp
+        .file_name()
+        .is_some_and(|n| own_files::temp_name_of(&name, &n.to_string_lossy()))
+        && real(&tmp_dir) == real(&dir))
+}
+
 /// Puts the store made by [`create_zarr_for_rows`] in place at `dest` (replacing a store
 /// there): removes its `.lock` and renames it.
 ///
@@ -814,14 +829,7 @@ pub fn create_zarr_for_rows(
 /// [`Error::Invalid`] if `tmp` is not a temporary output of `dest`; [`Error::Io`] if the
 /// rename fails.
 pub fn commit_zarr(tmp: &Path, dest: &Path) -> Result<()> {
-    let (dir, name) = dir_and_name(dest)?;
-    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let own = tmp
-        .file_name()
-        .is_some_and(|n| own_files::temp_name_of(&name, &n.to_string_lossy()))
-        && tmp.parent().is_some_and(|p| real(p) == real(&dir))
-        && tmp.join("zarr.json").is_file();
-    if !own {
+    if !is_temp_of(tmp, dest)? || !tmp.join("zarr.json").is_file() {
         return Err(Error::invalid(format!(
             "{}: not a temporary Zarr output of {}",
             tmp.display(),
@@ -848,19 +856,7 @@ pub fn commit_zarr(tmp: &Path, dest: &Path) -> Result<()> {
 /// [`Error::Invalid`] if `tmp` is not a temporary output of `dest`; [`Error::Io`] if the
 /// flush or rename fails.
 pub fn commit_npy(tmp: &Path, dest: &Path, durable: bool) -> Result<()> {
-    let (dir, name) = dir_and_name(dest)?;
-    let own_name = tmp
-        .file_name()
-        .is_some_and(|n| own_files::temp_name_of(&name, &n.to_string_lossy()));
-    // the same directory, however each path spells it (the temporary file's is absolute)
-    let real = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    let tmp_dir = tmp.parent().map(Path::to_path_buf).unwrap_or_default();
-    let tmp_dir = if tmp_dir.as_os_str().is_empty() {
-        PathBuf::from(".")
-    } else {
-        tmp_dir
-    };
-    if !own_name || real(&tmp_dir) != real(&dir) {
+    if !is_temp_of(tmp, dest)? {
         return Err(Error::invalid(format!(
             "{}: not a temporary output of {}",
             tmp.display(),
