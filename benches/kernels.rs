@@ -1,5 +1,5 @@
 //! Micro benchmarks of the CPU kernels on in-memory tiles (no disk): reductions,
-//! expression evaluation, casts, stencils, matmul and transpose, each reported as input
+//! expression evaluation, casts, stencils, matmul, transpose and `gen`, each reported as input
 //! bytes per second, so a regression in a kernel shows without I/O noise.
 //!
 //! ```text
@@ -202,8 +202,44 @@ fn stencils_and_layout(c: &mut Criterion) {
     g.finish();
 }
 
+/// `gen` on one thread: elements generated per second (as output bytes).
+fn generate(c: &mut Criterion) {
+    use tilestream::ops::generate::Dist;
+    let cpu = CpuBackend::new(Some(1)).unwrap();
+    let mut out = vec![0u8; ROWS * COLS * 4];
+    let mut g = c.benchmark_group("generate");
+    g.throughput(Throughput::Bytes(out.len() as u64));
+    for (name, dist) in [
+        ("gen_demo_f32", Dist::Demo),
+        (
+            "gen_normal_f32",
+            Dist::Normal {
+                mean: 1.0,
+                std: 2.0,
+            },
+        ),
+        (
+            "gen_uniform_f32",
+            Dist::Uniform {
+                low: 0.0,
+                high: 1.0,
+            },
+        ),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                cpu.generate(&mut out, DType::F32, 3, COLS as u64, 7, dist)
+                    .unwrap();
+                black_box(&out);
+            });
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     kernels,
+    generate,
     reductions,
     expressions_and_casts,
     stencils_and_layout

@@ -45,9 +45,10 @@ pub use reduce::merge_partials;
 pub use report::{RunReport, peak_rss};
 
 /// Operations with a CUDA kernel (the first word of their run report's `op`).
-const CUDA_OPS: [&str; 8] = [
+const CUDA_OPS: [&str; 9] = [
     "affine",
     "cast",
+    "generate",
     "map",
     "matmul",
     "reduce",

@@ -456,6 +456,7 @@ impl Engine {
     pub fn plan_generate(&self, shape: &[usize], dtype: DType) -> Result<Plan> {
         let mut req = self.request(format!("generate {} {dtype}", fmt_shape(shape)), shape, &[]);
         req.out_bytes_per_elem = dtype.size() as u64;
+        self.on_device(&mut req, 0, 0, 0);
         Ok(Plan::new(&req)?)
     }
 
@@ -498,17 +499,23 @@ impl Engine {
             0
         };
         let backend = &self.backend;
-        let times = self.run_to_file(
-            &plan,
-            &[],
-            out.as_ref(),
-            shape,
-            dtype,
-            1,
-            self.kernel(|tile: crate::plan::Tile, _: &[&[u8]], o: &mut [u8]| {
-                backend.generate(o, dtype, tile.start, last, seed, dist)
-            }),
-        )?;
+        let times = match &self.cuda {
+            Some(dev) => {
+                let k = dev.generate(&dist, dtype, seed, last, plan.tile_elems, plan.depth)?;
+                self.run_to_file(&plan, &[], out.as_ref(), shape, dtype, 1, k)
+            }
+            None => self.run_to_file(
+                &plan,
+                &[],
+                out.as_ref(),
+                shape,
+                dtype,
+                1,
+                self.kernel(|tile: crate::plan::Tile, _: &[&[u8]], o: &mut [u8]| {
+                    backend.generate(o, dtype, tile.start, last, seed, dist)
+                }),
+            ),
+        }?;
         let op = format!(
             "generate {} {dtype} {} (seed {seed})",
             fmt_shape(shape),

@@ -494,3 +494,126 @@ fn every_transpose_kernel_matches_the_cpu_backend_bit_for_bit() {
         );
     }
 }
+
+/// `gen`'s kernels (`kernels/generate.cu`) on the host, against the CPU backend byte for
+/// byte: every distribution and output dtype, from an odd start; and the generator's two
+/// numerical pieces over chosen arguments: `ts_ln` against `ln` (random doubles, values
+/// next to powers of two, its short path) and `ts_normal_quantile` against
+/// `normal_quantile` (the centre, both tails, the far tails below 1.4e-11).
+#[test]
+#[cfg_attr(
+    not(tilestream_cxx),
+    ignore = "needs a C++ compiler with _Float16 (g++ 12 or later) as `c++` when the tests are built"
+)]
+fn every_generate_kernel_matches_the_cpu_backend_bit_for_bit() {
+    use tilestream::backend::cuda::source::{all_gen, gen_kernel_name, gen_source};
+    use tilestream::ops::generate::{Dist, ln, normal_quantile};
+    const START: u64 = 999_999_999_999;
+    const N: usize = 60_001;
+    const LAST: u64 = 13;
+    let dir = tempfile::tempdir().unwrap();
+    let backend = CpuBackend::new(Some(2)).unwrap();
+    let kernels = all_gen();
+    let dist = |name: &str| match name {
+        "demo" => Dist::Demo,
+        "normal" => Dist::Normal {
+            mean: 0.25,
+            std: 7.0,
+        },
+        _ => Dist::Uniform {
+            low: -3.0,
+            high: 300.0,
+        },
+    };
+    let mut src = String::from(PRELUDE);
+    src.push_str(&gen_source(&kernels));
+    src.push_str(
+        "static void save(const char* dir, const char* name, const void* b, unsigned long long n) {\n    char p[4096]; snprintf(p, sizeof p, \"%s/%s.bin\", dir, name);\n    FILE* f = fopen(p, \"wb\"); if (!f || fwrite(b, 1, n, f) != n) exit(1); fclose(f);\n}\n",
+    );
+    let _ = writeln!(
+        src,
+        "int main(int argc, char** argv) {{\n    if (argc != 2) return 2;\n    static unsigned char y[{N} * 8];"
+    );
+    for &(d, o) in &kernels {
+        let name = gen_kernel_name(d, o);
+        let (a, b) = tilestream::backend::cuda::source::gen_params(&dist(d));
+        let _ = writeln!(
+            src,
+            "    {name}(({t}*)y, {N}ull, {START}ull, 77ull, {LAST}ull, {a:e}, {b:e}); save(argv[1], \"{name}\", y, {N} * sizeof({t}));",
+            t = tilestream::backend::cuda::source::cuda_type(o),
+        );
+    }
+    // the numerical pieces over chosen arguments
+    let mut xs: Vec<f64> = vec![2f64.powi(-10) * (1.0 + 2f64.powi(-40)), 0.5, 0.075, 1e-300];
+    let mut ps: Vec<f64> = vec![1e-300, 1e-12, 1.4e-11, 2f64.powi(-53), 0.075, 0.0749, 0.5];
+    let mut s = 7u64;
+    for i in 0..20_000 {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        let u = (s >> 11) as f64 / 9_007_199_254_740_992.0;
+        xs.push(if i % 2 == 0 {
+            f64::from_bits((s >> 2) % 0x7fd0_0000_0000_0000 + (1 << 52))
+        } else {
+            2f64.powi((s % 200) as i32 - 100) * (1.0 + u * 1e-6)
+        });
+        ps.push(match i % 3 {
+            0 => u.max(1e-300),
+            1 => u * 1e-9 + 1e-300,
+            _ => 1.0 - u * 0.07,
+        });
+    }
+    let list = |v: &[f64]| {
+        v.iter()
+            .map(|x| format!("__longlong_as_double({:#x}ll)", x.to_bits()))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let _ = writeln!(
+        src,
+        "    static const double xs[] = {{{}}}; static double lx[{}];\n    for (unsigned i = 0; i < {}; ++i) lx[i] = ts_ln(xs[i]);\n    save(argv[1], \"ln\", lx, sizeof lx);",
+        list(&xs),
+        xs.len(),
+        xs.len()
+    );
+    let _ = writeln!(
+        src,
+        "    static const double ps[] = {{{}}}; static double qx[{}];\n    for (unsigned i = 0; i < {}; ++i) qx[i] = ts_normal_quantile(ps[i]);\n    save(argv[1], \"quantile\", qx, sizeof qx);",
+        list(&ps),
+        ps.len(),
+        ps.len()
+    );
+    src.push_str("    return 0;\n}\n");
+    let exe = compile(dir.path(), &src);
+    let st = Command::new(&exe).arg(dir.path()).status().unwrap();
+    assert!(st.success(), "the emulated gen kernels failed: {st}");
+    for &(d, o) in &kernels {
+        let name = gen_kernel_name(d, o);
+        let got = std::fs::read(dir.path().join(format!("{name}.bin"))).unwrap();
+        let mut want = vec![0u8; N * o.size()];
+        backend
+            .generate(&mut want, o, START, LAST, 77, dist(d))
+            .unwrap();
+        assert!(
+            got == want,
+            "{name}: the kernel's bytes differ from the CPU's"
+        );
+    }
+    let read = |name: &str| -> Vec<f64> {
+        std::fs::read(dir.path().join(format!("{name}.bin")))
+            .unwrap()
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    for (x, got) in xs.iter().zip(read("ln")) {
+        assert_eq!(got.to_bits(), ln(*x).to_bits(), "ts_ln({x:e})");
+    }
+    for (p, got) in ps.iter().zip(read("quantile")) {
+        assert_eq!(
+            got.to_bits(),
+            normal_quantile(*p).to_bits(),
+            "ts_normal_quantile({p:e})"
+        );
+    }
+}

@@ -145,3 +145,18 @@ fn every_stencil_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     let names = all_stencil_kernels();
     compiles_everywhere("stencil", &stencil_source(&names), &names);
 }
+
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does) to compile the CUDA kernels"
+)]
+fn every_generate_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    use tilestream::backend::cuda::source::{all_gen, gen_kernel_name, gen_source};
+    let kernels = all_gen();
+    let names: Vec<String> = kernels
+        .iter()
+        .map(|&(d, o)| gen_kernel_name(d, o))
+        .collect();
+    compiles_everywhere("generate", &gen_source(&kernels), &names);
+}

@@ -295,6 +295,42 @@ fn matmul_agrees_on_every_device_and_budget_on_integer_data() {
 /// The out-of-core transpose moves bits: every device writes the CPU's bytes, for every
 /// element size, rank 2 and 3, odd and prime shapes, at budgets that cut the image into
 /// many blocks.
+/// `gen` writes the same bytes on every device: each distribution, every output dtype
+/// family, ranks 1 to 3 with odd widths, at every budget.
+#[test]
+fn generate_agrees_on_every_device_and_budget() {
+    use tilestream::ops::generate::Dist;
+    let dir = tempfile::tempdir().unwrap();
+    let shapes: [&[usize]; 3] = [&[100_003], &[4099, 7], &[3, 257, 31]];
+    let dists = [
+        Dist::Demo,
+        Dist::Normal {
+            mean: -2.0,
+            std: 3.5,
+        },
+        Dist::Uniform {
+            low: -1.0,
+            high: 250.0,
+        },
+    ];
+    for (k, shape) in shapes.iter().enumerate() {
+        for (j, dist) in dists.iter().enumerate() {
+            for d in [
+                DType::F32,
+                DType::F64,
+                DType::F16,
+                DType::BF16,
+                DType::U8,
+                DType::I32,
+            ] {
+                on_every_device(dir.path(), &format!("gen-{k}-{j}-{d}"), d, |e, out| {
+                    e.generate_dist(out, shape, d, 12_345 + k as u64, *dist)
+                });
+            }
+        }
+    }
+}
+
 #[test]
 fn transpose_agrees_on_every_device_and_budget() {
     let dir = tempfile::tempdir().unwrap();

@@ -18,13 +18,15 @@ use cudarc::driver::{
 
 use super::ElementwiseParams;
 use super::source::{
-    Elementwise, elementwise_source, map_kernel_name, map_source, matmul_kernel_name, matmul_source,
+    Elementwise, elementwise_source, gen_dist_name, gen_kernel_name, gen_params, gen_source,
+    map_kernel_name, map_source, matmul_kernel_name, matmul_source,
 };
 use crate::budget::{MemoryBudget, Reservation};
 use crate::device::{self, DeviceError, GpuInfo};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::expr::Program;
+use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
 use crate::plan::Tile;
 use crate::scheduler::{Morsel, Pending, Slot, SlotMemory, TileKernel};
@@ -246,6 +248,43 @@ impl CudaDevice {
             &src,
             Items::elements(inputs, output),
             Vec::new(),
+            Vec::new(),
+            tile_elems,
+            lanes,
+        )
+    }
+
+    /// Prepares `gen`'s kernel for `dist` writing `output`, as [`CudaDevice::elementwise`]
+    /// does: no input, each element computed from `seed` and its flat index (the column
+    /// is the index modulo `last_dim`, 0 for rank 1), the same bytes as the CPU.
+    ///
+    /// # Errors
+    /// As [`CudaDevice::elementwise`].
+    pub fn generate(
+        self: &Arc<Self>,
+        dist: &Dist,
+        output: DType,
+        seed: u64,
+        last_dim: u64,
+        tile_elems: u64,
+        lanes: usize,
+    ) -> Result<CudaElementwise> {
+        let d = gen_dist_name(dist);
+        let name = gen_kernel_name(d, output);
+        let src = gen_source(&[(d, output)]);
+        let (a, b) = gen_params(dist);
+        let args = vec![
+            Arg::TileStart,
+            Arg::U64(seed),
+            Arg::U64(last_dim),
+            Arg::F64(a),
+            Arg::F64(b),
+        ];
+        self.prepare(
+            &name,
+            &src,
+            Items::elements(&[], output),
+            args,
             Vec::new(),
             tile_elems,
             lanes,

@@ -8,6 +8,7 @@ use std::fmt::Write as _;
 
 use crate::dtype::DType;
 use crate::ops::expr::{BinOp, Instr, Operand, Program, UnOp};
+use crate::ops::generate::Dist;
 use crate::ops::reduce::{Geometry, Reduce};
 
 /// Element types and casts shared by every kernel.
@@ -20,6 +21,8 @@ pub const REDUCE: &str = include_str!("../../../kernels/reduce.cu");
 pub const MATMUL: &str = include_str!("../../../kernels/matmul.cu");
 /// The transpose kernel's template.
 pub const TRANSPOSE: &str = include_str!("../../../kernels/transpose.cu");
+/// `gen`'s generator and its kernel template.
+pub const GENERATE: &str = include_str!("../../../kernels/generate.cu");
 
 /// The CUDA type of `d` in the kernels (`ts_f32`).
 #[must_use]
@@ -107,6 +110,68 @@ pub fn all_elementwise() -> Vec<(Elementwise, DType, DType)> {
             for o in DType::ALL {
                 v.push((k, i, o));
             }
+        }
+    }
+    v
+}
+
+/// The name of `dist` in `gen`'s kernel names (`demo`, `normal`, `uniform`).
+#[must_use]
+pub fn gen_dist_name(dist: &Dist) -> &'static str {
+    match dist {
+        Dist::Demo => "demo",
+        Dist::Normal { .. } => "normal",
+        Dist::Uniform { .. } => "uniform",
+    }
+}
+
+/// The two parameters `gen`'s kernel takes after `last_dim`: `(mean, std)`, `(low,
+/// high)`, or zeros for `demo`.
+#[must_use]
+pub fn gen_params(dist: &Dist) -> (f64, f64) {
+    match *dist {
+        Dist::Demo => (0.0, 0.0),
+        Dist::Normal { mean, std } => (mean, std),
+        Dist::Uniform { low, high } => (low, high),
+    }
+}
+
+/// `gen`'s kernel name for a distribution (by [`gen_dist_name`]) and output dtype
+/// (`gen_normal_f32`). Its arguments are `(y, n, start, seed, last_dim, a, b)`.
+#[must_use]
+pub fn gen_kernel_name(dist: &str, out: DType) -> String {
+    format!("gen_{dist}_{}", out.name())
+}
+
+/// The NVRTC source of `gen`'s kernels `kernels` (distribution name, output dtype).
+#[must_use]
+pub fn gen_source(kernels: &[(&str, DType)]) -> String {
+    let mut s = String::with_capacity(COMMON.len() + GENERATE.len() + 200 * kernels.len());
+    s.push_str(COMMON);
+    s.push('\n');
+    s.push_str(GENERATE);
+    s.push('\n');
+    for &(dist, o) in kernels {
+        let _ = writeln!(
+            s,
+            "extern \"C\" __global__ void {name}({ot}* y, unsigned long long n, \
+             unsigned long long start, unsigned long long seed, unsigned long long last_dim, \
+             double a, double b) {{ ts_gen<{ot}, TS_GEN_{upper}>(y, n, start, seed, last_dim, a, b); }}",
+            name = gen_kernel_name(dist, o),
+            ot = cuda_type(o),
+            upper = dist.to_ascii_uppercase(),
+        );
+    }
+    s
+}
+
+/// Every `gen` kernel: each distribution for every output dtype.
+#[must_use]
+pub fn all_gen() -> Vec<(&'static str, DType)> {
+    let mut v = Vec::new();
+    for dist in ["demo", "normal", "uniform"] {
+        for o in DType::ALL {
+            v.push((dist, o));
         }
     }
     v

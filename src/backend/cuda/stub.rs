@@ -57,6 +57,22 @@ impl CudaDevice {
         match **self {}
     }
 
+    /// Prepares `gen`'s kernel.
+    ///
+    /// # Errors
+    /// None: no device exists to call this on.
+    pub fn generate(
+        self: &Arc<Self>,
+        _dist: &crate::ops::generate::Dist,
+        _output: DType,
+        _seed: u64,
+        _last_dim: u64,
+        _tile_elems: u64,
+        _lanes: usize,
+    ) -> Result<CudaElementwise> {
+        match **self {}
+    }
+
     /// Prepares a fused `map` kernel.
     ///
     /// # Errors
