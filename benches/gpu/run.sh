@@ -3,7 +3,7 @@
 #   bash benches/gpu/run.sh
 # Records the device, driver and NVRTC; runs the kernel-compilation test, the host
 # emulation and the GPU suite (tests/it/gpu.rs) with the GPU present; then times a
-# first benchmark (affine x*2+1 to f16, a cast, the column mean, the 512 -> 64 projection,
+# first benchmark (affine x*2+1 to f16, a cast, the column mean, gen of 6.3 GB, the 512 -> 64 projection,
 # the transpose, a gaussian and a 3x3 median of a 20000x20000 image; CPU against CUDA,
 # warm page cache, median of 3, peak RSS). Everything goes to $OUT (or benches/gpu/out) and a short table
 # is printed last.
@@ -34,7 +34,7 @@ work=$(mktemp -d)
 "$bin" gen "$work/img.npy" --shape 20000x20000 --dtype f32 --seed 4 --memory 1GiB --progress never > /dev/null
 cat "$work/x.npy" "$work/img.npy" > /dev/null   # warm the page cache
 printf "%-24s %-6s %10s %10s %12s\n" task device median_s GB/s peak_rss_MiB | tee -a "$out/summary.txt"
-for task in affine cast colmean matmul transpose gaussian median3; do
+for task in affine cast colmean gen matmul transpose gaussian median3; do
     for dev in cpu cuda; do
         times=()
         for r in 1 2 3; do
@@ -42,6 +42,7 @@ for task in affine cast colmean matmul transpose gaussian median3; do
                 affine) args=(affine "$work/x.npy" "$work/y.npy" --scale 2 --offset 1 --dtype f16) ;;
                 cast) args=(cast "$work/x.npy" "$work/y.npy" --dtype bf16) ;;
                 colmean) args=(reduce "$work/x.npy" "$work/y.npy" --op mean --axis 0) ;;
+                gen) args=(gen "$work/y.npy" --shape 3075200x512 --dtype f32 --seed 1) ;;
                 matmul) args=(matmul "$work/x.npy" "$work/w.npy" "$work/y.npy") ;;
                 transpose) args=(transpose "$work/x.npy" "$work/y.npy") ;;
                 gaussian) args=(stencil "$work/img.npy" "$work/y.npy" --filter gaussian:sigma=2) ;;

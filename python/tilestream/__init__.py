@@ -579,7 +579,8 @@ def gen(out: PathLike, shape: tuple, dtype: Any = "f32", *, seed: int = 0, dist:
     default) draws N(col/100, 1), so each column's mean is its index over 100;
     ``"normal"`` draws N(mean, std²) (defaults 0 and 1); ``"uniform"`` draws from
     [low, high) (defaults 0 and 1). The values depend only on ``seed`` and the
-    distribution, never on the budget. Returns the RunReport."""
+    distribution, never on the budget, the threads or the device (``device="cuda"``
+    writes the same bytes). Returns the RunReport."""
     _check_kw("gen", kw)
     spec: Dict[str, Any] = {"op": "generate", "output": os.fspath(out),
                             "shape": [int(s) for s in shape], "dtype": _ts_dtype(dtype),
