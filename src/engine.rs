@@ -38,6 +38,7 @@ mod imagery;
 mod patches;
 mod reduce;
 mod report;
+mod standardize;
 
 pub use array::{Array, write_npz};
 pub use patches::{Edge, PatchFormat, PatchSpec};

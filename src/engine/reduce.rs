@@ -3,9 +3,8 @@
 
 use std::path::Path;
 
-use super::{Array, Engine, RunReport, check_not_input, hold, kept_if_interrupted, write_npz};
-use crate::backend::cuda::source::Elementwise;
-use crate::backend::cuda::{CudaReduce, ElementwiseParams};
+use super::{Array, Engine, RunReport, check_not_input, hold, kept_if_interrupted};
+use crate::backend::cuda::CudaReduce;
 use crate::budget::Reservation;
 use crate::budget::fmt_bytes;
 use crate::dtype::DType;
@@ -409,220 +408,6 @@ impl Engine {
         report.output_dtype = array.dtype().name().into();
         Ok(report)
     }
-
-    /// Column means and standard deviations (over axis 0) in **one** pass over the data:
-    /// every tile is fed to a mean reducer and a std reducer, so the statistics are exactly
-    /// those of `reduce --op mean` and `reduce --op std` (bit for bit) for one read.
-    ///
-    /// # Errors
-    /// As [`reduce`](Self::reduce).
-    pub fn column_stats(&self, input: &TensorFile, ddof: u32) -> Result<(Array, Array, RunReport)> {
-        self.column_stats_with(input, ddof, None)
-    }
-
-    /// [`Engine::column_stats`], resumable through `journal`.
-    fn column_stats_with(
-        &self,
-        input: &TensorFile,
-        ddof: u32,
-        journal: Option<&Journal>,
-    ) -> Result<(Array, Array, RunReport)> {
-        let over = ReduceOver::Axis(0);
-        let std_op = Reduce::Std { ddof };
-        // both reducers' results and accumulators are resident for the whole pass
-        let resident = self.plan_reduce(input, std_op, over)?.resident_bytes
-            + self.plan_reduce(input, Reduce::Mean, over)?.resident_bytes
-            - 2 * input.read_scratch_bytes();
-        let g = Geometry::new(input.shape(), over)?;
-        let mut req = self.request(
-            format!(
-                "column mean and std of {} {}",
-                fmt_shape(input.shape()),
-                input.dtype()
-            ),
-            input.shape(),
-            &[input],
-        );
-        req.in_bytes_per_elem = input.dtype().size() as u64;
-        req.inputs = 1;
-        hold(
-            &mut req.resident_bytes,
-            &mut req.resident_what,
-            resident,
-            "mean and std results and accumulators".to_string(),
-        );
-        req.scratch_per_elem = g.scratch_per_elem(16) + g.scratch_per_elem(8);
-        let plan = Plan::new(&req)?;
-        self.budget.reset_peak();
-        let _resident = self
-            .budget
-            .reserve("mean and std results and accumulators", resident)?;
-        let mut mean_r = self.backend.reducer(Reduce::Mean, input.dtype(), g)?;
-        let mut std_r = self.backend.reducer(std_op, input.dtype(), g)?;
-        let inputs = [InputStream::whole(input)];
-        let mut stream = self.stream(&plan, &inputs, None);
-        stream.journal = journal;
-        let times = scheduler::run(
-            &stream,
-            self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
-                restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
-                mean_r.feed_bytes(tile.start, ins[0]);
-                std_r.feed_bytes(tile.start, ins[0]);
-                checkpoint_reducers(journal, tile.index, &[mean_r.as_ref(), std_r.as_ref()])
-            }),
-        )?;
-        restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
-        let shape = input.shape()[1..].to_vec();
-        let mean = Array::from_bytes(DType::F64, shape.clone(), mean_r.into_bytes())?;
-        let std = Array::from_bytes(DType::F64, shape.clone(), std_r.into_bytes())?;
-        let what = format!("column mean and std of {}", input.path().display());
-        let report = self.report(&plan, what, input.shape(), &shape, DType::F64, times);
-        Ok((mean, std, report))
-    }
-
-    /// Standardizes per column (statistics over axis 0, one value per element of the
-    /// trailing axes): pass 1 computes mean and std ([`column_stats`](Self::column_stats)),
-    /// pass 2 writes `(x - mean) / std` cast to `dtype` (default f32, or f64 for f64 input).
-    /// A column with std 0 gives inf or NaN, as numpy's `(x - m) / s` does. If `stats` is
-    /// given, the mean and std used are written there as an `.npz` (`mean`, `std`).
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a rank-0 input or `out` being the input; [`Error::Budget`];
-    /// I/O errors. On error nothing is left at `out`.
-    pub fn standardize(
-        &self,
-        input: &TensorFile,
-        out: impl AsRef<Path>,
-        dtype: Option<DType>,
-        ddof: u32,
-        stats: Option<&Path>,
-    ) -> Result<(RunReport, RunReport)> {
-        check_not_input(out.as_ref(), &[input])?;
-        if input.shape().len() < 2 {
-            return Err(Error::invalid(format!(
-                "standardize needs rank 2 or more (rows x columns), {} has shape {}",
-                input.path().display(),
-                fmt_shape(input.shape())
-            )));
-        }
-        let od = dtype.unwrap_or(if input.dtype() == DType::F64 {
-            DType::F64
-        } else {
-            DType::F32
-        });
-        let journal = self.open_journal(out.as_ref())?;
-        let (mean, std, stats_report) = self
-            .column_stats_with(input, ddof, journal.as_ref())
-            .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
-        if let Some(p) = stats {
-            write_npz(p, &[("mean", &mean), ("std", &std)])?;
-        }
-        let apply = self.apply_standardize(journal, input, out.as_ref(), od, &mean, &std)?;
-        Ok((stats_report, apply))
-    }
-
-    /// Pass 2 of [`standardize`](Self::standardize) with statistics computed elsewhere
-    /// (by a cluster job's first pass, say): writes `(x - mean) / std` cast to `dtype`
-    /// (default as `standardize`), `mean` and `std` holding one value per column.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for statistics of another shape than the input's columns or a
-    /// rank-0 input; as [`standardize`](Self::standardize) otherwise.
-    pub fn standardize_with_stats(
-        &self,
-        input: &TensorFile,
-        out: impl AsRef<Path>,
-        dtype: Option<DType>,
-        mean: &Array,
-        std: &Array,
-    ) -> Result<RunReport> {
-        check_not_input(out.as_ref(), &[input])?;
-        let cols = input.shape().get(1..).unwrap_or_default();
-        if input.shape().len() < 2 || mean.shape() != cols || std.shape() != cols {
-            return Err(Error::invalid(format!(
-                "standardize of {} {} needs a mean and a std of shape {}, not {} and {}",
-                input.path().display(),
-                fmt_shape(input.shape()),
-                fmt_shape(cols),
-                fmt_shape(mean.shape()),
-                fmt_shape(std.shape())
-            )));
-        }
-        let od = dtype.unwrap_or(if input.dtype() == DType::F64 {
-            DType::F64
-        } else {
-            DType::F32
-        });
-        let journal = self.open_journal(out.as_ref())?;
-        self.apply_standardize(journal, input, out.as_ref(), od, mean, std)
-    }
-
-    /// Writes `(x - mean) / std` of `input` to `out` as `od`.
-    fn apply_standardize(
-        &self,
-        journal: Option<Journal>,
-        input: &TensorFile,
-        out: &Path,
-        od: DType,
-        mean: &Array,
-        std: &Array,
-    ) -> Result<RunReport> {
-        let m = mean.to_f64();
-        let sd = std.to_f64();
-        let mut req = self.request(
-            format!(
-                "standardize {} {} -> {od}",
-                fmt_shape(input.shape()),
-                input.dtype()
-            ),
-            input.shape(),
-            &[input],
-        );
-        req.in_bytes_per_elem = input.dtype().size() as u64;
-        req.inputs = 1;
-        req.out_bytes_per_elem = od.size() as u64;
-        hold(
-            &mut req.resident_bytes,
-            &mut req.resident_what,
-            (m.len() * 16) as u64,
-            "mean and std".to_string(),
-        );
-        req.scratch_per_elem = 8;
-        let stats = (m.len() * 16) as u64;
-        self.on_device(&mut req, 0, 0, stats);
-        let plan = Plan::new(&req)?;
-        self.budget.reset_peak();
-        let _resident = self.budget.reserve(
-            "mean and std",
-            plan.resident_bytes - input.read_scratch_bytes(),
-        )?;
-        let inputs = [InputStream::whole(input)];
-        let backend = &self.backend;
-        let xd = input.dtype();
-        let shape = input.shape();
-        let params = ElementwiseParams::Standardize {
-            mean: m.clone(),
-            sd: sd.clone(),
-        };
-        let cuda = self.cuda_elementwise(Elementwise::Standardize, xd, od, &params, &plan)?;
-        let times = match cuda {
-            Some(k) => self.run_to_file_with(journal, &plan, &inputs, out, shape, od, 1, k),
-            None => self.run_to_file_with(
-                journal,
-                &plan,
-                &inputs,
-                out,
-                shape,
-                od,
-                1,
-                self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], o: &mut [u8]| {
-                    backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od)
-                }),
-            ),
-        }?;
-        let op = format!("standardize {}", input.path().display());
-        Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
-    }
 }
 /// A reduction on a device, resumable: the state a resumed pass found is restored
 /// before the first tile, and after each tile the device's state is brought back and
@@ -662,7 +447,7 @@ impl TileKernel<crate::plan::Tile> for Checkpointed<'_> {
 
 /// Restores `reducers` from the state a resumed pass found, once (the journal hands it
 /// over only the first time), reading it straight into their buffers.
-fn restore_reducers(
+pub(super) fn restore_reducers(
     journal: Option<&Journal>,
     reducers: &mut [&mut Box<dyn TileReducer>],
 ) -> Result<()> {
@@ -675,7 +460,7 @@ fn restore_reducers(
 }
 
 /// Saves the state of `reducers` after tile `index` when the journal has a checkpoint due.
-fn checkpoint_reducers(
+pub(super) fn checkpoint_reducers(
     journal: Option<&Journal>,
     index: usize,
     reducers: &[&dyn TileReducer],

@@ -23,6 +23,7 @@ pub mod zarr_decode;
 
 mod formats;
 mod output;
+mod read;
 mod window;
 
 pub(crate) use formats::CodecSpec;
@@ -33,15 +34,12 @@ pub use output::{
     create_npy_for_rows, create_zarr_for_rows, lock, temp_beside,
 };
 pub use window::{Window, page_size, window_slack};
-use window::{fully_resident, populate};
 
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-use memmap2::MmapOptions;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result, TiffError};
@@ -540,174 +538,6 @@ impl TensorFile {
     #[must_use]
     pub fn file(&self) -> &File {
         &self.file
-    }
-
-    /// Maps the elements `[start, start + count)` (flat C-order indices), prefaulting the
-    /// pages so that the compute stage does not stall on them.
-    ///
-    /// The file size is checked again first: a file truncated since it was opened gives an
-    /// error here instead of a SIGBUS later.
-    ///
-    /// # Errors
-    /// [`Error::Format`] if the file shrank; [`Error::Io`] if the map fails.
-    pub fn map_window(&self, start: u64, count: u64) -> Result<Window> {
-        self.map_window_touch(start, count, Touch::All)
-    }
-
-    /// Reads the elements `[start, start + count)` as `touch` says: [`Touch::All`] maps
-    /// them like [`TensorFile::map_window`]; [`Touch::Rows`] reads only the column runs of
-    /// each row, with positioned reads, into a compact owned buffer (each row the runs
-    /// one after another).
-    ///
-    /// Why narrow windows are read rather than mapped: on a fault the kernel maps up to
-    /// 64 KiB of cached pages around the faulting one (fault-around), so touching a
-    /// 2 KiB run of each row of a mapped window would cost up to 32 times that in
-    /// resident memory, beyond any budget's reach.
-    ///
-    /// # Errors
-    /// As for [`TensorFile::map_window`].
-    pub fn map_window_touch(&self, start: u64, count: u64, touch: Touch) -> Result<Window> {
-        if self.chunked.is_some() {
-            let mut w = self.map_windows(&[(start, count, touch)])?;
-            return w
-                .pop()
-                .ok_or_else(|| Error::Internal("no window decoded".into()));
-        }
-        if let Touch::Rows { row, runs, nruns } = touch {
-            return self.read_runs(start, count, row, &runs[..nruns]);
-        }
-        let es = self.info.dtype.size() as u64;
-        let begin = self.info.data_offset + start * es;
-        let len = count * es;
-        if len == 0 {
-            return Ok(Window {
-                map: None,
-                owned: Vec::new(),
-                skip: 0,
-                len: 0,
-            });
-        }
-        let now = file_len(&self.file, &self.path)?;
-        if begin + len > now {
-            return Err(Error::format(
-                &self.path,
-                format!(
-                    "file changed size while in use: it now holds {now} bytes, {} are needed",
-                    begin + len
-                ),
-            ));
-        }
-        let page = page_size();
-        let aligned = begin / page * page;
-        let skip = (begin - aligned) as usize;
-        let mut opts = MmapOptions::new();
-        opts.offset(aligned).len(skip + len as usize);
-        // SAFETY: the map is read-only and private to this process. Another process could
-        // truncate or rewrite the file while it is mapped; the size was checked just above,
-        // which is the best a reader of a shared file can do (documented in the README).
-        let map = unsafe { opts.map(&self.file) }
-            .map_err(|e| Error::io("map a window of", &self.path, e))?;
-        // Pages already in the page cache are cheapest faulted in lazily by the compute
-        // threads (the kernel maps them in batches); pages that are not are read here, in
-        // the read stage, so disk I/O overlaps the compute of the previous tile.
-        if !fully_resident(&map) {
-            populate(&map, 0, map.len());
-        }
-        Ok(Window {
-            map: Some(map),
-            owned: Vec::new(),
-            skip,
-            len: len as usize,
-        })
-    }
-
-    /// Reads column runs `(first, count)` of each row of `row` elements in the elements
-    /// `[start, start + count)` into a compact buffer.
-    fn read_runs(&self, start: u64, count: u64, row: u64, runs: &[(u64, u64)]) -> Result<Window> {
-        let es = self.info.dtype.size() as u64;
-        let width: u64 = runs.iter().map(|r| r.1).sum();
-        let mut owned = vec![0u8; (count / row.max(1) * width * es) as usize];
-        self.pread_runs(start, count, row, runs, &mut owned)?;
-        let len = owned.len();
-        Ok(Window {
-            map: None,
-            owned,
-            skip: 0,
-            len,
-        })
-    }
-
-    /// Reads the column runs of each row of `[start, start + count)` (rows of `row`
-    /// elements) into `dst`, one after another, with positioned reads.
-    fn pread_runs(
-        &self,
-        start: u64,
-        count: u64,
-        row: u64,
-        runs: &[(u64, u64)],
-        dst: &mut [u8],
-    ) -> Result<()> {
-        let es = self.info.dtype.size() as u64;
-        let rows = count / row.max(1);
-        let end = self.info.data_offset + (start + count) * es;
-        let now = file_len(&self.file, &self.path)?;
-        if end > now {
-            return Err(Error::format(
-                &self.path,
-                format!(
-                    "file changed size while in use: it now holds {now} bytes, {end} are needed"
-                ),
-            ));
-        }
-        let width: u64 = runs.iter().map(|r| r.1).sum();
-        if ((rows * width * es) as usize) > dst.len() {
-            return Err(Error::Internal(format!(
-                "a read of {} bytes into a buffer of {}",
-                rows * width * es,
-                dst.len()
-            )));
-        }
-        let mut at = 0usize;
-        for r in 0..rows {
-            for &(c0, n) in runs {
-                let len = (n * es) as usize;
-                let off = self.info.data_offset + (start + r * row + c0) * es;
-                self.file
-                    .read_exact_at(&mut dst[at..at + len], off)
-                    .map_err(|e| Error::io("read a window of", &self.path, e))?;
-                at += len;
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads the elements `[start, start + count)` as `touch` says straight into `dst`
-    /// with positioned reads, laid out as [`TensorFile::map_window_touch`] lays out its
-    /// window (the whole range, or each row's column runs one after another), with no
-    /// mapping and no buffer in between: how a device backend's page-locked staging slot
-    /// is filled. Returns the bytes written, or `None` for a compressed input, whose
-    /// chunks must be decoded (use [`TensorFile::map_window_touch`]).
-    ///
-    /// # Errors
-    /// As [`TensorFile::map_window_touch`]; [`Error::Internal`] if `dst` is too short.
-    pub fn read_into(
-        &self,
-        start: u64,
-        count: u64,
-        touch: Touch,
-        dst: &mut [u8],
-    ) -> Result<Option<usize>> {
-        if self.chunked.is_some() {
-            return Ok(None);
-        }
-        let bytes = (touch.touched(count) * self.info.dtype.size() as u64) as usize;
-        match touch {
-            Touch::All => self.pread_runs(start, count, count.max(1), &[(0, count)], dst)?,
-            Touch::Rows { row, runs, nruns } => {
-                self.pread_runs(start, count, row, &runs[..nruns], dst)?;
-            }
-        }
-        Ok(Some(bytes))
     }
 }
 

@@ -352,7 +352,11 @@ mod tests {
         let mut got = vec![0f64; 5000];
         fill_piece::<f64, false>(&mut got, 31, 9, 5, Dist::Demo);
         let want = scalar(Dist::Demo, 31, 5000, 9, 5);
-        assert!(got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()));
+        assert!(
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits())
+        );
         // f16 output: the same cast as the scalar value's
         let mut h = vec![half::f16::ZERO; 1000];
         fill_typed(&mut h, 5, 0, 9, Dist::Demo);

@@ -1,0 +1,258 @@
+//! Running an [`OpSpec`](super::OpSpec): planning it ([`Engine::plan_spec`]) and
+//! running it ([`Engine::run_spec`]) by the engine call of its operation, the one place
+//! the command line, pipeline files and the Python package all go through.
+
+use super::{
+    Edge, Engine, OpSpec, PatchSpec, Reduce, ReduceOver, Result, RunReport, SpecPlan, TensorFile,
+    georef_from, is_tiff_path, open_named, read_small, stencil_of,
+};
+
+impl Engine {
+    /// Plans `spec` without running it (nothing is written).
+    ///
+    /// # Errors
+    /// Whatever planning the operation returns: bad parameters, unreadable inputs, a
+    /// budget too small.
+    pub fn plan_spec(&self, spec: &OpSpec) -> Result<SpecPlan> {
+        let flat = match spec {
+            OpSpec::Stencil {
+                input,
+                filter,
+                boundary,
+                dtype,
+                ..
+            } => {
+                let x = input.open()?;
+                return Ok(SpecPlan::Box(self.plan_stencil(
+                    &x,
+                    &stencil_of(filter, boundary)?,
+                    *dtype,
+                )?));
+            }
+            OpSpec::Transpose { input, .. } => {
+                return Ok(SpecPlan::Box(self.plan_transpose(&input.open()?)?));
+            }
+            OpSpec::Tiles {
+                input,
+                size,
+                overlap,
+                edge,
+                ..
+            } => {
+                let spec = PatchSpec {
+                    size: *size,
+                    overlap: *overlap,
+                    edge: edge.parse::<Edge>()?,
+                };
+                return Ok(SpecPlan::Box(self.plan_patches(&input.open()?, spec)?));
+            }
+            OpSpec::Map {
+                expr,
+                inputs,
+                dtype,
+                ..
+            } => {
+                let files = open_named(inputs)?;
+                let named: Vec<(&str, &TensorFile)> =
+                    files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+                self.plan_map(expr, &named, *dtype)
+            }
+            OpSpec::Cast { input, dtype, .. } => self.plan_cast(&input.open()?, *dtype),
+            OpSpec::Convert { input, dtype, .. } => {
+                let x = input.open()?;
+                let dtype = dtype.unwrap_or(x.dtype());
+                self.plan_cast(&x, dtype)
+            }
+            OpSpec::Standardize { input, ddof, .. } => self.plan_reduce(
+                &input.open()?,
+                Reduce::Std { ddof: *ddof },
+                ReduceOver::Axis(0),
+            ),
+            OpSpec::Matmul { x, w, dtype, .. } => self.plan_matmul(&x.open()?, &w.open()?, *dtype),
+            OpSpec::Reduce {
+                input,
+                reduce,
+                ddof,
+                axis,
+                ..
+            } => self.plan_reduce(
+                &input.open()?,
+                Reduce::parse(reduce, *ddof)?,
+                ReduceOver::from(*axis),
+            ),
+            OpSpec::Affine { input, dtype, .. } => self.plan_affine(&input.open()?, *dtype),
+            OpSpec::Generate { shape, dtype, .. } => self.plan_generate(shape, *dtype),
+        };
+        flat.map(SpecPlan::Flat)
+    }
+
+    /// Runs `spec`: reads its inputs, writes its output (atomically, resumable where the
+    /// engine has a journal), and reports what it did. GeoTIFF outputs on an input's grid
+    /// carry its georeferencing.
+    ///
+    /// # Errors
+    /// Whatever the operation returns.
+    pub fn run_spec(&self, spec: &OpSpec) -> Result<RunReport> {
+        match spec {
+            OpSpec::Stencil {
+                input,
+                output,
+                filter,
+                boundary,
+                dtype,
+            } => {
+                let x = input.open()?;
+                georef_from(self, &x).stencil(&x, output, &stencil_of(filter, boundary)?, *dtype)
+            }
+            OpSpec::Convert {
+                input,
+                output,
+                dtype,
+            } => {
+                let x = input.open()?;
+                let dtype = dtype.unwrap_or(x.dtype());
+                let mut r = georef_from(self, &x).cast(&x, output, dtype)?;
+                r.op = format!("convert {} -> {}", input.path.display(), output.display());
+                Ok(r)
+            }
+            OpSpec::Transpose { input, output } => {
+                let x = input.open()?;
+                if x.georef().is_some() && is_tiff_path(output) {
+                    eprintln!(
+                        "note: transpose swaps rows and columns, so {} is written without the \
+                         input's georeferencing",
+                        output.display()
+                    );
+                }
+                self.transpose(&x, output)
+            }
+            OpSpec::Tiles {
+                input,
+                outdir,
+                size,
+                overlap,
+                edge,
+                patch_format,
+            } => {
+                let x = input.open()?;
+                let spec = PatchSpec {
+                    size: *size,
+                    overlap: *overlap,
+                    edge: edge.parse::<Edge>()?,
+                };
+                let (mut r, n) = self.patches_as(&x, outdir, spec, patch_format.parse()?)?;
+                r.op = format!("{} -> {n} patches in {}", r.op, outdir.display());
+                Ok(r)
+            }
+            OpSpec::Map {
+                expr,
+                inputs,
+                output,
+                dtype,
+            } => {
+                let files = open_named(inputs)?;
+                let named: Vec<(&str, &TensorFile)> =
+                    files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+                // the georeferencing of the first input that has one
+                let e = match files.iter().find(|(_, f)| f.georef().is_some()) {
+                    Some((_, f)) => georef_from(self, f),
+                    None => self.clone(),
+                };
+                e.map(expr, &named, output, *dtype)
+            }
+            OpSpec::Cast {
+                input,
+                output,
+                dtype,
+            } => {
+                let x = input.open()?;
+                georef_from(self, &x).cast(&x, output, *dtype)
+            }
+            OpSpec::Standardize {
+                input,
+                output,
+                dtype,
+                given: Some((mean, std)),
+                ..
+            } => {
+                let x = input.open()?;
+                let (mean, std) = (read_small(mean)?, read_small(std)?);
+                georef_from(self, &x).standardize_with_stats(&x, output, *dtype, &mean, &std)
+            }
+            OpSpec::Standardize {
+                input,
+                output,
+                ddof,
+                dtype,
+                stats,
+                given: None,
+            } => {
+                let x = input.open()?;
+                let (stats, apply) = georef_from(self, &x).standardize(
+                    &x,
+                    output,
+                    *dtype,
+                    *ddof,
+                    stats.as_deref(),
+                )?;
+                // the two passes, reported as one run: times and bytes add up
+                let mut r = apply;
+                r.op = format!(
+                    "standardize {} (statistics pass, then apply pass)",
+                    input.path.display()
+                );
+                r.tiles += stats.tiles;
+                r.resumed_tiles += stats.resumed_tiles;
+                r.bytes_read += stats.bytes_read;
+                r.wall_s += stats.wall_s;
+                r.read_busy_s += stats.read_busy_s;
+                r.compute_busy_s += stats.compute_busy_s;
+                r.peak_reserved_bytes = r.peak_reserved_bytes.max(stats.peak_reserved_bytes);
+                r.gb_per_s = (r.bytes_read + r.bytes_written) as f64 / r.wall_s.max(1e-9) / 1e9;
+                Ok(r)
+            }
+            OpSpec::Matmul {
+                x,
+                w,
+                output,
+                dtype,
+            } => self.matmul(&x.open()?, &w.open()?, output, *dtype),
+            OpSpec::Reduce {
+                input,
+                output,
+                reduce,
+                ddof,
+                axis,
+                dtype,
+            } => {
+                let x = input.open()?;
+                let r = Reduce::parse(reduce, *ddof)?;
+                self.reduce_to_file(&x, r, ReduceOver::from(*axis), output, *dtype)
+            }
+            OpSpec::Affine {
+                input,
+                output,
+                scale,
+                offset,
+                dtype,
+            } => {
+                let x = input.open()?;
+                georef_from(self, &x).affine(&x, output, *scale, *offset, *dtype)
+            }
+            OpSpec::Generate {
+                output,
+                shape,
+                dtype,
+                seed,
+                dist,
+                mean,
+                std,
+                low,
+                high,
+            } => {
+                let dist = crate::ops::generate::Dist::parse(dist, *mean, *std, *low, *high)?;
+                self.generate_dist(output, shape, *dtype, *seed, dist)
+            }
+        }
+    }
+}
