@@ -2,9 +2,9 @@
 //! listed as ignored (with the reason) instead of passing without checking anything:
 //! - `TILESTREAM_PYTHON` (a Python with numpy and zarr): the cross-checks against numpy and
 //!   zarr-python (`cfg(tilestream_python)`);
-//! - `TILESTREAM_REQUIRE_NVRTC=1` (NVRTC on the library path, as `.ci/run` sets up): the
-//!   compilation of every CUDA kernel (`cfg(tilestream_nvrtc)`), which then fails if
-//!   NVRTC cannot be loaded;
+//! - `TILESTREAM_REQUIRE_NVRTC=1` (NVRTC on the library path, as `.ci/run` sets up) in a
+//!   build with the `cuda` feature (the default): the compilation of every CUDA kernel
+//!   (`cfg(tilestream_nvrtc)`), which then fails if NVRTC cannot be loaded;
 //! - a C++ compiler with `_Float16` as `c++`: the CUDA kernels run on the host against the
 //!   CPU backend (`cfg(tilestream_cxx)`, `tests/it/cuda_emulation.rs`).
 
@@ -17,7 +17,10 @@ fn main() {
     if std::env::var_os("TILESTREAM_PYTHON").is_some_and(|p| !p.is_empty()) {
         println!("cargo::rustc-cfg=tilestream_python");
     }
-    if std::env::var_os("TILESTREAM_REQUIRE_NVRTC").is_some_and(|v| v == "1") {
+    // NVRTC is reached through the `cuda` feature: a CPU-only build has nothing to compile
+    if std::env::var_os("TILESTREAM_REQUIRE_NVRTC").is_some_and(|v| v == "1")
+        && std::env::var_os("CARGO_FEATURE_CUDA").is_some()
+    {
         println!("cargo::rustc-cfg=tilestream_nvrtc");
     }
     if cxx_with_float16() {
