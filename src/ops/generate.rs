@@ -348,6 +348,11 @@ impl Dist {
                         "uniform needs finite low < high, not [{low}, {high})"
                     )));
                 }
+                if !(high - low).is_finite() {
+                    return Err(Error::invalid(format!(
+                        "uniform's range [{low}, {high}) is wider than the largest f64: narrow it"
+                    )));
+                }
                 Ok(Dist::Uniform { low, high })
             }
             other => Err(Error::invalid(format!(
@@ -549,6 +554,14 @@ mod tests {
             ("demo", None, Some(2.0), None, None, "another distribution"),
             ("normal", None, Some(-1.0), None, None, "std of 0 or more"),
             ("uniform", None, None, Some(2.0), Some(2.0), "low < high"),
+            (
+                "uniform",
+                None,
+                None,
+                Some(-1e308),
+                Some(1e308),
+                "wider than the largest",
+            ),
             ("cauchy", None, None, None, None, "unknown distribution"),
         ] {
             let e = Dist::parse(name, m, s, l, h).unwrap_err().to_string();

@@ -292,9 +292,6 @@ fn matmul_agrees_on_every_device_and_budget_on_integer_data() {
     }
 }
 
-/// The out-of-core transpose moves bits: every device writes the CPU's bytes, for every
-/// element size, rank 2 and 3, odd and prime shapes, at budgets that cut the image into
-/// many blocks.
 /// `gen` writes the same bytes on every device: each distribution, every output dtype
 /// family, ranks 1 to 3 with odd widths, at every budget.
 #[test]
@@ -331,6 +328,9 @@ fn generate_agrees_on_every_device_and_budget() {
     }
 }
 
+/// The out-of-core transpose moves bits: every device writes the CPU's bytes, for every
+/// element size, rank 2 and 3, odd and prime shapes, at budgets that cut the image into
+/// many blocks.
 #[test]
 fn transpose_agrees_on_every_device_and_budget() {
     let dir = tempfile::tempdir().unwrap();

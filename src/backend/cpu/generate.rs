@@ -42,6 +42,9 @@ fn fill_typed<T: Element>(out: &mut [T], start: u64, last_dim: u64, seed: u64, d
 
 /// Elements `[first, first + piece.len())`: the values of the aligned blocks of
 /// [`BLOCK`] that cover them, then each transformed and cast.
+///
+/// `AVX2` is `true` only when called from [`fill_piece_avx2`] (which runs only where the
+/// CPU has AVX2): [`block_bits`] relies on it.
 #[inline(always)]
 fn fill_piece<T: Element, const AVX2: bool>(
     piece: &mut [T],
@@ -123,7 +126,8 @@ fn standard_normals<const AVX2: bool>(vals: &mut [f64], base: u64, seed: u64) {
         }
     }
     for group in tails.chunks(BLOCK) {
-        let mut bits = [1u64 << 63; BLOCK];
+        // padding lanes: a tail draw (u about 0.05) that stays on the vectorized path
+        let mut bits = [0x0CCC_CCCC_CCCC_CCCC_u64; BLOCK];
         for (b, &(_, x)) in bits.iter_mut().zip(group) {
             *b = x;
         }
