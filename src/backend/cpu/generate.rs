@@ -16,7 +16,7 @@ use rayon::prelude::*;
 use crate::dtype::{DType, Element};
 use crate::ops::generate::{
     Dist, PHILOX_M0, PHILOX_M1, PHILOX_W0, PHILOX_W1, ln_main, ln_near_power_of_two, ln_reduce,
-    open_unit, quantile_central, quantile_tail, quantile_tail_near,
+    open_unit, pair_bits, quantile_central, quantile_tail, quantile_tail_near,
 };
 
 /// Elements per rayon task.
@@ -168,8 +168,8 @@ fn tail_lanes(bits: &[u64; BLOCK]) -> [f64; BLOCK] {
     t
 }
 
-/// [`crate::ops::generate::pair_bits`] of pairs `[pair, pair + PAIRS)`, in element
-/// order: the Philox rounds run on the counters side by side.
+/// [`pair_bits`] of pairs `[pair, pair + PAIRS)`, in element order: with AVX2, the
+/// Philox rounds of the eight counters run side by side in vectors.
 #[inline(always)]
 fn block_bits<const AVX2: bool>(seed: u64, pair: u64) -> [u64; BLOCK] {
     #[cfg(target_arch = "x86_64")]
@@ -178,33 +178,9 @@ fn block_bits<const AVX2: bool>(seed: u64, pair: u64) -> [u64; BLOCK] {
         // CPU supports AVX2.
         return unsafe { block_bits_avx2(seed, pair) };
     }
-    let mut c = [[0u32; PAIRS]; 4];
-    for j in 0..PAIRS {
-        let p = pair + j as u64;
-        c[0][j] = p as u32;
-        c[1][j] = (p >> 32) as u32;
-    }
-    let (mut k0, mut k1) = (seed as u32, (seed >> 32) as u32);
-    for round in 0..10 {
-        if round > 0 {
-            k0 = k0.wrapping_add(PHILOX_W0);
-            k1 = k1.wrapping_add(PHILOX_W1);
-        }
-        let mut n = [[0u32; PAIRS]; 4];
-        for j in 0..PAIRS {
-            let p0 = u64::from(PHILOX_M0) * u64::from(c[0][j]);
-            let p1 = u64::from(PHILOX_M1) * u64::from(c[2][j]);
-            n[0][j] = (p1 >> 32) as u32 ^ c[1][j] ^ k0;
-            n[1][j] = p1 as u32;
-            n[2][j] = (p0 >> 32) as u32 ^ c[3][j] ^ k1;
-            n[3][j] = p0 as u32;
-        }
-        c = n;
-    }
     let mut bits = [0u64; BLOCK];
     for j in 0..PAIRS {
-        bits[2 * j] = u64::from(c[1][j]) << 32 | u64::from(c[0][j]);
-        bits[2 * j + 1] = u64::from(c[3][j]) << 32 | u64::from(c[2][j]);
+        [bits[2 * j], bits[2 * j + 1]] = pair_bits(seed, pair + j as u64);
     }
     bits
 }
