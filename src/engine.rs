@@ -90,6 +90,12 @@ pub struct Engine {
     out_region: Option<OutRegion>,
 }
 
+thread_local! {
+    /// While a run's plan is made on this thread: bytes set aside in it for encoding a
+    /// GeoTIFF output as the run writes it ([`Engine::plan_writing`]).
+    static OUT_RESERVE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 impl fmt::Debug for Engine {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Engine")
@@ -266,7 +272,16 @@ impl Engine {
     /// engine's less what decoding compressed inputs holds (see
     /// [`TensorFile::read_scratch_bytes`]).
     fn request(&self, what: String, shape: &[usize], inputs: &[&TensorFile]) -> PlanRequest {
-        let (resident_bytes, resident_what) = decode_scratch(self.budget.limit(), inputs);
+        let (mut resident_bytes, mut resident_what) = decode_scratch(self.budget.limit(), inputs);
+        let out = OUT_RESERVE.with(std::cell::Cell::get);
+        if out > 0 {
+            hold(
+                &mut resident_bytes,
+                &mut resident_what,
+                out,
+                "GeoTIFF output encoded as it is written (a strip of tiles)".to_string(),
+            );
+        }
         PlanRequest {
             what,
             shape: shape.to_vec(),
@@ -413,17 +428,21 @@ impl Engine {
         fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<StageTimes>,
     ) -> Result<StageTimes> {
         let journal = self.open_journal(out)?;
-        self.to_file_with(journal, out, shape, dtype, fill)
+        self.to_file_with(journal, out, shape, dtype, None, fill)
     }
 
     /// [`Engine::to_file`] within a journal already open (for operations whose earlier
-    /// passes have no output).
+    /// passes have no output). `stream_room`: for a run whose tiles write the output in
+    /// order, each element once (a flat plan), the bytes of the budget its plan leaves;
+    /// a GeoTIFF output is then encoded as the run writes it when that room holds the
+    /// encoder's strip ([`OutputFile::with_tiff_stream`]), else staged.
     fn to_file_with(
         &self,
         journal: Option<Journal>,
         out: &Path,
         shape: &[usize],
         dtype: DType,
+        stream_room: Option<u64>,
         fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<StageTimes>,
     ) -> Result<StageTimes> {
         let format = self.format_of(out);
@@ -447,7 +466,7 @@ impl Engine {
         let output = if self.out_region.is_some() {
             output
         } else {
-            self.encoded_as(output, out, format)?
+            self.encoded_as(output, out, format, stream_room)?
         };
         match fill(&output, journal.as_ref()) {
             Ok(mut times) => {
@@ -524,7 +543,8 @@ impl Engine {
     where
         K: TileKernel<crate::plan::Tile>,
     {
-        self.to_file_with(journal, out, shape, dtype, |output, journal| {
+        let room = (self.budget.limit() + plan.output_bytes).saturating_sub(plan.reserved_bytes);
+        self.to_file_with(journal, out, shape, dtype, Some(room), |output, journal| {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;
             stream.journal = journal;

@@ -19,6 +19,8 @@
 //! out <temporary output file name>     *crc
 //! pass <k> <plan fingerprint>          *crc     refused if the plan differs
 //! tile <k> <i> <crc32 of its bytes>    *crc     tile i of pass k is written
+//! strip <k> <s> <offset> <crc32> <len,len,...>  *crc  strip s of a streamed GeoTIFF
+//!                                                    is in the file (its tiles' lengths)
 //! state <k> <i> <slot> <len> <crc32>   *crc     the slot holds the state after tile i
 //! ```
 //! Each line ends with the CRC-32 of its text, so a line torn by a crash is ignored, and
@@ -28,6 +30,11 @@
 //! not match (a tile the page cache lost in a power failure is simply redone). Lines
 //! are written without fsync: after a kill the page cache keeps them; after a power
 //! failure the checksums catch what was lost.
+//!
+//! A GeoTIFF output encoded as the run writes it (see [`crate::tensor::tiff_stream`])
+//! cannot be read back as raw tiles: its strips are checked instead (each against its
+//! CRC-32, each starting where the last ended), the file is cut after the last intact
+//! one, and the run restarts at the first tile that writes past it.
 //!
 //! Passes are numbered in the order the operation runs them (standardize: statistics,
 //! then apply), so each resumes separately.
@@ -44,6 +51,7 @@ use std::time::Instant;
 use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, Write};
+use crate::tensor::tiff_stream::StripDone;
 use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock, own_files};
 
 const HEADER: &str = "tilestream-journal 1";
@@ -104,6 +112,8 @@ struct PrevPass {
     tiles: BTreeMap<usize, u32>,
     /// (tile, slot, length, crc) of the latest state checkpoint.
     state: Option<(usize, usize, u64, u32)>,
+    /// Strips of a streamed GeoTIFF output, in the order they were appended.
+    strips: Vec<StripDone>,
 }
 
 /// Where a pass starts, as [`Journal::begin_pass`] found it.
@@ -186,6 +196,24 @@ fn parse(text: &str) -> Option<Prev> {
                 let (k, i) = (num()? as usize, num()? as usize);
                 let crc = u32::from_str_radix(f.next()?, 16).ok()?;
                 p.passes.entry(k).or_default().tiles.insert(i, crc);
+            }
+            "strip" => {
+                let (k, strip, offset) = (num()? as usize, num()? as usize, num()?);
+                let crc = u32::from_str_radix(f.next()?, 16).ok()?;
+                let counts = f
+                    .next()?
+                    .split(',')
+                    .map(|c| c.parse::<u64>().ok())
+                    .collect::<Option<Vec<u64>>>()?;
+                // a resumed run appends from the first strip it redid: later records win
+                let strips = &mut p.passes.entry(k).or_default().strips;
+                strips.truncate(strip);
+                strips.push(StripDone {
+                    strip,
+                    offset,
+                    counts,
+                    crc,
+                });
             }
             "state" => {
                 let (k, i, slot, len) = (num()? as usize, num()? as usize, num()?, num()?);
@@ -362,6 +390,10 @@ impl Journal {
                 )));
             }
             match output {
+                Some(out) if out.is_streaming() && out.is_adopted() => {
+                    let from = out.resume_stream(&pp.strips)?;
+                    start = first_writing_from(layout, from);
+                }
                 Some(out) if self.adopted.load(Ordering::Relaxed) => {
                     start = verify(layout, out, &pp.tiles, budget)?;
                 }
@@ -432,6 +464,21 @@ impl Journal {
         self.record(&format!("tile {pass} {i} {crc:08x}"))?;
         crash_point(|| format!("written:{pass}:{i}"));
         Ok(())
+    }
+
+    /// Records that strip `d` of a streamed GeoTIFF output of pass `pass` is in the file.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the journal cannot be written.
+    pub fn strip_written(&self, pass: usize, d: &StripDone) -> Result<()> {
+        let counts: Vec<String> = d.counts.iter().map(u64::to_string).collect();
+        self.record(&format!(
+            "strip {pass} {} {} {:08x} {}",
+            d.strip,
+            d.offset,
+            d.crc,
+            counts.join(",")
+        ))
     }
 
     /// After tile `i` of a pass without output: saves the state that `parts()` lends
@@ -572,6 +619,19 @@ fn check_same_job(dest: &Path, key: &JobKey, p: &Prev) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The first tile of `layout` that writes an element at or after `from` (the number of
+/// tiles if none does): where a resumed streamed output starts again.
+fn first_writing_from<L: Layout>(layout: &L, from: u64) -> usize {
+    let mut writes: Vec<Write> = Vec::new();
+    (0..layout.num_tiles())
+        .find(|&i| {
+            writes.clear();
+            layout.writes(&layout.tile(i), &mut writes);
+            writes.iter().any(|w| w.file_elem + w.len > from)
+        })
+        .unwrap_or(layout.num_tiles())
 }
 
 /// Reads back the journaled tiles of a pass from `out`, in order, and returns how many

@@ -121,6 +121,9 @@ pub struct Plan {
     pub depth: usize,
     /// Total bytes the run will reserve at most.
     pub reserved_bytes: u64,
+    /// Bytes of `resident_bytes` set aside for encoding the output as it is written (a
+    /// GeoTIFF strip of tiles), reserved by the output rather than by the run.
+    pub output_bytes: u64,
     /// The budget.
     pub budget: u64,
 }
@@ -255,6 +258,7 @@ impl Plan {
             resident_what: req.resident_what.clone(),
             depth: depth as usize,
             reserved_bytes,
+            output_bytes: 0,
             budget: req.budget,
         })
     }

@@ -53,7 +53,9 @@ impl Engine {
     ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[input])?;
         let od = dtype.unwrap_or(input.dtype());
-        let plan = self.plan_affine(input, dtype)?;
+        let plan = self.plan_writing(out.as_ref(), input.shape(), od, || {
+            self.plan_affine(input, dtype)
+        })?;
         self.budget.reset_peak();
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
@@ -110,7 +112,9 @@ impl Engine {
         dtype: DType,
     ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[input])?;
-        let plan = self.plan_cast(input, dtype)?;
+        let plan = self.plan_writing(out.as_ref(), input.shape(), dtype, || {
+            self.plan_cast(input, dtype)
+        })?;
         self.budget.reset_peak();
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
@@ -284,7 +288,9 @@ impl Engine {
         check_not_input(out.as_ref(), &files)?;
         let (program, streams, shape, default) = Self::bind(src, inputs)?;
         let od = dtype.unwrap_or(default);
-        let plan = self.plan_map(src, inputs, dtype)?;
+        let plan = self.plan_writing(out.as_ref(), &shape, od, || {
+            self.plan_map(src, inputs, dtype)
+        })?;
         self.budget.reset_peak();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
         let backend = &self.backend;
@@ -406,13 +412,16 @@ impl Engine {
     ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[x, w])?;
         let (r, k, n) = Self::matmul_shapes(x, w)?;
-        let plan = self.plan_matmul(x, w, dtype)?;
         let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
         let od = dtype.unwrap_or(c);
+        let plan =
+            self.plan_writing(out.as_ref(), &[r, n], od, || self.plan_matmul(x, w, dtype))?;
         self.budget.reset_peak();
         let _w_reservation = self.budget.reserve(
             "resident W",
-            plan.resident_bytes - decode_scratch(self.budget.limit(), &[x, w]).0,
+            plan.resident_bytes
+                - decode_scratch(self.budget.limit(), &[x, w]).0
+                - plan.output_bytes,
         )?;
         let resident = {
             let win = w.map_window(0, (k * n) as u64)?;
@@ -491,7 +500,9 @@ impl Engine {
         if shape.is_empty() {
             return Err(Error::invalid("generate needs a shape of rank 1 or more"));
         }
-        let plan = self.plan_generate(shape, dtype)?;
+        let plan = self.plan_writing(out.as_ref(), shape, dtype, || {
+            self.plan_generate(shape, dtype)
+        })?;
         self.budget.reset_peak();
         let last = if shape.len() >= 2 {
             shape[shape.len() - 1] as u64

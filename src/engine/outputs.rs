@@ -6,7 +6,9 @@ use std::path::Path;
 
 use super::Engine;
 use crate::error::Result;
+use crate::plan::Plan;
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
+use crate::tensor::tiff_stream::TiffStream;
 use crate::tensor::zarr::ZarrWriteOptions;
 use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape};
 
@@ -61,17 +63,38 @@ impl Engine {
     }
 
     /// `output` set to be encoded as `format` says, with this engine's GeoTIFF or Zarr
-    /// options (nothing to do for `.npy` and raw).
+    /// options (nothing to do for `.npy` and raw). A GeoTIFF is encoded as the run writes
+    /// it when `stream_room` (see [`Engine::to_file_with`]) holds what that needs, else
+    /// staged raw and encoded at the end.
     pub(super) fn encoded_as(
         &self,
         output: OutputFile,
         out: &Path,
         format: OutFormat,
+        stream_room: Option<u64>,
     ) -> Result<OutputFile> {
         match format {
             OutFormat::GeoTiff => {
                 let opts = self.tiff_options(out, output.shape());
-                output.with_tiff(opts)
+                let fit = match stream_room {
+                    Some(room) if !output.is_region() => {
+                        TiffStream::fit(output.shape(), output.dtype(), &opts, room)?
+                    }
+                    _ => None,
+                };
+                if let Some((need, opts)) = fit {
+                    let memory = self
+                        .budget
+                        .reserve("GeoTIFF encoding (a strip of tiles)", need)?;
+                    tracing::info!(bytes = need, "GeoTIFF output encoded as the run writes it");
+                    output.with_tiff_stream(opts, memory)
+                } else {
+                    tracing::info!(
+                        room = stream_room,
+                        "GeoTIFF output staged raw and encoded after the run"
+                    );
+                    output.with_tiff(opts)
+                }
             }
             OutFormat::Zarr => {
                 // refused before the run, not after it: chunks the budget cannot encode
@@ -98,6 +121,44 @@ impl Engine {
             None
         };
         output.finish()
+    }
+
+    /// Plans a run writing `out` (of `shape` and `dtype`) with `plan`, setting aside in
+    /// the plan what encoding a GeoTIFF output as it is written needs (a strip of tiles
+    /// and the tiles in flight, within a quarter of the budget), so that the tiles do not
+    /// take that room; when the plan cannot hold it, the plan without it (the output is
+    /// then staged and encoded after the run). Other outputs: `plan` as it is.
+    ///
+    /// # Errors
+    /// What `plan` returns.
+    pub(crate) fn plan_writing(
+        &self,
+        out: &Path,
+        shape: &[usize],
+        dtype: crate::DType,
+        plan: impl Fn() -> Result<Plan>,
+    ) -> Result<Plan> {
+        let need = match self.format_of(out) {
+            OutFormat::GeoTiff if self.out_region.is_none() => {
+                let mut opts = self.tiff_out.clone();
+                opts.memory = self.budget.limit();
+                TiffStream::fit(shape, dtype, &opts, self.budget.limit() / 4)
+                    .ok()
+                    .flatten()
+                    .map(|(n, _)| n)
+            }
+            _ => None,
+        };
+        if let Some(n) = need {
+            super::OUT_RESERVE.with(|c| c.set(n));
+            let held = plan();
+            super::OUT_RESERVE.with(|c| c.set(0));
+            if let Ok(mut p) = held {
+                p.output_bytes = n;
+                return Ok(p);
+            }
+        }
+        plan()
     }
 
     /// The GeoTIFF options for an output of `shape` at `out`.

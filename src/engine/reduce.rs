@@ -396,7 +396,7 @@ impl Engine {
         let format = self.format_of(out);
         let file =
             OutputFile::create_as(out, &array.shape, array.dtype, format)?.durable(self.durable);
-        let file = self.encoded_as(file, out, format)?;
+        let file = self.encoded_as(file, out, format, None)?;
         let t0 = std::time::Instant::now();
         file.write_at(0, &array.data)?;
         self.finish_output(file)?;

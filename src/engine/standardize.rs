@@ -176,6 +176,14 @@ impl Engine {
     ) -> Result<RunReport> {
         let m = mean.to_f64();
         let sd = std.to_f64();
+        let plan = self.plan_writing(out, input.shape(), od, || {
+            self.plan_apply_standardize(input, od, m.len())
+        })?;
+        self.run_standardize(journal, input, out, od, &plan, &m, &sd)
+    }
+
+    /// The plan of [`Engine::apply_standardize`] (`stats` values of mean and of std).
+    fn plan_apply_standardize(&self, input: &TensorFile, od: DType, stats: usize) -> Result<Plan> {
         let mut req = self.request(
             format!(
                 "standardize {} {} -> {od}",
@@ -191,43 +199,56 @@ impl Engine {
         hold(
             &mut req.resident_bytes,
             &mut req.resident_what,
-            (m.len() * 16) as u64,
+            (stats * 16) as u64,
             "mean and std".to_string(),
         );
         req.scratch_per_elem = 8;
-        let stats = (m.len() * 16) as u64;
-        self.on_device(&mut req, 0, 0, stats);
-        let plan = Plan::new(&req)?;
+        self.on_device(&mut req, 0, 0, (stats * 16) as u64);
+        Ok(Plan::new(&req)?)
+    }
+
+    /// Runs the plan of [`Engine::apply_standardize`].
+    #[allow(clippy::too_many_arguments)]
+    fn run_standardize(
+        &self,
+        journal: Option<Journal>,
+        input: &TensorFile,
+        out: &Path,
+        od: DType,
+        plan: &Plan,
+        m: &[f64],
+        sd: &[f64],
+    ) -> Result<RunReport> {
         self.budget.reset_peak();
         let _resident = self.budget.reserve(
             "mean and std",
-            plan.resident_bytes - input.read_scratch_bytes(),
+            plan.resident_bytes - input.read_scratch_bytes() - plan.output_bytes,
         )?;
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let xd = input.dtype();
         let shape = input.shape();
         let params = ElementwiseParams::Standardize {
-            mean: m.clone(),
-            sd: sd.clone(),
+            mean: m.to_vec(),
+            sd: sd.to_vec(),
         };
-        let cuda = self.cuda_elementwise(Elementwise::Standardize, xd, od, &params, &plan)?;
+        let cuda = self.cuda_elementwise(Elementwise::Standardize, xd, od, &params, plan)?;
         let times = match cuda {
-            Some(k) => self.run_to_file_with(journal, &plan, &inputs, out, shape, od, 1, k),
+            Some(k) => self.run_to_file_with(journal, plan, &inputs, out, shape, od, 1, k),
             None => self.run_to_file_with(
                 journal,
-                &plan,
+                plan,
                 &inputs,
                 out,
                 shape,
                 od,
                 1,
                 self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], o: &mut [u8]| {
-                    backend.standardize(ins[0], xd, tile.start, &m, &sd, o, od)
+                    backend.standardize(ins[0], xd, tile.start, m, sd, o, od)
                 }),
             ),
         }?;
         let op = format!("standardize {}", input.path().display());
-        Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
+        Ok(self.report(plan, op, input.shape(), input.shape(), od, times))
     }
 }

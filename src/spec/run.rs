@@ -14,6 +14,25 @@ impl Engine {
     /// Whatever planning the operation returns: bad parameters, unreadable inputs, a
     /// budget too small.
     pub fn plan_spec(&self, spec: &OpSpec) -> Result<SpecPlan> {
+        if let OpSpec::Stencil { .. } | OpSpec::Transpose { .. } | OpSpec::Tiles { .. } = spec {
+            return self.plan_spec_any(spec);
+        }
+        // what the run sets aside for encoding its output as it is written, shown too
+        let writes = !matches!(spec, OpSpec::Reduce { .. } | OpSpec::Standardize { .. });
+        let flat = || match self.plan_spec_any(spec)? {
+            SpecPlan::Flat(p) => Ok(p),
+            SpecPlan::Box(_) => Err(crate::Error::Internal(
+                "a box plan for a flat operation".into(),
+            )),
+        };
+        Ok(SpecPlan::Flat(match spec.output_layout() {
+            Ok(l) if writes => self.plan_writing(spec.output(), &l.shape, l.dtype, flat)?,
+            _ => flat()?,
+        }))
+    }
+
+    /// [`Engine::plan_spec`] without the room for encoding the output.
+    fn plan_spec_any(&self, spec: &OpSpec) -> Result<SpecPlan> {
         let flat = match spec {
             OpSpec::Stencil {
                 input,

@@ -16,6 +16,7 @@ pub mod geotiff;
 pub mod npy;
 pub mod own_files;
 pub mod tiff_decode;
+pub mod tiff_stream;
 pub mod tiff_write;
 pub mod zarr;
 pub mod zarr_codecs;

@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
+use super::tiff_stream::{StripDone, TiffStream};
 use super::window::whole_pages;
 use super::{Encode, OutFormat, checked_nbytes, file_len, geotiff, npy, own_files, zarr};
 use crate::dtype::DType;
@@ -166,6 +167,12 @@ pub struct OutputFile {
     /// Set when the run writes rows of an existing Zarr store (a cluster job's output):
     /// its staged data goes into those rows' chunks instead of a store of its own.
     zarr_rows: Option<ZarrRows>,
+    /// Set when the destination is a GeoTIFF encoded as the run writes it (no staging):
+    /// the temporary file is the TIFF being built.
+    stream: Option<TiffStream>,
+    /// True for an interrupted run's temporary output taken up by
+    /// [`adopt`](Self::adopt).
+    adopted: bool,
 }
 
 /// The rows of an existing Zarr store a run writes ([`OutputFile::zarr_region`]).
@@ -233,6 +240,8 @@ impl OutputFile {
             data_offset,
             dtype,
             shape: shape.to_vec(),
+            stream: None,
+            adopted: false,
             encode,
             zarr_rows: None,
         })
@@ -289,7 +298,9 @@ impl OutputFile {
         let mut head = vec![0u8; header.len()];
         file.read_exact_at(&mut head, 0)
             .map_err(|e| Error::io("read", tmp, e))?;
-        if len != header.len() as u64 + nbytes || head != header {
+        // a GeoTIFF's may be a streamed TIFF (any length), checked strip by strip later
+        let streamable = format == OutFormat::GeoTiff;
+        if (len != header.len() as u64 + nbytes && !streamable) || head != header {
             return Err(Error::invalid(format!(
                 "{}: not the temporary output of this run",
                 tmp.display()
@@ -306,6 +317,8 @@ impl OutputFile {
             data_offset: header.len() as u64,
             dtype,
             shape: shape.to_vec(),
+            stream: None,
+            adopted: true,
             encode: default_encode(dest, shape, dtype, format)?,
             zarr_rows: None,
         })
@@ -328,8 +341,96 @@ impl OutputFile {
     pub fn with_tiff(mut self, opts: geotiff::TiffWriteOptions) -> Result<Self> {
         geotiff::image_dims(&self.shape)?;
         geotiff::tiff_sample(self.dtype)?;
+        let nbytes = checked_nbytes(&self.dest, &self.shape, self.dtype)?;
+        if let Target::Temp(t) = &self.tmp
+            && file_len(t.as_file(), t.path())? != self.data_offset + nbytes
+        {
+            // an interrupted run's streamed TIFF, taken up by a run that stages: start over
+            t.as_file()
+                .set_len(0)
+                .and_then(|()| t.as_file().set_len(self.data_offset + nbytes))
+                .map_err(|e| Error::io("size", t.path(), e))?;
+        }
         self.encode = Some(Encode::Tiff(opts));
         Ok(self)
+    }
+
+    /// Makes this output a tiled GeoTIFF encoded as the run writes it, strip by strip
+    /// (see [`TiffStream`]): no raw staging and no encoding after the run. `memory` pays
+    /// for the strip buffer and the tiles in flight
+    /// ([`TiffStream::memory_needed`]). The run's tiles must arrive in plan order, each
+    /// element once.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if the shape is not an image or the dtype has no TIFF form;
+    /// [`Error::Internal`] for a region output or a layout that cannot be streamed;
+    /// [`Error::Io`] if the file cannot be written.
+    pub fn with_tiff_stream(
+        mut self,
+        opts: geotiff::TiffWriteOptions,
+        memory: crate::budget::Reservation,
+    ) -> Result<Self> {
+        let Target::Temp(t) = &self.tmp else {
+            return Err(Error::Internal(
+                "a GeoTIFF written into rows of a file cannot be streamed".into(),
+            ));
+        };
+        let stream = TiffStream::create(
+            t.as_file(),
+            &self.dest,
+            &self.shape,
+            self.dtype,
+            opts,
+            Some(memory),
+            !self.adopted,
+        )?;
+        self.stream = Some(stream);
+        self.encode = None;
+        Ok(self)
+    }
+
+    /// True when this output is a GeoTIFF encoded as the run writes it
+    /// ([`with_tiff_stream`](Self::with_tiff_stream)).
+    #[must_use]
+    pub fn is_streaming(&self) -> bool {
+        self.stream.is_some()
+    }
+
+    /// True for an interrupted run's temporary output taken up by
+    /// [`adopt`](Self::adopt).
+    #[must_use]
+    pub fn is_adopted(&self) -> bool {
+        self.adopted
+    }
+
+    /// The strips a streaming output appended since the last call (for the journal).
+    #[must_use]
+    pub fn take_appended(&self) -> Vec<StripDone> {
+        self.stream
+            .as_ref()
+            .map(TiffStream::take_appended)
+            .unwrap_or_default()
+    }
+
+    /// For a streaming output taken up from an interrupted run: keeps the intact strips
+    /// of `done` (see [`TiffStream::resume`]) and returns the flat element from which the
+    /// run must write again (the first element of the first strip not kept).
+    ///
+    /// # Errors
+    /// [`Error::Internal`] if this output does not stream; [`Error::Io`] if its file
+    /// cannot be read or cut.
+    pub fn resume_stream(&self, done: &[StripDone]) -> Result<u64> {
+        let Some(s) = &self.stream else {
+            return Err(Error::Internal(
+                "resume_stream on an output that does not stream".into(),
+            ));
+        };
+        let kept = s.resume(self.handle(), &self.dest, done)?;
+        Ok(if kept == s.strips() {
+            u64::MAX
+        } else {
+            s.strip_elems(kept).0
+        })
     }
 
     /// Makes this output a Zarr v3 store written as `opts` say (staged raw, encoded by
@@ -401,6 +502,11 @@ impl OutputFile {
     /// [`Error::Io`] on a failed read; [`Error::Internal`] for elements a region output
     /// dropped.
     pub fn read_at(&self, start: u64, buf: &mut [u8]) -> Result<()> {
+        if self.stream.is_some() && !buf.is_empty() {
+            return Err(Error::Internal(
+                "a streamed GeoTIFF output cannot be read back".into(),
+            ));
+        }
         match self.locate(start, buf.len()) {
             Some((off, 0, to)) if to == buf.len() => self
                 .handle()
@@ -438,6 +544,9 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Io`] on a failed write (disk full, file size limit...).
     pub fn write_at(&self, start: u64, bytes: &[u8]) -> Result<()> {
+        if let Some(s) = &self.stream {
+            return s.write(self.handle(), &self.dest, start, bytes);
+        }
         let Some((off, from, to)) = self.locate(start, bytes.len()) else {
             return Ok(());
         };
@@ -494,6 +603,10 @@ impl OutputFile {
                 return Ok(());
             }
         };
+        if let Some(s) = &self.stream {
+            s.finish(tmp.as_file(), &self.dest)?;
+            return Self::persist(tmp, &self.dest, self.durable);
+        }
         let staged = tmp.as_file();
         let off = self.data_offset;
         let read = |at: u64, buf: &mut [u8]| {

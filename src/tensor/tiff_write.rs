@@ -213,6 +213,195 @@ fn ifd_bytes(mut entries: Vec<Entry>, at: u64, big: bool) -> Vec<u8> {
     out
 }
 
+/// The geometry of a tiled GeoTIFF being written: what [`write_tiled`] and the
+/// streaming encoder ([`super::tiff_stream::TiffStream`]) share.
+#[derive(Clone, Debug)]
+pub(crate) struct TiledLayout {
+    pub bands: usize,
+    pub height: usize,
+    pub width: usize,
+    /// Bytes per sample.
+    pub es: usize,
+    /// Tile side.
+    pub t: usize,
+    /// Tiles across and down.
+    pub across: usize,
+    pub down: usize,
+    /// Pixel-interleaved chunks (all bands of a pixel together).
+    pub pixel: bool,
+    /// BigTIFF (64-bit offsets).
+    pub big: bool,
+    /// Bytes of one raw tile.
+    pub chunk_bytes: usize,
+    /// Tiles compressed at once (each holds a raw and a compressed tile).
+    pub batch: usize,
+}
+
+impl TiledLayout {
+    /// The layout of a GeoTIFF of `shape` and `dtype` written as `opts` say.
+    pub(crate) fn new(shape: &[usize], dtype: DType, opts: &TiffWriteOptions) -> Result<Self> {
+        let (bands, height, width) = image_dims(shape)?;
+        tiff_sample(dtype)?;
+        let es = dtype.size();
+        let t = opts.tile.max(16);
+        let pixel = opts.pixel_interleave && bands > 1;
+        let spp_chunk = if pixel { bands } else { 1 };
+        let nbytes = (bands * height * width * es) as u64;
+        let chunk_bytes = t * t * spp_chunk * es;
+        Ok(TiledLayout {
+            bands,
+            height,
+            width,
+            es,
+            t,
+            across: width.div_ceil(t),
+            down: height.div_ceil(t),
+            pixel,
+            big: opts.bigtiff.unwrap_or(nbytes > BIGTIFF_ABOVE),
+            chunk_bytes,
+            batch: batch_for(opts.memory, chunk_bytes),
+        })
+    }
+
+    /// Planes of tiles (bands, or 1 when pixel-interleaved).
+    pub(crate) fn planes(&self) -> usize {
+        if self.pixel { 1 } else { self.bands }
+    }
+
+    /// Where tile data starts (after the header).
+    pub(crate) fn data_start(&self) -> u64 {
+        if self.big { 16 } else { 8 }
+    }
+
+    /// The file header; its first IFD offset is patched by [`TiledLayout::finish`].
+    pub(crate) fn header(&self) -> &'static [u8] {
+        if self.big {
+            &[b'I', b'I', 43, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        } else {
+            &[b'I', b'I', 42, 0, 0, 0, 0, 0]
+        }
+    }
+
+    /// Writes the directory after the tiles (which end at `pos`), points the header at
+    /// it and cuts the file there; returns the file's length.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish(
+        &self,
+        dest: &File,
+        dest_path: &Path,
+        dtype: DType,
+        opts: &TiffWriteOptions,
+        mut pos: u64,
+        offsets: &[u64],
+        counts: &[u64],
+    ) -> Result<u64> {
+        let (bands, big) = (self.bands, self.big);
+        let (format, bits) = tiff_sample(dtype)?;
+        let wr = |at: u64, b: &[u8]| {
+            dest.write_all_at(b, at)
+                .map_err(|e| Error::io("write", dest_path, e))
+        };
+        if !big && pos > u64::from(u32::MAX) - (1 << 20) {
+            return Err(Error::invalid(format!(
+                "{}: the compressed tiles pass 4 GiB, more than a classic TIFF can address; \
+                 write it as BigTIFF (--tiff-bigtiff yes)",
+                dest_path.display()
+            )));
+        }
+        pos += pos % 2;
+        let b16 = |v: usize| u16::try_from(v).unwrap_or(u16::MAX);
+        let mut e = vec![
+            longs(256, &[self.width as u64], false),
+            longs(257, &[self.height as u64], false),
+            shorts(258, &vec![bits; bands]),
+            shorts(
+                259,
+                &[match opts.compression {
+                    TiffCompression::None => 1,
+                    TiffCompression::Deflate(_) => 8,
+                    TiffCompression::Zstd(_) => 50000,
+                }],
+            ),
+            shorts(262, &[1]),
+            shorts(277, &[b16(bands)]),
+            shorts(284, &[if self.pixel || bands == 1 { 1 } else { 2 }]),
+            shorts(322, &[b16(self.t)]),
+            shorts(323, &[b16(self.t)]),
+            longs(324, offsets, big),
+            longs(325, counts, big),
+            shorts(339, &vec![format; bands]),
+        ];
+        if bands > 1 {
+            e.push(shorts(338, &vec![0; bands - 1]));
+        }
+        if let Some(g) = &opts.georef {
+            if let Some(v) = &g.pixel_scale {
+                e.push(doubles(33550, v));
+            }
+            if let Some(v) = &g.tiepoint {
+                e.push(doubles(33922, v));
+            }
+            if let Some(v) = &g.transformation {
+                e.push(doubles(34264, v));
+            }
+            if let Some(v) = &g.geo_keys {
+                e.push(shorts(34735, v));
+            }
+            if let Some(v) = &g.geo_doubles {
+                e.push(doubles(34736, v));
+            }
+            if let Some(v) = &g.geo_ascii {
+                e.push(ascii(34737, v.trim_end_matches('\0')));
+            }
+            if let Some(v) = &g.nodata {
+                e.push(ascii(42113, v));
+            }
+        }
+        let ifd = ifd_bytes(e, pos, big);
+        wr(pos, &ifd)?;
+        if big {
+            wr(8, &pos.to_le_bytes())?;
+        } else {
+            wr(4, &(pos as u32).to_le_bytes())?;
+        }
+        let end = pos + ifd.len() as u64;
+        dest.set_len(end)
+            .map_err(|e| Error::io("size", dest_path, e))?;
+        Ok(end)
+    }
+}
+
+/// Tiles compressed at once within `memory` (a raw and a compressed copy each), at
+/// least one, at most four per thread.
+fn batch_for(memory: u64, chunk_bytes: usize) -> usize {
+    ((memory / (2 * chunk_bytes as u64).max(1)) as usize)
+        .clamp(1, 4 * rayon::current_num_threads().max(1))
+}
+
+/// Compresses one raw tile as `compression` says (`path` names the output in errors).
+pub(crate) fn compress_tile(
+    raw: Vec<u8>,
+    compression: TiffCompression,
+    path: &Path,
+) -> Result<Vec<u8>> {
+    match compression {
+        TiffCompression::None => Ok(raw),
+        TiffCompression::Deflate(level) => {
+            use std::io::Write as _;
+            let mut z = flate2::write::ZlibEncoder::new(
+                Vec::with_capacity(raw.len() / 2),
+                flate2::Compression::new(level),
+            );
+            z.write_all(&raw)
+                .and_then(|()| z.finish())
+                .map_err(|e| Error::io("compress a tile of", path, e))
+        }
+        TiffCompression::Zstd(level) => {
+            zstd::bulk::compress(&raw, level).map_err(|e| Error::io("compress a tile of", path, e))
+        }
+    }
+}
+
 /// Writes a tiled GeoTIFF to `dest` from little-endian C-order `(bands, height, width)`
 /// data that `read(at, buf)` reads by byte offset (the staged output of a run).
 /// Tiles are compressed in parallel, a batch at a time within `opts.memory`, and
@@ -230,42 +419,23 @@ pub fn write_tiled(
     read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
 ) -> Result<u64> {
     use rayon::prelude::*;
-    let (bands, height, width) = image_dims(shape)?;
-    let (format, bits) = tiff_sample(dtype)?;
-    let es = dtype.size();
-    let t = opts.tile.max(16);
-    let across = width.div_ceil(t);
-    let down = height.div_ceil(t);
-    let pixel = opts.pixel_interleave && bands > 1;
-    let (planes, spp_chunk) = if pixel { (1, bands) } else { (bands, 1) };
-    let n_chunks = planes * across * down;
-    let nbytes = (bands * height * width * es) as u64;
-    let big = opts.bigtiff.unwrap_or(nbytes > BIGTIFF_ABOVE);
-    let chunk_bytes = t * t * spp_chunk * es;
-    let batch = ((opts.memory / (2 * chunk_bytes as u64).max(1)) as usize)
-        .clamp(1, 4 * rayon::current_num_threads().max(1));
-    let wr = |at: u64, b: &[u8]| {
-        dest.write_all_at(b, at)
-            .map_err(|e| Error::io("write", dest_path, e))
-    };
-    // header; the first IFD's offset is patched at the end
-    let mut pos: u64 = if big {
-        wr(0, &[b'I', b'I', 43, 0, 8, 0, 0, 0])?;
-        16
-    } else {
-        wr(0, &[b'I', b'I', 42, 0])?;
-        8
-    };
+    let l = TiledLayout::new(shape, dtype, opts)?;
+    let (bands, height, width, es, t) = (l.bands, l.height, l.width, l.es, l.t);
+    let (across, down) = (l.across, l.down);
+    let n_chunks = l.planes() * across * down;
+    dest.write_all_at(l.header(), 0)
+        .map_err(|e| Error::io("write", dest_path, e))?;
+    let mut pos = l.data_start();
     let encode = |k: usize| -> Result<Vec<u8>> {
         let plane = k / (across * down);
         let (ty, tx) = ((k % (across * down)) / across, k % across);
         let (y0, x0) = (ty * t, tx * t);
         let rows = t.min(height - y0);
         let cols = t.min(width - x0);
-        let mut raw = vec![0u8; chunk_bytes];
+        let mut raw = vec![0u8; l.chunk_bytes];
         let mut line = vec![0u8; cols * es];
         for y in 0..rows {
-            if pixel {
+            if l.pixel {
                 for b in 0..bands {
                     let at = (((b * height + y0 + y) * width + x0) * es) as u64;
                     read(at, &mut line)?;
@@ -279,102 +449,23 @@ pub fn write_tiled(
                 read(at, &mut raw[y * t * es..(y * t + cols) * es])?;
             }
         }
-        match opts.compression {
-            TiffCompression::None => Ok(raw),
-            TiffCompression::Deflate(level) => {
-                use std::io::Write as _;
-                let mut z = flate2::write::ZlibEncoder::new(
-                    Vec::with_capacity(chunk_bytes / 2),
-                    flate2::Compression::new(level),
-                );
-                z.write_all(&raw)
-                    .and_then(|()| z.finish())
-                    .map_err(|e| Error::io("compress a tile of", dest_path, e))
-            }
-            TiffCompression::Zstd(level) => zstd::bulk::compress(&raw, level)
-                .map_err(|e| Error::io("compress a tile of", dest_path, e)),
-        }
+        compress_tile(raw, opts.compression, dest_path)
     };
     let mut offsets = Vec::with_capacity(n_chunks);
     let mut counts = Vec::with_capacity(n_chunks);
     let all: Vec<usize> = (0..n_chunks).collect();
-    for group in all.chunks(batch) {
+    for group in all.chunks(l.batch) {
         let done: Vec<Result<Vec<u8>>> = group.par_iter().map(|&k| encode(k)).collect();
         for c in done {
             let c = c?;
-            wr(pos, &c)?;
+            dest.write_all_at(&c, pos)
+                .map_err(|e| Error::io("write", dest_path, e))?;
             offsets.push(pos);
             counts.push(c.len() as u64);
             pos += c.len() as u64;
         }
     }
-    if !big && pos > u64::from(u32::MAX) - (1 << 20) {
-        return Err(Error::invalid(format!(
-            "{}: the compressed tiles pass 4 GiB, more than a classic TIFF can address; \
-             write it as BigTIFF (--tiff-bigtiff yes)",
-            dest_path.display()
-        )));
-    }
-    pos += pos % 2;
-    let b16 = |v: usize| u16::try_from(v).unwrap_or(u16::MAX);
-    let mut e = vec![
-        longs(256, &[width as u64], false),
-        longs(257, &[height as u64], false),
-        shorts(258, &vec![bits; bands]),
-        shorts(
-            259,
-            &[match opts.compression {
-                TiffCompression::None => 1,
-                TiffCompression::Deflate(_) => 8,
-                TiffCompression::Zstd(_) => 50000,
-            }],
-        ),
-        shorts(262, &[1]),
-        shorts(277, &[b16(bands)]),
-        shorts(284, &[if pixel || bands == 1 { 1 } else { 2 }]),
-        shorts(322, &[b16(t)]),
-        shorts(323, &[b16(t)]),
-        longs(324, &offsets, big),
-        longs(325, &counts, big),
-        shorts(339, &vec![format; bands]),
-    ];
-    if bands > 1 {
-        e.push(shorts(338, &vec![0; bands - 1]));
-    }
-    if let Some(g) = &opts.georef {
-        if let Some(v) = &g.pixel_scale {
-            e.push(doubles(33550, v));
-        }
-        if let Some(v) = &g.tiepoint {
-            e.push(doubles(33922, v));
-        }
-        if let Some(v) = &g.transformation {
-            e.push(doubles(34264, v));
-        }
-        if let Some(v) = &g.geo_keys {
-            e.push(shorts(34735, v));
-        }
-        if let Some(v) = &g.geo_doubles {
-            e.push(doubles(34736, v));
-        }
-        if let Some(v) = &g.geo_ascii {
-            e.push(ascii(34737, v.trim_end_matches('\0')));
-        }
-        if let Some(v) = &g.nodata {
-            e.push(ascii(42113, v));
-        }
-    }
-    let ifd = ifd_bytes(e, pos, big);
-    wr(pos, &ifd)?;
-    if big {
-        wr(8, &pos.to_le_bytes())?;
-    } else {
-        wr(4, &(pos as u32).to_le_bytes())?;
-    }
-    let end = pos + ifd.len() as u64;
-    dest.set_len(end)
-        .map_err(|e| Error::io("size", dest_path, e))?;
-    Ok(end)
+    l.finish(dest, dest_path, dtype, opts, pos, &offsets, &counts)
 }
 
 #[cfg(test)]

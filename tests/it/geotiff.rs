@@ -531,3 +531,144 @@ fn each_compressed_chunk_is_decoded_once_per_pass() {
     let d = y.chunked().expect("decoded").decoded_chunks();
     assert_eq!(d, 55, "{} tiles", report.tiles);
 }
+
+/// The temporary files of a run in `dir`, with their first bytes and lengths.
+fn temp_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>, u64)> {
+    let mut v: Vec<(String, Vec<u8>, u64)> = std::fs::read_dir(dir)
+        .expect("read_dir")
+        .map(|e| e.expect("entry"))
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.ends_with(".tilestream-tmp") && !n.contains(".journal")
+        })
+        .map(|e| {
+            let bytes = std::fs::read(e.path()).expect("read");
+            let head = bytes[..bytes.len().min(4)].to_vec();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                head,
+                bytes.len() as u64,
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// A GeoTIFF output of a flat run (map, cast, convert...) is encoded as the run writes
+/// it when the budget holds a strip of output tiles: killed halfway, the only temporary
+/// output beside it is the TIFF being built (no raw staging file); resumed, it is byte
+/// for byte the file of an uninterrupted run, which is also the file a staged run writes
+/// (at a budget too small for a strip), and GDAL reads the values the .npy output has.
+#[test]
+fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = |n: &str| dir.path().join(n).to_str().expect("utf8").to_string();
+    let (bands, h, w) = (3, 300, 1100);
+    let data = pattern("u16", bands, h, w);
+    let raw = envi(dir.path(), "src", 12, bands, h, w, &data);
+    gdal_tif(
+        &raw,
+        &dir.path().join("src.tif"),
+        &["TILED=YES", "COMPRESS=LZW"],
+    );
+    let job = |out: &str, mem: &str| -> Vec<String> {
+        [
+            "map",
+            "x*2+1",
+            out,
+            "--in",
+            &format!("x={}", p("src.tif")),
+            "--dtype",
+            "f32",
+            "-m",
+            mem,
+            "--tiff-tile",
+            "64",
+        ]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect()
+    };
+    // the values, as a .npy
+    ts(&job(&p("want.npy"), "64MiB")
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    let want = npy_data(&dir.path().join("want.npy"));
+    let raw_bytes = (bands * h * w * 4) as u64;
+    let run = |args: &[String], kill: Option<&str>| {
+        let mut c = Command::new(BIN);
+        c.args(args).args(["--progress", "never"]);
+        if let Some(k) = kill {
+            c.env("TILESTREAM_FAULT_KILL_AT", k);
+        }
+        c.output().expect("spawn")
+    };
+    // streamed at 2 MiB (a strip is 64x1100 f32, 275 KiB: within a quarter of the
+    // budget) and staged at 1 MiB (a quarter cannot hold it and the tiles leave no room),
+    // each killed after tiles 0, 3 and 7 (of rows 25 high), then resumed
+    let mut files = Vec::new();
+    for (mem, streamed) in [("2MiB", true), ("1MiB", false)] {
+        let out = p(&format!("o{mem}.tif"));
+        let o = run(&job(&out, mem), None);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let whole = std::fs::read(&out).expect("read");
+        std::fs::remove_file(&out).expect("rm");
+        for kill in ["written:0:0", "written:0:3", "written:0:7"] {
+            let o = run(&job(&out, mem), Some(kill));
+            assert_eq!(
+                o.status.signal(),
+                Some(libc::SIGKILL),
+                "{mem} {kill}: not killed"
+            );
+            let temps = temp_files(dir.path());
+            assert_eq!(temps.len(), 1, "{mem} {kill}: {temps:?}");
+            let (_, head, len) = &temps[0];
+            if streamed {
+                assert_eq!(
+                    head.as_slice(),
+                    b"II*\0",
+                    "{mem} {kill}: not a TIFF being built"
+                );
+                assert!(
+                    *len < raw_bytes,
+                    "{mem} {kill}: {len} bytes, raw is {raw_bytes}"
+                );
+            } else {
+                assert_eq!(*len, raw_bytes, "{mem} {kill}: staged raw");
+            }
+            let mut args = job(&out, mem);
+            args.push("--resume".into());
+            let o = run(&args, None);
+            assert!(
+                o.status.success(),
+                "{mem} {kill}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            if kill != "written:0:0" {
+                // the strips (or tiles) done are kept, not redone
+                let stdout = String::from_utf8_lossy(&o.stdout);
+                assert!(stdout.contains("resumed:"), "{mem} {kill}: {stdout}");
+            }
+            assert!(
+                std::fs::read(&out).expect("read") == whole,
+                "{mem} resumed after {kill}: differs from an uninterrupted run"
+            );
+            assert!(temp_files(dir.path()).is_empty());
+            std::fs::remove_file(&out).expect("rm");
+        }
+        files.push(whole);
+    }
+    assert!(
+        files[0] == files[1],
+        "the streamed and the staged files differ"
+    );
+    let out = dir.path().join("check.tif");
+    std::fs::write(&out, &files[0]).expect("write");
+    assert!(
+        gdal_read(&out, dir.path()) == want,
+        "GDAL reads other values"
+    );
+}

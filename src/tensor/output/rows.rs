@@ -84,6 +84,8 @@ impl OutputFile {
             data_offset: info.data_offset + region.at_row * row_elems * es,
             dtype,
             shape: shape.to_vec(),
+            stream: None,
+            adopted: false,
             encode: None,
             zarr_rows: None,
         })
@@ -174,6 +176,8 @@ impl OutputFile {
             data_offset: 0,
             dtype,
             shape: shape.to_vec(),
+            stream: None,
+            adopted: false,
             encode: Some(Encode::Zarr(opts)),
             zarr_rows: Some(ZarrRows {
                 store_shape: info.shape.clone(),
