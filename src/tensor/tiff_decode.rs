@@ -247,10 +247,17 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
             out.copy_from_slice(&src[..need]);
         }
         Codec::Deflate => {
-            read_full(flate2::read::ZlibDecoder::new(src), out).map_err(|e| match e {
-                Short(n) => short(n),
-                Failed(e) => corrupt(&e),
-            })?;
+            // libdeflate: the whole chunk at once into its known size (1.2x zlib-rs,
+            // benches/codecs.rs). A stream it does not take whole (one that decodes past
+            // the chunk, as some writers pad a last strip, or a bad checksum after the
+            // data) is decoded as before, stopping at the chunk's size.
+            let whole = libdeflater::Decompressor::new().zlib_decompress(src, out);
+            if whole.ok() != Some(need) {
+                read_full(flate2::read::ZlibDecoder::new(src), out).map_err(|e| match e {
+                    Short(n) => short(n),
+                    Failed(e) => corrupt(&e),
+                })?;
+            }
         }
         Codec::Zstd => {
             let d = zstd::stream::read::Decoder::with_buffer(src).map_err(|e| corrupt(&e))?;

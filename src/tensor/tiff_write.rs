@@ -387,14 +387,22 @@ pub(crate) fn compress_tile(
     match compression {
         TiffCompression::None => Ok(raw),
         TiffCompression::Deflate(level) => {
-            use std::io::Write as _;
-            let mut z = flate2::write::ZlibEncoder::new(
-                Vec::with_capacity(raw.len() / 2),
-                flate2::Compression::new(level),
-            );
-            z.write_all(&raw)
-                .and_then(|()| z.finish())
-                .map_err(|e| Error::io("compress a tile of", path, e))
+            // libdeflate, as GDAL: 1.8-1.9x the speed of zlib-rs at level 6 for the same
+            // size (benches/codecs.rs)
+            let lvl = libdeflater::CompressionLvl::new(level as i32).map_err(|_| {
+                Error::invalid(format!("Deflate level {level} is not 1-9"))
+            })?;
+            let mut c = libdeflater::Compressor::new(lvl);
+            let mut out = vec![0u8; c.zlib_compress_bound(raw.len())];
+            let n = c.zlib_compress(&raw, &mut out).map_err(|e| {
+                Error::io(
+                    "compress a tile of",
+                    path,
+                    std::io::Error::other(format!("{e:?}")),
+                )
+            })?;
+            out.truncate(n);
+            Ok(out)
         }
         TiffCompression::Zstd(level) => {
             zstd::bulk::compress(&raw, level).map_err(|e| Error::io("compress a tile of", path, e))
