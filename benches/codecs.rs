@@ -55,8 +55,12 @@ fn tiles() -> Vec<(&'static str, Vec<u8>)> {
     let mut ndvi = Vec::with_capacity(512 * 512 * 4);
     for y in 0..512 {
         for x in 0..512 {
-            let r = (band(2, y, x) + 60.0 * n.next()).clamp(1.0, 65535.0).floor() as f64;
-            let i = (band(3, y, x) + 60.0 * n.next()).clamp(1.0, 65535.0).floor() as f64;
+            let r = (band(2, y, x) + 60.0 * n.next())
+                .clamp(1.0, 65535.0)
+                .floor() as f64;
+            let i = (band(3, y, x) + 60.0 * n.next())
+                .clamp(1.0, 65535.0)
+                .floor() as f64;
             ndvi.extend((((i - r) / (i + r)) as f32).to_le_bytes());
         }
     }

@@ -433,9 +433,10 @@ impl Engine {
 
     /// [`Engine::to_file`] within a journal already open (for operations whose earlier
     /// passes have no output). `stream_room`: for a run whose tiles write the output in
-    /// order, each element once (a flat plan), the bytes of the budget its plan leaves;
-    /// a GeoTIFF output is then encoded as the run writes it when that room holds the
-    /// encoder's strip ([`OutputFile::with_tiff_stream`]), else staged.
+    /// order, each element once (a flat plan), the bytes its plan set aside for the
+    /// output ([`Engine::plan_writing`]); a GeoTIFF output is then encoded as the run
+    /// writes it when that room holds the encoder's strip
+    /// ([`OutputFile::with_tiff_stream`]), else staged.
     fn to_file_with(
         &self,
         journal: Option<Journal>,
@@ -543,8 +544,9 @@ impl Engine {
     where
         K: TileKernel<crate::plan::Tile>,
     {
-        let room = (self.budget.limit() + plan.output_bytes).saturating_sub(plan.reserved_bytes);
-        self.to_file_with(journal, out, shape, dtype, Some(room), |output, journal| {
+        // only what the plan set aside: the rest of the budget is the pipeline's slack
+        let room = Some(plan.output_bytes).filter(|&b| b > 0);
+        self.to_file_with(journal, out, shape, dtype, room, |output, journal| {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;
             stream.journal = journal;

@@ -64,8 +64,8 @@ impl Engine {
 
     /// `output` set to be encoded as `format` says, with this engine's GeoTIFF or Zarr
     /// options (nothing to do for `.npy` and raw). A GeoTIFF is encoded as the run writes
-    /// it when `stream_room` (see [`Engine::to_file_with`]) holds what that needs, else
-    /// staged raw and encoded at the end.
+    /// it when `stream_room` (what the plan set aside, see [`Engine::to_file_with`])
+    /// holds what that needs, else staged raw and encoded at the end.
     pub(super) fn encoded_as(
         &self,
         output: OutputFile,
@@ -150,9 +150,18 @@ impl Engine {
             _ => None,
         };
         if let Some(n) = need {
+            /// Clears the thread's reserve however `plan` returns.
+            struct Clear;
+            impl Drop for Clear {
+                fn drop(&mut self) {
+                    super::OUT_RESERVE.with(|c| c.set(0));
+                }
+            }
             super::OUT_RESERVE.with(|c| c.set(n));
-            let held = plan();
-            super::OUT_RESERVE.with(|c| c.set(0));
+            let held = {
+                let _clear = Clear;
+                plan()
+            };
             if let Ok(mut p) = held {
                 p.output_bytes = n;
                 return Ok(p);

@@ -595,12 +595,12 @@ where
                             written += n as u64;
                         }
                         // a streamed output's strips completed by this tile, before the tile
-                        if let Some(j) = hooks.journal {
-                            for d in out.take_appended() {
-                                if let Err(e) = j.strip_written(pass, &d) {
-                                    shared.fail(e);
-                                    break 'tiles;
-                                }
+                        for d in out.take_appended() {
+                            if let Some(j) = hooks.journal
+                                && let Err(e) = j.strip_written(pass, &d)
+                            {
+                                shared.fail(e);
+                                break 'tiles;
                             }
                         }
                         if let (Some(j), Some(h)) = (hooks.journal, crc)

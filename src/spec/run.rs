@@ -25,8 +25,14 @@ impl Engine {
                 "a box plan for a flat operation".into(),
             )),
         };
-        Ok(SpecPlan::Flat(match spec.output_layout() {
-            Ok(l) if writes => self.plan_writing(spec.output(), &l.shape, l.dtype, flat)?,
+        let layout = match spec {
+            OpSpec::Generate { shape, dtype, .. } => Ok((shape.clone(), *dtype)),
+            _ => spec.output_layout().map(|l| (l.shape, l.dtype)),
+        };
+        Ok(SpecPlan::Flat(match layout {
+            Ok((shape, dtype)) if writes => {
+                self.plan_writing(spec.output(), &shape, dtype, flat)?
+            }
             _ => flat()?,
         }))
     }

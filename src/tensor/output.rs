@@ -358,7 +358,7 @@ impl OutputFile {
     /// Makes this output a tiled GeoTIFF encoded as the run writes it, strip by strip
     /// (see [`TiffStream`]): no raw staging and no encoding after the run. `memory` pays
     /// for the strip buffer and the tiles in flight
-    /// ([`TiffStream::memory_needed`]). The run's tiles must arrive in plan order, each
+    /// ([`TiffStream::fit`]). The run's tiles must arrive in plan order, each
     /// element once.
     ///
     /// # Errors

@@ -28,6 +28,10 @@ use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
+/// The most tiles a stream compresses at once (fewer on machines with fewer than four
+/// threads per four tiles).
+pub const MAX_BATCH: u64 = 16;
+
 /// A strip appended to the file: what the journal records so that a resumed run can
 /// check it and continue after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,7 +78,8 @@ impl TiffStream {
     /// `room` bytes: not pixel-interleaved with several bands, and `room` holds one
     /// strip's raw bytes and at least one tile in flight (raw and compressed). Returns
     /// the bytes the stream then holds and the options to create it with (their
-    /// `memory` set to what is left for tiles in flight, at most four per thread).
+    /// `memory` set to what is left for tiles in flight: at most [`MAX_BATCH`], so the
+    /// figure, which a plan holds, does not depend on the machine).
     ///
     /// # Errors
     /// [`Error::Invalid`] for a shape or dtype a TIFF cannot hold.
@@ -90,9 +95,9 @@ impl TiffStream {
         if l.pixel || strip + tile > room {
             return Ok(None);
         }
+        let batch = ((room - strip) / tile).min(MAX_BATCH);
         let mut o = opts.clone();
-        o.memory = room - strip;
-        let batch = TiledLayout::new(shape, dtype, &o)?.batch as u64;
+        o.memory = batch * tile;
         Ok(Some((strip + batch * tile, o)))
     }
 
@@ -102,8 +107,9 @@ impl TiffStream {
     /// Either way the header is written.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a layout that cannot be streamed; [`Error::Io`] if the
-    /// file cannot be written.
+    /// [`Error::Invalid`] for a shape or dtype a TIFF cannot hold; [`Error::Internal`]
+    /// for a layout that cannot be streamed ([`TiffStream::fit`] says which);
+    /// [`Error::Io`] if the file cannot be written.
     pub fn create(
         file: &File,
         path: &Path,
@@ -235,7 +241,7 @@ impl TiffStream {
         };
         let offset = inner.pos;
         let mut pos = offset;
-        let mut crc = crc32fast::Hasher::new();
+        let mut crc = self.strip_hasher();
         let mut counts = Vec::with_capacity(l.across);
         let all: Vec<usize> = (0..l.across).collect();
         for group in all.chunks(l.batch) {
@@ -270,6 +276,19 @@ impl TiffStream {
         Ok(())
     }
 
+    /// A hasher for a strip's CRC-32, seeded with everything that decides how its bytes
+    /// were encoded (tile side, compression and level, BigTIFF, dtype, shape): a strip
+    /// an interrupted run encoded otherwise (`--resume` with other `--tiff-*` options)
+    /// never matches, and is redone.
+    fn strip_hasher(&self) -> crc32fast::Hasher {
+        let l = &self.layout;
+        let id = format!(
+            "tile {} {:?} big {} {} {}x{}x{}",
+            l.t, self.opts.compression, l.big, self.dtype, l.bands, l.height, l.width
+        );
+        crc32fast::Hasher::new_with_initial(crc32fast::hash(id.as_bytes()))
+    }
+
     /// The strips appended since the last call, in order.
     #[must_use]
     pub fn take_appended(&self) -> Vec<StripDone> {
@@ -291,14 +310,14 @@ impl TiffStream {
         inner.offsets.clear();
         inner.counts.clear();
         let mut pos = self.layout.data_start();
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = vec![0u8; 64 << 10];
         let mut kept = 0;
         for (s, d) in done.iter().enumerate() {
             if d.strip != s || d.offset != pos || d.counts.len() != self.layout.across {
                 break;
             }
             let len: u64 = d.counts.iter().sum();
-            let mut crc = crc32fast::Hasher::new();
+            let mut crc = self.strip_hasher();
             let mut at = 0u64;
             while at < len {
                 let n = (len - at).min(buf.len() as u64) as usize;
@@ -467,5 +486,14 @@ mod tests {
             let (from, _) = s.strip_elems(kept);
             assert!(whole(&s, &f, from - 7) == want, "damage {damage:?}");
         }
+        // strips encoded with other options (--resume with another --tiff-compress) are
+        // all redone, though their offsets and tile counts would fit
+        let f = open();
+        let zstd = TiffWriteOptions {
+            compression: TiffCompression::Zstd(3),
+            ..opts.clone()
+        };
+        let s = TiffStream::create(&f, &path, &shape, dtype, zstd, None, false).unwrap();
+        assert_eq!(s.resume(&f, &path, &done).unwrap(), 0);
     }
 }
