@@ -92,8 +92,9 @@ pub struct Engine {
 
 thread_local! {
     /// While a run's plan is made on this thread: bytes set aside in it for encoding a
-    /// GeoTIFF output as the run writes it ([`Engine::plan_writing`]).
-    static OUT_RESERVE: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// GeoTIFF or Zarr output as the run writes it, and what they are
+    /// ([`Engine::plan_writing`]).
+    static OUT_RESERVE: std::cell::Cell<(u64, &'static str)> = const { std::cell::Cell::new((0, "")) };
 }
 
 impl fmt::Debug for Engine {
@@ -273,13 +274,13 @@ impl Engine {
     /// [`TensorFile::read_scratch_bytes`]).
     fn request(&self, what: String, shape: &[usize], inputs: &[&TensorFile]) -> PlanRequest {
         let (mut resident_bytes, mut resident_what) = decode_scratch(self.budget.limit(), inputs);
-        let out = OUT_RESERVE.with(std::cell::Cell::get);
+        let (out, out_what) = OUT_RESERVE.with(std::cell::Cell::get);
         if out > 0 {
             hold(
                 &mut resident_bytes,
                 &mut resident_what,
                 out,
-                "GeoTIFF output encoded as it is written (a strip of tiles)".to_string(),
+                out_what.to_string(),
             );
         }
         PlanRequest {

@@ -10,6 +10,7 @@ use crate::plan::Plan;
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
 use crate::tensor::tiff_stream::TiffStream;
 use crate::tensor::zarr::ZarrWriteOptions;
+use crate::tensor::zarr_stream::ZarrStream;
 use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape};
 
 impl Engine {
@@ -104,7 +105,21 @@ impl Engine {
                     output.dtype(),
                     self.budget.limit(),
                 )?;
-                Ok(output.with_zarr(self.zarr_out.clone()))
+                let fit = match stream_room {
+                    Some(room) if !output.is_region() => {
+                        ZarrStream::fit(output.shape(), output.dtype(), &self.zarr_out, room)?
+                    }
+                    _ => None,
+                };
+                if let Some((need, opts)) = fit {
+                    let memory = self
+                        .budget
+                        .reserve("Zarr encoding (a slab of chunks)", need)?;
+                    tracing::info!(bytes = need, "Zarr output encoded as the run writes it");
+                    output.with_zarr_stream(&opts, memory)
+                } else {
+                    Ok(output.with_zarr(self.zarr_out.clone()))
+                }
             }
             OutFormat::Npy | OutFormat::Raw => Ok(output),
         }
@@ -124,10 +139,11 @@ impl Engine {
     }
 
     /// Plans a run writing `out` (of `shape` and `dtype`) with `plan`, setting aside in
-    /// the plan what encoding a GeoTIFF output as it is written needs (a strip of tiles
-    /// and the tiles in flight, within a quarter of the budget), so that the tiles do not
-    /// take that room; when the plan cannot hold it, the plan without it (the output is
-    /// then staged and encoded after the run). Other outputs: `plan` as it is.
+    /// the plan what encoding a GeoTIFF or Zarr output as it is written needs (a strip of
+    /// tiles or a slab of chunks, and those in flight, within a quarter of the budget), so
+    /// that the tiles do not take that room; when the plan cannot hold it, the plan
+    /// without it (the output is then staged and encoded after the run). Other outputs:
+    /// `plan` as it is.
     ///
     /// # Errors
     /// What `plan` returns.
@@ -145,19 +161,30 @@ impl Engine {
                 TiffStream::fit(shape, dtype, &opts, self.budget.limit() / 4)
                     .ok()
                     .flatten()
-                    .map(|(n, _)| n)
+                    .map(|(n, _)| {
+                        (
+                            n,
+                            "GeoTIFF output encoded as it is written (a strip of tiles)",
+                        )
+                    })
+            }
+            OutFormat::Zarr if self.out_region.is_none() => {
+                ZarrStream::fit(shape, dtype, &self.zarr_out, self.budget.limit() / 4)
+                    .ok()
+                    .flatten()
+                    .map(|(n, _)| (n, "Zarr output encoded as it is written (a slab of chunks)"))
             }
             _ => None,
         };
-        if let Some(n) = need {
+        if let Some((n, what)) = need {
             /// Clears the thread's reserve however `plan` returns.
             struct Clear;
             impl Drop for Clear {
                 fn drop(&mut self) {
-                    super::OUT_RESERVE.with(|c| c.set(0));
+                    super::OUT_RESERVE.with(|c| c.set((0, "")));
                 }
             }
-            super::OUT_RESERVE.with(|c| c.set(n));
+            super::OUT_RESERVE.with(|c| c.set((n, what)));
             let held = {
                 let _clear = Clear;
                 plan()

@@ -21,6 +21,7 @@ pub mod tiff_write;
 pub mod zarr;
 pub mod zarr_codecs;
 pub mod zarr_decode;
+pub mod zarr_stream;
 
 mod formats;
 mod output;

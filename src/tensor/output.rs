@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::tiff_stream::{StripDone, TiffStream};
 use super::window::whole_pages;
+use super::zarr_stream::ZarrStream;
 use super::{Encode, OutFormat, checked_nbytes, file_len, geotiff, npy, own_files, zarr};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -169,10 +170,20 @@ pub struct OutputFile {
     zarr_rows: Option<ZarrRows>,
     /// Set when the destination is a GeoTIFF encoded as the run writes it (no staging):
     /// the temporary file is the TIFF being built.
-    stream: Option<TiffStream>,
+    stream: Option<Streamed>,
     /// True for an interrupted run's temporary output taken up by
     /// [`adopt`](Self::adopt).
     adopted: bool,
+}
+
+/// An output encoded as the run writes it.
+#[derive(Debug)]
+enum Streamed {
+    /// A GeoTIFF, in the temporary file.
+    Tiff(Box<TiffStream>),
+    /// A Zarr store, in a temporary directory named after the temporary file (which
+    /// stays empty: it names the run's output in the journal).
+    Zarr(Box<ZarrStream>),
 }
 
 /// The rows of an existing Zarr store a run writes ([`OutputFile::zarr_region`]).
@@ -298,13 +309,19 @@ impl OutputFile {
         let mut head = vec![0u8; header.len()];
         file.read_exact_at(&mut head, 0)
             .map_err(|e| Error::io("read", tmp, e))?;
-        // a GeoTIFF's may be a streamed TIFF (any length), checked strip by strip later
-        let streamable = format == OutFormat::GeoTiff;
-        if (len != header.len() as u64 + nbytes && !streamable) || head != header {
+        // a GeoTIFF's may be a streamed TIFF (any length), checked strip by strip later;
+        // a Zarr output's, the empty file that names a streamed store
+        let streamed = format == OutFormat::GeoTiff || (format == OutFormat::Zarr && len == 0);
+        if (len != header.len() as u64 + nbytes && !streamed) || head != header {
             return Err(Error::invalid(format!(
                 "{}: not the temporary output of this run",
                 tmp.display()
             )));
+        }
+        if format == OutFormat::Zarr && len == 0 {
+            // a run that stages takes it up as a raw output never written
+            file.set_len(header.len() as u64 + nbytes)
+                .map_err(|e| Error::io("size", tmp, e))?;
         }
         Ok(OutputFile {
             durable: true,
@@ -384,7 +401,47 @@ impl OutputFile {
             Some(memory),
             !self.adopted,
         )?;
-        self.stream = Some(stream);
+        self.stream = Some(Streamed::Tiff(Box::new(stream)));
+        self.encode = None;
+        Ok(self)
+    }
+
+    /// Makes this output a Zarr v3 store encoded as the run writes it, slab by slab
+    /// (see [`ZarrStream`]), in a temporary directory beside the destination renamed
+    /// into place by [`finish`](Self::finish); the temporary file stays empty. `memory`
+    /// pays for the slab buffer and the chunks in flight ([`ZarrStream::fit`]).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for chunk shapes that do not fit; [`Error::Internal`] for a
+    /// region output; [`Error::Io`] if the store cannot be made.
+    pub fn with_zarr_stream(
+        mut self,
+        opts: &zarr::ZarrWriteOptions,
+        memory: crate::budget::Reservation,
+    ) -> Result<Self> {
+        let Target::Temp(t) = &self.tmp else {
+            return Err(Error::Internal(
+                "a Zarr store written by rows of a job cannot be streamed".into(),
+            ));
+        };
+        let name = t.path().to_string_lossy();
+        let Some(stem) = name.strip_suffix(TEMP_SUFFIX) else {
+            return Err(Error::Internal(format!("{name}: not a temporary output")));
+        };
+        let dir = PathBuf::from(format!("{stem}z{TEMP_SUFFIX}"));
+        t.as_file()
+            .set_len(0)
+            .map_err(|e| Error::io("size", t.path(), e))?;
+        let stream = ZarrStream::create(
+            &dir,
+            &self.dest,
+            &self.shape,
+            self.dtype,
+            opts,
+            Some(memory),
+            self.adopted,
+        )?;
+        self.stream = Some(Streamed::Zarr(Box::new(stream)));
         self.encode = None;
         Ok(self)
     }
@@ -406,10 +463,11 @@ impl OutputFile {
     /// The strips a streaming output appended since the last call (for the journal).
     #[must_use]
     pub fn take_appended(&self) -> Vec<StripDone> {
-        self.stream
-            .as_ref()
-            .map(TiffStream::take_appended)
-            .unwrap_or_default()
+        match &self.stream {
+            Some(Streamed::Tiff(s)) => s.take_appended(),
+            Some(Streamed::Zarr(s)) => s.take_appended(),
+            None => Vec::new(),
+        }
     }
 
     /// For a streaming output taken up from an interrupted run: keeps the intact strips
@@ -420,17 +478,27 @@ impl OutputFile {
     /// [`Error::Internal`] if this output does not stream; [`Error::Io`] if its file
     /// cannot be read or cut.
     pub fn resume_stream(&self, done: &[StripDone]) -> Result<u64> {
-        let Some(s) = &self.stream else {
-            return Err(Error::Internal(
+        match &self.stream {
+            Some(Streamed::Tiff(s)) => {
+                let kept = s.resume(self.handle(), &self.dest, done)?;
+                Ok(if kept == s.strips() {
+                    u64::MAX
+                } else {
+                    s.strip_elems(kept).0
+                })
+            }
+            Some(Streamed::Zarr(s)) => {
+                let kept = s.resume(done)?;
+                Ok(if kept == s.slabs() {
+                    u64::MAX
+                } else {
+                    s.slab_elems(kept).0
+                })
+            }
+            None => Err(Error::Internal(
                 "resume_stream on an output that does not stream".into(),
-            ));
-        };
-        let kept = s.resume(self.handle(), &self.dest, done)?;
-        Ok(if kept == s.strips() {
-            u64::MAX
-        } else {
-            s.strip_elems(kept).0
-        })
+            )),
+        }
     }
 
     /// Makes this output a Zarr v3 store written as `opts` say (staged raw, encoded by
@@ -504,7 +572,7 @@ impl OutputFile {
     pub fn read_at(&self, start: u64, buf: &mut [u8]) -> Result<()> {
         if self.stream.is_some() && !buf.is_empty() {
             return Err(Error::Internal(
-                "a streamed GeoTIFF output cannot be read back".into(),
+                "a streamed GeoTIFF or Zarr output cannot be read back".into(),
             ));
         }
         match self.locate(start, buf.len()) {
@@ -522,6 +590,9 @@ impl OutputFile {
     /// Leaves the temporary file in place (an interrupted run that can be resumed):
     /// the next run with `--resume` takes it up, `tilestream clean` removes it.
     pub fn keep(self) {
+        if let Some(Streamed::Zarr(s)) = &self.stream {
+            s.keep();
+        }
         if let Target::Temp(t) = self.tmp {
             let _ = t.keep();
         }
@@ -544,8 +615,10 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Io`] on a failed write (disk full, file size limit...).
     pub fn write_at(&self, start: u64, bytes: &[u8]) -> Result<()> {
-        if let Some(s) = &self.stream {
-            return s.write(self.handle(), &self.dest, start, bytes);
+        match &self.stream {
+            Some(Streamed::Tiff(s)) => return s.write(self.handle(), &self.dest, start, bytes),
+            Some(Streamed::Zarr(s)) => return s.write(start, bytes),
+            None => {}
         }
         let Some((off, from, to)) = self.locate(start, bytes.len()) else {
             return Ok(());
@@ -603,9 +676,14 @@ impl OutputFile {
                 return Ok(());
             }
         };
-        if let Some(s) = &self.stream {
-            s.finish(tmp.as_file(), &self.dest)?;
-            return Self::persist(tmp, &self.dest, self.durable);
+        match &self.stream {
+            Some(Streamed::Tiff(s)) => {
+                s.finish(tmp.as_file(), &self.dest)?;
+                return Self::persist(tmp, &self.dest, self.durable);
+            }
+            // the store is renamed into place; the empty file goes with `tmp`
+            Some(Streamed::Zarr(s)) => return s.finish(),
+            None => {}
         }
         let staged = tmp.as_file();
         let off = self.data_offset;

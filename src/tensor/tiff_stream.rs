@@ -57,14 +57,98 @@ pub struct TiffStream {
     _memory: Option<Reservation>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    /// The strip being filled; every strip before it is in the file.
-    next: usize,
+/// How a streamed output is cut into units (GeoTIFF strips, Zarr slabs): contiguous
+/// ranges of its flat C-order elements, in order, which a run writing in plan order
+/// completes one after another.
+pub(crate) trait Units {
+    /// The unit holding flat element `e`.
+    fn unit_of(&self, e: u64) -> usize;
+    /// Flat element range `[start, end)` of unit `u`.
+    fn unit_elems(&self, u: usize) -> (u64, u64);
+    /// Number of units.
+    fn units(&self) -> usize;
+}
+
+/// The unit of a streamed output being filled, assembled from the bytes the run writes.
+#[derive(Debug, Default)]
+pub(crate) struct Assembly {
+    /// The unit being filled; every unit before it is done.
+    pub(crate) next: usize,
     /// Its raw bytes.
     buf: Vec<u8>,
     /// Bytes of it written so far.
     filled: usize,
+}
+
+impl Assembly {
+    /// Takes `bytes` of the output from flat element `start` on (elements of `es`
+    /// bytes). Bytes of units already done (a resumed run redoing a tile that began
+    /// before its first open unit) are dropped; each unit completed here is handed to
+    /// `complete` with its raw bytes, and the next one is filled.
+    ///
+    /// # Errors
+    /// What `complete` returns; [`Error::Internal`] for bytes past the unit being filled
+    /// (tiles must arrive in plan order), naming `what`.
+    pub(crate) fn feed(
+        &mut self,
+        units: &impl Units,
+        es: usize,
+        start: u64,
+        bytes: &[u8],
+        what: &str,
+        mut complete: impl FnMut(usize, &[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let (mut e, mut b) = (start, bytes);
+        while !b.is_empty() {
+            let s = units.unit_of(e);
+            let (s0, s1) = units.unit_elems(s);
+            let n = ((b.len() / es) as u64).min(s1 - e) as usize;
+            if s > self.next {
+                return Err(Error::Internal(format!(
+                    "{what}: elements from {e} reached unit {s} while unit {} is incomplete",
+                    self.next
+                )));
+            }
+            if s == self.next {
+                let len = ((s1 - s0) as usize) * es;
+                if self.buf.len() != len {
+                    self.buf.resize(len, 0);
+                }
+                let at = ((e - s0) as usize) * es;
+                self.buf[at..at + n * es].copy_from_slice(&b[..n * es]);
+                self.filled += n * es;
+                if self.filled == len {
+                    complete(s, &self.buf)?;
+                    self.next += 1;
+                    self.filled = 0;
+                    if self.next == units.units() {
+                        self.buf = Vec::new();
+                    }
+                }
+            }
+            e += n as u64;
+            b = &b[n * es..];
+        }
+        Ok(())
+    }
+
+    /// Fills unit `u` next (a resumed run, after the units it kept).
+    pub(crate) fn restart_at(&mut self, u: usize) {
+        self.next = u;
+        self.filled = 0;
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    /// The strip being filled.
+    asm: Assembly,
+    /// What is in the file.
+    written: Written,
+}
+
+#[derive(Debug)]
+struct Written {
     /// Where the next tile goes in the file.
     pos: u64,
     offsets: Vec<u64>,
@@ -136,13 +220,13 @@ impl TiffStream {
             dtype,
             opts,
             inner: Mutex::new(Inner {
-                next: 0,
-                buf: Vec::new(),
-                filled: 0,
-                pos,
-                offsets: Vec::new(),
-                counts: Vec::new(),
-                appended: Vec::new(),
+                asm: Assembly::default(),
+                written: Written {
+                    pos,
+                    offsets: Vec::new(),
+                    counts: Vec::new(),
+                    appended: Vec::new(),
+                },
             }),
             _memory: memory,
         })
@@ -188,47 +272,33 @@ impl TiffStream {
     /// [`Error::Io`] on a failed write or compression; [`Error::Internal`] for bytes
     /// past the strip being filled (tiles must arrive in plan order).
     pub fn write(&self, file: &File, path: &Path, start: u64, bytes: &[u8]) -> Result<()> {
-        let es = self.layout.es;
-        let mut inner = self.lock()?;
-        let (mut e, mut b) = (start, bytes);
-        while !b.is_empty() {
-            let s = self.strip_of(e);
-            let (s0, s1) = self.strip_elems(s);
-            let n = ((b.len() / es) as u64).min(s1 - e) as usize;
-            if s > inner.next {
-                return Err(Error::Internal(format!(
-                    "GeoTIFF stream: elements from {e} reached strip {s} while strip {} is \
-                     incomplete",
-                    inner.next
-                )));
-            }
-            if s == inner.next {
-                let len = ((s1 - s0) as usize) * es;
-                if inner.buf.len() != len {
-                    inner.buf.resize(len, 0);
-                }
-                let at = ((e - s0) as usize) * es;
-                inner.buf[at..at + n * es].copy_from_slice(&b[..n * es]);
-                inner.filled += n * es;
-                if inner.filled == len {
-                    self.append(&mut inner, file, path)?;
-                }
-            }
-            e += n as u64;
-            b = &b[n * es..];
-        }
-        Ok(())
+        let mut guard = self.lock()?;
+        let inner = &mut *guard;
+        let (asm, rest) = (&mut inner.asm, &mut inner.written);
+        asm.feed(
+            self,
+            self.layout.es,
+            start,
+            bytes,
+            "GeoTIFF stream",
+            |s, buf| self.append(s, buf, rest, file, path),
+        )
     }
 
-    /// Compresses the full strip `inner.next` and appends its tiles.
-    fn append(&self, inner: &mut Inner, file: &File, path: &Path) -> Result<()> {
+    /// Compresses the full strip `s` (raw bytes `buf`) and appends its tiles.
+    fn append(
+        &self,
+        s: usize,
+        buf: &[u8],
+        inner: &mut Written,
+        file: &File,
+        path: &Path,
+    ) -> Result<()> {
         use rayon::prelude::*;
         let l = &self.layout;
-        let s = inner.next;
         let y0 = (s % l.down) * l.t;
         let rows = l.t.min(l.height - y0);
         let (t, es, width) = (l.t, l.es, l.width);
-        let buf = &inner.buf;
         let tile = |tx: usize| -> Result<Vec<u8>> {
             let x0 = tx * t;
             let cols = t.min(width - x0);
@@ -262,11 +332,6 @@ impl TiffStream {
         }
         inner.counts.extend(&counts);
         inner.pos = pos;
-        inner.next += 1;
-        inner.filled = 0;
-        if inner.next == self.strips() {
-            inner.buf = Vec::new();
-        }
         inner.appended.push(StripDone {
             strip: s,
             offset,
@@ -294,7 +359,7 @@ impl TiffStream {
     pub fn take_appended(&self) -> Vec<StripDone> {
         self.inner
             .lock()
-            .map(|mut i| std::mem::take(&mut i.appended))
+            .map(|mut i| std::mem::take(&mut i.written.appended))
             .unwrap_or_default()
     }
 
@@ -306,9 +371,10 @@ impl TiffStream {
     /// # Errors
     /// [`Error::Io`] if the file cannot be read or cut.
     pub fn resume(&self, file: &File, path: &Path, done: &[StripDone]) -> Result<usize> {
-        let mut inner = self.lock()?;
-        inner.offsets.clear();
-        inner.counts.clear();
+        let mut guard = self.lock()?;
+        let inner = &mut *guard;
+        inner.written.offsets.clear();
+        inner.written.counts.clear();
         let mut pos = self.layout.data_start();
         let mut buf = vec![0u8; 64 << 10];
         let mut kept = 0;
@@ -331,16 +397,15 @@ impl TiffStream {
                 break;
             }
             for &c in &d.counts {
-                inner.offsets.push(pos);
-                inner.counts.push(c);
+                inner.written.offsets.push(pos);
+                inner.written.counts.push(c);
                 pos += c;
             }
             kept = s + 1;
         }
         file.set_len(pos).map_err(|e| Error::io("size", path, e))?;
-        inner.next = kept;
-        inner.pos = pos;
-        inner.filled = 0;
+        inner.asm.restart_at(kept);
+        inner.written.pos = pos;
         Ok(kept)
     }
 
@@ -350,10 +415,10 @@ impl TiffStream {
     /// [`Error::Internal`] if a strip is missing; [`Error::Io`] on a failed write.
     pub fn finish(&self, file: &File, path: &Path) -> Result<u64> {
         let inner = self.lock()?;
-        if inner.next != self.strips() {
+        if inner.asm.next != self.strips() {
             return Err(Error::Internal(format!(
                 "GeoTIFF stream finished with {} of {} strips written",
-                inner.next,
+                inner.asm.next,
                 self.strips()
             )));
         }
@@ -362,10 +427,22 @@ impl TiffStream {
             path,
             self.dtype,
             &self.opts,
-            inner.pos,
-            &inner.offsets,
-            &inner.counts,
+            inner.written.pos,
+            &inner.written.offsets,
+            &inner.written.counts,
         )
+    }
+}
+
+impl Units for TiffStream {
+    fn unit_of(&self, e: u64) -> usize {
+        self.strip_of(e)
+    }
+    fn unit_elems(&self, u: usize) -> (u64, u64) {
+        self.strip_elems(u)
+    }
+    fn units(&self) -> usize {
+        self.strips()
     }
 }
 

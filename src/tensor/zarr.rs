@@ -8,6 +8,8 @@
 //! Writing ([`write_store`], through the `zarrs` crate): the run's data, staged raw, is cut into chunks that are
 //! encoded and stored in parallel (a batch at a time within the budget) into a store built
 //! in a temporary directory beside the destination, renamed into place once complete.
+//! Flat runs encode as they write instead ([`super::zarr_stream`], through
+//! [`encode_chunk_range`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -524,7 +526,7 @@ pub fn write_store_rows(
 }
 
 /// The array handle [`write_store`] writes through (and its outer chunk shape).
-fn build_array(
+pub(crate) fn build_array(
     dir: &Path,
     dest: &Path,
     shape: &[usize],
@@ -591,6 +593,30 @@ fn encode_chunks(
     grid_rows: std::ops::Range<usize>,
     read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
 ) -> Result<()> {
+    let per_grid_row: usize = shape
+        .iter()
+        .zip(outer)
+        .skip(1)
+        .map(|(&n, &c)| n.div_ceil(c))
+        .product();
+    let chunks = grid_rows.start * per_grid_row..grid_rows.end * per_grid_row;
+    encode_chunk_range(array, dest, shape, dtype, outer, memory, chunks, read)
+}
+
+/// Encodes and stores the outer chunks `chunks` (flat C-order indices into the chunk
+/// grid), a batch at a time within `memory`; `read(at, buf)` reads the array's bytes
+/// by offset (only those of these chunks are asked for).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn encode_chunk_range(
+    array: &zarrs::array::Array<FilesystemStore>,
+    dest: &Path,
+    shape: &[usize],
+    dtype: DType,
+    outer: &[usize],
+    memory: u64,
+    chunks: std::ops::Range<usize>,
+    read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
+) -> Result<()> {
     let rank = shape.len();
 
     let es = dtype.size();
@@ -599,7 +625,6 @@ fn encode_chunks(
         .zip(outer)
         .map(|(&n, &c)| n.div_ceil(c))
         .collect();
-    let per_grid_row: usize = grid[1..].iter().product();
     let chunk_elems: usize = outer.iter().product();
     let chunk_bytes = chunk_elems * es;
     let batch = ((memory / (3 * chunk_bytes as u64).max(1)) as usize)
@@ -645,7 +670,7 @@ fn encode_chunks(
             .store_chunk(&ci, ArrayBytes::new_flen(buf))
             .map_err(|e| zarr_err(dest, &format!("cannot write chunk {ci:?}"), &e))
     };
-    let all: Vec<usize> = (grid_rows.start * per_grid_row..grid_rows.end * per_grid_row).collect();
+    let all: Vec<usize> = chunks.collect();
     for group in all.chunks(batch) {
         group.par_iter().try_for_each(|&k| encode(k))?;
     }

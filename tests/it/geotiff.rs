@@ -562,7 +562,6 @@ fn temp_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>, u64)> {
 /// (at a budget too small for a strip), and GDAL reads the values the .npy output has.
 #[test]
 fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
-    use std::os::unix::process::ExitStatusExt;
     let dir = tempfile::tempdir().expect("tempdir");
     let p = |n: &str| dir.path().join(n).to_str().expect("utf8").to_string();
     let (bands, h, w) = (3, 300, 1100);
@@ -586,72 +585,55 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
             mem,
             "--tiff-tile",
             "64",
+            "--progress",
+            "never",
         ]
         .iter()
         .map(|s| (*s).to_string())
         .collect()
     };
     // the values, as a .npy
-    ts(&job(&p("want.npy"), "64MiB")
-        .iter()
-        .map(String::as_str)
-        .collect::<Vec<_>>());
+    crate::common::ok(
+        &job(&p("want.npy"), "64MiB")
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
     let want = npy_data(&dir.path().join("want.npy"));
     let raw_bytes = (bands * h * w * 4) as u64;
-    let run = |args: &[String], kill: Option<&str>| {
-        let mut c = Command::new(BIN);
-        c.args(args).args(["--progress", "never"]);
-        if let Some(k) = kill {
-            c.env("TILESTREAM_FAULT_KILL_AT", k);
-        }
-        c.output().expect("spawn")
-    };
     // streamed at 2 MiB (a strip is 64x1100 f32, 275 KiB: within a quarter of the
-    // budget) and staged at 1 MiB (a quarter cannot hold it and the tiles leave no room),
-    // each killed after tiles 0, 3 and 7 (of rows 25 high), then resumed
+    // budget) and staged at 1 MiB (a quarter cannot hold it), each killed after tiles 0,
+    // 3 and 7 (of rows 25 high), then resumed
     let mut files = Vec::new();
     for (mem, streamed) in [("2MiB", true), ("1MiB", false)] {
         let out = p(&format!("o{mem}.tif"));
-        let o = run(&job(&out, mem), None);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        crate::common::ok(
+            &job(&out, mem)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
         let whole = std::fs::read(&out).expect("read");
         std::fs::remove_file(&out).expect("rm");
         for kill in ["written:0:0", "written:0:3", "written:0:7"] {
-            let o = run(&job(&out, mem), Some(kill));
-            assert_eq!(
-                o.status.signal(),
-                Some(libc::SIGKILL),
-                "{mem} {kill}: not killed"
-            );
-            let temps = temp_files(dir.path());
-            assert_eq!(temps.len(), 1, "{mem} {kill}: {temps:?}");
-            let (_, head, len) = &temps[0];
-            if streamed {
-                assert_eq!(
-                    head.as_slice(),
-                    b"II*\0",
-                    "{mem} {kill}: not a TIFF being built"
-                );
-                assert!(
-                    *len < raw_bytes,
-                    "{mem} {kill}: {len} bytes, raw is {raw_bytes}"
-                );
-            } else {
-                assert_eq!(*len, raw_bytes, "{mem} {kill}: staged raw");
-            }
-            let mut args = job(&out, mem);
-            args.push("--resume".into());
-            let o = run(&args, None);
-            assert!(
-                o.status.success(),
-                "{mem} {kill}: {}",
-                String::from_utf8_lossy(&o.stderr)
-            );
-            if kill != "written:0:0" {
-                // the strips (or tiles) done are kept, not redone
-                let stdout = String::from_utf8_lossy(&o.stdout);
-                assert!(stdout.contains("resumed:"), "{mem} {kill}: {stdout}");
-            }
+            crate::common::kill_then_resume(&job(&out, mem), kill, || {
+                let temps = temp_files(dir.path());
+                assert_eq!(temps.len(), 1, "{mem} {kill}: {temps:?}");
+                let (_, head, len) = &temps[0];
+                if streamed {
+                    assert_eq!(
+                        head.as_slice(),
+                        b"II*\0",
+                        "{mem} {kill}: not a TIFF being built"
+                    );
+                    assert!(
+                        *len < raw_bytes,
+                        "{mem} {kill}: {len} bytes, raw is {raw_bytes}"
+                    );
+                } else {
+                    assert_eq!(*len, raw_bytes, "{mem} {kill}: staged raw");
+                }
+            });
             assert!(
                 std::fs::read(&out).expect("read") == whole,
                 "{mem} resumed after {kill}: differs from an uninterrupted run"

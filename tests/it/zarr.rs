@@ -212,3 +212,136 @@ fn zarr_stores_feed_any_command_and_replace_only_zarr_stores() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// Every file under `dir` (relative path, bytes), the journal-free picture of a store.
+fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(
+        root: &std::path::Path,
+        p: &std::path::Path,
+        out: &mut std::collections::BTreeMap<String, Vec<u8>>,
+    ) {
+        for e in std::fs::read_dir(p).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                let rel = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// A Zarr output of a flat run is encoded as the run writes it when a quarter of the
+/// budget holds a slab of chunks: killed halfway, beside it are only the empty file that
+/// names the run's output and the store being built (no raw staging file); resumed, the
+/// store is file for file the one an uninterrupted run writes, which is also what a
+/// staged run writes (at a budget too small for a slab), with the values of the .npy.
+/// Needs no Python: tilestream reads its stores back itself.
+#[test]
+fn zarr_outputs_stream_without_staging_and_resume_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    ok(&[
+        "gen",
+        &p("x.npy"),
+        "--shape",
+        "3x300x1100",
+        "--seed",
+        "4",
+        "--dtype",
+        "f32",
+    ]);
+    let job = |out: &str, mem: &str| -> Vec<String> {
+        [
+            "map",
+            "x*2+1",
+            out,
+            "--in",
+            &format!("x={}", p("x.npy")),
+            "-m",
+            mem,
+            "--zarr-chunks",
+            "1x64x100",
+            "--progress",
+            "never",
+        ]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect()
+    };
+    let run_ok = |v: &[String]| {
+        ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
+    };
+    // (name, is a directory, length) of the run's temporary outputs
+    let temps = || -> Vec<(String, bool, u64)> {
+        let mut v: Vec<(String, bool, u64)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.ends_with(".tilestream-tmp") && !n.contains(".journal")
+            })
+            .map(|e| {
+                let m = e.metadata().unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    m.is_dir(),
+                    m.len(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    run_ok(&job(&p("want.npy"), "64MiB"));
+    let want = read_npy_data(&dir.path().join("want.npy"));
+    let raw_bytes = 3 * 300 * 1100 * 4;
+    let mut stores = Vec::new();
+    // streamed at 2 MiB (a slab is 64x1100 f32, 275 KiB, with chunks of 1x64x100 in
+    // flight: within a quarter of the budget) and staged at 1 MiB (a quarter cannot)
+    for (mem, streamed) in [("2MiB", true), ("1MiB", false)] {
+        let out = dir.path().join(format!("o{mem}.zarr"));
+        run_ok(&job(out.to_str().unwrap(), mem));
+        let whole = tree(&out);
+        assert!(whole.len() > 3 * 5 * 11, "{mem}: {} files", whole.len());
+        std::fs::remove_dir_all(&out).unwrap();
+        for kill in ["written:0:0", "written:0:4", "written:0:9"] {
+            crate::common::kill_then_resume(&job(out.to_str().unwrap(), mem), kill, || {
+                let t = temps();
+                if streamed {
+                    // the empty file naming the run's output, and the store being built
+                    assert_eq!(t.len(), 2, "{mem} {kill}: {t:?}");
+                    assert!(!t[0].1 && t[0].2 == 0, "{mem} {kill}: {t:?}");
+                    assert!(t[1].1, "{mem} {kill}: {t:?}");
+                } else {
+                    assert_eq!(t.len(), 1, "{mem} {kill}: {t:?}");
+                    assert_eq!(t[0].2, raw_bytes, "{mem} {kill}: staged raw");
+                }
+            });
+            assert!(
+                tree(&out) == whole,
+                "{mem} resumed after {kill}: the store differs"
+            );
+            assert!(temps().is_empty(), "{mem} {kill}: {:?}", temps());
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+        stores.push(whole);
+    }
+    assert!(
+        stores[0] == stores[1],
+        "the streamed and the staged stores differ"
+    );
+    // and the values are the map's
+    let out = dir.path().join("check.zarr");
+    run_ok(&job(out.to_str().unwrap(), "2MiB"));
+    ok(&["convert", out.to_str().unwrap(), &p("back.npy")]);
+    assert!(read_npy_data(&dir.path().join("back.npy")) == want);
+}

@@ -40,6 +40,38 @@ pub fn run(args: &[&str]) -> Output {
     bin().args(args).output().unwrap()
 }
 
+/// Runs the binary with `args`, killed (SIGKILL, by fault injection) at `kill`, asserts
+/// that it was, calls `between` to look at what the kill left, then runs `args` again
+/// with `--resume`, asserting success and, for a kill after the first tile of pass 0,
+/// that the report says work was kept.
+pub fn kill_then_resume(args: &[String], kill: &str, between: impl FnOnce()) {
+    use std::os::unix::process::ExitStatusExt;
+    let o = bin()
+        .args(args)
+        .env("TILESTREAM_FAULT_KILL_AT", kill)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.signal(),
+        Some(libc::SIGKILL),
+        "{args:?} at {kill}: not killed"
+    );
+    between();
+    let o = bin().args(args).arg("--resume").output().unwrap();
+    assert!(
+        o.status.success(),
+        "{args:?} resumed after {kill}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    if kill != "written:0:0" {
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            stdout.contains("resumed:"),
+            "{args:?} after {kill}: {stdout}"
+        );
+    }
+}
+
 /// Runs the binary, asserting success, and returns stdout.
 pub fn ok(args: &[&str]) -> String {
     let o = run(args);
