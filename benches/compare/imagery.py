@@ -4,6 +4,7 @@
 tilestream at --memory 256MiB against GDAL's gdal_calc.py doing the same NDVI.
 
     python3 benches/compare/imagery.py [--size 20000] [--runs 3] [--readme]
+                                       [--also before=path/to/old/tilestream]
 
 Needs gdal-bin and python3-gdal (Debian) for gdal_translate / gdalinfo / gdal_calc.py,
 and numpy in benches/compare/.venv (compare.py makes it) to write the scene. Every run
@@ -89,6 +90,9 @@ def main():
     ap.add_argument("--size", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--keep", action="store_true", help="keep the scene and outputs")
+    ap.add_argument("--also", action="append", default=[], metavar="LABEL=BINARY",
+                    help="also time another tilestream build's NDVI and gaussian in the same "
+                         "rounds (rows named LABEL in the table)")
     ap.add_argument("--readme", action="store_true",
                     help="paste the table into README.md between <!-- bench:geotiff --> markers")
     a = ap.parse_args()
@@ -119,6 +123,14 @@ def main():
             ts, "stencil", str(scene), str(out["gauss_ts"]), "--filter", "gaussian:sigma=2",
             "--dtype", "f32", "-m", mem, "--progress", "never"],
     }
+    for extra in a.also:
+        label, binary = extra.split("=", 1)
+        for name in ("NDVI", "gaussian"):
+            base = engines[f"tilestream {name}" if name == "NDVI" else
+                           "tilestream gaussian σ=2 (4 bands)"]
+            out[f"{label}_{name}"] = WORK / f"{label}_{name}.tif"
+            engines[f"{label} {name}"] = [binary] + base[1:3] + [str(out[f"{label}_{name}"])] + \
+                base[4:]
     # warm the page cache with the scene
     with open(scene, "rb") as f:
         while f.read(1 << 24):
