@@ -435,9 +435,9 @@ impl Engine {
     /// [`Engine::to_file`] within a journal already open (for operations whose earlier
     /// passes have no output). `stream_room`: for a run whose tiles write the output in
     /// order, each element once (a flat plan), the bytes its plan set aside for the
-    /// output ([`Engine::plan_writing`]); a GeoTIFF output is then encoded as the run
-    /// writes it when that room holds the encoder's strip
-    /// ([`OutputFile::with_tiff_stream`]), else staged.
+    /// output ([`Engine::plan_writing`]); a GeoTIFF or Zarr output is then encoded as
+    /// the run writes it when that room holds the encoder's strip or slab
+    /// ([`OutputFile::with_tiff_stream`], [`OutputFile::with_zarr_stream`]), else staged.
     fn to_file_with(
         &self,
         journal: Option<Journal>,

@@ -112,7 +112,8 @@ struct PrevPass {
     tiles: BTreeMap<usize, u32>,
     /// (tile, slot, length, crc) of the latest state checkpoint.
     state: Option<(usize, usize, u64, u32)>,
-    /// Strips of a streamed GeoTIFF output, in the order they were appended.
+    /// Strips of a streamed GeoTIFF output (or slabs of a streamed Zarr store), in the
+    /// order they were appended.
     strips: Vec<StripDone>,
 }
 

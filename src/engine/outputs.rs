@@ -64,9 +64,10 @@ impl Engine {
     }
 
     /// `output` set to be encoded as `format` says, with this engine's GeoTIFF or Zarr
-    /// options (nothing to do for `.npy` and raw). A GeoTIFF is encoded as the run writes
-    /// it when `stream_room` (what the plan set aside, see [`Engine::to_file_with`])
-    /// holds what that needs, else staged raw and encoded at the end.
+    /// options (nothing to do for `.npy` and raw). A GeoTIFF or Zarr output is encoded
+    /// as the run writes it when `stream_room` (what the plan set aside, see
+    /// [`Engine::to_file_with`]) holds what that needs, else staged raw and encoded at
+    /// the end.
     pub(super) fn encoded_as(
         &self,
         output: OutputFile,

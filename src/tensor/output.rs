@@ -168,8 +168,9 @@ pub struct OutputFile {
     /// Set when the run writes rows of an existing Zarr store (a cluster job's output):
     /// its staged data goes into those rows' chunks instead of a store of its own.
     zarr_rows: Option<ZarrRows>,
-    /// Set when the destination is a GeoTIFF encoded as the run writes it (no staging):
-    /// the temporary file is the TIFF being built.
+    /// Set when the destination is a GeoTIFF or Zarr store encoded as the run writes it
+    /// (no staging): the temporary file is the TIFF being built, or stays empty beside
+    /// the store being built.
     stream: Option<Streamed>,
     /// True for an interrupted run's temporary output taken up by
     /// [`adopt`](Self::adopt).
@@ -419,16 +420,11 @@ impl OutputFile {
         opts: &zarr::ZarrWriteOptions,
         memory: crate::budget::Reservation,
     ) -> Result<Self> {
-        let Target::Temp(t) = &self.tmp else {
+        let (Target::Temp(t), Some(dir)) = (&self.tmp, self.stream_dir()) else {
             return Err(Error::Internal(
                 "a Zarr store written by rows of a job cannot be streamed".into(),
             ));
         };
-        let name = t.path().to_string_lossy();
-        let Some(stem) = name.strip_suffix(TEMP_SUFFIX) else {
-            return Err(Error::Internal(format!("{name}: not a temporary output")));
-        };
-        let dir = PathBuf::from(format!("{stem}z{TEMP_SUFFIX}"));
         t.as_file()
             .set_len(0)
             .map_err(|e| Error::io("size", t.path(), e))?;
@@ -505,8 +501,24 @@ impl OutputFile {
     /// [`finish`](Self::finish) into a temporary directory renamed into place).
     #[must_use]
     pub fn with_zarr(mut self, opts: zarr::ZarrWriteOptions) -> Self {
+        if self.adopted
+            && let Some(dir) = self.stream_dir()
+        {
+            // an interrupted run streamed into a store this run does not take up
+            let _ = std::fs::remove_dir_all(dir);
+        }
         self.encode = Some(Encode::Zarr(opts));
         self
+    }
+
+    /// The directory a streamed Zarr output of this temporary file is built in.
+    fn stream_dir(&self) -> Option<PathBuf> {
+        let Target::Temp(t) = &self.tmp else {
+            return None;
+        };
+        let name = t.path().to_string_lossy();
+        let stem = name.strip_suffix(TEMP_SUFFIX)?;
+        Some(PathBuf::from(format!("{stem}z{TEMP_SUFFIX}")))
     }
 
     /// The destination path.
@@ -737,7 +749,6 @@ impl OutputFile {
                 let held = own_files::open_own(&lock_path, true)?;
                 let _ = lock(&held);
                 zarr::write_store(dir.path(), &self.dest, &self.shape, self.dtype, opts, &read)?;
-                std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))?;
                 if std::fs::symlink_metadata(&self.dest).is_ok() {
                     own_files::check_destination(&self.dest, OutFormat::Zarr)?;
                     std::fs::remove_dir_all(&self.dest)
@@ -746,7 +757,10 @@ impl OutputFile {
                 std::fs::rename(dir.path(), &self.dest)
                     .map_err(|e| Error::io("rename the finished output to", &self.dest, e))?;
                 let _ = dir.keep();
-                return Ok(());
+                // locked until it is in place: `clean` never takes it for a stale store
+                let lock_path = self.dest.join(".lock");
+                return std::fs::remove_file(&lock_path)
+                    .map_err(|e| Error::io("remove", &lock_path, e));
             }
             None => {}
         }

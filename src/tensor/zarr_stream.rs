@@ -45,6 +45,10 @@ pub struct ZarrStream {
     axis: usize,
     /// Outer chunks per slab.
     per: usize,
+    /// CRC-32 of the store's `zarr.json`, the seed of every slab's checksum: slabs an
+    /// interrupted run stored with other options (`--resume` with another
+    /// `--zarr-compress` or chunking) never match, and are stored again.
+    seed: u32,
     memory: u64,
     inner: Mutex<Inner>,
     /// Held while the store is written, so that `tilestream clean` leaves it alone.
@@ -101,11 +105,17 @@ impl ZarrStream {
         let (_, outer) = chunk_shapes(opts, shape, dtype, u64::MAX)?;
         let a = slab_axis(&outer);
         let es = dtype.size() as u64;
-        let slab = outer[a].min(shape[a]) as u64
-            * shape[a + 1..].iter().map(|&d| d as u64).product::<u64>()
-            * es;
-        let chunk = 3 * outer.iter().map(|&d| d as u64).product::<u64>() * es;
-        if slab + chunk > room {
+        let slab = (outer[a].min(shape[a]) as u64)
+            .saturating_mul(
+                shape[a + 1..]
+                    .iter()
+                    .fold(1u64, |n, &d| n.saturating_mul(d as u64)),
+            )
+            .saturating_mul(es);
+        let chunk = outer
+            .iter()
+            .fold(3 * es, |n, &d| n.saturating_mul(d as u64));
+        if slab.saturating_add(chunk) > room {
             return Ok(None);
         }
         let batch = ((room - slab) / chunk).min(MAX_BATCH);
@@ -139,21 +149,12 @@ impl ZarrStream {
             std::fs::create_dir(dir)
                 .map_err(|e| Error::io("create a temporary Zarr store", dir, e))?;
         }
-        let held = own_files::open_own(&dir.join(".lock"), true)?;
-        if !lock(&held) {
-            return Err(Error::invalid(format!(
-                "{}: another tilestream run is writing this output",
-                dest.display()
-            )));
+        let made = Self::open_store(dir, dest, shape, dtype, opts);
+        if made.is_err() && !usable {
+            // a store this run made and cannot use is not left behind
+            let _ = std::fs::remove_dir_all(dir);
         }
-        let (array, outer) = build_array(dir, dest, shape, dtype, opts)?;
-        array.store_metadata().map_err(|e| {
-            Error::io(
-                "write",
-                dir.join("zarr.json"),
-                std::io::Error::other(e.to_string()),
-            )
-        })?;
+        let (held, array, outer, seed) = made?;
         let grid: Vec<usize> = shape
             .iter()
             .zip(&outer)
@@ -161,6 +162,7 @@ impl ZarrStream {
             .collect();
         let axis = slab_axis(&outer);
         Ok(ZarrStream {
+            seed,
             dir: dir.to_path_buf(),
             dest: dest.to_path_buf(),
             array,
@@ -175,6 +177,33 @@ impl ZarrStream {
             _lock: held,
             _memory: memory,
         })
+    }
+
+    /// Locks the store in `dir`, writes its `zarr.json` and returns the lock, the array,
+    /// its outer chunk shape and the CRC-32 of its `zarr.json` (which seeds the
+    /// checksums of its slabs).
+    #[allow(clippy::type_complexity)]
+    fn open_store(
+        dir: &Path,
+        dest: &Path,
+        shape: &[usize],
+        dtype: DType,
+        opts: &ZarrWriteOptions,
+    ) -> Result<(File, zarrs::array::Array<FilesystemStore>, Vec<usize>, u32)> {
+        let held = own_files::open_own(&dir.join(".lock"), true)?;
+        if !lock(&held) {
+            return Err(Error::invalid(format!(
+                "{}: another tilestream run is writing this output",
+                dest.display()
+            )));
+        }
+        let (array, outer) = build_array(dir, dest, shape, dtype, opts)?;
+        let meta = dir.join("zarr.json");
+        array
+            .store_metadata()
+            .map_err(|e| Error::io("write", &meta, std::io::Error::other(e.to_string())))?;
+        let text = std::fs::read(&meta).map_err(|e| Error::io("read", &meta, e))?;
+        Ok((held, array, outer, crc32fast::hash(&text)))
     }
 
     /// The store directory being built.
@@ -286,7 +315,7 @@ impl ZarrStream {
     /// chunk without a file (all fill value, which zarrs does not store) counts as a
     /// marker byte.
     fn files_crc(&self, chunks: std::ops::Range<usize>) -> Result<u32> {
-        let mut h = crc32fast::Hasher::new();
+        let mut h = crc32fast::Hasher::new_with_initial(self.seed);
         let mut buf = vec![0u8; 64 << 10];
         for k in chunks {
             let mut rem = k;
@@ -364,8 +393,6 @@ impl ZarrStream {
                 self.slabs()
             )));
         }
-        let lock_path = self.dir.join(".lock");
-        std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))?;
         if std::fs::symlink_metadata(&self.dest).is_ok() {
             own_files::check_destination(&self.dest, super::OutFormat::Zarr)?;
             std::fs::remove_dir_all(&self.dest).map_err(|e| Error::io("replace", &self.dest, e))?;
@@ -373,7 +400,9 @@ impl ZarrStream {
         std::fs::rename(&self.dir, &self.dest)
             .map_err(|e| Error::io("rename the finished output to", &self.dest, e))?;
         inner.settled = true;
-        Ok(())
+        // locked until it is in place: `clean` never takes a finished store for a stale one
+        let lock_path = self.dest.join(".lock");
+        std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))
     }
 
     /// Leaves the store for a resumed run (an interrupted run).

@@ -339,6 +339,26 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
         stores[0] == stores[1],
         "the streamed and the staged stores differ"
     );
+    // a resume with other options stores every slab again: the store is the one an
+    // uninterrupted run with those options writes (not zstd slabs under gzip metadata)
+    let out = dir.path().join("opts.zarr");
+    let mut gzip = job(out.to_str().unwrap(), "2MiB");
+    gzip.extend(["--zarr-compress".to_string(), "gzip".to_string()]);
+    run_ok(&gzip);
+    let want_gzip = tree(&out);
+    std::fs::remove_dir_all(&out).unwrap();
+    let o = crate::common::bin()
+        .args(job(out.to_str().unwrap(), "2MiB"))
+        .env("TILESTREAM_FAULT_KILL_AT", "written:0:9")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    gzip.push("--resume".to_string());
+    run_ok(&gzip);
+    assert!(
+        tree(&out) == want_gzip,
+        "a resume with gzip kept zstd chunks"
+    );
     // and the values are the map's
     let out = dir.path().join("check.zarr");
     run_ok(&job(out.to_str().unwrap(), "2MiB"));
