@@ -246,8 +246,12 @@ def test_ctrl_c_stops_the_call_and_resume_finishes(tmp_path):
     out = tmp_path / "m.npy"
     # the child says when a few tiles are done (and many remain), then is interrupted:
     # no fixed sleep, which a fast machine outran
+    # the child takes Ctrl-C as Python does by default, even when this test was started
+    # where SIGINT is ignored (a background job of a non-interactive shell), which its
+    # children would inherit
     script = textwrap.dedent(f"""
-        import sys, tilestream as ts
+        import signal, sys, tilestream as ts
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         said = []
         def tell(p):
             if not said and p["tiles_done"] >= 2:
