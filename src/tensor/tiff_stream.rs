@@ -23,7 +23,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
-use super::tiff_write::{TiffWriteOptions, TiledLayout, compress_tile};
+use super::tiff_write::{TiffWriteOptions, TiledLayout, append_tiles, compress_tile};
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -294,7 +294,6 @@ impl TiffStream {
         file: &File,
         path: &Path,
     ) -> Result<()> {
-        use rayon::prelude::*;
         let l = &self.layout;
         let y0 = (s % l.down) * l.t;
         let rows = l.t.min(l.height - y0);
@@ -310,26 +309,13 @@ impl TiffStream {
             compress_tile(raw, self.opts.compression, path)
         };
         let offset = inner.pos;
-        let mut pos = offset;
         let mut crc = self.strip_hasher();
-        let mut counts = Vec::with_capacity(l.across);
-        let all: Vec<usize> = (0..l.across).collect();
-        for group in all.chunks(l.batch) {
-            let done: Vec<Result<Vec<u8>>> = group.par_iter().map(|&tx| tile(tx)).collect();
-            for c in done {
-                let c = c?;
-                file.write_all_at(&c, pos)
-                    .map_err(|e| Error::io("write", path, e))?;
-                crc.update(&c);
-                counts.push(c.len() as u64);
-                pos += c.len() as u64;
-            }
-        }
         let mut at = offset;
-        for &c in &counts {
+        let (pos, counts) = append_tiles(file, path, offset, 0..l.across, l.batch, &tile, |c| {
+            crc.update(c);
             inner.offsets.push(at);
-            at += c;
-        }
+            at += c.len() as u64;
+        })?;
         inner.counts.extend(&counts);
         inner.pos = pos;
         inner.appended.push(StripDone {

@@ -378,6 +378,35 @@ fn batch_for(memory: u64, chunk_bytes: usize) -> usize {
         .clamp(1, 4 * rayon::current_num_threads().max(1))
 }
 
+/// Encodes tiles `tiles` with `encode` in parallel, `batch` at a time, and writes them
+/// one after another into `dest` from offset `pos`, handing each one's bytes to
+/// `each` in order. Returns where the last one ends and their compressed lengths.
+pub(crate) fn append_tiles(
+    dest: &File,
+    dest_path: &Path,
+    mut pos: u64,
+    tiles: std::ops::Range<usize>,
+    batch: usize,
+    encode: &(dyn Fn(usize) -> Result<Vec<u8>> + Sync),
+    mut each: impl FnMut(&[u8]),
+) -> Result<(u64, Vec<u64>)> {
+    use rayon::prelude::*;
+    let all: Vec<usize> = tiles.collect();
+    let mut counts = Vec::with_capacity(all.len());
+    for group in all.chunks(batch.max(1)) {
+        let done: Vec<Result<Vec<u8>>> = group.par_iter().map(|&k| encode(k)).collect();
+        for c in done {
+            let c = c?;
+            dest.write_all_at(&c, pos)
+                .map_err(|e| Error::io("write", dest_path, e))?;
+            each(&c);
+            counts.push(c.len() as u64);
+            pos += c.len() as u64;
+        }
+    }
+    Ok((pos, counts))
+}
+
 /// Compresses one raw tile as `compression` says (`path` names the output in errors).
 pub(crate) fn compress_tile(
     raw: Vec<u8>,
@@ -425,7 +454,6 @@ pub fn write_tiled(
     opts: &TiffWriteOptions,
     read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
 ) -> Result<u64> {
-    use rayon::prelude::*;
     let l = TiledLayout::new(shape, dtype, opts)?;
     let (bands, height, width, es, t) = (l.bands, l.height, l.width, l.es, l.t);
     let (across, down) = (l.across, l.down);
@@ -459,20 +487,11 @@ pub fn write_tiled(
         compress_tile(raw, opts.compression, dest_path)
     };
     let mut offsets = Vec::with_capacity(n_chunks);
-    let mut counts = Vec::with_capacity(n_chunks);
-    let all: Vec<usize> = (0..n_chunks).collect();
-    for group in all.chunks(l.batch) {
-        let done: Vec<Result<Vec<u8>>> = group.par_iter().map(|&k| encode(k)).collect();
-        for c in done {
-            let c = c?;
-            dest.write_all_at(&c, pos)
-                .map_err(|e| Error::io("write", dest_path, e))?;
-            offsets.push(pos);
-            counts.push(c.len() as u64);
-            pos += c.len() as u64;
-        }
-    }
-    l.finish(dest, dest_path, dtype, opts, pos, &offsets, &counts)
+    let (end, counts) = append_tiles(dest, dest_path, pos, 0..n_chunks, l.batch, &encode, |c| {
+        offsets.push(pos);
+        pos += c.len() as u64;
+    })?;
+    l.finish(dest, dest_path, dtype, opts, end, &offsets, &counts)
 }
 
 #[cfg(test)]
