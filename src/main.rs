@@ -10,6 +10,7 @@ use std::time::Instant;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tilestream::budget::fmt_bytes;
+use tilestream::tensor::cog::CogOptions;
 use tilestream::tensor::geotiff::TiffWriteOptions;
 use tilestream::tensor::zarr::ZarrWriteOptions;
 use tilestream::tensor::{Format, fmt_shape, parse_shape};
@@ -39,7 +40,22 @@ fn engine(c: &Common) -> Result<Engine> {
             "no" => Some(false),
             _ => None,
         },
+        cog: (c.cog
+            || c.format
+                .as_deref()
+                .is_some_and(|f| f.eq_ignore_ascii_case("cog")))
+        .then(|| -> Result<CogOptions> {
+            Ok(CogOptions {
+                overviews: c.overviews.parse()?,
+                resampling: c.overview_resampling.parse()?,
+            })
+        })
+        .transpose()?,
         ..TiffWriteOptions::default()
+    };
+    let format = match c.format.as_deref() {
+        Some(f) if f.eq_ignore_ascii_case("cog") => Some("tif"),
+        f => f,
     };
     let zarr = ZarrWriteOptions {
         chunks: c.zarr_chunks.as_deref().map(parse_shape).transpose()?,
@@ -52,7 +68,7 @@ fn engine(c: &Common) -> Result<Engine> {
         .with_durable(!c.no_sync)
         .with_tiff_output(tiff)
         .with_zarr_output(zarr)
-        .with_out_format(c.format.as_deref().map(str::parse).transpose()?)
+        .with_out_format(format.map(str::parse).transpose()?)
         .with_gpu_memory(
             c.gpu_memory
                 .as_deref()

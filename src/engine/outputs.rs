@@ -75,9 +75,27 @@ impl Engine {
         format: OutFormat,
         stream_room: Option<u64>,
     ) -> Result<OutputFile> {
+        if self.tiff_out.cog.is_some() && format != OutFormat::GeoTiff {
+            return Err(crate::Error::invalid(format!(
+                "--cog (or --format cog) writes Cloud-Optimized GeoTIFFs, but {} is written \
+                 as {}: name it .tif",
+                out.display(),
+                format!("{format:?}").to_lowercase()
+            )));
+        }
         match format {
             OutFormat::GeoTiff => {
                 let opts = self.tiff_options(out, output.shape());
+                if let Some(cog) = &opts.cog {
+                    // refused before the run, not after it
+                    crate::tensor::cog::check_budget(
+                        output.shape(),
+                        output.dtype(),
+                        &opts,
+                        cog,
+                        self.budget.limit(),
+                    )?;
+                }
                 let fit = match stream_room {
                     Some(room) if !output.is_region() => {
                         TiffStream::fit(output.shape(), output.dtype(), &opts, room)?
@@ -129,7 +147,9 @@ impl Engine {
     /// Finishes `output`; a staged one is encoded with what the budget has left, reserved
     /// for the time (tiles or chunks in flight).
     pub(super) fn finish_output(&self, mut output: OutputFile) -> Result<()> {
-        let _encoding = if output.is_staged() {
+        // a streamed output's strip is written: its memory goes to building a COG
+        output.release_stream_memory();
+        let _encoding = if output.is_staged() || output.builds_cog() {
             let free = self.budget.limit().saturating_sub(self.budget.reserved());
             output.set_encode_memory(free);
             Some(self.budget.reserve("GeoTIFF/Zarr encoding", free)?)

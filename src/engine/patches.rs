@@ -204,6 +204,12 @@ impl Engine {
         if format == PatchFormat::GeoTiff {
             crate::tensor::geotiff::tiff_sample(input.dtype())?;
         }
+        if self.tiff_out.cog.is_some() {
+            return Err(Error::invalid(
+                "--cog makes whole images Cloud-Optimized; patches are small tiled GeoTIFFs \
+                 without overviews: leave --cog out",
+            ));
+        }
         let plan = self.plan_patches(input, spec)?;
         let bands = plan.dims[0];
         std::fs::create_dir_all(outdir).map_err(|e| Error::io("create directory", outdir, e))?;

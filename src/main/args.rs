@@ -40,6 +40,7 @@ pub(crate) struct Cli {
 const OUTPUT_FORMATS: &str = "Output formats (GeoTIFF, Zarr)";
 
 #[derive(Args, Clone, Debug)]
+#[allow(clippy::struct_excessive_bools)] // command-line switches
 pub(crate) struct Common {
     /// Memory budget for everything the engine holds: staging windows and buffers,
     /// accumulators, results (e.g. 512MiB, 2GB, 1.5GiB, or bytes).
@@ -89,8 +90,20 @@ pub(crate) struct Common {
     /// GeoTIFF outputs: BigTIFF (64-bit offsets): auto (when the data passes 4 GB), yes, no.
     #[arg(long, default_value = "auto", value_parser = ["auto", "yes", "no"], global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) tiff_bigtiff: String,
-    /// Output format: npy, raw, tif or zarr (default: from the output's extension: .npy,
-    /// .tif/.tiff, .zarr, anything else raw). Inputs are recognised by extension or content.
+    /// GeoTIFF outputs: write a Cloud-Optimized GeoTIFF (overviews, directories first,
+    /// tiles of the smallest overview first), as `--format cog` does.
+    #[arg(long, global = true, help_heading = OUTPUT_FORMATS)]
+    pub(crate) cog: bool,
+    /// COG outputs: overview levels, auto (halve until one tile holds the smallest) or a
+    /// count (factors 2, 4, ... 2^N; 0 for none).
+    #[arg(long, default_value = "auto", global = true, help_heading = OUTPUT_FORMATS)]
+    pub(crate) overviews: String,
+    /// COG outputs: how overviews are computed, average (gdaladdo -r average) or nearest.
+    #[arg(long, default_value = "average", value_parser = ["average", "nearest"], global = true, help_heading = OUTPUT_FORMATS)]
+    pub(crate) overview_resampling: String,
+    /// Output format: npy, raw, tif, cog or zarr (default: from the output's extension:
+    /// .npy, .tif/.tiff, .zarr, anything else raw). Inputs are recognised by extension or
+    /// content.
     #[arg(long, global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) format: Option<String>,
     /// Zarr outputs (.zarr): chunk shape, e.g. 1x512x512 (default: 512 along the last two

@@ -12,6 +12,7 @@
 //! or interrupted run leaves nothing at the output path.
 
 pub mod chunked;
+pub mod cog;
 pub mod geotiff;
 pub mod npy;
 pub mod own_files;

@@ -175,6 +175,9 @@ pub struct OutputFile {
     /// True for an interrupted run's temporary output taken up by
     /// [`adopt`](Self::adopt).
     adopted: bool,
+    /// Memory the work in [`finish`](Self::finish) may hold (encoding a staged output,
+    /// building a COG's overviews).
+    finish_memory: u64,
 }
 
 /// An output encoded as the run writes it.
@@ -254,6 +257,7 @@ impl OutputFile {
             shape: shape.to_vec(),
             stream: None,
             adopted: false,
+            finish_memory: 64 << 20,
             encode,
             zarr_rows: None,
         })
@@ -337,6 +341,7 @@ impl OutputFile {
             shape: shape.to_vec(),
             stream: None,
             adopted: true,
+            finish_memory: 64 << 20,
             encode: default_encode(dest, shape, dtype, format)?,
             zarr_rows: None,
         })
@@ -534,8 +539,31 @@ impl OutputFile {
         self.encode.is_some()
     }
 
-    /// Memory the encoding in [`finish`](Self::finish) may hold.
+    /// Gives back the memory a streamed output holds for its unit in flight (once the
+    /// run has written everything, before [`finish`](Self::finish)).
+    pub fn release_stream_memory(&mut self) {
+        match &mut self.stream {
+            Some(Streamed::Tiff(s)) => s.release_memory(),
+            Some(Streamed::Zarr(s)) => s.release_memory(),
+            None => {}
+        }
+    }
+
+    /// True when [`finish`](Self::finish) rewrites the GeoTIFF as a Cloud-Optimized
+    /// GeoTIFF (building its overviews).
+    #[must_use]
+    pub fn builds_cog(&self) -> bool {
+        match (&self.stream, &self.encode) {
+            (Some(Streamed::Tiff(s)), _) => s.options().cog.is_some(),
+            (_, Some(Encode::Tiff(o))) => o.cog.is_some(),
+            _ => false,
+        }
+    }
+
+    /// Memory the encoding in [`finish`](Self::finish) may hold (and the building of a
+    /// COG's overviews).
     pub fn set_encode_memory(&mut self, bytes: u64) {
+        self.finish_memory = bytes;
         match &mut self.encode {
             Some(Encode::Tiff(t)) => t.memory = bytes,
             Some(Encode::Zarr(z)) => z.memory = bytes,
@@ -691,6 +719,7 @@ impl OutputFile {
         match &self.stream {
             Some(Streamed::Tiff(s)) => {
                 s.finish(tmp.as_file(), &self.dest)?;
+                let tmp = Self::cog_of(tmp, &self.dest, s.options(), self.finish_memory)?;
                 return Self::persist(tmp, &self.dest, self.durable);
             }
             // the store is renamed into place; the empty file goes with `tmp`
@@ -735,6 +764,8 @@ impl OutputFile {
                     opts,
                     &read,
                 )?;
+                drop(tmp);
+                let encoded = Self::cog_of(encoded, &self.dest, opts, self.finish_memory)?;
                 return Self::persist(encoded, &self.dest, self.durable);
             }
             Some(Encode::Zarr(opts)) => {
@@ -765,6 +796,24 @@ impl OutputFile {
             None => {}
         }
         Self::persist(tmp, &self.dest, self.durable)
+    }
+
+    /// The GeoTIFF in `tiff`, rewritten as a COG into a new temporary file when `opts`
+    /// asks for one (see [`super::cog`]); `tiff` itself otherwise.
+    fn cog_of(
+        tiff: tempfile::NamedTempFile,
+        dest: &Path,
+        opts: &geotiff::TiffWriteOptions,
+        memory: u64,
+    ) -> Result<tempfile::NamedTempFile> {
+        let Some(cog) = &opts.cog else {
+            return Ok(tiff);
+        };
+        let out = temp_beside(dest)?;
+        let mut o = opts.clone();
+        o.memory = memory;
+        super::cog::build(tiff.path(), out.as_file(), dest, &o, cog)?;
+        Ok(out)
     }
 
     fn persist(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {

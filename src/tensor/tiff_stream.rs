@@ -54,7 +54,7 @@ pub struct TiffStream {
     opts: TiffWriteOptions,
     inner: Mutex<Inner>,
     /// The memory the strip buffer and the tiles in flight take, held for the run.
-    _memory: Option<Reservation>,
+    memory: Option<Reservation>,
 }
 
 /// How a streamed output is cut into units (GeoTIFF strips, Zarr slabs): contiguous
@@ -228,7 +228,7 @@ impl TiffStream {
                     appended: Vec::new(),
                 },
             }),
-            _memory: memory,
+            memory,
         })
     }
 
@@ -393,6 +393,17 @@ impl TiffStream {
         inner.asm.restart_at(kept);
         inner.written.pos = pos;
         Ok(kept)
+    }
+
+    /// The options the stream encodes with.
+    #[must_use]
+    pub fn options(&self) -> &TiffWriteOptions {
+        &self.opts
+    }
+
+    /// Gives back the memory held for the strip in flight (when the run is done).
+    pub fn release_memory(&mut self) {
+        self.memory = None;
     }
 
     /// Writes the directory after the last strip, once every strip is in the file.

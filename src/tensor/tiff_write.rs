@@ -55,6 +55,8 @@ pub struct TiffWriteOptions {
     /// BigTIFF: `None` chooses it when the data passes 4 GB; `Some` forces it on or off
     /// (off fails for files that need it).
     pub bigtiff: Option<bool>,
+    /// Written as a Cloud-Optimized GeoTIFF with these overviews ([`super::cog`]).
+    pub cog: Option<super::cog::CogOptions>,
 }
 
 impl Default for TiffWriteOptions {
@@ -66,6 +68,7 @@ impl Default for TiffWriteOptions {
             georef: None,
             memory: 64 << 20,
             bigtiff: None,
+            cog: None,
         }
     }
 }
@@ -113,14 +116,14 @@ pub fn tiff_sample(dtype: DType) -> Result<(u16, u16)> {
 }
 
 /// One IFD entry: tag, TIFF type, count and the value bytes (little-endian).
-struct Entry {
+pub(crate) struct Entry {
     tag: u16,
     typ: u16,
     count: u64,
     data: Vec<u8>,
 }
 
-fn shorts(tag: u16, v: &[u16]) -> Entry {
+pub(crate) fn shorts(tag: u16, v: &[u16]) -> Entry {
     Entry {
         tag,
         typ: 3,
@@ -129,7 +132,7 @@ fn shorts(tag: u16, v: &[u16]) -> Entry {
     }
 }
 
-fn longs(tag: u16, v: &[u64], big: bool) -> Entry {
+pub(crate) fn longs(tag: u16, v: &[u64], big: bool) -> Entry {
     if big {
         Entry {
             tag,
@@ -167,8 +170,10 @@ fn ascii(tag: u16, s: &str) -> Entry {
     }
 }
 
-/// Serializes an IFD placed at `at`, its out-of-line values right after it.
-fn ifd_bytes(mut entries: Vec<Entry>, at: u64, big: bool) -> Vec<u8> {
+/// Serializes an IFD placed at `at` (even), its out-of-line values right after it, with
+/// `next` as the offset of the next IFD (0 for the last). Its length does not depend on
+/// `at`, `next` or the values, only on the entries' types and counts.
+pub(crate) fn ifd_bytes(mut entries: Vec<Entry>, at: u64, big: bool, next: u64) -> Vec<u8> {
     entries.sort_by_key(|e| e.tag);
     let (count_len, entry_len, next_len, inline) = if big {
         (8u64, 20u64, 8u64, 8usize)
@@ -208,7 +213,12 @@ fn ifd_bytes(mut entries: Vec<Entry>, at: u64, big: bool) -> Vec<u8> {
             extra.extend(&e.data);
         }
     }
-    out.extend(vec![0u8; next_len as usize]);
+    if big {
+        out.extend(next.to_le_bytes());
+    } else {
+        out.extend((next as u32).to_le_bytes());
+    }
+    debug_assert_eq!(out.len() as u64, head);
     out.extend(extra);
     out
 }
@@ -282,33 +292,21 @@ impl TiledLayout {
         }
     }
 
-    /// Writes the directory after the tiles (which end at `pos`), points the header at
-    /// it and cuts the file there; returns the file's length.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn finish(
+    /// The IFD entries of this image: its geometry, `compression`, the tiles' `offsets`
+    /// and `counts`, and `georef`'s tags (copied as they are) when given.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a dtype a TIFF cannot hold.
+    pub(crate) fn entries(
         &self,
-        dest: &File,
-        dest_path: &Path,
         dtype: DType,
-        opts: &TiffWriteOptions,
-        mut pos: u64,
+        compression: TiffCompression,
+        georef: Option<&GeoRef>,
         offsets: &[u64],
         counts: &[u64],
-    ) -> Result<u64> {
+    ) -> Result<Vec<Entry>> {
         let (bands, big) = (self.bands, self.big);
         let (format, bits) = tiff_sample(dtype)?;
-        let wr = |at: u64, b: &[u8]| {
-            dest.write_all_at(b, at)
-                .map_err(|e| Error::io("write", dest_path, e))
-        };
-        if !big && pos > u64::from(u32::MAX) - (1 << 20) {
-            return Err(Error::invalid(format!(
-                "{}: the compressed tiles pass 4 GiB, more than a classic TIFF can address; \
-                 write it as BigTIFF (--tiff-bigtiff yes)",
-                dest_path.display()
-            )));
-        }
-        pos += pos % 2;
         let b16 = |v: usize| u16::try_from(v).unwrap_or(u16::MAX);
         let mut e = vec![
             longs(256, &[self.width as u64], false),
@@ -316,7 +314,7 @@ impl TiledLayout {
             shorts(258, &vec![bits; bands]),
             shorts(
                 259,
-                &[match opts.compression {
+                &[match compression {
                     TiffCompression::None => 1,
                     TiffCompression::Deflate(_) => 8,
                     TiffCompression::Zstd(_) => 50000,
@@ -334,7 +332,7 @@ impl TiledLayout {
         if bands > 1 {
             e.push(shorts(338, &vec![0; bands - 1]));
         }
-        if let Some(g) = &opts.georef {
+        if let Some(g) = georef {
             if let Some(v) = &g.pixel_scale {
                 e.push(doubles(33550, v));
             }
@@ -357,7 +355,43 @@ impl TiledLayout {
                 e.push(ascii(42113, v));
             }
         }
-        let ifd = ifd_bytes(e, pos, big);
+        Ok(e)
+    }
+
+    /// Writes the directory after the tiles (which end at `pos`), points the header at
+    /// it and cuts the file there; returns the file's length.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn finish(
+        &self,
+        dest: &File,
+        dest_path: &Path,
+        dtype: DType,
+        opts: &TiffWriteOptions,
+        mut pos: u64,
+        offsets: &[u64],
+        counts: &[u64],
+    ) -> Result<u64> {
+        let big = self.big;
+        let wr = |at: u64, b: &[u8]| {
+            dest.write_all_at(b, at)
+                .map_err(|e| Error::io("write", dest_path, e))
+        };
+        if !big && pos > u64::from(u32::MAX) - (1 << 20) {
+            return Err(Error::invalid(format!(
+                "{}: the compressed tiles pass 4 GiB, more than a classic TIFF can address; \
+                 write it as BigTIFF (--tiff-bigtiff yes)",
+                dest_path.display()
+            )));
+        }
+        pos += pos % 2;
+        let e = self.entries(
+            dtype,
+            opts.compression,
+            opts.georef.as_ref(),
+            offsets,
+            counts,
+        )?;
+        let ifd = ifd_bytes(e, pos, big, 0);
         wr(pos, &ifd)?;
         if big {
             wr(8, &pos.to_le_bytes())?;
@@ -373,7 +407,7 @@ impl TiledLayout {
 
 /// Tiles compressed at once within `memory` (a raw and a compressed copy each), at
 /// least one, at most four per thread.
-fn batch_for(memory: u64, chunk_bytes: usize) -> usize {
+pub(crate) fn batch_for(memory: u64, chunk_bytes: usize) -> usize {
     ((memory / (2 * chunk_bytes as u64).max(1)) as usize)
         .clamp(1, 4 * rayon::current_num_threads().max(1))
 }

@@ -53,7 +53,7 @@ pub struct ZarrStream {
     inner: Mutex<Inner>,
     /// Held while the store is written, so that `tilestream clean` leaves it alone.
     _lock: File,
-    _memory: Option<Reservation>,
+    reserved: Option<Reservation>,
 }
 
 impl std::fmt::Debug for ZarrStream {
@@ -175,7 +175,7 @@ impl ZarrStream {
             memory: opts.memory,
             inner: Mutex::new(Inner::default()),
             _lock: held,
-            _memory: memory,
+            reserved: memory,
         })
     }
 
@@ -377,6 +377,11 @@ impl ZarrStream {
         }
         self.lock()?.asm.restart_at(kept);
         Ok(kept)
+    }
+
+    /// Gives back the memory held for the slab in flight (when the run is done).
+    pub fn release_memory(&mut self) {
+        self.reserved = None;
     }
 
     /// Checks that every slab is stored and moves the store to the destination,

@@ -86,6 +86,7 @@ impl OutputFile {
             shape: shape.to_vec(),
             stream: None,
             adopted: false,
+            finish_memory: 64 << 20,
             encode: None,
             zarr_rows: None,
         })
@@ -178,6 +179,7 @@ impl OutputFile {
             shape: shape.to_vec(),
             stream: None,
             adopted: false,
+            finish_memory: 64 << 20,
             encode: Some(Encode::Zarr(opts)),
             zarr_rows: Some(ZarrRows {
                 store_shape: info.shape.clone(),
