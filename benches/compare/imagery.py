@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -36,11 +37,14 @@ def sh(cmd, **kw):
 
 def timed(cmd):
     """Runs cmd, returns (seconds, peak RSS MiB)."""
-    t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, ru = os.wait4(p.pid, 0)
-    dt = time.perf_counter() - t0
-    err = p.stderr.read().decode(errors="replace")
+    # stderr goes to a file: a pipe read only after the exit blocks a chatty child
+    with tempfile.TemporaryFile() as log:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log)
+        _, status, ru = os.wait4(p.pid, 0)
+        dt = time.perf_counter() - t0
+        log.seek(0)
+        err = log.read().decode(errors="replace")
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         sys.exit(f"{' '.join(map(str, cmd))} failed:\n{err}")

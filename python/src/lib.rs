@@ -26,6 +26,7 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use serde_json::{Value, json};
+use tilestream::tensor::cog::{CogOptions, Overviews};
 use tilestream::tensor::geotiff::TiffWriteOptions;
 use tilestream::tensor::zarr::ZarrWriteOptions;
 use tilestream::tensor::{Format, OutRegion};
@@ -90,11 +91,32 @@ fn engine(opts: &Value) -> Result<Engine, Error> {
     if let Some(c) = opts["tiff_compress"].as_str() {
         tiff.compression = c.parse()?;
     }
+    let format = opts["format"].as_str();
+    let cog_format = format.is_some_and(|f| f.eq_ignore_ascii_case("cog"));
+    if opts["cog"].as_bool() == Some(true) || cog_format {
+        tiff.cog = Some(CogOptions {
+            overviews: match &opts["overviews"] {
+                Value::Number(n) => Overviews::Count(
+                    n.as_u64()
+                        .and_then(|n| usize::try_from(n).ok())
+                        .ok_or_else(|| Error::invalid(format!("overviews={n} is not a count")))?,
+                ),
+                Value::String(s) => s.parse()?,
+                _ => Overviews::Auto,
+            },
+            resampling: opts["overview_resampling"]
+                .as_str()
+                .map(str::parse)
+                .transpose()?
+                .unwrap_or_default(),
+        });
+    }
+    let format = if cog_format { Some("tif") } else { format };
     let zarr = zarr_options(opts)?;
     let mut e = Engine::new(memory)?
         .with_tiff_output(tiff)
         .with_zarr_output(zarr)
-        .with_out_format(opts["format"].as_str().map(str::parse).transpose()?)
+        .with_out_format(format.map(str::parse).transpose()?)
         .with_device(
             opts["device"]
                 .as_str()

@@ -74,6 +74,30 @@ def test_every_input_format_reads_the_same(tmp_path):
         assert np.array_equal(np.asarray(ts.open(t) if not isinstance(t, ts.Tensor) else t), a)
 
 
+def test_cog_outputs_have_overviews_and_the_cog_layout(tmp_path):
+    a = (np.arange(3 * 700 * 900) % 4093).astype(np.uint16).reshape(3, 700, 900)
+    np.save(tmp_path / "in.npy", a)
+    src = tmp_path / "in.npy"
+    cog = ts.convert(src, tmp_path / "a.tif", cog=True, overviews=2, memory="16MiB")
+    assert np.array_equal(np.asarray(cog), a)
+    head = open(tmp_path / "a.tif", "rb").read(200)
+    assert b"LAYOUT=IFDS_BEFORE_DATA" in head and b"BLOCK_LEADER=SIZE_AS_UINT4" in head
+    # format="cog" whatever the name; overview_resampling is checked
+    ts.convert(src, tmp_path / "b.data", format="cog", overview_resampling="nearest")
+    assert b"GDAL_STRUCTURAL_METADATA_SIZE" in open(tmp_path / "b.data", "rb").read(64)
+    with pytest.raises(ValueError, match="average or nearest"):
+        ts.convert(src, tmp_path / "c.tif", cog=True, overview_resampling="cubic")
+    with pytest.raises(ValueError, match="name it .tif"):
+        ts.convert(src, tmp_path / "c.npy", cog=True)
+    try:
+        import rasterio  # rio-cogeo's dependency, in the CI environment
+    except ImportError:
+        pytest.skip("rasterio is not installed: the overview levels are not read back")
+    with rasterio.open(tmp_path / "a.tif") as r:
+        assert r.overviews(1) == [2, 4]
+        assert r.tags(ns="IMAGE_STRUCTURE").get("LAYOUT") == "COG"
+
+
 def test_memmaps_and_sliced_memmaps_are_read_in_place(tmp_path):
     a = data((200, 33), "float32", 2)
     # a header of 96 bytes before the data: the memmap's offset is not page-aligned

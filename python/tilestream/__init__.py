@@ -12,7 +12,11 @@ be at any budget::
 Operations that write a file (``map``, ``cast``, ``affine``, ``standardize``,
 ``matmul``, ``stencil``, ``transpose``, ``convert``, ``gen``) return the output as a
 :class:`Tensor` whose ``report`` is the :class:`RunReport` of the run. ``plan(f, ...)``
-shows what ``f(...)`` would do without doing it.
+shows what ``f(...)`` would do without doing it. Outputs named ``.tif`` take
+``tiff_compress=`` and ``cog=True`` (a Cloud-Optimized GeoTIFF, also ``format="cog"``,
+with ``overviews="auto"`` or a count and ``overview_resampling="average"`` or
+``"nearest"``); ``.zarr`` outputs take ``zarr_chunks=``, ``zarr_shard=``,
+``zarr_compress=``.
 
 Every call releases the GIL for the whole run; Ctrl-C raises ``KeyboardInterrupt``
 within about a second, after the run stopped at the tile in flight (nothing appears at
@@ -441,7 +445,8 @@ def _execute(spec: dict, out: Optional[PathLike], kw: dict) -> Any:
 
 
 _COMMON = {"memory", "threads", "device", "progress", "resume", "_plan", "format",
-           "tiff_compress", "zarr_compress", "zarr_chunks", "zarr_shard"}
+           "tiff_compress", "cog", "overviews", "overview_resampling",
+           "zarr_compress", "zarr_chunks", "zarr_shard"}
 
 
 def _check_kw(fn: str, kw: dict) -> None:
