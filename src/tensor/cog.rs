@@ -622,6 +622,7 @@ pub fn build(
     if !levels.is_empty() {
         overview_pass(main, &layout, &georef, &mut levels, cog.resampling, &sh)?;
     }
+    crate::fault::crash_point(|| "cog-overviews".into());
     assemble(main, &layout, &georef, &levels, dest, dest_path, opts)
 }
 

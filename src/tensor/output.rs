@@ -809,6 +809,11 @@ impl OutputFile {
         let Some(cog) = &opts.cog else {
             return Ok(tiff);
         };
+        if let Ok((dir, name)) = dir_and_name(dest) {
+            // the level files and COG of a run killed while it built its COG (this run's
+            // own temporary files are locked, and stay)
+            let _ = clean_stale(&dir, Some(&name));
+        }
         let out = temp_beside(dest)?;
         let mut o = opts.clone();
         o.memory = memory;

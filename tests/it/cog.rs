@@ -365,6 +365,64 @@ fn cog_needs_its_memory_and_a_geotiff_and_levels_the_image_has() {
 }
 
 #[test]
+fn a_run_killed_while_building_its_cog_resumes_to_the_same_file_and_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let input = d.join("in.npy");
+    let (h, w) = (900, 1000);
+    write_npy(
+        &input,
+        DType::U16,
+        &[2, h, w],
+        &image(DType::U16, 2 * h * w, 9),
+    );
+    let x = format!("x={}", input.display());
+    let args = |out: &str| -> Vec<String> {
+        [
+            "map",
+            "--in",
+            &x,
+            "x*2+1",
+            d.join(out).to_str().unwrap(),
+            "--dtype",
+            "u16",
+            "--cog",
+            "--tiff-tile",
+            "128",
+            "--memory",
+            "4MiB",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect()
+    };
+    let whole = args("whole.tif");
+    ts(&whole.iter().map(String::as_str).collect::<Vec<_>>());
+    crate::common::kill_then_resume(&args("resumed.tif"), "cog-overviews", || {
+        // killed with the levels written: nothing at the path yet, its files beside it
+        assert!(!d.join("resumed.tif").exists());
+        let temps = std::fs::read_dir(d)
+            .unwrap()
+            .filter(|e| {
+                let n = e.as_ref().unwrap().file_name();
+                n.to_string_lossy().starts_with(".resumed.tif.")
+            })
+            .count();
+        assert!(temps >= 4, "{temps} temporary files");
+    });
+    assert_eq!(
+        std::fs::read(d.join("resumed.tif")).unwrap(),
+        std::fs::read(d.join("whole.tif")).unwrap()
+    );
+    let left: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(left.is_empty(), "left beside the outputs: {left:?}");
+}
+
+#[test]
 #[cfg_attr(
     not(tilestream_python),
     ignore = "set TILESTREAM_PYTHON to a Python with rio-cogeo (.ci/run does) to run this check"
