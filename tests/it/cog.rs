@@ -28,7 +28,7 @@ fn image(dtype: DType, n: usize, seed: u64) -> Vec<u8> {
         match dtype {
             DType::U8 => out.push((v % 251) as u8),
             DType::U16 => out.extend((v as u16).to_le_bytes()),
-            DType::I16 => out.extend((v as i16 - 20000).to_le_bytes()),
+            DType::I16 => out.extend(((v as i32 - 20000) as i16).to_le_bytes()),
             DType::F32 => out.extend((v as f32 * 0.1).to_le_bytes()),
             _ => unreachable!(),
         }
