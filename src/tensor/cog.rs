@@ -41,7 +41,7 @@ use rayon::prelude::*;
 use super::chunked::ChunkSource;
 use super::geotiff::{GeoRef, TiffChunks, TiffLayout, read_layout};
 use super::tiff_write::{
-    Entry, TiffWriteOptions, TiledLayout, batch_for, compress_tile, ifd_bytes, longs,
+    Entry, TiffWriteOptions, TiledLayout, append_tiles, batch_for, compress_tile, ifd_bytes, longs,
 };
 use crate::budget::fmt_bytes;
 use crate::dtype::{DType, Element};
@@ -221,9 +221,7 @@ fn nodata_replacement(nodata: f64, dtype: DType) -> f64 {
             f64::from_bits(nodata.to_bits() - 1)
         }
     } else {
-        let mut one = [0u8; 8];
-        crate::dtype::store_f64(&[f64::INFINITY], &mut one[..dtype.size()], dtype);
-        let max = load_f64(&one[..dtype.size()], dtype)[0];
+        let max = crate::dispatch_dtype!(dtype, T => Element::to_f64(T::HIGHEST));
         if nodata >= max {
             nodata - 1.0
         } else {
@@ -263,6 +261,8 @@ struct Level {
     strip: Vec<u8>,
     /// Rows of it filled.
     filled: usize,
+    /// Its geometry as a tiled image (tile side, interleave, batch of tiles in flight).
+    layout: TiledLayout,
     /// Its tiles, written one after another (leader, data, trailer).
     file: tempfile::NamedTempFile,
     pos: u64,
@@ -286,8 +286,7 @@ struct Shared<'a> {
 
 impl Level {
     fn new(
-        w: usize,
-        h: usize,
+        (w, h, bands): (usize, usize, usize),
         src: (usize, usize),
         resampling: Resampling,
         sh: &Shared,
@@ -306,6 +305,13 @@ impl Level {
                 nearest_index(src.1, h),
             ),
         };
+        let shape = if bands == 1 {
+            vec![h, w]
+        } else {
+            vec![bands, h, w]
+        };
+        let mut layout = TiledLayout::new(&shape, sh.dtype, sh.opts)?;
+        layout.batch = batch_for(sh.opts.memory / 4, layout.chunk_bytes);
         let x_two = !xwin.is_empty()
             && xwin
                 .iter()
@@ -324,6 +330,7 @@ impl Level {
             next: 0,
             strip: vec![0; sh.nb * sh.t * w * sh.es],
             filled: 0,
+            layout,
             file: super::temp_beside(sh.dest_path)?,
             pos: 0,
             offsets: Vec::new(),
@@ -411,45 +418,33 @@ impl Level {
 
     /// Compresses the row of tiles (in parallel) and appends it to the level's file.
     fn flush(&mut self, sh: &Shared) -> Result<()> {
-        let (t, w, es, nb) = (sh.t, self.w, sh.es, sh.nb);
-        let rows = self.filled;
-        let across = w.div_ceil(t);
-        let strip = &self.strip;
+        let (l, rows) = (&self.layout, self.filled);
         let tile = |tx: usize| -> Result<Vec<u8>> {
-            let x0 = tx * t;
-            let cols = t.min(w - x0);
-            let mut raw = vec![0u8; t * t * nb * es];
-            for y in 0..rows {
-                for b in 0..nb {
-                    let src =
-                        &strip[((b * t + y) * w + x0) * es..((b * t + y) * w + x0 + cols) * es];
-                    if sh.pixel {
-                        for x in 0..cols {
-                            let o = ((y * t + x) * nb + b) * es;
-                            raw[o..o + es].copy_from_slice(&src[x * es..(x + 1) * es]);
-                        }
-                    } else {
-                        raw[y * t * es..(y * t + cols) * es].copy_from_slice(src);
-                    }
-                }
-            }
-            compress_tile(raw, sh.opts.compression, sh.dest_path)
+            let c = compress_tile(
+                l.raw_tile(&self.strip, sh.t, rows, tx),
+                sh.opts.compression,
+                sh.dest_path,
+            )?;
+            let mut framed = Vec::with_capacity(c.len() + 8);
+            write_framed(&mut framed, &c).map_err(|e| Error::io("write", self.file.path(), e))?;
+            Ok(framed)
         };
-        let batch = batch_for(sh.opts.memory / 4, t * t * nb * es);
-        let mut out = BufWriter::with_capacity(1 << 20, self.file.as_file());
-        for group in (0..across).collect::<Vec<_>>().chunks(batch) {
-            let done: Vec<Result<Vec<u8>>> = group.par_iter().map(|&tx| tile(tx)).collect();
-            for c in done {
-                let c = c?;
-                let pos = self.pos;
-                write_framed(&mut out, &c).map_err(|e| Error::io("write", self.file.path(), e))?;
-                self.offsets.push(pos + 4);
-                self.counts.push(c.len() as u64);
-                self.pos = pos + 8 + c.len() as u64;
-            }
-        }
-        out.flush()
-            .map_err(|e| Error::io("write", self.file.path(), e))?;
+        let (offsets, counts) = (&mut self.offsets, &mut self.counts);
+        let mut at = self.pos;
+        let (end, _) = append_tiles(
+            self.file.as_file(),
+            self.file.path(),
+            self.pos,
+            0..l.across,
+            l.batch,
+            &tile,
+            |c| {
+                offsets.push(at + 4);
+                counts.push(c.len() as u64 - 8);
+                at += c.len() as u64;
+            },
+        )?;
+        self.pos = end;
         self.filled = 0;
         self.strip.fill(0);
         Ok(())
@@ -600,21 +595,26 @@ pub fn build(
         .nodata
         .as_deref()
         .and_then(|s| s.trim().parse::<f64>().ok());
-    let pixel = !layout.planar && layout.bands > 1;
+    let pixel = lopts.pixel_interleave;
     let sh = Shared {
         dtype: layout.dtype,
         es: layout.dtype.size(),
         nb: if pixel { layout.bands } else { 1 },
         t,
         pixel,
-        opts,
+        opts: &lopts,
         nodata,
         dest_path,
     };
     let mut levels = Vec::with_capacity(sizes.len());
     let mut src = (w, h);
     for &(lw, lh) in &sizes {
-        levels.push(Level::new(lw, lh, src, cog.resampling, &sh)?);
+        levels.push(Level::new(
+            (lw, lh, layout.bands),
+            src,
+            cog.resampling,
+            &sh,
+        )?);
         if cog.resampling == Resampling::Average {
             src = (lw, lh);
         }
@@ -623,7 +623,7 @@ pub fn build(
         overview_pass(main, &layout, &georef, &mut levels, cog.resampling, &sh)?;
     }
     crate::fault::crash_point(|| "cog-overviews".into());
-    assemble(main, &layout, &georef, &levels, dest, dest_path, opts)
+    assemble(main, &layout, &georef, &levels, dest, dest_path, &lopts)
 }
 
 /// Decodes the image a row of tiles at a time and feeds its rows to the levels.
@@ -720,7 +720,7 @@ fn ghost() -> Vec<u8> {
 
 /// Writes the COG: header, ghost area, directories, then the levels' tiles (smallest
 /// first) and the full-resolution tiles copied from `main` with their leaders and
-/// trailers.
+/// trailers. `opts` are the options of `main` (its tile side and interleave).
 fn assemble(
     main: &Path,
     layout: &TiffLayout,
@@ -730,10 +730,6 @@ fn assemble(
     dest_path: &Path,
     opts: &TiffWriteOptions,
 ) -> Result<u64> {
-    let shape = layout.shape();
-    let mut lopts = opts.clone();
-    lopts.tile = layout.chunk.0;
-    lopts.pixel_interleave = !layout.planar && layout.bands > 1;
     let n_main = layout.offsets.len();
     let n_levels: usize = levels.iter().map(|l| l.offsets.len()).sum();
     let data_len: u64 = layout.byte_counts.iter().sum::<u64>()
@@ -753,12 +749,10 @@ fn assemble(
     }
     // directories: the full image's, then each level's
     let ifd_for = |l: Option<&Level>, offsets: &[u64], counts: &[u64]| -> Result<Vec<Entry>> {
-        let lshape = match l {
-            None => shape.clone(),
-            Some(l) if layout.bands == 1 => vec![l.h, l.w],
-            Some(l) => vec![layout.bands, l.h, l.w],
+        let mut tl = match l {
+            None => TiledLayout::new(&layout.shape(), layout.dtype, opts)?,
+            Some(l) => l.layout.clone(),
         };
-        let mut tl = TiledLayout::new(&lshape, layout.dtype, &lopts)?;
         tl.big = big;
         let g = match l {
             None => Some(georef.clone()),

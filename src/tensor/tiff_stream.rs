@@ -297,16 +297,8 @@ impl TiffStream {
         let l = &self.layout;
         let y0 = (s % l.down) * l.t;
         let rows = l.t.min(l.height - y0);
-        let (t, es, width) = (l.t, l.es, l.width);
         let tile = |tx: usize| -> Result<Vec<u8>> {
-            let x0 = tx * t;
-            let cols = t.min(width - x0);
-            let mut raw = vec![0u8; l.chunk_bytes];
-            for y in 0..rows {
-                let from = (y * width + x0) * es;
-                raw[y * t * es..(y * t + cols) * es].copy_from_slice(&buf[from..from + cols * es]);
-            }
-            compress_tile(raw, self.opts.compression, path)
+            compress_tile(l.raw_tile(buf, rows, rows, tx), self.opts.compression, path)
         };
         let offset = inner.pos;
         let mut crc = self.strip_hasher();

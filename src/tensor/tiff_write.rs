@@ -278,6 +278,33 @@ impl TiledLayout {
         if self.pixel { 1 } else { self.bands }
     }
 
+    /// The raw tile `tx` of a row of tiles held in `strip`: `rows` image rows of each
+    /// plane the row holds (all bands when pixel-interleaved, else one), plane `b` from
+    /// row `b * stride` of `strip` (rows of `width` samples). The tile is padded with
+    /// zeros past the image's edge.
+    pub(crate) fn raw_tile(&self, strip: &[u8], stride: usize, rows: usize, tx: usize) -> Vec<u8> {
+        let (t, es, width) = (self.t, self.es, self.width);
+        let nb = if self.pixel { self.bands } else { 1 };
+        let x0 = tx * t;
+        let cols = t.min(width - x0);
+        let mut raw = vec![0u8; self.chunk_bytes];
+        for y in 0..rows {
+            for b in 0..nb {
+                let from = ((b * stride + y) * width + x0) * es;
+                let src = &strip[from..from + cols * es];
+                if self.pixel {
+                    for x in 0..cols {
+                        let o = ((y * t + x) * nb + b) * es;
+                        raw[o..o + es].copy_from_slice(&src[x * es..(x + 1) * es]);
+                    }
+                } else {
+                    raw[y * t * es..(y * t + cols) * es].copy_from_slice(src);
+                }
+            }
+        }
+        raw
+    }
+
     /// Where tile data starts (after the header).
     pub(crate) fn data_start(&self) -> u64 {
         if self.big { 16 } else { 8 }
