@@ -161,6 +161,7 @@ fn stencils_and_layout(c: &mut Criterion) {
             max_tile_bytes: 1 << 40,
             cuts: Cuts::Auto { prefer_rows: true },
             out: OutMap::Same,
+            out_chunks: None,
         })
         .unwrap();
         let tile = plan.box_tile(0);

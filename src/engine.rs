@@ -418,33 +418,21 @@ impl Engine {
         Arc::clone(&self.cancel)
     }
 
-    /// The life of a written output: created as a temporary file beside `out`, filled by
-    /// `fill`, then flushed and renamed into place. On error the temporary file is
-    /// removed and nothing appears at `out`.
-    fn to_file(
-        &self,
-        out: &Path,
-        shape: &[usize],
-        dtype: DType,
-        fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<StageTimes>,
-    ) -> Result<StageTimes> {
-        let journal = self.open_journal(out)?;
-        self.to_file_with(journal, out, shape, dtype, None, fill)
-    }
-
-    /// [`Engine::to_file`] within a journal already open (for operations whose earlier
-    /// passes have no output). `stream_room`: for a run whose tiles write the output in
-    /// order, each element once (a flat plan), the bytes its plan set aside for the
-    /// output ([`Engine::plan_writing`]); a GeoTIFF or Zarr output is then encoded as
-    /// the run writes it when that room holds the encoder's strip or slab
-    /// ([`OutputFile::with_tiff_stream`], [`OutputFile::with_zarr_stream`]), else staged.
+    /// The life of a written output: created as a temporary file beside `out` (within
+    /// `journal`, if the run is resumable), filled by `fill`, then flushed and renamed
+    /// into place. On error the temporary file is removed and nothing appears at `out`.
+    /// `stream_room`: what the plan set aside for encoding a GeoTIFF or Zarr output as
+    /// the run writes it (a flat plan's, [`Engine::plan_writing`]; a box plan's cut along
+    /// the output's chunks, [`outputs::StreamRoom::of_box`]); the output is then encoded
+    /// as written when that room holds the encoder ([`OutputFile::with_tiff_stream`],
+    /// [`OutputFile::with_zarr_stream`]), else staged.
     fn to_file_with(
         &self,
         journal: Option<Journal>,
         out: &Path,
         shape: &[usize],
         dtype: DType,
-        stream_room: Option<u64>,
+        stream_room: Option<outputs::StreamRoom>,
         fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<StageTimes>,
     ) -> Result<StageTimes> {
         let format = self.format_of(out);
@@ -500,7 +488,7 @@ impl Engine {
             .transpose()
     }
 
-    /// [`Engine::to_file`] filled by the pipeline over a flat plan (`kernel` per tile:
+    /// [`Engine::to_file_with`] filled by the pipeline over a flat plan (`kernel` per tile:
     /// [`Engine::kernel`] of a closure on the CPU, or a device's kernel).
     #[allow(clippy::too_many_arguments)]
     fn run_to_file<K>(
@@ -546,7 +534,9 @@ impl Engine {
         K: TileKernel<crate::plan::Tile>,
     {
         // only what the plan set aside: the rest of the budget is the pipeline's slack
-        let room = Some(plan.output_bytes).filter(|&b| b > 0);
+        let room = Some(plan.output_bytes)
+            .filter(|&b| b > 0)
+            .map(|bytes| outputs::StreamRoom { bytes, open: None });
         self.to_file_with(journal, out, shape, dtype, room, |output, journal| {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;

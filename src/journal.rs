@@ -13,14 +13,14 @@
 //!
 //! # Records
 //! ```text
-//! tilestream-journal 1                 *crc     format version
+//! tilestream-journal 2                 *crc     format version
 //! op <the operation, in words>         *crc     refused on resume if different
 //! input <size> <mtime> <dev> <ino> <path>  *crc one per input, refused if changed
 //! out <temporary output file name>     *crc
 //! pass <k> <plan fingerprint>          *crc     refused if the plan differs
 //! tile <k> <i> <crc32 of its bytes>    *crc     tile i of pass k is written
-//! strip <k> <s> <offset> <crc32> <len,len,...>  *crc  strip s of a streamed GeoTIFF
-//!                                                    is in the file (its tiles' lengths)
+//! strip <k> <c> <offset> <crc32> <len,len,...>  *crc  chunks c, c+1, ... of a streamed
+//!                                         GeoTIFF or Zarr output are written (lengths)
 //! state <k> <i> <slot> <len> <crc32>   *crc     the slot holds the state after tile i
 //! ```
 //! Each line ends with the CRC-32 of its text, so a line torn by a crash is ignored, and
@@ -32,9 +32,11 @@
 //! failure the checksums catch what was lost.
 //!
 //! A GeoTIFF output encoded as the run writes it (see [`crate::tensor::tiff_stream`])
-//! cannot be read back as raw tiles: its strips are checked instead (each against its
-//! CRC-32, each starting where the last ended), the file is cut after the last intact
-//! one, and the run restarts at the first tile that writes past it.
+//! cannot be read back as raw tiles: its runs of chunks are checked instead (each
+//! against its CRC-32, each starting where the last ended), the file is cut after the
+//! last intact one, and the run restarts at the first tile that writes a chunk not
+//! kept. (Version 1 recorded rows of tiles by their number: its journals are not taken
+//! up.)
 //!
 //! Passes are numbered in the order the operation runs them (standardize: statistics,
 //! then apply), so each resumes separately.
@@ -54,7 +56,7 @@ use crate::layout::{Layout, Write};
 use crate::tensor::tiff_stream::StripDone;
 use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock, own_files};
 
-const HEADER: &str = "tilestream-journal 1";
+const HEADER: &str = "tilestream-journal 2";
 
 /// What a run is: the operation in words and the identity of every input, as the caller
 /// states them. A journal written for one key is refused by a run with another.
@@ -206,9 +208,16 @@ fn parse(text: &str) -> Option<Prev> {
                     .split(',')
                     .map(|c| c.parse::<u64>().ok())
                     .collect::<Option<Vec<u64>>>()?;
-                // a resumed run appends from the first strip it redid: later records win
+                // a resumed run records again from the first run of chunks it redid:
+                // later records win over those they overlap and all after them
                 let strips = &mut p.passes.entry(k).or_default().strips;
-                strips.truncate(strip);
+                let end = strip.saturating_add(counts.len());
+                if let Some(i) = strips
+                    .iter()
+                    .position(|d| d.strip < end && strip < d.strip + d.counts.len())
+                {
+                    strips.truncate(i);
+                }
                 strips.push(StripDone {
                     strip,
                     offset,
@@ -392,8 +401,8 @@ impl Journal {
             }
             match output {
                 Some(out) if out.is_streaming() && out.is_adopted() => {
-                    let from = out.resume_stream(&pp.strips)?;
-                    start = first_writing_from(layout, from);
+                    out.resume_stream(&pp.strips)?;
+                    start = first_needed(layout, out);
                 }
                 Some(out) if self.adopted.load(Ordering::Relaxed) => {
                     start = verify(layout, out, &pp.tiles, budget)?;
@@ -467,7 +476,8 @@ impl Journal {
         Ok(())
     }
 
-    /// Records that strip `d` of a streamed GeoTIFF output of pass `pass` is in the file.
+    /// Records that the run of chunks `d` of a streamed GeoTIFF or Zarr output of pass
+    /// `pass` is written.
     ///
     /// # Errors
     /// [`Error::Io`] if the journal cannot be written.
@@ -622,15 +632,17 @@ fn check_same_job(dest: &Path, key: &JobKey, p: &Prev) -> Result<()> {
     Ok(())
 }
 
-/// The first tile of `layout` that writes an element at or after `from` (the number of
-/// tiles if none does): where a resumed streamed output starts again.
-fn first_writing_from<L: Layout>(layout: &L, from: u64) -> usize {
+/// The first tile of `layout` that writes an element of `out` not yet in a chunk the
+/// stream kept (the number of tiles if none does): where a resumed streamed output
+/// starts again. Every tile before it writes only kept chunks; every chunk not kept gets
+/// all its elements from this tile on.
+fn first_needed<L: Layout>(layout: &L, out: &OutputFile) -> usize {
     let mut writes: Vec<Write> = Vec::new();
     (0..layout.num_tiles())
         .find(|&i| {
             writes.clear();
             layout.writes(&layout.tile(i), &mut writes);
-            writes.iter().any(|w| w.file_elem + w.len > from)
+            writes.iter().any(|w| !out.covered(w.file_elem, w.len))
         })
         .unwrap_or(layout.num_tiles())
 }

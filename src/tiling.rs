@@ -179,6 +179,46 @@ pub enum Cuts {
     },
 }
 
+/// The chunks of an output encoded as the run writes it (GeoTIFF tiles, Zarr chunks),
+/// in the input box's coordinates: a box plan then cuts its boxes along their grid, so
+/// that each box completes the chunks it covers and the encoder holds only the chunks of
+/// one row of chunks of one box ([`crate::tensor::chunk_assembly`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutChunks {
+    /// Box rows are cut at multiples of this (an output chunk's height; its width for a
+    /// transposed output).
+    pub rows: usize,
+    /// Box columns are cut at multiples of this.
+    pub cols: usize,
+    /// Bytes per output element.
+    pub elem_bytes: u64,
+    /// Bytes the encoder holds besides the chunks being filled (chunks in flight).
+    pub fixed: u64,
+    /// What the output is, for the plan printout.
+    pub what: String,
+}
+
+impl OutChunks {
+    /// Chunks being filled across one box of `th x tw` input elements (one output row of
+    /// chunks of the box).
+    #[must_use]
+    pub fn open(&self, out: OutMap, th: u64, tw: u64) -> u64 {
+        let (r, c) = (self.rows as u64, self.cols as u64);
+        match out {
+            OutMap::Transposed => th.div_ceil(r.max(1)),
+            _ => tw.div_ceil(c.max(1)),
+        }
+    }
+
+    /// Bytes the encoder holds for a box of `th x tw`: the chunks being filled and those
+    /// in flight.
+    #[must_use]
+    pub fn bytes(&self, out: OutMap, th: u64, tw: u64) -> u64 {
+        let chunk = self.rows as u64 * self.cols as u64 * self.elem_bytes;
+        self.open(out, th, tw) * chunk + self.fixed
+    }
+}
+
 /// What a box plan is asked to plan.
 #[derive(Clone, Debug)]
 pub struct BoxRequest {
@@ -212,6 +252,9 @@ pub struct BoxRequest {
     pub cuts: Cuts,
     /// Where the output goes.
     pub out: OutMap,
+    /// The chunks of an output encoded as it is written, if it is: boxes are cut along
+    /// their grid and the encoder's bytes count in the plan.
+    pub out_chunks: Option<OutChunks>,
 }
 
 /// One box tile: rows `[r0, r1)` and columns `[c0, c1)` of band `band`. With given cuts
@@ -351,6 +394,10 @@ pub struct BoxPlan {
     pub out_bytes: u64,
     /// Where the output goes.
     pub out: OutMap,
+    /// The chunks of an output encoded as it is written (see [`BoxRequest`]).
+    pub out_chunks: Option<OutChunks>,
+    /// What its encoder holds (included in `reserved_bytes`).
+    pub out_chunk_bytes: u64,
 }
 
 /// Bytes of the input windows of a `th × tw` tile.
@@ -379,10 +426,16 @@ impl BoxPlan {
         let [bands, h, w] = req.dims;
         let depth = req.depth.max(1) as u64;
         let (hr, hc) = (req.halo_rows.total() as u64, req.halo_cols.total() as u64);
+        let encoder = |th: u64, tw: u64| {
+            req.out_chunks
+                .as_ref()
+                .map_or(0, |c| c.bytes(req.out, th, tw))
+        };
         let cost = |th: u64, tw: u64| {
             req.resident_bytes
                 + req.scratch.bytes(th, tw, hr, hc)
                 + depth * (window_bytes(req, th, tw) + th * tw * req.out_bytes)
+                + encoder(th, tw)
         };
         // the cap is on the tile's own data (halo and page slack excluded)
         let staging = |th: u64, tw: u64| th * tw * (req.in_bytes + req.out_bytes);
@@ -407,6 +460,9 @@ impl BoxPlan {
                     fmt_bytes(req.resident_bytes),
                     req.resident_what
                 ));
+            }
+            if let Some(c) = &req.out_chunks {
+                arithmetic.push_str(&format!(" + {} of {}", fmt_bytes(encoder(th, tw)), c.what));
             }
             BudgetError::TooSmall {
                 what: req.what.clone(),
@@ -445,14 +501,23 @@ impl BoxPlan {
                     lo
                 };
                 let full_rows = largest(hh, &|th| ok(th, ww));
-                let want_rows = hh.min((2 * hr).max(8));
+                // with an output's chunks to cut along, at least a row of them
+                let chunk_rows = req.out_chunks.as_ref().map_or(1, |c| c.rows as u64);
+                let want_rows = hh.min((2 * hr).max(8).max(chunk_rows));
                 let (th, tw) = if *prefer_rows && ok(full_rows, ww) && full_rows >= want_rows {
                     (full_rows, ww)
                 } else {
                     let s = largest(hh.max(ww), &|s| ok(s.min(hh), s.min(ww)));
                     (s.min(hh), s.min(ww))
                 };
-                (even_cuts(hh, th), even_cuts(ww, tw))
+                match &req.out_chunks {
+                    // boxes along the output's chunk grid (when at least a chunk fits)
+                    Some(c) => (
+                        aligned_cuts(hh, th, c.rows as u64),
+                        aligned_cuts(ww, tw, c.cols as u64),
+                    ),
+                    None => (even_cuts(hh, th), even_cuts(ww, tw)),
+                }
             }
         };
         let th = row_cuts.iter().map(|r| r.1).max().unwrap_or(0);
@@ -479,6 +544,11 @@ impl BoxPlan {
             req.scratch.bytes(t64h, t64w, hr, hc)
         };
         let slots = depth.min(num_tiles.max(1) as u64);
+        let out_chunk_bytes = if num_tiles == 0 {
+            0
+        } else {
+            encoder(t64h, t64w)
+        };
         Ok(BoxPlan {
             what: req.what.clone(),
             dims: req.dims,
@@ -497,11 +567,14 @@ impl BoxPlan {
             depth: depth as usize,
             reserved_bytes: req.resident_bytes
                 + scratch_bytes
-                + slots * (window + out_slot_elems * req.out_bytes),
+                + slots * (window + out_slot_elems * req.out_bytes)
+                + out_chunk_bytes,
             budget: req.budget,
             in_bytes: req.in_bytes,
             out_bytes: req.out_bytes,
             out: req.out,
+            out_chunks: req.out_chunks.clone(),
+            out_chunk_bytes,
         })
     }
 
@@ -541,6 +614,42 @@ impl BoxPlan {
                 self.boundary,
             ),
         }
+    }
+}
+
+/// Cuts `n` into pieces of at most `k` along a grid of `a`: pieces of `k` rounded down to
+/// a multiple of `a` from 0, the last one shorter (one piece when `k` covers `n`); evened
+/// pieces ([`even_cuts`]) when `k` is below `a`.
+fn aligned_cuts(n: u64, k: u64, a: u64) -> Vec<(i64, usize)> {
+    if k >= n {
+        return even_cuts(n, n);
+    }
+    if a == 0 || k < a {
+        return even_cuts(n, k);
+    }
+    let k = k / a * a;
+    (0..n.div_ceil(k))
+        .map(|p| ((p * k) as i64, (k.min(n - p * k)) as usize))
+        .collect()
+}
+
+impl BoxPlan {
+    /// Whether the boxes are cut along the output chunk grid the plan was asked for (the
+    /// budget held at least one chunk per box), so that each box completes its chunks.
+    #[must_use]
+    pub fn cut_along_out_chunks(&self) -> bool {
+        self.out_chunks.as_ref().is_some_and(|c| {
+            self.row_cuts.iter().all(|r| r.0 % c.rows as i64 == 0)
+                && self.col_cuts.iter().all(|r| r.0 % c.cols as i64 == 0)
+        })
+    }
+
+    /// Chunks being filled across one box (what the encoder is sized for).
+    #[must_use]
+    pub fn open_out_chunks(&self) -> usize {
+        self.out_chunks.as_ref().map_or(0, |c| {
+            c.open(self.out, self.tile.0 as u64, self.tile.1 as u64) as usize
+        })
     }
 }
 
@@ -675,6 +784,22 @@ impl fmt::Display for BoxPlan {
             fmt_bytes(self.scratch_bytes),
             fmt_bytes(self.out_slot_elems * self.out_bytes)
         )?;
+        if let Some(c) = &self.out_chunks {
+            writeln!(
+                f,
+                "output:         {}: {} ({} chunks of {}x{} being filled across a box{})",
+                c.what,
+                fmt_bytes(self.out_chunk_bytes),
+                self.open_out_chunks(),
+                c.rows,
+                c.cols,
+                if self.cut_along_out_chunks() {
+                    ", boxes cut along them"
+                } else {
+                    ""
+                }
+            )?;
+        }
         crate::plan::write_budget_lines(
             f,
             self.depth,

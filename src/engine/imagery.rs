@@ -62,6 +62,7 @@ impl Engine {
             max_tile_bytes: self.max_tile_bytes,
             cuts,
             out,
+            out_chunks: None,
         }
     }
 
@@ -100,7 +101,9 @@ impl Engine {
             && input
                 .chunked()
                 .is_some_and(|c| c.chunk_shape().first() == Some(&bands));
-        self.to_file(out, shape, dtype, |output, journal| {
+        let journal = self.open_journal(out)?;
+        let room = super::outputs::StreamRoom::of_box(plan);
+        self.to_file_with(journal, out, shape, dtype, room, |output, journal| {
             let hooks = Hooks {
                 journal,
                 ..self.hooks()
@@ -128,6 +131,22 @@ impl Engine {
         input: &TensorFile,
         stencil: &Stencil,
         dtype: Option<DType>,
+    ) -> Result<BoxPlan> {
+        self.plan_stencil_to(input, stencil, dtype, None)
+    }
+
+    /// [`Engine::plan_stencil`] of a run writing `out`: a GeoTIFF or Zarr output is
+    /// encoded as the run writes it when the budget also holds its encoder (the boxes are
+    /// then cut along its chunks), else staged.
+    ///
+    /// # Errors
+    /// As [`Engine::plan_stencil`].
+    pub fn plan_stencil_to(
+        &self,
+        input: &TensorFile,
+        stencil: &Stencil,
+        dtype: Option<DType>,
+        out: Option<&Path>,
     ) -> Result<BoxPlan> {
         let dims = image_dims(input, "stencil")?;
         let od = dtype.unwrap_or(input.dtype());
@@ -158,12 +177,15 @@ impl Engine {
             );
         }
         let (ind, limit) = (input.dtype(), self.device_limit());
-        Ok(fit_device(req, limit, |plan| {
-            StencilProgram::new(stencil, plan, ind, od).map_or(0, |p| {
-                let (lane, weights) = p.device_bytes(plan.tile);
-                plan.depth.max(1) as u64 * lane + weights
+        let out_chunks = out.and_then(|o| self.box_out_chunks(o, input.shape(), od, false));
+        along_out_chunks(req, out_chunks, |req| {
+            fit_device(req, limit, |plan| {
+                StencilProgram::new(stencil, plan, ind, od).map_or(0, |p| {
+                    let (lane, weights) = p.device_bytes(plan.tile);
+                    plan.depth.max(1) as u64 * lane + weights
+                })
             })
-        })?)
+        })
     }
 
     /// The device budget when a GPU computes.
@@ -187,7 +209,7 @@ impl Engine {
     ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[input])?;
         let od = dtype.unwrap_or(input.dtype());
-        let plan = self.plan_stencil(input, stencil, dtype)?;
+        let plan = self.plan_stencil_to(input, stencil, dtype, Some(out.as_ref()))?;
         self.budget.reset_peak();
         let scratch = self.budget.reserve(
             "filter scratch and kernel",
@@ -246,6 +268,15 @@ impl Engine {
     /// # Errors
     /// [`Error::Invalid`] for an input of rank other than 2 or 3; [`Error::Budget`].
     pub fn plan_transpose(&self, input: &TensorFile) -> Result<BoxPlan> {
+        self.plan_transpose_to(input, None)
+    }
+
+    /// [`Engine::plan_transpose`] of a run writing `out` (see
+    /// [`Engine::plan_stencil_to`]).
+    ///
+    /// # Errors
+    /// As [`Engine::plan_transpose`].
+    pub fn plan_transpose_to(&self, input: &TensorFile, out: Option<&Path>) -> Result<BoxPlan> {
         let dims = image_dims(input, "transpose")?;
         let es = input.dtype().size() as u64;
         let req = self.box_request(
@@ -264,10 +295,19 @@ impl Engine {
             Cuts::Auto { prefer_rows: false },
             OutMap::Transposed,
         );
-        Ok(fit_device(req, self.device_limit(), |plan| {
-            // each lane: a staged window and a transposed block
-            plan.depth.max(1) as u64 * (plan.window_bytes + plan.out_slot_elems * es)
-        })?)
+        let out_chunks = out.and_then(|o| {
+            let mut shape = input.shape().to_vec();
+            let k = shape.len();
+            shape.swap(k - 1, k - 2);
+            self.box_out_chunks(o, &shape, input.dtype(), true)
+        });
+        let limit = self.device_limit();
+        along_out_chunks(req, out_chunks, |req| {
+            fit_device(req, limit, |plan| {
+                // each lane: a staged window and a transposed block
+                plan.depth.max(1) as u64 * (plan.window_bytes + plan.out_slot_elems * es)
+            })
+        })
     }
 
     /// Writes the transpose of the last two axes of a rank-2 or rank-3 array to `out`,
@@ -278,7 +318,7 @@ impl Engine {
     /// As [`Engine::stencil`].
     pub fn transpose(&self, input: &TensorFile, out: impl AsRef<Path>) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[input])?;
-        let plan = self.plan_transpose(input)?;
+        let plan = self.plan_transpose_to(input, Some(out.as_ref()))?;
         let [bands, h, w] = plan.dims;
         let out_shape: Vec<usize> = if input.shape().len() == 2 {
             vec![w, h]
@@ -330,6 +370,31 @@ impl Engine {
             times,
         ))
     }
+}
+
+/// The plan `plan` makes of `req` with its boxes cut along `out_chunks` (an output
+/// encoded as it is written) when the budget holds that and its encoder; else of `req`
+/// as it is (the output is then staged).
+///
+/// # Errors
+/// What `plan` returns for `req` as it is.
+fn along_out_chunks(
+    req: BoxRequest,
+    out_chunks: Option<crate::tiling::OutChunks>,
+    plan: impl Fn(BoxRequest) -> std::result::Result<BoxPlan, crate::budget::BudgetError>,
+) -> Result<BoxPlan> {
+    if out_chunks.is_some() {
+        let along = BoxRequest {
+            out_chunks,
+            ..req.clone()
+        };
+        if let Ok(p) = plan(along)
+            && p.cut_along_out_chunks()
+        {
+            return Ok(p);
+        }
+    }
+    Ok(plan(req)?)
 }
 
 /// The box plan of `req`, with tiles made smaller until the device buffers they need
@@ -391,6 +456,7 @@ mod tests {
             max_tile_bytes: u64::MAX,
             cuts: Cuts::Auto { prefer_rows: true },
             out: OutMap::Same,
+            out_chunks: None,
         }
     }
 

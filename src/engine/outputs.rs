@@ -12,6 +12,26 @@ use crate::tensor::tiff_stream::TiffStream;
 use crate::tensor::zarr::ZarrWriteOptions;
 use crate::tensor::zarr_stream::ZarrStream;
 use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape};
+use crate::tiling::{BoxPlan, OutChunks};
+
+/// What a run's plan set aside for encoding its output as the run writes it: `bytes`,
+/// for the chunks being filled (`open` across a box of a box plan cut along them; a
+/// whole row of them for a flat plan, `None`) and those in flight.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct StreamRoom {
+    pub(super) bytes: u64,
+    pub(super) open: Option<usize>,
+}
+
+impl StreamRoom {
+    /// The room of a box plan, when it is cut along its output's chunks.
+    pub(super) fn of_box(plan: &BoxPlan) -> Option<Self> {
+        plan.cut_along_out_chunks().then(|| StreamRoom {
+            bytes: plan.out_chunk_bytes,
+            open: Some(plan.open_out_chunks()),
+        })
+    }
+}
 
 impl Engine {
     /// How GeoTIFF outputs (`.tif`/`.tiff` destinations) are written: tile size,
@@ -73,7 +93,7 @@ impl Engine {
         output: OutputFile,
         out: &Path,
         format: OutFormat,
-        stream_room: Option<u64>,
+        stream_room: Option<StreamRoom>,
     ) -> Result<OutputFile> {
         if self.tiff_out.cog.is_some() && format != OutFormat::GeoTiff {
             return Err(crate::Error::invalid(format!(
@@ -97,8 +117,8 @@ impl Engine {
                     )?;
                 }
                 let fit = match stream_room {
-                    Some(room) if !output.is_region() => {
-                        TiffStream::fit(output.shape(), output.dtype(), &opts, room)?
+                    Some(r) if !output.is_region() => {
+                        TiffStream::fit(output.shape(), output.dtype(), &opts, r.bytes, r.open)?
                     }
                     _ => None,
                 };
@@ -110,7 +130,7 @@ impl Engine {
                     output.with_tiff_stream(opts, memory)
                 } else {
                     tracing::info!(
-                        room = stream_room,
+                        room = stream_room.map(|r| r.bytes),
                         "GeoTIFF output staged raw and encoded after the run"
                     );
                     output.with_tiff(opts)
@@ -125,9 +145,13 @@ impl Engine {
                     self.budget.limit(),
                 )?;
                 let fit = match stream_room {
-                    Some(room) if !output.is_region() => {
-                        ZarrStream::fit(output.shape(), output.dtype(), &self.zarr_out, room)?
-                    }
+                    Some(r) if !output.is_region() => ZarrStream::fit(
+                        output.shape(),
+                        output.dtype(),
+                        &self.zarr_out,
+                        r.bytes,
+                        r.open,
+                    )?,
                     _ => None,
                 };
                 if let Some((need, opts)) = fit {
@@ -179,7 +203,7 @@ impl Engine {
             OutFormat::GeoTiff if self.out_region.is_none() => {
                 let mut opts = self.tiff_out.clone();
                 opts.memory = self.budget.limit();
-                TiffStream::fit(shape, dtype, &opts, self.budget.limit() / 4)
+                TiffStream::fit(shape, dtype, &opts, self.budget.limit() / 4, None)
                     .ok()
                     .flatten()
                     .map(|(n, _)| {
@@ -190,7 +214,7 @@ impl Engine {
                     })
             }
             OutFormat::Zarr if self.out_region.is_none() => {
-                ZarrStream::fit(shape, dtype, &self.zarr_out, self.budget.limit() / 4)
+                ZarrStream::fit(shape, dtype, &self.zarr_out, self.budget.limit() / 4, None)
                     .ok()
                     .flatten()
                     .map(|(n, _)| (n, "Zarr output encoded as it is written (a slab of chunks)"))
@@ -216,6 +240,69 @@ impl Engine {
             }
         }
         plan()
+    }
+
+    /// The chunks a box plan writing `out` (of `shape` and `dtype`; `transposed`: the
+    /// input's last two axes swapped) cuts its boxes along so that the output is encoded
+    /// as the run writes it: a GeoTIFF's tiles (not pixel-interleaved with several
+    /// bands), a Zarr store's outer chunks (one band deep). `None` for other outputs,
+    /// which are written as they are or staged.
+    pub(super) fn box_out_chunks(
+        &self,
+        out: &Path,
+        shape: &[usize],
+        dtype: crate::DType,
+        transposed: bool,
+    ) -> Option<OutChunks> {
+        if self.out_region.is_some() {
+            return None;
+        }
+        let es = dtype.size() as u64;
+        // chunks in flight: as many as a quarter of the budget holds, 1 to 16
+        let in_flight = |each: u64| {
+            (self.budget.limit() / 4 / each.max(1)).clamp(1, crate::tensor::tiff_stream::MAX_BATCH)
+                * each
+        };
+        let (ch, cw, fixed, what) = match self.format_of(out) {
+            OutFormat::GeoTiff => {
+                let mut opts = self.tiff_out.clone();
+                opts.memory = self.budget.limit();
+                let l = crate::tensor::tiff_write::TiledLayout::new(shape, dtype, &opts).ok()?;
+                if l.pixel {
+                    return None;
+                }
+                let chunk = (l.t * l.t) as u64 * es;
+                let what =
+                    "GeoTIFF output encoded as it is written (tiles being filled and in flight)";
+                (l.t, l.t, in_flight(2 * chunk), what)
+            }
+            OutFormat::Zarr => {
+                let (_, outer) = crate::tensor::zarr::chunk_shapes(
+                    &self.zarr_out,
+                    shape,
+                    dtype,
+                    self.budget.limit(),
+                )
+                .ok()?;
+                let r = outer.len();
+                if !(r == 2 || (r == 3 && outer[0] == 1)) {
+                    return None;
+                }
+                let chunk = (outer[r - 2] * outer[r - 1]) as u64 * es;
+                let what =
+                    "Zarr output encoded as it is written (chunks being filled and in flight)";
+                (outer[r - 2], outer[r - 1], in_flight(3 * chunk), what)
+            }
+            OutFormat::Npy | OutFormat::Raw => return None,
+        };
+        let (rows, cols) = if transposed { (cw, ch) } else { (ch, cw) };
+        Some(OutChunks {
+            rows,
+            cols,
+            elem_bytes: es,
+            fixed,
+            what: what.to_string(),
+        })
     }
 
     /// The GeoTIFF options for an output of `shape` at `out`.

@@ -48,14 +48,17 @@ impl Engine {
                 ..
             } => {
                 let x = input.open()?;
-                return Ok(SpecPlan::Box(self.plan_stencil(
+                return Ok(SpecPlan::Box(self.plan_stencil_to(
                     &x,
                     &stencil_of(filter, boundary)?,
                     *dtype,
+                    Some(spec.output()),
                 )?));
             }
             OpSpec::Transpose { input, .. } => {
-                return Ok(SpecPlan::Box(self.plan_transpose(&input.open()?)?));
+                return Ok(SpecPlan::Box(
+                    self.plan_transpose_to(&input.open()?, Some(spec.output()))?,
+                ));
             }
             OpSpec::Tiles {
                 input,

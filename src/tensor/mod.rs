@@ -11,6 +11,7 @@
 //! temporary file beside the destination, then fsynced and renamed into place: a failed
 //! or interrupted run leaves nothing at the output path.
 
+pub(crate) mod chunk_assembly;
 pub mod chunked;
 pub mod cog;
 pub mod geotiff;

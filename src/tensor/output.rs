@@ -471,34 +471,31 @@ impl OutputFile {
         }
     }
 
-    /// For a streaming output taken up from an interrupted run: keeps the intact strips
-    /// of `done` (see [`TiffStream::resume`]) and returns the flat element from which the
-    /// run must write again (the first element of the first strip not kept).
+    /// For a streaming output taken up from an interrupted run: keeps the intact runs of
+    /// chunks of `done` (see [`TiffStream::resume`]) and returns how many chunks it kept;
+    /// [`covered`](Self::covered) then tells which writes the run need not redo.
     ///
     /// # Errors
     /// [`Error::Internal`] if this output does not stream; [`Error::Io`] if its file
     /// cannot be read or cut.
-    pub fn resume_stream(&self, done: &[StripDone]) -> Result<u64> {
+    pub fn resume_stream(&self, done: &[StripDone]) -> Result<usize> {
         match &self.stream {
-            Some(Streamed::Tiff(s)) => {
-                let kept = s.resume(self.handle(), &self.dest, done)?;
-                Ok(if kept == s.strips() {
-                    u64::MAX
-                } else {
-                    s.strip_elems(kept).0
-                })
-            }
-            Some(Streamed::Zarr(s)) => {
-                let kept = s.resume(done)?;
-                Ok(if kept == s.slabs() {
-                    u64::MAX
-                } else {
-                    s.slab_elems(kept).0
-                })
-            }
+            Some(Streamed::Tiff(s)) => s.resume(self.handle(), &self.dest, done),
+            Some(Streamed::Zarr(s)) => s.resume(done),
             None => Err(Error::Internal(
                 "resume_stream on an output that does not stream".into(),
             )),
+        }
+    }
+
+    /// For a streaming output: whether the flat elements `[start, start + len)` are all in
+    /// chunks already written (kept from an interrupted run, or completed).
+    #[must_use]
+    pub fn covered(&self, start: u64, len: u64) -> bool {
+        match &self.stream {
+            Some(Streamed::Tiff(s)) => s.covers(start, len),
+            Some(Streamed::Zarr(s)) => s.covers(start, len),
+            None => false,
         }
     }
 

@@ -1,28 +1,30 @@
 //! A GeoTIFF output encoded while the run writes it: no raw staging file, no encoding
 //! pass after the run, and compression overlapping the compute of later tiles.
 //!
-//! The output's tiles are grouped in *strips*: one row of tiles of one band (a
-//! band-sequential or single-band TIFF), which is a contiguous range of the output's
-//! flat C-order elements. A run's tiles arrive in plan order, so the strip being filled
-//! is always the first one not yet written: its raw bytes are assembled in one buffer,
-//! and when its last byte arrives its tiles are compressed (in parallel, a batch at a
-//! time) and appended to the file. The file's tiles are then in the order
-//! [`super::tiff_write::write_tiled`] writes them, with the same bytes: a streamed
-//! output equals a staged one byte for byte. The directory goes after the last strip
-//! ([`TiffStream::finish`]).
+//! The output's tiles (one band each: a band-sequential or single-band TIFF) are
+//! assembled from the pieces the run writes ([`super::chunk_assembly`]); as soon as a
+//! tile is whole it is compressed (the tiles completed together in parallel, a batch
+//! at a time) and appended to the file, and its offset is recorded. The directory, with
+//! the offsets table in tile order, goes after the last tile ([`TiffStream::finish`]).
+//! A run over a flat plan completes the tiles in file order, row of tiles after row of
+//! tiles: its file equals the staged writer's ([`super::tiff_write::write_tiled`]) byte
+//! for byte. A run over box tiles cut along the tile grid completes a box's tiles box by
+//! box: the same tiles, in the order of the boxes.
 //!
-//! Each appended strip is reported ([`TiffStream::take_appended`]: its offset, its
-//! tiles' compressed lengths and the CRC-32 of its bytes) for the resume journal, which
-//! takes a killed run up after its last intact strip ([`TiffStream::resume`]).
+//! Each run of consecutive tiles appended together is reported
+//! ([`TiffStream::take_appended`]: its first tile, offset, the tiles' compressed lengths
+//! and the CRC-32 of its bytes) for the resume journal, which takes a killed run up with
+//! the runs whose bytes are intact ([`TiffStream::resume`]).
 //!
-//! Pixel-interleaved outputs of several bands are not streamed (a strip would hold
-//! rows of every band, which arrive one band after the other): they are staged.
+//! Pixel-interleaved outputs of several bands are not streamed (a tile holds every
+//! band, which arrive one after the other): they are staged.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Mutex;
 
+use super::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
 use super::tiff_write::{TiffWriteOptions, TiledLayout, append_tiles, compress_tile};
 use crate::budget::Reservation;
 use crate::dtype::DType;
@@ -32,117 +34,35 @@ use crate::error::{Error, Result};
 /// threads per four tiles).
 pub const MAX_BATCH: u64 = 16;
 
-/// A strip appended to the file: what the journal records so that a resumed run can
-/// check it and continue after it.
+/// A run of consecutive output chunks (GeoTIFF tiles, Zarr chunks) written together:
+/// what the journal records so that a resumed run can check it and keep it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StripDone {
-    /// Strip number (band-major, then tile row).
+    /// Index of its first chunk (a TIFF's tile order: band, then row, then column).
     pub strip: usize,
-    /// File offset of its first tile.
+    /// File offset of its first tile (0 for Zarr chunks, which are files of their own).
     pub offset: u64,
-    /// Compressed length of each of its tiles, left to right.
+    /// Length of each of its chunks, in order (compressed TIFF tiles; Zarr chunk files).
     pub counts: Vec<u64>,
-    /// CRC-32 of its bytes in the file.
+    /// CRC-32 of its bytes.
     pub crc: u32,
 }
 
-/// A GeoTIFF encoded strip by strip as the run writes it; see the module documentation.
+/// A GeoTIFF encoded tile by tile as the run writes it; see the module documentation.
 #[derive(Debug)]
 pub struct TiffStream {
     layout: TiledLayout,
     dtype: DType,
     opts: TiffWriteOptions,
     inner: Mutex<Inner>,
-    /// The memory the strip buffer and the tiles in flight take, held for the run.
+    /// The memory the tiles being filled and those in flight take, held for the run.
     memory: Option<Reservation>,
-}
-
-/// How a streamed output is cut into units (GeoTIFF strips, Zarr slabs): contiguous
-/// ranges of its flat C-order elements, in order, which a run writing in plan order
-/// completes one after another.
-pub(crate) trait Units {
-    /// The unit holding flat element `e`.
-    fn unit_of(&self, e: u64) -> usize;
-    /// Flat element range `[start, end)` of unit `u`.
-    fn unit_elems(&self, u: usize) -> (u64, u64);
-    /// Number of units.
-    fn units(&self) -> usize;
-}
-
-/// The unit of a streamed output being filled, assembled from the bytes the run writes.
-#[derive(Debug, Default)]
-pub(crate) struct Assembly {
-    /// The unit being filled; every unit before it is done.
-    pub(crate) next: usize,
-    /// Its raw bytes.
-    buf: Vec<u8>,
-    /// Bytes of it written so far.
-    filled: usize,
-}
-
-impl Assembly {
-    /// Takes `bytes` of the output from flat element `start` on (elements of `es`
-    /// bytes). Bytes of units already done (a resumed run redoing a tile that began
-    /// before its first open unit) are dropped; each unit completed here is handed to
-    /// `complete` with its raw bytes, and the next one is filled.
-    ///
-    /// # Errors
-    /// What `complete` returns; [`Error::Internal`] for bytes past the unit being filled
-    /// (tiles must arrive in plan order), naming `what`.
-    pub(crate) fn feed(
-        &mut self,
-        units: &impl Units,
-        es: usize,
-        start: u64,
-        bytes: &[u8],
-        what: &str,
-        mut complete: impl FnMut(usize, &[u8]) -> Result<()>,
-    ) -> Result<()> {
-        let (mut e, mut b) = (start, bytes);
-        while !b.is_empty() {
-            let s = units.unit_of(e);
-            let (s0, s1) = units.unit_elems(s);
-            let n = ((b.len() / es) as u64).min(s1 - e) as usize;
-            if s > self.next {
-                return Err(Error::Internal(format!(
-                    "{what}: elements from {e} reached unit {s} while unit {} is incomplete",
-                    self.next
-                )));
-            }
-            if s == self.next {
-                let len = ((s1 - s0) as usize) * es;
-                if self.buf.len() != len {
-                    self.buf.resize(len, 0);
-                }
-                let at = ((e - s0) as usize) * es;
-                self.buf[at..at + n * es].copy_from_slice(&b[..n * es]);
-                self.filled += n * es;
-                if self.filled == len {
-                    complete(s, &self.buf)?;
-                    self.next += 1;
-                    self.filled = 0;
-                    if self.next == units.units() {
-                        self.buf = Vec::new();
-                    }
-                }
-            }
-            e += n as u64;
-            b = &b[n * es..];
-        }
-        Ok(())
-    }
-
-    /// Fills unit `u` next (a resumed run, after the units it kept).
-    pub(crate) fn restart_at(&mut self, u: usize) {
-        self.next = u;
-        self.filled = 0;
-    }
 }
 
 #[derive(Debug)]
 struct Inner {
-    /// The strip being filled.
-    asm: Assembly,
+    /// The tiles being filled.
+    asm: ChunkAssembly,
     /// What is in the file.
     written: Written,
 }
@@ -151,19 +71,32 @@ struct Inner {
 struct Written {
     /// Where the next tile goes in the file.
     pos: u64,
+    /// Offset and compressed length of each tile in the file, in tile order (0, 0 for
+    /// one not written yet).
     offsets: Vec<u64>,
     counts: Vec<u64>,
-    /// Strips appended since the last [`TiffStream::take_appended`].
+    /// Runs appended since the last [`TiffStream::take_appended`].
     appended: Vec<StripDone>,
+}
+
+/// A whole tile's raw bytes (with its index), taken by the thread that compresses it.
+type TileSlot = Mutex<Option<(usize, Vec<u8>)>>;
+
+/// The grid of a TIFF's tiles over the output's flat elements: `(bands, height, width)`
+/// cut in `1 x t x t` chunks, numbered as the TIFF numbers its tiles.
+fn tile_grid(l: &TiledLayout) -> Result<ChunkGrid> {
+    ChunkGrid::new(&[l.bands, l.height, l.width], &[1, l.t, l.t])
 }
 
 impl TiffStream {
     /// Whether an output of `shape` written as `opts` say can be streamed within
-    /// `room` bytes: not pixel-interleaved with several bands, and `room` holds one
-    /// strip's raw bytes and at least one tile in flight (raw and compressed). Returns
-    /// the bytes the stream then holds and the options to create it with (their
-    /// `memory` set to what is left for tiles in flight: at most [`MAX_BATCH`], so the
-    /// figure, which a plan holds, does not depend on the machine).
+    /// `room` bytes: not pixel-interleaved with several bands, and `room` holds the
+    /// tiles being filled and at least one tile in flight (raw and compressed). The
+    /// tiles being filled are those of `open` tiles across one row of tiles (`None`: a
+    /// whole row, which a flat plan crosses; a box plan cut along the tile grid, the
+    /// tiles across one box). Returns the bytes the stream then holds and the options to
+    /// create it with (their `memory` set to what is left for tiles in flight: at most
+    /// [`MAX_BATCH`], so the figure, which a plan holds, does not depend on the machine).
     ///
     /// # Errors
     /// [`Error::Invalid`] for a shape or dtype a TIFF cannot hold.
@@ -172,22 +105,24 @@ impl TiffStream {
         dtype: DType,
         opts: &TiffWriteOptions,
         room: u64,
+        open: Option<usize>,
     ) -> Result<Option<(u64, TiffWriteOptions)>> {
         let l = TiledLayout::new(shape, dtype, opts)?;
-        let strip = (l.t * l.width * l.es) as u64;
+        let cols = open.map_or(l.width, |n| (n.max(1) * l.t).min(l.width));
+        let filling = (l.t.min(l.height) * cols * l.es) as u64;
         let tile = 2 * l.chunk_bytes as u64;
-        if l.pixel || strip + tile > room {
+        if l.pixel || filling + tile > room {
             return Ok(None);
         }
-        let batch = ((room - strip) / tile).min(MAX_BATCH);
+        let batch = ((room - filling) / tile).min(MAX_BATCH);
         let mut o = opts.clone();
         o.memory = batch * tile;
-        Ok(Some((strip + batch * tile, o)))
+        Ok(Some((filling + batch * tile, o)))
     }
 
     /// A stream writing into `file`, holding `memory` for the run; `opts.memory` bounds
     /// the tiles compressed at once. A `fresh` file is emptied first; otherwise (an
-    /// interrupted run's, taken up) its strips stay for [`TiffStream::resume`] to check.
+    /// interrupted run's, taken up) its tiles stay for [`TiffStream::resume`] to check.
     /// Either way the header is written.
     ///
     /// # Errors
@@ -215,16 +150,18 @@ impl TiffStream {
         file.write_all_at(layout.header(), 0)
             .map_err(|e| Error::io("write", path, e))?;
         let pos = layout.data_start();
+        let asm = ChunkAssembly::new(tile_grid(&layout)?, layout.es);
+        let n = asm.grid().chunks();
         Ok(TiffStream {
             layout,
             dtype,
             opts,
             inner: Mutex::new(Inner {
-                asm: Assembly::default(),
+                asm,
                 written: Written {
                     pos,
-                    offsets: Vec::new(),
-                    counts: Vec::new(),
+                    offsets: vec![0; n],
+                    counts: vec![0; n],
                     appended: Vec::new(),
                 },
             }),
@@ -232,30 +169,10 @@ impl TiffStream {
         })
     }
 
-    /// Number of strips.
+    /// Number of tiles.
     #[must_use]
-    pub fn strips(&self) -> usize {
-        self.layout.bands * self.layout.down
-    }
-
-    /// Flat element range `[start, end)` of strip `s`.
-    #[must_use]
-    pub fn strip_elems(&self, s: usize) -> (u64, u64) {
-        let l = &self.layout;
-        let (plane, ty) = (s / l.down, s % l.down);
-        let y0 = ty * l.t;
-        let rows = l.t.min(l.height - y0);
-        let start = ((plane * l.height + y0) * l.width) as u64;
-        (start, start + (rows * l.width) as u64)
-    }
-
-    /// The strip holding flat element `e`.
-    fn strip_of(&self, e: u64) -> usize {
-        let l = &self.layout;
-        let plane_elems = (l.height * l.width) as u64;
-        let plane = (e / plane_elems) as usize;
-        let row = ((e % plane_elems) / l.width as u64) as usize;
-        plane * l.down + row / l.t
+    pub fn tiles(&self) -> usize {
+        self.layout.bands * self.layout.down * self.layout.across
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
@@ -264,54 +181,76 @@ impl TiffStream {
             .map_err(|_| Error::Internal("GeoTIFF stream lock poisoned".into()))
     }
 
-    /// Takes `bytes` of the output from flat element `start` on. Bytes of strips already
-    /// in the file (a resumed run redoing a tile that began before its first open
-    /// strip) are dropped; a strip completed here is compressed and appended to `file`.
+    /// Takes `bytes` of the output from flat element `start` on. Bytes of tiles already
+    /// in the file (a resumed run redoing a box that began among kept tiles) are
+    /// dropped; tiles completed here are compressed and appended to `file`.
     ///
     /// # Errors
-    /// [`Error::Io`] on a failed write or compression; [`Error::Internal`] for bytes
-    /// past the strip being filled (tiles must arrive in plan order).
+    /// [`Error::Io`] on a failed write or compression; [`Error::Internal`] for bytes past
+    /// the output's end.
     pub fn write(&self, file: &File, path: &Path, start: u64, bytes: &[u8]) -> Result<()> {
         let mut guard = self.lock()?;
         let inner = &mut *guard;
         let (asm, rest) = (&mut inner.asm, &mut inner.written);
-        asm.feed(
-            self,
-            self.layout.es,
-            start,
-            bytes,
-            "GeoTIFF stream",
-            |s, buf| self.append(s, buf, rest, file, path),
-        )
+        asm.feed(start, bytes, |done| {
+            for run in consecutive_runs(done) {
+                self.append(run, rest, file, path)?;
+            }
+            Ok(())
+        })
     }
 
-    /// Compresses the full strip `s` (raw bytes `buf`) and appends its tiles.
+    /// The raw tile `k` (its clipped bytes `buf`), padded with zeros to the full tile.
+    fn padded(&self, k: usize, buf: Vec<u8>) -> Vec<u8> {
+        let l = &self.layout;
+        let (ty, tx) = ((k / l.across) % l.down, k % l.across);
+        let rows = l.t.min(l.height - ty * l.t);
+        let cols = l.t.min(l.width - tx * l.t);
+        if rows == l.t && cols == l.t {
+            return buf;
+        }
+        let mut raw = vec![0u8; l.chunk_bytes];
+        for y in 0..rows {
+            let (from, to) = (y * cols * l.es, y * l.t * l.es);
+            raw[to..to + cols * l.es].copy_from_slice(&buf[from..from + cols * l.es]);
+        }
+        raw
+    }
+
+    /// Compresses the consecutive whole tiles `run` and appends them.
     fn append(
         &self,
-        s: usize,
-        buf: &[u8],
+        run: Vec<(usize, Vec<u8>)>,
         inner: &mut Written,
         file: &File,
         path: &Path,
     ) -> Result<()> {
-        let l = &self.layout;
-        let y0 = (s % l.down) * l.t;
-        let rows = l.t.min(l.height - y0);
-        let tile = |tx: usize| -> Result<Vec<u8>> {
-            compress_tile(l.raw_tile(buf, rows, rows, tx), self.opts.compression, path)
+        let first = run.first().map_or(0, |c| c.0);
+        let n = run.len();
+        // each tile's raw bytes, taken by the thread that compresses it
+        let raws: Vec<TileSlot> = run.into_iter().map(|c| Mutex::new(Some(c))).collect();
+        let tile = |i: usize| -> Result<Vec<u8>> {
+            let (k, buf) = raws[i]
+                .lock()
+                .ok()
+                .and_then(|mut c| c.take())
+                .ok_or_else(|| Error::Internal("a GeoTIFF tile compressed twice".into()))?;
+            compress_tile(self.padded(k, buf), self.opts.compression, path)
         };
         let offset = inner.pos;
         let mut crc = self.strip_hasher();
-        let mut at = offset;
-        let (pos, counts) = append_tiles(file, path, offset, 0..l.across, l.batch, &tile, |c| {
+        let (mut at, mut k) = (offset, first);
+        let batch = self.layout.batch;
+        let (pos, counts) = append_tiles(file, path, offset, 0..n, batch, &tile, |c| {
             crc.update(c);
-            inner.offsets.push(at);
+            inner.offsets[k] = at;
+            inner.counts[k] = c.len() as u64;
             at += c.len() as u64;
+            k += 1;
         })?;
-        inner.counts.extend(&counts);
         inner.pos = pos;
         inner.appended.push(StripDone {
-            strip: s,
+            strip: first,
             offset,
             counts,
             crc: crc.finalize(),
@@ -319,10 +258,10 @@ impl TiffStream {
         Ok(())
     }
 
-    /// A hasher for a strip's CRC-32, seeded with everything that decides how its bytes
-    /// were encoded (tile side, compression and level, BigTIFF, dtype, shape): a strip
-    /// an interrupted run encoded otherwise (`--resume` with other `--tiff-*` options)
-    /// never matches, and is redone.
+    /// A hasher for a run's CRC-32, seeded with everything that decides how its bytes
+    /// were encoded (tile side, compression and level, BigTIFF, dtype, shape): tiles an
+    /// interrupted run encoded otherwise (`--resume` with other `--tiff-*` options)
+    /// never match, and are redone.
     fn strip_hasher(&self) -> crc32fast::Hasher {
         let l = &self.layout;
         let id = format!(
@@ -332,7 +271,7 @@ impl TiffStream {
         crc32fast::Hasher::new_with_initial(crc32fast::hash(id.as_bytes()))
     }
 
-    /// The strips appended since the last call, in order.
+    /// The runs of tiles appended since the last call, in order.
     #[must_use]
     pub fn take_appended(&self) -> Vec<StripDone> {
         self.inner
@@ -341,23 +280,26 @@ impl TiffStream {
             .unwrap_or_default()
     }
 
-    /// Takes up the strips an interrupted run appended to `file`: the longest prefix of
-    /// `done` (strips 0, 1, ... each starting where the last ended) whose bytes in the
-    /// file still have their checksums. The file is cut after them and the stream goes
-    /// on from the next strip. Returns the number of strips kept.
+    /// Takes up the tiles an interrupted run appended to `file`: the longest prefix of
+    /// the runs `done` (each starting where the last ended, of tiles not yet taken)
+    /// whose bytes in the file still have their checksums. The file is cut after them;
+    /// their tiles are done ([`TiffStream::covers`]). Returns the number of tiles kept.
     ///
     /// # Errors
     /// [`Error::Io`] if the file cannot be read or cut.
     pub fn resume(&self, file: &File, path: &Path, done: &[StripDone]) -> Result<usize> {
         let mut guard = self.lock()?;
         let inner = &mut *guard;
-        inner.written.offsets.clear();
-        inner.written.counts.clear();
         let mut pos = self.layout.data_start();
         let mut buf = vec![0u8; 64 << 10];
         let mut kept = 0;
-        for (s, d) in done.iter().enumerate() {
-            if d.strip != s || d.offset != pos || d.counts.len() != self.layout.across {
+        for d in done {
+            let tiles = d.strip..d.strip + d.counts.len();
+            if d.offset != pos
+                || d.counts.is_empty()
+                || tiles.end > self.tiles()
+                || tiles.clone().any(|k| inner.asm.is_done(k))
+            {
                 break;
             }
             let len: u64 = d.counts.iter().sum();
@@ -374,17 +316,24 @@ impl TiffStream {
             if at < len || crc.finalize() != d.crc {
                 break;
             }
-            for &c in &d.counts {
-                inner.written.offsets.push(pos);
-                inner.written.counts.push(c);
+            for (k, &c) in tiles.zip(&d.counts) {
+                inner.asm.mark_done(k);
+                inner.written.offsets[k] = pos;
+                inner.written.counts[k] = c;
                 pos += c;
+                kept += 1;
             }
-            kept = s + 1;
         }
         file.set_len(pos).map_err(|e| Error::io("size", path, e))?;
-        inner.asm.restart_at(kept);
         inner.written.pos = pos;
         Ok(kept)
+    }
+
+    /// Whether every element of the flat range `[start, start + len)` is in a tile
+    /// already in the file (a resumed run need not write it again).
+    #[must_use]
+    pub fn covers(&self, start: u64, len: u64) -> bool {
+        self.inner.lock().is_ok_and(|i| i.asm.covers(start, len))
     }
 
     /// The options the stream encodes with.
@@ -393,22 +342,22 @@ impl TiffStream {
         &self.opts
     }
 
-    /// Gives back the memory held for the strip in flight (when the run is done).
+    /// Gives back the memory held for the tiles in flight (when the run is done).
     pub fn release_memory(&mut self) {
         self.memory = None;
     }
 
-    /// Writes the directory after the last strip, once every strip is in the file.
+    /// Writes the directory after the last tile, once every tile is in the file.
     ///
     /// # Errors
-    /// [`Error::Internal`] if a strip is missing; [`Error::Io`] on a failed write.
+    /// [`Error::Internal`] if a tile is missing; [`Error::Io`] on a failed write.
     pub fn finish(&self, file: &File, path: &Path) -> Result<u64> {
         let inner = self.lock()?;
-        if inner.asm.next != self.strips() {
+        if inner.asm.done_count() != self.tiles() {
             return Err(Error::Internal(format!(
-                "GeoTIFF stream finished with {} of {} strips written",
-                inner.asm.next,
-                self.strips()
+                "GeoTIFF stream finished with {} of {} tiles written",
+                inner.asm.done_count(),
+                self.tiles()
             )));
         }
         self.layout.finish(
@@ -420,18 +369,6 @@ impl TiffStream {
             &inner.written.offsets,
             &inner.written.counts,
         )
-    }
-}
-
-impl Units for TiffStream {
-    fn unit_of(&self, e: u64) -> usize {
-        self.strip_of(e)
-    }
-    fn unit_elems(&self, u: usize) -> (u64, u64) {
-        self.strip_elems(u)
-    }
-    fn units(&self) -> usize {
-        self.strips()
     }
 }
 
@@ -487,9 +424,13 @@ mod tests {
                 for (k, c) in src.chunks(piece).enumerate() {
                     s.write(&f, &path, (k * piece / dtype.size()) as u64, c)
                         .unwrap();
-                    appended += s.take_appended().len();
+                    appended += s
+                        .take_appended()
+                        .iter()
+                        .map(|d| d.counts.len())
+                        .sum::<usize>();
                 }
-                assert_eq!(appended, s.strips());
+                assert_eq!(appended, s.tiles());
                 s.finish(&f, &path).unwrap();
                 assert!(
                     std::fs::read(&path).unwrap() == want,
@@ -534,13 +475,17 @@ mod tests {
         // a run that wrote 5 of the 8 strips
         let f = open();
         let s = TiffStream::create(&f, &path, &shape, dtype, opts.clone(), None, true).unwrap();
-        let (_, end5) = s.strip_elems(4);
+        // 3 tiles across, 4 rows of tiles a band: the first element of row of tiles `r`
+        let row_start = |r: usize| (((r / 4) * 50 + (r % 4) * 16) * 40) as u64;
+        let end5 = row_start(5);
         s.write(&f, &path, 0, &src[..(end5 as usize + 100) * 2])
             .unwrap();
         let done = s.take_appended();
+        // a run of tiles a row: each row's tiles complete together
         assert_eq!(done.len(), 5);
+        assert!(done.iter().all(|d| d.counts.len() == 3));
         drop(s);
-        for (damage, kept) in [(None, 5), (Some(3), 3)] {
+        for (damage, kept) in [(None, 15), (Some(3), 9)] {
             let f = open();
             if let Some(k) = damage {
                 f.write_all_at(&[0xff, 0xfe], done[k].offset + 3).unwrap();
@@ -548,8 +493,9 @@ mod tests {
             let s =
                 TiffStream::create(&f, &path, &shape, dtype, opts.clone(), None, false).unwrap();
             assert_eq!(s.resume(&f, &path, &done).unwrap(), kept);
-            // the resumed run redoes from the start of a tile before the kept strips' end
-            let (from, _) = s.strip_elems(kept);
+            // the resumed run redoes from the start of a tile before the kept tiles' end
+            let from = row_start(kept / 3);
+            assert!(s.covers(0, from) && !s.covers(0, from + 1));
             assert!(whole(&s, &f, from - 7) == want, "damage {damage:?}");
         }
         // strips encoded with other options (--resume with another --tiff-compress) are

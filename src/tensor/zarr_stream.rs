@@ -2,17 +2,17 @@
 //! soon as the tiles covering them are written, into the store being built beside the
 //! destination, with no raw staging file and nothing to encode after the run.
 //!
-//! The unit that completes is a *slab*: the outer chunks (shards, when sharded) that
-//! share their grid positions along the leading axes up to the first axis whose chunk
-//! is longer than 1. A slab is a contiguous range of the output's flat C-order elements
-//! (the axes before that one have chunks of 1, the axes after it are whole), so as the
-//! run's tiles arrive in plan order, slabs complete one after another, exactly as the
-//! strips of a GeoTIFF do ([`super::tiff_stream`]). With the default chunks (512 along
-//! the last two axes) a slab is 512 rows of one 2-D plane.
+//! The unit that completes is an *outer chunk* (a shard, when sharded), assembled from
+//! the pieces the run writes ([`super::chunk_assembly`]) and stored when whole. A flat
+//! plan holds the outer chunks of the *slab* it crosses (those that share their grid
+//! positions along the leading axes up to the first axis whose chunk is longer than 1:
+//! with the default chunks, 512 rows of one 2-D plane); a box plan cut along the chunk
+//! grid holds those across one box.
 //!
-//! Each stored slab is reported ([`ZarrStream::take_appended`], with the CRC-32 of its
-//! chunk files) for the resume journal; a resumed run keeps the slabs whose files still
-//! have their checksums and stores the rest again.
+//! Each run of consecutive chunks stored together is reported
+//! ([`ZarrStream::take_appended`], with the CRC-32 of its chunk files) for the resume
+//! journal; a resumed run keeps the runs whose files still have their checksums and
+//! stores the rest again.
 
 use std::fs::File;
 use std::io::Read as _;
@@ -22,7 +22,8 @@ use std::sync::Mutex;
 
 use zarrs::filesystem::FilesystemStore;
 
-use super::tiff_stream::{Assembly, StripDone, Units};
+use super::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
+use super::tiff_stream::StripDone;
 use super::zarr::{ZarrWriteOptions, build_array, chunk_shapes, encode_chunk_range};
 use super::{lock, own_files};
 use crate::budget::Reservation;
@@ -32,7 +33,7 @@ use crate::error::{Error, Result};
 /// The most outer chunks a stream encodes at once.
 const MAX_BATCH: u64 = 16;
 
-/// A Zarr store encoded slab by slab as the run writes it; see the module documentation.
+/// A Zarr store encoded chunk by chunk as the run writes it; see the module documentation.
 pub struct ZarrStream {
     dir: PathBuf,
     dest: PathBuf,
@@ -41,11 +42,7 @@ pub struct ZarrStream {
     dtype: DType,
     outer: Vec<usize>,
     grid: Vec<usize>,
-    /// The first axis whose outer chunk is longer than 1 (the last axis if none).
-    axis: usize,
-    /// Outer chunks per slab.
-    per: usize,
-    /// CRC-32 of the store's `zarr.json`, the seed of every slab's checksum: slabs an
+    /// CRC-32 of the store's `zarr.json`, the seed of every run's checksum: chunks an
     /// interrupted run stored with other options (`--resume` with another
     /// `--zarr-compress` or chunking) never match, and are stored again.
     seed: u32,
@@ -65,10 +62,10 @@ impl std::fmt::Debug for ZarrStream {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
-    /// The slab being filled.
-    asm: Assembly,
+    /// The chunks being filled.
+    asm: ChunkAssembly,
     /// Slabs stored since the last [`ZarrStream::take_appended`].
     appended: Vec<StripDone>,
     /// Set once the store is renamed into place or kept for a resume: not removed on
@@ -86,10 +83,11 @@ fn slab_axis(outer: &[usize]) -> usize {
 
 impl ZarrStream {
     /// Whether an output of `shape` written as `opts` say can be streamed within `room`
-    /// bytes (one slab's raw bytes and at least one outer chunk in flight, three times
-    /// its size as the staged encoder counts it). Returns the bytes the stream holds and
-    /// the options to create it with (their `memory` set to the chunks in flight, at most
-    /// 16, so the figure does not depend on the machine).
+    /// bytes: the outer chunks being filled (`open` of them; `None`: a slab, which a
+    /// flat plan crosses) and at least one in flight, three times its size as the
+    /// staged encoder counts it. Returns the bytes the stream holds and the options to
+    /// create it with (their `memory` set to the chunks in flight, at most 16, so the
+    /// figure does not depend on the machine).
     ///
     /// # Errors
     /// [`Error::Invalid`] for chunk or shard shapes that do not fit the array.
@@ -98,6 +96,7 @@ impl ZarrStream {
         dtype: DType,
         opts: &ZarrWriteOptions,
         room: u64,
+        open: Option<usize>,
     ) -> Result<Option<(u64, ZarrWriteOptions)>> {
         if shape.is_empty() || shape.contains(&0) {
             return Ok(None);
@@ -105,23 +104,25 @@ impl ZarrStream {
         let (_, outer) = chunk_shapes(opts, shape, dtype, u64::MAX)?;
         let a = slab_axis(&outer);
         let es = dtype.size() as u64;
-        let slab = (outer[a].min(shape[a]) as u64)
-            .saturating_mul(
-                shape[a + 1..]
-                    .iter()
-                    .fold(1u64, |n, &d| n.saturating_mul(d as u64)),
-            )
-            .saturating_mul(es);
-        let chunk = outer
-            .iter()
-            .fold(3 * es, |n, &d| n.saturating_mul(d as u64));
-        if slab.saturating_add(chunk) > room {
+        let one = outer.iter().fold(es, |n, &d| n.saturating_mul(d as u64));
+        let filling = match open {
+            None => (outer[a].min(shape[a]) as u64)
+                .saturating_mul(
+                    shape[a + 1..]
+                        .iter()
+                        .fold(1u64, |n, &d| n.saturating_mul(d as u64)),
+                )
+                .saturating_mul(es),
+            Some(n) => one.saturating_mul(n.max(1) as u64),
+        };
+        let chunk = one.saturating_mul(3);
+        if filling.saturating_add(chunk) > room {
             return Ok(None);
         }
-        let batch = ((room - slab) / chunk).min(MAX_BATCH);
+        let batch = ((room - filling) / chunk).min(MAX_BATCH);
         let mut o = opts.clone();
         o.memory = batch * chunk;
-        Ok(Some((slab + batch * chunk, o)))
+        Ok(Some((filling + batch * chunk, o)))
     }
 
     /// A stream building the store in `dir` for `dest`: a new directory, or (`adopt`)
@@ -160,7 +161,7 @@ impl ZarrStream {
             .zip(&outer)
             .map(|(&n, &c)| n.div_ceil(c))
             .collect();
-        let axis = slab_axis(&outer);
+        let asm = ChunkAssembly::new(ChunkGrid::new(shape, &outer)?, dtype.size());
         Ok(ZarrStream {
             seed,
             dir: dir.to_path_buf(),
@@ -168,12 +169,14 @@ impl ZarrStream {
             array,
             shape: shape.to_vec(),
             dtype,
-            per: grid[axis + 1..].iter().product(),
             grid,
             outer,
-            axis,
             memory: opts.memory,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                asm,
+                appended: Vec::new(),
+                settled: false,
+            }),
             _lock: held,
             reserved: memory,
         })
@@ -181,7 +184,7 @@ impl ZarrStream {
 
     /// Locks the store in `dir`, writes its `zarr.json` and returns the lock, the array,
     /// its outer chunk shape and the CRC-32 of its `zarr.json` (which seeds the
-    /// checksums of its slabs).
+    /// checksums of its runs of chunks).
     #[allow(clippy::type_complexity)]
     fn open_store(
         dir: &Path,
@@ -212,44 +215,10 @@ impl ZarrStream {
         &self.dir
     }
 
-    /// Number of slabs.
+    /// Number of outer chunks.
     #[must_use]
-    pub fn slabs(&self) -> usize {
-        self.grid[..=self.axis].iter().product()
-    }
-
-    /// Elements of the array after one index of `axis` (its stride).
-    fn stride(&self, axis: usize) -> u64 {
-        self.shape[axis + 1..].iter().map(|&d| d as u64).product()
-    }
-
-    /// Flat element range `[start, end)` of slab `u`.
-    #[must_use]
-    pub fn slab_elems(&self, u: usize) -> (u64, u64) {
-        let a = self.axis;
-        let mut rem = u;
-        let mut start = 0u64;
-        let mut pos_a = 0;
-        for i in (0..=a).rev() {
-            let p = rem % self.grid[i];
-            rem /= self.grid[i];
-            if i == a {
-                pos_a = p;
-            }
-            start += (p * self.outer[i]) as u64 * self.stride(i);
-        }
-        let rows = self.outer[a].min(self.shape[a] - pos_a * self.outer[a]);
-        (start, start + rows as u64 * self.stride(a))
-    }
-
-    /// The slab holding flat element `e`.
-    fn slab_of(&self, e: u64) -> usize {
-        let mut u = 0;
-        for i in 0..=self.axis {
-            let idx = ((e / self.stride(i)) % self.shape[i] as u64) as usize;
-            u = u * self.grid[i] + idx / self.outer[i];
-        }
-        u
+    pub fn chunks(&self) -> usize {
+        self.grid.iter().product()
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
@@ -263,41 +232,47 @@ impl ZarrStream {
     ///
     /// # Errors
     /// [`Error::Io`]/[`Error::Format`] if a chunk cannot be stored; [`Error::Internal`]
-    /// for bytes past the slab being filled.
+    /// for bytes past the array's end.
     pub fn write(&self, start: u64, bytes: &[u8]) -> Result<()> {
         let mut guard = self.lock()?;
         let inner = &mut *guard;
         let (asm, appended) = (&mut inner.asm, &mut inner.appended);
-        asm.feed(
-            self,
-            self.dtype.size(),
-            start,
-            bytes,
-            "Zarr stream",
-            |u, buf| {
-                let crc = self.store_slab(u, buf)?;
+        let grid = asm.grid().clone();
+        asm.feed(start, bytes, |done| {
+            for run in consecutive_runs(done) {
+                let first = run.first().map_or(0, |c| c.0);
+                let n = run.len();
+                self.store_run(&grid, &run)?;
+                let (crc, counts) = self.files_crc(first..first + n)?;
                 appended.push(StripDone {
-                    strip: u,
+                    strip: first,
                     offset: 0,
-                    counts: vec![self.per as u64],
+                    counts,
                     crc,
                 });
-                Ok(())
-            },
-        )
+            }
+            Ok(())
+        })
     }
 
-    /// Encodes and stores the chunks of the full slab `u` (raw bytes `buf`); returns
-    /// the CRC-32 of their files.
-    fn store_slab(&self, u: usize, buf: &[u8]) -> Result<u32> {
+    /// Encodes and stores the whole outer chunks `run` (consecutive, with their clipped
+    /// C-order bytes).
+    fn store_run(&self, grid: &ChunkGrid, run: &[(usize, Vec<u8>)]) -> Result<()> {
         let es = self.dtype.size() as u64;
-        let base = self.slab_elems(u).0 * es;
+        let first = run.first().map_or(0, |c| c.0);
+        // the encoder asks for runs along the last axis by their array byte offset
         let read = |at: u64, out: &mut [u8]| -> Result<()> {
-            let from = (at - base) as usize;
+            let mut found = None;
+            grid.locate(at / es, |k, local| found = Some((k, local)));
+            let (k, local) = found.ok_or_else(|| Error::Internal("Zarr chunk read".into()))?;
+            let buf = &run
+                .get(k.wrapping_sub(first))
+                .ok_or_else(|| Error::Internal(format!("Zarr chunk {k} not assembled")))?
+                .1;
+            let from = local * es as usize;
             out.copy_from_slice(&buf[from..from + out.len()]);
             Ok(())
         };
-        let chunks = u * self.per..(u + 1) * self.per;
         encode_chunk_range(
             &self.array,
             &self.dest,
@@ -305,19 +280,20 @@ impl ZarrStream {
             self.dtype,
             &self.outer,
             self.memory,
-            chunks.clone(),
+            first..first + run.len(),
             &read,
-        )?;
-        self.files_crc(chunks)
+        )
     }
 
-    /// CRC-32 of the files of outer chunks `chunks` (flat grid indices), in order; a
-    /// chunk without a file (all fill value, which zarrs does not store) counts as a
-    /// marker byte.
-    fn files_crc(&self, chunks: std::ops::Range<usize>) -> Result<u32> {
+    /// CRC-32 of the files of outer chunks `chunks` (flat grid indices), in order, and
+    /// their lengths; a chunk without a file (all fill value, which zarrs does not
+    /// store) counts as a marker byte and length 0.
+    fn files_crc(&self, chunks: std::ops::Range<usize>) -> Result<(u32, Vec<u64>)> {
         let mut h = crc32fast::Hasher::new_with_initial(self.seed);
         let mut buf = vec![0u8; 64 << 10];
+        let mut lens = Vec::with_capacity(chunks.len());
         for k in chunks {
+            let mut len = 0u64;
             let mut rem = k;
             let mut pos = vec![0u64; self.grid.len()];
             for a in (0..self.grid.len()).rev() {
@@ -338,17 +314,19 @@ impl ZarrStream {
                             break;
                         }
                         h.update(&buf[..n]);
+                        len += n as u64;
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => h.update(b"-"),
                 Err(e) => return Err(Error::io("read", &path, e)),
             }
+            lens.push(len);
         }
-        Ok(h.finalize())
+        Ok((h.finalize(), lens))
     }
 
-    /// The slabs stored since the last call, in order (as [`StripDone`]s with offset 0
-    /// and, as counts, the number of chunks).
+    /// The runs of chunks stored since the last call, in order (as [`StripDone`]s with
+    /// offset 0 and, as counts, the lengths of their files).
     #[must_use]
     pub fn take_appended(&self) -> Vec<StripDone> {
         self.inner
@@ -357,45 +335,56 @@ impl ZarrStream {
             .unwrap_or_default()
     }
 
-    /// Takes up the slabs an interrupted run stored: the longest prefix of `done` whose
-    /// chunk files still have their checksums. Returns the number kept; the stream goes
-    /// on from the next slab (whose chunks it stores again).
+    /// Takes up the chunks an interrupted run stored: the longest prefix of the runs
+    /// `done` whose chunk files still have their checksums. Returns the number of chunks
+    /// kept; the others are stored again.
     ///
     /// # Errors
     /// [`Error::Io`] if a chunk file cannot be read.
     pub fn resume(&self, done: &[StripDone]) -> Result<usize> {
+        let mut inner = self.lock()?;
         let mut kept = 0;
-        for (u, d) in done.iter().enumerate() {
-            if d.strip != u
-                || d.counts != [self.per as u64]
-                || u >= self.slabs()
-                || self.files_crc(u * self.per..(u + 1) * self.per).ok() != Some(d.crc)
+        for d in done {
+            let run = d.strip..d.strip + d.counts.len();
+            if d.counts.is_empty()
+                || run.end > self.chunks()
+                || run.clone().any(|k| inner.asm.is_done(k))
+                || self.files_crc(run.clone()).ok().map(|c| c.0) != Some(d.crc)
             {
                 break;
             }
-            kept = u + 1;
+            for k in run {
+                inner.asm.mark_done(k);
+                kept += 1;
+            }
         }
-        self.lock()?.asm.restart_at(kept);
         Ok(kept)
     }
 
-    /// Gives back the memory held for the slab in flight (when the run is done).
+    /// Whether every element of the flat range `[start, start + len)` is in a chunk
+    /// already stored (a resumed run need not write it again).
+    #[must_use]
+    pub fn covers(&self, start: u64, len: u64) -> bool {
+        self.inner.lock().is_ok_and(|i| i.asm.covers(start, len))
+    }
+
+    /// Gives back the memory held for the chunks in flight (when the run is done).
     pub fn release_memory(&mut self) {
         self.reserved = None;
     }
 
-    /// Checks that every slab is stored and moves the store to the destination,
+    /// Checks that every chunk is stored and moves the store to the destination,
     /// replacing a Zarr store there.
     ///
     /// # Errors
-    /// [`Error::Internal`] if a slab is missing; [`Error::Io`] if the rename fails.
+    /// [`Error::Internal`] if a chunk is missing; [`Error::Io`] if the rename fails.
     pub fn finish(&self) -> Result<()> {
         let mut inner = self.lock()?;
-        if inner.asm.next != self.slabs() {
+        if inner.asm.done_count() != self.chunks() {
             return Err(Error::Internal(format!(
-                "Zarr stream finished with {} of {} slabs stored",
-                inner.asm.next,
-                self.slabs()
+                "Zarr stream finished with {} of {} chunks stored",
+                inner.asm.done_count(),
+                self.chunks()
             )));
         }
         if std::fs::symlink_metadata(&self.dest).is_ok() {
@@ -424,18 +413,6 @@ impl Drop for ZarrStream {
         if self.inner.lock().is_ok_and(|i| !i.settled) {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
-    }
-}
-
-impl Units for ZarrStream {
-    fn unit_of(&self, e: u64) -> usize {
-        self.slab_of(e)
-    }
-    fn unit_elems(&self, u: usize) -> (u64, u64) {
-        self.slab_elems(u)
-    }
-    fn units(&self) -> usize {
-        self.slabs()
     }
 }
 

@@ -37,6 +37,7 @@ proptest! {
             max_tile_bytes: 16 << 20,
             cuts: Cuts::Auto { prefer_rows },
             out: OutMap::Same,
+            out_chunks: None,
         };
         match BoxPlan::new(&req) {
             Ok(p) => {

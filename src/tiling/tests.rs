@@ -23,6 +23,7 @@ fn req(dims: [usize; 3], halo: usize, budget: u64, boundary: Boundary) -> BoxReq
         max_tile_bytes: 16 << 20,
         cuts: Cuts::Auto { prefer_rows: true },
         out: OutMap::Same,
+        out_chunks: None,
     }
 }
 
@@ -144,4 +145,56 @@ fn writes_cover_the_output() {
         }
         assert!(seen.iter().all(|&s| s == 1), "{out:?}");
     }
+}
+
+/// A plan asked to cut along an output's chunks does so whenever a chunk fits, keeps
+/// covering every pixel once, and counts the encoder's bytes within the budget.
+#[test]
+fn boxes_are_cut_along_the_output_chunks_and_the_encoder_counts() {
+    for (dims, out, budget) in [
+        ([1, 1000, 1000], OutMap::Same, 4u64 << 20),
+        ([3, 700, 1300], OutMap::Same, 2 << 20),
+        ([2, 1000, 600], OutMap::Transposed, 3 << 20),
+        ([1, 100, 90], OutMap::Same, 1 << 20),
+    ] {
+        let mut r = req(dims, 2, budget, Boundary::Reflect);
+        r.out = out;
+        r.out_chunks = Some(OutChunks {
+            rows: 64,
+            cols: 32,
+            elem_bytes: 4,
+            fixed: 4 * (64 * 32 * 4) * 2,
+            what: "test output".into(),
+        });
+        let p = BoxPlan::new(&r).unwrap();
+        assert!(p.cut_along_out_chunks(), "{dims:?} {:?}", p.tile);
+        assert!(p.reserved_bytes <= budget, "{dims:?}");
+        let chunk = 64 * 32 * 4;
+        assert_eq!(
+            p.out_chunk_bytes,
+            p.open_out_chunks() as u64 * chunk + 4 * chunk * 2
+        );
+        // every row and column once, in order
+        let [_, h, w] = dims;
+        let covered = |cuts: &[(i64, usize)], n: usize| {
+            cuts.iter().fold(0i64, |at, c| {
+                assert_eq!(c.0, at);
+                at + c.1 as i64
+            }) == n as i64
+        };
+        assert!(covered(&p.row_cuts, h) && covered(&p.col_cuts, w));
+        // the same request without the output chunks: no encoder bytes
+        r.out_chunks = None;
+        assert_eq!(BoxPlan::new(&r).unwrap().out_chunk_bytes, 0);
+    }
+    // a budget below one chunk per box: boxes are not cut along the chunks
+    let mut r = req([1, 1000, 1000], 2, 200 << 10, Boundary::Reflect);
+    r.out_chunks = Some(OutChunks {
+        rows: 512,
+        cols: 512,
+        elem_bytes: 4,
+        fixed: 0,
+        what: "test output".into(),
+    });
+    assert!(BoxPlan::new(&r).is_err_and(|e| e.to_string().contains("test output")));
 }
