@@ -787,10 +787,11 @@ impl fmt::Display for BoxPlan {
         if let Some(c) = &self.out_chunks {
             writeln!(
                 f,
-                "output:         {}: {} ({} chunks of {}x{} being filled across a box{})",
+                "output:         {}: {} ({} chunk{} of {}x{} being filled across a box{})",
                 c.what,
                 fmt_bytes(self.out_chunk_bytes),
                 self.open_out_chunks(),
+                if self.open_out_chunks() == 1 { "" } else { "s" },
                 c.rows,
                 c.cols,
                 if self.cut_along_out_chunks() {

@@ -654,3 +654,102 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
         "GDAL reads other values"
     );
 }
+
+/// The number of tiles `tilestream plan` shows for `job` (a command and its arguments),
+/// and whether it encodes the output as it writes it along boxes cut to its chunks.
+pub(crate) fn box_plan_of(job: &[String]) -> (usize, bool) {
+    let mut args = vec!["plan".to_string()];
+    args.extend(
+        job.iter()
+            .filter(|a| *a != "--progress" && *a != "never")
+            .cloned(),
+    );
+    let text = crate::common::ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let tiles = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tiles:"))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no tiles in the plan: {text}"));
+    (tiles, text.contains("boxes cut along them"))
+}
+
+/// Filters and transposes (box plans) encode a GeoTIFF output as they write it too: at
+/// budgets that give 2-D blocks or full-width rows, over a pixel-interleaved LZW input
+/// (its bands visited together), killed early, midway and late the only temporary output
+/// beside the destination is the TIFF being built (no raw staging file); resumed, it is
+/// byte for byte the file of an uninterrupted run, and GDAL reads the values of the same
+/// job written as .npy.
+#[test]
+fn box_plan_geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = |n: &str| dir.path().join(n).to_str().expect("utf8").to_string();
+    let (bands, h, w) = (3, 300, 1100);
+    let data = pattern("u16", bands, h, w);
+    let raw = envi(dir.path(), "src", 12, bands, h, w, &data);
+    let src = p("src.tif");
+    gdal_tif(
+        &raw,
+        std::path::Path::new(&src),
+        &["TILED=YES", "COMPRESS=LZW", "INTERLEAVE=PIXEL"],
+    );
+    let gauss = ["--filter", "gaussian:sigma=1.5", "--dtype", "f32"];
+    for (op, extra, out_bytes) in [
+        ("stencil", &gauss[..], bands * h * w * 4),
+        ("transpose", &[][..], bands * h * w * 2),
+    ] {
+        for mem in ["3MiB", "6MiB"] {
+            let job = |out: &str| -> Vec<String> {
+                let mut v = vec![op.to_string(), src.clone(), out.to_string()];
+                v.extend(extra.iter().map(|s| (*s).to_string()));
+                v.extend(
+                    ["-m", mem, "--tiff-tile", "64", "--progress", "never"]
+                        .iter()
+                        .map(|s| (*s).to_string()),
+                );
+                v
+            };
+            let out = p("o.tif");
+            let (tiles, along) = box_plan_of(&job(&out));
+            assert!(
+                along && tiles >= 6,
+                "{op} {mem}: {tiles} tiles, along {along}"
+            );
+            let want_path = p("want.npy");
+            crate::common::ok(
+                &job(&want_path)
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
+            );
+            let want = npy_data(std::path::Path::new(&want_path));
+            crate::common::ok(&job(&out).iter().map(String::as_str).collect::<Vec<_>>());
+            let whole = std::fs::read(&out).expect("read");
+            let check = dir.path().join("check.tif");
+            std::fs::rename(&out, &check).expect("mv");
+            assert!(
+                gdal_read(&check, dir.path()) == want,
+                "{op} {mem}: GDAL reads other values"
+            );
+            for k in [0, 2, tiles / 2, tiles - 2] {
+                let kill = format!("written:0:{k}");
+                crate::common::kill_then_resume(&job(&out), &kill, || {
+                    let temps = temp_files(dir.path());
+                    assert_eq!(temps.len(), 1, "{op} {mem} {kill}: {temps:?}");
+                    let (_, head, len) = &temps[0];
+                    assert_eq!(head.as_slice(), b"II*\0", "{op} {mem} {kill}: not a TIFF");
+                    assert!(
+                        *len < out_bytes as u64,
+                        "{op} {mem} {kill}: {len} bytes, raw is {out_bytes}"
+                    );
+                });
+                assert!(
+                    std::fs::read(&out).expect("read") == whole,
+                    "{op} {mem} resumed after {kill}: differs from an uninterrupted run"
+                );
+                assert!(temp_files(dir.path()).is_empty());
+                std::fs::remove_file(&out).expect("rm");
+            }
+        }
+    }
+}

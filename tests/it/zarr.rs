@@ -365,3 +365,96 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
     ok(&["convert", out.to_str().unwrap(), &p("back.npy")]);
     assert!(read_npy_data(&dir.path().join("back.npy")) == want);
 }
+
+/// Filters and transposes (box plans) encode a Zarr output as they write it too: killed
+/// early, midway and late, beside the destination are only the empty file naming the
+/// run's output and the store being built (no raw staging file); resumed, the store is
+/// file for file the one an uninterrupted run writes, with the values of the same job
+/// written as .npy.
+#[test]
+fn box_plan_zarr_outputs_stream_without_staging_and_resume_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n).to_str().unwrap().to_string();
+    ok(&[
+        "gen",
+        &p("x.npy"),
+        "--shape",
+        "3x300x1100",
+        "--seed",
+        "5",
+        "--dtype",
+        "f32",
+    ]);
+    let temps = || -> Vec<(String, bool, u64)> {
+        let mut v: Vec<(String, bool, u64)> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.ends_with(".tilestream-tmp") && !n.contains(".journal")
+            })
+            .map(|e| {
+                let m = e.metadata().unwrap();
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    m.is_dir(),
+                    m.len(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let x = p("x.npy");
+    let median = ["--filter", "median:size=3"];
+    for (op, extra) in [("stencil", &median[..]), ("transpose", &[][..])] {
+        let job = |out: &str| -> Vec<String> {
+            let mut v = vec![op.to_string(), x.clone(), out.to_string()];
+            v.extend(extra.iter().map(|s| (*s).to_string()));
+            v.extend(
+                [
+                    "-m",
+                    "4MiB",
+                    "--zarr-chunks",
+                    "1x64x128",
+                    "--progress",
+                    "never",
+                ]
+                .iter()
+                .map(|s| (*s).to_string()),
+            );
+            v
+        };
+        let run_ok = |v: &[String]| {
+            ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
+        };
+        let out = dir.path().join("o.zarr");
+        let (tiles, along) = crate::geotiff::box_plan_of(&job(out.to_str().unwrap()));
+        assert!(along && tiles >= 6, "{op}: {tiles} tiles, along {along}");
+        run_ok(&job(&p("want.npy")));
+        let want = read_npy_data(&dir.path().join("want.npy"));
+        run_ok(&job(out.to_str().unwrap()));
+        let whole = tree(&out);
+        ok(&["convert", out.to_str().unwrap(), &p("back.npy")]);
+        assert!(
+            read_npy_data(&dir.path().join("back.npy")) == want,
+            "{op}: values"
+        );
+        std::fs::remove_dir_all(&out).unwrap();
+        for k in [0, 2, tiles / 2, tiles - 2] {
+            let kill = format!("written:0:{k}");
+            crate::common::kill_then_resume(&job(out.to_str().unwrap()), &kill, || {
+                let t = temps();
+                assert_eq!(t.len(), 2, "{op} {kill}: {t:?}");
+                assert!(!t[0].1 && t[0].2 == 0, "{op} {kill}: {t:?}");
+                assert!(t[1].1, "{op} {kill}: {t:?}");
+            });
+            assert!(
+                tree(&out) == whole,
+                "{op} resumed after {kill}: the store differs"
+            );
+            assert!(temps().is_empty(), "{op} {kill}: {:?}", temps());
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+    }
+}
