@@ -19,7 +19,7 @@
 //! out <temporary output file name>     *crc
 //! pass <k> <plan fingerprint>          *crc     refused if the plan differs
 //! tile <k> <i> <crc32 of its bytes>    *crc     tile i of pass k is written
-//! strip <k> <c> <offset> <crc32> <len,len,...>  *crc  chunks c, c+1, ... of a streamed
+//! chunks <k> <c> <offset> <crc32> <len,len,...> *crc  chunks c, c+1, ... of a streamed
 //!                                         GeoTIFF or Zarr output are written (lengths)
 //! state <k> <i> <slot> <len> <crc32>   *crc     the slot holds the state after tile i
 //! ```
@@ -53,7 +53,7 @@ use std::time::Instant;
 use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, Write};
-use crate::tensor::tiff_stream::StripDone;
+use crate::tensor::tiff_stream::ChunkRun;
 use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock, own_files};
 
 const HEADER: &str = "tilestream-journal 2";
@@ -114,9 +114,9 @@ struct PrevPass {
     tiles: BTreeMap<usize, u32>,
     /// (tile, slot, length, crc) of the latest state checkpoint.
     state: Option<(usize, usize, u64, u32)>,
-    /// Strips of a streamed GeoTIFF output (or slabs of a streamed Zarr store), in the
-    /// order they were appended.
-    strips: Vec<StripDone>,
+    /// Runs of chunks of a streamed GeoTIFF output or Zarr store, in the order they were
+    /// written.
+    runs: Vec<ChunkRun>,
 }
 
 /// Where a pass starts, as [`Journal::begin_pass`] found it.
@@ -200,8 +200,8 @@ fn parse(text: &str) -> Option<Prev> {
                 let crc = u32::from_str_radix(f.next()?, 16).ok()?;
                 p.passes.entry(k).or_default().tiles.insert(i, crc);
             }
-            "strip" => {
-                let (k, strip, offset) = (num()? as usize, num()? as usize, num()?);
+            "chunks" => {
+                let (k, first, offset) = (num()? as usize, num()? as usize, num()?);
                 let crc = u32::from_str_radix(f.next()?, 16).ok()?;
                 let counts = f
                     .next()?
@@ -210,16 +210,16 @@ fn parse(text: &str) -> Option<Prev> {
                     .collect::<Option<Vec<u64>>>()?;
                 // a resumed run records again from the first run of chunks it redid:
                 // later records win over those they overlap and all after them
-                let strips = &mut p.passes.entry(k).or_default().strips;
-                let end = strip.saturating_add(counts.len());
-                if let Some(i) = strips
+                let runs = &mut p.passes.entry(k).or_default().runs;
+                let end = first.saturating_add(counts.len());
+                if let Some(i) = runs
                     .iter()
-                    .position(|d| d.strip < end && strip < d.strip + d.counts.len())
+                    .position(|d| d.first < end && first < d.first + d.counts.len())
                 {
-                    strips.truncate(i);
+                    runs.truncate(i);
                 }
-                strips.push(StripDone {
-                    strip,
+                runs.push(ChunkRun {
+                    first,
                     offset,
                     counts,
                     crc,
@@ -401,7 +401,7 @@ impl Journal {
             }
             match output {
                 Some(out) if out.is_streaming() && out.is_adopted() => {
-                    out.resume_stream(&pp.strips)?;
+                    out.resume_stream(&pp.runs)?;
                     start = first_needed(layout, out);
                 }
                 Some(out) if self.adopted.load(Ordering::Relaxed) => {
@@ -481,11 +481,11 @@ impl Journal {
     ///
     /// # Errors
     /// [`Error::Io`] if the journal cannot be written.
-    pub fn strip_written(&self, pass: usize, d: &StripDone) -> Result<()> {
+    pub fn chunks_written(&self, pass: usize, d: &ChunkRun) -> Result<()> {
         let counts: Vec<String> = d.counts.iter().map(u64::to_string).collect();
         self.record(&format!(
-            "strip {pass} {} {} {:08x} {}",
-            d.strip,
+            "chunks {pass} {} {} {:08x} {}",
+            d.first,
             d.offset,
             d.crc,
             counts.join(",")

@@ -125,7 +125,7 @@ impl Engine {
                 if let Some((need, opts)) = fit {
                     let memory = self
                         .budget
-                        .reserve("GeoTIFF encoding (a strip of tiles)", need)?;
+                        .reserve("GeoTIFF encoding (tiles being filled and in flight)", need)?;
                     tracing::info!(bytes = need, "GeoTIFF output encoded as the run writes it");
                     output.with_tiff_stream(opts, memory)
                 } else {
@@ -157,7 +157,7 @@ impl Engine {
                 if let Some((need, opts)) = fit {
                     let memory = self
                         .budget
-                        .reserve("Zarr encoding (a slab of chunks)", need)?;
+                        .reserve("Zarr encoding (chunks being filled and in flight)", need)?;
                     tracing::info!(bytes = need, "Zarr output encoded as the run writes it");
                     output.with_zarr_stream(&opts, memory)
                 } else {
@@ -171,7 +171,7 @@ impl Engine {
     /// Finishes `output`; a staged one is encoded with what the budget has left, reserved
     /// for the time (tiles or chunks in flight).
     pub(super) fn finish_output(&self, mut output: OutputFile) -> Result<()> {
-        // a streamed output's strip is written: its memory goes to building a COG
+        // a streamed output is written: its encoder's memory goes to building a COG
         output.release_stream_memory();
         let _encoding = if output.is_staged() || output.builds_cog() {
             let free = self.budget.limit().saturating_sub(self.budget.reserved());

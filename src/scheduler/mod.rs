@@ -594,10 +594,10 @@ where
                             }
                             written += n as u64;
                         }
-                        // a streamed output's strips completed by this tile, before the tile
+                        // a streamed output's chunks completed by this tile, before the tile
                         for d in out.take_appended() {
                             if let Some(j) = hooks.journal
-                                && let Err(e) = j.strip_written(pass, &d)
+                                && let Err(e) = j.chunks_written(pass, &d)
                             {
                                 shared.fail(e);
                                 break 'tiles;

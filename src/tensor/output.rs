@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
-use super::tiff_stream::{StripDone, TiffStream};
+use super::tiff_stream::{ChunkRun, TiffStream};
 use super::window::whole_pages;
 use super::zarr_stream::ZarrStream;
 use super::{Encode, OutFormat, checked_nbytes, file_len, geotiff, npy, own_files, zarr};
@@ -314,7 +314,7 @@ impl OutputFile {
         let mut head = vec![0u8; header.len()];
         file.read_exact_at(&mut head, 0)
             .map_err(|e| Error::io("read", tmp, e))?;
-        // a GeoTIFF's may be a streamed TIFF (any length), checked strip by strip later;
+        // a GeoTIFF's may be a streamed TIFF (any length), checked run of tiles by run later;
         // a Zarr output's, the empty file that names a streamed store
         let streamed = format == OutFormat::GeoTiff || (format == OutFormat::Zarr && len == 0);
         if (len != header.len() as u64 + nbytes && !streamed) || head != header {
@@ -378,11 +378,10 @@ impl OutputFile {
         Ok(self)
     }
 
-    /// Makes this output a tiled GeoTIFF encoded as the run writes it, strip by strip
+    /// Makes this output a tiled GeoTIFF encoded as the run writes it, tile by tile
     /// (see [`TiffStream`]): no raw staging and no encoding after the run. `memory` pays
-    /// for the strip buffer and the tiles in flight
-    /// ([`TiffStream::fit`]). The run's tiles must arrive in plan order, each
-    /// element once.
+    /// for the tiles being filled and those in flight ([`TiffStream::fit`]). Each element
+    /// must be written once (tiles already kept by a resume excepted).
     ///
     /// # Errors
     /// [`Error::Invalid`] if the shape is not an image or the dtype has no TIFF form;
@@ -412,10 +411,10 @@ impl OutputFile {
         Ok(self)
     }
 
-    /// Makes this output a Zarr v3 store encoded as the run writes it, slab by slab
+    /// Makes this output a Zarr v3 store encoded as the run writes it, chunk by chunk
     /// (see [`ZarrStream`]), in a temporary directory beside the destination renamed
     /// into place by [`finish`](Self::finish); the temporary file stays empty. `memory`
-    /// pays for the slab buffer and the chunks in flight ([`ZarrStream::fit`]).
+    /// pays for the chunks being filled and those in flight ([`ZarrStream::fit`]).
     ///
     /// # Errors
     /// [`Error::Invalid`] for chunk shapes that do not fit; [`Error::Internal`] for a
@@ -461,9 +460,9 @@ impl OutputFile {
         self.adopted
     }
 
-    /// The strips a streaming output appended since the last call (for the journal).
+    /// The runs of chunks a streaming output wrote since the last call (for the journal).
     #[must_use]
-    pub fn take_appended(&self) -> Vec<StripDone> {
+    pub fn take_appended(&self) -> Vec<ChunkRun> {
         match &self.stream {
             Some(Streamed::Tiff(s)) => s.take_appended(),
             Some(Streamed::Zarr(s)) => s.take_appended(),
@@ -478,7 +477,7 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Internal`] if this output does not stream; [`Error::Io`] if its file
     /// cannot be read or cut.
-    pub fn resume_stream(&self, done: &[StripDone]) -> Result<usize> {
+    pub fn resume_stream(&self, done: &[ChunkRun]) -> Result<usize> {
         match &self.stream {
             Some(Streamed::Tiff(s)) => s.resume(self.handle(), &self.dest, done),
             Some(Streamed::Zarr(s)) => s.resume(done),

@@ -37,9 +37,9 @@ pub const MAX_BATCH: u64 = 16;
 /// A run of consecutive output chunks (GeoTIFF tiles, Zarr chunks) written together:
 /// what the journal records so that a resumed run can check it and keep it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StripDone {
+pub struct ChunkRun {
     /// Index of its first chunk (a TIFF's tile order: band, then row, then column).
-    pub strip: usize,
+    pub first: usize,
     /// File offset of its first tile (0 for Zarr chunks, which are files of their own).
     pub offset: u64,
     /// Length of each of its chunks, in order (compressed TIFF tiles; Zarr chunk files).
@@ -76,7 +76,7 @@ struct Written {
     offsets: Vec<u64>,
     counts: Vec<u64>,
     /// Runs appended since the last [`TiffStream::take_appended`].
-    appended: Vec<StripDone>,
+    appended: Vec<ChunkRun>,
 }
 
 /// A whole tile's raw bytes (with its index), taken by the thread that compresses it.
@@ -249,8 +249,8 @@ impl TiffStream {
             k += 1;
         })?;
         inner.pos = pos;
-        inner.appended.push(StripDone {
-            strip: first,
+        inner.appended.push(ChunkRun {
+            first,
             offset,
             counts,
             crc: crc.finalize(),
@@ -273,7 +273,7 @@ impl TiffStream {
 
     /// The runs of tiles appended since the last call, in order.
     #[must_use]
-    pub fn take_appended(&self) -> Vec<StripDone> {
+    pub fn take_appended(&self) -> Vec<ChunkRun> {
         self.inner
             .lock()
             .map(|mut i| std::mem::take(&mut i.written.appended))
@@ -287,14 +287,14 @@ impl TiffStream {
     ///
     /// # Errors
     /// [`Error::Io`] if the file cannot be read or cut.
-    pub fn resume(&self, file: &File, path: &Path, done: &[StripDone]) -> Result<usize> {
+    pub fn resume(&self, file: &File, path: &Path, done: &[ChunkRun]) -> Result<usize> {
         let mut guard = self.lock()?;
         let inner = &mut *guard;
         let mut pos = self.layout.data_start();
         let mut buf = vec![0u8; 64 << 10];
         let mut kept = 0;
         for d in done {
-            let tiles = d.strip..d.strip + d.counts.len();
+            let tiles = d.first..d.first + d.counts.len();
             if d.offset != pos
                 || d.counts.is_empty()
                 || tiles.end > self.tiles()

@@ -23,7 +23,7 @@ use std::sync::Mutex;
 use zarrs::filesystem::FilesystemStore;
 
 use super::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
-use super::tiff_stream::StripDone;
+use super::tiff_stream::ChunkRun;
 use super::zarr::{ZarrWriteOptions, build_array, chunk_shapes, encode_chunk_range};
 use super::{lock, own_files};
 use crate::budget::Reservation;
@@ -67,7 +67,7 @@ struct Inner {
     /// The chunks being filled.
     asm: ChunkAssembly,
     /// Slabs stored since the last [`ZarrStream::take_appended`].
-    appended: Vec<StripDone>,
+    appended: Vec<ChunkRun>,
     /// Set once the store is renamed into place or kept for a resume: not removed on
     /// drop.
     settled: bool,
@@ -244,8 +244,8 @@ impl ZarrStream {
                 let n = run.len();
                 self.store_run(&grid, &run)?;
                 let (crc, counts) = self.files_crc(first..first + n)?;
-                appended.push(StripDone {
-                    strip: first,
+                appended.push(ChunkRun {
+                    first,
                     offset: 0,
                     counts,
                     crc,
@@ -325,10 +325,10 @@ impl ZarrStream {
         Ok((h.finalize(), lens))
     }
 
-    /// The runs of chunks stored since the last call, in order (as [`StripDone`]s with
+    /// The runs of chunks stored since the last call, in order (as [`ChunkRun`]s with
     /// offset 0 and, as counts, the lengths of their files).
     #[must_use]
-    pub fn take_appended(&self) -> Vec<StripDone> {
+    pub fn take_appended(&self) -> Vec<ChunkRun> {
         self.inner
             .lock()
             .map(|mut i| std::mem::take(&mut i.appended))
@@ -341,11 +341,11 @@ impl ZarrStream {
     ///
     /// # Errors
     /// [`Error::Io`] if a chunk file cannot be read.
-    pub fn resume(&self, done: &[StripDone]) -> Result<usize> {
+    pub fn resume(&self, done: &[ChunkRun]) -> Result<usize> {
         let mut inner = self.lock()?;
         let mut kept = 0;
         for d in done {
-            let run = d.strip..d.strip + d.counts.len();
+            let run = d.first..d.first + d.counts.len();
             if d.counts.is_empty()
                 || run.end > self.chunks()
                 || run.clone().any(|k| inner.asm.is_done(k))
