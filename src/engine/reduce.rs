@@ -367,7 +367,8 @@ impl Engine {
         Ok((parts, report))
     }
 
-    /// Reduces `input` and writes the result to `out` (`.npy` or raw), cast to `dtype` if given.
+    /// Reduces `input` and writes the result to `out` (`.npy`, raw, GeoTIFF or Zarr, by
+    /// its name or the engine's format), cast to `dtype` if given.
     ///
     /// # Errors
     /// As [`reduce`](Self::reduce), plus [`Error::Invalid`] if `out` is the input, and I/O
@@ -396,7 +397,17 @@ impl Engine {
         let format = self.format_of(out);
         let file =
             OutputFile::create_as(out, &array.shape, array.dtype, format)?.durable(self.durable);
-        let file = self.encoded_as(file, out, format, None)?;
+        // the result is in memory: a GeoTIFF or Zarr output is encoded from it as it is
+        // written, within what the budget has left besides it, when that holds a row of
+        // its tiles or chunks (else staged)
+        let free = (self.budget.limit())
+            .saturating_sub(self.budget.reserved())
+            .saturating_sub(array.data.len() as u64);
+        let room = super::outputs::StreamRoom {
+            bytes: free,
+            open: None,
+        };
+        let file = self.encoded_as(file, out, format, Some(room))?;
         let t0 = std::time::Instant::now();
         file.write_at(0, &array.data)?;
         self.finish_output(file)?;

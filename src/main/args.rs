@@ -133,7 +133,8 @@ pub(crate) struct RawSpec {
 pub(crate) struct ReduceArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
     pub(crate) input: PathBuf,
-    /// Output file for the result (.npy, or raw for any other extension).
+    /// Output file for the result (.npy, .tif GeoTIFF, .zarr store, or raw for any other
+    /// extension).
     pub(crate) output: PathBuf,
     /// Reduction: sum, mean, min, max, var, std.
     #[arg(long, default_value = "sum")]

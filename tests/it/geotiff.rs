@@ -753,3 +753,65 @@ fn box_plan_geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
         }
     }
 }
+
+/// A reduction's GeoTIFF output is encoded from the result in memory as it is written:
+/// killed just before the rename, the only temporary output beside the destination is
+/// the TIFF (no raw staging file beside it), and GDAL reads the values of the same
+/// reduction written as .npy.
+#[test]
+fn reduction_geotiff_outputs_are_encoded_without_staging() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = |n: &str| dir.path().join(n).to_str().expect("utf8").to_string();
+    crate::common::ok(&[
+        "gen",
+        &p("x.npy"),
+        "--shape",
+        "3x300x1100",
+        "--dtype",
+        "f32",
+        "--seed",
+        "3",
+    ]);
+    let job = |out: &str| -> Vec<String> {
+        [
+            "reduce",
+            &p("x.npy"),
+            out,
+            "--op",
+            "mean",
+            "--axis",
+            "0",
+            "--dtype",
+            "f32",
+            "-m",
+            "64MiB",
+            "--progress",
+            "never",
+        ]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect()
+    };
+    crate::common::ok(
+        &job(&p("want.npy"))
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+    let want = npy_data(&dir.path().join("want.npy"));
+    let out = p("m.tif");
+    let o = crate::common::bin()
+        .args(job(&out))
+        .env("TILESTREAM_FAULT_KILL_AT", "synced")
+        .output()
+        .expect("run");
+    assert!(!o.status.success(), "not killed");
+    let temps = temp_files(dir.path());
+    assert_eq!(temps.len(), 1, "{temps:?}");
+    assert_eq!(temps[0].1.as_slice(), b"II*\0", "not a TIFF: {temps:?}");
+    crate::common::ok(&job(&out).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        gdal_read(std::path::Path::new(&out), dir.path()) == want,
+        "GDAL reads other values"
+    );
+}
