@@ -239,6 +239,28 @@ fn tree(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     out
 }
 
+/// (name, is a directory, length) of the temporary outputs in `dir`, journals left out.
+fn temp_outputs(dir: &std::path::Path) -> Vec<(String, bool, u64)> {
+    let mut v: Vec<(String, bool, u64)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.ends_with(".tilestream-tmp") && !n.contains(".journal")
+        })
+        .map(|e| {
+            let m = e.metadata().unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                m.is_dir(),
+                m.len(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
 /// A Zarr output of a flat run is encoded as the run writes it when a quarter of the
 /// budget holds a slab of chunks: killed halfway, beside it are only the empty file that
 /// names the run's output and the store being built (no raw staging file); resumed, the
@@ -280,27 +302,7 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
     let run_ok = |v: &[String]| {
         ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
     };
-    // (name, is a directory, length) of the run's temporary outputs
-    let temps = || -> Vec<(String, bool, u64)> {
-        let mut v: Vec<(String, bool, u64)> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap())
-            .filter(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.ends_with(".tilestream-tmp") && !n.contains(".journal")
-            })
-            .map(|e| {
-                let m = e.metadata().unwrap();
-                (
-                    e.file_name().to_string_lossy().into_owned(),
-                    m.is_dir(),
-                    m.len(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    };
+    let temps = || temp_outputs(dir.path());
     run_ok(&job(&p("want.npy"), "64MiB"));
     let want = read_npy_data(&dir.path().join("want.npy"));
     let raw_bytes = 3 * 300 * 1100 * 4;
@@ -385,26 +387,7 @@ fn box_plan_zarr_outputs_stream_without_staging_and_resume_identical() {
         "--dtype",
         "f32",
     ]);
-    let temps = || -> Vec<(String, bool, u64)> {
-        let mut v: Vec<(String, bool, u64)> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap())
-            .filter(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.ends_with(".tilestream-tmp") && !n.contains(".journal")
-            })
-            .map(|e| {
-                let m = e.metadata().unwrap();
-                (
-                    e.file_name().to_string_lossy().into_owned(),
-                    m.is_dir(),
-                    m.len(),
-                )
-            })
-            .collect();
-        v.sort();
-        v
-    };
+    let temps = || temp_outputs(dir.path());
     let x = p("x.npy");
     let median = ["--filter", "median:size=3"];
     for (op, extra) in [("stencil", &median[..]), ("transpose", &[][..])] {
