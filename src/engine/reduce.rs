@@ -392,7 +392,10 @@ impl Engine {
         let (array, mut report) = self
             .reduce_with(input, op, over.into(), journal.as_ref())
             .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
-        let array = dtype.map_or(array.clone(), |d| array.cast(d));
+        let array = match dtype {
+            Some(d) => array.cast(d),
+            None => array,
+        };
         let out = out.as_ref();
         let format = self.format_of(out);
         let file =

@@ -175,8 +175,10 @@ impl ChunkAssembly {
     /// resumed run redoing a tile that began among kept chunks) are dropped.
     ///
     /// # Errors
-    /// What `complete` returns; [`Error::Internal`] for a piece past the array's end or
-    /// one that writes a chunk's element twice.
+    /// What `complete` returns; [`Error::Internal`] for a piece past the array's end, or
+    /// more elements written into a chunk than it holds. (An element written twice before
+    /// its chunk is full is not caught: each element must be written once, as the
+    /// scheduler does.)
     pub(crate) fn feed(
         &mut self,
         start: u64,

@@ -440,10 +440,10 @@ mod tests {
         }
     }
 
-    /// A run killed after some strips resumes after the intact ones and gives the same
-    /// file; a damaged strip and everything after it are redone.
+    /// A run killed after some rows of tiles resumes with the intact runs and gives the
+    /// same file; a damaged run and everything after it are redone.
     #[test]
-    fn resume_keeps_the_intact_strips_and_redoes_the_rest() {
+    fn resume_keeps_the_intact_runs_and_redoes_the_rest() {
         let dir = tempfile::tempdir().unwrap();
         let (shape, dtype) = (vec![2, 50, 40], DType::U16);
         let opts = TiffWriteOptions {
@@ -472,7 +472,7 @@ mod tests {
         let f = open();
         let s = TiffStream::create(&f, &path, &shape, dtype, opts.clone(), None, true).unwrap();
         let want = whole(&s, &f, 0);
-        // a run that wrote 5 of the 8 strips
+        // a run that wrote 5 of the 8 rows of tiles
         let f = open();
         let s = TiffStream::create(&f, &path, &shape, dtype, opts.clone(), None, true).unwrap();
         // 3 tiles across, 4 rows of tiles a band: the first element of row of tiles `r`
@@ -498,7 +498,7 @@ mod tests {
             assert!(s.covers(0, from) && !s.covers(0, from + 1));
             assert!(whole(&s, &f, from - 7) == want, "damage {damage:?}");
         }
-        // strips encoded with other options (--resume with another --tiff-compress) are
+        // tiles encoded with other options (--resume with another --tiff-compress) are
         // all redone, though their offsets and tile counts would fit
         let f = open();
         let zstd = TiffWriteOptions {

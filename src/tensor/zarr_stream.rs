@@ -42,6 +42,8 @@ pub struct ZarrStream {
     dtype: DType,
     outer: Vec<usize>,
     grid: Vec<usize>,
+    /// The outer chunks over the array (what the assembly fills).
+    chunk_grid: ChunkGrid,
     /// CRC-32 of the store's `zarr.json`, the seed of every run's checksum: chunks an
     /// interrupted run stored with other options (`--resume` with another
     /// `--zarr-compress` or chunking) never match, and are stored again.
@@ -66,7 +68,7 @@ impl std::fmt::Debug for ZarrStream {
 struct Inner {
     /// The chunks being filled.
     asm: ChunkAssembly,
-    /// Slabs stored since the last [`ZarrStream::take_appended`].
+    /// Runs of chunks stored since the last [`ZarrStream::take_appended`].
     appended: Vec<ChunkRun>,
     /// Set once the store is renamed into place or kept for a resume: not removed on
     /// drop.
@@ -161,7 +163,8 @@ impl ZarrStream {
             .zip(&outer)
             .map(|(&n, &c)| n.div_ceil(c))
             .collect();
-        let asm = ChunkAssembly::new(ChunkGrid::new(shape, &outer)?, dtype.size());
+        let chunk_grid = ChunkGrid::new(shape, &outer)?;
+        let asm = ChunkAssembly::new(chunk_grid.clone(), dtype.size());
         Ok(ZarrStream {
             seed,
             dir: dir.to_path_buf(),
@@ -170,6 +173,7 @@ impl ZarrStream {
             shape: shape.to_vec(),
             dtype,
             grid,
+            chunk_grid,
             outer,
             memory: opts.memory,
             inner: Mutex::new(Inner {
@@ -237,12 +241,12 @@ impl ZarrStream {
         let mut guard = self.lock()?;
         let inner = &mut *guard;
         let (asm, appended) = (&mut inner.asm, &mut inner.appended);
-        let grid = asm.grid().clone();
+        let grid = &self.chunk_grid;
         asm.feed(start, bytes, |done| {
             for run in consecutive_runs(done) {
                 let first = run.first().map_or(0, |c| c.0);
                 let n = run.len();
-                self.store_run(&grid, &run)?;
+                self.store_run(grid, &run)?;
                 let (crc, counts) = self.files_crc(first..first + n)?;
                 appended.push(ChunkRun {
                     first,
