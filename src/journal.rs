@@ -35,8 +35,8 @@
 //! cannot be read back as raw tiles: its runs of chunks are checked instead (each
 //! against its CRC-32, each starting where the last ended), the file is cut after the
 //! last intact one, and the run restarts at the first tile that writes a chunk not
-//! kept. (Version 1 recorded rows of tiles by their number: its journals are not taken
-//! up.)
+//! kept. (Version 1 recorded rows of tiles by their number: a `--resume` that finds such
+//! a journal says so, removes what that run left and starts over.)
 //!
 //! Passes are numbered in the order the operation runs them (standardize: statistics,
 //! then apply), so each resumes separately.
@@ -273,6 +273,14 @@ impl Journal {
             if let Some(p) = parse(&text) {
                 check_same_job(dest, key, &p)?;
                 prev = Some(p);
+            } else if text.starts_with("tilestream-journal ") {
+                // another version's journal: what its run left cannot be taken up
+                eprintln!(
+                    "note: {}: the interrupted run was made by another version of tilestream; \
+                     starting over",
+                    dest.display()
+                );
+                let _ = clean_stale(&dir, Some(&name));
             }
         }
         let mut slot_files = [None, None];

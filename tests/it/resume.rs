@@ -452,3 +452,44 @@ fn clean_removes_what_a_killed_run_left() {
     assert!(o.contains(&format!("{} left-over", left.len())), "{o}");
     assert!(leftovers(dir.path(), &["x.npy"]).is_empty());
 }
+
+/// A `--resume` that finds the journal of another version of tilestream (version 1
+/// recorded GeoTIFF strips by number) does not take its run up: it says so, starts over,
+/// removes what that run left, and writes the output an uninterrupted run writes.
+#[test]
+fn resume_starts_over_from_another_versions_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", &p(&x), "--shape", "300x1100", "--seed", "6"]);
+    let out = dir.path().join("o.tif");
+    let args = s(&[
+        "map",
+        "x*3",
+        &p(&out),
+        "--in",
+        &format!("x={}", p(&x)),
+        "-m",
+        "2MiB",
+        "--tiff-tile",
+        "64",
+        "--progress",
+        "never",
+    ]);
+    ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let want = std::fs::read(&out).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    let o = run_env(&args, Some("written:0:3"));
+    assert_eq!(o.status.signal(), Some(libc::SIGKILL));
+    let journal = dir.path().join(".o.tif.journal.tilestream-tmp");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(text.starts_with("tilestream-journal 2"), "{text}");
+    std::fs::write(&journal, text.replacen("journal 2", "journal 1", 1)).unwrap();
+    let mut resumed = args.clone();
+    resumed.push("--resume".into());
+    let o = run_env(&resumed, None);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("another version of tilestream"), "{err}");
+    assert!(std::fs::read(&out).unwrap() == want);
+    assert!(leftovers(dir.path(), &["x.npy", "o.tif"]).is_empty());
+}
