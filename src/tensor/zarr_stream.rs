@@ -41,7 +41,6 @@ pub struct ZarrStream {
     shape: Vec<usize>,
     dtype: DType,
     outer: Vec<usize>,
-    grid: Vec<usize>,
     /// The outer chunks over the array (what the assembly fills).
     chunk_grid: ChunkGrid,
     /// CRC-32 of the store's `zarr.json`, the seed of every run's checksum: chunks an
@@ -158,11 +157,6 @@ impl ZarrStream {
             let _ = std::fs::remove_dir_all(dir);
         }
         let (held, array, outer, seed) = made?;
-        let grid: Vec<usize> = shape
-            .iter()
-            .zip(&outer)
-            .map(|(&n, &c)| n.div_ceil(c))
-            .collect();
         let chunk_grid = ChunkGrid::new(shape, &outer)?;
         let asm = ChunkAssembly::new(chunk_grid.clone(), dtype.size());
         Ok(ZarrStream {
@@ -172,7 +166,6 @@ impl ZarrStream {
             array,
             shape: shape.to_vec(),
             dtype,
-            grid,
             chunk_grid,
             outer,
             memory: opts.memory,
@@ -222,7 +215,7 @@ impl ZarrStream {
     /// Number of outer chunks.
     #[must_use]
     pub fn chunks(&self) -> usize {
-        self.grid.iter().product()
+        self.chunk_grid.chunks()
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
@@ -298,12 +291,12 @@ impl ZarrStream {
         let mut lens = Vec::with_capacity(chunks.len());
         for k in chunks {
             let mut len = 0u64;
-            let mut rem = k;
-            let mut pos = vec![0u64; self.grid.len()];
-            for a in (0..self.grid.len()).rev() {
-                pos[a] = (rem % self.grid[a]) as u64;
-                rem /= self.grid[a];
-            }
+            let pos: Vec<u64> = self
+                .chunk_grid
+                .position(k)
+                .iter()
+                .map(|&p| p as u64)
+                .collect();
             let path = self.dir.join(self.array.chunk_key(&pos).as_str());
             match std::fs::OpenOptions::new()
                 .read(true)
