@@ -34,6 +34,7 @@ fn engine(c: &Common) -> Result<Engine> {
     let tiff = TiffWriteOptions {
         tile: c.tiff_tile,
         compression: c.tiff_compress.parse()?,
+        predictor: c.tiff_predictor.parse()?,
         pixel_interleave: c.tiff_interleave == "pixel",
         bigtiff: match c.tiff_bigtiff.as_str() {
             "yes" => Some(true),

@@ -91,6 +91,9 @@ fn engine(opts: &Value) -> Result<Engine, Error> {
     if let Some(c) = opts["tiff_compress"].as_str() {
         tiff.compression = c.parse()?;
     }
+    if let Some(p) = opts["tiff_predictor"].as_str() {
+        tiff.predictor = p.parse()?;
+    }
     let format = opts["format"].as_str();
     let cog_format = format.is_some_and(|f| f.eq_ignore_ascii_case("cog"));
     if opts["cog"].as_bool() == Some(true) || cog_format {

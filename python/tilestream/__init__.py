@@ -13,7 +13,8 @@ Operations that write a file (``map``, ``cast``, ``affine``, ``standardize``,
 ``matmul``, ``stencil``, ``transpose``, ``convert``, ``gen``) return the output as a
 :class:`Tensor` whose ``report`` is the :class:`RunReport` of the run. ``plan(f, ...)``
 shows what ``f(...)`` would do without doing it. Outputs named ``.tif`` take
-``tiff_compress=`` and ``cog=True`` (a Cloud-Optimized GeoTIFF, also ``format="cog"``,
+``tiff_compress=``, ``tiff_predictor=`` (``"auto"``, ``"none"``, ``"horizontal"``,
+``"float"``) and ``cog=True`` (a Cloud-Optimized GeoTIFF, also ``format="cog"``,
 with ``overviews="auto"`` or a count and ``overview_resampling="average"`` or
 ``"nearest"``); ``.zarr`` outputs take ``zarr_chunks=``, ``zarr_shard=``,
 ``zarr_compress=``.
@@ -445,7 +446,7 @@ def _execute(spec: dict, out: Optional[PathLike], kw: dict) -> Any:
 
 
 _COMMON = {"memory", "threads", "device", "progress", "resume", "_plan", "format",
-           "tiff_compress", "cog", "overviews", "overview_resampling",
+           "tiff_compress", "tiff_predictor", "cog", "overviews", "overview_resampling",
            "zarr_compress", "zarr_chunks", "zarr_shard"}
 
 

@@ -84,6 +84,10 @@ pub(crate) struct Common {
     /// GeoTIFF outputs: tile compression, deflate[:1-9], zstd[:1-22] or none.
     #[arg(long, default_value = "deflate", global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) tiff_compress: String,
+    /// GeoTIFF outputs: predictor applied before compression, auto (float for f16/f32/f64
+    /// outputs, none for integers), none, horizontal or float.
+    #[arg(long, default_value = "auto", global = true, help_heading = OUTPUT_FORMATS)]
+    pub(crate) tiff_predictor: String,
     /// GeoTIFF outputs: band (one plane per band) or pixel (bands of a pixel together).
     #[arg(long, default_value = "band", value_parser = ["band", "pixel"], global = true, help_heading = OUTPUT_FORMATS)]
     pub(crate) tiff_interleave: String,

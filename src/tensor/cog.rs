@@ -41,7 +41,7 @@ use rayon::prelude::*;
 use super::chunked::ChunkSource;
 use super::geotiff::{GeoRef, TiffChunks, TiffLayout, read_layout};
 use super::tiff_write::{
-    Entry, TiffWriteOptions, TiledLayout, append_tiles, batch_for, compress_tile, ifd_bytes, longs,
+    Entry, TiffWriteOptions, TiledLayout, append_tiles, batch_for, ifd_bytes, longs,
 };
 use crate::budget::fmt_bytes;
 use crate::dtype::{DType, Element};
@@ -420,11 +420,7 @@ impl Level {
     fn flush(&mut self, sh: &Shared) -> Result<()> {
         let (l, rows) = (&self.layout, self.filled);
         let tile = |tx: usize| -> Result<Vec<u8>> {
-            let c = compress_tile(
-                l.raw_tile(&self.strip, sh.t, rows, tx),
-                sh.opts.compression,
-                sh.dest_path,
-            )?;
+            let c = l.encode_tile(l.raw_tile(&self.strip, sh.t, rows, tx), sh.dest_path)?;
             let mut framed = Vec::with_capacity(c.len() + 8);
             write_framed(&mut framed, &c).map_err(|e| Error::io("write", self.file.path(), e))?;
             Ok(framed)
@@ -761,7 +757,7 @@ fn assemble(
                 ..GeoRef::default()
             }),
         };
-        let mut e = tl.entries(layout.dtype, opts.compression, g.as_ref(), offsets, counts)?;
+        let mut e = tl.entries(layout.dtype, g.as_ref(), offsets, counts)?;
         if l.is_some() {
             // NewSubfileType: a reduced-resolution version of the image
             e.push(longs(254, &[1], false));

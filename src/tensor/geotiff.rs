@@ -692,7 +692,7 @@ pub fn is_tiff_path(path: &Path) -> bool {
 }
 
 pub use super::tiff_write::{
-    TiffCompression, TiffWriteOptions, image_dims, tiff_sample, write_tiled,
+    TiffCompression, TiffPredictor, TiffWriteOptions, image_dims, tiff_sample, write_tiled,
 };
 
 #[cfg(test)]

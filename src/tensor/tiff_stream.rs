@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use super::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
-use super::tiff_write::{TiffWriteOptions, TiledLayout, append_tiles, compress_tile};
+use super::tiff_write::{TiffWriteOptions, TiledLayout, append_tiles};
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -235,7 +235,7 @@ impl TiffStream {
                 .ok()
                 .and_then(|mut c| c.take())
                 .ok_or_else(|| Error::Internal("a GeoTIFF tile compressed twice".into()))?;
-            compress_tile(self.padded(k, buf), self.opts.compression, path)
+            self.layout.encode_tile(self.padded(k, buf), path)
         };
         let offset = inner.pos;
         let mut crc = self.strip_hasher();
@@ -259,14 +259,14 @@ impl TiffStream {
     }
 
     /// A hasher for a run's CRC-32, seeded with everything that decides how its bytes
-    /// were encoded (tile side, compression and level, BigTIFF, dtype, shape): tiles an
+    /// were encoded (tile side, compression and level, predictor, BigTIFF, dtype, shape): tiles an
     /// interrupted run encoded otherwise (`--resume` with other `--tiff-*` options)
     /// never match, and are redone.
     fn strip_hasher(&self) -> crc32fast::Hasher {
         let l = &self.layout;
         let id = format!(
-            "tile {} {:?} big {} {} {}x{}x{}",
-            l.t, self.opts.compression, l.big, self.dtype, l.bands, l.height, l.width
+            "tile {} {:?} predictor {} big {} {} {}x{}x{}",
+            l.t, l.compression, l.predictor, l.big, self.dtype, l.bands, l.height, l.width
         );
         crc32fast::Hasher::new_with_initial(crc32fast::hash(id.as_bytes()))
     }

@@ -39,6 +39,67 @@ impl std::str::FromStr for TiffCompression {
     }
 }
 
+/// The predictor applied to each row of a tile before it is compressed (TIFF tag 317),
+/// which makes neighbouring values compress better; readers undo it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TiffPredictor {
+    /// The floating-point predictor for float outputs that are compressed, none
+    /// otherwise. On smooth float rasters it makes Deflate both smaller and faster
+    /// (`benches/compare/results/codecs.md`); on integer imagery with sensor noise the
+    /// horizontal predictor gains little and costs time, so it is not the default.
+    #[default]
+    Auto,
+    /// No predictor (1).
+    None,
+    /// Horizontal differencing (2): each sample minus the same band's sample before it,
+    /// with wrapping integer arithmetic on the sample's bits.
+    Horizontal,
+    /// The floating-point predictor (3, Adobe's TIFF technote 3): each row's bytes
+    /// regrouped by significance, then differenced byte by byte. For f16, f32, f64.
+    Float,
+}
+
+impl std::str::FromStr for TiffPredictor {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "auto" => Ok(TiffPredictor::Auto),
+            "none" | "1" => Ok(TiffPredictor::None),
+            "horizontal" | "2" => Ok(TiffPredictor::Horizontal),
+            "float" | "floating-point" | "3" => Ok(TiffPredictor::Float),
+            _ => Err(Error::invalid(format!(
+                "unknown GeoTIFF predictor `{s}`: use auto, none (1), horizontal (2) or \
+                 float (3)"
+            ))),
+        }
+    }
+}
+
+impl TiffPredictor {
+    /// The `Predictor` tag value for tiles of `dtype` compressed with `compression`.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a predictor on uncompressed tiles, or the floating-point
+    /// predictor on an integer output.
+    pub fn tag(self, dtype: DType, compression: TiffCompression) -> Result<u16> {
+        let float = matches!(dtype, DType::F16 | DType::F32 | DType::F64);
+        match (self, compression) {
+            (TiffPredictor::Auto, TiffCompression::None) | (TiffPredictor::None, _) => Ok(1),
+            (_, TiffCompression::None) => Err(Error::invalid(
+                "a GeoTIFF predictor only helps compressed tiles: drop --tiff-predictor, or \
+                 give --tiff-compress deflate or zstd",
+            )),
+            (TiffPredictor::Auto, _) => Ok(if float { 3 } else { 1 }),
+            (TiffPredictor::Horizontal, _) => Ok(2),
+            (TiffPredictor::Float, _) if float => Ok(3),
+            (TiffPredictor::Float, _) => Err(Error::invalid(format!(
+                "the floating-point GeoTIFF predictor is for f16, f32 and f64 outputs; this \
+                 output is {dtype}: give --tiff-predictor horizontal or none"
+            ))),
+        }
+    }
+}
+
 /// How [`write_tiled`] lays out a GeoTIFF.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TiffWriteOptions {
@@ -46,6 +107,8 @@ pub struct TiffWriteOptions {
     pub tile: usize,
     /// Tile compression.
     pub compression: TiffCompression,
+    /// The predictor applied before compression.
+    pub predictor: TiffPredictor,
     /// Pixel-interleaved (all bands of a pixel together) instead of band-sequential.
     pub pixel_interleave: bool,
     /// Georeferencing to write (tags copied as they are).
@@ -64,6 +127,7 @@ impl Default for TiffWriteOptions {
         TiffWriteOptions {
             tile: 512,
             compression: TiffCompression::Deflate(6),
+            predictor: TiffPredictor::Auto,
             pixel_interleave: false,
             georef: None,
             memory: 64 << 20,
@@ -245,6 +309,10 @@ pub(crate) struct TiledLayout {
     pub chunk_bytes: usize,
     /// Tiles compressed at once (each holds a raw and a compressed tile).
     pub batch: usize,
+    /// The `Predictor` tag value (1 none, 2 horizontal, 3 floating point).
+    pub predictor: u16,
+    /// How tiles are compressed.
+    pub compression: TiffCompression,
 }
 
 impl TiledLayout {
@@ -270,6 +338,8 @@ impl TiledLayout {
             big: opts.bigtiff.unwrap_or(nbytes > BIGTIFF_ABOVE),
             chunk_bytes,
             batch: batch_for(opts.memory, chunk_bytes),
+            predictor: opts.predictor.tag(dtype, opts.compression)?,
+            compression: opts.compression,
         })
     }
 
@@ -305,6 +375,23 @@ impl TiledLayout {
         raw
     }
 
+    /// Encodes one raw tile (`chunk_bytes`, padded to the full tile): the predictor, row
+    /// by row, then the compression (`path` names the output in errors).
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the codec fails.
+    pub(crate) fn encode_tile(&self, mut raw: Vec<u8>, path: &Path) -> Result<Vec<u8>> {
+        let spp = if self.pixel { self.bands } else { 1 };
+        predict(
+            &mut raw,
+            self.t * spp * self.es,
+            spp,
+            self.es,
+            self.predictor,
+        );
+        compress_tile(raw, self.compression, path)
+    }
+
     /// Where tile data starts (after the header).
     pub(crate) fn data_start(&self) -> u64 {
         if self.big { 16 } else { 8 }
@@ -319,15 +406,14 @@ impl TiledLayout {
         }
     }
 
-    /// The IFD entries of this image: its geometry, `compression`, the tiles' `offsets`
-    /// and `counts`, and `georef`'s tags (copied as they are) when given.
+    /// The IFD entries of this image: its geometry, compression and predictor, the
+    /// tiles' `offsets` and `counts`, and `georef`'s tags (copied as they are) when given.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a dtype a TIFF cannot hold.
     pub(crate) fn entries(
         &self,
         dtype: DType,
-        compression: TiffCompression,
         georef: Option<&GeoRef>,
         offsets: &[u64],
         counts: &[u64],
@@ -341,7 +427,7 @@ impl TiledLayout {
             shorts(258, &vec![bits; bands]),
             shorts(
                 259,
-                &[match compression {
+                &[match self.compression {
                     TiffCompression::None => 1,
                     TiffCompression::Deflate(_) => 8,
                     TiffCompression::Zstd(_) => 50000,
@@ -358,6 +444,9 @@ impl TiledLayout {
         ];
         if bands > 1 {
             e.push(shorts(338, &vec![0; bands - 1]));
+        }
+        if self.predictor != 1 {
+            e.push(shorts(317, &[self.predictor]));
         }
         if let Some(g) = georef {
             if let Some(v) = &g.pixel_scale {
@@ -411,13 +500,7 @@ impl TiledLayout {
             )));
         }
         pos += pos % 2;
-        let e = self.entries(
-            dtype,
-            opts.compression,
-            opts.georef.as_ref(),
-            offsets,
-            counts,
-        )?;
+        let e = self.entries(dtype, opts.georef.as_ref(), offsets, counts)?;
         let ifd = ifd_bytes(e, pos, big, 0);
         wr(pos, &ifd)?;
         if big {
@@ -466,6 +549,71 @@ pub(crate) fn append_tiles(
         }
     }
     Ok((pos, counts))
+}
+
+/// Applies TIFF predictor `predictor` (the tag value) in place to `raw`, rows of
+/// `row_bytes` bytes of little-endian samples of `es` bytes, `spp` samples a pixel: what
+/// libtiff's `horDiff` and `fpDiff` do when they write, and `tiff_decode::unpredict`
+/// undoes.
+fn predict(raw: &mut [u8], row_bytes: usize, spp: usize, es: usize, predictor: u16) {
+    match predictor {
+        2 => {
+            for row in raw.chunks_exact_mut(row_bytes) {
+                match es {
+                    1 => hor_diff::<1>(row, spp, |a, b| [a[0].wrapping_sub(b[0])]),
+                    2 => hor_diff::<2>(row, spp, |a, b| {
+                        u16::from_le_bytes(a)
+                            .wrapping_sub(u16::from_le_bytes(b))
+                            .to_le_bytes()
+                    }),
+                    4 => hor_diff::<4>(row, spp, |a, b| {
+                        u32::from_le_bytes(a)
+                            .wrapping_sub(u32::from_le_bytes(b))
+                            .to_le_bytes()
+                    }),
+                    _ => hor_diff::<8>(row, spp, |a, b| {
+                        u64::from_le_bytes(a)
+                            .wrapping_sub(u64::from_le_bytes(b))
+                            .to_le_bytes()
+                    }),
+                }
+            }
+        }
+        3 => {
+            let mut tmp = vec![0u8; row_bytes];
+            let n = row_bytes / es;
+            for row in raw.chunks_exact_mut(row_bytes) {
+                tmp.copy_from_slice(row);
+                // plane 0 takes the most significant byte of every sample (the samples
+                // are little-endian: their last byte)
+                for b in 0..es {
+                    let plane = &mut row[(es - 1 - b) * n..(es - b) * n];
+                    for (d, s) in plane.iter_mut().zip(tmp[b..].iter().step_by(es)) {
+                        *d = *s;
+                    }
+                }
+                for i in (spp..row_bytes).rev() {
+                    row[i] = row[i].wrapping_sub(row[i - spp]);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Horizontal differencing of one row of `N`-byte samples, `spp` apart, from the end
+/// (each sample minus the original sample before it): `sub(a, b)` is `a - b` wrapping.
+fn hor_diff<const N: usize>(row: &mut [u8], spp: usize, sub: impl Fn([u8; N], [u8; N]) -> [u8; N]) {
+    let n = row.len() / N;
+    let at = |row: &[u8], i: usize| {
+        let mut v = [0u8; N];
+        v.copy_from_slice(&row[i * N..(i + 1) * N]);
+        v
+    };
+    for i in (spp..n).rev() {
+        let d = sub(at(row, i), at(row, i - spp));
+        row[i * N..(i + 1) * N].copy_from_slice(&d);
+    }
 }
 
 /// Compresses one raw tile as `compression` says (`path` names the output in errors).
@@ -545,7 +693,7 @@ pub fn write_tiled(
                 read(at, &mut raw[y * t * es..(y * t + cols) * es])?;
             }
         }
-        compress_tile(raw, opts.compression, dest_path)
+        l.encode_tile(raw, dest_path)
     };
     let mut offsets = Vec::with_capacity(n_chunks);
     let (end, counts) = append_tiles(dest, dest_path, pos, 0..n_chunks, l.batch, &encode, |c| {
@@ -559,6 +707,72 @@ pub fn write_tiled(
 mod tests {
     use super::*;
     use crate::tensor::zarr::ZarrCompression;
+
+    #[test]
+    fn predictors_parse_and_follow_the_dtype_and_compression() {
+        let p = |s: &str| s.parse::<TiffPredictor>().ok();
+        assert_eq!(p("auto"), Some(TiffPredictor::Auto));
+        assert_eq!(p("NONE"), Some(TiffPredictor::None));
+        assert_eq!(p("2"), Some(TiffPredictor::Horizontal));
+        assert_eq!(p("floating-point"), Some(TiffPredictor::Float));
+        assert_eq!(p("lzw"), None);
+        let d6 = TiffCompression::Deflate(6);
+        let z = TiffCompression::Zstd(3);
+        let none = TiffCompression::None;
+        let tag = |p: TiffPredictor, d: DType, c: TiffCompression| p.tag(d, c).ok();
+        for (pred, dtype, comp, want) in [
+            (TiffPredictor::Auto, DType::F32, d6, Some(3)),
+            (TiffPredictor::Auto, DType::F64, z, Some(3)),
+            (TiffPredictor::Auto, DType::F16, d6, Some(3)),
+            (TiffPredictor::Auto, DType::U16, d6, Some(1)),
+            (TiffPredictor::Auto, DType::F32, none, Some(1)),
+            (TiffPredictor::None, DType::F32, d6, Some(1)),
+            (TiffPredictor::None, DType::F32, none, Some(1)),
+            (TiffPredictor::Horizontal, DType::I16, d6, Some(2)),
+            (TiffPredictor::Horizontal, DType::F32, z, Some(2)),
+            (TiffPredictor::Float, DType::F64, d6, Some(3)),
+            (TiffPredictor::Float, DType::U8, d6, None),
+            (TiffPredictor::Horizontal, DType::U8, none, None),
+        ] {
+            assert_eq!(tag(pred, dtype, comp), want, "{pred:?} {dtype} {comp:?}");
+        }
+    }
+
+    /// What `predict` writes, the decoder's `unpredict` (written from libtiff's reading
+    /// side, and checked against GDAL-made files in tests/it/tiff_matrix.rs) undoes
+    /// exactly, for every sample size, one and several samples a pixel, several rows.
+    #[test]
+    fn predicted_rows_are_undone_by_the_decoder() {
+        use crate::tensor::tiff_decode::{ChunkRows, unpredict};
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for (predictor, sizes) in [(2u16, &[1usize, 2, 4, 8][..]), (3, &[2, 4, 8])] {
+            for &es in sizes {
+                for spp in [1usize, 3] {
+                    let (rows, width) = (3, 17);
+                    let row_bytes = width * spp * es;
+                    let orig: Vec<u8> = (0..rows * row_bytes)
+                        .map(|_| {
+                            seed = seed
+                                .wrapping_mul(6_364_136_223_846_793_005)
+                                .wrapping_add(1_442_695_040_888_963_407);
+                            (seed >> 56) as u8
+                        })
+                        .collect();
+                    let mut data = orig.clone();
+                    predict(&mut data, row_bytes, spp, es, predictor);
+                    assert_ne!(data, orig, "predictor {predictor} es {es} spp {spp}");
+                    let geometry = ChunkRows {
+                        rows,
+                        row_bytes,
+                        spp,
+                        es,
+                    };
+                    unpredict(&geometry, true, predictor, &mut data);
+                    assert_eq!(data, orig, "predictor {predictor} es {es} spp {spp}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn compression_specs_parse_with_levels_in_range() {

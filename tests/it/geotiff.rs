@@ -205,6 +205,83 @@ fn writes_tiffs_gdal_reads_back_with_the_same_values_and_georeferencing() {
     assert!(gdalinfo(&plain)["geoTransform"].is_null());
 }
 
+/// Outputs written with each predictor, in every dtype GDAL and tilestream share, planar
+/// and pixel-interleaved, with tiles that overhang the image: GDAL reads the values
+/// exactly and reports the predictor the file says; `auto` picks the floating-point one
+/// for floats and none for integers.
+#[test]
+fn predicted_outputs_read_back_exactly_in_gdal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bands, h, w) = (3, 70, 90);
+    for (dtype, code, _) in TYPES {
+        let data = pattern(dtype, bands, h, w);
+        let raw = envi(dir.path(), dtype, code, bands, h, w, &data);
+        let src = dir.path().join(format!("{dtype}.tif"));
+        gdal_tif(&raw, &src, &["TILED=YES"]);
+        let float = dtype.starts_with('f');
+        let mut cases = vec![("auto", if float { "3" } else { "" }), ("horizontal", "2")];
+        if float {
+            cases.push(("float", "3"));
+        }
+        for (predictor, tag) in cases {
+            for interleave in ["band", "pixel"] {
+                let out = dir
+                    .path()
+                    .join(format!("{dtype}-{predictor}-{interleave}.tif"));
+                let what = format!("{dtype} {predictor} {interleave}");
+                ts(&[
+                    "convert",
+                    src.to_str().expect("utf8"),
+                    out.to_str().expect("utf8"),
+                    "--tiff-predictor",
+                    predictor,
+                    "--tiff-interleave",
+                    interleave,
+                    "--tiff-tile",
+                    "32",
+                ]);
+                assert!(gdal_read(&out, dir.path()) == data, "values of {what}");
+                let md = &gdalinfo(&out)["metadata"]["IMAGE_STRUCTURE"];
+                if tag.is_empty() {
+                    assert!(md["PREDICTOR"].is_null(), "no predictor in {what}: {md}");
+                } else {
+                    assert_eq!(md["PREDICTOR"], tag, "{what}");
+                }
+            }
+        }
+    }
+    // the floating-point predictor on integers, or any predictor on uncompressed tiles,
+    // is refused in one line
+    let src = dir.path().join("u16.tif");
+    for (extra, says) in [
+        (
+            vec!["--tiff-predictor", "float"],
+            "is for f16, f32 and f64 outputs",
+        ),
+        (
+            vec!["--tiff-predictor", "horizontal", "--tiff-compress", "none"],
+            "only helps compressed tiles",
+        ),
+    ] {
+        let out = dir.path().join("refused.tif");
+        let mut c = Command::new(BIN);
+        c.args([
+            "convert",
+            src.to_str().expect("utf8"),
+            out.to_str().expect("utf8"),
+        ])
+        .args(&extra);
+        let o = c.output().expect("run tilestream");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(
+            err.contains(says) && err.trim().lines().count() == 1,
+            "{err}"
+        );
+        assert!(!out.exists());
+    }
+}
+
 fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
