@@ -580,24 +580,38 @@ fn predict(raw: &mut [u8], row_bytes: usize, spp: usize, es: usize, predictor: u
             }
         }
         3 => {
-            let mut tmp = vec![0u8; row_bytes];
-            let n = row_bytes / es;
+            let mut planes = vec![0u8; row_bytes];
             for row in raw.chunks_exact_mut(row_bytes) {
-                tmp.copy_from_slice(row);
-                // plane 0 takes the most significant byte of every sample (the samples
-                // are little-endian: their last byte)
-                for b in 0..es {
-                    let plane = &mut row[(es - 1 - b) * n..(es - b) * n];
-                    for (d, s) in plane.iter_mut().zip(tmp[b..].iter().step_by(es)) {
-                        *d = *s;
-                    }
+                match es {
+                    2 => byte_planes::<2>(row, &mut planes),
+                    4 => byte_planes::<4>(row, &mut planes),
+                    _ => byte_planes::<8>(row, &mut planes),
                 }
-                for i in (spp..row_bytes).rev() {
-                    row[i] = row[i].wrapping_sub(row[i - spp]);
+                // each byte minus the byte `spp` before it in the planes (two inputs, one
+                // output: no chain between iterations)
+                row[..spp].copy_from_slice(&planes[..spp]);
+                for ((d, &cur), &prev) in row[spp..]
+                    .iter_mut()
+                    .zip(&planes[spp..])
+                    .zip(&planes[..row_bytes - spp])
+                {
+                    *d = cur.wrapping_sub(prev);
                 }
             }
         }
         _ => {}
+    }
+}
+
+/// The bytes of the little-endian `N`-byte samples of `row` regrouped into `N` planes in
+/// `planes`: plane 0 holds every sample's most significant byte (its last), plane `N - 1`
+/// its least.
+fn byte_planes<const N: usize>(row: &[u8], planes: &mut [u8]) {
+    let n = row.len() / N;
+    for (k, s) in row.chunks_exact(N).enumerate() {
+        for (b, &v) in s.iter().enumerate() {
+            planes[(N - 1 - b) * n + k] = v;
+        }
     }
 }
 
