@@ -74,6 +74,25 @@ def test_every_input_format_reads_the_same(tmp_path):
         assert np.array_equal(np.asarray(ts.open(t) if not isinstance(t, ts.Tensor) else t), a)
 
 
+def test_tiff_predictor_is_chosen_by_dtype_or_given(tmp_path):
+    a = np.add.outer(np.linspace(0, 3, 300), np.linspace(0, 2, 200)).astype(np.float32)
+    np.save(tmp_path / "in.npy", a)
+    src = tmp_path / "in.npy"
+    auto = ts.convert(src, tmp_path / "auto.tif")  # floats: the floating-point predictor
+    plain = ts.convert(src, tmp_path / "none.tif", tiff_predictor="none")
+    assert np.array_equal(np.asarray(auto), a) and np.array_equal(np.asarray(plain), a)
+    # Predictor (317), type SHORT, count 1, value 3, in the little-endian directory
+    tag = (317).to_bytes(2, "little") + (3).to_bytes(2, "little") + (1).to_bytes(4, "little")
+    assert tag + (3).to_bytes(2, "little") in open(tmp_path / "auto.tif", "rb").read()
+    assert (317).to_bytes(2, "little") + (3).to_bytes(2, "little") not in \
+        open(tmp_path / "none.tif", "rb").read()[-400:]
+    assert (tmp_path / "auto.tif").stat().st_size < (tmp_path / "none.tif").stat().st_size
+    with pytest.raises(ValueError, match="f16, f32 and f64"):
+        ts.cast(src, tmp_path / "u.tif", dtype="u16", tiff_predictor="float")
+    with pytest.raises(ValueError, match="unknown GeoTIFF predictor"):
+        ts.convert(src, tmp_path / "x.tif", tiff_predictor="lzw")
+
+
 def test_cog_outputs_have_overviews_and_the_cog_layout(tmp_path):
     a = (np.arange(3 * 700 * 900) % 4093).astype(np.uint16).reshape(3, 700, 900)
     np.save(tmp_path / "in.npy", a)

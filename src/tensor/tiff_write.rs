@@ -753,7 +753,7 @@ mod tests {
     }
 
     /// What `predict` writes, the decoder's `unpredict` (written from libtiff's reading
-    /// side, and checked against GDAL-made files in tests/it/tiff_matrix.rs) undoes
+    /// side, and checked against GDAL-made files in `tests/it/tiff_matrix.rs`) undoes
     /// exactly, for every sample size, one and several samples a pixel, several rows.
     #[test]
     fn predicted_rows_are_undone_by_the_decoder() {
