@@ -126,6 +126,9 @@ pub struct Plan {
     pub output_bytes: u64,
     /// The budget.
     pub budget: u64,
+    /// What runs after the tiles, within the same budget once they are done (building a
+    /// Cloud-Optimized GeoTIFF's overviews): shown last.
+    pub after: Option<String>,
 }
 
 impl Plan {
@@ -260,6 +263,7 @@ impl Plan {
             reserved_bytes,
             output_bytes: 0,
             budget: req.budget,
+            after: None,
         })
     }
 
@@ -329,7 +333,17 @@ impl fmt::Display for Plan {
             (self.resident_bytes, &self.resident_what),
             self.reserved_bytes,
             self.budget,
-        )
+        )?;
+        write_after(f, self.after.as_deref())
+    }
+}
+
+/// The line of a plan printout for what runs after the tiles, if anything does.
+pub(crate) fn write_after(f: &mut fmt::Formatter<'_>, after: Option<&str>) -> fmt::Result {
+    match after {
+        // the budget lines end without a newline (the caller's println! ends them)
+        Some(a) => write!(f, "\nafter the run:  {a}"),
+        None => Ok(()),
     }
 }
 

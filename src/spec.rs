@@ -342,7 +342,7 @@ impl SpecPlan {
                 "split_axis": p.split_axis, "halo": [0, 0], "depth": p.depth,
                 "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_buffer_bytes,
                 "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
-                "budget_bytes": p.budget,
+                "budget_bytes": p.budget, "after": p.after,
             }),
             SpecPlan::Box(p) => serde_json::json!({
                 "what": p.what, "tiles": p.num_tiles, "tile_shape": [p.tile.0, p.tile.1],
@@ -351,7 +351,7 @@ impl SpecPlan {
                 "window_bytes": p.window_bytes, "out_buffer_bytes": p.out_slot_elems * p.out_bytes,
                 "scratch_bytes": p.scratch_bytes,
                 "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
-                "budget_bytes": p.budget,
+                "budget_bytes": p.budget, "after": p.after,
             }),
         }
     }

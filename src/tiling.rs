@@ -388,6 +388,9 @@ pub struct BoxPlan {
     pub reserved_bytes: u64,
     /// The budget.
     pub budget: u64,
+    /// What runs after the tiles, within the same budget once they are done (building a
+    /// Cloud-Optimized GeoTIFF's overviews): shown last.
+    pub after: Option<String>,
     /// Bytes per input element.
     pub in_bytes: u64,
     /// Bytes per output staging element.
@@ -570,6 +573,7 @@ impl BoxPlan {
                 + slots * (window + out_slot_elems * req.out_bytes)
                 + out_chunk_bytes,
             budget: req.budget,
+            after: None,
             in_bytes: req.in_bytes,
             out_bytes: req.out_bytes,
             out: req.out,
@@ -807,7 +811,8 @@ impl fmt::Display for BoxPlan {
             (self.resident_bytes, &self.resident_what),
             self.reserved_bytes,
             self.budget,
-        )
+        )?;
+        crate::plan::write_after(f, self.after.as_deref())
     }
 }
 

@@ -305,6 +305,40 @@ impl Engine {
         })
     }
 
+    /// The line a plan shows for building the overviews of a COG written to `out`
+    /// (`None` when it is not one), refused as the run refuses it when the budget cannot
+    /// hold them.
+    ///
+    /// # Errors
+    /// [`crate::Error::Invalid`] for overviews the image cannot have or the budget cannot
+    /// build.
+    pub(crate) fn cog_after_the_run(
+        &self,
+        out: &Path,
+        shape: &[usize],
+        dtype: crate::DType,
+    ) -> crate::Result<Option<String>> {
+        let Some(cog) = &self.tiff_out.cog else {
+            return Ok(None);
+        };
+        if self.format_of(out) != OutFormat::GeoTiff {
+            return Ok(None);
+        }
+        let opts = self.tiff_options(out, shape);
+        crate::tensor::cog::check_budget(shape, dtype, &opts, cog, self.budget.limit())?;
+        let need = crate::tensor::cog::memory_needed(shape, dtype, &opts, cog)?;
+        let (_, h, w) = crate::tensor::geotiff::image_dims(shape)?;
+        let levels =
+            crate::tensor::cog::overview_sizes(w, h, opts.tile.max(16), cog.overviews)?.len();
+        Ok(Some(format!(
+            "COG overviews: {levels} level{} ({}), built in one pass over the written image \
+             within {} (a row of tiles of the image and of each level)",
+            if levels == 1 { "" } else { "s" },
+            format!("{:?}", cog.resampling).to_lowercase(),
+            crate::budget::fmt_bytes(need)
+        )))
+    }
+
     /// The GeoTIFF options for an output of `shape` at `out`.
     pub(super) fn tiff_options(&self, out: &Path, shape: &[usize]) -> TiffWriteOptions {
         let mut o = self.tiff_out.clone();

@@ -14,6 +14,33 @@ impl Engine {
     /// Whatever planning the operation returns: bad parameters, unreadable inputs, a
     /// budget too small.
     pub fn plan_spec(&self, spec: &OpSpec) -> Result<SpecPlan> {
+        let mut plan = self.plan_spec_tiles(spec)?;
+        if let Some(after) = self.after_the_run(spec)? {
+            match &mut plan {
+                SpecPlan::Flat(p) => p.after = Some(after),
+                SpecPlan::Box(p) => p.after = Some(after),
+            }
+        }
+        Ok(plan)
+    }
+
+    /// What runs after the tiles of `spec` ([`Engine::cog_after_the_run`]).
+    fn after_the_run(&self, spec: &OpSpec) -> Result<Option<String>> {
+        if matches!(spec, OpSpec::Tiles { .. }) {
+            return Ok(None);
+        }
+        let (shape, dtype) = match spec {
+            OpSpec::Generate { shape, dtype, .. } => (shape.clone(), *dtype),
+            _ => match spec.output_layout() {
+                Ok(l) => (l.shape, l.dtype),
+                Err(_) => return Ok(None),
+            },
+        };
+        self.cog_after_the_run(spec.output(), &shape, dtype)
+    }
+
+    /// [`Engine::plan_spec`] without what runs after the tiles.
+    fn plan_spec_tiles(&self, spec: &OpSpec) -> Result<SpecPlan> {
         if let OpSpec::Stencil { .. } | OpSpec::Transpose { .. } | OpSpec::Tiles { .. } = spec {
             return self.plan_spec_any(spec);
         }

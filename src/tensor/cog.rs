@@ -552,7 +552,7 @@ pub fn check_budget(
              or more, or smaller tiles (--tiff-tile)",
             fmt_bytes(need),
             fmt_bytes(budget),
-            fmt_bytes(need.div_ceil(1 << 20) << 20),
+            format!("{}MiB", need.div_ceil(1 << 20)),
             t = opts.tile.max(16),
         )));
     }

@@ -342,8 +342,46 @@ fn cog_needs_its_memory_and_a_geotiff_and_levels_the_image_has() {
         assert!(err.contains(says), "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     };
-    // a row of 512-pixel tiles of 3000 columns and of each level: more than 2 MiB
+    // a row of 512-pixel tiles of 3000 columns and of each level: more than 2 MiB; the
+    // plan refuses it as the run does, and at a budget that holds it says what it takes
     fails(&["convert", i, o, "--cog", "--memory", "2MiB"], "needs");
+    fails(
+        &["plan", "convert", i, o, "--cog", "--memory", "2MiB"],
+        "needs",
+    );
+    assert!(!out.exists());
+    let plan = Command::new(crate::common::gdal::BIN)
+        .args(["plan", "convert", i, o, "--cog", "--overviews", "3"])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&plan.stdout);
+    let after = shown
+        .lines()
+        .find(|l| l.starts_with("after the run:  COG overviews: 3 levels (average)"))
+        .unwrap_or_else(|| panic!("no COG line in the plan:\n{shown}"));
+    let run = Command::new(crate::common::gdal::BIN)
+        .args([
+            "convert",
+            i,
+            o,
+            "--cog",
+            "--overviews",
+            "3",
+            "--memory",
+            "2MiB",
+        ])
+        .output()
+        .unwrap();
+    let refused = String::from_utf8_lossy(&run.stderr);
+    let need = refused
+        .split("needs ")
+        .nth(1)
+        .and_then(|r| r.split(" (").next())
+        .unwrap_or_else(|| panic!("{refused}"));
+    assert!(
+        after.contains(&format!("within {need} (")),
+        "{after} / {refused}"
+    );
     assert!(!out.exists());
     fails(
         &["convert", i, &d.join("x.npy").to_string_lossy(), "--cog"],
