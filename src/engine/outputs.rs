@@ -330,11 +330,11 @@ impl Engine {
         let (_, h, w) = crate::tensor::geotiff::image_dims(shape)?;
         let levels =
             crate::tensor::cog::overview_sizes(w, h, opts.tile.max(16), cog.overviews)?.len();
+        let resampling = format!("{:?}", cog.resampling).to_lowercase();
         Ok(Some(format!(
-            "COG overviews: {levels} level{} ({}), built in one pass over the written image \
-             within {} (a row of tiles of the image and of each level)",
+            "COG overviews: {levels} level{} ({resampling}), built in one pass over the \
+             written image within {} (a row of tiles of the image and of each level)",
             if levels == 1 { "" } else { "s" },
-            format!("{:?}", cog.resampling).to_lowercase(),
             crate::budget::fmt_bytes(need)
         )))
     }
