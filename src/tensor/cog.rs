@@ -548,11 +548,11 @@ pub fn check_budget(
         let (_, h, w) = super::tiff_write::image_dims(shape)?;
         return Err(Error::invalid(format!(
             "building the overviews of a {w}x{h} COG in {t}-pixel tiles needs {} (a row of \
-             tiles of the image and of each level), more than the {} budget: give --memory {} \
+             tiles of the image and of each level), more than the {} budget: give --memory {}MiB \
              or more, or smaller tiles (--tiff-tile)",
             fmt_bytes(need),
             fmt_bytes(budget),
-            format!("{}MiB", need.div_ceil(1 << 20)),
+            need.div_ceil(1 << 20),
             t = opts.tile.max(16),
         )));
     }
