@@ -4,13 +4,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::{Job, Planned, Workflow, expr_names};
 use crate::dtype::DType;
 use crate::engine::{Engine, RunReport};
 use crate::error::{Error, Result};
 use crate::ops::reduce::{Reduce, ReduceOver};
+use crate::plan::Plan;
 use crate::spec::{OpSpec, Source};
 use crate::tensor::{TensorFile, fmt_shape};
 
@@ -47,8 +48,11 @@ impl Workflow {
         }
         let mut text = String::new();
         for (i, j) in self.jobs.iter().enumerate() {
+            // a step writing an output is planned with it: the room for encoding a
+            // GeoTIFF or Zarr destination as it is written, a COG's overviews
+            let dest = self.outputs.get(&j.out).map(PathBuf::as_path);
             let (plan, shape, dtype) =
-                Self::plan_job(engine, j, &files).map_err(|e| self.at(j, e))?;
+                Self::plan_job(engine, j, &files, dest).map_err(|e| self.at(j, e))?;
             let _ = writeln!(
                 text,
                 "step {} (line {}): {} -> {} {} {dtype}\n{plan}\n",
@@ -84,7 +88,29 @@ impl Workflow {
         e: &Engine,
         j: &Planned,
         files: &BTreeMap<String, TensorFile>,
+        dest: Option<&Path>,
     ) -> Result<(String, Vec<usize>, DType)> {
+        let (plan, shape, dtype) = Self::plan_tiles(e, j, files, dest)?;
+        let plan = match dest.map(|d| e.cog_after_the_run(d, &shape, dtype)) {
+            Some(Ok(Some(after))) => format!("{plan}\nafter the run:  {after}"),
+            Some(Err(err)) => return Err(err),
+            _ => plan,
+        };
+        Ok((plan, shape, dtype))
+    }
+
+    /// The tiles of a job's plan (see [`Workflow::plan_job`]).
+    fn plan_tiles(
+        e: &Engine,
+        j: &Planned,
+        files: &BTreeMap<String, TensorFile>,
+        dest: Option<&Path>,
+    ) -> Result<(String, Vec<usize>, DType)> {
+        // flat plans writing a destination set aside what encoding it takes
+        let flat = |shape: &[usize], dtype: DType, plan: &dyn Fn() -> Result<Plan>| match dest {
+            Some(d) => e.plan_writing(d, shape, dtype, plan),
+            None => plan(),
+        };
         let f = |n: &str| {
             files
                 .get(n)
@@ -97,8 +123,9 @@ impl Workflow {
                     named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
                 let dtype = &Self::map_dtype(*dtype, like, files)?;
                 let (_, _, shape, default) = Engine::bind(expr, &refs)?;
-                let p = e.plan_map(expr, &refs, *dtype)?;
-                (p.to_string(), shape, dtype.unwrap_or(default))
+                let od = dtype.unwrap_or(default);
+                let p = flat(&shape, od, &|| e.plan_map(expr, &refs, *dtype))?;
+                (p.to_string(), shape, od)
             }
             Job::Reduce {
                 input,
@@ -132,7 +159,7 @@ impl Workflow {
                 ..
             } => {
                 let x = f(input)?;
-                let p = e.plan_stencil(x, stencil, *dtype)?;
+                let p = e.plan_stencil_to(x, stencil, *dtype, dest)?;
                 (
                     p.to_string(),
                     x.shape().to_vec(),
@@ -141,7 +168,7 @@ impl Workflow {
             }
             Job::Transpose { input } => {
                 let x = f(input)?;
-                let p = e.plan_transpose(x)?;
+                let p = e.plan_transpose_to(x, dest)?;
                 let mut s = x.shape().to_vec();
                 let k = s.len();
                 s.swap(k - 1, k - 2);
@@ -149,13 +176,10 @@ impl Workflow {
             }
             Job::Matmul { x, w, dtype } => {
                 let (xf, wf) = (f(x)?, f(w)?);
-                let p = e.plan_matmul(xf, wf, *dtype)?;
                 let c = crate::ops::matmul::compute_dtype(xf.dtype(), wf.dtype());
-                (
-                    p.to_string(),
-                    vec![xf.shape()[0], wf.shape()[1]],
-                    dtype.unwrap_or(c),
-                )
+                let (shape, od) = (vec![xf.shape()[0], wf.shape()[1]], dtype.unwrap_or(c));
+                let p = flat(&shape, od, &|| e.plan_matmul(xf, wf, *dtype))?;
+                (p.to_string(), shape, od)
             }
             Job::Standardize { input, dtype, .. } => {
                 let x = f(input)?;

@@ -207,3 +207,85 @@ fn help_texts_have_examples() {
         assert!(h.contains("Example"), "`{sub} --help` has no example");
     }
 }
+
+/// A dry run plans each step that writes an output with that output, as the run and
+/// `tilestream plan` of the same subcommand do: the room for encoding a GeoTIFF as it is
+/// written (a filter's boxes cut along its tiles) and a COG's overviews.
+#[test]
+fn a_dry_run_plans_steps_with_their_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&[
+        "gen",
+        p(&d.join("x.npy")),
+        "--shape",
+        "700x900",
+        "--dtype",
+        "f32",
+    ]);
+    std::fs::create_dir_all(d.join("out")).unwrap();
+    let file = d.join("pipe.toml");
+    std::fs::write(
+        &file,
+        r#"
+memory = "8MiB"
+[inputs]
+x = "x.npy"
+
+[[steps]]
+op = "stencil"
+input = "x"
+filter = "gaussian:sigma=1"
+out = "blur"
+
+[[steps]]
+op = "map"
+expr = "x * 2"
+dtype = "f32"
+out = "twice"
+
+[outputs]
+blur = "out/blur.tif"
+twice = "out/twice.tif"
+"#,
+    )
+    .unwrap();
+    let plan = ok(&["run", p(&file), "--dry-run", "--cog", "--tiff-tile", "128"]);
+    let x = d.join("x.npy");
+    let (blur, twice) = (d.join("out/blur.tif"), d.join("out/twice.tif"));
+    let common = ["--memory", "8MiB", "--cog", "--tiff-tile", "128"];
+    let mut stencil = vec![
+        "plan",
+        "stencil",
+        p(&x),
+        p(&blur),
+        "--filter",
+        "gaussian:sigma=1",
+    ];
+    stencil.extend(common);
+    let xin = format!("x={}", p(&x));
+    let mut map = vec![
+        "plan",
+        "map",
+        "x * 2",
+        p(&twice),
+        "--in",
+        &xin,
+        "--dtype",
+        "f32",
+    ];
+    map.extend(common);
+    for (sub, says) in [
+        (stencil, "boxes cut along them"),
+        (map, "encoded as it is written"),
+    ] {
+        let want = ok(&sub);
+        let want = want.trim_end();
+        assert!(
+            want.contains(says) && want.contains("after the run:  COG"),
+            "{want}"
+        );
+        assert!(plan.contains(want), "the dry run:\n{plan}\nlacks:\n{want}");
+    }
+    assert!(!blur.exists() && !twice.exists());
+}
