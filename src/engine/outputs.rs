@@ -95,14 +95,7 @@ impl Engine {
         format: OutFormat,
         stream_room: Option<StreamRoom>,
     ) -> Result<OutputFile> {
-        if self.tiff_out.cog.is_some() && format != OutFormat::GeoTiff {
-            return Err(crate::Error::invalid(format!(
-                "--cog (or --format cog) writes Cloud-Optimized GeoTIFFs, but {} is written \
-                 as {}: name it .tif",
-                out.display(),
-                format!("{format:?}").to_lowercase()
-            )));
-        }
+        self.check_tiff_output(out, output.shape(), output.dtype())?;
         match format {
             OutFormat::GeoTiff => {
                 let opts = self.tiff_options(out, output.shape());
@@ -305,19 +298,52 @@ impl Engine {
         })
     }
 
-    /// The line a plan shows for building the overviews of a COG written to `out`
-    /// (`None` when it is not one), refused as the run refuses it when the budget cannot
-    /// hold them.
+    /// Refuses, before a run, GeoTIFF options that cannot write an output of `shape` and
+    /// `dtype` at `out`: `--cog` for another format, a predictor the dtype or the
+    /// compression cannot take.
     ///
     /// # Errors
-    /// [`crate::Error::Invalid`] for overviews the image cannot have or the budget cannot
-    /// build.
+    /// [`crate::Error::Invalid`] saying which option to change.
+    pub(crate) fn check_tiff_output(
+        &self,
+        out: &Path,
+        shape: &[usize],
+        dtype: crate::DType,
+    ) -> crate::Result<()> {
+        let format = self.format_of(out);
+        if format != OutFormat::GeoTiff {
+            if self.tiff_out.cog.is_some() {
+                return Err(crate::Error::invalid(format!(
+                    "--cog (or --format cog) writes Cloud-Optimized GeoTIFFs, but {} is \
+                     written as {}: name it .tif",
+                    out.display(),
+                    format!("{format:?}").to_lowercase()
+                )));
+            }
+            return Ok(());
+        }
+        crate::tensor::geotiff::image_dims(shape)?;
+        crate::tensor::geotiff::tiff_sample(dtype)?;
+        self.tiff_out
+            .predictor
+            .tag(dtype, self.tiff_out.compression)
+            .map(|_| ())
+    }
+
+    /// The line a plan shows for building the overviews of a COG written to `out`
+    /// (`None` when it is not one); refuses what the run refuses before it starts
+    /// ([`Engine::check_tiff_output`], and a budget that cannot build the overviews).
+    ///
+    /// # Errors
+    /// [`crate::Error::Invalid`] for options that cannot write the output, overviews the
+    /// image cannot have or the budget cannot build.
     pub(crate) fn cog_after_the_run(
         &self,
         out: &Path,
         shape: &[usize],
         dtype: crate::DType,
     ) -> crate::Result<Option<String>> {
+        self.check_tiff_output(out, shape, dtype)?;
         let Some(cog) = &self.tiff_out.cog else {
             return Ok(None);
         };

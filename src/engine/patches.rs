@@ -203,6 +203,10 @@ impl Engine {
         let outdir = outdir.as_ref();
         if format == PatchFormat::GeoTiff {
             crate::tensor::geotiff::tiff_sample(input.dtype())?;
+            // refused before any patch is cleared or written
+            self.tiff_out
+                .predictor
+                .tag(input.dtype(), self.tiff_out.compression)?;
         }
         if self.tiff_out.cog.is_some() {
             return Err(Error::invalid(

@@ -31,6 +31,43 @@ impl Engine {
         }
         let (shape, dtype) = match spec {
             OpSpec::Generate { shape, dtype, .. } => (shape.clone(), *dtype),
+            OpSpec::Transpose { input, .. } => {
+                let x = input.open()?;
+                let mut s = x.shape().to_vec();
+                let k = s.len();
+                if k >= 2 {
+                    s.swap(k - 1, k - 2);
+                }
+                (s, x.dtype())
+            }
+            // a filter's output is its input's shape (output_layout refuses the 2-D wrap
+            // boundary, which is planned whole)
+            OpSpec::Stencil { input, dtype, .. } => {
+                let x = input.open()?;
+                (x.shape().to_vec(), dtype.unwrap_or(x.dtype()))
+            }
+            OpSpec::Reduce {
+                input,
+                reduce,
+                ddof,
+                axis,
+                dtype,
+                ..
+            } => {
+                let x = input.open()?;
+                let r = Reduce::parse(reduce, *ddof)?;
+                let shape = match axis {
+                    None => vec![],
+                    Some(a) => x
+                        .shape()
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != *a)
+                        .map(|(_, &d)| d)
+                        .collect(),
+                };
+                (shape, dtype.unwrap_or(r.output_dtype(x.dtype())))
+            }
             _ => match spec.output_layout() {
                 Ok(l) => (l.shape, l.dtype),
                 Err(_) => return Ok(None),

@@ -345,9 +345,18 @@ fn cog_needs_its_memory_and_a_geotiff_and_levels_the_image_has() {
     // a row of 512-pixel tiles of 3000 columns and of each level: more than 2 MiB; the
     // plan refuses it as the run does, and at a budget that holds it says what it takes
     fails(&["convert", i, o, "--cog", "--memory", "2MiB"], "needs");
+    for op in ["convert", "transpose"] {
+        fails(&["plan", op, i, o, "--cog", "--memory", "2MiB"], "needs");
+    }
     fails(
-        &["plan", "convert", i, o, "--cog", "--memory", "2MiB"],
-        "needs",
+        &[
+            "plan",
+            "convert",
+            i,
+            &d.join("x.npy").to_string_lossy(),
+            "--cog",
+        ],
+        "name it .tif",
     );
     assert!(!out.exists());
     let plan = Command::new(crate::common::gdal::BIN)

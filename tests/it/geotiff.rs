@@ -250,6 +250,27 @@ fn predicted_outputs_read_back_exactly_in_gdal() {
             }
         }
     }
+    // f16 outputs get the floating-point predictor too; GDAL reads them as Float32
+    let f32src = dir.path().join("f32.tif");
+    let (h_tif, h_npy) = (dir.path().join("h.tif"), dir.path().join("h.npy"));
+    for out in [&h_tif, &h_npy] {
+        ts(&[
+            "cast",
+            f32src.to_str().expect("utf8"),
+            out.to_str().expect("utf8"),
+            "--dtype",
+            "f16",
+        ]);
+    }
+    assert_eq!(
+        gdalinfo(&h_tif)["metadata"]["IMAGE_STRUCTURE"]["PREDICTOR"],
+        "3"
+    );
+    let want: Vec<f32> = npy_data(&h_npy)
+        .chunks_exact(2)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect();
+    assert!(f32s(&gdal_read(&h_tif, dir.path())) == want, "f16 values");
     // the floating-point predictor on integers, or any predictor on uncompressed tiles,
     // is refused in one line
     let src = dir.path().join("u16.tif");
@@ -264,21 +285,31 @@ fn predicted_outputs_read_back_exactly_in_gdal() {
         ),
     ] {
         let out = dir.path().join("refused.tif");
-        let mut c = Command::new(BIN);
-        c.args([
-            "convert",
-            src.to_str().expect("utf8"),
-            out.to_str().expect("utf8"),
-        ])
-        .args(&extra);
-        let o = c.output().expect("run tilestream");
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
-        assert!(
-            err.contains(says) && err.trim().lines().count() == 1,
-            "{err}"
-        );
-        assert!(!out.exists());
+        let (s, o) = (src.to_str().expect("utf8"), out.to_str().expect("utf8"));
+        let patches = dir.path().join("patches");
+        let p = patches.to_str().expect("utf8");
+        // refused before anything runs: by the plan too, and before `tiles` makes its
+        // directory
+        for cmd in [
+            vec!["convert", s, o],
+            vec!["plan", "convert", s, o],
+            vec!["stencil", s, o, "--filter", "gaussian:sigma=1"],
+            vec!["plan", "stencil", s, o, "--filter", "gaussian:sigma=1"],
+            vec!["tiles", s, p, "--size", "32", "--patch-format", "tif"],
+        ] {
+            let o = Command::new(BIN)
+                .args(&cmd)
+                .args(&extra)
+                .output()
+                .expect("run tilestream");
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{cmd:?} {extra:?}: {err}");
+            assert!(
+                err.contains(says) && err.trim().lines().count() == 1,
+                "{cmd:?}: {err}"
+            );
+            assert!(!out.exists() && !patches.exists(), "{cmd:?}");
+        }
     }
 }
 
