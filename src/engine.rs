@@ -40,6 +40,7 @@ mod report;
 mod standardize;
 
 pub use array::{Array, write_npz};
+pub(crate) use imagery::transposed_shape;
 pub use patches::{Edge, PatchFormat, PatchSpec};
 pub use reduce::merge_partials;
 pub use report::{RunReport, peak_rss};

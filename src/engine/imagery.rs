@@ -30,6 +30,16 @@ pub(super) fn image_dims(input: &TensorFile, op: &str) -> Result<[usize; 3]> {
     }
 }
 
+/// The shape of `transpose`'s output: `shape` with its last two axes swapped.
+pub(crate) fn transposed_shape(shape: &[usize]) -> Vec<usize> {
+    let mut s = shape.to_vec();
+    let k = s.len();
+    if k >= 2 {
+        s.swap(k - 1, k - 2);
+    }
+    s
+}
+
 impl Engine {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn box_request(
@@ -296,10 +306,7 @@ impl Engine {
             OutMap::Transposed,
         );
         let out_chunks = out.and_then(|o| {
-            let mut shape = input.shape().to_vec();
-            let k = shape.len();
-            shape.swap(k - 1, k - 2);
-            self.box_out_chunks(o, &shape, input.dtype(), true)
+            self.box_out_chunks(o, &transposed_shape(input.shape()), input.dtype(), true)
         });
         let limit = self.device_limit();
         along_out_chunks(req, out_chunks, |req| {

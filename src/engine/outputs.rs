@@ -344,12 +344,10 @@ impl Engine {
         dtype: crate::DType,
     ) -> crate::Result<Option<String>> {
         self.check_tiff_output(out, shape, dtype)?;
+        // check_tiff_output refused --cog for any other format
         let Some(cog) = &self.tiff_out.cog else {
             return Ok(None);
         };
-        if self.format_of(out) != OutFormat::GeoTiff {
-            return Ok(None);
-        }
         let opts = self.tiff_options(out, shape);
         crate::tensor::cog::check_budget(shape, dtype, &opts, cog, self.budget.limit())?;
         let need = crate::tensor::cog::memory_needed(shape, dtype, &opts, cog)?;

@@ -140,16 +140,7 @@ impl Engine {
         // a pass resumed with every tile done never called the closure
         restore_reducers(journal, &mut [&mut reducer])?;
         let out_dtype = op.output_dtype(input.dtype());
-        let out_shape: Vec<usize> = match over {
-            ReduceOver::All => vec![],
-            ReduceOver::Axis(a) => input
-                .shape()
-                .iter()
-                .enumerate()
-                .filter(|&(i, _)| i != a)
-                .map(|(_, &d)| d)
-                .collect(),
-        };
+        let out_shape = over.out_shape(input.shape());
         let array = Array::from_bytes(out_dtype, out_shape.clone(), reducer.into_bytes())?;
         let report = self.report(
             &plan,
@@ -543,16 +534,7 @@ pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
     }
     let (op, over, dtype) = (h.reduce()?, h.over(), h.dtype()?);
     let out_dtype = op.output_dtype(dtype);
-    let out_shape: Vec<usize> = match over {
-        ReduceOver::All => vec![],
-        ReduceOver::Axis(a) => h
-            .shape
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| i != a)
-            .map(|(_, &d)| d)
-            .collect(),
-    };
+    let out_shape = over.out_shape(&h.shape);
     let g = Geometry::new(&h.shape, over)?;
     let wrong = |p: &Partial, want: u64| {
         Error::invalid(format!(

@@ -124,6 +124,23 @@ pub enum ReduceOver {
     Axis(usize),
 }
 
+impl ReduceOver {
+    /// The shape of the result of reducing a tensor of `shape`: a scalar's (empty), or
+    /// `shape` without the reduced axis.
+    #[must_use]
+    pub fn out_shape(self, shape: &[usize]) -> Vec<usize> {
+        match self {
+            ReduceOver::All => vec![],
+            ReduceOver::Axis(a) => shape
+                .iter()
+                .enumerate()
+                .filter(|&(i, _)| i != a)
+                .map(|(_, &d)| d)
+                .collect(),
+        }
+    }
+}
+
 impl From<Axis> for ReduceOver {
     fn from(a: Axis) -> Self {
         ReduceOver::Axis(a.0)

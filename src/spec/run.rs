@@ -33,12 +33,7 @@ impl Engine {
             OpSpec::Generate { shape, dtype, .. } => (shape.clone(), *dtype),
             OpSpec::Transpose { input, .. } => {
                 let x = input.open()?;
-                let mut s = x.shape().to_vec();
-                let k = s.len();
-                if k >= 2 {
-                    s.swap(k - 1, k - 2);
-                }
-                (s, x.dtype())
+                (crate::engine::transposed_shape(x.shape()), x.dtype())
             }
             // a filter's output is its input's shape (output_layout refuses the 2-D wrap
             // boundary, which is planned whole)
@@ -56,17 +51,10 @@ impl Engine {
             } => {
                 let x = input.open()?;
                 let r = Reduce::parse(reduce, *ddof)?;
-                let shape = match axis {
-                    None => vec![],
-                    Some(a) => x
-                        .shape()
-                        .iter()
-                        .enumerate()
-                        .filter(|&(i, _)| i != *a)
-                        .map(|(_, &d)| d)
-                        .collect(),
-                };
-                (shape, dtype.unwrap_or(r.output_dtype(x.dtype())))
+                (
+                    ReduceOver::from(*axis).out_shape(x.shape()),
+                    dtype.unwrap_or(r.output_dtype(x.dtype())),
+                )
             }
             _ => match spec.output_layout() {
                 Ok(l) => (l.shape, l.dtype),

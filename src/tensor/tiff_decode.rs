@@ -395,15 +395,21 @@ pub fn unpredict(rows: &ChunkRows, little_endian: bool, predictor: u16, data: &m
     }
 }
 
-trait WrapAdd: bytemuck::Pod {
+/// The unsigned sample types of the horizontal predictor, with the wrapping arithmetic
+/// it is defined by (undone here, applied by `tiff_write`).
+pub(crate) trait Wrapping: bytemuck::Pod {
     fn wadd(self, o: Self) -> Self;
+    fn wsub(self, o: Self) -> Self;
 }
-macro_rules! wrap_add {
-    ($($t:ty),*) => {$(impl WrapAdd for $t { fn wadd(self, o: Self) -> Self { self.wrapping_add(o) } })*};
+macro_rules! wrapping {
+    ($($t:ty),*) => {$(impl Wrapping for $t {
+        fn wadd(self, o: Self) -> Self { self.wrapping_add(o) }
+        fn wsub(self, o: Self) -> Self { self.wrapping_sub(o) }
+    })*};
 }
-wrap_add!(u8, u16, u32, u64);
+wrapping!(u8, u16, u32, u64);
 
-fn hor_acc<T: WrapAdd>(row: &mut [u8], spp: usize) {
+fn hor_acc<T: Wrapping>(row: &mut [u8], spp: usize) {
     // each sample adds the already-undone sample `spp` before it in the same row (rows of
     // a chunk need not be aligned for T: read and write unaligned)
     let w = size_of::<T>();

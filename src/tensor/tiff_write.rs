@@ -8,6 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use super::geotiff::GeoRef;
+use super::tiff_decode::Wrapping;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -560,22 +561,10 @@ fn predict(raw: &mut [u8], row_bytes: usize, spp: usize, es: usize, predictor: u
         2 => {
             for row in raw.chunks_exact_mut(row_bytes) {
                 match es {
-                    1 => hor_diff::<1>(row, spp, |a, b| [a[0].wrapping_sub(b[0])]),
-                    2 => hor_diff::<2>(row, spp, |a, b| {
-                        u16::from_le_bytes(a)
-                            .wrapping_sub(u16::from_le_bytes(b))
-                            .to_le_bytes()
-                    }),
-                    4 => hor_diff::<4>(row, spp, |a, b| {
-                        u32::from_le_bytes(a)
-                            .wrapping_sub(u32::from_le_bytes(b))
-                            .to_le_bytes()
-                    }),
-                    _ => hor_diff::<8>(row, spp, |a, b| {
-                        u64::from_le_bytes(a)
-                            .wrapping_sub(u64::from_le_bytes(b))
-                            .to_le_bytes()
-                    }),
+                    1 => hor_diff::<u8>(row, spp),
+                    2 => hor_diff::<u16>(row, spp),
+                    4 => hor_diff::<u32>(row, spp),
+                    _ => hor_diff::<u64>(row, spp),
                 }
             }
         }
@@ -615,18 +604,17 @@ fn byte_planes<const N: usize>(row: &[u8], planes: &mut [u8]) {
     }
 }
 
-/// Horizontal differencing of one row of `N`-byte samples, `spp` apart, from the end
-/// (each sample minus the original sample before it): `sub(a, b)` is `a - b` wrapping.
-fn hor_diff<const N: usize>(row: &mut [u8], spp: usize, sub: impl Fn([u8; N], [u8; N]) -> [u8; N]) {
-    let n = row.len() / N;
-    let at = |row: &[u8], i: usize| {
-        let mut v = [0u8; N];
-        v.copy_from_slice(&row[i * N..(i + 1) * N]);
-        v
-    };
-    for i in (spp..n).rev() {
-        let d = sub(at(row, i), at(row, i - spp));
-        row[i * N..(i + 1) * N].copy_from_slice(&d);
+/// Horizontal differencing of one row of `T` samples, `spp` apart, from the end (each
+/// sample minus the original sample before it, wrapping): what the decoder's `hor_acc`
+/// undoes. Samples are in the host's order, which the file's little-endian tiles are
+/// written in.
+fn hor_diff<T: Wrapping>(row: &mut [u8], spp: usize) {
+    let w = size_of::<T>();
+    for at in (spp * w..row.len() - row.len() % w).step_by(w).rev() {
+        let from = at - spp * w;
+        let prev: T = bytemuck::pod_read_unaligned(&row[from..from + w]);
+        let v: T = bytemuck::pod_read_unaligned(&row[at..at + w]);
+        row[at..at + w].copy_from_slice(bytemuck::bytes_of(&v.wsub(prev)));
     }
 }
 

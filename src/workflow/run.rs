@@ -90,12 +90,12 @@ impl Workflow {
         files: &BTreeMap<String, TensorFile>,
         dest: Option<&Path>,
     ) -> Result<(String, Vec<usize>, DType)> {
-        let (plan, shape, dtype) = Self::plan_tiles(e, j, files, dest)?;
-        let plan = match dest.map(|d| e.cog_after_the_run(d, &shape, dtype)) {
-            Some(Ok(Some(after))) => format!("{plan}\nafter the run:  {after}"),
-            Some(Err(err)) => return Err(err),
-            _ => plan,
-        };
+        let (mut plan, shape, dtype) = Self::plan_tiles(e, j, files, dest)?;
+        if let Some(d) = dest
+            && let Some(after) = e.cog_after_the_run(d, &shape, dtype)?
+        {
+            plan = format!("{plan}\nafter the run:  {after}");
+        }
         Ok((plan, shape, dtype))
     }
 
@@ -136,16 +136,7 @@ impl Workflow {
                 let x = f(input)?;
                 let over = ReduceOver::from(*axis);
                 let p = e.plan_reduce(x, *op, over)?;
-                let shape = match axis {
-                    None => vec![],
-                    Some(a) => x
-                        .shape()
-                        .iter()
-                        .enumerate()
-                        .filter(|&(i, _)| i != *a)
-                        .map(|(_, &d)| d)
-                        .collect(),
-                };
+                let shape = over.out_shape(x.shape());
                 (
                     p.to_string(),
                     shape,
@@ -169,10 +160,8 @@ impl Workflow {
             Job::Transpose { input } => {
                 let x = f(input)?;
                 let p = e.plan_transpose_to(x, dest)?;
-                let mut s = x.shape().to_vec();
-                let k = s.len();
-                s.swap(k - 1, k - 2);
-                (p.to_string(), s, x.dtype())
+                let shape = crate::engine::transposed_shape(x.shape());
+                (p.to_string(), shape, x.dtype())
             }
             Job::Matmul { x, w, dtype } => {
                 let (xf, wf) = (f(x)?, f(w)?);
