@@ -14,6 +14,7 @@
 pub(crate) mod chunk_assembly;
 pub mod chunked;
 pub mod cog;
+mod encode_queue;
 pub mod geotiff;
 pub mod npy;
 pub mod own_files;

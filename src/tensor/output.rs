@@ -652,7 +652,7 @@ impl OutputFile {
     /// [`Error::Io`] on a failed write (disk full, file size limit...).
     pub fn write_at(&self, start: u64, bytes: &[u8]) -> Result<()> {
         match &self.stream {
-            Some(Streamed::Tiff(s)) => return s.write(self.handle(), &self.dest, start, bytes),
+            Some(Streamed::Tiff(s)) => return s.write(start, bytes),
             Some(Streamed::Zarr(s)) => return s.write(start, bytes),
             None => {}
         }

@@ -3,15 +3,17 @@
 //!
 //! The output's tiles (one band each: a band-sequential or single-band TIFF) are
 //! assembled from the pieces the run writes ([`super::chunk_assembly`]); as soon as a
-//! tile is whole it is compressed (the tiles completed together in parallel, a batch
-//! at a time) and appended to the file, and its offset is recorded. The directory, with
-//! the offsets table in tile order, goes after the last tile ([`TiffStream::finish`]).
-//! A run over a flat plan completes the tiles in file order, row of tiles after row of
-//! tiles: its file equals the staged writer's ([`super::tiff_write::write_tiled`]) byte
-//! for byte. A run over box tiles cut along the tile grid completes a box's tiles box by
-//! box: the same tiles, in the order of the boxes.
+//! tile is whole it is handed to an [`EncodeQueue`], which predicts and compresses it on
+//! a worker thread while the write stage goes on with the next pipeline tile, and
+//! appends it to the file, in the order the tiles completed, recording its offset. The
+//! directory, with the offsets table in tile order, goes after the last tile
+//! ([`TiffStream::finish`]). A run over a flat plan completes the tiles in file order,
+//! row of tiles after row of tiles: its file equals the staged writer's
+//! ([`super::tiff_write::write_tiled`]) byte for byte. A run over box tiles cut along the
+//! tile grid completes a box's tiles box by box: the same tiles, in the order of the
+//! boxes.
 //!
-//! Each run of consecutive tiles appended together is reported
+//! Each run of consecutive tiles appended one after the other is reported
 //! ([`TiffStream::take_appended`]: its first tile, offset, the tiles' compressed lengths
 //! and the CRC-32 of its bytes) for the resume journal, which takes a killed run up with
 //! the runs whose bytes are intact ([`TiffStream::resume`]).
@@ -21,17 +23,17 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
-use super::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
-use super::tiff_write::{TiffWriteOptions, TiledLayout, append_tiles};
+use super::chunk_assembly::{ChunkAssembly, ChunkGrid};
+use super::encode_queue::{EncodeQueue, Sink};
+use super::tiff_write::{TiffWriteOptions, TiledLayout};
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
-/// The most tiles a stream compresses at once (fewer on machines with fewer than four
-/// threads per four tiles).
+/// The most tiles a stream has in flight (fewer when its memory holds fewer).
 pub const MAX_BATCH: u64 = 16;
 
 /// A run of consecutive output chunks (GeoTIFF tiles, Zarr chunks) written together:
@@ -49,43 +51,108 @@ pub struct ChunkRun {
 }
 
 /// A GeoTIFF encoded tile by tile as the run writes it; see the module documentation.
-#[derive(Debug)]
 pub struct TiffStream {
     layout: TiledLayout,
     dtype: DType,
     opts: TiffWriteOptions,
-    inner: Mutex<Inner>,
+    /// The tiles being filled.
+    asm: Mutex<ChunkAssembly>,
+    /// The tiles in flight, and what is in the file.
+    queue: EncodeQueue<Written>,
     /// The memory the tiles being filled and those in flight take, held for the run.
     memory: Option<Reservation>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    /// The tiles being filled.
-    asm: ChunkAssembly,
-    /// What is in the file.
-    written: Written,
+impl std::fmt::Debug for TiffStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TiffStream")
+            .field("layout", &self.layout)
+            .field("dtype", &self.dtype)
+            .finish_non_exhaustive()
+    }
 }
 
+/// What is in the file: the sink of the stream's [`EncodeQueue`].
 #[derive(Debug)]
 struct Written {
+    file: File,
+    path: PathBuf,
     /// Where the next tile goes in the file.
     pos: u64,
     /// Offset and compressed length of each tile in the file, in tile order (0, 0 for
     /// one not written yet).
     offsets: Vec<u64>,
     counts: Vec<u64>,
-    /// Runs appended since the last [`TiffStream::take_appended`].
+    /// The run the last tiles appended belong to, still growing.
+    open: Option<(ChunkRun, crc32fast::Hasher)>,
+    /// Runs ended since the last [`TiffStream::take_appended`].
     appended: Vec<ChunkRun>,
+    /// Seed of every run's CRC-32 (see [`TiffStream::strip_hasher`]).
+    seed: u32,
 }
 
-/// A whole tile's raw bytes (with its index), taken by the thread that compresses it.
-type TileSlot = Mutex<Option<(usize, Vec<u8>)>>;
+impl Written {
+    /// Ends the open run.
+    fn close_run(&mut self) {
+        if let Some((mut run, h)) = self.open.take() {
+            run.crc = h.finalize();
+            self.appended.push(run);
+        }
+    }
+}
+
+impl Sink for Written {
+    fn put(&mut self, k: usize, c: Vec<u8>) -> Result<()> {
+        self.file
+            .write_all_at(&c, self.pos)
+            .map_err(|e| Error::io("write", &self.path, e))?;
+        let (at, len) = (self.pos, c.len() as u64);
+        self.offsets[k] = at;
+        self.counts[k] = len;
+        self.pos += len;
+        // a tile following the open run's last, in index and in the file, extends it
+        let extends = self
+            .open
+            .as_ref()
+            .is_some_and(|(r, _)| r.first + r.counts.len() == k);
+        if !extends {
+            self.close_run();
+            let run = ChunkRun {
+                first: k,
+                offset: at,
+                counts: Vec::new(),
+                crc: 0,
+            };
+            self.open = Some((run, crc32fast::Hasher::new_with_initial(self.seed)));
+        }
+        if let Some((run, h)) = self.open.as_mut() {
+            run.counts.push(len);
+            h.update(&c);
+        }
+        Ok(())
+    }
+}
 
 /// The grid of a TIFF's tiles over the output's flat elements: `(bands, height, width)`
 /// cut in `1 x t x t` chunks, numbered as the TIFF numbers its tiles.
 fn tile_grid(l: &TiledLayout) -> Result<ChunkGrid> {
     ChunkGrid::new(&[l.bands, l.height, l.width], &[1, l.t, l.t])
+}
+
+/// The raw tile `k` of `l` (its clipped bytes `buf`), padded with zeros to the full tile.
+fn padded(l: &TiledLayout, k: usize, buf: Vec<u8>) -> Vec<u8> {
+    let (ty, tx) = ((k / l.across) % l.down, k % l.across);
+    let rows = l.t.min(l.height - ty * l.t);
+    let cols = l.t.min(l.width - tx * l.t);
+    if rows == l.t && cols == l.t {
+        return buf;
+    }
+    let mut raw = vec![0u8; l.chunk_bytes];
+    for y in 0..rows {
+        let (from, to) = (y * cols * l.es, y * l.t * l.es);
+        raw[to..to + cols * l.es].copy_from_slice(&buf[from..from + cols * l.es]);
+    }
+    raw
 }
 
 impl TiffStream {
@@ -121,9 +188,9 @@ impl TiffStream {
     }
 
     /// A stream writing into `file`, holding `memory` for the run; `opts.memory` bounds
-    /// the tiles compressed at once. A `fresh` file is emptied first; otherwise (an
-    /// interrupted run's, taken up) its tiles stay for [`TiffStream::resume`] to check.
-    /// Either way the header is written.
+    /// the tiles in flight. A `fresh` file is emptied first; otherwise (an interrupted
+    /// run's, taken up) its tiles stay for [`TiffStream::resume`] to check. Either way
+    /// the header is written.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a shape or dtype a TIFF cannot hold; [`Error::Internal`]
@@ -149,22 +216,30 @@ impl TiffStream {
         }
         file.write_all_at(layout.header(), 0)
             .map_err(|e| Error::io("write", path, e))?;
-        let pos = layout.data_start();
         let asm = ChunkAssembly::new(tile_grid(&layout)?, layout.es);
         let n = asm.grid().chunks();
+        let written = Written {
+            file: file
+                .try_clone()
+                .map_err(|e| Error::io("open a second handle on", path, e))?,
+            path: path.to_path_buf(),
+            pos: layout.data_start(),
+            offsets: vec![0; n],
+            counts: vec![0; n],
+            open: None,
+            appended: Vec::new(),
+            seed: Self::seed(&layout, dtype),
+        };
+        let (enc_layout, enc_path) = (layout.clone(), path.to_path_buf());
+        let encode = Arc::new(move |k: usize, buf: Vec<u8>| {
+            enc_layout.encode_tile(padded(&enc_layout, k, buf), &enc_path)
+        });
         Ok(TiffStream {
+            queue: EncodeQueue::new(written, layout.batch, encode),
             layout,
             dtype,
             opts,
-            inner: Mutex::new(Inner {
-                asm,
-                written: Written {
-                    pos,
-                    offsets: vec![0; n],
-                    counts: vec![0; n],
-                    appended: Vec::new(),
-                },
-            }),
+            asm: Mutex::new(asm),
             memory,
         })
     }
@@ -175,108 +250,49 @@ impl TiffStream {
         self.layout.bands * self.layout.down * self.layout.across
     }
 
-    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>> {
-        self.inner
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, ChunkAssembly>> {
+        self.asm
             .lock()
             .map_err(|_| Error::Internal("GeoTIFF stream lock poisoned".into()))
     }
 
     /// Takes `bytes` of the output from flat element `start` on. Bytes of tiles already
     /// in the file (a resumed run redoing a box that began among kept tiles) are
-    /// dropped; tiles completed here are compressed and appended to `file`.
+    /// dropped; tiles completed here are handed on to be compressed and appended, and
+    /// this returns without waiting for them unless as many as the stream's memory
+    /// holds are in flight already.
     ///
     /// # Errors
-    /// [`Error::Io`] on a failed write or compression; [`Error::Internal`] for bytes past
-    /// the output's end.
-    pub fn write(&self, file: &File, path: &Path, start: u64, bytes: &[u8]) -> Result<()> {
-        let mut guard = self.lock()?;
-        let inner = &mut *guard;
-        let (asm, rest) = (&mut inner.asm, &mut inner.written);
-        asm.feed(start, bytes, |done| {
-            for run in consecutive_runs(done) {
-                self.append(run, rest, file, path)?;
-            }
-            Ok(())
+    /// [`Error::Io`] on a failed write or compression of this or an earlier tile;
+    /// [`Error::Internal`] for bytes past the output's end.
+    pub fn write(&self, start: u64, bytes: &[u8]) -> Result<()> {
+        self.lock()?.feed(start, bytes, |done| {
+            done.into_iter()
+                .try_for_each(|(k, buf)| self.queue.submit(k, buf))
         })
     }
 
-    /// The raw tile `k` (its clipped bytes `buf`), padded with zeros to the full tile.
-    fn padded(&self, k: usize, buf: Vec<u8>) -> Vec<u8> {
-        let l = &self.layout;
-        let (ty, tx) = ((k / l.across) % l.down, k % l.across);
-        let rows = l.t.min(l.height - ty * l.t);
-        let cols = l.t.min(l.width - tx * l.t);
-        if rows == l.t && cols == l.t {
-            return buf;
-        }
-        let mut raw = vec![0u8; l.chunk_bytes];
-        for y in 0..rows {
-            let (from, to) = (y * cols * l.es, y * l.t * l.es);
-            raw[to..to + cols * l.es].copy_from_slice(&buf[from..from + cols * l.es]);
-        }
-        raw
-    }
-
-    /// Compresses the consecutive whole tiles `run` and appends them.
-    fn append(
-        &self,
-        run: Vec<(usize, Vec<u8>)>,
-        inner: &mut Written,
-        file: &File,
-        path: &Path,
-    ) -> Result<()> {
-        let first = run.first().map_or(0, |c| c.0);
-        let n = run.len();
-        // each tile's raw bytes, taken by the thread that compresses it
-        let raws: Vec<TileSlot> = run.into_iter().map(|c| Mutex::new(Some(c))).collect();
-        let tile = |i: usize| -> Result<Vec<u8>> {
-            let (k, buf) = raws[i]
-                .lock()
-                .ok()
-                .and_then(|mut c| c.take())
-                .ok_or_else(|| Error::Internal("a GeoTIFF tile compressed twice".into()))?;
-            self.layout.encode_tile(self.padded(k, buf), path)
-        };
-        let offset = inner.pos;
-        let mut crc = self.strip_hasher();
-        let (mut at, mut k) = (offset, first);
-        let batch = self.layout.batch;
-        let (pos, counts) = append_tiles(file, path, offset, 0..n, batch, &tile, |c| {
-            crc.update(c);
-            inner.offsets[k] = at;
-            inner.counts[k] = c.len() as u64;
-            at += c.len() as u64;
-            k += 1;
-        })?;
-        inner.pos = pos;
-        inner.appended.push(ChunkRun {
-            first,
-            offset,
-            counts,
-            crc: crc.finalize(),
-        });
-        Ok(())
-    }
-
-    /// A hasher for a run's CRC-32, seeded with everything that decides how its bytes
-    /// were encoded (tile side, compression and level, predictor, BigTIFF, dtype, shape): tiles an
-    /// interrupted run encoded otherwise (`--resume` with other `--tiff-*` options)
-    /// never match, and are redone.
-    fn strip_hasher(&self) -> crc32fast::Hasher {
-        let l = &self.layout;
+    /// The seed of a run's CRC-32: everything that decides how its bytes were encoded
+    /// (tile side, compression and level, predictor, BigTIFF, dtype, shape), so that
+    /// tiles an interrupted run encoded otherwise (`--resume` with other `--tiff-*`
+    /// options) never match, and are redone.
+    fn seed(l: &TiledLayout, dtype: DType) -> u32 {
         let id = format!(
             "tile {} {:?} predictor {} big {} {} {}x{}x{}",
-            l.t, l.compression, l.predictor, l.big, self.dtype, l.bands, l.height, l.width
+            l.t, l.compression, l.predictor, l.big, dtype, l.bands, l.height, l.width
         );
-        crc32fast::Hasher::new_with_initial(crc32fast::hash(id.as_bytes()))
+        crc32fast::hash(id.as_bytes())
     }
 
-    /// The runs of tiles appended since the last call, in order.
+    /// The runs of tiles appended since the last call, in order (tiles still in flight
+    /// come in a later call).
     #[must_use]
     pub fn take_appended(&self) -> Vec<ChunkRun> {
-        self.inner
-            .lock()
-            .map(|mut i| std::mem::take(&mut i.written.appended))
+        self.queue
+            .with_sink(|w| {
+                w.close_run();
+                std::mem::take(&mut w.appended)
+            })
             .unwrap_or_default()
     }
 
@@ -288,52 +304,55 @@ impl TiffStream {
     /// # Errors
     /// [`Error::Io`] if the file cannot be read or cut.
     pub fn resume(&self, file: &File, path: &Path, done: &[ChunkRun]) -> Result<usize> {
-        let mut guard = self.lock()?;
-        let inner = &mut *guard;
-        let mut pos = self.layout.data_start();
-        let mut buf = vec![0u8; 64 << 10];
-        let mut kept = 0;
-        for d in done {
-            let tiles = d.first..d.first + d.counts.len();
-            if d.offset != pos
-                || d.counts.is_empty()
-                || tiles.end > self.tiles()
-                || tiles.clone().any(|k| inner.asm.is_done(k))
-            {
-                break;
-            }
-            let len: u64 = d.counts.iter().sum();
-            let mut crc = self.strip_hasher();
-            let mut at = 0u64;
-            while at < len {
-                let n = (len - at).min(buf.len() as u64) as usize;
-                if file.read_exact_at(&mut buf[..n], pos + at).is_err() {
+        let mut asm = self.lock()?;
+        self.queue.drain()?;
+        let seed = Self::seed(&self.layout, self.dtype);
+        self.queue.with_sink(|w| {
+            let mut pos = self.layout.data_start();
+            let mut buf = vec![0u8; 64 << 10];
+            let mut kept = 0;
+            for d in done {
+                let tiles = d.first..d.first + d.counts.len();
+                if d.offset != pos
+                    || d.counts.is_empty()
+                    || tiles.end > self.tiles()
+                    || tiles.clone().any(|k| asm.is_done(k))
+                {
                     break;
                 }
-                crc.update(&buf[..n]);
-                at += n as u64;
+                let len: u64 = d.counts.iter().sum();
+                let mut crc = crc32fast::Hasher::new_with_initial(seed);
+                let mut at = 0u64;
+                while at < len {
+                    let n = (len - at).min(buf.len() as u64) as usize;
+                    if file.read_exact_at(&mut buf[..n], pos + at).is_err() {
+                        break;
+                    }
+                    crc.update(&buf[..n]);
+                    at += n as u64;
+                }
+                if at < len || crc.finalize() != d.crc {
+                    break;
+                }
+                for (k, &c) in tiles.zip(&d.counts) {
+                    asm.mark_done(k);
+                    w.offsets[k] = pos;
+                    w.counts[k] = c;
+                    pos += c;
+                    kept += 1;
+                }
             }
-            if at < len || crc.finalize() != d.crc {
-                break;
-            }
-            for (k, &c) in tiles.zip(&d.counts) {
-                inner.asm.mark_done(k);
-                inner.written.offsets[k] = pos;
-                inner.written.counts[k] = c;
-                pos += c;
-                kept += 1;
-            }
-        }
-        file.set_len(pos).map_err(|e| Error::io("size", path, e))?;
-        inner.written.pos = pos;
-        Ok(kept)
+            file.set_len(pos).map_err(|e| Error::io("size", path, e))?;
+            w.pos = pos;
+            Ok(kept)
+        })?
     }
 
     /// Whether every element of the flat range `[start, start + len)` is in a tile
-    /// already in the file (a resumed run need not write it again).
+    /// already complete (in the file, or on its way there).
     #[must_use]
     pub fn covers(&self, start: u64, len: u64) -> bool {
-        self.inner.lock().is_ok_and(|i| i.asm.covers(start, len))
+        self.asm.lock().is_ok_and(|a| a.covers(start, len))
     }
 
     /// The options the stream encodes with.
@@ -342,33 +361,36 @@ impl TiffStream {
         &self.opts
     }
 
-    /// Gives back the memory held for the tiles in flight (when the run is done).
+    /// Waits for the tiles in flight, then gives back the memory held for them (when
+    /// the run is done). An error of theirs is returned by [`TiffStream::finish`].
     pub fn release_memory(&mut self) {
+        if self.queue.drain().is_err() {
+            // keep the memory: finish reports the failure
+            return;
+        }
         self.memory = None;
     }
 
     /// Writes the directory after the last tile, once every tile is in the file.
     ///
     /// # Errors
-    /// [`Error::Internal`] if a tile is missing; [`Error::Io`] on a failed write.
+    /// The error of a tile's compression or write; [`Error::Internal`] if a tile is
+    /// missing; [`Error::Io`] on a failed write.
     pub fn finish(&self, file: &File, path: &Path) -> Result<u64> {
-        let inner = self.lock()?;
-        if inner.asm.done_count() != self.tiles() {
+        let asm = self.lock()?;
+        self.queue.drain()?;
+        if asm.done_count() != self.tiles() {
             return Err(Error::Internal(format!(
                 "GeoTIFF stream finished with {} of {} tiles written",
-                inner.asm.done_count(),
+                asm.done_count(),
                 self.tiles()
             )));
         }
-        self.layout.finish(
-            file,
-            path,
-            self.dtype,
-            &self.opts,
-            inner.written.pos,
-            &inner.written.offsets,
-            &inner.written.counts,
-        )
+        self.queue.with_sink(|w| {
+            self.layout.finish(
+                file, path, self.dtype, &self.opts, w.pos, &w.offsets, &w.counts,
+            )
+        })?
     }
 }
 
@@ -421,17 +443,20 @@ mod tests {
                 let s =
                     TiffStream::create(&f, &path, &shape, dtype, opts.clone(), None, true).unwrap();
                 let mut appended = 0;
-                for (k, c) in src.chunks(piece).enumerate() {
-                    s.write(&f, &path, (k * piece / dtype.size()) as u64, c)
-                        .unwrap();
+                let mut runs = |s: &TiffStream| {
                     appended += s
                         .take_appended()
                         .iter()
                         .map(|d| d.counts.len())
                         .sum::<usize>();
+                };
+                for (k, c) in src.chunks(piece).enumerate() {
+                    s.write((k * piece / dtype.size()) as u64, c).unwrap();
+                    runs(&s);
                 }
-                assert_eq!(appended, s.tiles());
                 s.finish(&f, &path).unwrap();
+                runs(&s);
+                assert_eq!(appended, s.tiles());
                 assert!(
                     std::fs::read(&path).unwrap() == want,
                     "{shape:?} {dtype} pieces of {piece}"
@@ -464,8 +489,7 @@ mod tests {
         };
         let whole = |s: &TiffStream, f: &File, from: u64| {
             let es = 2u64;
-            s.write(f, &path, from, &src[(from * es) as usize..])
-                .unwrap();
+            s.write(from, &src[(from * es) as usize..]).unwrap();
             s.finish(f, &path).unwrap();
             std::fs::read(&path).unwrap()
         };
@@ -477,11 +501,23 @@ mod tests {
         let s = TiffStream::create(&f, &path, &shape, dtype, opts.clone(), None, true).unwrap();
         // 3 tiles across, 4 rows of tiles a band: the first element of row of tiles `r`
         let row_start = |r: usize| (((r / 4) * 50 + (r % 4) * 16) * 40) as u64;
-        let end5 = row_start(5);
-        s.write(&f, &path, 0, &src[..(end5 as usize + 100) * 2])
+        // the journal takes the runs appended after each pipeline tile: here a row of
+        // tiles, then 100 elements of the next
+        let mut done = Vec::new();
+        for r in 0..6 {
+            let end = if r < 5 {
+                row_start(r + 1)
+            } else {
+                row_start(5) + 100
+            };
+            s.write(
+                row_start(r),
+                &src[row_start(r) as usize * 2..end as usize * 2],
+            )
             .unwrap();
-        let done = s.take_appended();
-        // a run of tiles a row: each row's tiles complete together
+            s.queue.drain().unwrap();
+            done.extend(s.take_appended());
+        }
         assert_eq!(done.len(), 5);
         assert!(done.iter().all(|d| d.counts.len() == 3));
         drop(s);
