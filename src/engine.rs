@@ -93,9 +93,10 @@ pub struct Engine {
 
 thread_local! {
     /// While a run's plan is made on this thread: bytes set aside in it for encoding a
-    /// GeoTIFF or Zarr output as the run writes it, and what they are
-    /// ([`Engine::plan_writing`]).
-    static OUT_RESERVE: std::cell::Cell<(u64, &'static str)> = const { std::cell::Cell::new((0, "")) };
+    /// GeoTIFF or Zarr output as the run writes it, what they are, and the tile height
+    /// its chunks want the bands visited inner for ([`crate::plan::PlanRequest::bands_inner`]:
+    /// a pixel-interleaved GeoTIFF) ([`Engine::plan_writing`]).
+    static OUT_RESERVE: std::cell::Cell<(u64, &'static str, Option<usize>)> = const { std::cell::Cell::new((0, "", None)) };
 }
 
 impl fmt::Debug for Engine {
@@ -275,7 +276,7 @@ impl Engine {
     /// [`TensorFile::read_scratch_bytes`]).
     fn request(&self, what: String, shape: &[usize], inputs: &[&TensorFile]) -> PlanRequest {
         let (mut resident_bytes, mut resident_what) = decode_scratch(self.budget.limit(), inputs);
-        let (out, out_what) = OUT_RESERVE.with(std::cell::Cell::get);
+        let (out, out_what, bands_inner) = OUT_RESERVE.with(std::cell::Cell::get);
         if out > 0 {
             hold(
                 &mut resident_bytes,
@@ -299,6 +300,7 @@ impl Engine {
             window_slack: window_slack(),
             min_tile: crate::plan::MIN_TILE_ELEMS,
             device: None,
+            bands_inner,
         }
     }
 
@@ -537,7 +539,11 @@ impl Engine {
         // only what the plan set aside: the rest of the budget is the pipeline's slack
         let room = Some(plan.output_bytes)
             .filter(|&b| b > 0)
-            .map(|bytes| outputs::StreamRoom { bytes, open: None });
+            .map(|bytes| outputs::StreamRoom {
+                bytes,
+                open: None,
+                bands_inner: plan.bands_inner,
+            });
         self.to_file_with(journal, out, shape, dtype, room, |output, journal| {
             let mut stream = self.stream(plan, inputs, Some(output));
             stream.out_per_item = out_per_item;

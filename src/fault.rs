@@ -8,13 +8,20 @@ use std::sync::OnceLock;
 /// stop a run at exact places (after tile `written:P:I` of pass P, `synced`, `renamed`,
 /// `dir-synced`). Unset, it costs one cached lookup.
 pub fn crash_point(point: impl FnOnce() -> String) {
-    static AT: OnceLock<Option<String>> = OnceLock::new();
-    if let Some(at) = AT.get_or_init(|| std::env::var("TILESTREAM_FAULT_KILL_AT").ok())
-        && *at == point()
-    {
+    if armed(point) {
         // SAFETY: raising a signal on our own process has no memory-safety preconditions.
         unsafe {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
     }
+}
+
+/// Whether [`crash_point`] will kill the process at `point`: a writer about to reach it
+/// first settles what it has in flight (a streamed output's chunks being compressed), so
+/// that a kill at a named point leaves a known state.
+pub fn armed(point: impl FnOnce() -> String) -> bool {
+    static AT: OnceLock<Option<String>> = OnceLock::new();
+    AT.get_or_init(|| std::env::var("TILESTREAM_FAULT_KILL_AT").ok())
+        .as_ref()
+        .is_some_and(|at| *at == point())
 }

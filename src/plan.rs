@@ -65,6 +65,13 @@ pub struct PlanRequest {
     /// When a device computes: what its memory must hold, a second budget the tiles are
     /// sized for.
     pub device: Option<DeviceFit>,
+    /// `Some(t)` for an output whose chunks hold every band (axis 0) of a region `t`
+    /// rows high (a pixel-interleaved GeoTIFF's tiles): tiles never span two bands,
+    /// tiles cut along rows have a height dividing `t` (so that none straddles two rows
+    /// of chunks), and the plan visits the bands of each position one after another
+    /// ([`Plan::bands_inner`]), so that the output's chunks fill one row of chunks at a
+    /// time. Ignored below rank 3.
+    pub bands_inner: Option<usize>,
 }
 
 /// What a run needs of a device's own memory: every buffer is allocated once, before
@@ -129,6 +136,9 @@ pub struct Plan {
     /// What runs after the tiles, within the same budget once they are done (building a
     /// Cloud-Optimized GeoTIFF's overviews): shown last.
     pub after: Option<String>,
+    /// The tiles visit the bands (axis 0) of each position one after another: tile `i`
+    /// is the tile `i / bands` of band `i % bands` (see [`PlanRequest::bands_inner`]).
+    pub bands_inner: bool,
 }
 
 impl Plan {
@@ -201,20 +211,27 @@ impl Plan {
             .max(min_elems);
 
         let rank = req.shape.len();
+        let bands_inner = req.bands_inner.filter(|_| rank >= 3 && req.shape[0] > 1);
         let (split_axis, extent, num_tiles) = if total == 0 {
             (0, 0, 0)
         } else if rank == 0 {
             (0, 1, 1)
         } else {
             let mut chosen = (rank - 1, 1usize, 0usize);
-            for a in 0..rank {
+            for a in usize::from(bands_inner.is_some())..rank {
                 let sub: u64 = req.shape[a + 1..].iter().map(|&d| d as u64).product();
                 if sub <= max_elems {
                     let d = req.shape[a] as u64;
                     let k = (max_elems / sub).clamp(1, d);
                     // even the tiles out: same count, sizes differing by at most one row
                     let n_along = d.div_ceil(k);
-                    let k = d.div_ceil(n_along);
+                    let mut k = d.div_ceil(n_along);
+                    if let (Some(t), 1) = (bands_inner, a) {
+                        // rows dividing the chunks' height: no tile straddles two
+                        let t = t.max(1) as u64;
+                        k = (1..=k.min(t)).rev().find(|r| t % r == 0).unwrap_or(1);
+                    }
+                    let n_along = d.div_ceil(k);
                     let outer: u64 = req.shape[..a].iter().map(|&x| x as u64).product();
                     chosen = (a, k as usize, (outer * n_along) as usize);
                     break;
@@ -264,10 +281,12 @@ impl Plan {
             output_bytes: 0,
             budget: req.budget,
             after: None,
+            bands_inner: bands_inner.is_some() && num_tiles > 0,
         })
     }
 
-    /// The `i`-th tile, in C order of the tiled space.
+    /// The `i`-th tile: in C order of the tiled space, or with the bands inner
+    /// ([`Plan::bands_inner`]).
     #[must_use]
     pub fn tile(&self, i: usize) -> Tile {
         if self.shape.is_empty() {
@@ -281,8 +300,16 @@ impl Plan {
         let d = self.shape[a] as u64;
         let sub: u64 = self.shape[a + 1..].iter().map(|&x| x as u64).product();
         let n_along = d.div_ceil(self.extent as u64);
-        let outer = i as u64 / n_along;
-        let c = i as u64 % n_along;
+        // the tile in C order of the tiled space
+        let j = if self.bands_inner {
+            let bands = self.shape[0] as u64;
+            let per_band = self.num_tiles as u64 / bands;
+            (i as u64 % bands) * per_band + i as u64 / bands
+        } else {
+            i as u64
+        };
+        let outer = j / n_along;
+        let c = j % n_along;
         let first = c * self.extent as u64;
         let rows = (self.extent as u64).min(d - first);
         Tile {
@@ -392,6 +419,7 @@ mod tests {
             window_slack: 8192,
             min_tile: MIN_TILE_ELEMS,
             device: None,
+            bands_inner: None,
         }
     }
 
@@ -405,6 +433,57 @@ mod tests {
         }
         assert_eq!(next, total);
         assert!(p.reserved_bytes <= p.budget);
+    }
+
+    /// With the bands inner, every element is in one tile, no tile spans two bands, a
+    /// tile cut along rows never straddles two rows of `t`, and the plan visits the bands
+    /// of each position one after another; without enough bands it plans as usual.
+    #[test]
+    fn bands_inner_plans_visit_each_position_in_every_band_in_turn() {
+        for (shape, budget, t) in [
+            (vec![3usize, 300, 1100], 4u64 << 20, 64usize),
+            (vec![4, 50, 40], 64 << 20, 16),
+            (vec![2, 1000, 30], 1 << 20, 512),
+            (vec![5, 7, 9000], 1 << 20, 16),
+            (vec![3, 37, 41], 600 << 10, 16),
+        ] {
+            let mut r = req(&shape, budget);
+            r.bands_inner = Some(t);
+            let p = Plan::new(&r).unwrap();
+            assert!(p.bands_inner && p.split_axis >= 1, "{shape:?}");
+            let (bands, h, w) = (shape[0] as u64, shape[1] as u64, shape[2] as u64);
+            let plane = h * w;
+            let mut seen = vec![false; (bands * plane) as usize];
+            let per_band = p.num_tiles as u64 / bands;
+            for (i, tile) in p.tiles().enumerate() {
+                assert_eq!(tile.index, i);
+                let band = tile.start / plane;
+                assert_eq!(band, i as u64 % bands, "{shape:?} tile {i}");
+                assert_eq!((tile.start + tile.len - 1) / plane, band, "spans two bands");
+                // the same position in every band
+                let pos = tile.start % plane;
+                let first = p.tile(i - (i % bands as usize));
+                assert_eq!(pos, first.start % plane, "{shape:?} tile {i}");
+                if p.split_axis == 1 {
+                    let (r0, r1) = (pos / w, (pos + tile.len - 1) / w);
+                    assert_eq!(r0 / t as u64, r1 / t as u64, "{shape:?}: rows {r0}..={r1}");
+                }
+                for e in tile.start..tile.start + tile.len {
+                    assert!(!std::mem::replace(&mut seen[e as usize], true));
+                }
+            }
+            assert!(seen.iter().all(|&s| s), "{shape:?}");
+            assert_eq!(per_band * bands, p.num_tiles as u64);
+            assert!(p.reserved_bytes <= p.budget);
+        }
+        // one band, or rank 2: planned as usual
+        for shape in [vec![1usize, 300, 1100], vec![300, 1100]] {
+            let mut r = req(&shape, 4 << 20);
+            r.bands_inner = Some(64);
+            let p = Plan::new(&r).unwrap();
+            assert!(!p.bands_inner);
+            check_cover(&p);
+        }
     }
 
     #[test]
@@ -548,6 +627,7 @@ mod properties {
             window_slack: 8192,
             min_tile: MIN_TILE_ELEMS,
             device: None,
+            bands_inner: None,
         }
     }
 

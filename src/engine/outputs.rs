@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::plan::Plan;
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
 use crate::tensor::tiff_stream::TiffStream;
+use crate::tensor::tiff_write::TiledLayout;
 use crate::tensor::zarr::ZarrWriteOptions;
 use crate::tensor::zarr_stream::ZarrStream;
 use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape};
@@ -16,11 +17,15 @@ use crate::tiling::{BoxPlan, OutChunks};
 
 /// What a run's plan set aside for encoding its output as the run writes it: `bytes`,
 /// for the chunks being filled (`open` across a box of a box plan cut along them; a
-/// whole row of them for a flat plan, `None`) and those in flight.
+/// whole row of them for a flat plan, `None`) and those in flight; `bands_inner` when
+/// the plan visits the bands of each position one after another
+/// ([`crate::plan::Plan::bands_inner`]), which a pixel-interleaved GeoTIFF needs to be
+/// encoded as it is written.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct StreamRoom {
     pub(super) bytes: u64,
     pub(super) open: Option<usize>,
+    pub(super) bands_inner: bool,
 }
 
 impl StreamRoom {
@@ -29,6 +34,7 @@ impl StreamRoom {
         plan.cut_along_out_chunks().then(|| StreamRoom {
             bytes: plan.out_chunk_bytes,
             open: Some(plan.open_out_chunks()),
+            bands_inner: false,
         })
     }
 }
@@ -110,9 +116,14 @@ impl Engine {
                     )?;
                 }
                 let fit = match stream_room {
-                    Some(r) if !output.is_region() => {
-                        TiffStream::fit(output.shape(), output.dtype(), &opts, r.bytes, r.open)?
-                    }
+                    Some(r) if !output.is_region() => TiffStream::fit(
+                        output.shape(),
+                        output.dtype(),
+                        &opts,
+                        r.bytes,
+                        r.open,
+                        r.bands_inner,
+                    )?,
                     _ => None,
                 };
                 if let Some((need, opts)) = fit {
@@ -192,42 +203,64 @@ impl Engine {
         dtype: crate::DType,
         plan: impl Fn() -> Result<Plan>,
     ) -> Result<Plan> {
+        let room = StreamRoom {
+            bytes: self.budget.limit() / 4,
+            open: None,
+            bands_inner: true,
+        };
         let need = match self.format_of(out) {
             OutFormat::GeoTiff if self.out_region.is_none() => {
                 let mut opts = self.tiff_out.clone();
                 opts.memory = self.budget.limit();
-                TiffStream::fit(shape, dtype, &opts, self.budget.limit() / 4, None)
+                // a pixel-interleaved TIFF's tiles hold every band: the plan visits them
+                // inner, in tiles no taller than the TIFF's
+                let pixel_rows = TiledLayout::new(shape, dtype, &opts)
+                    .ok()
+                    .filter(|l| l.pixel)
+                    .map(|l| l.t);
+                TiffStream::fit(shape, dtype, &opts, room.bytes, None, true)
                     .ok()
                     .flatten()
                     .map(|(n, _)| {
                         (
                             n,
                             "GeoTIFF output encoded as it is written (a strip of tiles)",
+                            pixel_rows,
                         )
                     })
             }
             OutFormat::Zarr if self.out_region.is_none() => {
-                ZarrStream::fit(shape, dtype, &self.zarr_out, self.budget.limit() / 4, None)
+                ZarrStream::fit(shape, dtype, &self.zarr_out, room.bytes, None)
                     .ok()
                     .flatten()
-                    .map(|(n, _)| (n, "Zarr output encoded as it is written (a slab of chunks)"))
+                    .map(|(n, _)| {
+                        (
+                            n,
+                            "Zarr output encoded as it is written (a slab of chunks)",
+                            None,
+                        )
+                    })
             }
             _ => None,
         };
-        if let Some((n, what)) = need {
+        if let Some((n, what, pixel_rows)) = need {
             /// Clears the thread's reserve however `plan` returns.
             struct Clear;
             impl Drop for Clear {
                 fn drop(&mut self) {
-                    super::OUT_RESERVE.with(|c| c.set((0, "")));
+                    super::OUT_RESERVE.with(|c| c.set((0, "", None)));
                 }
             }
-            super::OUT_RESERVE.with(|c| c.set((n, what)));
+            super::OUT_RESERVE.with(|c| c.set((n, what, pixel_rows)));
             let held = {
                 let _clear = Clear;
                 plan()
             };
-            if let Ok(mut p) = held {
+            // a pixel-interleaved output streams only over a plan of its own shape that
+            // visits the bands inner
+            if let Ok(mut p) = held
+                && (pixel_rows.is_none() || (p.bands_inner && p.shape == shape))
+            {
                 p.output_bytes = n;
                 return Ok(p);
             }
@@ -260,7 +293,7 @@ impl Engine {
             OutFormat::GeoTiff => {
                 let mut opts = self.tiff_out.clone();
                 opts.memory = self.budget.limit();
-                let l = crate::tensor::tiff_write::TiledLayout::new(shape, dtype, &opts).ok()?;
+                let l = TiledLayout::new(shape, dtype, &opts).ok()?;
                 if l.pixel {
                     return None;
                 }

@@ -400,6 +400,8 @@ impl Engine {
         let room = super::outputs::StreamRoom {
             bytes: free,
             open: None,
+            // written in one piece, band after band
+            bands_inner: false,
         };
         let file = self.encoded_as(file, out, format, Some(room))?;
         let t0 = std::time::Instant::now();

@@ -546,6 +546,16 @@ where
             })
         };
 
+        // the runs of chunks a streamed output has written since the last call, journaled
+        let journal_chunks = |out: &OutputFile, pass: usize| -> Result<()> {
+            for d in out.take_appended() {
+                if let Some(j) = hooks.journal {
+                    j.chunks_written(pass, &d)?;
+                }
+            }
+            Ok(())
+        };
+
         // ---- write stage: wait for each tile, give its inputs back, write its output
         let writer = {
             let free_tx = free_tx;
@@ -594,14 +604,16 @@ where
                             }
                             written += n as u64;
                         }
-                        // a streamed output's chunks completed by this tile, before the tile
-                        for d in out.take_appended() {
-                            if let Some(j) = hooks.journal
-                                && let Err(e) = j.chunks_written(pass, &d)
-                            {
-                                shared.fail(e);
-                                break 'tiles;
-                            }
+                        // a streamed output's chunks written since the last tile (those
+                        // this one completed may still be compressing), before the tile;
+                        // all of them when the run is to be killed here (crash tests)
+                        let settle = hooks.journal.is_some()
+                            && crate::fault::armed(|| format!("written:{pass}:{seq}"));
+                        if let Err(e) = if settle { out.settle() } else { Ok(()) }
+                            .and_then(|()| journal_chunks(out, pass))
+                        {
+                            shared.fail(e);
+                            break 'tiles;
                         }
                         if let (Some(j), Some(h)) = (hooks.journal, crc)
                             && let Err(e) = j.tile_written(pass, seq, h.finalize())
@@ -624,6 +636,13 @@ where
                 // are freed: a device may still be copying into them.
                 for pending in &done_rx {
                     let _ = pending.wait();
+                }
+                // the chunks still compressing, journaled once written (a stopped run
+                // keeps them for --resume)
+                if let Some(out) = output
+                    && let Err(e) = out.settle().and_then(|()| journal_chunks(out, pass))
+                {
+                    shared.fail(e);
                 }
                 (busy, done - start, written)
             })

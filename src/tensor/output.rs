@@ -470,6 +470,18 @@ impl OutputFile {
         }
     }
 
+    /// For a streaming output: waits until the chunks it is still compressing are
+    /// written (then [`take_appended`](Self::take_appended) has them all).
+    ///
+    /// # Errors
+    /// The error of a chunk's compression or write.
+    pub fn settle(&self) -> Result<()> {
+        match &self.stream {
+            Some(Streamed::Tiff(s)) => s.settle(),
+            _ => Ok(()),
+        }
+    }
+
     /// For a streaming output taken up from an interrupted run: keeps the intact runs of
     /// chunks of `done` (see [`TiffStream::resume`]) and returns how many chunks it kept;
     /// [`covered`](Self::covered) then tells which writes the run need not redo.

@@ -18,8 +18,10 @@
 //! and the CRC-32 of its bytes) for the resume journal, which takes a killed run up with
 //! the runs whose bytes are intact ([`TiffStream::resume`]).
 //!
-//! Pixel-interleaved outputs of several bands are not streamed (a tile holds every
-//! band, which arrive one after the other): they are staged.
+//! A pixel-interleaved TIFF of several bands has tiles holding every band of their
+//! region: it streams when the run visits the bands of each position one after another
+//! (a flat plan whose `bands_inner` is set), so that one row of tiles fills
+//! at a time; otherwise it is staged.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -134,36 +136,57 @@ impl Sink for Written {
 }
 
 /// The grid of a TIFF's tiles over the output's flat elements: `(bands, height, width)`
-/// cut in `1 x t x t` chunks, numbered as the TIFF numbers its tiles.
+/// cut in `1 x t x t` chunks (`bands x t x t` for a pixel-interleaved TIFF, whose tiles
+/// hold every band), numbered as the TIFF numbers its tiles.
 fn tile_grid(l: &TiledLayout) -> Result<ChunkGrid> {
-    ChunkGrid::new(&[l.bands, l.height, l.width], &[1, l.t, l.t])
+    let depth = if l.pixel { l.bands } else { 1 };
+    ChunkGrid::new(&[l.bands, l.height, l.width], &[depth, l.t, l.t])
 }
 
-/// The raw tile `k` of `l` (its clipped bytes `buf`), padded with zeros to the full tile.
+/// The raw tile `k` of `l` from its clipped C-order bytes `buf` (band, row, column):
+/// padded with zeros to the full tile and, for a pixel-interleaved TIFF, with the bands
+/// of each pixel together.
 fn padded(l: &TiledLayout, k: usize, buf: Vec<u8>) -> Vec<u8> {
     let (ty, tx) = ((k / l.across) % l.down, k % l.across);
     let rows = l.t.min(l.height - ty * l.t);
     let cols = l.t.min(l.width - tx * l.t);
-    if rows == l.t && cols == l.t {
-        return buf;
+    let es = l.es;
+    if !l.pixel {
+        if rows == l.t && cols == l.t {
+            return buf;
+        }
+        let mut raw = vec![0u8; l.chunk_bytes];
+        for y in 0..rows {
+            let (from, to) = (y * cols * es, y * l.t * es);
+            raw[to..to + cols * es].copy_from_slice(&buf[from..from + cols * es]);
+        }
+        return raw;
     }
+    let nb = l.bands;
     let mut raw = vec![0u8; l.chunk_bytes];
-    for y in 0..rows {
-        let (from, to) = (y * cols * l.es, y * l.t * l.es);
-        raw[to..to + cols * l.es].copy_from_slice(&buf[from..from + cols * l.es]);
+    for b in 0..nb {
+        for y in 0..rows {
+            let src = &buf[(b * rows + y) * cols * es..][..cols * es];
+            let dst = &mut raw[y * l.t * nb * es..][..cols * nb * es];
+            for (x, v) in src.chunks_exact(es).enumerate() {
+                dst[(x * nb + b) * es..][..es].copy_from_slice(v);
+            }
+        }
     }
     raw
 }
 
 impl TiffStream {
     /// Whether an output of `shape` written as `opts` say can be streamed within
-    /// `room` bytes: not pixel-interleaved with several bands, and `room` holds the
-    /// tiles being filled and at least one tile in flight (raw and compressed). The
-    /// tiles being filled are those of `open` tiles across one row of tiles (`None`: a
-    /// whole row, which a flat plan crosses; a box plan cut along the tile grid, the
-    /// tiles across one box). Returns the bytes the stream then holds and the options to
-    /// create it with (their `memory` set to what is left for tiles in flight: at most
-    /// [`MAX_BATCH`], so the figure, which a plan holds, does not depend on the machine).
+    /// `room` bytes: `room` holds the tiles being filled and at least one tile in flight
+    /// (raw and compressed). The tiles being filled are those of `open` tiles across one
+    /// row of tiles (`None`: a whole row, which a flat plan crosses; a box plan cut along
+    /// the tile grid, the tiles across one box), with every band for a
+    /// pixel-interleaved TIFF of several bands, which streams only when the run visits
+    /// the bands of each position one after another (`bands_inner`). Returns the bytes
+    /// the stream then holds and the options to create it with (their `memory` set to
+    /// what is left for tiles in flight: at most [`MAX_BATCH`], so the figure, which a
+    /// plan holds, does not depend on the machine).
     ///
     /// # Errors
     /// [`Error::Invalid`] for a shape or dtype a TIFF cannot hold.
@@ -173,12 +196,14 @@ impl TiffStream {
         opts: &TiffWriteOptions,
         room: u64,
         open: Option<usize>,
+        bands_inner: bool,
     ) -> Result<Option<(u64, TiffWriteOptions)>> {
         let l = TiledLayout::new(shape, dtype, opts)?;
         let cols = open.map_or(l.width, |n| (n.max(1) * l.t).min(l.width));
-        let filling = (l.t.min(l.height) * cols * l.es) as u64;
+        let spp = if l.pixel { l.bands } else { 1 };
+        let filling = (l.t.min(l.height) * cols * l.es * spp) as u64;
         let tile = 2 * l.chunk_bytes as u64;
-        if l.pixel || filling + tile > room {
+        if (l.pixel && !bands_inner) || filling + tile > room {
             return Ok(None);
         }
         let batch = ((room - filling) / tile).min(MAX_BATCH);
@@ -206,11 +231,6 @@ impl TiffStream {
         fresh: bool,
     ) -> Result<Self> {
         let layout = TiledLayout::new(shape, dtype, &opts)?;
-        if layout.pixel {
-            return Err(Error::Internal(
-                "a pixel-interleaved GeoTIFF of several bands cannot be streamed".into(),
-            ));
-        }
         if fresh {
             file.set_len(0).map_err(|e| Error::io("size", path, e))?;
         }
@@ -247,7 +267,12 @@ impl TiffStream {
     /// Number of tiles.
     #[must_use]
     pub fn tiles(&self) -> usize {
-        self.layout.bands * self.layout.down * self.layout.across
+        let planes = if self.layout.pixel {
+            1
+        } else {
+            self.layout.bands
+        };
+        planes * self.layout.down * self.layout.across
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, ChunkAssembly>> {
@@ -282,6 +307,14 @@ impl TiffStream {
             l.t, l.compression, l.predictor, l.big, dtype, l.bands, l.height, l.width
         );
         crc32fast::hash(id.as_bytes())
+    }
+
+    /// Waits until the tiles in flight are in the file.
+    ///
+    /// # Errors
+    /// The error of a tile's compression or write.
+    pub fn settle(&self) -> Result<()> {
+        self.queue.drain()
     }
 
     /// The runs of tiles appended since the last call, in order (tiles still in flight
@@ -409,16 +442,56 @@ mod tests {
     #[test]
     fn a_streamed_file_equals_the_staged_one_whatever_the_pieces() {
         let dir = tempfile::tempdir().unwrap();
-        for (shape, dtype, tile, comp) in [
-            (vec![37, 50], DType::U8, 16, TiffCompression::Deflate(6)),
-            (vec![3, 40, 33], DType::U16, 16, TiffCompression::Zstd(3)),
-            (vec![2, 16, 16], DType::F32, 16, TiffCompression::None),
-            (vec![1, 100, 7], DType::F64, 32, TiffCompression::Deflate(1)),
+        for (shape, dtype, tile, comp, pixel) in [
+            (
+                vec![37, 50],
+                DType::U8,
+                16,
+                TiffCompression::Deflate(6),
+                false,
+            ),
+            (
+                vec![3, 40, 33],
+                DType::U16,
+                16,
+                TiffCompression::Zstd(3),
+                false,
+            ),
+            (
+                vec![2, 16, 16],
+                DType::F32,
+                16,
+                TiffCompression::None,
+                false,
+            ),
+            (
+                vec![1, 100, 7],
+                DType::F64,
+                32,
+                TiffCompression::Deflate(1),
+                false,
+            ),
+            // tiles holding every band, the edge ones clipped, with a predictor
+            (
+                vec![3, 40, 33],
+                DType::U16,
+                16,
+                TiffCompression::Deflate(6),
+                true,
+            ),
+            (
+                vec![4, 17, 20],
+                DType::F32,
+                16,
+                TiffCompression::Zstd(3),
+                true,
+            ),
         ] {
             let opts = TiffWriteOptions {
                 tile,
                 compression: comp,
                 memory: 3000,
+                pixel_interleave: pixel,
                 ..TiffWriteOptions::default()
             };
             let n = shape.iter().product::<usize>() * dtype.size();

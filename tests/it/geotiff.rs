@@ -668,6 +668,9 @@ fn temp_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>, u64)> {
 /// output beside it is the TIFF being built (no raw staging file); resumed, it is byte
 /// for byte the file of an uninterrupted run, which is also the file a staged run writes
 /// (at a budget too small for a strip), and GDAL reads the values the .npy output has.
+/// The same for a pixel-interleaved output, whose tiles hold every band: the plan visits
+/// the bands of each row of tiles one after another, in tiles of rows dividing the TIFF's
+/// tile height.
 #[test]
 fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -680,7 +683,7 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
         &dir.path().join("src.tif"),
         &["TILED=YES", "COMPRESS=LZW"],
     );
-    let job = |out: &str, mem: &str| -> Vec<String> {
+    let job = |out: &str, mem: &str, interleave: &str| -> Vec<String> {
         [
             "map",
             "x*2+1",
@@ -693,6 +696,8 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
             mem,
             "--tiff-tile",
             "64",
+            "--tiff-interleave",
+            interleave,
             "--progress",
             "never",
         ]
@@ -702,7 +707,7 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
     };
     // the values, as a .npy
     crate::common::ok(
-        &job(&p("want.npy"), "64MiB")
+        &job(&p("want.npy"), "64MiB", "band")
             .iter()
             .map(String::as_str)
             .collect::<Vec<_>>(),
@@ -710,57 +715,65 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
     let want = npy_data(&dir.path().join("want.npy"));
     let raw_bytes = (bands * h * w * 4) as u64;
     // streamed at 2 MiB (a strip is 64x1100 f32, 275 KiB: within a quarter of the
-    // budget) and staged at 1 MiB (a quarter cannot hold it), each killed after tiles 0,
-    // 3 and 7 (of rows 25 high), then resumed
-    let mut files = Vec::new();
-    for (mem, streamed) in [("2MiB", true), ("1MiB", false)] {
-        let out = p(&format!("o{mem}.tif"));
-        crate::common::ok(
-            &job(&out, mem)
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        );
-        let whole = std::fs::read(&out).expect("read");
-        std::fs::remove_file(&out).expect("rm");
-        for kill in ["written:0:0", "written:0:3", "written:0:7"] {
-            crate::common::kill_then_resume(&job(&out, mem), kill, || {
-                let temps = temp_files(dir.path());
-                assert_eq!(temps.len(), 1, "{mem} {kill}: {temps:?}");
-                let (_, head, len) = &temps[0];
-                if streamed {
-                    assert_eq!(
-                        head.as_slice(),
-                        b"II*\0",
-                        "{mem} {kill}: not a TIFF being built"
-                    );
-                    assert!(
-                        *len < raw_bytes,
-                        "{mem} {kill}: {len} bytes, raw is {raw_bytes}"
-                    );
-                } else {
-                    assert_eq!(*len, raw_bytes, "{mem} {kill}: staged raw");
-                }
-            });
-            assert!(
-                std::fs::read(&out).expect("read") == whole,
-                "{mem} resumed after {kill}: differs from an uninterrupted run"
+    // budget; 825 KiB with every band, within a quarter of 4 MiB) and staged at 1 MiB (a
+    // quarter cannot hold it), each killed after tiles 0, 3 and 7 (band: tiles of rows 25
+    // high) or 0, 5 and 11 (pixel: tiles of 32 rows, the bands of a row of tiles complete
+    // it after 6), then resumed
+    for (interleave, streamed_at, kills) in
+        [("band", "2MiB", [0, 3, 7]), ("pixel", "4MiB", [0, 5, 11])]
+    {
+        let job = |out: &str, mem: &str| job(out, mem, interleave);
+        let mut files = Vec::new();
+        for (mem, streamed) in [(streamed_at, true), ("1MiB", false)] {
+            let out = p(&format!("o{mem}.tif"));
+            crate::common::ok(
+                &job(&out, mem)
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>(),
             );
-            assert!(temp_files(dir.path()).is_empty());
+            let whole = std::fs::read(&out).expect("read");
             std::fs::remove_file(&out).expect("rm");
+            for kill in kills.map(|k| format!("written:0:{k}")) {
+                let kill = kill.as_str();
+                crate::common::kill_then_resume(&job(&out, mem), kill, || {
+                    let temps = temp_files(dir.path());
+                    assert_eq!(temps.len(), 1, "{interleave} {mem} {kill}: {temps:?}");
+                    let (_, head, len) = &temps[0];
+                    if streamed {
+                        assert_eq!(
+                            head.as_slice(),
+                            b"II*\0",
+                            "{interleave} {mem} {kill}: not a TIFF being built"
+                        );
+                        assert!(
+                            *len < raw_bytes,
+                            "{interleave} {mem} {kill}: {len} bytes, raw is {raw_bytes}"
+                        );
+                    } else {
+                        assert_eq!(*len, raw_bytes, "{interleave} {mem} {kill}: staged raw");
+                    }
+                });
+                assert!(
+                    std::fs::read(&out).expect("read") == whole,
+                    "{interleave} {mem} resumed after {kill}: differs from an uninterrupted run"
+                );
+                assert!(temp_files(dir.path()).is_empty());
+                std::fs::remove_file(&out).expect("rm");
+            }
+            files.push(whole);
         }
-        files.push(whole);
+        assert!(
+            files[0] == files[1],
+            "{interleave}: the streamed and the staged files differ"
+        );
+        let out = dir.path().join("check.tif");
+        std::fs::write(&out, &files[0]).expect("write");
+        assert!(
+            gdal_read(&out, dir.path()) == want,
+            "{interleave}: GDAL reads other values"
+        );
     }
-    assert!(
-        files[0] == files[1],
-        "the streamed and the staged files differ"
-    );
-    let out = dir.path().join("check.tif");
-    std::fs::write(&out, &files[0]).expect("write");
-    assert!(
-        gdal_read(&out, dir.path()) == want,
-        "GDAL reads other values"
-    );
 }
 
 /// The number of tiles `tilestream plan` shows for `job` (a command and its arguments),
