@@ -203,11 +203,8 @@ impl Engine {
         dtype: crate::DType,
         plan: impl Fn() -> Result<Plan>,
     ) -> Result<Plan> {
-        let room = StreamRoom {
-            bytes: self.budget.limit() / 4,
-            open: None,
-            bands_inner: true,
-        };
+        // a quarter of the budget, the plan visiting the bands inner if the output asks
+        let room = self.budget.limit() / 4;
         let need = match self.format_of(out) {
             OutFormat::GeoTiff if self.out_region.is_none() => {
                 let mut opts = self.tiff_out.clone();
@@ -218,7 +215,7 @@ impl Engine {
                     .ok()
                     .filter(|l| l.pixel)
                     .map(|l| l.t);
-                TiffStream::fit(shape, dtype, &opts, room.bytes, None, true)
+                TiffStream::fit(shape, dtype, &opts, room, None, true)
                     .ok()
                     .flatten()
                     .map(|(n, _)| {
@@ -230,7 +227,7 @@ impl Engine {
                     })
             }
             OutFormat::Zarr if self.out_region.is_none() => {
-                ZarrStream::fit(shape, dtype, &self.zarr_out, room.bytes, None)
+                ZarrStream::fit(shape, dtype, &self.zarr_out, room, None)
                     .ok()
                     .flatten()
                     .map(|(n, _)| {

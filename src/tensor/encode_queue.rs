@@ -36,7 +36,7 @@ pub(crate) type EncodeFn = dyn Fn(usize, Vec<u8>) -> Result<Vec<u8>> + Send + Sy
 pub(crate) struct EncodeQueue<S: Sink> {
     shared: Arc<Shared<S>>,
     encode: Arc<EncodeFn>,
-    limit: usize,
+    limit: u64,
 }
 
 struct Shared<S> {
@@ -53,14 +53,17 @@ struct State<S> {
     next_out: u64,
     /// Chunks encoded ahead of their turn (`None`: one that failed).
     ready: BTreeMap<u64, Option<(usize, Vec<u8>)>>,
-    /// Submitted and not yet handed to the sink (or dropped).
-    in_flight: usize,
     error: Option<Error>,
     /// An error was returned already: later calls say so without its text.
     failed: bool,
 }
 
 impl<S> State<S> {
+    /// Chunks submitted and not yet handed to the sink (or dropped).
+    fn in_flight(&self) -> u64 {
+        self.next_seq - self.next_out
+    }
+
     /// The kept error, once; then a line saying an earlier one ended the output.
     fn take_error(&mut self) -> Result<()> {
         if let Some(e) = self.error.take() {
@@ -87,14 +90,13 @@ impl<S: Sink> EncodeQueue<S> {
                     next_seq: 0,
                     next_out: 0,
                     ready: BTreeMap::new(),
-                    in_flight: 0,
                     error: None,
                     failed: false,
                 }),
                 landed: Condvar::new(),
             }),
             encode,
-            limit: limit.max(1),
+            limit: limit.max(1) as u64,
         }
     }
 
@@ -111,11 +113,10 @@ impl<S: Sink> EncodeQueue<S> {
     pub(crate) fn submit(&self, chunk: usize, raw: Vec<u8>) -> Result<()> {
         let seq = {
             let mut st = self.lock()?;
-            while st.in_flight >= self.limit && st.error.is_none() && !st.failed {
+            while st.in_flight() >= self.limit && st.error.is_none() && !st.failed {
                 st = self.shared.landed.wait(st).map_err(|_| poisoned())?;
             }
             st.take_error()?;
-            st.in_flight += 1;
             st.next_seq += 1;
             st.next_seq - 1
         };
@@ -135,11 +136,16 @@ impl<S: Sink> EncodeQueue<S> {
     /// # Errors
     /// The first error of a chunk.
     pub(crate) fn drain(&self) -> Result<()> {
+        self.idle()?.take_error()
+    }
+
+    /// The state once nothing is in flight.
+    fn idle(&self) -> Result<MutexGuard<'_, State<S>>> {
         let mut st = self.lock()?;
-        while st.in_flight > 0 {
+        while st.in_flight() > 0 {
             st = self.shared.landed.wait(st).map_err(|_| poisoned())?;
         }
-        st.take_error()
+        Ok(st)
     }
 
     /// Runs `f` on the sink, with chunks possibly still in flight.
@@ -153,15 +159,8 @@ impl<S: Sink> EncodeQueue<S> {
 
 impl<S: Sink> Drop for EncodeQueue<S> {
     fn drop(&mut self) {
-        let Ok(mut st) = self.shared.state.lock() else {
-            return;
-        };
-        while st.in_flight > 0 {
-            match self.shared.landed.wait(st) {
-                Ok(s) => st = s,
-                Err(_) => return,
-            }
-        }
+        // a poisoned lock: a worker panicked under it, and nobody waits on it again
+        drop(self.idle());
     }
 }
 
@@ -193,7 +192,6 @@ fn land<S: Sink>(shared: &Shared<S>, seq: u64, chunk: usize, done: Result<Vec<u8
             break;
         };
         st.next_out += 1;
-        st.in_flight -= 1;
         if let Some((k, c)) = entry
             && st.error.is_none()
             && !st.failed
@@ -250,8 +248,11 @@ mod tests {
             let order: Vec<usize> = (0..40).map(|i| (i * 7) % 40).collect();
             for &k in &order {
                 q.submit(k, vec![k as u8, 1, 2]).unwrap();
-                let in_flight = q.lock().unwrap().in_flight;
-                assert!(in_flight <= limit, "{in_flight} in flight, limit {limit}");
+                let in_flight = q.lock().unwrap().in_flight();
+                assert!(
+                    in_flight <= limit as u64,
+                    "{in_flight} in flight, limit {limit}"
+                );
             }
             q.drain().unwrap();
             let got = q.with_sink(|s| std::mem::take(&mut s.got)).unwrap();

@@ -139,8 +139,7 @@ impl Sink for Written {
 /// cut in `1 x t x t` chunks (`bands x t x t` for a pixel-interleaved TIFF, whose tiles
 /// hold every band), numbered as the TIFF numbers its tiles.
 fn tile_grid(l: &TiledLayout) -> Result<ChunkGrid> {
-    let depth = if l.pixel { l.bands } else { 1 };
-    ChunkGrid::new(&[l.bands, l.height, l.width], &[depth, l.t, l.t])
+    ChunkGrid::new(&[l.bands, l.height, l.width], &[l.spp(), l.t, l.t])
 }
 
 /// The raw tile `k` of `l` from its clipped C-order bytes `buf` (band, row, column):
@@ -150,30 +149,10 @@ fn padded(l: &TiledLayout, k: usize, buf: Vec<u8>) -> Vec<u8> {
     let (ty, tx) = ((k / l.across) % l.down, k % l.across);
     let rows = l.t.min(l.height - ty * l.t);
     let cols = l.t.min(l.width - tx * l.t);
-    let es = l.es;
-    if !l.pixel {
-        if rows == l.t && cols == l.t {
-            return buf;
-        }
-        let mut raw = vec![0u8; l.chunk_bytes];
-        for y in 0..rows {
-            let (from, to) = (y * cols * es, y * l.t * es);
-            raw[to..to + cols * es].copy_from_slice(&buf[from..from + cols * es]);
-        }
-        return raw;
+    if !l.pixel && rows == l.t && cols == l.t {
+        return buf;
     }
-    let nb = l.bands;
-    let mut raw = vec![0u8; l.chunk_bytes];
-    for b in 0..nb {
-        for y in 0..rows {
-            let src = &buf[(b * rows + y) * cols * es..][..cols * es];
-            let dst = &mut raw[y * l.t * nb * es..][..cols * nb * es];
-            for (x, v) in src.chunks_exact(es).enumerate() {
-                dst[(x * nb + b) * es..][..es].copy_from_slice(v);
-            }
-        }
-    }
-    raw
+    l.gather_tile(&buf, cols, 0, rows, rows, cols)
 }
 
 impl TiffStream {
@@ -200,8 +179,7 @@ impl TiffStream {
     ) -> Result<Option<(u64, TiffWriteOptions)>> {
         let l = TiledLayout::new(shape, dtype, opts)?;
         let cols = open.map_or(l.width, |n| (n.max(1) * l.t).min(l.width));
-        let spp = if l.pixel { l.bands } else { 1 };
-        let filling = (l.t.min(l.height) * cols * l.es * spp) as u64;
+        let filling = (l.t.min(l.height) * cols * l.es * l.spp()) as u64;
         let tile = 2 * l.chunk_bytes as u64;
         if (l.pixel && !bands_inner) || filling + tile > room {
             return Ok(None);
@@ -267,12 +245,7 @@ impl TiffStream {
     /// Number of tiles.
     #[must_use]
     pub fn tiles(&self) -> usize {
-        let planes = if self.layout.pixel {
-            1
-        } else {
-            self.layout.bands
-        };
-        planes * self.layout.down * self.layout.across
+        self.layout.planes() * self.layout.down * self.layout.across
     }
 
     fn lock(&self) -> Result<std::sync::MutexGuard<'_, ChunkAssembly>> {
@@ -339,7 +312,6 @@ impl TiffStream {
     pub fn resume(&self, file: &File, path: &Path, done: &[ChunkRun]) -> Result<usize> {
         let mut asm = self.lock()?;
         self.queue.drain()?;
-        let seed = Self::seed(&self.layout, self.dtype);
         self.queue.with_sink(|w| {
             let mut pos = self.layout.data_start();
             let mut buf = vec![0u8; 64 << 10];
@@ -354,7 +326,7 @@ impl TiffStream {
                     break;
                 }
                 let len: u64 = d.counts.iter().sum();
-                let mut crc = crc32fast::Hasher::new_with_initial(seed);
+                let mut crc = crc32fast::Hasher::new_with_initial(w.seed);
                 let mut at = 0u64;
                 while at < len {
                     let n = (len - at).min(buf.len() as u64) as usize;

@@ -349,20 +349,39 @@ impl TiledLayout {
         if self.pixel { 1 } else { self.bands }
     }
 
+    /// Samples of a pixel in a tile (all bands when pixel-interleaved, else one).
+    pub(crate) fn spp(&self) -> usize {
+        self.bands / self.planes()
+    }
+
     /// The raw tile `tx` of a row of tiles held in `strip`: `rows` image rows of each
     /// plane the row holds (all bands when pixel-interleaved, else one), plane `b` from
     /// row `b * stride` of `strip` (rows of `width` samples). The tile is padded with
     /// zeros past the image's edge.
     pub(crate) fn raw_tile(&self, strip: &[u8], stride: usize, rows: usize, tx: usize) -> Vec<u8> {
-        let (t, es, width) = (self.t, self.es, self.width);
-        let nb = if self.pixel { self.bands } else { 1 };
-        let x0 = tx * t;
-        let cols = t.min(width - x0);
+        let x0 = tx * self.t;
+        let cols = self.t.min(self.width - x0);
+        self.gather_tile(strip, self.width, x0, stride, rows, cols)
+    }
+
+    /// A raw tile (`chunk_bytes`, zero-padded) from `rows x cols` samples of each plane
+    /// in `src`: plane `b`'s row `y` starts at sample `(b * stride + y) * row_len + x0`.
+    /// The bands of a pixel go together when pixel-interleaved.
+    pub(crate) fn gather_tile(
+        &self,
+        src: &[u8],
+        row_len: usize,
+        x0: usize,
+        stride: usize,
+        rows: usize,
+        cols: usize,
+    ) -> Vec<u8> {
+        let (t, es, nb) = (self.t, self.es, self.spp());
         let mut raw = vec![0u8; self.chunk_bytes];
         for y in 0..rows {
             for b in 0..nb {
-                let from = ((b * stride + y) * width + x0) * es;
-                let src = &strip[from..from + cols * es];
+                let from = ((b * stride + y) * row_len + x0) * es;
+                let src = &src[from..from + cols * es];
                 if self.pixel {
                     for x in 0..cols {
                         let o = ((y * t + x) * nb + b) * es;
@@ -382,7 +401,7 @@ impl TiledLayout {
     /// # Errors
     /// [`Error::Io`] when the codec fails.
     pub(crate) fn encode_tile(&self, mut raw: Vec<u8>, path: &Path) -> Result<Vec<u8>> {
-        let spp = if self.pixel { self.bands } else { 1 };
+        let spp = self.spp();
         predict(
             &mut raw,
             self.t * spp * self.es,
