@@ -182,7 +182,11 @@ pub enum Cuts {
 /// The chunks of an output encoded as the run writes it (GeoTIFF tiles, Zarr chunks),
 /// in the input box's coordinates: a box plan then cuts its boxes along their grid, so
 /// that each box completes the chunks it covers and the encoder holds only the chunks of
-/// one row of chunks of one box ([`crate::tensor::chunk_assembly`]).
+/// one row of chunks of one box ([`crate::tensor::chunk_assembly`]). Chunks holding
+/// several bands (`planes` > 1: a pixel-interleaved GeoTIFF's tiles, Zarr chunks deeper
+/// than one band) complete only once their last band is written: the run then visits
+/// the bands of each box one after another ([`BoxPlan::bands_together`]) and the encoder
+/// holds every chunk of one box, `planes` deep.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutChunks {
     /// Box rows are cut at multiples of this (an output chunk's height; its width for a
@@ -192,6 +196,8 @@ pub struct OutChunks {
     pub cols: usize,
     /// Bytes per output element.
     pub elem_bytes: u64,
+    /// Bands a chunk holds (1: one band each).
+    pub planes: usize,
     /// Bytes the encoder holds besides the chunks being filled (chunks in flight).
     pub fixed: u64,
     /// What the output is, for the plan printout.
@@ -199,23 +205,29 @@ pub struct OutChunks {
 }
 
 impl OutChunks {
-    /// Chunks being filled across one box of `th x tw` input elements (one output row of
-    /// chunks of the box).
+    /// Chunks being filled across one box of `th x tw` input elements: one output row of
+    /// chunks of the box, or all of its chunks when they hold several bands.
     #[must_use]
     pub fn open(&self, out: OutMap, th: u64, tw: u64) -> u64 {
-        let (r, c) = (self.rows as u64, self.cols as u64);
+        let (r, c) = (self.rows.max(1) as u64, self.cols.max(1) as u64);
         match out {
-            OutMap::Transposed => th.div_ceil(r.max(1)),
-            _ => tw.div_ceil(c.max(1)),
+            _ if self.planes > 1 => th.div_ceil(r) * tw.div_ceil(c),
+            OutMap::Transposed => th.div_ceil(r),
+            _ => tw.div_ceil(c),
         }
+    }
+
+    /// Bytes of one chunk.
+    #[must_use]
+    pub fn chunk_bytes(&self) -> u64 {
+        self.rows as u64 * self.cols as u64 * self.planes.max(1) as u64 * self.elem_bytes
     }
 
     /// Bytes the encoder holds for a box of `th x tw`: the chunks being filled and those
     /// in flight.
     #[must_use]
     pub fn bytes(&self, out: OutMap, th: u64, tw: u64) -> u64 {
-        let chunk = self.rows as u64 * self.cols as u64 * self.elem_bytes;
-        self.open(out, th, tw) * chunk + self.fixed
+        self.open(out, th, tw) * self.chunk_bytes() + self.fixed
     }
 }
 
@@ -654,6 +666,16 @@ impl BoxPlan {
         self.out_chunks.as_ref().map_or(0, |c| {
             c.open(self.out, self.tile.0 as u64, self.tile.1 as u64) as usize
         })
+    }
+
+    /// Whether the run must visit the bands of each box one after another: its boxes
+    /// are cut along output chunks holding several bands, which complete only once
+    /// their last band is written (see [`OutChunks`]).
+    #[must_use]
+    pub fn bands_together(&self) -> bool {
+        self.dims[0] > 1
+            && self.out_chunks.as_ref().is_some_and(|c| c.planes > 1)
+            && self.cut_along_out_chunks()
     }
 }
 

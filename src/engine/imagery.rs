@@ -103,14 +103,16 @@ impl Engine {
         // A pixel-interleaved compressed input holds every band of a position in one
         // chunk: visiting the bands of a position one after another lets the chunk cache
         // serve them all from one decode (band after band would decode each chunk once
-        // per band).
+        // per band). An output whose chunks hold several bands needs that order to be
+        // encoded as it is written.
         let bands = plan.dims[0];
-        let together = bands > 1
-            && input.shape().len() == 3
-            && plan.num_tiles % bands == 0
-            && input
-                .chunked()
-                .is_some_and(|c| c.chunk_shape().first() == Some(&bands));
+        let together = plan.bands_together()
+            || (bands > 1
+                && input.shape().len() == 3
+                && plan.num_tiles % bands == 0
+                && input
+                    .chunked()
+                    .is_some_and(|c| c.chunk_shape().first() == Some(&bands)));
         let journal = self.open_journal(out)?;
         let room = super::outputs::StreamRoom::of_box(plan);
         self.to_file_with(journal, out, shape, dtype, room, |output, journal| {

@@ -34,7 +34,7 @@ impl StreamRoom {
         plan.cut_along_out_chunks().then(|| StreamRoom {
             bytes: plan.out_chunk_bytes,
             open: Some(plan.open_out_chunks()),
-            bands_inner: false,
+            bands_inner: plan.bands_together(),
         })
     }
 }
@@ -189,10 +189,10 @@ impl Engine {
 
     /// Plans a run writing `out` (of `shape` and `dtype`) with `plan`, setting aside in
     /// the plan what encoding a GeoTIFF or Zarr output as it is written needs (a strip of
-    /// tiles or a slab of chunks, and those in flight, within a quarter of the budget), so
-    /// that the tiles do not take that room; when the plan cannot hold it, the plan
-    /// without it (the output is then staged and encoded after the run). Other outputs:
-    /// `plan` as it is.
+    /// tiles or a slab of chunks, and those in flight, within a quarter of the budget, or
+    /// the smallest of a half and three quarters that holds it), so that the tiles do not
+    /// take that room; when the plan cannot hold it, the plan without it (the output is
+    /// then staged and encoded after the run). Other outputs: `plan` as it is.
     ///
     /// # Errors
     /// What `plan` returns.
@@ -203,9 +203,50 @@ impl Engine {
         dtype: crate::DType,
         plan: impl Fn() -> Result<Plan>,
     ) -> Result<Plan> {
-        // a quarter of the budget, the plan visiting the bands inner if the output asks
-        let room = self.budget.limit() / 4;
-        let need = match self.format_of(out) {
+        // a quarter of the budget, or as much as three quarters when a row of the
+        // output's tiles needs it (smaller pipeline tiles cost less than writing the
+        // output twice), the plan visiting the bands inner if the output asks
+        let limit = self.budget.limit();
+        let need = [limit / 4, limit / 2, limit / 4 * 3]
+            .into_iter()
+            .find_map(|room| self.stream_need(out, shape, dtype, room));
+        if let Some((n, what, pixel_rows)) = need {
+            /// Clears the thread's reserve however `plan` returns.
+            struct Clear;
+            impl Drop for Clear {
+                fn drop(&mut self) {
+                    super::OUT_RESERVE.with(|c| c.set((0, "", None)));
+                }
+            }
+            super::OUT_RESERVE.with(|c| c.set((n, what, pixel_rows)));
+            let held = {
+                let _clear = Clear;
+                plan()
+            };
+            // a pixel-interleaved output streams only over a plan of its own shape that
+            // visits the bands inner
+            if let Ok(mut p) = held
+                && (pixel_rows.is_none() || (p.bands_inner && p.shape == shape))
+            {
+                p.output_bytes = n;
+                return Ok(p);
+            }
+        }
+        plan()
+    }
+
+    /// What encoding `out` (of `shape` and `dtype`) as a flat plan writes it holds when
+    /// given `room` bytes ([`TiffStream::fit`], [`ZarrStream::fit`]), what it is, and
+    /// the height of a pixel-interleaved TIFF's tiles (whose bands the plan visits
+    /// inner); `None` when `room` cannot hold it or the output is not encoded.
+    fn stream_need(
+        &self,
+        out: &Path,
+        shape: &[usize],
+        dtype: crate::DType,
+        room: u64,
+    ) -> Option<(u64, &'static str, Option<usize>)> {
+        match self.format_of(out) {
             OutFormat::GeoTiff if self.out_region.is_none() => {
                 let mut opts = self.tiff_out.clone();
                 opts.memory = self.budget.limit();
@@ -239,37 +280,14 @@ impl Engine {
                     })
             }
             _ => None,
-        };
-        if let Some((n, what, pixel_rows)) = need {
-            /// Clears the thread's reserve however `plan` returns.
-            struct Clear;
-            impl Drop for Clear {
-                fn drop(&mut self) {
-                    super::OUT_RESERVE.with(|c| c.set((0, "", None)));
-                }
-            }
-            super::OUT_RESERVE.with(|c| c.set((n, what, pixel_rows)));
-            let held = {
-                let _clear = Clear;
-                plan()
-            };
-            // a pixel-interleaved output streams only over a plan of its own shape that
-            // visits the bands inner
-            if let Ok(mut p) = held
-                && (pixel_rows.is_none() || (p.bands_inner && p.shape == shape))
-            {
-                p.output_bytes = n;
-                return Ok(p);
-            }
         }
-        plan()
     }
 
     /// The chunks a box plan writing `out` (of `shape` and `dtype`; `transposed`: the
     /// input's last two axes swapped) cuts its boxes along so that the output is encoded
-    /// as the run writes it: a GeoTIFF's tiles (not pixel-interleaved with several
-    /// bands), a Zarr store's outer chunks (one band deep). `None` for other outputs,
-    /// which are written as they are or staged.
+    /// as the run writes it: a GeoTIFF's tiles (every band of a pixel-interleaved one),
+    /// a Zarr store's outer chunks (their depth along the bands of a rank-3 array).
+    /// `None` for other outputs, which are written as they are.
     pub(super) fn box_out_chunks(
         &self,
         out: &Path,
@@ -286,18 +304,15 @@ impl Engine {
             (self.budget.limit() / 4 / each.max(1)).clamp(1, crate::tensor::tiff_stream::MAX_BATCH)
                 * each
         };
-        let (ch, cw, fixed, what) = match self.format_of(out) {
+        let (ch, cw, planes, fixed, what) = match self.format_of(out) {
             OutFormat::GeoTiff => {
                 let mut opts = self.tiff_out.clone();
                 opts.memory = self.budget.limit();
                 let l = TiledLayout::new(shape, dtype, &opts).ok()?;
-                if l.pixel {
-                    return None;
-                }
-                let chunk = (l.t * l.t) as u64 * es;
+                let chunk = (l.t * l.t * l.spp()) as u64 * es;
                 let what =
                     "GeoTIFF output encoded as it is written (tiles being filled and in flight)";
-                (l.t, l.t, in_flight(2 * chunk), what)
+                (l.t, l.t, l.spp(), in_flight(2 * chunk), what)
             }
             OutFormat::Zarr => {
                 let (_, outer) = crate::tensor::zarr::chunk_shapes(
@@ -308,13 +323,21 @@ impl Engine {
                 )
                 .ok()?;
                 let r = outer.len();
-                if !(r == 2 || (r == 3 && outer[0] == 1)) {
-                    return None;
-                }
-                let chunk = (outer[r - 2] * outer[r - 1]) as u64 * es;
+                let planes = match r {
+                    2 => 1,
+                    3 => outer[0].min(shape[0]),
+                    _ => return None,
+                };
+                let chunk = (outer[r - 2] * outer[r - 1] * planes) as u64 * es;
                 let what =
                     "Zarr output encoded as it is written (chunks being filled and in flight)";
-                (outer[r - 2], outer[r - 1], in_flight(3 * chunk), what)
+                (
+                    outer[r - 2],
+                    outer[r - 1],
+                    planes,
+                    in_flight(3 * chunk),
+                    what,
+                )
             }
             OutFormat::Npy | OutFormat::Raw => return None,
         };
@@ -323,6 +346,7 @@ impl Engine {
             rows,
             cols,
             elem_bytes: es,
+            planes,
             fixed,
             what: what.to_string(),
         })

@@ -15,7 +15,8 @@ use crate::ops::reduce::{
 };
 use crate::plan::Plan;
 use crate::scheduler::{self, InputStream, Morsel, Pending, Slot, TileKernel};
-use crate::tensor::{OutputFile, TensorFile, fmt_shape};
+use crate::tensor::tiff_write::TiledLayout;
+use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape};
 
 impl Engine {
     /// Plans a reduction without running it.
@@ -397,15 +398,29 @@ impl Engine {
         let free = (self.budget.limit())
             .saturating_sub(self.budget.reserved())
             .saturating_sub(array.data.len() as u64);
+        // a pixel-interleaved GeoTIFF's tiles hold every band: the result is written
+        // row by row, the bands of each row one after another, so that one row of tiles
+        // fills at a time; other outputs in one piece, band after band
+        let pixel = format == OutFormat::GeoTiff
+            && TiledLayout::new(&array.shape, array.dtype, &self.tiff_out).is_ok_and(|l| l.pixel);
         let room = super::outputs::StreamRoom {
             bytes: free,
             open: None,
-            // written in one piece, band after band
-            bands_inner: false,
+            bands_inner: pixel,
         };
         let file = self.encoded_as(file, out, format, Some(room))?;
         let t0 = std::time::Instant::now();
-        file.write_at(0, &array.data)?;
+        if let (true, &[bands, h, w]) = (pixel, array.shape.as_slice()) {
+            let es = array.dtype.size();
+            for r in 0..h {
+                for b in 0..bands {
+                    let at = (b * h + r) * w;
+                    file.write_at(at as u64, &array.data[at * es..(at + w) * es])?;
+                }
+            }
+        } else {
+            file.write_at(0, &array.data)?;
+        }
         self.finish_output(file)?;
         report.finish_s = t0.elapsed().as_secs_f64();
         report.wall_s += report.finish_s;

@@ -735,6 +735,9 @@ impl OutputFile {
             None => {}
         }
         let staged = tmp.as_file();
+        // the raw staging file is whole: the crash tests check that streamed outputs
+        // never get here
+        crate::fault::crash_point(|| "staged".into());
         let off = self.data_offset;
         let read = |at: u64, buf: &mut [u8]| {
             staged

@@ -20,8 +20,8 @@
 //!
 //! A pixel-interleaved TIFF of several bands has tiles holding every band of their
 //! region: it streams when the run visits the bands of each position one after another
-//! (a flat plan whose `bands_inner` is set), so that one row of tiles fills
-//! at a time; otherwise it is staged.
+//! (a flat plan whose `bands_inner` is set: one row of tiles fills at a time; a box plan
+//! whose `bands_together` is: the tiles of one box); otherwise it is staged.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -158,11 +158,11 @@ fn padded(l: &TiledLayout, k: usize, buf: Vec<u8>) -> Vec<u8> {
 impl TiffStream {
     /// Whether an output of `shape` written as `opts` say can be streamed within
     /// `room` bytes: `room` holds the tiles being filled and at least one tile in flight
-    /// (raw and compressed). The tiles being filled are those of `open` tiles across one
-    /// row of tiles (`None`: a whole row, which a flat plan crosses; a box plan cut along
-    /// the tile grid, the tiles across one box), with every band for a
-    /// pixel-interleaved TIFF of several bands, which streams only when the run visits
-    /// the bands of each position one after another (`bands_inner`). Returns the bytes
+    /// (raw and compressed). The tiles being filled are `open` whole tiles (a box plan
+    /// cut along the tile grid: those across one box; `None`: a whole row of tiles,
+    /// which a flat plan crosses), with every band for a pixel-interleaved TIFF of
+    /// several bands, which streams only when the run visits the bands of each position
+    /// one after another (`bands_inner`). Returns the bytes
     /// the stream then holds and the options to create it with (their `memory` set to
     /// what is left for tiles in flight: at most [`MAX_BATCH`], so the figure, which a
     /// plan holds, does not depend on the machine).
@@ -178,8 +178,10 @@ impl TiffStream {
         bands_inner: bool,
     ) -> Result<Option<(u64, TiffWriteOptions)>> {
         let l = TiledLayout::new(shape, dtype, opts)?;
-        let cols = open.map_or(l.width, |n| (n.max(1) * l.t).min(l.width));
-        let filling = (l.t.min(l.height) * cols * l.es * l.spp()) as u64;
+        let filling = match open {
+            None => (l.t.min(l.height) * l.width * l.es * l.spp()) as u64,
+            Some(n) => (n.max(1) * l.t * l.t * l.es * l.spp()) as u64,
+        };
         let tile = 2 * l.chunk_bytes as u64;
         if (l.pixel && !bands_inner) || filling + tile > room {
             return Ok(None);

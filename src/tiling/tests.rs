@@ -163,6 +163,7 @@ fn boxes_are_cut_along_the_output_chunks_and_the_encoder_counts() {
             rows: 64,
             cols: 32,
             elem_bytes: 4,
+            planes: 1,
             fixed: 4 * (64 * 32 * 4) * 2,
             what: "test output".into(),
         });
@@ -193,8 +194,51 @@ fn boxes_are_cut_along_the_output_chunks_and_the_encoder_counts() {
         rows: 512,
         cols: 512,
         elem_bytes: 4,
+        planes: 1,
         fixed: 0,
         what: "test output".into(),
     });
     assert!(BoxPlan::new(&r).is_err_and(|e| e.to_string().contains("test output")));
+}
+
+/// Output chunks holding several bands (a pixel-interleaved GeoTIFF's tiles, Zarr chunks
+/// deeper than one band) are held whole across a box, every band deep: the plan counts
+/// each chunk of the box once at its full depth, and asks for the bands to be visited
+/// together; one band deep, only a row of chunks of the box and band after band.
+#[test]
+fn chunks_of_several_bands_are_held_across_the_whole_box() {
+    for (dims, out, planes) in [
+        ([3, 700, 1300], OutMap::Same, 3),
+        ([4, 700, 1300], OutMap::Same, 2),
+        ([3, 1000, 600], OutMap::Transposed, 3),
+        ([3, 700, 1300], OutMap::Same, 1),
+    ] {
+        let mut r = req(dims, 2, 8 << 20, Boundary::Reflect);
+        r.out = out;
+        let chunk = 64 * 32 * 4 * planes as u64;
+        r.out_chunks = Some(OutChunks {
+            rows: 64,
+            cols: 32,
+            elem_bytes: 4,
+            planes,
+            fixed: 2 * chunk,
+            what: "test output".into(),
+        });
+        let p = BoxPlan::new(&r).unwrap();
+        assert!(p.cut_along_out_chunks(), "{dims:?} {planes}");
+        assert!(p.reserved_bytes <= r.budget, "{dims:?} {planes}");
+        let (th, tw) = (p.tile.0 as u64, p.tile.1 as u64);
+        let open = match (planes, out) {
+            (1, OutMap::Transposed) => th.div_ceil(64),
+            (1, _) => tw.div_ceil(32),
+            _ => th.div_ceil(64) * tw.div_ceil(32),
+        };
+        assert_eq!(p.open_out_chunks() as u64, open, "{dims:?} {planes}");
+        assert_eq!(
+            p.out_chunk_bytes,
+            open * chunk + 2 * chunk,
+            "{dims:?} {planes}"
+        );
+        assert_eq!(p.bands_together(), planes > 1, "{dims:?} {planes}");
+    }
 }

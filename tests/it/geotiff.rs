@@ -797,10 +797,11 @@ pub(crate) fn box_plan_of(job: &[String]) -> (usize, bool) {
 
 /// Filters and transposes (box plans) encode a GeoTIFF output as they write it too: at
 /// budgets that give 2-D blocks or full-width rows, over a pixel-interleaved LZW input
-/// (its bands visited together), killed early, midway and late the only temporary output
-/// beside the destination is the TIFF being built (no raw staging file); resumed, it is
-/// byte for byte the file of an uninterrupted run, and GDAL reads the values of the same
-/// job written as .npy.
+/// (its bands visited together), into band-sequential and pixel-interleaved outputs
+/// (whose tiles hold every band: the bands of each box are visited together), killed
+/// early, midway and late the only temporary output beside the destination is the TIFF
+/// being built (no raw staging file); resumed, it is byte for byte the file of an
+/// uninterrupted run, and GDAL reads the values of the same job written as .npy.
 #[test]
 fn box_plan_geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -819,17 +820,27 @@ fn box_plan_geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
         ("stencil", &gauss[..], bands * h * w * 4),
         ("transpose", &[][..], bands * h * w * 2),
     ] {
-        for mem in ["3MiB", "6MiB"] {
+        for (interleave, mem) in [("band", "3MiB"), ("band", "6MiB"), ("pixel", "6MiB")] {
             let job = |out: &str| -> Vec<String> {
                 let mut v = vec![op.to_string(), src.clone(), out.to_string()];
                 v.extend(extra.iter().map(|s| (*s).to_string()));
                 v.extend(
-                    ["-m", mem, "--tiff-tile", "64", "--progress", "never"]
-                        .iter()
-                        .map(|s| (*s).to_string()),
+                    [
+                        "-m",
+                        mem,
+                        "--tiff-tile",
+                        "64",
+                        "--tiff-interleave",
+                        interleave,
+                        "--progress",
+                        "never",
+                    ]
+                    .iter()
+                    .map(|s| (*s).to_string()),
                 );
                 v
             };
+            let mem = format!("{interleave} {mem}");
             let out = p("o.tif");
             let (tiles, along) = box_plan_of(&job(&out));
             assert!(
@@ -875,64 +886,93 @@ fn box_plan_geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
     }
 }
 
-/// A reduction's GeoTIFF output is encoded from the result in memory as it is written:
-/// killed just before the rename, the only temporary output beside the destination is
-/// the TIFF (no raw staging file beside it), and GDAL reads the values of the same
-/// reduction written as .npy.
+/// A reduction's GeoTIFF output is encoded from the result in memory as it is written
+/// (a pixel-interleaved one written row by row, the bands of each row together): killed
+/// just before the rename, the only temporary output beside the destination is the TIFF
+/// (no raw staging file beside it), and GDAL reads the values of the same reduction
+/// written as .npy.
 #[test]
 fn reduction_geotiff_outputs_are_encoded_without_staging() {
     let dir = tempfile::tempdir().expect("tempdir");
     let p = |n: &str| dir.path().join(n).to_str().expect("utf8").to_string();
-    crate::common::ok(&[
-        "gen",
-        &p("x.npy"),
-        "--shape",
-        "3x300x1100",
-        "--dtype",
-        "f32",
-        "--seed",
-        "3",
-    ]);
-    let job = |out: &str| -> Vec<String> {
-        [
-            "reduce",
+    for (shape, axis, interleave, mem) in [
+        ("3x300x1100", "0", "band", "64MiB"),
+        ("3x300x1100x2", "3", "pixel", "64MiB"),
+        // the result (7.6 MiB accumulated, 3.8 MiB as f32) and a row of its tiles (3 x
+        // 64 x 1100 f32, 825 KiB)
+        ("3x300x1100x2", "3", "pixel", "8MiB"),
+    ] {
+        crate::common::ok(&[
+            "gen",
             &p("x.npy"),
-            out,
-            "--op",
-            "mean",
-            "--axis",
-            "0",
+            "--shape",
+            shape,
             "--dtype",
             "f32",
-            "-m",
-            "64MiB",
-            "--progress",
-            "never",
-        ]
-        .iter()
-        .map(|s| (*s).to_string())
-        .collect()
-    };
-    crate::common::ok(
-        &job(&p("want.npy"))
+            "--seed",
+            "3",
+        ]);
+        let job = |out: &str| -> Vec<String> {
+            [
+                "reduce",
+                &p("x.npy"),
+                out,
+                "--op",
+                "mean",
+                "--axis",
+                axis,
+                "--dtype",
+                "f32",
+                "-m",
+                mem,
+                "--tiff-tile",
+                "64",
+                "--tiff-interleave",
+                interleave,
+                "--progress",
+                "never",
+            ]
             .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
-    );
-    let want = npy_data(&dir.path().join("want.npy"));
-    let out = p("m.tif");
-    let o = crate::common::bin()
-        .args(job(&out))
-        .env("TILESTREAM_FAULT_KILL_AT", "synced")
-        .output()
-        .expect("run");
-    assert!(!o.status.success(), "not killed");
-    let temps = temp_files(dir.path());
-    assert_eq!(temps.len(), 1, "{temps:?}");
-    assert_eq!(temps[0].1.as_slice(), b"II*\0", "not a TIFF: {temps:?}");
-    crate::common::ok(&job(&out).iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(
-        gdal_read(std::path::Path::new(&out), dir.path()) == want,
-        "GDAL reads other values"
-    );
+            .map(|s| (*s).to_string())
+            .collect()
+        };
+        crate::common::ok(
+            &job(&p("want.npy"))
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        let want = npy_data(&dir.path().join("want.npy"));
+        let out = p("m.tif");
+        // never staged: the kill point after a staged output's raw file is not reached
+        let o = crate::common::bin()
+            .args(job(&out))
+            .env("TILESTREAM_FAULT_KILL_AT", "staged")
+            .output()
+            .expect("run");
+        assert!(o.status.success(), "{shape} {interleave} {mem}: staged");
+        std::fs::remove_file(&out).expect("rm");
+        let o = crate::common::bin()
+            .args(job(&out))
+            .env("TILESTREAM_FAULT_KILL_AT", "synced")
+            .output()
+            .expect("run");
+        assert!(
+            !o.status.success(),
+            "{shape} {interleave} {mem}: not killed"
+        );
+        let temps = temp_files(dir.path());
+        assert_eq!(temps.len(), 1, "{shape} {interleave} {mem}: {temps:?}");
+        assert_eq!(
+            temps[0].1.as_slice(),
+            b"II*\0",
+            "{shape} {interleave} {mem}: not a TIFF: {temps:?}"
+        );
+        crate::common::ok(&job(&out).iter().map(String::as_str).collect::<Vec<_>>());
+        assert!(
+            gdal_read(std::path::Path::new(&out), dir.path()) == want,
+            "{shape} {interleave} {mem}: GDAL reads other values"
+        );
+        std::fs::remove_file(&out).expect("rm");
+    }
 }

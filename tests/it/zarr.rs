@@ -308,8 +308,9 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
     let raw_bytes = 3 * 300 * 1100 * 4;
     let mut stores = Vec::new();
     // streamed at 2 MiB (a slab is 64x1100 f32, 275 KiB, with chunks of 1x64x100 in
-    // flight: within a quarter of the budget) and staged at 1 MiB (a quarter cannot)
-    for (mem, streamed) in [("2MiB", true), ("1MiB", false)] {
+    // flight, 3 x 25 KiB: within a quarter of the budget) and at 1 MiB (within a half),
+    // staged at 384 KiB (not even three quarters hold the 350 KiB)
+    for (mem, streamed) in [("2MiB", true), ("1MiB", true), ("384KiB", false)] {
         let out = dir.path().join(format!("o{mem}.zarr"));
         run_ok(&job(out.to_str().unwrap(), mem));
         let whole = tree(&out);
@@ -338,7 +339,7 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
         stores.push(whole);
     }
     assert!(
-        stores[0] == stores[1],
+        stores[0] == stores[1] && stores[1] == stores[2],
         "the streamed and the staged stores differ"
     );
     // a resume with other options stores every slab again: the store is the one an
@@ -368,11 +369,12 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
     assert!(read_npy_data(&dir.path().join("back.npy")) == want);
 }
 
-/// Filters and transposes (box plans) encode a Zarr output as they write it too: killed
-/// early, midway and late, beside the destination are only the empty file naming the
-/// run's output and the store being built (no raw staging file); resumed, the store is
-/// file for file the one an uninterrupted run writes, with the values of the same job
-/// written as .npy.
+/// Filters and transposes (box plans) encode a Zarr output as they write it too, in
+/// chunks one band deep and two bands deep (of three: the bands of each box are visited
+/// together): killed early, midway and late, beside the destination are only the empty
+/// file naming the run's output and the store being built (no raw staging file);
+/// resumed, the store is file for file the one an uninterrupted run writes, with the
+/// values of the same job written as .npy.
 #[test]
 fn box_plan_zarr_outputs_stream_without_staging_and_resume_identical() {
     let dir = tempfile::tempdir().unwrap();
@@ -390,24 +392,24 @@ fn box_plan_zarr_outputs_stream_without_staging_and_resume_identical() {
     let temps = || temp_outputs(dir.path());
     let x = p("x.npy");
     let median = ["--filter", "median:size=3"];
-    for (op, extra) in [("stencil", &median[..]), ("transpose", &[][..])] {
+    let cases = [
+        ("stencil", &median[..], "1x64x128"),
+        ("transpose", &[][..], "1x64x128"),
+        ("stencil", &median[..], "2x64x128"),
+        ("transpose", &[][..], "2x64x128"),
+    ];
+    for (op, extra, chunks) in cases {
         let job = |out: &str| -> Vec<String> {
             let mut v = vec![op.to_string(), x.clone(), out.to_string()];
             v.extend(extra.iter().map(|s| (*s).to_string()));
             v.extend(
-                [
-                    "-m",
-                    "4MiB",
-                    "--zarr-chunks",
-                    "1x64x128",
-                    "--progress",
-                    "never",
-                ]
-                .iter()
-                .map(|s| (*s).to_string()),
+                ["-m", "4MiB", "--zarr-chunks", chunks, "--progress", "never"]
+                    .iter()
+                    .map(|s| (*s).to_string()),
             );
             v
         };
+        let op = format!("{op} {chunks}");
         let run_ok = |v: &[String]| {
             ok(&v.iter().map(String::as_str).collect::<Vec<_>>());
         };
