@@ -31,6 +31,7 @@ use crate::tensor::zarr::ZarrWriteOptions;
 use crate::tensor::{OutFormat, OutRegion, OutputFile, TensorFile, same_file, window_slack};
 
 mod array;
+mod boxed;
 mod elementwise;
 mod imagery;
 mod outputs;

@@ -541,16 +541,21 @@ impl OpSpec {
                 }
                 Ok(out)
             }
-            OpSpec::Map { inputs, dtype, .. } => {
+            OpSpec::Map {
+                expr,
+                inputs,
+                dtype,
+                ..
+            } => {
+                // the shape the expression iterates over (a plane `x[k]` of an input is
+                // one axis short of it) and its default dtype, as the run binds them
                 let files = open_named(inputs)?;
-                let dtypes: Vec<DType> = files.iter().map(|(_, f)| f.dtype()).collect();
-                let shape = files
-                    .first()
-                    .map(|(_, f)| f.shape().to_vec())
-                    .unwrap_or_default();
+                let named: Vec<(&str, &TensorFile)> =
+                    files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+                let (_, _, shape, default) = Engine::bind(expr, &named)?;
                 Ok(OutputLayout {
                     shape,
-                    dtype: dtype.unwrap_or(Engine::map_default_dtype(&dtypes)),
+                    dtype: dtype.unwrap_or(default),
                     halo_rows: (0, 0),
                 })
             }

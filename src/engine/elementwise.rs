@@ -60,6 +60,16 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let (out, shape) = (out.as_ref(), input.shape());
+        let op = format!(
+            "affine {scale} * x + {offset} of {}",
+            input.path().display()
+        );
+        if let Some(boxes) = self.elementwise_boxes(&plan, &inputs, out, shape, od) {
+            let times = self.run_elementwise_boxes(&boxes, &inputs, out, shape, od, |ins, o| {
+                backend.affine(ins[0], input.dtype(), o, od, scale, offset)
+            })?;
+            return Ok(self.report_boxes(&boxes, op, shape, od, times));
+        }
         let params = ElementwiseParams::Affine { scale, offset };
         let times =
             match self.cuda_elementwise(Elementwise::Affine, input.dtype(), od, &params, &plan)? {
@@ -76,10 +86,6 @@ impl Engine {
                     }),
                 ),
             }?;
-        let op = format!(
-            "affine {scale} * x + {offset} of {}",
-            input.path().display()
-        );
         Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
     }
 
@@ -119,6 +125,14 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let (out, shape) = (out.as_ref(), input.shape());
+        let op = format!("cast {} to {dtype}", input.path().display());
+        if let Some(boxes) = self.elementwise_boxes(&plan, &inputs, out, shape, dtype) {
+            let times =
+                self.run_elementwise_boxes(&boxes, &inputs, out, shape, dtype, |ins, o| {
+                    backend.cast(ins[0], input.dtype(), o, dtype)
+                })?;
+            return Ok(self.report_boxes(&boxes, op, shape, dtype, times));
+        }
         let cuda = self.cuda_elementwise(
             Elementwise::Cast,
             input.dtype(),
@@ -140,7 +154,6 @@ impl Engine {
                 }),
             ),
         }?;
-        let op = format!("cast {} to {dtype}", input.path().display());
         Ok(self.report(&plan, op, input.shape(), input.shape(), dtype, times))
     }
 
@@ -294,6 +307,17 @@ impl Engine {
         self.budget.reset_peak();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
         let backend = &self.backend;
+        if let Some(boxes) = self.elementwise_boxes(&plan, &streams, out.as_ref(), &shape, od) {
+            let times = self.run_elementwise_boxes(
+                &boxes,
+                &streams,
+                out.as_ref(),
+                &shape,
+                od,
+                |ins, o| backend.map(&program, ins, &dtypes, o, od),
+            )?;
+            return Ok(self.report_boxes(&boxes, format!("map '{src}'"), &shape, od, times));
+        }
         let cuda = match &self.cuda {
             Some(dev) => Some(dev.map(&program, &dtypes, od, plan.tile_elems, plan.depth)?),
             None => None,

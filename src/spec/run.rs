@@ -81,12 +81,47 @@ impl Engine {
             OpSpec::Generate { shape, dtype, .. } => Ok((shape.clone(), *dtype)),
             _ => spec.output_layout().map(|l| (l.shape, l.dtype)),
         };
-        Ok(SpecPlan::Flat(match layout {
+        Ok(match layout {
             Ok((shape, dtype)) if writes => {
-                self.plan_writing(spec.output(), &shape, dtype, flat)?
+                let p = self.plan_writing(spec.output(), &shape, dtype, flat)?;
+                // an element-wise run whose flat plan cannot encode its output as it
+                // writes it runs in boxes along the output's chunks when they fit
+                match self.elementwise_boxes_of(spec, &p, &shape, dtype)? {
+                    Some(b) => SpecPlan::Box(b),
+                    None => SpecPlan::Flat(p),
+                }
             }
-            _ => flat()?,
-        }))
+            _ => SpecPlan::Flat(flat()?),
+        })
+    }
+
+    /// The box plan [`Engine::elementwise_boxes`] gives an element-wise `spec` (`map`,
+    /// `cast`, `convert`, `affine`) of flat plan `flat`, output `shape` and `dtype`.
+    fn elementwise_boxes_of(
+        &self,
+        spec: &OpSpec,
+        flat: &crate::plan::Plan,
+        shape: &[usize],
+        dtype: crate::DType,
+    ) -> Result<Option<crate::tiling::BoxPlan>> {
+        use crate::scheduler::InputStream;
+        Ok(match spec {
+            OpSpec::Cast { input, .. }
+            | OpSpec::Convert { input, .. }
+            | OpSpec::Affine { input, .. } => {
+                let x = input.open()?;
+                let streams = [InputStream::whole(&x)];
+                self.elementwise_boxes(flat, &streams, spec.output(), shape, dtype)
+            }
+            OpSpec::Map { expr, inputs, .. } => {
+                let files = open_named(inputs)?;
+                let named: Vec<(&str, &TensorFile)> =
+                    files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+                let (_, streams, _, _) = Self::bind(expr, &named)?;
+                self.elementwise_boxes(flat, &streams, spec.output(), shape, dtype)
+            }
+            _ => None,
+        })
     }
 
     /// [`Engine::plan_spec`] without the room for encoding the output.

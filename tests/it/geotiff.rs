@@ -976,3 +976,111 @@ fn reduction_geotiff_outputs_are_encoded_without_staging() {
         std::fs::remove_file(&out).expect("rm");
     }
 }
+
+/// An element-wise run whose budget cannot hold a row of its output's tiles (what its
+/// flat plan needs to encode them as it writes them) runs in boxes cut along the tiles
+/// instead (`tilestream plan` says so): one input, two planes of one input, and a
+/// pixel-interleaved output whose tiles hold every band. Never staged (the kill point
+/// after a staged output's raw file is not reached); killed early and midway, the only
+/// temporary output is the TIFF being built; resumed, it is byte for byte the file of an
+/// uninterrupted run; GDAL reads the values of the same job written as .npy at a large
+/// budget.
+#[test]
+fn element_wise_runs_below_a_row_of_tiles_stream_in_boxes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = |n: &str| dir.path().join(n).to_str().expect("utf8").to_string();
+    crate::common::ok(&[
+        "gen",
+        &p("x.npy"),
+        "--shape",
+        "3x300x1100",
+        "--dtype",
+        "f32",
+        "--seed",
+        "6",
+    ]);
+    let x = format!("x={}", p("x.npy"));
+    // a row of 64-high f32 tiles is 275 KiB a band (825 KiB pixel-interleaved): more
+    // than three quarters of these budgets, while boxes of 64x64 tiles fit
+    let cases: [(&[&str], &str, &str, usize); 3] = [
+        (&["map", "x*2+1", "OUT", "--in", &x], "band", "384KiB", 3),
+        (
+            &["map", "x[0]-x[1]*0.5", "OUT", "--in", &x],
+            "band",
+            "384KiB",
+            1,
+        ),
+        (&["convert", &p("x.npy"), "OUT"], "pixel", "1MiB", 3),
+    ];
+    for (op, interleave, mem, bands) in cases {
+        let job = |out: &str, mem: &str| -> Vec<String> {
+            let mut v: Vec<String> = op
+                .iter()
+                .map(|s| if *s == "OUT" { out } else { s }.to_string())
+                .collect();
+            v.extend(
+                [
+                    "--dtype",
+                    "f32",
+                    "-m",
+                    mem,
+                    "--tiff-tile",
+                    "64",
+                    "--tiff-interleave",
+                    interleave,
+                    "--progress",
+                    "never",
+                ]
+                .iter()
+                .map(|s| (*s).to_string()),
+            );
+            v
+        };
+        let what = format!("{} {interleave} {mem}", op[1]);
+        let out = p("o.tif");
+        let (tiles, along) = box_plan_of(&job(&out, mem));
+        assert!(along && tiles >= 6, "{what}: {tiles} tiles, along {along}");
+        let want_path = p("want.npy");
+        crate::common::ok(
+            &job(&want_path, "64MiB")
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        let want = npy_data(std::path::Path::new(&want_path));
+        let o = crate::common::bin()
+            .args(job(&out, mem))
+            .env("TILESTREAM_FAULT_KILL_AT", "staged")
+            .output()
+            .expect("run");
+        assert!(
+            o.status.success(),
+            "{what}: staged, or failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let whole = std::fs::read(&out).expect("read");
+        let check = dir.path().join("check.tif");
+        std::fs::rename(&out, &check).expect("mv");
+        assert!(
+            gdal_read(&check, dir.path()) == want,
+            "{what}: GDAL reads other values"
+        );
+        let raw_bytes = (bands * 300 * 1100 * 4) as u64;
+        for k in [0, tiles / 2] {
+            let kill = format!("written:0:{k}");
+            crate::common::kill_then_resume(&job(&out, mem), &kill, || {
+                let temps = temp_files(dir.path());
+                assert_eq!(temps.len(), 1, "{what} {kill}: {temps:?}");
+                let (_, head, len) = &temps[0];
+                assert_eq!(head.as_slice(), b"II*\0", "{what} {kill}: not a TIFF");
+                assert!(*len < raw_bytes, "{what} {kill}: {len} bytes");
+            });
+            assert!(
+                std::fs::read(&out).expect("read") == whole,
+                "{what} resumed after {kill}: differs from an uninterrupted run"
+            );
+            assert!(temp_files(dir.path()).is_empty());
+            std::fs::remove_file(&out).expect("rm");
+        }
+    }
+}

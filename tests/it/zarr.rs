@@ -308,9 +308,16 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
     let raw_bytes = 3 * 300 * 1100 * 4;
     let mut stores = Vec::new();
     // streamed at 2 MiB (a slab is 64x1100 f32, 275 KiB, with chunks of 1x64x100 in
-    // flight, 3 x 25 KiB: within a quarter of the budget) and at 1 MiB (within a half),
-    // staged at 384 KiB (not even three quarters hold the 350 KiB)
-    for (mem, streamed) in [("2MiB", true), ("1MiB", true), ("384KiB", false)] {
+    // flight, 3 x 25 KiB: within a quarter of the budget) and at 1 MiB (within a half);
+    // at 384 KiB (not even three quarters hold the 350 KiB) in boxes of whole chunks,
+    // streamed too; staged at 256 KiB (not even a box of one chunk fits)
+    let budgets = [
+        ("2MiB", true),
+        ("1MiB", true),
+        ("384KiB", true),
+        ("256KiB", false),
+    ];
+    for (mem, streamed) in budgets {
         let out = dir.path().join(format!("o{mem}.zarr"));
         run_ok(&job(out.to_str().unwrap(), mem));
         let whole = tree(&out);
@@ -339,7 +346,7 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
         stores.push(whole);
     }
     assert!(
-        stores[0] == stores[1] && stores[1] == stores[2],
+        stores.iter().all(|s| *s == stores[0]),
         "the streamed and the staged stores differ"
     );
     // a resume with other options stores every slab again: the store is the one an

@@ -1,0 +1,186 @@
+//! Element-wise runs in boxes cut along their output's chunks: how an element-wise run
+//! (`map`, `cast`, `convert`, `affine`) encodes a GeoTIFF or Zarr output as it writes it
+//! when the budget cannot hold what its flat plan needs for that (a whole row of the
+//! output's tiles or chunks, [`Engine::plan_writing`]).
+//!
+//! A flat plan's tiles are runs of consecutive elements: a row of output chunks fills
+//! before any chunk of it is complete. Here the run visits boxes of whole output chunks
+//! instead (the box planner of [`crate::tiling`] with no halo, asked to cut along the
+//! output's chunk grid), so that the encoder holds only the chunks across one box. Each
+//! input's window of a box is read into a compact buffer in the box's order, which is
+//! the output's order too: the element-wise kernel runs on it unchanged, and the values
+//! are those of the flat run, element for element.
+
+use std::path::Path;
+
+use super::Engine;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::layout::{Layout, Read, Write};
+use crate::plan::Plan;
+use crate::scheduler::{self, Hooks, InputStream, StageTimes};
+use crate::tensor::{OutFormat, TensorFile};
+use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
+
+/// The tiles of a box plan read from every input stream of an element-wise run: one
+/// window per input, each at its stream's base, in the order of the streams; the bands
+/// of each box visited together when the plan asks for it
+/// ([`BoxPlan::bands_together`]).
+struct StreamBoxes<'a> {
+    plan: &'a BoxPlan,
+    inputs: &'a [InputStream<'a>],
+}
+
+impl Layout for StreamBoxes<'_> {
+    type Tile = BoxTile;
+    fn num_tiles(&self) -> usize {
+        self.plan.num_tiles
+    }
+    fn tile(&self, i: usize) -> BoxTile {
+        let bands = self.plan.dims[0].max(1);
+        if !self.plan.bands_together() {
+            return self.plan.box_tile(i);
+        }
+        let per_band = self.plan.num_tiles / bands;
+        let mut t = self.plan.box_tile((i % bands) * per_band + i / bands);
+        t.index = i;
+        t
+    }
+    fn reads(&self, t: &BoxTile, out: &mut Vec<Read>) {
+        // no halo: one window of the box's rows, its columns read compact
+        let mut one = Vec::with_capacity(1);
+        self.plan.reads(t, &mut one);
+        for (k, input) in self.inputs.iter().enumerate() {
+            out.extend(one.iter().map(|r| Read {
+                input: k,
+                start: input.base + r.start,
+                ..*r
+            }));
+        }
+    }
+    fn out_elems(&self, t: &BoxTile) -> u64 {
+        self.plan.out_elems(t)
+    }
+    fn writes(&self, t: &BoxTile, out: &mut Vec<Write>) {
+        self.plan.writes(t, out);
+    }
+    fn depth(&self) -> usize {
+        self.plan.depth
+    }
+    fn window_bytes(&self) -> u64 {
+        self.plan.window_bytes
+    }
+    fn out_slot_elems(&self) -> u64 {
+        Layout::out_slot_elems(self.plan)
+    }
+}
+
+impl Engine {
+    /// The box plan an element-wise run over `inputs` (element for element, of `shape`)
+    /// writing `out` as `dtype` takes instead of its flat plan `flat`, when `flat`
+    /// cannot encode the output as it writes it and boxes cut along the output's chunks
+    /// can within the budget. `None` otherwise: for outputs other than GeoTIFF and Zarr,
+    /// a flat plan that streams, shapes of rank other than 2 and 3, a run on a GPU
+    /// (whose kernels take flat tiles), or a budget that holds no box of whole chunks.
+    pub(crate) fn elementwise_boxes(
+        &self,
+        flat: &Plan,
+        inputs: &[InputStream<'_>],
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Option<BoxPlan> {
+        let encoded = matches!(self.format_of(out), OutFormat::GeoTiff | OutFormat::Zarr);
+        let dims = match *shape {
+            [h, w] => [1, h, w],
+            [b, h, w] => [b, h, w],
+            _ => return None,
+        };
+        if !encoded
+            || flat.output_bytes > 0
+            || self.out_region.is_some()
+            || self.cuda.is_some()
+            || dims.contains(&0)
+            || inputs.iter().any(|s| s.per_item != 1)
+        {
+            return None;
+        }
+        let out_chunks = self.box_out_chunks(out, shape, dtype, false)?;
+        let mut files: Vec<&TensorFile> = Vec::new();
+        for s in inputs {
+            if !files.iter().any(|f| std::ptr::eq(*f, s.file)) {
+                files.push(s.file);
+            }
+        }
+        let (resident_bytes, resident_what) = super::decode_scratch(self.budget.limit(), &files);
+        let req = BoxRequest {
+            what: format!("{} (in boxes along the output's chunks)", flat.what),
+            dims,
+            in_bytes: inputs.iter().map(|s| s.file.dtype().size() as u64).sum(),
+            out_bytes: dtype.size() as u64,
+            halo_rows: Halo::default(),
+            halo_cols: Halo::default(),
+            boundary: Boundary::Nearest,
+            scratch: Scratch::default(),
+            // every input's window has its page slack, beyond what one window counts
+            resident_bytes: resident_bytes
+                + self.depth as u64 * inputs.len() as u64 * 2 * crate::tensor::page_size(),
+            resident_what: if resident_what.is_empty() {
+                "page slack of each input's windows".to_string()
+            } else {
+                format!("{resident_what}, page slack of each input's windows")
+            },
+            depth: self.depth,
+            budget: self.budget.limit(),
+            max_tile_bytes: self.max_tile_bytes,
+            cuts: Cuts::Auto { prefer_rows: true },
+            out: OutMap::Same,
+            out_chunks: Some(out_chunks),
+        };
+        BoxPlan::new(&req)
+            .ok()
+            .filter(BoxPlan::cut_along_out_chunks)
+    }
+
+    /// Runs an element-wise `compute` (inputs of a tile in, its output out) over the
+    /// boxes of `plan` ([`Engine::elementwise_boxes`]) into `out`, encoded as written.
+    ///
+    /// # Errors
+    /// As the flat run: [`crate::Error::Budget`], I/O errors, `compute`'s errors.
+    pub(super) fn run_elementwise_boxes(
+        &self,
+        plan: &BoxPlan,
+        inputs: &[InputStream<'_>],
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+        mut compute: impl FnMut(&[&[u8]], &mut [u8]) -> Result<()> + Send,
+    ) -> Result<StageTimes> {
+        let journal = self.open_journal(out)?;
+        let room = super::outputs::StreamRoom::of_box(plan);
+        let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
+        let layout = StreamBoxes { plan, inputs };
+        self.to_file_with(journal, out, shape, dtype, room, |output, journal| {
+            let hooks = Hooks {
+                journal,
+                ..self.hooks()
+            };
+            let kernel = self.kernel(|_: BoxTile, ins: &[&[u8]], o: &mut [u8]| compute(ins, o));
+            scheduler::run_layout(&layout, &files, &self.budget, Some(output), hooks, kernel)
+        })
+    }
+
+    /// The report of an element-wise run over the boxes of `plan` (same shape in and
+    /// out).
+    pub(super) fn report_boxes(
+        &self,
+        plan: &BoxPlan,
+        op: String,
+        shape: &[usize],
+        dtype: DType,
+        times: StageTimes,
+    ) -> super::RunReport {
+        let tiles = (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth);
+        self.report_tiles(tiles, op, shape, shape, dtype, times)
+    }
+}
