@@ -28,6 +28,7 @@ use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
 use crate::tensor::zarr::ZarrWriteOptions;
+use crate::tensor::zarr_stream::ZarrStream;
 use crate::tensor::{OutFormat, OutRegion, OutputFile, TensorFile, same_file, window_slack};
 
 mod array;
@@ -449,7 +450,32 @@ impl Engine {
             // the file (a temporary name) is checked to be a `.npy` by its content
             (None, Some(region)) if out.join("zarr.json").is_file() => {
                 let budget = self.budget.limit();
-                OutputFile::zarr_region(out, region, shape, dtype, self.zarr_out.clone(), budget)?
+                let rows = OutputFile::zarr_region(
+                    out,
+                    region,
+                    shape,
+                    dtype,
+                    self.zarr_out.clone(),
+                    budget,
+                )?;
+                // encoded as the run writes it when a flat plan set room aside for that
+                let fit = match stream_room {
+                    Some(r) if r.open.is_none() => {
+                        ZarrStream::fit(shape, dtype, &self.zarr_out, r.bytes, None)
+                            .ok()
+                            .flatten()
+                    }
+                    _ => None,
+                };
+                match fit {
+                    Some((need, opts)) => {
+                        let memory = self
+                            .budget
+                            .reserve("Zarr encoding (chunks being filled and in flight)", need)?;
+                        rows.with_zarr_rows_stream(&opts, memory)?
+                    }
+                    None => rows,
+                }
             }
             (None, Some(region)) => {
                 OutputFile::region(out, region, shape, dtype)?.durable(self.durable)

@@ -246,8 +246,15 @@ impl Engine {
         dtype: crate::DType,
         room: u64,
     ) -> Option<(u64, &'static str, Option<usize>)> {
-        match self.format_of(out) {
-            OutFormat::GeoTiff if self.out_region.is_none() => {
+        // rows of a Zarr store ([`OutputFile::zarr_region`]) stream into it too; rows
+        // of a `.npy` are written as they are
+        let format = match self.out_region {
+            None => self.format_of(out),
+            Some(_) if out.join("zarr.json").is_file() => OutFormat::Zarr,
+            Some(_) => return None,
+        };
+        match format {
+            OutFormat::GeoTiff => {
                 let mut opts = self.tiff_out.clone();
                 opts.memory = self.budget.limit();
                 // a pixel-interleaved TIFF's tiles hold every band: the plan visits them
@@ -267,18 +274,16 @@ impl Engine {
                         )
                     })
             }
-            OutFormat::Zarr if self.out_region.is_none() => {
-                ZarrStream::fit(shape, dtype, &self.zarr_out, room, None)
-                    .ok()
-                    .flatten()
-                    .map(|(n, _)| {
-                        (
-                            n,
-                            "Zarr output encoded as it is written (a slab of chunks)",
-                            None,
-                        )
-                    })
-            }
+            OutFormat::Zarr => ZarrStream::fit(shape, dtype, &self.zarr_out, room, None)
+                .ok()
+                .flatten()
+                .map(|(n, _)| {
+                    (
+                        n,
+                        "Zarr output encoded as it is written (a slab of chunks)",
+                        None,
+                    )
+                }),
             _ => None,
         }
     }

@@ -446,6 +446,44 @@ impl OutputFile {
         Ok(self)
     }
 
+    /// Makes this output, rows of an existing Zarr store
+    /// ([`zarr_region`](Self::zarr_region)), encoded as the run writes it, chunk by
+    /// chunk into the store (see [`ZarrStream::into_rows`]) instead of staged raw; the
+    /// temporary file stays empty. `memory` pays for the chunks being filled and those
+    /// in flight ([`ZarrStream::fit`]).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for chunk shapes that do not fit; [`Error::Internal`] for an
+    /// output that is not rows of a store.
+    pub fn with_zarr_rows_stream(
+        mut self,
+        opts: &zarr::ZarrWriteOptions,
+        memory: crate::budget::Reservation,
+    ) -> Result<Self> {
+        let (Target::Temp(t), Some(z)) = (&self.tmp, &self.zarr_rows) else {
+            return Err(Error::Internal(
+                "only rows of a Zarr store are streamed into it".into(),
+            ));
+        };
+        t.as_file()
+            .set_len(0)
+            .map_err(|e| Error::io("size", t.path(), e))?;
+        let stream = ZarrStream::into_rows(
+            &self.dest,
+            &z.store_shape,
+            self.dtype,
+            opts,
+            Some(memory),
+            z.at_row,
+            z.skip_rows,
+            z.rows,
+        )?;
+        self.stream = Some(Streamed::Zarr(Box::new(stream)));
+        self.encode = None;
+        self.zarr_rows = None;
+        Ok(self)
+    }
+
     /// True when this output is a GeoTIFF encoded as the run writes it
     /// ([`with_tiff_stream`](Self::with_tiff_stream)).
     #[must_use]

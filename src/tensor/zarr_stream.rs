@@ -49,9 +49,22 @@ pub struct ZarrStream {
     seed: u32,
     memory: u64,
     inner: Mutex<Inner>,
-    /// Held while the store is written, so that `tilestream clean` leaves it alone.
-    _lock: File,
+    /// Held while the store is written, so that `tilestream clean` leaves it alone (not
+    /// for rows of a shared store, [`ZarrStream::into_rows`]).
+    _lock: Option<File>,
     reserved: Option<Reservation>,
+    /// Writing rows of an existing store: what of the run it keeps and where that goes.
+    rows: Option<StoreRows>,
+}
+
+/// The rows of an existing store a run writes ([`ZarrStream::into_rows`]): elements
+/// `keep` of the run (flat) are the store's from element `at` on.
+#[derive(Clone, Copy, Debug)]
+struct StoreRows {
+    keep: (u64, u64),
+    at: u64,
+    /// Outer chunks those rows cover.
+    chunks: usize,
 }
 
 impl std::fmt::Debug for ZarrStream {
@@ -174,8 +187,61 @@ impl ZarrStream {
                 appended: Vec::new(),
                 settled: false,
             }),
-            _lock: held,
+            _lock: Some(held),
             reserved: memory,
+            rows: None,
+        })
+    }
+
+    /// A stream storing the chunks of rows `at_row..at_row + rows` of the existing store
+    /// `dest` (made with the same `opts` for an array of `store_shape`; other tasks of a
+    /// job write its other rows) from a run whose rows `skip_rows..skip_rows + rows` they
+    /// are: no staging file, and `zarr.json` is not rewritten. The rows must fall on the
+    /// store's outer chunks (`OutputFile::zarr_region` checks that). Chunks stored before
+    /// a failure stay (the job removes the store if a task fails for good).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for chunk shapes that do not fit the store.
+    #[allow(clippy::too_many_arguments)]
+    pub fn into_rows(
+        dest: &Path,
+        store_shape: &[usize],
+        dtype: DType,
+        opts: &ZarrWriteOptions,
+        memory: Option<Reservation>,
+        at_row: u64,
+        skip_rows: u64,
+        rows: u64,
+    ) -> Result<Self> {
+        let (array, outer) = build_array(dest, dest, store_shape, dtype, opts)?;
+        let chunk_grid = ChunkGrid::new(store_shape, &outer)?;
+        let row: u64 = store_shape[1..].iter().map(|&d| d as u64).product();
+        let c = outer[0] as u64;
+        let per_chunk_row = chunk_grid.chunks() / store_shape[0].div_ceil(outer[0]).max(1);
+        let chunk_rows = (at_row + rows).div_ceil(c) - at_row / c;
+        Ok(ZarrStream {
+            seed: 0,
+            dir: dest.to_path_buf(),
+            dest: dest.to_path_buf(),
+            array,
+            shape: store_shape.to_vec(),
+            dtype,
+            chunk_grid: chunk_grid.clone(),
+            outer,
+            memory: opts.memory,
+            inner: Mutex::new(Inner {
+                asm: ChunkAssembly::new(chunk_grid, dtype.size()),
+                appended: Vec::new(),
+                // the store is the job's: never removed here
+                settled: true,
+            }),
+            _lock: None,
+            reserved: memory,
+            rows: Some(StoreRows {
+                keep: (skip_rows * row, (skip_rows + rows) * row),
+                at: at_row * row,
+                chunks: chunk_rows as usize * per_chunk_row,
+            }),
         })
     }
 
@@ -231,6 +297,20 @@ impl ZarrStream {
     /// [`Error::Io`]/[`Error::Format`] if a chunk cannot be stored; [`Error::Internal`]
     /// for bytes past the array's end.
     pub fn write(&self, start: u64, bytes: &[u8]) -> Result<()> {
+        // rows of a store: only the rows kept, moved to their place in the store
+        let (start, bytes) = match self.rows {
+            None => (start, bytes),
+            Some(r) => {
+                let es = self.dtype.size() as u64;
+                let end = start + bytes.len() as u64 / es;
+                let (a, b) = (start.max(r.keep.0), end.min(r.keep.1));
+                if a >= b {
+                    return Ok(());
+                }
+                let bytes = &bytes[((a - start) * es) as usize..((b - start) * es) as usize];
+                (a - r.keep.0 + r.at, bytes)
+            }
+        };
         let mut guard = self.lock()?;
         let inner = &mut *guard;
         let (asm, appended) = (&mut inner.asm, &mut inner.appended);
@@ -377,12 +457,16 @@ impl ZarrStream {
     /// [`Error::Internal`] if a chunk is missing; [`Error::Io`] if the rename fails.
     pub fn finish(&self) -> Result<()> {
         let mut inner = self.lock()?;
-        if inner.asm.done_count() != self.chunks() {
+        let want = self.rows.map_or(self.chunks(), |r| r.chunks);
+        if inner.asm.done_count() != want {
             return Err(Error::Internal(format!(
-                "Zarr stream finished with {} of {} chunks stored",
+                "Zarr stream finished with {} of {want} chunks stored",
                 inner.asm.done_count(),
-                self.chunks()
             )));
+        }
+        if self.rows.is_some() {
+            // rows of a store: its chunks are in place, the job renames the store
+            return Ok(());
         }
         if std::fs::symlink_metadata(&self.dest).is_ok() {
             own_files::check_destination(&self.dest, super::OutFormat::Zarr)?;

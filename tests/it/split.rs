@@ -344,6 +344,24 @@ fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
         } else {
             &[(768, 1000), (0, 128), (128, 768)]
         };
+        // each share's chunks go straight into the store: after every tile, the files
+        // beside the store (none of the store's own) hold no raw staging of the rows
+        let parent = dest.parent().unwrap().to_path_buf();
+        let beside = std::sync::Arc::new(std::sync::Mutex::new(0u64));
+        let watch = {
+            let (beside, tmp) = (beside.clone(), tmp.clone());
+            std::sync::Arc::new(move |_: &tilestream::scheduler::Progress| {
+                let staged: u64 = std::fs::read_dir(&parent)
+                    .unwrap()
+                    .filter_map(Result::ok)
+                    .filter(|f| f.path() != tmp && f.path().is_file())
+                    .filter(|f| f.file_name().to_string_lossy().contains("tilestream-tmp"))
+                    .map(|f| f.metadata().map_or(0, |m| m.len()))
+                    .sum();
+                let mut b = beside.lock().unwrap();
+                *b = (*b).max(staged);
+            })
+        };
         for &(a, b) in cuts {
             let input = TensorFile::open(&src).unwrap().rows(a..b).unwrap();
             e.clone()
@@ -352,9 +370,11 @@ fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
                     skip_rows: 0,
                     rows: None,
                 }))
+                .with_progress(watch.clone())
                 .affine(&input, &tmp, 2.0, 1.0, Some(DType::F32))
                 .unwrap();
         }
+        assert_eq!(*beside.lock().unwrap(), 0, "{shard:?}: rows staged raw");
         assert!(!dest.exists());
         // a share off the chunk grid is refused
         let input = TensorFile::open(&src).unwrap().rows(100..200).unwrap();
