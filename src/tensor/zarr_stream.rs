@@ -213,11 +213,17 @@ impl ZarrStream {
         skip_rows: u64,
         rows: u64,
     ) -> Result<Self> {
+        let Some((&n, rest)) = store_shape.split_first() else {
+            return Err(Error::invalid(format!(
+                "{}: a 0-d array has no rows to write",
+                dest.display()
+            )));
+        };
         let (array, outer) = build_array(dest, dest, store_shape, dtype, opts)?;
         let chunk_grid = ChunkGrid::new(store_shape, &outer)?;
-        let row: u64 = store_shape[1..].iter().map(|&d| d as u64).product();
+        let row: u64 = rest.iter().map(|&d| d as u64).product();
         let c = outer[0] as u64;
-        let per_chunk_row = chunk_grid.chunks() / store_shape[0].div_ceil(outer[0]).max(1);
+        let per_chunk_row = chunk_grid.chunks() / n.div_ceil(outer[0]).max(1);
         let chunk_rows = (at_row + rows).div_ceil(c) - at_row / c;
         Ok(ZarrStream {
             seed: 0,
