@@ -472,7 +472,7 @@ impl Engine {
                         let memory = self
                             .budget
                             .reserve("Zarr encoding (chunks being filled and in flight)", need)?;
-                        rows.with_zarr_rows_stream(&opts, memory)?
+                        rows.with_zarr_stream(&opts, memory)?
                     }
                     None => rows,
                 }

@@ -612,6 +612,17 @@ impl BoxPlan {
         }
     }
 
+    /// The `i`-th tile with the bands of each box position one after another (position,
+    /// then band) instead of band-major: its `index` is `i`.
+    #[must_use]
+    pub fn box_tile_bands_together(&self, i: usize) -> BoxTile {
+        let bands = self.dims[0].max(1);
+        let per_band = self.num_tiles / bands;
+        let mut t = self.box_tile((i % bands) * per_band + i / bands);
+        t.index = i;
+        t
+    }
+
     /// The source rows and column runs of tile `t`'s padded box.
     #[must_use]
     pub fn sources(&self, t: &BoxTile) -> Sources {

@@ -37,14 +37,11 @@ impl Layout for StreamBoxes<'_> {
         self.plan.num_tiles
     }
     fn tile(&self, i: usize) -> BoxTile {
-        let bands = self.plan.dims[0].max(1);
-        if !self.plan.bands_together() {
-            return self.plan.box_tile(i);
+        if self.plan.bands_together() {
+            self.plan.box_tile_bands_together(i)
+        } else {
+            self.plan.box_tile(i)
         }
-        let per_band = self.plan.num_tiles / bands;
-        let mut t = self.plan.box_tile((i % bands) * per_band + i / bands);
-        t.index = i;
-        t
     }
     fn reads(&self, t: &BoxTile, out: &mut Vec<Read>) {
         // no halo: one window of the box's rows, its columns read compact
@@ -106,12 +103,8 @@ impl Engine {
             return None;
         }
         let out_chunks = self.box_out_chunks(out, shape, dtype, false)?;
-        let mut files: Vec<&TensorFile> = Vec::new();
-        for s in inputs {
-            if !files.iter().any(|f| std::ptr::eq(*f, s.file)) {
-                files.push(s.file);
-            }
-        }
+        // (each compressed file counted once, however many streams read it)
+        let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
         let (resident_bytes, resident_what) = super::decode_scratch(self.budget.limit(), &files);
         let req = BoxRequest {
             what: format!("{} (in boxes along the output's chunks)", flat.what),

@@ -121,11 +121,7 @@ impl Engine {
                 ..self.hooks()
             };
             if together {
-                let order = BandsTogether {
-                    plan,
-                    bands,
-                    per_band: plan.num_tiles / bands,
-                };
+                let order = BandsTogether { plan };
                 scheduler::run_layout(&order, &[input], &self.budget, Some(output), hooks, kernel)
             } else {
                 scheduler::run_layout(plan, &[input], &self.budget, Some(output), hooks, kernel)

@@ -235,16 +235,11 @@ impl Engine {
             plan.resident_bytes + plan.scratch_bytes - input.read_scratch_bytes(),
         )?;
         let es = input.dtype().size();
-        let per_band = plan.row_cuts.len() * plan.col_cuts.len();
         let mut index = String::from("file,row,col,height,width\n");
         let mut patch = vec![0u8; spec.size * spec.size * es * bands];
         let mut written = 0usize;
         let mut bytes = 0u64;
-        let order = BandsTogether {
-            plan: &plan,
-            bands,
-            per_band,
-        };
+        let order = BandsTogether { plan: &plan };
         let shape_of = |r: usize| -> Vec<usize> {
             if input.shape().len() == 2 {
                 vec![r, r]
@@ -391,8 +386,6 @@ fn clear_earlier_patches(outdir: &Path) -> Result<usize> {
 /// its bands.
 pub(super) struct BandsTogether<'a> {
     pub(super) plan: &'a BoxPlan,
-    pub(super) bands: usize,
-    pub(super) per_band: usize,
 }
 
 impl scheduler::Layout for BandsTogether<'_> {
@@ -401,10 +394,7 @@ impl scheduler::Layout for BandsTogether<'_> {
         self.plan.num_tiles
     }
     fn tile(&self, i: usize) -> BoxTile {
-        let (pos, band) = (i / self.bands, i % self.bands);
-        let mut t = self.plan.box_tile(band * self.per_band + pos);
-        t.index = i;
-        t
+        self.plan.box_tile_bands_together(i)
     }
     fn reads(&self, t: &BoxTile, out: &mut Vec<scheduler::Read>) {
         scheduler::Layout::reads(self.plan, t, out);

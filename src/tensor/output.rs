@@ -413,74 +413,56 @@ impl OutputFile {
 
     /// Makes this output a Zarr v3 store encoded as the run writes it, chunk by chunk
     /// (see [`ZarrStream`]), in a temporary directory beside the destination renamed
-    /// into place by [`finish`](Self::finish); the temporary file stays empty. `memory`
-    /// pays for the chunks being filled and those in flight ([`ZarrStream::fit`]).
+    /// into place by [`finish`](Self::finish); for rows of an existing store
+    /// ([`zarr_region`](Self::zarr_region)), straight into that store
+    /// ([`ZarrStream::into_rows`]) instead of staged raw. The temporary file stays
+    /// empty. `memory` pays for the chunks being filled and those in flight
+    /// ([`ZarrStream::fit`]).
     ///
     /// # Errors
-    /// [`Error::Invalid`] for chunk shapes that do not fit; [`Error::Internal`] for a
-    /// region output; [`Error::Io`] if the store cannot be made.
+    /// [`Error::Invalid`] for chunk shapes that do not fit; [`Error::Internal`] for rows
+    /// of a `.npy`; [`Error::Io`] if the store cannot be made.
     pub fn with_zarr_stream(
         mut self,
         opts: &zarr::ZarrWriteOptions,
         memory: crate::budget::Reservation,
     ) -> Result<Self> {
-        let (Target::Temp(t), Some(dir)) = (&self.tmp, self.stream_dir()) else {
+        let Target::Temp(t) = &self.tmp else {
             return Err(Error::Internal(
-                "a Zarr store written by rows of a job cannot be streamed".into(),
+                "rows of a .npy are written in place, not streamed".into(),
             ));
         };
         t.as_file()
             .set_len(0)
             .map_err(|e| Error::io("size", t.path(), e))?;
-        let stream = ZarrStream::create(
-            &dir,
-            &self.dest,
-            &self.shape,
-            self.dtype,
-            opts,
-            Some(memory),
-            self.adopted,
-        )?;
-        self.stream = Some(Streamed::Zarr(Box::new(stream)));
-        self.encode = None;
-        Ok(self)
-    }
-
-    /// Makes this output, rows of an existing Zarr store
-    /// ([`zarr_region`](Self::zarr_region)), encoded as the run writes it, chunk by
-    /// chunk into the store (see [`ZarrStream::into_rows`]) instead of staged raw; the
-    /// temporary file stays empty. `memory` pays for the chunks being filled and those
-    /// in flight ([`ZarrStream::fit`]).
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for chunk shapes that do not fit; [`Error::Internal`] for an
-    /// output that is not rows of a store.
-    pub fn with_zarr_rows_stream(
-        mut self,
-        opts: &zarr::ZarrWriteOptions,
-        memory: crate::budget::Reservation,
-    ) -> Result<Self> {
-        let (Target::Temp(t), Some(z)) = (&self.tmp, &self.zarr_rows) else {
-            return Err(Error::Internal(
-                "only rows of a Zarr store are streamed into it".into(),
-            ));
+        let stream = match (self.zarr_rows.take(), self.stream_dir()) {
+            (Some(z), _) => ZarrStream::into_rows(
+                &self.dest,
+                &z.store_shape,
+                self.dtype,
+                opts,
+                Some(memory),
+                z.at_row,
+                z.skip_rows,
+                z.rows,
+            )?,
+            (None, Some(dir)) => ZarrStream::create(
+                &dir,
+                &self.dest,
+                &self.shape,
+                self.dtype,
+                opts,
+                Some(memory),
+                self.adopted,
+            )?,
+            (None, None) => {
+                return Err(Error::Internal(
+                    "a Zarr output without a temporary name cannot be streamed".into(),
+                ));
+            }
         };
-        t.as_file()
-            .set_len(0)
-            .map_err(|e| Error::io("size", t.path(), e))?;
-        let stream = ZarrStream::into_rows(
-            &self.dest,
-            &z.store_shape,
-            self.dtype,
-            opts,
-            Some(memory),
-            z.at_row,
-            z.skip_rows,
-            z.rows,
-        )?;
         self.stream = Some(Streamed::Zarr(Box::new(stream)));
         self.encode = None;
-        self.zarr_rows = None;
         Ok(self)
     }
 
