@@ -248,7 +248,7 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
         }
         Codec::Deflate => {
             // libdeflate: the whole chunk at once into its known size (1.2x zlib-rs,
-            // benches/codecs.rs). A stream it does not take whole (one that decodes past
+            // benches/benches/codecs.rs). A stream it does not take whole (one that decodes past
             // the chunk, as some writers pad a last strip, or a bad checksum after the
             // data) is decoded as before, stopping at the chunk's size.
             let whole = libdeflater::Decompressor::new().zlib_decompress(src, out);

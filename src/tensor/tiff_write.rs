@@ -647,7 +647,7 @@ pub(crate) fn compress_tile(
         TiffCompression::None => Ok(raw),
         TiffCompression::Deflate(level) => {
             // libdeflate, as GDAL: 1.8-1.9x the speed of zlib-rs at level 6 for the same
-            // size (benches/codecs.rs)
+            // size (benches/benches/codecs.rs)
             let lvl = libdeflater::CompressionLvl::new(level as i32)
                 .map_err(|_| Error::invalid(format!("Deflate level {level} is not 1-9")))?;
             let mut c = libdeflater::Compressor::new(lvl);

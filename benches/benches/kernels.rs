@@ -3,8 +3,8 @@
 //! bytes per second, so a regression in a kernel shows without I/O noise.
 //!
 //! ```text
-//! cargo bench --bench kernels                 # all
-//! cargo bench --bench kernels -- cast         # a group
+//! cargo bench -p tilestream-benches --bench kernels                 # all
+//! cargo bench -p tilestream-benches --bench kernels -- cast         # a group
 //! ```
 
 #![allow(clippy::unwrap_used, missing_docs)]

@@ -4,7 +4,7 @@
 //! bytes per second. The choice of libdeflate for GeoTIFF Deflate rests on these.
 //!
 //! ```text
-//! cargo bench --bench codecs
+//! cargo bench -p tilestream-benches --bench codecs
 //! ```
 //!
 //! Tiles: a 256x256 pixel-interleaved 4-band u16 tile of a smooth field with noise (what
