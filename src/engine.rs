@@ -467,15 +467,7 @@ impl Engine {
                     }
                     _ => None,
                 };
-                match fit {
-                    Some((need, opts)) => {
-                        let memory = self
-                            .budget
-                            .reserve("Zarr encoding (chunks being filled and in flight)", need)?;
-                        rows.with_zarr_stream(&opts, memory)?
-                    }
-                    None => rows,
-                }
+                self.zarr_streamed(rows, fit, |rows| rows)?
             }
             (None, Some(region)) => {
                 OutputFile::region(out, region, shape, dtype)?.durable(self.durable)

@@ -158,18 +158,30 @@ impl Engine {
                     )?,
                     _ => None,
                 };
-                if let Some((need, opts)) = fit {
-                    let memory = self
-                        .budget
-                        .reserve("Zarr encoding (chunks being filled and in flight)", need)?;
-                    tracing::info!(bytes = need, "Zarr output encoded as the run writes it");
-                    output.with_zarr_stream(&opts, memory)
-                } else {
-                    Ok(output.with_zarr(self.zarr_out.clone()))
-                }
+                self.zarr_streamed(output, fit, |o| o.with_zarr(self.zarr_out.clone()))
             }
             OutFormat::Npy | OutFormat::Raw => Ok(output),
         }
+    }
+
+    /// `output` encoded as the run writes it when `fit` ([`ZarrStream::fit`]: the bytes
+    /// the encoder needs and the options it runs with) says the room holds it, the
+    /// encoder's memory reserved; else `staged(output)`. A whole store and the rows of a
+    /// shared one ([`OutputFile::zarr_region`]) both go through here.
+    pub(super) fn zarr_streamed(
+        &self,
+        output: OutputFile,
+        fit: Option<(u64, ZarrWriteOptions)>,
+        staged: impl FnOnce(OutputFile) -> OutputFile,
+    ) -> Result<OutputFile> {
+        let Some((need, opts)) = fit else {
+            return Ok(staged(output));
+        };
+        let memory = self
+            .budget
+            .reserve("Zarr encoding (chunks being filled and in flight)", need)?;
+        tracing::info!(bytes = need, "Zarr output encoded as the run writes it");
+        output.with_zarr_stream(&opts, memory)
     }
 
     /// Finishes `output`; a staged one is encoded with what the budget has left, reserved
