@@ -372,6 +372,13 @@ pub struct BoxPlan {
     pub dims: [usize; 3],
     /// Row positions of the tiles `(first, rows)`.
     pub row_cuts: Vec<(i64, usize)>,
+    /// The row cuts in groups visited together: group `g` is
+    /// `row_cuts[row_groups[g]..row_groups[g + 1]]`, and the tiles of a group visit the
+    /// pieces of each column block one after another. A group holds one cut, except
+    /// when the budget holds no box of whole output chunks: the boxes are then pieces of
+    /// one chunk each, the pieces of a chunk grouped, so that each chunk completes
+    /// before the next begins ([`BoxPlan::box_tile`]).
+    pub row_groups: Vec<usize>,
     /// Column positions of the tiles `(first, cols)`.
     pub col_cuts: Vec<(i64, usize)>,
     /// Halo along rows.
@@ -442,9 +449,9 @@ impl BoxPlan {
         let depth = req.depth.max(1) as u64;
         let (hr, hc) = (req.halo_rows.total() as u64, req.halo_cols.total() as u64);
         let encoder = |th: u64, tw: u64| {
-            req.out_chunks
-                .as_ref()
-                .map_or(0, |c| c.bytes(req.out, th, tw))
+            req.out_chunks.as_ref().map_or(0, |c| {
+                held_chunks(c, req.out, th, tw, h, bands) * c.chunk_bytes() + c.fixed
+            })
         };
         let cost = |th: u64, tw: u64| {
             req.resident_bytes
@@ -487,6 +494,7 @@ impl BoxPlan {
             }
         };
         let empty = bands == 0 || h == 0 || w == 0;
+        let mut row_groups = Vec::new();
         let (row_cuts, col_cuts) = match &req.cuts {
             Cuts::Given { rows, cols } => {
                 let th = rows.iter().map(|r| r.1).max().unwrap_or(0) as u64;
@@ -527,14 +535,30 @@ impl BoxPlan {
                 };
                 match &req.out_chunks {
                     // boxes along the output's chunk grid (when at least a chunk fits)
-                    Some(c) => (
+                    Some(c) if th >= (c.rows as u64).min(hh) && tw >= (c.cols as u64).min(ww) => (
                         aligned_cuts(hh, th, c.rows as u64),
                         aligned_cuts(ww, tw, c.cols as u64),
                     ),
+                    // else boxes one chunk wide cut within each row of chunks, the pieces
+                    // of a chunk visited one after another (when a piece fits)
+                    Some(c) => {
+                        let (r, cw) = ((c.rows as u64).min(hh), (c.cols as u64).min(ww));
+                        if ok(1, cw) {
+                            let piece = largest(r, &|t| ok(t, cw));
+                            let (rows, groups) = within_chunks(hh, c.rows as u64, piece);
+                            row_groups = groups;
+                            (rows, aligned_cuts(ww, cw, c.cols as u64))
+                        } else {
+                            (even_cuts(hh, th), even_cuts(ww, tw))
+                        }
+                    }
                     None => (even_cuts(hh, th), even_cuts(ww, tw)),
                 }
             }
         };
+        if row_groups.is_empty() {
+            row_groups = (0..=row_cuts.len()).collect();
+        }
         let th = row_cuts.iter().map(|r| r.1).max().unwrap_or(0);
         let tw = col_cuts.iter().map(|c| c.1).max().unwrap_or(0);
         let num_tiles = if empty {
@@ -568,6 +592,7 @@ impl BoxPlan {
             what: req.what.clone(),
             dims: req.dims,
             row_cuts,
+            row_groups,
             col_cuts,
             halo_rows: req.halo_rows,
             halo_cols: req.halo_cols,
@@ -594,14 +619,23 @@ impl BoxPlan {
         })
     }
 
-    /// The tile with index `i` (band-major, then row blocks, then column blocks).
+    /// The tile with index `i`: band-major, then groups of row blocks
+    /// ([`BoxPlan::row_groups`]), then column blocks, then the row blocks of the group
+    /// (row blocks, then column blocks, when each group is one row block).
     #[must_use]
     pub fn box_tile(&self, i: usize) -> BoxTile {
-        let per_band = self.row_cuts.len() * self.col_cuts.len();
+        let ncols = self.col_cuts.len();
+        let per_band = self.row_cuts.len() * ncols;
         let band = i / per_band;
         let rem = i % per_band;
-        let (r0, nr) = self.row_cuts[rem / self.col_cuts.len()];
-        let (c0, nc) = self.col_cuts[rem % self.col_cuts.len()];
+        let g = self.row_groups.partition_point(|&s| s * ncols <= rem) - 1;
+        let (first, pieces) = (
+            self.row_groups[g],
+            self.row_groups[g + 1] - self.row_groups[g],
+        );
+        let local = rem - first * ncols;
+        let (r0, nr) = self.row_cuts[first + local % pieces];
+        let (c0, nc) = self.col_cuts[local / pieces];
         BoxTile {
             index: i,
             band,
@@ -666,16 +700,32 @@ impl BoxPlan {
     #[must_use]
     pub fn cut_along_out_chunks(&self) -> bool {
         self.out_chunks.as_ref().is_some_and(|c| {
-            self.row_cuts.iter().all(|r| r.0 % c.rows as i64 == 0)
-                && self.col_cuts.iter().all(|r| r.0 % c.cols as i64 == 0)
+            let (r, cw) = (c.rows as i64, c.cols as i64);
+            // each group starts a row of chunks; a group of several pieces stays in it
+            let groups_aligned = self.row_groups.windows(2).all(|g| {
+                let cuts = &self.row_cuts[g[0]..g[1]];
+                cuts.first().is_none_or(|f| f.0 % r == 0)
+                    && (cuts.len() == 1
+                        || cuts.iter().all(|p| p.0 / r == (p.0 + p.1 as i64 - 1) / r))
+            });
+            groups_aligned && self.col_cuts.iter().all(|p| p.0 % cw == 0)
         })
+    }
+
+    /// Whether the boxes are pieces of output chunks ([`BoxPlan::row_groups`]): a chunk
+    /// completes once the pieces of its group are all written.
+    #[must_use]
+    pub fn boxes_within_chunks(&self) -> bool {
+        self.row_groups.windows(2).any(|g| g[1] - g[0] > 1)
     }
 
     /// Chunks being filled across one box (what the encoder is sized for).
     #[must_use]
     pub fn open_out_chunks(&self) -> usize {
+        let [bands, h, _] = self.dims;
         self.out_chunks.as_ref().map_or(0, |c| {
-            c.open(self.out, self.tile.0 as u64, self.tile.1 as u64) as usize
+            let (th, tw) = (self.tile.0 as u64, self.tile.1 as u64);
+            held_chunks(c, self.out, th, tw, h, bands) as usize
         })
     }
 
@@ -688,6 +738,39 @@ impl BoxPlan {
             && self.out_chunks.as_ref().is_some_and(|c| c.planes > 1)
             && self.cut_along_out_chunks()
     }
+}
+
+/// Chunks `c` the encoder holds for boxes of `th x tw` over an image of `h` rows and
+/// `bands` bands: [`OutChunks::open`]; when the boxes are pieces of chunks several bands
+/// deep, as many times that as the bands take chunks (the bands of each piece are visited
+/// together, so every chunk of the piece's position stays open until its last piece).
+fn held_chunks(c: &OutChunks, out: OutMap, th: u64, tw: u64, h: usize, bands: usize) -> u64 {
+    let open = c.open(out, th, tw);
+    if c.planes > 1 && th < (c.rows as u64).min(h as u64) {
+        open * bands.div_ceil(c.planes) as u64
+    } else {
+        open
+    }
+}
+
+/// Cuts `n` rows into pieces of at most `k` within each run of `a` rows from 0 (each
+/// run's pieces evened out), and the index of each run's first piece (then the number of
+/// pieces): [`BoxPlan::row_groups`].
+fn within_chunks(n: u64, a: u64, k: u64) -> (Vec<(i64, usize)>, Vec<usize>) {
+    let mut cuts = Vec::new();
+    let mut groups = Vec::new();
+    let a = a.max(1);
+    for start in (0..n).step_by(a as usize) {
+        groups.push(cuts.len());
+        let len = a.min(n - start);
+        cuts.extend(
+            even_cuts(len, k)
+                .into_iter()
+                .map(|(r, m)| (r + start as i64, m)),
+        );
+    }
+    groups.push(cuts.len());
+    (cuts, groups)
 }
 
 /// Cuts `n` into pieces of at most `k`, evened out so they differ by at most one.
@@ -831,10 +914,10 @@ impl fmt::Display for BoxPlan {
                 if self.open_out_chunks() == 1 { "" } else { "s" },
                 c.rows,
                 c.cols,
-                if self.cut_along_out_chunks() {
-                    ", boxes cut along them"
-                } else {
-                    ""
+                match (self.cut_along_out_chunks(), self.boxes_within_chunks()) {
+                    (true, true) => ", boxes cut within them, a chunk's boxes one after another",
+                    (true, false) => ", boxes cut along them",
+                    _ => "",
                 }
             )?;
         }

@@ -1,4 +1,5 @@
-//! Unit tests of the box planner (proptest): budgets kept, every element covered once.
+//! Unit tests of the box planner (proptest): budgets kept, every element covered once,
+//! no more output chunks held than the plan counts.
 #![allow(clippy::unwrap_used)]
 use proptest::prelude::*;
 
@@ -20,7 +21,22 @@ proptest! {
         prefer_rows: bool,
         depth in 1usize..5,
         budget in (4u64 << 10)..(8 << 20),
+        chunks in proptest::option::of((1usize..50, 1usize..50, 1usize..4)),
+        transposed: bool,
     ) {
+        let out = if transposed { OutMap::Transposed } else { OutMap::Same };
+        let out_chunks = chunks.map(|(rows, cols, planes)| {
+            let planes = planes.min(bands);
+            let chunk = (rows * cols * planes) as u64 * out_bytes.max(1);
+            OutChunks {
+                rows,
+                cols,
+                elem_bytes: out_bytes.max(1),
+                planes,
+                fixed: 2 * chunk,
+                what: "property output".into(),
+            }
+        });
         let req = BoxRequest {
             what: "property".into(),
             dims: [bands, h, w],
@@ -36,8 +52,8 @@ proptest! {
             budget,
             max_tile_bytes: 16 << 20,
             cuts: Cuts::Auto { prefer_rows },
-            out: OutMap::Same,
-            out_chunks: None,
+            out,
+            out_chunks,
         };
         match BoxPlan::new(&req) {
             Ok(p) => {
@@ -55,6 +71,12 @@ proptest! {
                 }
                 prop_assert!(seen.iter().all(|&n| n == 1), "a pixel covered {:?} times",
                     seen.iter().find(|&&n| n != 1));
+                // boxes cut along (or within) the output's chunks never hold more
+                // chunks than the plan counts
+                if p.cut_along_out_chunks() {
+                    let open = super::tests::most_chunks_open(&p);
+                    prop_assert!(open <= p.open_out_chunks(), "{open} open\n{p}");
+                }
             }
             Err(BudgetError::TooSmall { needed, .. }) => {
                 prop_assert!(needed > budget);

@@ -242,3 +242,82 @@ fn chunks_of_several_bands_are_held_across_the_whole_box() {
         assert_eq!(p.bands_together(), planes > 1, "{dims:?} {planes}");
     }
 }
+
+/// The most output chunks partly written at once when the tiles of `p` are written in
+/// plan order (bands together when the plan asks): what the encoder must hold. A chunk
+/// is `planes` bands deep and `rows x cols` in the input's coordinates.
+pub(super) fn most_chunks_open(p: &BoxPlan) -> usize {
+    let c = p.out_chunks.as_ref().unwrap();
+    let [bands, h, w] = p.dims;
+    let planes = c.planes.max(1);
+    let key = |b: usize, r: usize, col: usize| (b / planes, r / c.rows, col / c.cols);
+    let size = |(d, i, j): (usize, usize, usize)| {
+        let depth = planes.min(bands - d * planes);
+        let rows = c.rows.min(h - i * c.rows);
+        let cols = c.cols.min(w - j * c.cols);
+        depth * rows * cols
+    };
+    let mut filled = std::collections::HashMap::new();
+    let mut most = 0;
+    for i in 0..p.num_tiles {
+        let t = if p.bands_together() {
+            p.box_tile_bands_together(i)
+        } else {
+            p.box_tile(i)
+        };
+        for r in t.r0 as usize..t.r1 as usize {
+            for col in t.c0 as usize..t.c1 as usize {
+                let k = key(t.band, r, col);
+                let n = filled.entry(k).or_insert(0usize);
+                *n += 1;
+                if *n == size(k) {
+                    filled.remove(&k);
+                }
+            }
+        }
+        most = most.max(filled.len());
+    }
+    assert!(filled.is_empty(), "chunks never completed: {filled:?}");
+    most
+}
+
+/// A budget that holds no box of whole output chunks still streams: the boxes are pieces
+/// of one chunk each, the pieces of a chunk visited one after another, so the encoder
+/// holds one chunk (every band deep when its chunks hold several bands and the bands
+/// are visited together); every pixel is covered once and the plan keeps its budget.
+#[test]
+fn boxes_below_a_chunk_are_pieces_of_one_chunk_visited_in_turn() {
+    for (dims, out, planes, halo) in [
+        ([1, 1000, 1000], OutMap::Same, 1, 0),
+        ([1, 1000, 1000], OutMap::Same, 1, 4),
+        ([2, 1000, 700], OutMap::Transposed, 1, 0),
+        ([3, 700, 1300], OutMap::Same, 3, 2),
+        ([4, 600, 900], OutMap::Same, 2, 0),
+        ([1, 100, 90], OutMap::Same, 1, 0),
+    ] {
+        let chunk = 256 * 128 * 4 * planes as u64;
+        let mut r = req(dims, halo, 0, Boundary::Reflect);
+        r.out = out;
+        r.out_chunks = Some(OutChunks {
+            rows: 256,
+            cols: 128,
+            elem_bytes: 4,
+            planes,
+            fixed: 2 * chunk,
+            what: "test output".into(),
+        });
+        let groups = dims[0].div_ceil(planes) as u64;
+        // room for the chunks and pieces of about 64 rows, not for whole boxes
+        r.budget = (2 + groups) * chunk + 3 * 64 * 128 * 16;
+        let p = BoxPlan::new(&r).unwrap();
+        assert!(p.cut_along_out_chunks(), "{dims:?}\n{p}");
+        assert!(p.boxes_within_chunks(), "{dims:?}\n{p}");
+        assert!(p.reserved_bytes <= r.budget, "{dims:?}\n{p}");
+        check_cover(&p);
+        let open = most_chunks_open(&p);
+        assert!(open <= p.open_out_chunks(), "{dims:?}: {open} open\n{p}");
+        let held = if planes > 1 { groups } else { 1 };
+        assert_eq!(p.open_out_chunks() as u64, held, "{dims:?}\n{p}");
+        assert_eq!(p.out_chunk_bytes, held * chunk + 2 * chunk, "{dims:?}");
+    }
+}

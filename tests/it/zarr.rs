@@ -310,12 +310,14 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
     // streamed at 2 MiB (a slab is 64x1100 f32, 275 KiB, with chunks of 1x64x100 in
     // flight, 3 x 25 KiB: within a quarter of the budget) and at 1 MiB (within a half);
     // at 384 KiB (not even three quarters hold the 350 KiB) in boxes of whole chunks,
-    // streamed too; staged at 256 KiB (not even a box of one chunk fits)
+    // streamed too; at 256 KiB (no box of one chunk fits) in boxes that are pieces of
+    // one chunk, streamed; staged at 96 KiB (the encoder alone needs 100 KiB)
     let budgets = [
         ("2MiB", true),
         ("1MiB", true),
         ("384KiB", true),
-        ("256KiB", false),
+        ("256KiB", true),
+        ("96KiB", false),
     ];
     for (mem, streamed) in budgets {
         let out = dir.path().join(format!("o{mem}.zarr"));
