@@ -1,5 +1,6 @@
 //! Element-wise runs in boxes cut along their output's chunks: how an element-wise run
-//! (`map`, `cast`, `convert`, `affine`) encodes a GeoTIFF or Zarr output as it writes it
+//! (`map`, `cast`, `convert`, `affine`, `gen`, `standardize`'s second pass) encodes a
+//! GeoTIFF or Zarr output as it writes it
 //! when the budget cannot hold what its flat plan needs for that (a whole row of the
 //! output's tiles or chunks, [`Engine::plan_writing`]).
 //!
@@ -9,7 +10,9 @@
 //! output's chunk grid), so that the encoder holds only the chunks across one box. Each
 //! input's window of a box is read into a compact buffer in the box's order, which is
 //! the output's order too: the element-wise kernel runs on it unchanged, and the values
-//! are those of the flat run, element for element.
+//! are those of the flat run, element for element. Kernels whose values depend on the
+//! position (`gen`'s draws, `standardize`'s columns) run once per row of the box, at
+//! the row's place in the output.
 
 use std::path::Path;
 
@@ -87,6 +90,20 @@ impl Engine {
         shape: &[usize],
         dtype: DType,
     ) -> Option<BoxPlan> {
+        self.elementwise_boxes_holding(flat, inputs, out, shape, dtype, (0, ""))
+    }
+
+    /// [`Engine::elementwise_boxes`] of a run that also holds `held` (bytes, what they
+    /// are) for its whole length (`standardize`'s mean and std).
+    pub(crate) fn elementwise_boxes_holding(
+        &self,
+        flat: &Plan,
+        inputs: &[InputStream<'_>],
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+        held: (u64, &str),
+    ) -> Option<BoxPlan> {
         let encoded = matches!(self.format_of(out), OutFormat::GeoTiff | OutFormat::Zarr);
         let dims = match *shape {
             [h, w] => [1, h, w],
@@ -105,7 +122,16 @@ impl Engine {
         let out_chunks = self.box_out_chunks(out, shape, dtype, false)?;
         // (each compressed file counted once, however many streams read it)
         let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
-        let (resident_bytes, resident_what) = super::decode_scratch(self.budget.limit(), &files);
+        let (mut resident_bytes, mut resident_what) =
+            super::decode_scratch(self.budget.limit(), &files);
+        if held.0 > 0 {
+            super::hold(
+                &mut resident_bytes,
+                &mut resident_what,
+                held.0,
+                held.1.to_string(),
+            );
+        }
         let req = BoxRequest {
             what: format!("{} (in boxes along the output's chunks)", flat.what),
             dims,
@@ -135,8 +161,11 @@ impl Engine {
             .filter(BoxPlan::cut_along_out_chunks)
     }
 
-    /// Runs an element-wise `compute` (inputs of a tile in, its output out) over the
-    /// boxes of `plan` ([`Engine::elementwise_boxes`]) into `out`, encoded as written.
+    /// Runs an element-wise `compute` (the tile, inputs of the tile in, its output out)
+    /// over the boxes of `plan` ([`Engine::elementwise_boxes`]) into `out`, encoded as
+    /// written. The inputs and the output of a box are its rows one after another:
+    /// [`Layout::writes`] of `plan` says where each row is in the output, for a `compute`
+    /// whose values depend on the position.
     ///
     /// # Errors
     /// As the flat run: [`crate::Error::Budget`], I/O errors, `compute`'s errors.
@@ -147,9 +176,25 @@ impl Engine {
         out: &Path,
         shape: &[usize],
         dtype: DType,
-        mut compute: impl FnMut(&[&[u8]], &mut [u8]) -> Result<()> + Send,
+        compute: impl FnMut(&BoxTile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     ) -> Result<StageTimes> {
         let journal = self.open_journal(out)?;
+        self.run_elementwise_boxes_with(journal, plan, inputs, out, shape, dtype, compute)
+    }
+
+    /// [`Engine::run_elementwise_boxes`] within a journal already open (a run of several
+    /// passes, `standardize`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn run_elementwise_boxes_with(
+        &self,
+        journal: Option<crate::journal::Journal>,
+        plan: &BoxPlan,
+        inputs: &[InputStream<'_>],
+        out: &Path,
+        shape: &[usize],
+        dtype: DType,
+        mut compute: impl FnMut(&BoxTile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
+    ) -> Result<StageTimes> {
         let room = super::outputs::StreamRoom::of_box(plan);
         let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
         let layout = StreamBoxes { plan, inputs };
@@ -158,7 +203,7 @@ impl Engine {
                 journal,
                 ..self.hooks()
             };
-            let kernel = self.kernel(|_: BoxTile, ins: &[&[u8]], o: &mut [u8]| compute(ins, o));
+            let kernel = self.kernel(|t: BoxTile, ins: &[&[u8]], o: &mut [u8]| compute(&t, ins, o));
             scheduler::run_layout(&layout, &files, &self.budget, Some(output), hooks, kernel)
         })
     }

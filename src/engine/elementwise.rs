@@ -9,6 +9,7 @@ use crate::backend::cuda::ElementwiseParams;
 use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::layout::Layout;
 use crate::ops::expr::{self, Program};
 use crate::ops::generate::Dist;
 use crate::plan::Plan;
@@ -65,9 +66,10 @@ impl Engine {
             input.path().display()
         );
         if let Some(boxes) = self.elementwise_boxes(&plan, &inputs, out, shape, od) {
-            let times = self.run_elementwise_boxes(&boxes, &inputs, out, shape, od, |ins, o| {
-                backend.affine(ins[0], input.dtype(), o, od, scale, offset)
-            })?;
+            let times =
+                self.run_elementwise_boxes(&boxes, &inputs, out, shape, od, |_, ins, o| {
+                    backend.affine(ins[0], input.dtype(), o, od, scale, offset)
+                })?;
             return Ok(self.report_boxes(&boxes, op, shape, od, times));
         }
         let params = ElementwiseParams::Affine { scale, offset };
@@ -128,7 +130,7 @@ impl Engine {
         let op = format!("cast {} to {dtype}", input.path().display());
         if let Some(boxes) = self.elementwise_boxes(&plan, &inputs, out, shape, dtype) {
             let times =
-                self.run_elementwise_boxes(&boxes, &inputs, out, shape, dtype, |ins, o| {
+                self.run_elementwise_boxes(&boxes, &inputs, out, shape, dtype, |_, ins, o| {
                     backend.cast(ins[0], input.dtype(), o, dtype)
                 })?;
             return Ok(self.report_boxes(&boxes, op, shape, dtype, times));
@@ -314,7 +316,7 @@ impl Engine {
                 out.as_ref(),
                 &shape,
                 od,
-                |ins, o| backend.map(&program, ins, &dtypes, o, od),
+                |_, ins, o| backend.map(&program, ins, &dtypes, o, od),
             )?;
             return Ok(self.report_boxes(&boxes, format!("map '{src}'"), &shape, od, times));
         }
@@ -534,6 +536,26 @@ impl Engine {
             0
         };
         let backend = &self.backend;
+        let op = format!(
+            "generate {} {dtype} {} (seed {seed})",
+            fmt_shape(shape),
+            dist.describe()
+        );
+        if let Some(boxes) = self.elementwise_boxes(&plan, &[], out.as_ref(), shape, dtype) {
+            // each row of a box is a run of the output: drawn for its position
+            let es = dtype.size();
+            let mut rows = Vec::new();
+            let times =
+                self.run_elementwise_boxes(&boxes, &[], out.as_ref(), shape, dtype, |t, _, o| {
+                    rows.clear();
+                    boxes.writes(t, &mut rows);
+                    rows.iter().try_for_each(|w| {
+                        let at = w.buf_elem as usize * es..(w.buf_elem + w.len) as usize * es;
+                        backend.generate(&mut o[at], dtype, w.file_elem, last, seed, dist)
+                    })
+                })?;
+            return Ok(self.report_boxes(&boxes, op, shape, dtype, times));
+        }
         let times = match &self.cuda {
             Some(dev) => {
                 let k = dev.generate(&dist, dtype, seed, last, plan.tile_elems, plan.depth)?;
@@ -551,11 +573,6 @@ impl Engine {
                 }),
             ),
         }?;
-        let op = format!(
-            "generate {} {dtype} {} (seed {seed})",
-            fmt_shape(shape),
-            dist.describe()
-        );
         Ok(self.report(&plan, op, shape, shape, dtype, times))
     }
 }

@@ -175,6 +175,7 @@ impl Engine {
         staged: impl FnOnce(OutputFile) -> OutputFile,
     ) -> Result<OutputFile> {
         let Some((need, opts)) = fit else {
+            tracing::info!("Zarr output staged raw and encoded after the run");
             return Ok(staged(output));
         };
         let memory = self

@@ -11,6 +11,7 @@ use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::journal::Journal;
+use crate::layout::Layout;
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver};
 use crate::plan::Plan;
 use crate::scheduler::{self, InputStream};
@@ -220,14 +221,42 @@ impl Engine {
         sd: &[f64],
     ) -> Result<RunReport> {
         self.budget.reset_peak();
-        let _resident = self.budget.reserve(
-            "mean and std",
-            plan.resident_bytes - input.read_scratch_bytes() - plan.output_bytes,
-        )?;
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
         let xd = input.dtype();
         let shape = input.shape();
+        let op = format!("standardize {}", input.path().display());
+        let stats = (m.len() * 16) as u64;
+        if let Some(boxes) =
+            self.elementwise_boxes_holding(plan, &inputs, out, shape, od, (stats, "mean and std"))
+        {
+            let _resident = self.budget.reserve("mean and std", stats)?;
+            // each row of a box is a run of the output, its columns those of its position
+            let (xs, os) = (xd.size(), od.size());
+            let mut rows = Vec::new();
+            let times = self.run_elementwise_boxes_with(
+                journal,
+                &boxes,
+                &inputs,
+                out,
+                shape,
+                od,
+                |t, ins, o| {
+                    rows.clear();
+                    boxes.writes(t, &mut rows);
+                    rows.iter().try_for_each(|w| {
+                        let (a, b) = (w.buf_elem as usize, (w.buf_elem + w.len) as usize);
+                        let x = &ins[0][a * xs..b * xs];
+                        backend.standardize(x, xd, w.file_elem, m, sd, &mut o[a * os..b * os], od)
+                    })
+                },
+            )?;
+            return Ok(self.report_boxes(&boxes, op, shape, od, times));
+        }
+        let _resident = self.budget.reserve(
+            "mean and std",
+            plan.resident_bytes - input.read_scratch_bytes() - plan.output_bytes,
+        )?;
         let params = ElementwiseParams::Standardize {
             mean: m.to_vec(),
             sd: sd.to_vec(),
@@ -248,7 +277,6 @@ impl Engine {
                 }),
             ),
         }?;
-        let op = format!("standardize {}", input.path().display());
         Ok(self.report(plan, op, input.shape(), input.shape(), od, times))
     }
 }

@@ -96,7 +96,7 @@ impl Engine {
     }
 
     /// The box plan [`Engine::elementwise_boxes`] gives an element-wise `spec` (`map`,
-    /// `cast`, `convert`, `affine`) of flat plan `flat`, output `shape` and `dtype`.
+    /// `cast`, `convert`, `affine`, `gen`) of flat plan `flat`, output `shape` and `dtype`.
     fn elementwise_boxes_of(
         &self,
         spec: &OpSpec,
@@ -119,6 +119,9 @@ impl Engine {
                     files.iter().map(|(n, f)| (n.as_str(), f)).collect();
                 let (_, streams, _, _) = Self::bind(expr, &named)?;
                 self.elementwise_boxes(flat, &streams, spec.output(), shape, dtype)
+            }
+            OpSpec::Generate { .. } => {
+                self.elementwise_boxes(flat, &[], spec.output(), shape, dtype)
             }
             _ => None,
         })

@@ -792,7 +792,8 @@ pub(crate) fn box_plan_of(job: &[String]) -> (usize, bool) {
         .and_then(|l| l.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no tiles in the plan: {text}"));
-    (tiles, text.contains("boxes cut along them"))
+    let along = text.contains("boxes cut along them") || text.contains("boxes cut within them");
+    (tiles, along)
 }
 
 /// Filters and transposes (box plans) encode a GeoTIFF output as they write it too: at
@@ -979,8 +980,11 @@ fn reduction_geotiff_outputs_are_encoded_without_staging() {
 
 /// An element-wise run whose budget cannot hold a row of its output's tiles (what its
 /// flat plan needs to encode them as it writes them) runs in boxes cut along the tiles
-/// instead (`tilestream plan` says so): one input, two planes of one input, and a
-/// pixel-interleaved output whose tiles hold every band. Never staged (the kill point
+/// instead (`tilestream plan` says so): one input, two planes of one input, a
+/// pixel-interleaved output whose tiles hold every band, `gen` (values drawn for each
+/// position of a box's rows), `standardize`'s second pass (columns of the box's rows),
+/// and a budget below a box of one whole tile (boxes that are pieces of a tile, one
+/// tile's after another). Never staged (the kill point
 /// after a staged output's raw file is not reached); killed early and midway, the only
 /// temporary output is the TIFF being built; resumed, it is byte for byte the file of an
 /// uninterrupted run; GDAL reads the values of the same job written as .npy at a large
@@ -999,20 +1003,37 @@ fn element_wise_runs_below_a_row_of_tiles_stream_in_boxes() {
         "--seed",
         "6",
     ]);
+    crate::common::ok(&[
+        "gen",
+        &p("y.npy"),
+        "--shape",
+        "300x1100",
+        "--dtype",
+        "f32",
+        "--seed",
+        "7",
+    ]);
     let x = format!("x={}", p("x.npy"));
+    let gen_args = ["gen", "OUT", "--shape", "3x300x1100", "--seed", "9"];
     // a row of 64-high f32 tiles is 275 KiB a band (825 KiB pixel-interleaved): more
-    // than three quarters of these budgets, while boxes of 64x64 tiles fit
-    let cases: [(&[&str], &str, &str, usize); 3] = [
-        (&["map", "x*2+1", "OUT", "--in", &x], "band", "384KiB", 3),
+    // than three quarters of these budgets, while boxes of 64x64 tiles fit (at 128 KiB
+    // only pieces of one: 32x64); standardize writes in its second pass (pass 1)
+    let cases: [(&[&str], &str, &str, usize, usize); 7] = [
+        (&["map", "x*2+1", "OUT", "--in", &x], "band", "384KiB", 3, 0),
         (
             &["map", "x[0]-x[1]*0.5", "OUT", "--in", &x],
             "band",
             "384KiB",
             1,
+            0,
         ),
-        (&["convert", &p("x.npy"), "OUT"], "pixel", "1MiB", 3),
+        (&["convert", &p("x.npy"), "OUT"], "pixel", "1MiB", 3, 0),
+        (&["map", "x*2+1", "OUT", "--in", &x], "band", "128KiB", 3, 0),
+        (&gen_args, "band", "384KiB", 3, 0),
+        (&gen_args, "pixel", "160KiB", 3, 0),
+        (&["standardize", &p("y.npy"), "OUT"], "band", "384KiB", 1, 1),
     ];
-    for (op, interleave, mem, bands) in cases {
+    for (op, interleave, mem, bands, pass) in cases {
         let job = |out: &str, mem: &str| -> Vec<String> {
             let mut v: Vec<String> = op
                 .iter()
@@ -1036,10 +1057,16 @@ fn element_wise_runs_below_a_row_of_tiles_stream_in_boxes() {
             );
             v
         };
-        let what = format!("{} {interleave} {mem}", op[1]);
+        let what = format!("{} {} {interleave} {mem}", op[0], op[1]);
         let out = p("o.tif");
-        let (tiles, along) = box_plan_of(&job(&out, mem));
-        assert!(along && tiles >= 6, "{what}: {tiles} tiles, along {along}");
+        // (tilestream plan shows standardize's first pass)
+        let tiles = if op[0] == "standardize" {
+            6
+        } else {
+            let (tiles, along) = box_plan_of(&job(&out, mem));
+            assert!(along && tiles >= 6, "{what}: {tiles} tiles, along {along}");
+            tiles
+        };
         let want_path = p("want.npy");
         crate::common::ok(
             &job(&want_path, "64MiB")
@@ -1067,7 +1094,7 @@ fn element_wise_runs_below_a_row_of_tiles_stream_in_boxes() {
         );
         let raw_bytes = (bands * 300 * 1100 * 4) as u64;
         for k in [0, tiles / 2] {
-            let kill = format!("written:0:{k}");
+            let kill = format!("written:{pass}:{k}");
             crate::common::kill_then_resume(&job(&out, mem), &kill, || {
                 let temps = temp_files(dir.path());
                 assert_eq!(temps.len(), 1, "{what} {kill}: {temps:?}");
