@@ -119,7 +119,7 @@ impl Engine {
         {
             return None;
         }
-        let out_chunks = self.box_out_chunks(out, shape, dtype, false)?;
+        let candidates = self.box_out_chunks(out, shape, dtype, false);
         // (each compressed file counted once, however many streams read it)
         let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
         let (mut resident_bytes, mut resident_what) =
@@ -154,11 +154,17 @@ impl Engine {
             max_tile_bytes: self.max_tile_bytes,
             cuts: Cuts::Auto { prefer_rows: true },
             out: OutMap::Same,
-            out_chunks: Some(out_chunks),
+            out_chunks: None,
         };
-        BoxPlan::new(&req)
+        // the first encoder (chunks in flight: many, then one) whose boxes fit
+        candidates.into_iter().find_map(|c| {
+            BoxPlan::new(&BoxRequest {
+                out_chunks: Some(c),
+                ..req.clone()
+            })
             .ok()
             .filter(BoxPlan::cut_along_out_chunks)
+        })
     }
 
     /// Runs an element-wise `compute` (the tile, inputs of the tile in, its output out)

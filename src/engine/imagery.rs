@@ -185,7 +185,9 @@ impl Engine {
             );
         }
         let (ind, limit) = (input.dtype(), self.device_limit());
-        let out_chunks = out.and_then(|o| self.box_out_chunks(o, input.shape(), od, false));
+        let out_chunks = out.map_or_else(Vec::new, |o| {
+            self.box_out_chunks(o, input.shape(), od, false)
+        });
         along_out_chunks(req, out_chunks, |req| {
             fit_device(req, limit, |plan| {
                 StencilProgram::new(stencil, plan, ind, od).map_or(0, |p| {
@@ -303,7 +305,7 @@ impl Engine {
             Cuts::Auto { prefer_rows: false },
             OutMap::Transposed,
         );
-        let out_chunks = out.and_then(|o| {
+        let out_chunks = out.map_or_else(Vec::new, |o| {
             self.box_out_chunks(o, &transposed_shape(input.shape()), input.dtype(), true)
         });
         let limit = self.device_limit();
@@ -377,20 +379,20 @@ impl Engine {
     }
 }
 
-/// The plan `plan` makes of `req` with its boxes cut along `out_chunks` (an output
-/// encoded as it is written) when the budget holds that and its encoder; else of `req`
-/// as it is (the output is then staged).
+/// The plan `plan` makes of `req` with its boxes cut along the first of `out_chunks`
+/// (an output encoded as it is written, [`Engine::box_out_chunks`]) whose encoder the
+/// budget holds with such boxes; else of `req` as it is (the output is then staged).
 ///
 /// # Errors
 /// What `plan` returns for `req` as it is.
 fn along_out_chunks(
     req: BoxRequest,
-    out_chunks: Option<crate::tiling::OutChunks>,
+    out_chunks: Vec<crate::tiling::OutChunks>,
     plan: impl Fn(BoxRequest) -> std::result::Result<BoxPlan, crate::budget::BudgetError>,
 ) -> Result<BoxPlan> {
-    if out_chunks.is_some() {
+    for c in out_chunks {
         let along = BoxRequest {
-            out_chunks,
+            out_chunks: Some(c),
             ..req.clone()
         };
         if let Ok(p) = plan(along)

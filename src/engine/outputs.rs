@@ -305,23 +305,41 @@ impl Engine {
     /// input's last two axes swapped) cuts its boxes along so that the output is encoded
     /// as the run writes it: a GeoTIFF's tiles (every band of a pixel-interleaved one),
     /// a Zarr store's outer chunks (their depth along the bands of a rank-3 array).
-    /// `None` for other outputs, which are written as they are.
+    /// Two of them, to try in turn: with as many chunks in flight as a quarter of the
+    /// budget holds (1 to 16), then with one (for budgets that hold no more; the same
+    /// when a quarter holds one). Empty for other outputs, which are written as they are.
     pub(super) fn box_out_chunks(
         &self,
         out: &Path,
         shape: &[usize],
         dtype: crate::DType,
         transposed: bool,
+    ) -> Vec<OutChunks> {
+        let quarter = (self.budget.limit() / 4).max(1);
+        let mut v: Vec<OutChunks> = [quarter, 1]
+            .into_iter()
+            .filter_map(|room| self.box_out_chunks_in(out, shape, dtype, transposed, room))
+            .collect();
+        v.dedup();
+        v
+    }
+
+    /// [`Engine::box_out_chunks`] with as many chunks in flight as `room` holds (1 to
+    /// 16).
+    fn box_out_chunks_in(
+        &self,
+        out: &Path,
+        shape: &[usize],
+        dtype: crate::DType,
+        transposed: bool,
+        room: u64,
     ) -> Option<OutChunks> {
         if self.out_region.is_some() {
             return None;
         }
         let es = dtype.size() as u64;
-        // chunks in flight: as many as a quarter of the budget holds, 1 to 16
-        let in_flight = |each: u64| {
-            (self.budget.limit() / 4 / each.max(1)).clamp(1, crate::tensor::tiff_stream::MAX_BATCH)
-                * each
-        };
+        let in_flight =
+            |each: u64| (room / each.max(1)).clamp(1, crate::tensor::tiff_stream::MAX_BATCH) * each;
         let (ch, cw, planes, fixed, what) = match self.format_of(out) {
             OutFormat::GeoTiff => {
                 let mut opts = self.tiff_out.clone();

@@ -715,8 +715,9 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
     let want = npy_data(&dir.path().join("want.npy"));
     let raw_bytes = (bands * h * w * 4) as u64;
     // streamed at 2 MiB (a strip is 64x1100 f32, 275 KiB: within a quarter of the
-    // budget; 825 KiB with every band, within a quarter of 4 MiB) and staged at 1 MiB (a
-    // quarter cannot hold it), each killed after tiles 0, 3 and 7 (band: tiles of rows 25
+    // budget; 825 KiB with every band, within a quarter of 4 MiB) and staged at 830 KiB
+    // (the decode scratch of the input's 3x256x256 chunks takes 792 KiB of it, leaving
+    // no room for a tile being filled and one in flight), each killed after tiles 0, 3 and 7 (band: tiles of rows 25
     // high) or 0, 5 and 11 (pixel: tiles of 32 rows, the bands of a row of tiles complete
     // it after 6), then resumed
     for (interleave, streamed_at, kills) in
@@ -724,7 +725,7 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
     {
         let job = |out: &str, mem: &str| job(out, mem, interleave);
         let mut files = Vec::new();
-        for (mem, streamed) in [(streamed_at, true), ("1MiB", false)] {
+        for (mem, streamed) in [(streamed_at, true), ("830KiB", false)] {
             let out = p(&format!("o{mem}.tif"));
             crate::common::ok(
                 &job(&out, mem)
@@ -1013,12 +1014,26 @@ fn element_wise_runs_below_a_row_of_tiles_stream_in_boxes() {
         "--seed",
         "7",
     ]);
+    // a compressed input: its decode scratch (one 3x256x256 f32 chunk) takes 1.5 MiB
+    crate::common::ok(&[
+        "convert",
+        &p("x.npy"),
+        &p("xin.tif"),
+        "--tiff-tile",
+        "256",
+        "--tiff-interleave",
+        "pixel",
+    ]);
     let x = format!("x={}", p("x.npy"));
+    let xin = format!("x={}", p("xin.tif"));
     let gen_args = ["gen", "OUT", "--shape", "3x300x1100", "--seed", "9"];
     // a row of 64-high f32 tiles is 275 KiB a band (825 KiB pixel-interleaved): more
     // than three quarters of these budgets, while boxes of 64x64 tiles fit (at 128 KiB
-    // only pieces of one: 32x64); standardize writes in its second pass (pass 1)
-    let cases: [(&[&str], &str, &str, usize, usize); 7] = [
+    // only pieces of one: 32x64; from the compressed input at 2 MiB, with one tile in
+    // flight: a quarter of the budget's worth would not fit); standardize writes in its
+    // second pass (pass 1)
+    let cases: [(&[&str], &str, &str, usize, usize); 8] = [
+        (&["map", "x*2+1", "OUT", "--in", &xin], "band", "2MiB", 3, 0),
         (&["map", "x*2+1", "OUT", "--in", &x], "band", "384KiB", 3, 0),
         (
             &["map", "x[0]-x[1]*0.5", "OUT", "--in", &x],
