@@ -458,14 +458,21 @@ impl Engine {
                     self.zarr_out.clone(),
                     budget,
                 )?;
-                // encoded as the run writes it when a flat plan set room aside for that
+                // encoded as the run writes it when its plan set room aside for that (a
+                // box plan's chunks are the store's: sized on its shape)
                 let fit = match stream_room {
-                    Some(r) if r.open.is_none() => {
-                        ZarrStream::fit(shape, dtype, &self.zarr_out, r.bytes, None)
+                    Some(r) => {
+                        let store = TensorFile::open_zarr(out)?;
+                        let sized = if r.open.is_some() {
+                            store.shape()
+                        } else {
+                            shape
+                        };
+                        ZarrStream::fit(sized, dtype, &self.zarr_out, r.bytes, r.open)
                             .ok()
                             .flatten()
                     }
-                    _ => None,
+                    None => None,
                 };
                 self.zarr_streamed(rows, fit, |rows| rows)?
             }

@@ -194,6 +194,11 @@ pub struct OutChunks {
     pub rows: usize,
     /// Box columns are cut at multiples of this.
     pub cols: usize,
+    /// Box rows are cut at this plus multiples of `rows`, the rows before it a shorter
+    /// row of chunks of their own: 0 but for the rows of a shared store written by a run
+    /// whose first rows are not written ([`crate::tensor::OutRegion::skip_rows`]), whose
+    /// chunks start past them. Less than `rows`.
+    pub row_offset: usize,
     /// Bytes per output element.
     pub elem_bytes: u64,
     /// Bands a chunk holds (1: one band each).
@@ -210,9 +215,17 @@ impl OutChunks {
     #[must_use]
     pub fn open(&self, out: OutMap, th: u64, tw: u64) -> u64 {
         let (r, c) = (self.rows.max(1) as u64, self.cols.max(1) as u64);
+        // rows of chunks a box of `th` rows spans: cut along them, one starting at row 0
+        // spans the shorter first run too when the grid is offset
+        let o = self.row_offset as u64;
+        let spanned = if o == 0 {
+            th.div_ceil(r)
+        } else {
+            1 + th.saturating_sub(o).div_ceil(r)
+        };
         match out {
-            _ if self.planes > 1 => th.div_ceil(r) * tw.div_ceil(c),
-            OutMap::Transposed => th.div_ceil(r),
+            _ if self.planes > 1 => spanned * tw.div_ceil(c),
+            OutMap::Transposed => spanned,
             _ => tw.div_ceil(c),
         }
     }
@@ -536,8 +549,8 @@ impl BoxPlan {
                 match &req.out_chunks {
                     // boxes along the output's chunk grid (when at least a chunk fits)
                     Some(c) if th >= (c.rows as u64).min(hh) && tw >= (c.cols as u64).min(ww) => (
-                        aligned_cuts(hh, th, c.rows as u64),
-                        aligned_cuts(ww, tw, c.cols as u64),
+                        aligned_cuts(hh, th, c.rows as u64, c.row_offset as u64),
+                        aligned_cuts(ww, tw, c.cols as u64, 0),
                     ),
                     // else boxes one chunk wide cut within each row of chunks, the pieces
                     // of a chunk visited one after another (when a piece fits)
@@ -545,9 +558,10 @@ impl BoxPlan {
                         let (r, cw) = ((c.rows as u64).min(hh), (c.cols as u64).min(ww));
                         if ok(1, cw) {
                             let piece = largest(r, &|t| ok(t, cw));
-                            let (rows, groups) = within_chunks(hh, c.rows as u64, piece);
+                            let (rows, groups) =
+                                within_chunks(hh, c.rows as u64, c.row_offset as u64, piece);
                             row_groups = groups;
-                            (rows, aligned_cuts(ww, cw, c.cols as u64))
+                            (rows, aligned_cuts(ww, cw, c.cols as u64, 0))
                         } else {
                             (even_cuts(hh, th), even_cuts(ww, tw))
                         }
@@ -678,20 +692,38 @@ impl BoxPlan {
     }
 }
 
-/// Cuts `n` into pieces of at most `k` along a grid of `a`: pieces of `k` rounded down to
-/// a multiple of `a` from 0, the last one shorter (one piece when `k` covers `n`); evened
-/// pieces ([`even_cuts`]) when `k` is below `a`.
-fn aligned_cuts(n: u64, k: u64, a: u64) -> Vec<(i64, usize)> {
+/// The runs of `n` rows between chunk boundaries at `o` plus multiples of `a` (the first
+/// `o` rows a shorter run of their own), `(first, len)` each.
+fn chunk_runs(n: u64, a: u64, o: u64) -> Vec<(u64, u64)> {
+    let a = a.max(1);
+    let mut runs = Vec::new();
+    let mut at = 0;
+    while at < n {
+        let end = if at < o { o.min(n) } else { (at + a).min(n) };
+        runs.push((at, end - at));
+        at = end;
+    }
+    runs
+}
+
+/// Cuts `n` into pieces of at most `k` along a grid of `a` offset by `o`
+/// ([`chunk_runs`]): as many whole runs of the grid as `k` holds in each piece (one
+/// piece when `k` covers `n`); evened pieces ([`even_cuts`]) when `k` is below `a`.
+fn aligned_cuts(n: u64, k: u64, a: u64, o: u64) -> Vec<(i64, usize)> {
     if k >= n {
         return even_cuts(n, n);
     }
     if a == 0 || k < a {
         return even_cuts(n, k);
     }
-    let k = k / a * a;
-    (0..n.div_ceil(k))
-        .map(|p| ((p * k) as i64, (k.min(n - p * k)) as usize))
-        .collect()
+    let mut cuts: Vec<(i64, usize)> = Vec::new();
+    for (first, len) in chunk_runs(n, a, o) {
+        match cuts.last_mut() {
+            Some(last) if last.1 as u64 + len <= k => last.1 += len as usize,
+            _ => cuts.push((first as i64, len as usize)),
+        }
+    }
+    cuts
 }
 
 impl BoxPlan {
@@ -700,13 +732,20 @@ impl BoxPlan {
     #[must_use]
     pub fn cut_along_out_chunks(&self) -> bool {
         self.out_chunks.as_ref().is_some_and(|c| {
-            let (r, cw) = (c.rows as i64, c.cols as i64);
+            let (r, cw, o) = (
+                c.rows.max(1) as i64,
+                c.cols.max(1) as i64,
+                c.row_offset as i64,
+            );
+            // the row of chunks row x is in (-1: the rows before the offset)
+            let run = |x: i64| if x < o { -1 } else { (x - o) / r };
+            let starts_run = |x: i64| x == 0 || (x >= o && (x - o) % r == 0);
             // each group starts a row of chunks; a group of several pieces stays in it
             let groups_aligned = self.row_groups.windows(2).all(|g| {
                 let cuts = &self.row_cuts[g[0]..g[1]];
-                cuts.first().is_none_or(|f| f.0 % r == 0)
+                cuts.first().is_none_or(|f| starts_run(f.0))
                     && (cuts.len() == 1
-                        || cuts.iter().all(|p| p.0 / r == (p.0 + p.1 as i64 - 1) / r))
+                        || cuts.iter().all(|p| run(p.0) == run(p.0 + p.1 as i64 - 1)))
             });
             groups_aligned && self.col_cuts.iter().all(|p| p.0 % cw == 0)
         })
@@ -753,16 +792,14 @@ fn held_chunks(c: &OutChunks, out: OutMap, th: u64, tw: u64, h: usize, bands: us
     }
 }
 
-/// Cuts `n` rows into pieces of at most `k` within each run of `a` rows from 0 (each
-/// run's pieces evened out), and the index of each run's first piece (then the number of
-/// pieces): [`BoxPlan::row_groups`].
-fn within_chunks(n: u64, a: u64, k: u64) -> (Vec<(i64, usize)>, Vec<usize>) {
+/// Cuts `n` rows into pieces of at most `k` within each run of the grid of `a` offset
+/// by `o` ([`chunk_runs`]; each run's pieces evened out), and the index of each run's
+/// first piece (then the number of pieces): [`BoxPlan::row_groups`].
+fn within_chunks(n: u64, a: u64, o: u64, k: u64) -> (Vec<(i64, usize)>, Vec<usize>) {
     let mut cuts = Vec::new();
     let mut groups = Vec::new();
-    let a = a.max(1);
-    for start in (0..n).step_by(a as usize) {
+    for (start, len) in chunk_runs(n, a, o) {
         groups.push(cuts.len());
-        let len = a.min(n - start);
         cuts.extend(
             even_cuts(len, k)
                 .into_iter()

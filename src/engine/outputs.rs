@@ -334,13 +334,28 @@ impl Engine {
         transposed: bool,
         room: u64,
     ) -> Option<OutChunks> {
-        if self.out_region.is_some() {
-            return None;
-        }
+        // rows of a shared Zarr store (a `tilestream.dask` task): its chunks are the
+        // store's, starting past the rows the run does not write (a filter's halo rows),
+        // for an image (rank 2) or whole bands (rank 3); rows of a `.npy` are written as
+        // they are
+        let (format, chunked_shape, row_offset) = match self.out_region {
+            None => (self.format_of(out), shape.to_vec(), 0),
+            Some(region) if !transposed && out.join("zarr.json").is_file() => {
+                let store = crate::tensor::TensorFile::open_zarr(out).ok()?;
+                let outer_rows = store.zarr()?.chunk_shape.first().copied()?;
+                let offset = match shape.len() {
+                    2 => (region.skip_rows % outer_rows as u64) as usize,
+                    3 if region.skip_rows == 0 => 0,
+                    _ => return None,
+                };
+                (OutFormat::Zarr, store.shape().to_vec(), offset)
+            }
+            Some(_) => return None,
+        };
         let es = dtype.size() as u64;
         let in_flight =
             |each: u64| (room / each.max(1)).clamp(1, crate::tensor::tiff_stream::MAX_BATCH) * each;
-        let (ch, cw, planes, fixed, what) = match self.format_of(out) {
+        let (ch, cw, planes, fixed, what) = match format {
             OutFormat::GeoTiff => {
                 let mut opts = self.tiff_out.clone();
                 opts.memory = self.budget.limit();
@@ -353,7 +368,7 @@ impl Engine {
             OutFormat::Zarr => {
                 let (_, outer) = crate::tensor::zarr::chunk_shapes(
                     &self.zarr_out,
-                    shape,
+                    &chunked_shape,
                     dtype,
                     self.budget.limit(),
                 )
@@ -361,7 +376,8 @@ impl Engine {
                 let r = outer.len();
                 let planes = match r {
                     2 => 1,
-                    3 => outer[0].min(shape[0]),
+                    // as deep as the store's chunks hold bands (what the stream sizes)
+                    3 => outer[0].min(chunked_shape[0]),
                     _ => return None,
                 };
                 let chunk = (outer[r - 2] * outer[r - 1] * planes) as u64 * es;
@@ -381,6 +397,7 @@ impl Engine {
         Some(OutChunks {
             rows,
             cols,
+            row_offset,
             elem_bytes: es,
             planes,
             fixed,

@@ -10,7 +10,8 @@
 //! the stream reserved for them; a submission beyond that waits for the oldest.
 //!
 //! Errors are kept and returned by the next call ([`EncodeQueue::submit`],
-//! [`EncodeQueue::drain`]); after one, encoded chunks are dropped rather than handed on.
+//! [`EncodeQueue::drain`]); the chunks submitted before the one that failed still reach
+//! the sink (whatever order the encodings end in), those after it are dropped.
 //! Dropping the queue waits for the chunks in flight, so nothing writes into an output
 //! after it is gone and no buffer outlives the reservation that paid for it.
 
@@ -54,6 +55,9 @@ struct State<S> {
     /// Chunks encoded ahead of their turn (`None`: one that failed).
     ready: BTreeMap<u64, Option<(usize, Vec<u8>)>>,
     error: Option<Error>,
+    /// The sequence number of the first chunk that failed (to encode or to be put):
+    /// chunks from it on are dropped, those before it still handed on.
+    stop_at: u64,
     /// An error was returned already: later calls say so without its text.
     failed: bool,
 }
@@ -91,6 +95,7 @@ impl<S: Sink> EncodeQueue<S> {
                     next_out: 0,
                     ready: BTreeMap::new(),
                     error: None,
+                    stop_at: u64::MAX,
                     failed: false,
                 }),
                 landed: Condvar::new(),
@@ -181,7 +186,11 @@ fn land<S: Sink>(shared: &Shared<S>, seq: u64, chunk: usize, done: Result<Vec<u8
     let entry = match done {
         Ok(c) => Some((chunk, c)),
         Err(e) => {
-            st.error.get_or_insert(e);
+            // the first error by sequence is kept (an earlier chunk may fail later)
+            if seq < st.stop_at {
+                st.error = Some(e);
+                st.stop_at = seq;
+            }
             None
         }
     };
@@ -193,11 +202,11 @@ fn land<S: Sink>(shared: &Shared<S>, seq: u64, chunk: usize, done: Result<Vec<u8
         };
         st.next_out += 1;
         if let Some((k, c)) = entry
-            && st.error.is_none()
-            && !st.failed
+            && next < st.stop_at
             && let Err(e) = st.sink.put(k, c)
         {
             st.error = Some(e);
+            st.stop_at = next;
         }
     }
     drop(st);
@@ -292,16 +301,17 @@ mod tests {
             None => q.drain().unwrap_err().to_string(),
         };
         assert!(err.contains("codec failed on chunk 5"), "{err}");
-        // nothing after the failed chunk reached the sink
-        let got = q
-            .with_sink(|s| s.got.iter().map(|c| c.0).collect::<Vec<_>>())
-            .unwrap();
-        assert_eq!(got, vec![0, 1, 2, 3, 4]);
         let again = q.drain().unwrap_err().to_string();
         assert!(
             again.contains("failed to encode or write earlier"),
             "{again}"
         );
+        // once nothing is in flight: every chunk before the failed one reached the sink
+        // (whenever its encoding ended), nothing after it
+        let got = q
+            .with_sink(|s| s.got.iter().map(|c| c.0).collect::<Vec<_>>())
+            .unwrap();
+        assert_eq!(got, vec![0, 1, 2, 3, 4]);
         assert!(q.submit(30, vec![0]).is_err());
 
         // a failing sink

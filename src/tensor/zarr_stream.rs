@@ -118,7 +118,11 @@ impl ZarrStream {
         let (_, outer) = chunk_shapes(opts, shape, dtype, u64::MAX)?;
         let a = slab_axis(&outer);
         let es = dtype.size() as u64;
-        let one = outer.iter().fold(es, |n, &d| n.saturating_mul(d as u64));
+        // a chunk as the array holds it (a chunk deeper than the array is not filled)
+        let one = outer
+            .iter()
+            .zip(shape)
+            .fold(es, |n, (&d, &s)| n.saturating_mul(d.min(s) as u64));
         let filling = match open {
             None => (outer[a].min(shape[a]) as u64)
                 .saturating_mul(

@@ -21,16 +21,17 @@ proptest! {
         prefer_rows: bool,
         depth in 1usize..5,
         budget in (4u64 << 10)..(8 << 20),
-        chunks in proptest::option::of((1usize..50, 1usize..50, 1usize..4)),
+        chunks in proptest::option::of((1usize..50, 1usize..50, 1usize..4, 0usize..50)),
         transposed: bool,
     ) {
         let out = if transposed { OutMap::Transposed } else { OutMap::Same };
-        let out_chunks = chunks.map(|(rows, cols, planes)| {
+        let out_chunks = chunks.map(|(rows, cols, planes, offset)| {
             let planes = planes.min(bands);
             let chunk = (rows * cols * planes) as u64 * out_bytes.max(1);
             OutChunks {
                 rows,
                 cols,
+                row_offset: offset % rows,
                 elem_bytes: out_bytes.max(1),
                 planes,
                 fixed: 2 * chunk,

@@ -162,6 +162,7 @@ fn boxes_are_cut_along_the_output_chunks_and_the_encoder_counts() {
         r.out_chunks = Some(OutChunks {
             rows: 64,
             cols: 32,
+            row_offset: 0,
             elem_bytes: 4,
             planes: 1,
             fixed: 4 * (64 * 32 * 4) * 2,
@@ -193,6 +194,7 @@ fn boxes_are_cut_along_the_output_chunks_and_the_encoder_counts() {
     r.out_chunks = Some(OutChunks {
         rows: 512,
         cols: 512,
+        row_offset: 0,
         elem_bytes: 4,
         planes: 1,
         fixed: 0,
@@ -219,6 +221,7 @@ fn chunks_of_several_bands_are_held_across_the_whole_box() {
         r.out_chunks = Some(OutChunks {
             rows: 64,
             cols: 32,
+            row_offset: 0,
             elem_bytes: 4,
             planes,
             fixed: 2 * chunk,
@@ -250,10 +253,13 @@ pub(super) fn most_chunks_open(p: &BoxPlan) -> usize {
     let c = p.out_chunks.as_ref().unwrap();
     let [bands, h, w] = p.dims;
     let planes = c.planes.max(1);
-    let key = |b: usize, r: usize, col: usize| (b / planes, r / c.rows, col / c.cols);
+    // rows of chunks: the first `row_offset` rows, then `rows` at a time
+    let runs = chunk_runs(h as u64, c.rows as u64, c.row_offset as u64);
+    let run_of = |r: usize| runs.partition_point(|&(first, _)| first <= r as u64) - 1;
+    let key = |b: usize, r: usize, col: usize| (b / planes, run_of(r), col / c.cols);
     let size = |(d, i, j): (usize, usize, usize)| {
         let depth = planes.min(bands - d * planes);
-        let rows = c.rows.min(h - i * c.rows);
+        let rows = runs[i].1 as usize;
         let cols = c.cols.min(w - j * c.cols);
         depth * rows * cols
     };
@@ -294,13 +300,17 @@ fn boxes_below_a_chunk_are_pieces_of_one_chunk_visited_in_turn() {
         ([3, 700, 1300], OutMap::Same, 3, 2),
         ([4, 600, 900], OutMap::Same, 2, 0),
         ([1, 100, 90], OutMap::Same, 1, 0),
+        ([1, 1000, 1000], OutMap::Same, 1, 100),
     ] {
         let chunk = 256 * 128 * 4 * planes as u64;
+        // (a halo of 100 stands for rows of a store from past a run's first 100 rows)
+        let (halo, row_offset) = if halo == 100 { (0, 100) } else { (halo, 0) };
         let mut r = req(dims, halo, 0, Boundary::Reflect);
         r.out = out;
         r.out_chunks = Some(OutChunks {
             rows: 256,
             cols: 128,
+            row_offset,
             elem_bytes: 4,
             planes,
             fixed: 2 * chunk,

@@ -313,6 +313,33 @@ fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
     out
 }
 
+/// A progress callback that records, after every tile, the most bytes seen in temporary
+/// files beside the store `tmp` (a staged region's raw rows would be there), and that
+/// figure.
+#[allow(clippy::type_complexity)]
+fn watch_beside(
+    tmp: &Path,
+) -> (
+    std::sync::Arc<std::sync::Mutex<u64>>,
+    std::sync::Arc<dyn Fn(&tilestream::scheduler::Progress) + Send + Sync>,
+) {
+    let parent = tmp.parent().unwrap().to_path_buf();
+    let beside = std::sync::Arc::new(std::sync::Mutex::new(0u64));
+    let (b, tmp) = (beside.clone(), tmp.to_path_buf());
+    let watch = std::sync::Arc::new(move |_: &tilestream::scheduler::Progress| {
+        let staged: u64 = std::fs::read_dir(&parent)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|f| f.path() != tmp && f.path().is_file())
+            .filter(|f| f.file_name().to_string_lossy().contains("tilestream-tmp"))
+            .map(|f| f.metadata().map_or(0, |m| m.len()))
+            .sum();
+        let mut b = b.lock().unwrap();
+        *b = (*b).max(staged);
+    });
+    (beside, watch)
+}
+
 #[test]
 fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
     use tilestream::tensor::zarr::{ZarrCompression, ZarrWriteOptions};
@@ -346,22 +373,7 @@ fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
         };
         // each share's chunks go straight into the store: after every tile, the files
         // beside the store (none of the store's own) hold no raw staging of the rows
-        let parent = dest.parent().unwrap().to_path_buf();
-        let beside = std::sync::Arc::new(std::sync::Mutex::new(0u64));
-        let watch = {
-            let (beside, tmp) = (beside.clone(), tmp.clone());
-            std::sync::Arc::new(move |_: &tilestream::scheduler::Progress| {
-                let staged: u64 = std::fs::read_dir(&parent)
-                    .unwrap()
-                    .filter_map(Result::ok)
-                    .filter(|f| f.path() != tmp && f.path().is_file())
-                    .filter(|f| f.file_name().to_string_lossy().contains("tilestream-tmp"))
-                    .map(|f| f.metadata().map_or(0, |m| m.len()))
-                    .sum();
-                let mut b = beside.lock().unwrap();
-                *b = (*b).max(staged);
-            })
-        };
+        let (beside, watch) = watch_beside(&tmp);
         for &(a, b) in cuts {
             let input = TensorFile::open(&src).unwrap().rows(a..b).unwrap();
             e.clone()
@@ -439,6 +451,66 @@ fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(left, vec!["x.npy".to_string()]);
+}
+
+#[test]
+fn filter_tasks_with_halo_rows_stream_their_rows_into_a_zarr_store() {
+    // a gaussian of radius 4 split as tilestream.dask splits it: each share's input
+    // carries 4 halo rows each side, the run's first rows (skip_rows) are not written, so
+    // the store's chunks start 4 rows into the run: its boxes are cut along them
+    use tilestream::tensor::zarr::{ZarrCompression, ZarrWriteOptions};
+    use tilestream::tensor::{commit_zarr, create_zarr_for_rows};
+    let dir = tempfile::tempdir().unwrap();
+    let (h, w) = (300u64, 200usize);
+    let src = dir.path().join("img.npy");
+    write_npy(
+        &src,
+        DType::F32,
+        &[h as usize, w],
+        &data(DType::F32, h as usize * w, 9),
+    );
+    let stencil = tilestream::ops::stencil::Stencil::new(
+        tilestream::ops::stencil::Filter::parse("gaussian:sigma=1", |_| unreachable!()).unwrap(),
+        "reflect".parse().unwrap(),
+    )
+    .unwrap();
+    let r = 4u64;
+    let opts = ZarrWriteOptions {
+        chunks: Some(vec![64, 50]),
+        shard: None,
+        compression: ZarrCompression::Zstd(3),
+        memory: 1 << 20,
+    };
+    // 256 KiB: a share's boxes hold a few chunks, not a whole row of the image
+    for budget in [256u64 << 10, 4 << 20] {
+        let e = engine(budget).with_zarr_output(opts.clone());
+        let one = dir.path().join("one.zarr");
+        engine(64 << 20)
+            .with_zarr_output(opts.clone())
+            .stencil(&TensorFile::open(&src).unwrap(), &one, &stencil, None)
+            .unwrap();
+        let dest = dir.path().join("split.zarr");
+        let tmp = create_zarr_for_rows(&dest, &[h as usize, w], DType::F32, &opts).unwrap();
+        let (beside, watch) = watch_beside(&tmp);
+        for (a, b) in [(128u64, 256u64), (0, 128), (256, h)] {
+            let (lo, hi) = (a.saturating_sub(r), (b + r).min(h));
+            let input = TensorFile::open(&src).unwrap().rows(lo..hi).unwrap();
+            e.clone()
+                .with_output_region(Some(OutRegion {
+                    at_row: a,
+                    skip_rows: a - lo,
+                    rows: Some(b - a),
+                }))
+                .with_progress(watch.clone())
+                .stencil(&input, &tmp, &stencil, None)
+                .unwrap();
+        }
+        assert_eq!(*beside.lock().unwrap(), 0, "{budget}: rows staged raw");
+        commit_zarr(&tmp, &dest).unwrap();
+        assert!(tree(&one) == tree(&dest), "{budget}: the stores differ");
+        std::fs::remove_dir_all(&one).unwrap();
+        std::fs::remove_dir_all(&dest).unwrap();
+    }
 }
 
 #[test]
