@@ -55,6 +55,26 @@ pub enum BudgetError {
         /// The budget given.
         limit: u64,
     },
+    /// A GeoTIFF or Zarr output whose encoder (the tiles or chunks being filled and one
+    /// in flight) the budget cannot hold beside the run's tiles: outputs are encoded as
+    /// they are written or refused, never staged raw to be encoded after the run.
+    #[error(
+        "memory budget {} is too small to encode {what} as it is written: {arithmetic}; outputs are not staged raw to be encoded later: raise --memory above {} or write smaller {chunks}",
+        fmt_bytes(*limit), fmt_bytes(*least)
+    )]
+    CannotEncode {
+        /// The output.
+        what: String,
+        /// What the encoder holds, spelled out.
+        arithmetic: String,
+        /// A budget at or below this cannot stream the output (more is needed, for the
+        /// pipeline's tiles besides).
+        least: u64,
+        /// The budget given.
+        limit: u64,
+        /// The output's chunks and the option that sizes them.
+        chunks: String,
+    },
     /// The device's memory cannot hold the buffers of even the smallest tile.
     #[error(
         "device memory budget {} is too small for {what}: {arithmetic} = {}; the smallest that works is {} (--gpu-memory {})",

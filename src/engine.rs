@@ -460,21 +460,14 @@ impl Engine {
                 )?;
                 // encoded as the run writes it when its plan set room aside for that (a
                 // box plan's chunks are the store's: sized on its shape)
+                let store = TensorFile::open_zarr(out)?;
+                let open = stream_room.and_then(|r| r.open);
+                let sized = if open.is_some() { store.shape() } else { shape };
                 let fit = match stream_room {
-                    Some(r) => {
-                        let store = TensorFile::open_zarr(out)?;
-                        let sized = if r.open.is_some() {
-                            store.shape()
-                        } else {
-                            shape
-                        };
-                        ZarrStream::fit(sized, dtype, &self.zarr_out, r.bytes, r.open)
-                            .ok()
-                            .flatten()
-                    }
+                    Some(r) => ZarrStream::fit(sized, dtype, &self.zarr_out, r.bytes, open)?,
                     None => None,
                 };
-                self.zarr_streamed(rows, fit, |rows| rows)?
+                self.zarr_streamed(rows, fit, || self.cannot_stream(out, sized, dtype, open))?
             }
             (None, Some(region)) => {
                 OutputFile::region(out, region, shape, dtype)?.durable(self.durable)

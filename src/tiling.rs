@@ -456,7 +456,8 @@ impl BoxPlan {
     ///
     /// # Errors
     /// [`BudgetError::TooSmall`] when not even a one-pixel tile (or a given patch) fits,
-    /// with the arithmetic spelled out.
+    /// or, with output chunks to cut along, a box one row tall and one chunk wide, with
+    /// the arithmetic spelled out.
     pub fn new(req: &BoxRequest) -> std::result::Result<BoxPlan, BudgetError> {
         let [bands, h, w] = req.dims;
         let depth = req.depth.max(1) as u64;
@@ -520,8 +521,14 @@ impl BoxPlan {
             Cuts::Auto { .. } if empty => (Vec::new(), Vec::new()),
             Cuts::Auto { prefer_rows } => {
                 let (hh, ww) = (h as u64, w as u64);
-                if cost(1, 1) > req.budget {
-                    return Err(too_small(1, 1));
+                // the smallest box: one element, or one row a chunk wide when the boxes
+                // must complete the output's chunks
+                let least_w = req
+                    .out_chunks
+                    .as_ref()
+                    .map_or(1, |c| (c.cols as u64).min(ww));
+                if cost(1, least_w) > req.budget {
+                    return Err(too_small(1, least_w));
                 }
                 let ok = |th: u64, tw: u64| {
                     cost(th, tw) <= req.budget
@@ -562,7 +569,11 @@ impl BoxPlan {
                                 within_chunks(hh, c.rows as u64, c.row_offset as u64, piece);
                             row_groups = groups;
                             (rows, aligned_cuts(ww, cw, c.cols as u64, 0))
+                        } else if cost(1, cw) > req.budget {
+                            // the smallest box that completes chunks: one row, a chunk wide
+                            return Err(too_small(1, cw));
                         } else {
+                            // (a tile cap below a chunk's width: not cut along them)
                             (even_cuts(hh, th), even_cuts(ww, tw))
                         }
                     }

@@ -51,6 +51,7 @@ fn to_py(e: Error) -> PyErr {
     let msg = e.to_string();
     match e {
         Error::Budget(b) => {
+            let parse = matches!(b, TsBudgetError::Parse(_));
             let smallest = match b {
                 // the device's: the message names --gpu-memory (`gpu_memory=`)
                 TsBudgetError::TooSmall { needed, .. }
@@ -58,10 +59,12 @@ fn to_py(e: Error) -> PyErr {
                 TsBudgetError::Exhausted {
                     held, requested, ..
                 } => Some(held + requested),
-                TsBudgetError::Parse(_) => None,
+                // a bound below which the output cannot stream, not the smallest that works
+                TsBudgetError::CannotEncode { .. } | TsBudgetError::Parse(_) => None,
             };
             match smallest {
-                None => PyValueError::new_err(msg),
+                None if parse => PyValueError::new_err(msg),
+                None => BudgetError::new_err((msg,)),
                 Some(n) => BudgetError::new_err((msg, n)),
             }
         }

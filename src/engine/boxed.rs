@@ -80,8 +80,12 @@ impl Engine {
     /// writing `out` as `dtype` takes instead of its flat plan `flat`, when `flat`
     /// cannot encode the output as it writes it and boxes cut along the output's chunks
     /// can within the budget. `None` otherwise: for outputs other than GeoTIFF and Zarr,
-    /// a flat plan that streams, shapes of rank other than 2 and 3, a run on a GPU
-    /// (whose kernels take flat tiles), or a budget that holds no box of whole chunks.
+    /// a flat plan that streams, shapes of rank other than 2 and 3, or a run on a GPU
+    /// (whose kernels take flat tiles).
+    ///
+    /// # Errors
+    /// [`crate::Error::Budget`] when the budget holds no box along the output's chunks
+    /// (the output is then refused, not staged).
     pub(crate) fn elementwise_boxes(
         &self,
         flat: &Plan,
@@ -89,7 +93,7 @@ impl Engine {
         out: &Path,
         shape: &[usize],
         dtype: DType,
-    ) -> Option<BoxPlan> {
+    ) -> Result<Option<BoxPlan>> {
         self.elementwise_boxes_holding(flat, inputs, out, shape, dtype, (0, ""))
     }
 
@@ -103,23 +107,25 @@ impl Engine {
         shape: &[usize],
         dtype: DType,
         held: (u64, &str),
-    ) -> Option<BoxPlan> {
+    ) -> Result<Option<BoxPlan>> {
         let encoded = matches!(self.format_of(out), OutFormat::GeoTiff | OutFormat::Zarr);
         let dims = match *shape {
             [h, w] => [1, h, w],
             [b, h, w] => [b, h, w],
-            _ => return None,
+            _ => return Ok(None),
         };
         if !encoded
             || flat.output_bytes > 0
-            || self.out_region.is_some()
             || self.cuda.is_some()
             || dims.contains(&0)
             || inputs.iter().any(|s| s.per_item != 1)
         {
-            return None;
+            return Ok(None);
         }
         let candidates = self.box_out_chunks(out, shape, dtype, false);
+        if candidates.is_empty() {
+            return Ok(None);
+        }
         // (each compressed file counted once, however many streams read it)
         let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
         let (mut resident_bytes, mut resident_what) =
@@ -156,15 +162,23 @@ impl Engine {
             out: OutMap::Same,
             out_chunks: None,
         };
-        // the first encoder (chunks in flight: many, then one) whose boxes fit
-        candidates.into_iter().find_map(|c| {
-            BoxPlan::new(&BoxRequest {
+        // the first encoder (chunks in flight: many, then one) whose boxes fit, else the
+        // refusal of the last (the output is not staged raw instead)
+        let mut refused = None;
+        for c in candidates {
+            match BoxPlan::new(&BoxRequest {
                 out_chunks: Some(c),
                 ..req.clone()
-            })
-            .ok()
-            .filter(BoxPlan::cut_along_out_chunks)
-        })
+            }) {
+                Ok(p) if p.cut_along_out_chunks() => return Ok(Some(p)),
+                Ok(_) => {}
+                Err(e) => refused = Some(e),
+            }
+        }
+        match refused {
+            Some(e) => Err(e.into()),
+            None => Ok(None),
+        }
     }
 
     /// Runs an element-wise `compute` (the tile, inputs of the tile in, its output out)

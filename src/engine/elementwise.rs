@@ -65,7 +65,7 @@ impl Engine {
             "affine {scale} * x + {offset} of {}",
             input.path().display()
         );
-        if let Some(boxes) = self.elementwise_boxes(&plan, &inputs, out, shape, od) {
+        if let Some(boxes) = self.elementwise_boxes(&plan, &inputs, out, shape, od)? {
             let times =
                 self.run_elementwise_boxes(&boxes, &inputs, out, shape, od, |_, ins, o| {
                     backend.affine(ins[0], input.dtype(), o, od, scale, offset)
@@ -128,7 +128,7 @@ impl Engine {
         let backend = &self.backend;
         let (out, shape) = (out.as_ref(), input.shape());
         let op = format!("cast {} to {dtype}", input.path().display());
-        if let Some(boxes) = self.elementwise_boxes(&plan, &inputs, out, shape, dtype) {
+        if let Some(boxes) = self.elementwise_boxes(&plan, &inputs, out, shape, dtype)? {
             let times =
                 self.run_elementwise_boxes(&boxes, &inputs, out, shape, dtype, |_, ins, o| {
                     backend.cast(ins[0], input.dtype(), o, dtype)
@@ -309,7 +309,7 @@ impl Engine {
         self.budget.reset_peak();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
         let backend = &self.backend;
-        if let Some(boxes) = self.elementwise_boxes(&plan, &streams, out.as_ref(), &shape, od) {
+        if let Some(boxes) = self.elementwise_boxes(&plan, &streams, out.as_ref(), &shape, od)? {
             let times = self.run_elementwise_boxes(
                 &boxes,
                 &streams,
@@ -541,7 +541,7 @@ impl Engine {
             fmt_shape(shape),
             dist.describe()
         );
-        if let Some(boxes) = self.elementwise_boxes(&plan, &[], out.as_ref(), shape, dtype) {
+        if let Some(boxes) = self.elementwise_boxes(&plan, &[], out.as_ref(), shape, dtype)? {
             // each row of a box is a run of the output: drawn for its position
             let es = dtype.size();
             let mut rows = Vec::new();

@@ -381,27 +381,42 @@ impl Engine {
 
 /// The plan `plan` makes of `req` with its boxes cut along the first of `out_chunks`
 /// (an output encoded as it is written, [`Engine::box_out_chunks`]) whose encoder the
-/// budget holds with such boxes; else of `req` as it is (the output is then staged).
+/// budget holds with such boxes; of `req` as it is when there are none (an output
+/// written as it is).
 ///
 /// # Errors
-/// What `plan` returns for `req` as it is.
+/// What `plan` returns; when no candidate fits, the refusal of the last (the smallest
+/// encoder): outputs are encoded as they are written, never staged raw.
 fn along_out_chunks(
     req: BoxRequest,
     out_chunks: Vec<crate::tiling::OutChunks>,
     plan: impl Fn(BoxRequest) -> std::result::Result<BoxPlan, crate::budget::BudgetError>,
 ) -> Result<BoxPlan> {
+    if out_chunks.is_empty() {
+        return Ok(plan(req)?);
+    }
+    let mut refused = None;
     for c in out_chunks {
+        let (what, cols) = (c.what.clone(), c.cols);
         let along = BoxRequest {
             out_chunks: Some(c),
             ..req.clone()
         };
-        if let Ok(p) = plan(along)
-            && p.cut_along_out_chunks()
-        {
-            return Ok(p);
+        match plan(along) {
+            Ok(p) if p.cut_along_out_chunks() => return Ok(p),
+            // a tile cap (the device's lanes) below a box one chunk wide
+            Ok(p) => {
+                refused = Some(crate::Error::invalid(format!(
+                    "{}: a box one output chunk wide ({cols} columns) is larger than the \
+                     largest tile the device's buffers take here ({} by {}); the {what} \
+                     needs such boxes: raise --gpu-memory or write smaller chunks",
+                    p.what, p.tile.0, p.tile.1
+                )));
+            }
+            Err(e) => refused = Some(e.into()),
         }
     }
-    Ok(plan(req)?)
+    Err(refused.unwrap_or_else(|| crate::Error::Internal("no output chunks tried".into())))
 }
 
 /// The box plan of `req`, with tiles made smaller until the device buffers they need

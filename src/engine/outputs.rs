@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use super::Engine;
-use crate::error::Result;
+use crate::budget::{BudgetError, fmt_bytes};
+use crate::error::{Error, Result};
 use crate::plan::Plan;
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
 use crate::tensor::tiff_stream::TiffStream;
@@ -126,19 +127,19 @@ impl Engine {
                     )?,
                     _ => None,
                 };
-                if let Some((need, opts)) = fit {
-                    let memory = self
-                        .budget
-                        .reserve("GeoTIFF encoding (tiles being filled and in flight)", need)?;
-                    tracing::info!(bytes = need, "GeoTIFF output encoded as the run writes it");
-                    output.with_tiff_stream(opts, memory)
-                } else {
-                    tracing::info!(
-                        room = stream_room.map(|r| r.bytes),
-                        "GeoTIFF output staged raw and encoded after the run"
-                    );
-                    output.with_tiff(opts)
-                }
+                let Some((need, opts)) = fit else {
+                    return Err(self.cannot_stream(
+                        out,
+                        output.shape(),
+                        output.dtype(),
+                        stream_room.and_then(|r| r.open),
+                    ));
+                };
+                let memory = self
+                    .budget
+                    .reserve("GeoTIFF encoding (tiles being filled and in flight)", need)?;
+                tracing::info!(bytes = need, "GeoTIFF output encoded as the run writes it");
+                output.with_tiff_stream(opts, memory)
             }
             OutFormat::Zarr => {
                 // refused before the run, not after it: chunks the budget cannot encode
@@ -158,7 +159,9 @@ impl Engine {
                     )?,
                     _ => None,
                 };
-                self.zarr_streamed(output, fit, |o| o.with_zarr(self.zarr_out.clone()))
+                let open = stream_room.and_then(|r| r.open);
+                let (shape, dtype) = (output.shape().to_vec(), output.dtype());
+                self.zarr_streamed(output, fit, || self.cannot_stream(out, &shape, dtype, open))
             }
             OutFormat::Npy | OutFormat::Raw => Ok(output),
         }
@@ -166,23 +169,118 @@ impl Engine {
 
     /// `output` encoded as the run writes it when `fit` ([`ZarrStream::fit`]: the bytes
     /// the encoder needs and the options it runs with) says the room holds it, the
-    /// encoder's memory reserved; else `staged(output)`. A whole store and the rows of a
-    /// shared one ([`OutputFile::zarr_region`]) both go through here.
+    /// encoder's memory reserved; else the error `refused` makes. A whole store and the
+    /// rows of a shared one ([`OutputFile::zarr_region`]) both go through here.
     pub(super) fn zarr_streamed(
         &self,
         output: OutputFile,
         fit: Option<(u64, ZarrWriteOptions)>,
-        staged: impl FnOnce(OutputFile) -> OutputFile,
+        refused: impl FnOnce() -> Error,
     ) -> Result<OutputFile> {
         let Some((need, opts)) = fit else {
-            tracing::info!("Zarr output staged raw and encoded after the run");
-            return Ok(staged(output));
+            return Err(refused());
         };
         let memory = self
             .budget
             .reserve("Zarr encoding (chunks being filled and in flight)", need)?;
         tracing::info!(bytes = need, "Zarr output encoded as the run writes it");
         output.with_zarr_stream(&opts, memory)
+    }
+
+    /// Whether `out` is encoded (a GeoTIFF or a Zarr store), so that a run must set
+    /// room aside for encoding it as it writes it.
+    pub(crate) fn encodes(&self, out: &Path) -> bool {
+        matches!(self.format_of(out), OutFormat::GeoTiff | OutFormat::Zarr)
+    }
+
+    /// The refusal of `out` (a GeoTIFF or Zarr output of `shape` and `dtype`) when the
+    /// budget cannot hold its encoder beside the run's tiles: the tiles or chunks being
+    /// filled (`open` across a box of a box plan; `None`: a row of them, which a flat
+    /// plan fills within three quarters of the budget at most) and one in flight.
+    pub(crate) fn cannot_stream(
+        &self,
+        out: &Path,
+        shape: &[usize],
+        dtype: crate::DType,
+        open: Option<usize>,
+    ) -> Error {
+        let limit = self.budget.limit();
+        let format = self.format_of(out);
+        let (least, unit, chunks) = match format {
+            OutFormat::GeoTiff => {
+                let mut opts = self.tiff_out.clone();
+                opts.memory = limit;
+                let t = match TiledLayout::new(shape, dtype, &opts) {
+                    Ok(l) => l.t,
+                    Err(e) => return e,
+                };
+                match TiffStream::least(shape, dtype, &opts, open) {
+                    Ok((filling, one)) => (
+                        (filling, one),
+                        format!("{t}x{t} tile"),
+                        "tiles (--tiff-tile)".to_string(),
+                    ),
+                    Err(e) => return e,
+                }
+            }
+            OutFormat::Zarr => match ZarrStream::least(shape, dtype, &self.zarr_out, open) {
+                Ok(Some(least)) => (
+                    least,
+                    "chunk".to_string(),
+                    "chunks (--zarr-chunks)".to_string(),
+                ),
+                Ok(None) => {
+                    return Error::Internal(format!(
+                        "{}: an empty Zarr output has nothing to encode",
+                        out.display()
+                    ));
+                }
+                Err(e) => return e,
+            },
+            _ => {
+                return Error::Internal(format!("{}: not an encoded output", out.display()));
+            }
+        };
+        let (filling, one) = least;
+        let held = filling.saturating_add(one);
+        let (filled, bound, within) = match open {
+            None => (
+                format!("a row of its {unit}s being filled ({})", fmt_bytes(filling)),
+                held.saturating_mul(4) / 3,
+                "within three quarters of the budget, beside the pipeline's tiles",
+            ),
+            Some(n) => (
+                format!(
+                    "{n} {unit}s being filled across a box ({})",
+                    fmt_bytes(filling)
+                ),
+                held,
+                "beside the pipeline's boxes",
+            ),
+        };
+        let kind = if format == OutFormat::Zarr {
+            "Zarr store"
+        } else {
+            "GeoTIFF"
+        };
+        let what = format!(
+            "{} (a {kind} of {} {})",
+            out.display(),
+            fmt_shape(shape),
+            dtype.name()
+        );
+        BudgetError::CannotEncode {
+            what,
+            arithmetic: format!(
+                "{filled} + one {unit} in flight, raw and encoded ({}) = {}, {within}",
+                fmt_bytes(one),
+                fmt_bytes(held)
+            ),
+            least: bound,
+            limit,
+            chunks,
+        }
+        .into()
     }
 
     /// Finishes `output`; a staged one is encoded with what the budget has left, reserved

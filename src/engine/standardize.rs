@@ -228,7 +228,7 @@ impl Engine {
         let op = format!("standardize {}", input.path().display());
         let stats = (m.len() * 16) as u64;
         if let Some(boxes) =
-            self.elementwise_boxes_holding(plan, &inputs, out, shape, od, (stats, "mean and std"))
+            self.elementwise_boxes_holding(plan, &inputs, out, shape, od, (stats, "mean and std"))?
         {
             let _resident = self.budget.reserve("mean and std", stats)?;
             // each row of a box is a run of the output, its columns those of its position

@@ -88,6 +88,11 @@ impl Engine {
                 // writes it runs in boxes along the output's chunks when they fit
                 match self.elementwise_boxes_of(spec, &p, &shape, dtype)? {
                     Some(b) => SpecPlan::Box(b),
+                    // refused as the run refuses it: an output it cannot encode as it
+                    // writes it (a GPU run, matmul) is not staged raw instead
+                    None if p.output_bytes == 0 && self.encodes(spec.output()) => {
+                        return Err(self.cannot_stream(spec.output(), &shape, dtype, None));
+                    }
                     None => SpecPlan::Flat(p),
                 }
             }
@@ -111,17 +116,17 @@ impl Engine {
             | OpSpec::Affine { input, .. } => {
                 let x = input.open()?;
                 let streams = [InputStream::whole(&x)];
-                self.elementwise_boxes(flat, &streams, spec.output(), shape, dtype)
+                self.elementwise_boxes(flat, &streams, spec.output(), shape, dtype)?
             }
             OpSpec::Map { expr, inputs, .. } => {
                 let files = open_named(inputs)?;
                 let named: Vec<(&str, &TensorFile)> =
                     files.iter().map(|(n, f)| (n.as_str(), f)).collect();
                 let (_, streams, _, _) = Self::bind(expr, &named)?;
-                self.elementwise_boxes(flat, &streams, spec.output(), shape, dtype)
+                self.elementwise_boxes(flat, &streams, spec.output(), shape, dtype)?
             }
             OpSpec::Generate { .. } => {
-                self.elementwise_boxes(flat, &[], spec.output(), shape, dtype)
+                self.elementwise_boxes(flat, &[], spec.output(), shape, dtype)?
             }
             _ => None,
         })

@@ -177,19 +177,35 @@ impl TiffStream {
         open: Option<usize>,
         bands_inner: bool,
     ) -> Result<Option<(u64, TiffWriteOptions)>> {
-        let l = TiledLayout::new(shape, dtype, opts)?;
-        let filling = match open {
-            None => (l.t.min(l.height) * l.width * l.es * l.spp()) as u64,
-            Some(n) => (n.max(1) * l.t * l.t * l.es * l.spp()) as u64,
-        };
-        let tile = 2 * l.chunk_bytes as u64;
-        if (l.pixel && !bands_inner) || filling + tile > room {
+        let (filling, tile) = Self::least(shape, dtype, opts, open)?;
+        let pixel = TiledLayout::new(shape, dtype, opts)?.pixel;
+        if (pixel && !bands_inner) || filling + tile > room {
             return Ok(None);
         }
         let batch = ((room - filling) / tile).min(MAX_BATCH);
         let mut o = opts.clone();
         o.memory = batch * tile;
         Ok(Some((filling + batch * tile, o)))
+    }
+
+    /// What streaming an output of `shape` written as `opts` say holds at the least, as
+    /// [`TiffStream::fit`] counts it: the bytes of the tiles being filled (`open` of
+    /// them, or a row of tiles) and of one tile in flight (raw and compressed).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a shape or dtype a TIFF cannot hold.
+    pub fn least(
+        shape: &[usize],
+        dtype: DType,
+        opts: &TiffWriteOptions,
+        open: Option<usize>,
+    ) -> Result<(u64, u64)> {
+        let l = TiledLayout::new(shape, dtype, opts)?;
+        let filling = match open {
+            None => (l.t.min(l.height) * l.width * l.es * l.spp()) as u64,
+            Some(n) => (n.max(1) * l.t * l.t * l.es * l.spp()) as u64,
+        };
+        Ok((filling, 2 * l.chunk_bytes as u64))
     }
 
     /// A stream writing into `file`, holding `memory` for the run; `opts.memory` bounds

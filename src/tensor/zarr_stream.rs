@@ -112,6 +112,30 @@ impl ZarrStream {
         room: u64,
         open: Option<usize>,
     ) -> Result<Option<(u64, ZarrWriteOptions)>> {
+        let Some((filling, chunk)) = Self::least(shape, dtype, opts, open)? else {
+            return Ok(None);
+        };
+        if filling.saturating_add(chunk) > room {
+            return Ok(None);
+        }
+        let batch = ((room - filling) / chunk).min(MAX_BATCH);
+        let mut o = opts.clone();
+        o.memory = batch * chunk;
+        Ok(Some((filling + batch * chunk, o)))
+    }
+
+    /// What streaming an output of `shape` written as `opts` say holds at the least, as
+    /// [`ZarrStream::fit`] counts it: the bytes of the chunks being filled (`open` of
+    /// them, or a slab) and of one chunk in flight; `None` for an empty array.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for chunk or shard shapes that do not fit the array.
+    pub fn least(
+        shape: &[usize],
+        dtype: DType,
+        opts: &ZarrWriteOptions,
+        open: Option<usize>,
+    ) -> Result<Option<(u64, u64)>> {
         if shape.is_empty() || shape.contains(&0) {
             return Ok(None);
         }
@@ -133,14 +157,7 @@ impl ZarrStream {
                 .saturating_mul(es),
             Some(n) => one.saturating_mul(n.max(1) as u64),
         };
-        let chunk = one.saturating_mul(3);
-        if filling.saturating_add(chunk) > room {
-            return Ok(None);
-        }
-        let batch = ((room - filling) / chunk).min(MAX_BATCH);
-        let mut o = opts.clone();
-        o.memory = batch * chunk;
-        Ok(Some((filling + batch * chunk, o)))
+        Ok(Some((filling, one.saturating_mul(3))))
     }
 
     /// A stream building the store in `dir` for `dest`: a new directory, or (`adopt`)

@@ -171,7 +171,8 @@ fn writes_tiffs_gdal_reads_back_with_the_same_values_and_georeferencing() {
     .enumerate()
     {
         let out = dir.path().join(format!("out{i}.tif"));
-        let mut args = vec!["convert", s, out.to_str().expect("utf8"), "-m", "3MiB"];
+        // (6 MiB: a 512x512 tile of every band being filled, 1.5 MiB, and one in flight)
+        let mut args = vec!["convert", s, out.to_str().expect("utf8"), "-m", "6MiB"];
         args.extend(&extra);
         ts(&args);
         assert_eq!(gdal_read(&out, dir.path()), data, "values of {extra:?}");
@@ -350,7 +351,8 @@ fn ndvi_and_gaussian_of_a_geotiff_keep_its_georeferencing() {
         "--dtype",
         "f32",
         "-m",
-        "2MiB",
+        // a 512x512 f32 tile being filled (1 MiB) and one in flight (2 MiB)
+        "4MiB",
     ]);
     let px = |b: usize, i: usize| {
         f64::from(u16::from_le_bytes([
@@ -386,7 +388,7 @@ fn ndvi_and_gaussian_of_a_geotiff_keep_its_georeferencing() {
         "--dtype",
         "f32",
         "-m",
-        "3MiB",
+        "4MiB",
     ]);
     ts(&[
         "stencil",
@@ -666,8 +668,9 @@ fn temp_files(dir: &std::path::Path) -> Vec<(String, Vec<u8>, u64)> {
 /// A GeoTIFF output of a flat run (map, cast, convert...) is encoded as the run writes
 /// it when the budget holds a strip of output tiles: killed halfway, the only temporary
 /// output beside it is the TIFF being built (no raw staging file); resumed, it is byte
-/// for byte the file of an uninterrupted run, which is also the file a staged run writes
-/// (at a budget too small for a strip), and GDAL reads the values the .npy output has.
+/// for byte the file of an uninterrupted run, and GDAL reads the values the .npy output
+/// has. Below the budget its encoder needs, the run is refused (by `tilestream plan`
+/// too), never staged raw.
 /// The same for a pixel-interleaved output, whose tiles hold every band: the plan visits
 /// the bands of each row of tiles one after another, in tiles of rows dividing the TIFF's
 /// tile height.
@@ -715,17 +718,17 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
     let want = npy_data(&dir.path().join("want.npy"));
     let raw_bytes = (bands * h * w * 4) as u64;
     // streamed at 2 MiB (a strip is 64x1100 f32, 275 KiB: within a quarter of the
-    // budget; 825 KiB with every band, within a quarter of 4 MiB) and staged at 830 KiB
-    // (the decode scratch of the input's 3x256x256 chunks takes 792 KiB of it, leaving
-    // no room for a tile being filled and one in flight), each killed after tiles 0, 3 and 7 (band: tiles of rows 25
-    // high) or 0, 5 and 11 (pixel: tiles of 32 rows, the bands of a row of tiles complete
-    // it after 6), then resumed
+    // budget; 825 KiB with every band, within a quarter of 4 MiB), killed after tiles 0,
+    // 3 and 7 (band: tiles of rows 25 high) or 0, 5 and 11 (pixel: tiles of 32 rows, the
+    // bands of a row of tiles complete it after 6), then resumed; refused at 830 KiB (the
+    // decode scratch of the input's 3x256x256 chunks takes 792 KiB of it, leaving no
+    // room for a tile being filled and one in flight; it was staged raw before)
     for (interleave, streamed_at, kills) in
         [("band", "2MiB", [0, 3, 7]), ("pixel", "4MiB", [0, 5, 11])]
     {
         let job = |out: &str, mem: &str| job(out, mem, interleave);
-        let mut files = Vec::new();
-        for (mem, streamed) in [(streamed_at, true), ("830KiB", false)] {
+        {
+            let mem = streamed_at;
             let out = p(&format!("o{mem}.tif"));
             crate::common::ok(
                 &job(&out, mem)
@@ -741,19 +744,15 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
                     let temps = temp_files(dir.path());
                     assert_eq!(temps.len(), 1, "{interleave} {mem} {kill}: {temps:?}");
                     let (_, head, len) = &temps[0];
-                    if streamed {
-                        assert_eq!(
-                            head.as_slice(),
-                            b"II*\0",
-                            "{interleave} {mem} {kill}: not a TIFF being built"
-                        );
-                        assert!(
-                            *len < raw_bytes,
-                            "{interleave} {mem} {kill}: {len} bytes, raw is {raw_bytes}"
-                        );
-                    } else {
-                        assert_eq!(*len, raw_bytes, "{interleave} {mem} {kill}: staged raw");
-                    }
+                    assert_eq!(
+                        head.as_slice(),
+                        b"II*\0",
+                        "{interleave} {mem} {kill}: not a TIFF being built"
+                    );
+                    assert!(
+                        *len < raw_bytes,
+                        "{interleave} {mem} {kill}: {len} bytes, raw is {raw_bytes}"
+                    );
                 });
                 assert!(
                     std::fs::read(&out).expect("read") == whole,
@@ -762,18 +761,25 @@ fn geotiff_outputs_stream_without_staging_and_resume_byte_identical() {
                 assert!(temp_files(dir.path()).is_empty());
                 std::fs::remove_file(&out).expect("rm");
             }
-            files.push(whole);
+            let out = dir.path().join("check.tif");
+            std::fs::write(&out, &whole).expect("write");
+            assert!(
+                gdal_read(&out, dir.path()) == want,
+                "{interleave}: GDAL reads other values"
+            );
+            std::fs::remove_file(&out).expect("rm");
         }
-        assert!(
-            files[0] == files[1],
-            "{interleave}: the streamed and the staged files differ"
+        // refused, not staged: by the run, and by `tilestream plan` before it
+        let small = job(&p("o830KiB.tif"), "830KiB");
+        let small: Vec<&str> = small.iter().map(String::as_str).collect();
+        crate::common::refused_to_stream(&small, dir.path());
+        let mut plan = vec!["plan"];
+        plan.extend(
+            small
+                .iter()
+                .filter(|a| **a != "--progress" && **a != "never"),
         );
-        let out = dir.path().join("check.tif");
-        std::fs::write(&out, &files[0]).expect("write");
-        assert!(
-            gdal_read(&out, dir.path()) == want,
-            "{interleave}: GDAL reads other values"
-        );
+        crate::common::refused_to_stream(&plan, dir.path());
     }
 }
 

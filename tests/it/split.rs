@@ -514,6 +514,56 @@ fn filter_tasks_with_halo_rows_stream_their_rows_into_a_zarr_store() {
 }
 
 #[test]
+fn element_wise_tasks_below_a_slab_of_chunks_stream_their_rows_in_boxes() {
+    // 200x1000 f32 in chunks of 64x100: a slab of chunks is 250 KiB, more than three
+    // quarters of 256 KiB hold with a chunk in flight, so each task's run goes in boxes
+    // along the store's chunks; below one chunk and one in flight it is refused
+    use tilestream::tensor::zarr::{ZarrCompression, ZarrWriteOptions};
+    use tilestream::tensor::{commit_zarr, create_zarr_for_rows};
+    let dir = tempfile::tempdir().unwrap();
+    let (h, w) = (200usize, 1000usize);
+    let src = dir.path().join("x.npy");
+    write_npy(&src, DType::F32, &[h, w], &data(DType::F32, h * w, 3));
+    let opts = ZarrWriteOptions {
+        chunks: Some(vec![64, 100]),
+        shard: None,
+        compression: ZarrCompression::Zstd(3),
+        memory: 1 << 20,
+    };
+    let one = dir.path().join("one.zarr");
+    engine(64 << 20)
+        .with_zarr_output(opts.clone())
+        .affine(&TensorFile::open(&src).unwrap(), &one, 2.0, 1.0, None)
+        .unwrap();
+    let dest = dir.path().join("split.zarr");
+    let tmp = create_zarr_for_rows(&dest, &[h, w], DType::F32, &opts).unwrap();
+    let (beside, watch) = watch_beside(&tmp);
+    let task = |budget: u64, (a, b): (u64, u64)| {
+        let input = TensorFile::open(&src).unwrap().rows(a..b).unwrap();
+        engine(budget)
+            .with_zarr_output(opts.clone())
+            .with_output_region(Some(OutRegion {
+                at_row: a,
+                skip_rows: 0,
+                rows: None,
+            }))
+            .with_progress(watch.clone())
+            .affine(&input, &tmp, 2.0, 1.0, None)
+    };
+    let msg = task(64 << 10, (0, 128)).unwrap_err().to_string();
+    assert!(
+        msg.contains("too small") && msg.contains("--memory"),
+        "{msg}"
+    );
+    for cut in [(128u64, 200u64), (0, 128)] {
+        task(256 << 10, cut).unwrap();
+    }
+    assert_eq!(*beside.lock().unwrap(), 0, "rows staged raw");
+    commit_zarr(&tmp, &dest).unwrap();
+    assert!(tree(&one) == tree(&dest), "the stores differ");
+}
+
+#[test]
 fn several_reductions_in_one_pass_give_the_partials_of_each() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.npy");

@@ -305,21 +305,14 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
     let temps = || temp_outputs(dir.path());
     run_ok(&job(&p("want.npy"), "64MiB"));
     let want = read_npy_data(&dir.path().join("want.npy"));
-    let raw_bytes = 3 * 300 * 1100 * 4;
     let mut stores = Vec::new();
     // streamed at 2 MiB (a slab is 64x1100 f32, 275 KiB, with chunks of 1x64x100 in
     // flight, 3 x 25 KiB: within a quarter of the budget) and at 1 MiB (within a half);
     // at 384 KiB (not even three quarters hold the 350 KiB) in boxes of whole chunks,
     // streamed too; at 256 KiB (no box of one chunk fits) in boxes that are pieces of
-    // one chunk, streamed; staged at 96 KiB (the encoder alone needs 100 KiB)
-    let budgets = [
-        ("2MiB", true),
-        ("1MiB", true),
-        ("384KiB", true),
-        ("256KiB", true),
-        ("96KiB", false),
-    ];
-    for (mem, streamed) in budgets {
+    // one chunk, streamed; refused at 96 KiB (the encoder alone needs 100 KiB; it was
+    // staged raw before)
+    for mem in ["2MiB", "1MiB", "384KiB", "256KiB"] {
         let out = dir.path().join(format!("o{mem}.zarr"));
         run_ok(&job(out.to_str().unwrap(), mem));
         let whole = tree(&out);
@@ -328,15 +321,10 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
         for kill in ["written:0:0", "written:0:4", "written:0:9"] {
             crate::common::kill_then_resume(&job(out.to_str().unwrap(), mem), kill, || {
                 let t = temps();
-                if streamed {
-                    // the empty file naming the run's output, and the store being built
-                    assert_eq!(t.len(), 2, "{mem} {kill}: {t:?}");
-                    assert!(!t[0].1 && t[0].2 == 0, "{mem} {kill}: {t:?}");
-                    assert!(t[1].1, "{mem} {kill}: {t:?}");
-                } else {
-                    assert_eq!(t.len(), 1, "{mem} {kill}: {t:?}");
-                    assert_eq!(t[0].2, raw_bytes, "{mem} {kill}: staged raw");
-                }
+                // the empty file naming the run's output, and the store being built
+                assert_eq!(t.len(), 2, "{mem} {kill}: {t:?}");
+                assert!(!t[0].1 && t[0].2 == 0, "{mem} {kill}: {t:?}");
+                assert!(t[1].1, "{mem} {kill}: {t:?}");
             });
             assert!(
                 tree(&out) == whole,
@@ -349,7 +337,12 @@ fn zarr_outputs_stream_without_staging_and_resume_identical() {
     }
     assert!(
         stores.iter().all(|s| *s == stores[0]),
-        "the streamed and the staged stores differ"
+        "the stores of different budgets differ"
+    );
+    let small = job(&p("o96KiB.zarr"), "96KiB");
+    crate::common::refused_to_stream(
+        &small.iter().map(String::as_str).collect::<Vec<_>>(),
+        dir.path(),
     );
     // a resume with other options stores every slab again: the store is the one an
     // uninterrupted run with those options writes (not zstd slabs under gzip metadata)

@@ -73,6 +73,35 @@ pub fn kill_then_resume(args: &[String], kill: &str, between: impl FnOnce()) {
 }
 
 /// Runs the binary, asserting success, and returns stdout.
+/// Runs the CLI with `args`, expecting the refusal of an output the budget cannot
+/// encode as it is written: exit code 2, one line naming `--memory`, and nothing left in
+/// `dir` but what was there before.
+pub fn refused_to_stream(args: &[&str], dir: &Path) {
+    let before = listing(dir);
+    let o = run(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    assert!(
+        err.contains("too small") && err.contains("--memory"),
+        "{args:?}: {err}"
+    );
+    assert_eq!(listing(dir), before, "{args:?} left files");
+}
+
+/// The names in `dir`, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
 pub fn ok(args: &[&str]) -> String {
     let o = run(args);
     assert!(
