@@ -430,7 +430,7 @@ impl Engine {
     /// the run writes it (a flat plan's, [`Engine::plan_writing`]; a box plan's cut along
     /// the output's chunks, [`outputs::StreamRoom::of_box`]); the output is then encoded
     /// as written when that room holds the encoder ([`OutputFile::with_tiff_stream`],
-    /// [`OutputFile::with_zarr_stream`]), else staged.
+    /// [`OutputFile::with_zarr_stream`]), else refused before anything is written.
     fn to_file_with(
         &self,
         journal: Option<Journal>,
@@ -455,7 +455,7 @@ impl Engine {
                     region,
                     shape,
                     dtype,
-                    self.zarr_out.clone(),
+                    &self.zarr_out,
                     budget,
                 )?;
                 // encoded as the run writes it when its plan set room aside for that (a

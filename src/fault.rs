@@ -5,8 +5,8 @@ use std::sync::OnceLock;
 
 /// Kills the process at once (SIGKILL) when the environment variable
 /// `TILESTREAM_FAULT_KILL_AT` names `point`: the fault injection the crash tests use to
-/// stop a run at exact places (after tile `written:P:I` of pass P, `staged` once a
-/// staged output's raw file is whole, `synced`, `renamed`, `dir-synced`). Unset, it
+/// stop a run at exact places (after tile `written:P:I` of pass P, `synced`, `renamed`,
+/// `dir-synced`). Unset, it
 /// costs one cached lookup.
 pub fn crash_point(point: impl FnOnce() -> String) {
     if armed(point) {

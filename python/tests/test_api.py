@@ -64,7 +64,9 @@ def test_every_input_format_reads_the_same(tmp_path):
     want = a.astype(np.float64).mean(axis=0)
     npy = ts.open(tmp_path / "a.npy")
     raw = ts.open(tmp_path / "a.raw", shape=a.shape, dtype=a.dtype)
-    tif = ts.convert(npy, tmp_path / "a.tif", memory="1MiB")
+    # a 512x512 tile of every band being filled (1.5 MiB) and one in flight: a GeoTIFF
+    # output is encoded as it is written, never staged raw
+    tif = ts.convert(npy, tmp_path / "a.tif", memory="6MiB")
     zarr = ts.convert(npy, tmp_path / "a.zarr", memory="1MiB", zarr_chunks="1x16x16")
     assert tif.format == "geotiff" and zarr.format == "zarr"
     assert tif.report.tiles >= 1
@@ -201,6 +203,13 @@ def test_exceptions_are_pythons_own(tmp_path):
     assert isinstance(e.value, MemoryError)
     assert e.value.smallest > 1024 and "smallest budget" in str(e.value)
     assert not (tmp_path / "g.npy").exists()
+    # an output the budget cannot encode as it writes it is refused, not staged raw: the
+    # message gives a bound, not the smallest budget that works
+    np.save(tmp_path / "w.npy", data((100, 8), "float32"))
+    with pytest.raises(ts.BudgetError) as e:
+        ts.matmul(tmp_path / "x.npy", tmp_path / "w.npy", tmp_path / "p.tif", memory="512KiB")
+    assert e.value.smallest is None and "as it is written" in str(e.value), str(e.value)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.npy", "w.npy", "x.npy"]
     with pytest.raises(TypeError):
         ts.cast(tmp_path / "x.npy", tmp_path / "c.npy", np.complex64)
     with pytest.raises(ValueError):

@@ -97,8 +97,20 @@ impl Array {
     /// Writes the array to `path` (`.npy` by extension, raw otherwise), atomically.
     ///
     /// # Errors
-    /// [`Error::Io`] if the file cannot be written.
+    /// [`Error::Invalid`] for a `.tif`/`.tiff` or `.zarr` path (an engine run writes
+    /// those, from a `.npy`); [`Error::Io`] if the file cannot be written.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        if matches!(
+            crate::tensor::OutFormat::of(path),
+            crate::tensor::OutFormat::GeoTiff | crate::tensor::OutFormat::Zarr
+        ) {
+            return Err(Error::invalid(format!(
+                "{}: Array::save writes .npy or raw files; save a .npy and convert it \
+                 (Engine::cast, `tilestream convert`) to write a GeoTIFF or Zarr store",
+                path.display()
+            )));
+        }
         let out = OutputFile::create(path, &self.shape, self.dtype)?;
         out.write_at(0, &self.data)?;
         out.finish()

@@ -145,7 +145,7 @@ impl Engine {
 
     /// [`Engine::plan_stencil`] of a run writing `out`: a GeoTIFF or Zarr output is
     /// encoded as the run writes it when the budget also holds its encoder (the boxes are
-    /// then cut along its chunks), else staged.
+    /// then cut along its chunks), else refused.
     ///
     /// # Errors
     /// As [`Engine::plan_stencil`].

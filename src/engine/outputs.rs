@@ -93,8 +93,11 @@ impl Engine {
     /// `output` set to be encoded as `format` says, with this engine's GeoTIFF or Zarr
     /// options (nothing to do for `.npy` and raw). A GeoTIFF or Zarr output is encoded
     /// as the run writes it when `stream_room` (what the plan set aside, see
-    /// [`Engine::to_file_with`]) holds what that needs, else staged raw and encoded at
-    /// the end.
+    /// [`Engine::to_file_with`]) holds what that needs.
+    ///
+    /// # Errors
+    /// [`BudgetError::CannotEncode`] when the room does not hold the encoder (outputs
+    /// are never staged raw to be encoded at the end); the format's refusals.
     pub(super) fn encoded_as(
         &self,
         output: OutputFile,
@@ -283,15 +286,15 @@ impl Engine {
         .into()
     }
 
-    /// Finishes `output`; a staged one is encoded with what the budget has left, reserved
-    /// for the time (tiles or chunks in flight).
+    /// Finishes `output`; a COG's overviews are built with what the budget has left,
+    /// reserved for the time.
     pub(super) fn finish_output(&self, mut output: OutputFile) -> Result<()> {
         // a streamed output is written: its encoder's memory goes to building a COG
         output.release_stream_memory();
-        let _encoding = if output.is_staged() || output.builds_cog() {
+        let _encoding = if output.builds_cog() {
             let free = self.budget.limit().saturating_sub(self.budget.reserved());
             output.set_encode_memory(free);
-            Some(self.budget.reserve("GeoTIFF/Zarr encoding", free)?)
+            Some(self.budget.reserve("COG overviews", free)?)
         } else {
             None
         };
@@ -302,8 +305,9 @@ impl Engine {
     /// the plan what encoding a GeoTIFF or Zarr output as it is written needs (a strip of
     /// tiles or a slab of chunks, and those in flight, within a quarter of the budget, or
     /// the smallest of a half and three quarters that holds it), so that the tiles do not
-    /// take that room; when the plan cannot hold it, the plan without it (the output is
-    /// then staged and encoded after the run). Other outputs: `plan` as it is.
+    /// take that room; when the plan cannot hold it, the plan without it
+    /// ([`Plan::output_bytes`] 0: an element-wise run then tries boxes along the output's
+    /// chunks, and others are refused). Other outputs: `plan` as it is.
     ///
     /// # Errors
     /// What `plan` returns.

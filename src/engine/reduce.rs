@@ -394,7 +394,7 @@ impl Engine {
             OutputFile::create_as(out, &array.shape, array.dtype, format)?.durable(self.durable);
         // the result is in memory: a GeoTIFF or Zarr output is encoded from it as it is
         // written, within what the budget has left besides it, when that holds a row of
-        // its tiles or chunks (else staged)
+        // its tiles or chunks (else refused)
         let free = (self.budget.limit())
             .saturating_sub(self.budget.reserved())
             .saturating_sub(array.data.len() as u64);

@@ -3,7 +3,7 @@
 //! that a reader over HTTP range requests finds every directory in the first bytes and
 //! each zoom level's tiles together.
 //!
-//! [`build`] runs after the run's GeoTIFF is complete (streamed or staged), within the
+//! [`build`] runs after the run's GeoTIFF is complete (streamed as it was written), within the
 //! memory the encoding may hold:
 //!
 //! 1. **Overviews, in one pass over the image.** The full-resolution tiles are decoded a

@@ -1,6 +1,6 @@
 //! The formats a tensor is stored in ([`Format`]), the ones an output can be written as
-//! ([`OutFormat`], chosen from the destination's extension or `--format`), how a staged
-//! output is encoded ([`Encode`]), and the `name[:level]` compression specs of both.
+//! ([`OutFormat`], chosen from the destination's extension or `--format`), and the
+//! `name[:level]` compression specs of both.
 
 use std::path::Path;
 
@@ -107,13 +107,4 @@ impl<'a, B: Fn() -> Error> CodecSpec<'a, B> {
     pub fn bad(&self) -> Error {
         (self.bad)()
     }
-}
-
-/// How a staged output is encoded when it is finished.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Encode {
-    /// A tiled GeoTIFF.
-    Tiff(geotiff::TiffWriteOptions),
-    /// A Zarr v3 store.
-    Zarr(zarr::ZarrWriteOptions),
 }

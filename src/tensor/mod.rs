@@ -32,7 +32,7 @@ mod read;
 mod window;
 
 pub(crate) use formats::CodecSpec;
-pub use formats::{Encode, Format, OutFormat};
+pub use formats::{Format, OutFormat};
 pub(crate) use output::dir_and_name;
 pub use output::{
     OutRegion, OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, commit_npy, commit_zarr,

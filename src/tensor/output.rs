@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::tiff_stream::{ChunkRun, TiffStream};
 use super::window::whole_pages;
 use super::zarr_stream::ZarrStream;
-use super::{Encode, OutFormat, checked_nbytes, file_len, geotiff, npy, own_files, zarr};
+use super::{OutFormat, checked_nbytes, file_len, geotiff, npy, own_files, zarr};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 
@@ -162,11 +162,11 @@ pub struct OutputFile {
     data_offset: u64,
     dtype: DType,
     shape: Vec<usize>,
-    /// Set when the destination is a GeoTIFF or a Zarr store: the data is staged raw in
-    /// `tmp`, then encoded by [`finish`](Self::finish).
-    encode: Option<Encode>,
+    /// The destination's format: a GeoTIFF or a Zarr store is written only through a
+    /// stream (`stream`), never staged raw.
+    format: OutFormat,
     /// Set when the run writes rows of an existing Zarr store (a cluster job's output):
-    /// its staged data goes into those rows' chunks instead of a store of its own.
+    /// its stream stores those rows' chunks instead of a store of its own.
     zarr_rows: Option<ZarrRows>,
     /// Set when the destination is a GeoTIFF or Zarr store encoded as the run writes it
     /// (no staging): the temporary file is the TIFF being built, or stays empty beside
@@ -175,8 +175,8 @@ pub struct OutputFile {
     /// True for an interrupted run's temporary output taken up by
     /// [`adopt`](Self::adopt).
     adopted: bool,
-    /// Memory the work in [`finish`](Self::finish) may hold (encoding a staged output,
-    /// building a COG's overviews).
+    /// Memory the work in [`finish`](Self::finish) may hold (building a COG's
+    /// overviews).
     finish_memory: u64,
 }
 
@@ -205,9 +205,11 @@ struct ZarrRows {
 
 impl OutputFile {
     /// Creates the temporary file for an output of `shape` and `dtype` at `dest`: `.npy`
-    /// (with header) if the name ends in `.npy`, a GeoTIFF (staged raw, encoded by
-    /// [`finish`](Self::finish) with default [`geotiff::TiffWriteOptions`]) if it ends in
-    /// `.tif`/`.tiff`, raw data otherwise.
+    /// (with header) if the name ends in `.npy`, raw data for other names but
+    /// `.tif`/`.tiff` and `.zarr`: a GeoTIFF or Zarr output must then be made a stream
+    /// ([`with_tiff_stream`](Self::with_tiff_stream),
+    /// [`with_zarr_stream`](Self::with_zarr_stream)), which encodes it as it is written;
+    /// [`finish`](Self::finish) refuses one that is not.
     ///
     /// # Errors
     /// [`Error::Io`] if the directory is missing or not writable, or the file cannot be
@@ -233,7 +235,7 @@ impl OutputFile {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
         }
-        let encode = default_encode(dest, shape, dtype, format)?;
+        check_encodable(dest, shape, dtype, format)?;
         let tmp = temp_beside(dest)?;
         let header = if format == OutFormat::Npy {
             npy::build_header(dtype, shape)
@@ -258,7 +260,7 @@ impl OutputFile {
             stream: None,
             adopted: false,
             finish_memory: 64 << 20,
-            encode,
+            format,
             zarr_rows: None,
         })
     }
@@ -323,11 +325,6 @@ impl OutputFile {
                 tmp.display()
             )));
         }
-        if format == OutFormat::Zarr && len == 0 {
-            // a run that stages takes it up as a raw output never written
-            file.set_len(header.len() as u64 + nbytes)
-                .map_err(|e| Error::io("size", tmp, e))?;
-        }
         Ok(OutputFile {
             durable: true,
             dest: dest.to_path_buf(),
@@ -342,7 +339,10 @@ impl OutputFile {
             stream: None,
             adopted: true,
             finish_memory: 64 << 20,
-            encode: default_encode(dest, shape, dtype, format)?,
+            format: {
+                check_encodable(dest, shape, dtype, format)?;
+                format
+            },
             zarr_rows: None,
         })
     }
@@ -352,30 +352,6 @@ impl OutputFile {
     #[must_use]
     pub fn is_region(&self) -> bool {
         matches!(self.tmp, Target::Region(_))
-    }
-
-    /// Makes this output a tiled GeoTIFF written as `opts` say: the run's data is staged
-    /// raw in the temporary file and encoded into compressed tiles by
-    /// [`finish`](Self::finish) (which needs the staged size again in free disk space
-    /// for a moment).
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] if the shape is not an image or the dtype has no TIFF form.
-    pub fn with_tiff(mut self, opts: geotiff::TiffWriteOptions) -> Result<Self> {
-        geotiff::image_dims(&self.shape)?;
-        geotiff::tiff_sample(self.dtype)?;
-        let nbytes = checked_nbytes(&self.dest, &self.shape, self.dtype)?;
-        if let Target::Temp(t) = &self.tmp
-            && file_len(t.as_file(), t.path())? != self.data_offset + nbytes
-        {
-            // an interrupted run's streamed TIFF, taken up by a run that stages: start over
-            t.as_file()
-                .set_len(0)
-                .and_then(|()| t.as_file().set_len(self.data_offset + nbytes))
-                .map_err(|e| Error::io("size", t.path(), e))?;
-        }
-        self.encode = Some(Encode::Tiff(opts));
-        Ok(self)
     }
 
     /// Makes this output a tiled GeoTIFF encoded as the run writes it, tile by tile
@@ -407,7 +383,6 @@ impl OutputFile {
             !self.adopted,
         )?;
         self.stream = Some(Streamed::Tiff(Box::new(stream)));
-        self.encode = None;
         Ok(self)
     }
 
@@ -415,8 +390,7 @@ impl OutputFile {
     /// (see [`ZarrStream`]), in a temporary directory beside the destination renamed
     /// into place by [`finish`](Self::finish); for rows of an existing store
     /// ([`zarr_region`](Self::zarr_region)), straight into that store
-    /// ([`ZarrStream::into_rows`]) instead of staged raw. The temporary file stays
-    /// empty. `memory` pays for the chunks being filled and those in flight
+    /// ([`ZarrStream::into_rows`]). The temporary file stays empty. `memory` pays for the chunks being filled and those in flight
     /// ([`ZarrStream::fit`]).
     ///
     /// # Errors
@@ -462,7 +436,6 @@ impl OutputFile {
             }
         };
         self.stream = Some(Streamed::Zarr(Box::new(stream)));
-        self.encode = None;
         Ok(self)
     }
 
@@ -530,20 +503,6 @@ impl OutputFile {
         }
     }
 
-    /// Makes this output a Zarr v3 store written as `opts` say (staged raw, encoded by
-    /// [`finish`](Self::finish) into a temporary directory renamed into place).
-    #[must_use]
-    pub fn with_zarr(mut self, opts: zarr::ZarrWriteOptions) -> Self {
-        if self.adopted
-            && let Some(dir) = self.stream_dir()
-        {
-            // an interrupted run streamed into a store this run does not take up
-            let _ = std::fs::remove_dir_all(dir);
-        }
-        self.encode = Some(Encode::Zarr(opts));
-        self
-    }
-
     /// The directory a streamed Zarr output of this temporary file is built in.
     fn stream_dir(&self) -> Option<PathBuf> {
         let Target::Temp(t) = &self.tmp else {
@@ -560,13 +519,6 @@ impl OutputFile {
         &self.dest
     }
 
-    /// True when the data is staged raw and encoded by [`finish`](Self::finish)
-    /// (GeoTIFF destinations).
-    #[must_use]
-    pub fn is_staged(&self) -> bool {
-        self.encode.is_some()
-    }
-
     /// Gives back the memory a streamed output holds for its unit in flight (once the
     /// run has written everything, before [`finish`](Self::finish)).
     pub fn release_stream_memory(&mut self) {
@@ -581,22 +533,16 @@ impl OutputFile {
     /// GeoTIFF (building its overviews).
     #[must_use]
     pub fn builds_cog(&self) -> bool {
-        match (&self.stream, &self.encode) {
-            (Some(Streamed::Tiff(s)), _) => s.options().cog.is_some(),
-            (_, Some(Encode::Tiff(o))) => o.cog.is_some(),
+        match &self.stream {
+            Some(Streamed::Tiff(s)) => s.options().cog.is_some(),
             _ => false,
         }
     }
 
-    /// Memory the encoding in [`finish`](Self::finish) may hold (and the building of a
-    /// COG's overviews).
+    /// Memory the work in [`finish`](Self::finish) may hold (building a COG's
+    /// overviews).
     pub fn set_encode_memory(&mut self, bytes: u64) {
         self.finish_memory = bytes;
-        match &mut self.encode {
-            Some(Encode::Tiff(t)) => t.memory = bytes,
-            Some(Encode::Zarr(z)) => z.memory = bytes,
-            None => {}
-        }
     }
 
     /// The temporary file the data goes to until [`finish`](Self::finish) (the file
@@ -754,77 +700,13 @@ impl OutputFile {
             Some(Streamed::Zarr(s)) => return s.finish(),
             None => {}
         }
-        let staged = tmp.as_file();
-        // the raw staging file is whole: the crash tests check that streamed outputs
-        // never get here
-        crate::fault::crash_point(|| "staged".into());
-        let off = self.data_offset;
-        let read = |at: u64, buf: &mut [u8]| {
-            staged
-                .read_exact_at(buf, off + at)
-                .map_err(|e| Error::io("read back", tmp.path(), e))
-        };
-        if let (Some(Encode::Zarr(opts)), Some(z)) = (&self.encode, &self.zarr_rows) {
-            let row_bytes = z.store_shape[1..]
-                .iter()
-                .map(|&d| d as u64)
-                .product::<u64>()
-                * self.dtype.size() as u64;
-            // store byte `at` is run byte `at - (at_row - skip_rows) * row_bytes`
-            let read_rows = |at: u64, buf: &mut [u8]| {
-                read(at + z.skip_rows * row_bytes - z.at_row * row_bytes, buf)
-            };
-            let rows = z.at_row as usize..(z.at_row + z.rows) as usize;
-            return zarr::write_store_rows(
-                &self.dest,
-                &z.store_shape,
-                self.dtype,
-                opts,
-                rows,
-                &read_rows,
-            );
-        }
-        match &self.encode {
-            Some(Encode::Tiff(opts)) => {
-                let encoded = temp_beside(&self.dest)?;
-                geotiff::write_tiled(
-                    encoded.as_file(),
-                    &self.dest,
-                    &self.shape,
-                    self.dtype,
-                    opts,
-                    &read,
-                )?;
-                drop(tmp);
-                let encoded = Self::cog_of(encoded, &self.dest, opts, self.finish_memory)?;
-                return Self::persist(encoded, &self.dest, self.durable);
-            }
-            Some(Encode::Zarr(opts)) => {
-                let (parent, name) = dir_and_name(&self.dest)?;
-                let dir = tempfile::Builder::new()
-                    .prefix(&format!(".{name}."))
-                    .suffix(TEMP_SUFFIX)
-                    .tempdir_in(&parent)
-                    .map_err(|e| Error::io("create a directory in", &parent, e))?;
-                // held while the store is written, so that `clean` leaves it alone
-                let lock_path = dir.path().join(".lock");
-                let held = own_files::open_own(&lock_path, true)?;
-                let _ = lock(&held);
-                zarr::write_store(dir.path(), &self.dest, &self.shape, self.dtype, opts, &read)?;
-                if std::fs::symlink_metadata(&self.dest).is_ok() {
-                    own_files::check_destination(&self.dest, OutFormat::Zarr)?;
-                    std::fs::remove_dir_all(&self.dest)
-                        .map_err(|e| Error::io("replace", &self.dest, e))?;
-                }
-                std::fs::rename(dir.path(), &self.dest)
-                    .map_err(|e| Error::io("rename the finished output to", &self.dest, e))?;
-                let _ = dir.keep();
-                // locked until it is in place: `clean` never takes it for a stale store
-                let lock_path = self.dest.join(".lock");
-                return std::fs::remove_file(&lock_path)
-                    .map_err(|e| Error::io("remove", &lock_path, e));
-            }
-            None => {}
+        if matches!(self.format, OutFormat::GeoTiff | OutFormat::Zarr) {
+            // never staged raw: `tmp` holds no encoded output (it goes with `tmp`)
+            return Err(Error::Internal(format!(
+                "{}: a GeoTIFF or Zarr output is encoded as it is written (a stream), and \
+                 this one was not: nothing is written",
+                self.dest.display()
+            )));
         }
         Self::persist(tmp, &self.dest, self.durable)
     }
@@ -884,27 +766,19 @@ impl OutputFile {
     }
 }
 
-/// The encoding `format` needs: GeoTIFF (checking that the shape is an image and the
-/// dtype has a TIFF form) or Zarr v3; none for `.npy` and raw.
-fn default_encode(
-    dest: &Path,
-    shape: &[usize],
-    dtype: DType,
-    format: OutFormat,
-) -> Result<Option<Encode>> {
+/// Checks that an output of `shape` and `dtype` can be written as `format`: a GeoTIFF
+/// needs an image shape and a dtype with a TIFF form, a Zarr store at least one
+/// dimension.
+fn check_encodable(dest: &Path, shape: &[usize], dtype: DType, format: OutFormat) -> Result<()> {
     if format == OutFormat::GeoTiff {
         geotiff::image_dims(shape)?;
         geotiff::tiff_sample(dtype)?;
-        return Ok(Some(Encode::Tiff(geotiff::TiffWriteOptions::default())));
     }
-    if format == OutFormat::Zarr {
-        if shape.is_empty() {
-            return Err(Error::invalid(format!(
-                "{}: a Zarr output needs at least one dimension",
-                dest.display()
-            )));
-        }
-        return Ok(Some(Encode::Zarr(zarr::ZarrWriteOptions::default())));
+    if format == OutFormat::Zarr && shape.is_empty() {
+        return Err(Error::invalid(format!(
+            "{}: a Zarr output needs at least one dimension",
+            dest.display()
+        )));
     }
-    Ok(None)
+    Ok(())
 }

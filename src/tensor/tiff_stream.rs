@@ -8,7 +8,7 @@
 //! appends it to the file, in the order the tiles completed, recording its offset. The
 //! directory, with the offsets table in tile order, goes after the last tile
 //! ([`TiffStream::finish`]). A run over a flat plan completes the tiles in file order,
-//! row of tiles after row of tiles: its file equals the staged writer's
+//! row of tiles after row of tiles: its file equals the writer of whole images'
 //! ([`super::tiff_write::write_tiled`]) byte for byte. A run over box tiles cut along the
 //! tile grid completes a box's tiles box by box: the same tiles, in the order of the
 //! boxes.
@@ -21,7 +21,7 @@
 //! A pixel-interleaved TIFF of several bands has tiles holding every band of their
 //! region: it streams when the run visits the bands of each position one after another
 //! (a flat plan whose `bands_inner` is set: one row of tiles fills at a time; a box plan
-//! whose `bands_together` is: the tiles of one box); otherwise it is staged.
+//! whose `bands_together` is: the tiles of one box); otherwise it is refused.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;

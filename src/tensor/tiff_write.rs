@@ -669,7 +669,8 @@ pub(crate) fn compress_tile(
 }
 
 /// Writes a tiled GeoTIFF to `dest` from little-endian C-order `(bands, height, width)`
-/// data that `read(at, buf)` reads by byte offset (the staged output of a run).
+/// data that `read(at, buf)` reads by byte offset (a patch in memory; the tests' oracle
+/// for the streamed writer).
 /// Tiles are compressed in parallel, a batch at a time within `opts.memory`, and
 /// appended in order; the directory goes at the end.
 ///

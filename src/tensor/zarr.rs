@@ -5,11 +5,11 @@
 //! array is sharded) a tile touches is decoded once, by tilestream's own bounded decoder
 //! ([`zarr_decode`]: bytes, transpose, zstd, gzip, blosc, crc32c, sharding).
 //!
-//! Writing ([`write_store`], through the `zarrs` crate): the run's data, staged raw, is cut into chunks that are
-//! encoded and stored in parallel (a batch at a time within the budget) into a store built
-//! in a temporary directory beside the destination, renamed into place once complete.
-//! Flat runs encode as they write instead ([`super::zarr_stream`], through
-//! [`encode_chunk_range`]).
+//! Writing (through the `zarrs` crate): runs encode a store's chunks as they complete
+//! them ([`super::zarr_stream`], through [`encode_chunk_range`]), into a store built in a
+//! temporary directory beside the destination and renamed into place once complete;
+//! nothing is staged raw. This module holds the layout ([`ZarrWriteOptions`],
+//! [`chunk_shapes`]) and the array handle they write through.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -322,7 +322,7 @@ impl std::str::FromStr for ZarrCompression {
     }
 }
 
-/// How [`write_store`] lays out a Zarr v3 array.
+/// How a Zarr v3 output is laid out: chunks, shards, compression.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ZarrWriteOptions {
     /// Chunk shape (`None`: 512 along the last two axes, 1 before them; 1 Mi elements for
@@ -422,43 +422,12 @@ pub fn chunk_shapes(
     Ok((inner, outer))
 }
 
-/// Writes a Zarr v3 array of `shape` and `dtype` into the (new, empty) directory `dir`
-/// from little-endian C-order data that `read(at, buf)` reads by byte offset. Chunks are
-/// encoded and stored in parallel, a batch at a time within `opts.memory`.
+/// Writes only `zarr.json` of the array of `shape` written as `opts` say into `dir`: the
+/// store that the tasks of a job split by rows fill (each streaming its rows' chunks).
 ///
 /// # Errors
 /// [`Error::Invalid`] for chunk or shard shapes that do not fit the array;
 /// [`Error::Io`]/[`Error::Format`] if `zarrs` fails to write.
-pub fn write_store(
-    dir: &Path,
-    dest: &Path,
-    shape: &[usize],
-    dtype: DType,
-    opts: &ZarrWriteOptions,
-    read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
-) -> Result<()> {
-    let (array, outer) = build_array(dir, dest, shape, dtype, opts)?;
-    array
-        .store_metadata()
-        .map_err(|e| zarr_err(dest, "cannot write zarr.json", &e))?;
-    let rows = shape[0].div_ceil(outer[0]);
-    encode_chunks(
-        &array,
-        dest,
-        shape,
-        dtype,
-        &outer,
-        opts.memory,
-        0..rows,
-        read,
-    )
-}
-
-/// Writes only `zarr.json` of the array [`write_store`] would write into `dir`: the store
-/// that the tasks of a job split by rows fill ([`write_store_rows`]).
-///
-/// # Errors
-/// As [`write_store`].
 pub fn create_store(
     dir: &Path,
     dest: &Path,
@@ -487,45 +456,7 @@ pub fn chunk_rows(opts: &ZarrWriteOptions, shape: &[usize], dtype: DType) -> Res
     Ok(outer.first().copied().unwrap_or(1))
 }
 
-/// Stores the chunks of rows `rows` of the array of `shape` in the store `dir` made by
-/// [`create_store`] with the same `opts`, from data that `read(at, buf)` reads by byte
-/// offset in the whole array (only offsets within those rows are asked for). `rows`
-/// must start on a chunk boundary and end on one or at the last row.
-///
-/// # Errors
-/// [`Error::Invalid`] for rows off the chunk grid; as [`write_store`] otherwise.
-pub fn write_store_rows(
-    dir: &Path,
-    shape: &[usize],
-    dtype: DType,
-    opts: &ZarrWriteOptions,
-    rows: std::ops::Range<usize>,
-    read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
-) -> Result<()> {
-    let (array, outer) = build_array(dir, dir, shape, dtype, opts)?;
-    let c = outer[0];
-    if rows.start % c != 0 || (rows.end % c != 0 && rows.end != shape[0]) || rows.end > shape[0] {
-        return Err(Error::invalid(format!(
-            "{}: rows {}..{} do not fall on its chunks of {c} rows",
-            dir.display(),
-            rows.start,
-            rows.end
-        )));
-    }
-    let grid_rows = rows.start / c..rows.end.div_ceil(c);
-    encode_chunks(
-        &array,
-        dir,
-        shape,
-        dtype,
-        &outer,
-        opts.memory,
-        grid_rows,
-        read,
-    )
-}
-
-/// The array handle [`write_store`] writes through (and its outer chunk shape).
+/// The array handle a store of `shape` written as `opts` say is written through (and its outer chunk shape).
 pub(crate) fn build_array(
     dir: &Path,
     dest: &Path,
@@ -578,29 +509,6 @@ pub(crate) fn build_array(
         .build(Arc::new(store), "/")
         .map_err(|e| zarr_err(dest, "cannot build the Zarr array", &e))?;
     Ok((array, outer))
-}
-
-/// Encodes and stores the chunks in rows `grid_rows` of the chunk grid (all of them
-/// along the other axes), a batch at a time within `memory`.
-#[allow(clippy::too_many_arguments)]
-fn encode_chunks(
-    array: &zarrs::array::Array<FilesystemStore>,
-    dest: &Path,
-    shape: &[usize],
-    dtype: DType,
-    outer: &[usize],
-    memory: u64,
-    grid_rows: std::ops::Range<usize>,
-    read: &(dyn Fn(u64, &mut [u8]) -> Result<()> + Sync),
-) -> Result<()> {
-    let per_grid_row: usize = shape
-        .iter()
-        .zip(outer)
-        .skip(1)
-        .map(|(&n, &c)| n.div_ceil(c))
-        .product();
-    let chunks = grid_rows.start * per_grid_row..grid_rows.end * per_grid_row;
-    encode_chunk_range(array, dest, shape, dtype, outer, memory, chunks, read)
 }
 
 /// Encodes and stores the outer chunks `chunks` (flat C-order indices into the chunk

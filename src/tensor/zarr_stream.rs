@@ -98,8 +98,8 @@ fn slab_axis(outer: &[usize]) -> usize {
 impl ZarrStream {
     /// Whether an output of `shape` written as `opts` say can be streamed within `room`
     /// bytes: the outer chunks being filled (`open` of them; `None`: a slab, which a
-    /// flat plan crosses) and at least one in flight, three times its size as the
-    /// staged encoder counts it. Returns the bytes the stream holds and the options to
+    /// flat plan crosses) and at least one in flight, three times its size (raw, encoded
+    /// and zarrs' working copy). Returns the bytes the stream holds and the options to
     /// create it with (their `memory` set to the chunks in flight, at most 16, so the
     /// figure does not depend on the machine).
     ///

@@ -197,7 +197,7 @@ fn cog_outputs_are_cogs_whose_overviews_match_gdaladdo() {
         };
         let args = cog_args(&cog, "6MiB");
         ts(&args.iter().map(String::as_str).collect::<Vec<_>>());
-        // the same file whatever the budget (streamed or staged, small or large batches)
+        // the same file whatever the budget (small or large batches)
         let cog2 = d.join(format!("{}.cog2.tif", c.name));
         let args = cog_args(&cog2, "1GiB");
         ts(&args.iter().map(String::as_str).collect::<Vec<_>>());

@@ -952,14 +952,6 @@ fn reduction_geotiff_outputs_are_encoded_without_staging() {
         );
         let want = npy_data(&dir.path().join("want.npy"));
         let out = p("m.tif");
-        // never staged: the kill point after a staged output's raw file is not reached
-        let o = crate::common::bin()
-            .args(job(&out))
-            .env("TILESTREAM_FAULT_KILL_AT", "staged")
-            .output()
-            .expect("run");
-        assert!(o.status.success(), "{shape} {interleave} {mem}: staged");
-        std::fs::remove_file(&out).expect("rm");
         let o = crate::common::bin()
             .args(job(&out))
             .env("TILESTREAM_FAULT_KILL_AT", "synced")
@@ -991,8 +983,7 @@ fn reduction_geotiff_outputs_are_encoded_without_staging() {
 /// pixel-interleaved output whose tiles hold every band, `gen` (values drawn for each
 /// position of a box's rows), `standardize`'s second pass (columns of the box's rows),
 /// and a budget below a box of one whole tile (boxes that are pieces of a tile, one
-/// tile's after another). Never staged (the kill point
-/// after a staged output's raw file is not reached); killed early and midway, the only
+/// tile's after another). Killed early and midway, the only
 /// temporary output is the TIFF being built; resumed, it is byte for byte the file of an
 /// uninterrupted run; GDAL reads the values of the same job written as .npy at a large
 /// budget.
@@ -1098,12 +1089,11 @@ fn element_wise_runs_below_a_row_of_tiles_stream_in_boxes() {
         let want = npy_data(std::path::Path::new(&want_path));
         let o = crate::common::bin()
             .args(job(&out, mem))
-            .env("TILESTREAM_FAULT_KILL_AT", "staged")
             .output()
             .expect("run");
         assert!(
             o.status.success(),
-            "{what}: staged, or failed: {}",
+            "{what}: failed: {}",
             String::from_utf8_lossy(&o.stderr)
         );
         let whole = std::fs::read(&out).expect("read");
@@ -1130,5 +1120,67 @@ fn element_wise_runs_below_a_row_of_tiles_stream_in_boxes() {
             assert!(temp_files(dir.path()).is_empty());
             std::fs::remove_file(&out).expect("rm");
         }
+    }
+}
+
+/// Runs that cannot encode their GeoTIFF or Zarr output as they write it within the
+/// budget are refused before they write anything (by `tilestream plan` too), never
+/// staged raw to be encoded later: a matmul (a flat plan with no box fallback) below a
+/// row of its output's tiles, a filter below a box one row tall and one tile wide.
+#[test]
+fn outputs_that_cannot_be_encoded_as_written_are_refused_not_staged() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = |n: &str| dir.path().join(n).to_str().expect("utf8").to_string();
+    for (name, shape) in [
+        ("x.npy", "2000x64"),
+        ("w.npy", "64x32"),
+        ("img.npy", "300x700"),
+    ] {
+        crate::common::ok(&["gen", &p(name), "--shape", shape, "--progress", "never"]);
+    }
+    let jobs: Vec<Vec<String>> = vec![
+        // a row of 512x512 f32 tiles (2000x32: 64 KiB) and one in flight (2 MiB)
+        vec![
+            "matmul",
+            &p("x.npy"),
+            &p("w.npy"),
+            &p("p.tif"),
+            "-m",
+            "1MiB",
+        ],
+        vec![
+            "matmul",
+            &p("x.npy"),
+            &p("w.npy"),
+            &p("p.zarr"),
+            "-m",
+            "200KiB",
+        ],
+        // a box one row tall, 512 columns wide, with its halo rows, and a tile in flight
+        vec![
+            "stencil",
+            &p("img.npy"),
+            &p("g.tif"),
+            "--filter",
+            "gaussian:sigma=2",
+            "-m",
+            "2MiB",
+        ],
+    ]
+    .into_iter()
+    .map(|v| v.into_iter().map(str::to_string).collect())
+    .collect();
+    for job in &jobs {
+        let mut run: Vec<&str> = job.iter().map(String::as_str).collect();
+        run.extend(["--progress", "never"]);
+        crate::common::refused_to_stream(&run, dir.path());
+        let mut plan = vec!["plan"];
+        plan.extend(job.iter().map(String::as_str));
+        crate::common::refused_to_stream(&plan, dir.path());
+        // and with room for the encoder, the same job runs
+        let mut big = run.clone();
+        let m = big.iter().position(|a| *a == "-m").expect("-m") + 1;
+        big[m] = "64MiB";
+        crate::common::ok(&big);
     }
 }

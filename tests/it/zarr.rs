@@ -264,8 +264,8 @@ fn temp_outputs(dir: &std::path::Path) -> Vec<(String, bool, u64)> {
 /// A Zarr output of a flat run is encoded as the run writes it when a quarter of the
 /// budget holds a slab of chunks: killed halfway, beside it are only the empty file that
 /// names the run's output and the store being built (no raw staging file); resumed, the
-/// store is file for file the one an uninterrupted run writes, which is also what a
-/// staged run writes (at a budget too small for a slab), with the values of the .npy.
+/// store is file for file the one an uninterrupted run writes, the same at every budget
+/// down to pieces of one chunk, with the values of the .npy; below, the run is refused.
 /// Needs no Python: tilestream reads its stores back itself.
 #[test]
 fn zarr_outputs_stream_without_staging_and_resume_identical() {

@@ -8,8 +8,7 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::{
-    Encode, OutRegion, OutputFile, TEMP_SUFFIX, Target, ZarrRows, checked_nbytes, dir_and_name,
-    temp_beside,
+    OutRegion, OutputFile, TEMP_SUFFIX, Target, ZarrRows, checked_nbytes, dir_and_name, temp_beside,
 };
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -87,27 +86,28 @@ impl OutputFile {
             stream: None,
             adopted: false,
             finish_memory: 64 << 20,
-            encode: None,
+            format: OutFormat::Npy,
             zarr_rows: None,
         })
     }
 
     /// Writes a run's output of `shape` and `dtype` into rows of the existing Zarr store
     /// `dest` (made by [`create_zarr_for_rows`] with the same `opts`), as `region` says:
-    /// the run's data is staged raw beside the store, and [`finish`](Self::finish) encodes
-    /// the chunks of those rows into it (the store's other chunks are not touched, its
-    /// `zarr.json` is not rewritten). The rows must fall on the store's chunks.
+    /// made a stream ([`with_zarr_stream`](Self::with_zarr_stream)), it stores the chunks
+    /// of those rows into it as the run completes them (the store's other chunks are not
+    /// touched, its `zarr.json` is not rewritten). The rows must fall on the store's
+    /// chunks.
     ///
     /// # Errors
     /// [`Error::Invalid`] if `dest` is not a Zarr store of `dtype` whose rows are the
-    /// output's rows and hold the region on its chunk grid; [`Error::Io`] if the staging
-    /// file cannot be made.
+    /// output's rows and hold the region on its chunk grid; [`Error::Io`] if the
+    /// temporary file naming the run's output cannot be made.
     pub fn zarr_region(
         dest: &Path,
         region: OutRegion,
         shape: &[usize],
         dtype: DType,
-        opts: zarr::ZarrWriteOptions,
+        opts: &zarr::ZarrWriteOptions,
         memory: u64,
     ) -> Result<Self> {
         let store = crate::tensor::TensorFile::open_zarr(dest)?;
@@ -118,7 +118,7 @@ impl OutputFile {
             .unwrap_or(run_rows.saturating_sub(region.skip_rows));
         let store_rows = info.shape.first().map_or(1, |&n| n as u64);
         // the chunks these options make must be the store's (and fit the budget)
-        let (inner, outer) = zarr::chunk_shapes(&opts, &info.shape, dtype, memory)?;
+        let (inner, outer) = zarr::chunk_shapes(opts, &info.shape, dtype, memory)?;
         let compressor = match opts.compression {
             zarr::ZarrCompression::None => None,
             zarr::ZarrCompression::Zstd(_) => Some("zstd"),
@@ -165,10 +165,8 @@ impl OutputFile {
             )));
         }
         let nbytes = checked_nbytes(dest, shape, dtype)?;
+        // an empty file naming the run's output: the stream stores the rows' chunks
         let tmp = temp_beside(dest)?;
-        tmp.as_file()
-            .set_len(nbytes)
-            .map_err(|e| Error::io("size", tmp.path(), e))?;
         Ok(OutputFile {
             durable: true,
             dest: dest.to_path_buf(),
@@ -180,7 +178,7 @@ impl OutputFile {
             stream: None,
             adopted: false,
             finish_memory: 64 << 20,
-            encode: Some(Encode::Zarr(opts)),
+            format: OutFormat::Zarr,
             zarr_rows: Some(ZarrRows {
                 store_shape: info.shape.clone(),
                 at_row: region.at_row,
