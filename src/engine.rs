@@ -450,14 +450,8 @@ impl Engine {
             // the file (a temporary name) is checked to be a `.npy` by its content
             (None, Some(region)) if out.join("zarr.json").is_file() => {
                 let budget = self.budget.limit();
-                let rows = OutputFile::zarr_region(
-                    out,
-                    region,
-                    shape,
-                    dtype,
-                    &self.zarr_out,
-                    budget,
-                )?;
+                let rows =
+                    OutputFile::zarr_region(out, region, shape, dtype, &self.zarr_out, budget)?;
                 // encoded as the run writes it when its plan set room aside for that (a
                 // box plan's chunks are the store's: sized on its shape)
                 let store = TensorFile::open_zarr(out)?;

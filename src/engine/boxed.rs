@@ -128,51 +128,63 @@ impl Engine {
         }
         // (each compressed file counted once, however many streams read it)
         let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
-        let (mut resident_bytes, mut resident_what) =
-            super::decode_scratch(self.budget.limit(), &files);
-        if held.0 > 0 {
-            super::hold(
-                &mut resident_bytes,
-                &mut resident_what,
-                held.0,
-                held.1.to_string(),
-            );
-        }
-        let req = BoxRequest {
-            what: format!("{} (in boxes along the output's chunks)", flat.what),
-            dims,
-            in_bytes: inputs.iter().map(|s| s.file.dtype().size() as u64).sum(),
-            out_bytes: dtype.size() as u64,
-            halo_rows: Halo::default(),
-            halo_cols: Halo::default(),
-            boundary: Boundary::Nearest,
-            scratch: Scratch::default(),
-            // every input's window has its page slack, beyond what one window counts
-            resident_bytes: resident_bytes
-                + self.depth as u64 * inputs.len() as u64 * 2 * crate::tensor::page_size(),
-            resident_what: if resident_what.is_empty() {
-                "page slack of each input's windows".to_string()
-            } else {
-                format!("{resident_what}, page slack of each input's windows")
-            },
-            depth: self.depth,
-            budget: self.budget.limit(),
-            max_tile_bytes: self.max_tile_bytes,
-            cuts: Cuts::Auto { prefer_rows: true },
-            out: OutMap::Same,
-            out_chunks: None,
-        };
-        // the first encoder (chunks in flight: many, then one) whose boxes fit, else the
-        // refusal of the last (the output is not staged raw instead)
+        let has_chunked = files.iter().any(|f| f.chunked().is_some());
         let mut refused = None;
-        for c in candidates {
-            match BoxPlan::new(&BoxRequest {
-                out_chunks: Some(c),
-                ..req.clone()
-            }) {
-                Ok(p) if p.cut_along_out_chunks() => return Ok(Some(p)),
-                Ok(_) => {}
-                Err(e) => refused = Some(e),
+        // the compressed inputs' decode scratch sized from the whole budget, else from a
+        // quarter of it, else the least (one chunk at a time, no cache), so that the
+        // encoder has room: the files keep the sizing of the plan returned
+        let limit = self.budget.limit();
+        let scratch_limits: &[u64] = if has_chunked {
+            &[limit, limit / 4, 0]
+        } else {
+            &[limit]
+        };
+        for &scratch_limit in scratch_limits {
+            let (mut resident_bytes, mut resident_what) =
+                super::decode_scratch(scratch_limit, &files);
+            if held.0 > 0 {
+                super::hold(
+                    &mut resident_bytes,
+                    &mut resident_what,
+                    held.0,
+                    held.1.to_string(),
+                );
+            }
+            let req = BoxRequest {
+                what: format!("{} (in boxes along the output's chunks)", flat.what),
+                dims,
+                in_bytes: inputs.iter().map(|s| s.file.dtype().size() as u64).sum(),
+                out_bytes: dtype.size() as u64,
+                halo_rows: Halo::default(),
+                halo_cols: Halo::default(),
+                boundary: Boundary::Nearest,
+                scratch: Scratch::default(),
+                // every input's window has its page slack, beyond what one window counts
+                resident_bytes: resident_bytes
+                    + self.depth as u64 * inputs.len() as u64 * 2 * crate::tensor::page_size(),
+                resident_what: if resident_what.is_empty() {
+                    "page slack of each input's windows".to_string()
+                } else {
+                    format!("{resident_what}, page slack of each input's windows")
+                },
+                depth: self.depth,
+                budget: limit,
+                max_tile_bytes: self.max_tile_bytes,
+                cuts: Cuts::Auto { prefer_rows: true },
+                out: OutMap::Same,
+                out_chunks: None,
+            };
+            // the first encoder (chunks in flight: many, then one) whose boxes fit, else
+            // the refusal of the last (the output is not staged raw instead)
+            for c in &candidates {
+                match BoxPlan::new(&BoxRequest {
+                    out_chunks: Some(c.clone()),
+                    ..req.clone()
+                }) {
+                    Ok(p) if p.cut_along_out_chunks() => return Ok(Some(p)),
+                    Ok(_) => {}
+                    Err(e) => refused = Some(e),
+                }
             }
         }
         match refused {

@@ -1184,3 +1184,33 @@ fn outputs_that_cannot_be_encoded_as_written_are_refused_not_staged() {
         crate::common::ok(&big);
     }
 }
+
+/// A compressed input's decode scratch gives way to the output's encoder: converting a
+/// 3-band LZW GeoTIFF in 256x256 tiles (384 KiB decoded each) to a Zarr store of 512x512
+/// chunks (one being filled and one in flight: 2 MiB) at 4 MiB, where a slab of chunks
+/// does not fit and the decode scratch sized from the budget (2 MiB) leaves no room for
+/// the encoder, runs in boxes along the chunks with one input tile decoded at a time and
+/// no cache (`tilestream plan` says so), and the store holds the input's values.
+#[test]
+fn a_compressed_input_decodes_one_chunk_at_a_time_to_leave_the_encoder_room() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bands, h, w) = (3, 1000, 1860);
+    let data = pattern("u16", bands, h, w);
+    let raw = envi(dir.path(), "src", 12, bands, h, w, &data);
+    let src = dir.path().join("src.tif");
+    gdal_tif(&raw, &src, &["TILED=YES", "COMPRESS=LZW"]);
+    let s = src.to_str().expect("utf8");
+    let out = dir.path().join("o.zarr");
+    let o = out.to_str().expect("utf8");
+    let plan = ts(&["plan", "convert", s, o, "-m", "4MiB"]);
+    assert!(
+        plan.contains("in boxes along the output's chunks")
+            && plan.contains("1 at a time")
+            && plan.contains("no chunk cache"),
+        "{plan}"
+    );
+    ts(&["convert", s, o, "-m", "4MiB"]);
+    let back = dir.path().join("back.npy");
+    ts(&["convert", o, back.to_str().expect("utf8")]);
+    assert!(npy_data(&back) == data, "the store holds other values");
+}
