@@ -122,10 +122,23 @@ impl Workflow {
                 let refs: Vec<(&str, &TensorFile)> =
                     named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
                 let dtype = &Self::map_dtype(*dtype, like, files)?;
-                let (_, _, shape, default) = Engine::bind(expr, &refs)?;
+                let (_, streams, shape, default) = Engine::bind(expr, &refs)?;
                 let od = dtype.unwrap_or(default);
                 let p = flat(&shape, od, &|| e.plan_map(expr, &refs, *dtype))?;
-                (p.to_string(), shape, od)
+                // as the run: in boxes along the output's chunks when the flat plan cannot
+                // encode it as it writes it, refused when neither can
+                let boxes = match dest {
+                    Some(d) => e.elementwise_boxes(&p, &streams, d, &shape, od)?,
+                    None => None,
+                };
+                let text = match (boxes, dest) {
+                    (Some(b), _) => b.to_string(),
+                    (None, Some(d)) if p.output_bytes == 0 && e.encodes(d) => {
+                        return Err(e.cannot_stream(d, &shape, od, None));
+                    }
+                    (None, _) => p.to_string(),
+                };
+                (text, shape, od)
             }
             Job::Reduce {
                 input,
@@ -168,6 +181,13 @@ impl Workflow {
                 let c = crate::ops::matmul::compute_dtype(xf.dtype(), wf.dtype());
                 let (shape, od) = (vec![xf.shape()[0], wf.shape()[1]], dtype.unwrap_or(c));
                 let p = flat(&shape, od, &|| e.plan_matmul(xf, wf, *dtype))?;
+                if let Some(d) = dest
+                    && p.output_bytes == 0
+                    && e.encodes(d)
+                {
+                    // refused as the run refuses it (no box fallback for matmul)
+                    return Err(e.cannot_stream(d, &shape, od, None));
+                }
                 (p.to_string(), shape, od)
             }
             Job::Standardize { input, dtype, .. } => {

@@ -289,3 +289,66 @@ twice = "out/twice.tif"
     }
     assert!(!blur.exists() && !twice.exists());
 }
+
+/// A dry run plans a `map` step whose flat plan cannot encode its GeoTIFF output as it
+/// writes it as the run does: in boxes along the output's tiles (what `tilestream plan`
+/// shows); below a box of one tile it refuses, as the run does, and nothing is written.
+#[test]
+fn a_dry_run_plans_a_step_below_a_row_of_tiles_as_the_run_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&["gen", p(&d.join("x.npy")), "--shape", "700x900"]);
+    std::fs::create_dir_all(d.join("out")).unwrap();
+    let file = d.join("pipe.toml");
+    let pipe = |memory: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "memory = \"{memory}\"\n[inputs]\nx = \"x.npy\"\n\n[[steps]]\nop = \"map\"\n\
+                 expr = \"x * 2\"\ndtype = \"f32\"\nout = \"twice\"\n\n[outputs]\n\
+                 twice = \"out/twice.tif\"\n"
+            ),
+        )
+        .unwrap();
+    };
+    // 512 KiB: three quarters do not hold a row of 128x128 tiles (450 KiB) and one in
+    // flight (128 KiB)
+    pipe("512KiB");
+    let plan = ok(&["run", p(&file), "--dry-run", "--tiff-tile", "128"]);
+    let xin = format!("x={}", p(&d.join("x.npy")));
+    let twice = d.join("out/twice.tif");
+    let want = ok(&[
+        "plan",
+        "map",
+        "x * 2",
+        p(&twice),
+        "--in",
+        &xin,
+        "--dtype",
+        "f32",
+        "--memory",
+        "512KiB",
+        "--tiff-tile",
+        "128",
+    ]);
+    let want = want.trim_end();
+    assert!(
+        want.contains("in boxes along the output's chunks"),
+        "{want}"
+    );
+    assert!(plan.contains(want), "the dry run:\n{plan}\nlacks:\n{want}");
+    // 128 KiB: not even a box one tile wide with a tile in flight
+    pipe("128KiB");
+    for dry in [true, false] {
+        let mut args = vec!["run", p(&file), "--tiff-tile", "128"];
+        if dry {
+            args.push("--dry-run");
+        }
+        let o = run(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains("too small") && err.contains("twice"), "{err}");
+    }
+    assert!(!twice.exists());
+    assert_eq!(std::fs::read_dir(d.join("out")).unwrap().count(), 0);
+}
