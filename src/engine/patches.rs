@@ -93,6 +93,26 @@ fn patch_starts(n: usize, spec: PatchSpec, axis: &str) -> Result<Vec<(i64, usize
     Ok(starts)
 }
 
+/// The tile side of a GeoTIFF patch of `size`: no larger than the patch (rounded up to
+/// TIFF's multiple of 16).
+fn patch_tile(opts: &crate::tensor::geotiff::TiffWriteOptions, size: usize) -> usize {
+    opts.tile.min(size.div_ceil(16) * 16)
+}
+
+/// Bytes the encoder of a GeoTIFF patch of `size` (`bands` of `es` bytes) holds: twice
+/// the patch (tiles raw and compressed, a batch at a time), at least two of its tiles,
+/// every band deep.
+fn patch_encoder_bytes(
+    opts: &crate::tensor::geotiff::TiffWriteOptions,
+    size: usize,
+    bands: usize,
+    es: u64,
+) -> u64 {
+    let t = patch_tile(opts, size) as u64;
+    let patch = (size * size * bands) as u64 * es;
+    2 * patch.max(t * t * bands as u64 * es)
+}
+
 impl Engine {
     /// Plans cutting an image into patches.
     ///
@@ -100,6 +120,20 @@ impl Engine {
     /// [`Error::Invalid`] for a bad spec or input; [`Error::Budget`] if one patch does not
     /// fit.
     pub fn plan_patches(&self, input: &TensorFile, spec: PatchSpec) -> Result<BoxPlan> {
+        self.plan_patches_as(input, spec, PatchFormat::Npy)
+    }
+
+    /// [`Engine::plan_patches`] of patches written in `format`: a GeoTIFF patch's
+    /// encoder (its tiles raw and compressed, [`patch_encoder_bytes`]) is held too.
+    ///
+    /// # Errors
+    /// As [`Engine::plan_patches`].
+    pub fn plan_patches_as(
+        &self,
+        input: &TensorFile,
+        spec: PatchSpec,
+        format: PatchFormat,
+    ) -> Result<BoxPlan> {
         let dims = image_dims(input, "tiles")?;
         if spec.size == 0 || spec.overlap >= spec.size {
             return Err(Error::Invalid(format!(
@@ -166,6 +200,14 @@ impl Engine {
             patches * 96,
             "patch index".to_string(),
         );
+        if format == PatchFormat::GeoTiff {
+            super::hold(
+                &mut req.resident_bytes,
+                &mut req.resident_what,
+                patch_encoder_bytes(&self.tiff_out, spec.size, dims[0], es),
+                "GeoTIFF encoding of a patch (its tiles raw and compressed)".to_string(),
+            );
+        }
         Ok(BoxPlan::new(&req)?)
     }
 
@@ -214,7 +256,7 @@ impl Engine {
                  without overviews: leave --cog out",
             ));
         }
-        let plan = self.plan_patches(input, spec)?;
+        let plan = self.plan_patches_as(input, spec, format)?;
         let bands = plan.dims[0];
         std::fs::create_dir_all(outdir).map_err(|e| Error::io("create directory", outdir, e))?;
         let index_path = outdir.join("index.csv");
@@ -278,12 +320,12 @@ impl Engine {
                     }
                     PatchFormat::GeoTiff => {
                         let mut opts = self.tiff_out.clone();
-                        // tiles no larger than the patch (rounded up to TIFF's 16)
-                        opts.tile = opts.tile.min(spec.size.div_ceil(16) * 16);
+                        opts.tile = patch_tile(&opts, spec.size);
                         opts.georef = input
                             .georef()
                             .map(|g| g.shifted(tile.r0 as f64, tile.c0 as f64));
-                        opts.memory = 2 * patch.len() as u64;
+                        // what the plan holds for it
+                        opts.memory = patch_encoder_bytes(&opts, spec.size, bands, es as u64);
                         let f = std::fs::File::create(&path)
                             .map_err(|e| Error::io("create", &path, e))?;
                         let read = |at: u64, buf: &mut [u8]| {

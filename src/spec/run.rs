@@ -160,6 +160,7 @@ impl Engine {
                 size,
                 overlap,
                 edge,
+                patch_format,
                 ..
             } => {
                 let spec = PatchSpec {
@@ -167,7 +168,11 @@ impl Engine {
                     overlap: *overlap,
                     edge: edge.parse::<Edge>()?,
                 };
-                return Ok(SpecPlan::Box(self.plan_patches(&input.open()?, spec)?));
+                return Ok(SpecPlan::Box(self.plan_patches_as(
+                    &input.open()?,
+                    spec,
+                    patch_format.parse()?,
+                )?));
             }
             OpSpec::Map {
                 expr,

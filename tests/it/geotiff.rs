@@ -500,6 +500,29 @@ fn geotiff_patches_are_each_georeferenced_at_their_own_origin() {
         "-m",
         "8MiB",
     ]);
+    // the plan holds each patch's encoder (tiles raw and compressed), only for GeoTIFF
+    let plan = |format: &str| {
+        ts(&[
+            "plan",
+            "tiles",
+            scene.to_str().expect("utf8"),
+            out.to_str().expect("utf8"),
+            "--size",
+            "64",
+            "--overlap",
+            "8",
+            "--patch-format",
+            format,
+            "-m",
+            "8MiB",
+        ])
+    };
+    assert!(
+        plan("tif").contains("GeoTIFF encoding of a patch"),
+        "{}",
+        plan("tif")
+    );
+    assert!(!plan("npy").contains("GeoTIFF encoding"), "{}", plan("npy"));
     let index = std::fs::read_to_string(out.join("index.csv")).expect("index");
     let mut n = 0;
     for line in index.lines().skip(1) {
