@@ -55,7 +55,37 @@ impl Engine {
         cuts: Cuts,
         out: OutMap,
     ) -> BoxRequest {
-        let (resident_bytes, resident_what) = super::decode_scratch(self.budget.limit(), &[input]);
+        self.box_request_at(
+            self.budget.limit(),
+            input,
+            what,
+            dims,
+            (in_bytes, out_bytes),
+            halos,
+            boundary,
+            scratch,
+            cuts,
+            out,
+        )
+    }
+
+    /// [`Engine::box_request`] with the compressed input's decode scratch sized from
+    /// `scratch_limit` instead of the budget ([`Engine::scratch_giving_way`]).
+    #[allow(clippy::too_many_arguments)]
+    fn box_request_at(
+        &self,
+        scratch_limit: u64,
+        input: &TensorFile,
+        what: String,
+        dims: [usize; 3],
+        (in_bytes, out_bytes): (u64, u64),
+        halos: (Halo, Halo),
+        boundary: Boundary,
+        scratch: Scratch,
+        cuts: Cuts,
+        out: OutMap,
+    ) -> BoxRequest {
+        let (resident_bytes, resident_what) = super::decode_scratch(scratch_limit, &[input]);
         BoxRequest {
             what,
             dims,
@@ -74,6 +104,34 @@ impl Engine {
             out,
             out_chunks: None,
         }
+    }
+
+    /// The plan `attempt` makes with the compressed input's decode scratch sized from
+    /// the budget; when that is refused and the run encodes its output as it writes it
+    /// (`encoded`), from a quarter of the budget, then the least (one chunk at a time, no
+    /// cache), so that the encoder has room: the first that plans (the file keeps that
+    /// sizing), else the last refusal.
+    ///
+    /// # Errors
+    /// What `attempt` returns with the least scratch.
+    fn scratch_giving_way(
+        &self,
+        input: &TensorFile,
+        encoded: bool,
+        attempt: impl Fn(u64) -> Result<BoxPlan>,
+    ) -> Result<BoxPlan> {
+        let limit = self.budget.limit();
+        let mut planned = attempt(limit);
+        if !encoded || input.chunked().is_none() {
+            return planned;
+        }
+        for less in [limit / 4, 0] {
+            if planned.is_ok() {
+                break;
+            }
+            planned = attempt(less);
+        }
+        planned
     }
 
     pub(super) fn hooks(&self) -> Hooks<'_> {
@@ -158,44 +216,47 @@ impl Engine {
     ) -> Result<BoxPlan> {
         let dims = image_dims(input, "stencil")?;
         let od = dtype.unwrap_or(input.dtype());
-        let mut req = self.box_request(
-            input,
-            format!(
-                "{} ({} boundary) of {} {} -> {od}",
-                stencil.filter,
-                stencil.boundary,
-                fmt_shape(input.shape()),
-                input.dtype()
-            ),
-            dims,
-            input.dtype().size() as u64,
-            od.size() as u64,
-            stencil.halos(),
-            stencil.boundary,
-            stencil.scratch(input.dtype()),
-            Cuts::Auto { prefer_rows: true },
-            OutMap::Same,
-        );
-        if let crate::ops::stencil::Filter::Convolve { weights, .. } = &stencil.filter {
-            super::hold(
-                &mut req.resident_bytes,
-                &mut req.resident_what,
-                16 * weights.len() as u64,
-                "convolution kernel".to_string(),
-            );
-        }
         let (ind, limit) = (input.dtype(), self.device_limit());
         let out_chunks = out.map_or_else(Vec::new, |o| {
             self.box_out_chunks(o, input.shape(), od, false)
         });
-        along_out_chunks(req, out_chunks, |req| {
-            fit_device(req, limit, |plan| {
-                StencilProgram::new(stencil, plan, ind, od).map_or(0, |p| {
-                    let (lane, weights) = p.device_bytes(plan.tile);
-                    plan.depth.max(1) as u64 * lane + weights
+        let attempt = |scratch_limit: u64| {
+            let mut req = self.box_request_at(
+                scratch_limit,
+                input,
+                format!(
+                    "{} ({} boundary) of {} {} -> {od}",
+                    stencil.filter,
+                    stencil.boundary,
+                    fmt_shape(input.shape()),
+                    input.dtype()
+                ),
+                dims,
+                (input.dtype().size() as u64, od.size() as u64),
+                stencil.halos(),
+                stencil.boundary,
+                stencil.scratch(input.dtype()),
+                Cuts::Auto { prefer_rows: true },
+                OutMap::Same,
+            );
+            if let crate::ops::stencil::Filter::Convolve { weights, .. } = &stencil.filter {
+                super::hold(
+                    &mut req.resident_bytes,
+                    &mut req.resident_what,
+                    16 * weights.len() as u64,
+                    "convolution kernel".to_string(),
+                );
+            }
+            along_out_chunks(req, out_chunks.clone(), |req| {
+                fit_device(req, limit, |plan| {
+                    StencilProgram::new(stencil, plan, ind, od).map_or(0, |p| {
+                        let (lane, weights) = p.device_bytes(plan.tile);
+                        plan.depth.max(1) as u64 * lane + weights
+                    })
                 })
             })
-        })
+        };
+        self.scratch_giving_way(input, !out_chunks.is_empty(), attempt)
     }
 
     /// The device budget when a GPU computes.
@@ -289,32 +350,35 @@ impl Engine {
     pub fn plan_transpose_to(&self, input: &TensorFile, out: Option<&Path>) -> Result<BoxPlan> {
         let dims = image_dims(input, "transpose")?;
         let es = input.dtype().size() as u64;
-        let req = self.box_request(
-            input,
-            format!(
-                "transpose of the last two axes of {} {}",
-                fmt_shape(input.shape()),
-                input.dtype()
-            ),
-            dims,
-            es,
-            es,
-            (Halo::default(), Halo::default()),
-            Boundary::Nearest,
-            Scratch::default(),
-            Cuts::Auto { prefer_rows: false },
-            OutMap::Transposed,
-        );
         let out_chunks = out.map_or_else(Vec::new, |o| {
             self.box_out_chunks(o, &transposed_shape(input.shape()), input.dtype(), true)
         });
         let limit = self.device_limit();
-        along_out_chunks(req, out_chunks, |req| {
-            fit_device(req, limit, |plan| {
-                // each lane: a staged window and a transposed block
-                plan.depth.max(1) as u64 * (plan.window_bytes + plan.out_slot_elems * es)
+        let attempt = |scratch_limit: u64| {
+            let req = self.box_request_at(
+                scratch_limit,
+                input,
+                format!(
+                    "transpose of the last two axes of {} {}",
+                    fmt_shape(input.shape()),
+                    input.dtype()
+                ),
+                dims,
+                (es, es),
+                (Halo::default(), Halo::default()),
+                Boundary::Nearest,
+                Scratch::default(),
+                Cuts::Auto { prefer_rows: false },
+                OutMap::Transposed,
+            );
+            along_out_chunks(req, out_chunks.clone(), |req| {
+                fit_device(req, limit, |plan| {
+                    // each lane: a staged window and a transposed block
+                    plan.depth.max(1) as u64 * (plan.window_bytes + plan.out_slot_elems * es)
+                })
             })
-        })
+        };
+        self.scratch_giving_way(input, !out_chunks.is_empty(), attempt)
     }
 
     /// Writes the transpose of the last two axes of a rank-2 or rank-3 array to `out`,

@@ -1213,7 +1213,9 @@ fn outputs_that_cannot_be_encoded_as_written_are_refused_not_staged() {
 /// chunks (one being filled and one in flight: 2 MiB) at 4 MiB, where a slab of chunks
 /// does not fit and the decode scratch sized from the budget (2 MiB) leaves no room for
 /// the encoder, runs in boxes along the chunks with one input tile decoded at a time and
-/// no cache (`tilestream plan` says so), and the store holds the input's values.
+/// no cache (`tilestream plan` says so), and the store holds the input's values; a
+/// gaussian and a transpose of it into Zarr stores at 4 MiB too, with the values of the
+/// same jobs over the .npy.
 #[test]
 fn a_compressed_input_decodes_one_chunk_at_a_time_to_leave_the_encoder_room() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1236,4 +1238,49 @@ fn a_compressed_input_decodes_one_chunk_at_a_time_to_leave_the_encoder_room() {
     let back = dir.path().join("back.npy");
     ts(&["convert", o, back.to_str().expect("utf8")]);
     assert!(npy_data(&back) == data, "the store holds other values");
+    // a filter and a transpose the same way (their boxes along the store's chunks), equal
+    // to the same jobs from the .npy at 64 MiB
+    let npy = dir.path().join("src.npy");
+    ts(&["convert", s, npy.to_str().expect("utf8")]);
+    let n = npy.to_str().expect("utf8");
+    for (i, job) in [
+        vec!["stencil", "IN", "OUT", "--filter", "gaussian:sigma=1"],
+        vec!["transpose", "IN", "OUT"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let args = |input: &str, out: &str, mem: &str| -> Vec<String> {
+            let mut v: Vec<String> = job
+                .iter()
+                .map(|a| match *a {
+                    "IN" => input.to_string(),
+                    "OUT" => out.to_string(),
+                    a => a.to_string(),
+                })
+                .collect();
+            v.extend(["-m".to_string(), mem.to_string()]);
+            v
+        };
+        let small = dir.path().join(format!("small{i}.zarr"));
+        let want = dir.path().join(format!("want{i}.npy"));
+        let got = dir.path().join(format!("got{i}.npy"));
+        let small_args = args(s, small.to_str().expect("utf8"), "4MiB");
+        let mut plan = vec!["plan"];
+        plan.extend(small_args.iter().map(String::as_str));
+        let text = ts(&plan);
+        assert!(
+            text.contains("1 at a time") && text.contains("no chunk cache"),
+            "{text}"
+        );
+        ts(&small_args.iter().map(String::as_str).collect::<Vec<_>>());
+        let want_args = args(n, want.to_str().expect("utf8"), "64MiB");
+        ts(&want_args.iter().map(String::as_str).collect::<Vec<_>>());
+        ts(&[
+            "convert",
+            small.to_str().expect("utf8"),
+            got.to_str().expect("utf8"),
+        ]);
+        assert!(npy_data(&got) == npy_data(&want), "{job:?}: other values");
+    }
 }
