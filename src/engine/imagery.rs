@@ -41,38 +41,11 @@ pub(crate) fn transposed_shape(shape: &[usize]) -> Vec<usize> {
 }
 
 impl Engine {
+    /// The box request of an operation over `input`, its compressed input's decode
+    /// scratch sized from `scratch_limit` (the budget, or less:
+    /// [`Engine::scratch_giving_way`]).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn box_request(
-        &self,
-        input: &TensorFile,
-        what: String,
-        dims: [usize; 3],
-        in_bytes: u64,
-        out_bytes: u64,
-        halos: (Halo, Halo),
-        boundary: Boundary,
-        scratch: Scratch,
-        cuts: Cuts,
-        out: OutMap,
-    ) -> BoxRequest {
-        self.box_request_at(
-            self.budget.limit(),
-            input,
-            what,
-            dims,
-            (in_bytes, out_bytes),
-            halos,
-            boundary,
-            scratch,
-            cuts,
-            out,
-        )
-    }
-
-    /// [`Engine::box_request`] with the compressed input's decode scratch sized from
-    /// `scratch_limit` instead of the budget ([`Engine::scratch_giving_way`]).
-    #[allow(clippy::too_many_arguments)]
-    fn box_request_at(
+    pub(super) fn box_request_at(
         &self,
         scratch_limit: u64,
         input: &TensorFile,

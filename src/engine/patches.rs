@@ -170,7 +170,8 @@ impl Engine {
         let cols = patch_starts(dims[2], spec, "columns")?;
         let patches = (dims[0] * rows.len() * cols.len()) as u64;
         let es = input.dtype().size() as u64;
-        let mut req = self.box_request(
+        let mut req = self.box_request_at(
+            self.budget.limit(),
             input,
             format!(
                 "{}x{} patches (overlap {}) of {} {}",
@@ -181,8 +182,7 @@ impl Engine {
                 input.dtype()
             ),
             dims,
-            es,
-            0,
+            (es, 0),
             (Halo::default(), Halo::default()),
             Boundary::Constant(0.0),
             Scratch {
