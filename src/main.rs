@@ -647,12 +647,26 @@ fn main() -> ExitCode {
     }
     on_sigbus_exit_cleanly();
     // RUST_LOG=info (or debug: every tile) turns on logging to stderr.
-    if std::env::var_os("RUST_LOG").is_some() {
-        tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .with_writer(std::io::stderr)
-            .with_ansi(std::io::stderr().is_terminal())
-            .init();
+    // Directives are `level` or `target=level`, comma-separated (tracing-subscriber's
+    // `Targets`, which needs no regex engine in the build).
+    if let Some(spec) = std::env::var_os("RUST_LOG") {
+        use tracing_subscriber::layer::SubscriberExt as _;
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        let spec = spec.to_string_lossy();
+        match spec.parse::<tracing_subscriber::filter::Targets>() {
+            Ok(targets) => tracing_subscriber::registry()
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_writer(std::io::stderr)
+                        .with_ansi(std::io::stderr().is_terminal()),
+                )
+                .with(targets)
+                .init(),
+            Err(e) => eprintln!(
+                "tilestream: warning: RUST_LOG={spec} not understood ({e}): logging stays off; \
+                 give a level (info, debug) or target=level pairs, comma-separated"
+            ),
+        }
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,

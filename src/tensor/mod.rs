@@ -24,6 +24,7 @@ pub mod tiff_write;
 pub mod zarr;
 pub mod zarr_codecs;
 pub mod zarr_decode;
+mod zarr_encode;
 pub mod zarr_stream;
 
 mod formats;

@@ -5,21 +5,19 @@
 //! array is sharded) a tile touches is decoded once, by tilestream's own bounded decoder
 //! ([`zarr_decode`]: bytes, transpose, zstd, gzip, blosc, crc32c, sharding).
 //!
-//! Writing (through the `zarrs` crate): runs encode a store's chunks as they complete
-//! them ([`super::zarr_stream`], through [`encode_chunk_range`]), into a store built in a
-//! temporary directory beside the destination and renamed into place once complete;
-//! nothing is staged raw. This module holds the layout ([`ZarrWriteOptions`],
-//! [`chunk_shapes`]) and the array handle they write through.
+//! Writing: runs encode a store's chunks as they complete them ([`super::zarr_stream`],
+//! through [`encode_chunk_range`] and tilestream's own encoder, [`super::zarr_encode`]),
+//! into a store built in a temporary directory beside the destination and renamed into
+//! place once complete; nothing is staged raw. This module holds the layout
+//! ([`ZarrWriteOptions`], [`chunk_shapes`]).
 
 use std::path::Path;
-use std::sync::Arc;
 
 use rayon::prelude::*;
-use zarrs::array::{ArrayBuilder, ArrayBytes, codec, data_type};
-use zarrs::filesystem::FilesystemStore;
 
 use super::chunked::ChunkSource;
 use super::zarr_decode;
+use super::zarr_encode::ZarrEncoder;
 use crate::dtype::DType;
 use crate::error::{Error, Result, ZarrError};
 
@@ -74,24 +72,6 @@ fn zarr_dtype(path: &Path, name: &str) -> Result<DType> {
             ));
         }
     })
-}
-
-fn zarr_dtype_of(dtype: DType) -> zarrs::array::DataType {
-    match dtype {
-        DType::Bool => data_type::bool(),
-        DType::I8 => data_type::int8(),
-        DType::I16 => data_type::int16(),
-        DType::I32 => data_type::int32(),
-        DType::I64 => data_type::int64(),
-        DType::U8 => data_type::uint8(),
-        DType::U16 => data_type::uint16(),
-        DType::U32 => data_type::uint32(),
-        DType::U64 => data_type::uint64(),
-        DType::F16 => data_type::float16(),
-        DType::BF16 => data_type::bfloat16(),
-        DType::F32 => data_type::float32(),
-        DType::F64 => data_type::float64(),
-    }
 }
 
 fn usizes(v: &serde_json::Value) -> Option<Vec<usize>> {
@@ -287,10 +267,6 @@ impl ChunkSource for ZarrChunks {
     }
 }
 
-fn zarr_err(path: &Path, what: &str, e: &dyn std::fmt::Display) -> Error {
-    Error::format(path, format!("{what}: {e}"))
-}
-
 /// Compression of written Zarr chunks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ZarrCompression {
@@ -427,10 +403,9 @@ pub fn chunk_shapes(
 ///
 /// # Errors
 /// [`Error::Invalid`] for chunk or shard shapes that do not fit the array;
-/// [`Error::Io`]/[`Error::Format`] if `zarrs` fails to write.
+/// [`Error::Io`] if `zarr.json` cannot be written.
 pub fn create_store(
     dir: &Path,
-    dest: &Path,
     shape: &[usize],
     dtype: DType,
     opts: &ZarrWriteOptions,
@@ -440,10 +415,8 @@ pub fn create_store(
         memory: u64::MAX,
         ..opts.clone()
     };
-    let (array, _) = build_array(dir, dest, shape, dtype, &unbounded)?;
-    array
-        .store_metadata()
-        .map_err(|e| zarr_err(dest, "cannot write zarr.json", &e))
+    ZarrEncoder::new(dir, shape, dtype, &unbounded)?.store_metadata()?;
+    Ok(())
 }
 
 /// Rows of the leading axis in one (outer) chunk of an array written with `opts`: the
@@ -456,68 +429,12 @@ pub fn chunk_rows(opts: &ZarrWriteOptions, shape: &[usize], dtype: DType) -> Res
     Ok(outer.first().copied().unwrap_or(1))
 }
 
-/// The array handle a store of `shape` written as `opts` say is written through (and its outer chunk shape).
-pub(crate) fn build_array(
-    dir: &Path,
-    dest: &Path,
-    shape: &[usize],
-    dtype: DType,
-    opts: &ZarrWriteOptions,
-) -> Result<(zarrs::array::Array<FilesystemStore>, Vec<usize>)> {
-    let rank = shape.len();
-    if rank == 0 {
-        return Err(Error::invalid("a Zarr output needs at least one dimension"));
-    }
-    let (inner, outer) = chunk_shapes(opts, shape, dtype, opts.memory)?;
-    let store = FilesystemStore::new(dir)
-        .map_err(|e| zarr_err(dest, "cannot create the Zarr store", &e))?;
-    let fill = ArrayBytes::new_flen(vec![0u8; dtype.size()]);
-    let mut b = ArrayBuilder::new(
-        shape.iter().map(|&d| d as u64).collect::<Vec<_>>(),
-        outer.iter().map(|&d| d as u64).collect::<Vec<_>>(),
-        zarr_dtype_of(dtype),
-        zarrs::array::FillValue::new(
-            fill.into_fixed()
-                .map_err(|e| zarr_err(dest, "fill value", &e))?
-                .into_owned(),
-        ),
-    );
-    let compressor: Option<Arc<dyn zarrs::array::BytesToBytesCodecTraits>> = match opts.compression
-    {
-        ZarrCompression::None => None,
-        ZarrCompression::Zstd(l) => Some(Arc::new(codec::ZstdCodec::new(l, false))),
-        ZarrCompression::Gzip(l) => Some(Arc::new(
-            codec::GzipCodec::new(l).map_err(|e| zarr_err(dest, "gzip level", &e))?,
-        )),
-        ZarrCompression::Blosc(l) => Some(Arc::new(
-            codec::BloscCodec::new(
-                codec::BloscCompressor::LZ4,
-                l.try_into()
-                    .map_err(|e| zarr_err(dest, "blosc level", &e))?,
-                None,
-                codec::BloscShuffleMode::Shuffle,
-                Some(dtype.size()),
-            )
-            .map_err(|e| zarr_err(dest, "blosc", &e))?,
-        )),
-    };
-    b.bytes_to_bytes_codecs(compressor.into_iter().collect());
-    if opts.shard.is_some() {
-        b.subchunk_shape(inner.iter().map(|&d| d as u64).collect::<Vec<_>>());
-    }
-    let array = b
-        .build(Arc::new(store), "/")
-        .map_err(|e| zarr_err(dest, "cannot build the Zarr array", &e))?;
-    Ok((array, outer))
-}
-
 /// Encodes and stores the outer chunks `chunks` (flat C-order indices into the chunk
 /// grid), a batch at a time within `memory`; `read(at, buf)` reads the array's bytes
 /// by offset (only those of these chunks are asked for).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn encode_chunk_range(
-    array: &zarrs::array::Array<FilesystemStore>,
-    dest: &Path,
+    encoder: &ZarrEncoder,
     shape: &[usize],
     dtype: DType,
     outer: &[usize],
@@ -573,10 +490,7 @@ pub(crate) fn encode_chunk_range(
                 idx[a] = 0;
             }
         }
-        let ci: Vec<u64> = pos.iter().map(|&p| p as u64).collect();
-        array
-            .store_chunk(&ci, ArrayBytes::new_flen(buf))
-            .map_err(|e| zarr_err(dest, &format!("cannot write chunk {ci:?}"), &e))
+        encoder.store_chunk(&pos, &buf)
     };
     let all: Vec<usize> = chunks.collect();
     for group in all.chunks(batch) {

@@ -20,11 +20,10 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use zarrs::filesystem::FilesystemStore;
-
 use super::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
 use super::tiff_stream::ChunkRun;
-use super::zarr::{ZarrWriteOptions, build_array, chunk_shapes, encode_chunk_range};
+use super::zarr::{ZarrWriteOptions, chunk_shapes, encode_chunk_range};
+use super::zarr_encode::ZarrEncoder;
 use super::{lock, own_files};
 use crate::budget::Reservation;
 use crate::dtype::DType;
@@ -37,7 +36,7 @@ const MAX_BATCH: u64 = 16;
 pub struct ZarrStream {
     dir: PathBuf,
     dest: PathBuf,
-    array: zarrs::array::Array<FilesystemStore>,
+    encoder: ZarrEncoder,
     shape: Vec<usize>,
     dtype: DType,
     outer: Vec<usize>,
@@ -99,7 +98,7 @@ impl ZarrStream {
     /// Whether an output of `shape` written as `opts` say can be streamed within `room`
     /// bytes: the outer chunks being filled (`open` of them; `None`: a slab, which a
     /// flat plan crosses) and at least one in flight, three times its size (raw, encoded
-    /// and zarrs' working copy). Returns the bytes the stream holds and the options to
+    /// and the encoder's working copy). Returns the bytes the stream holds and the options to
     /// create it with (their `memory` set to the chunks in flight, at most 16, so the
     /// figure does not depend on the machine).
     ///
@@ -190,14 +189,15 @@ impl ZarrStream {
             // a store this run made and cannot use is not left behind
             let _ = std::fs::remove_dir_all(dir);
         }
-        let (held, array, outer, seed) = made?;
+        let (held, encoder, seed) = made?;
+        let outer = encoder.outer().to_vec();
         let chunk_grid = ChunkGrid::new(shape, &outer)?;
         let asm = ChunkAssembly::new(chunk_grid.clone(), dtype.size());
         Ok(ZarrStream {
             seed,
             dir: dir.to_path_buf(),
             dest: dest.to_path_buf(),
-            array,
+            encoder,
             shape: shape.to_vec(),
             dtype,
             chunk_grid,
@@ -240,7 +240,8 @@ impl ZarrStream {
                 dest.display()
             )));
         };
-        let (array, outer) = build_array(dest, dest, store_shape, dtype, opts)?;
+        let encoder = ZarrEncoder::new(dest, store_shape, dtype, opts)?;
+        let outer = encoder.outer().to_vec();
         let chunk_grid = ChunkGrid::new(store_shape, &outer)?;
         let row: u64 = rest.iter().map(|&d| d as u64).product();
         let c = outer[0] as u64;
@@ -250,7 +251,7 @@ impl ZarrStream {
             seed: 0,
             dir: dest.to_path_buf(),
             dest: dest.to_path_buf(),
-            array,
+            encoder,
             shape: store_shape.to_vec(),
             dtype,
             chunk_grid: chunk_grid.clone(),
@@ -272,17 +273,16 @@ impl ZarrStream {
         })
     }
 
-    /// Locks the store in `dir`, writes its `zarr.json` and returns the lock, the array,
-    /// its outer chunk shape and the CRC-32 of its `zarr.json` (which seeds the
-    /// checksums of its runs of chunks).
-    #[allow(clippy::type_complexity)]
+    /// Locks the store in `dir`, writes its `zarr.json` and returns the lock, the
+    /// store's encoder and the CRC-32 of its `zarr.json` (which seeds the checksums of its
+    /// runs of chunks).
     fn open_store(
         dir: &Path,
         dest: &Path,
         shape: &[usize],
         dtype: DType,
         opts: &ZarrWriteOptions,
-    ) -> Result<(File, zarrs::array::Array<FilesystemStore>, Vec<usize>, u32)> {
+    ) -> Result<(File, ZarrEncoder, u32)> {
         let held = own_files::open_own(&dir.join(".lock"), true)?;
         if !lock(&held) {
             return Err(Error::invalid(format!(
@@ -290,13 +290,9 @@ impl ZarrStream {
                 dest.display()
             )));
         }
-        let (array, outer) = build_array(dir, dest, shape, dtype, opts)?;
-        let meta = dir.join("zarr.json");
-        array
-            .store_metadata()
-            .map_err(|e| Error::io("write", &meta, std::io::Error::other(e.to_string())))?;
-        let text = std::fs::read(&meta).map_err(|e| Error::io("read", &meta, e))?;
-        Ok((held, array, outer, crc32fast::hash(&text)))
+        let encoder = ZarrEncoder::new(dir, shape, dtype, opts)?;
+        let text = encoder.store_metadata()?;
+        Ok((held, encoder, crc32fast::hash(text.as_bytes())))
     }
 
     /// The store directory being built.
@@ -378,8 +374,7 @@ impl ZarrStream {
             Ok(())
         };
         encode_chunk_range(
-            &self.array,
-            &self.dest,
+            &self.encoder,
             &self.shape,
             self.dtype,
             &self.outer,
@@ -390,21 +385,14 @@ impl ZarrStream {
     }
 
     /// CRC-32 of the files of outer chunks `chunks` (flat grid indices), in order, and
-    /// their lengths; a chunk without a file (all fill value, which zarrs does not
-    /// store) counts as a marker byte and length 0.
+    /// their lengths; a chunk without a file (all fill value, which is not stored) counts as a marker byte and length 0.
     fn files_crc(&self, chunks: std::ops::Range<usize>) -> Result<(u32, Vec<u64>)> {
         let mut h = crc32fast::Hasher::new_with_initial(self.seed);
         let mut buf = vec![0u8; 64 << 10];
         let mut lens = Vec::with_capacity(chunks.len());
         for k in chunks {
             let mut len = 0u64;
-            let pos: Vec<u64> = self
-                .chunk_grid
-                .position(k)
-                .iter()
-                .map(|&p| p as u64)
-                .collect();
-            let path = self.dir.join(self.array.chunk_key(&pos).as_str());
+            let path = self.encoder.chunk_path(&self.chunk_grid.position(k));
             match std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)

@@ -424,24 +424,9 @@ fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
             a.iter().map(|f| &f.0).collect::<Vec<_>>(),
             b.iter().map(|f| &f.0).collect::<Vec<_>>()
         );
-        if shard.is_none() {
-            assert!(a == b, "the stores differ");
-        } else {
-            // zarrs lays out a shard's inner chunks in the order their parallel encoding
-            // finishes, so only the metadata and the decoded values are compared
-            assert_eq!(
-                a.iter().find(|f| f.0 == "zarr.json"),
-                b.iter().find(|f| f.0 == "zarr.json")
-            );
-            let read = |p: &Path| {
-                let t = TensorFile::open(p).unwrap();
-                t.map_window(0, t.info().len()).unwrap().bytes().to_vec()
-            };
-            assert!(
-                read(&one) == read(&dest),
-                "the sharded stores hold different values"
-            );
-        }
+        // sharded too: a shard's inner chunks are laid out in C order, whatever order
+        // their parallel encoding finishes in
+        assert!(a == b, "the stores differ (shard {shard:?})");
         std::fs::remove_dir_all(&one).unwrap();
         std::fs::remove_dir_all(&dest).unwrap();
     }

@@ -233,7 +233,7 @@ pub fn create_zarr_for_rows(
         .tempdir_in(&parent)
         .map_err(|e| Error::io("create a directory in", &parent, e))?;
     own_files::open_own(&dir.path().join(".lock"), true)?;
-    zarr::create_store(dir.path(), dest, shape, dtype, opts)?;
+    zarr::create_store(dir.path(), shape, dtype, opts)?;
     Ok(dir.keep())
 }
 
