@@ -87,7 +87,19 @@ template <> struct TsKey<double> {
 // The median of each S x S window (the upper median for even sizes): the element of
 // rank S*S/2 in the total order, as the CPU's select_nth_unstable_by(total_cmp) picks
 // (elements equal in that order have the same bits, so any selection gives the same
-// value). A sorting network fully unrolled over a window held in registers.
+// value). A sorting network over the window held in registers: TsMedianNet<S>::sort,
+// straight-line compare-exchanges generated on the host (src/backend/cuda/stencil.rs,
+// median_networks: Batcher's odd-even merge sort, 394 comparators for S = 7 against
+// 1176 for an odd-even transposition sort), emitted after this file.
+template <int S> struct TsMedianNet;
+#define TS_CX(x, y)                                   \
+    {                                                 \
+        K lo_ = v[x] < v[y] ? v[x] : v[y];            \
+        K hi_ = v[x] < v[y] ? v[y] : v[x];            \
+        v[x] = lo_;                                   \
+        v[y] = hi_;                                   \
+    }
+
 template <typename F, typename O, int S>
 __device__ __forceinline__ void ts_stencil_median(const F* __restrict__ padded,
                                                   O* __restrict__ out, unsigned long long th,
@@ -101,17 +113,7 @@ __device__ __forceinline__ void ts_stencil_median(const F* __restrict__ padded,
 #pragma unroll
             for (int b = 0; b < S; ++b) v[a * S + b] = TsKey<F>::of(padded[(i + a) * pw + j + b]);
         }
-        // odd-even transposition sort: S*S rounds sort S*S keys
-#pragma unroll
-        for (int r = 0; r < S * S; ++r) {
-#pragma unroll
-            for (int k = r & 1; k + 1 < S * S; k += 2) {
-                K lo = v[k] < v[k + 1] ? v[k] : v[k + 1];
-                K hi = v[k] < v[k + 1] ? v[k + 1] : v[k];
-                v[k] = lo;
-                v[k + 1] = hi;
-            }
-        }
+        TsMedianNet<S>::sort(v);
         out[o] = TsStore<F, O>::of(TsKey<F>::back(v[(S * S) / 2]));
     }
 }

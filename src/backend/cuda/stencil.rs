@@ -369,6 +369,36 @@ struct Geo {
     c_first: i64,
 }
 
+/// The compare-exchanges `(x, y)`, `x < y` (the smaller value goes to `x`) that sort `n`
+/// values: Batcher's odd-even merge sort for the next power of two, without the
+/// comparators that reach past `n` (positions there would hold +infinity, which no
+/// comparator moves). The medians' network on the device ([`stencil_source`]): 394
+/// comparators for 49 values, where an odd-even transposition sort takes 1176.
+#[must_use]
+pub fn sorting_network(n: usize) -> Vec<(usize, usize)> {
+    let pow = n.next_power_of_two();
+    let mut net = Vec::new();
+    let mut p = 1;
+    while p < pow {
+        let mut k = p;
+        while k >= 1 {
+            let mut q = k % p;
+            while q + k < pow {
+                for r in 0..k {
+                    let (x, y) = (q + r, q + r + k);
+                    if y < n && x / (2 * p) == y / (2 * p) {
+                        net.push((x, y));
+                    }
+                }
+                q += 2 * k;
+            }
+            k /= 2;
+        }
+        p *= 2;
+    }
+    net
+}
+
 /// The NVRTC source of the stencil kernels `names` (`stencil_<kind>_<float>_<out>`, as
 /// [`StencilProgram::kernels`] and [`all_stencil_kernels`] name them).
 ///
@@ -381,6 +411,16 @@ pub fn stencil_source(names: &[String]) -> String {
     s.push('\n');
     s.push_str(STENCIL);
     s.push('\n');
+    for size in 1..=MAX_GPU_MEDIAN {
+        s.push_str(&format!(
+            "template <> struct TsMedianNet<{size}> {{\n    template <typename K> __device__ \
+             static __forceinline__ void sort(K* v) {{\n"
+        ));
+        for (x, y) in sorting_network(size * size) {
+            s.push_str(&format!("        TS_CX({x}, {y});\n"));
+        }
+        s.push_str("    }\n};\n");
+    }
     for name in names {
         let parts: Vec<&str> = name.split('_').collect();
         let [_, kind, f, o] = parts[..] else {
@@ -455,4 +495,49 @@ pub fn all_stencil_kernels() -> Vec<String> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sorting_network;
+
+    fn sorts(net: &[(usize, usize)], v: &mut [u32]) {
+        for &(x, y) in net {
+            if v[x] > v[y] {
+                v.swap(x, y);
+            }
+        }
+    }
+
+    /// Every 0-1 input up to 16 values (the 0-1 principle: a network that sorts them
+    /// sorts everything), and pseudo-random inputs with ties up to the 49 of a 7x7 median.
+    #[test]
+    fn sorting_networks_sort() {
+        for n in 0..=16usize {
+            let net = sorting_network(n);
+            for bits in 0u32..(1 << n) {
+                let mut v: Vec<u32> = (0..n).map(|i| (bits >> i) & 1).collect();
+                sorts(&net, &mut v);
+                assert!(v.is_sorted(), "n {n}, input {bits:b}");
+            }
+        }
+        let mut seed = 0x2545_f491_u64;
+        for n in 17..=49usize {
+            let net = sorting_network(n);
+            assert!(net.iter().all(|&(x, y)| x < y && y < n));
+            for _ in 0..2000 {
+                let mut v: Vec<u32> = (0..n)
+                    .map(|_| {
+                        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+                        (seed >> 59) as u32
+                    })
+                    .collect();
+                let mut want = v.clone();
+                want.sort_unstable();
+                sorts(&net, &mut v);
+                assert_eq!(v, want, "n {n}");
+            }
+        }
+        assert_eq!(sorting_network(49).len(), 394);
+    }
 }
