@@ -97,9 +97,9 @@ def check(store, npy):
     want = np.load(npy)
     z = zarr.open_array(store, mode="r")
     got = z[...]
-    assert got.dtype == want.dtype, (got.dtype, want.dtype)
-    assert got.shape == want.shape, (got.shape, want.shape)
-    assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), "values differ"
+    assert got.dtype == want.dtype, (store, got.dtype, want.dtype)
+    assert got.shape == want.shape, (store, got.shape, want.shape)
+    assert np.array_equal(got, want, equal_nan=want.dtype.kind == "f"), (store, "values differ")
     meta = json.load(open(f"{store}/zarr.json"))
     print(json.dumps({"chunks": list(z.chunks), "shards": list(z.shards) if z.shards else None,
                       "codecs": [c["name"] for c in meta["codecs"]]}))
@@ -110,6 +110,11 @@ if __name__ == "__main__":
     if cmd == "write":
         write(sys.argv[2])
     elif cmd == "check":
-        check(sys.argv[2], sys.argv[3])
+        # pairs of (store, npy): one report line each, in order (one interpreter start
+        # for all of them)
+        args = sys.argv[2:]
+        assert len(args) % 2 == 0, "check takes pairs of store and npy"
+        for store, npy in zip(args[::2], args[1::2]):
+            check(store, npy)
     else:
         sys.exit(__doc__)

@@ -65,6 +65,9 @@ fn reads_zarr_python_stores_and_writes_stores_zarr_python_reads() {
     let names = py(&python, &["write", d]);
     let names: Vec<&str> = names.split_whitespace().collect();
     assert!(names.len() >= 17, "cases: {names:?}");
+    // stores written, checked by zarr-python all at once after the loop: (store, oracle,
+    // rank, the options written with)
+    let mut written: Vec<(String, String, usize, Vec<String>)> = Vec::new();
     for name in &names {
         let store = format!("{d}/{name}.zarr");
         let oracle = format!("{d}/{name}.npy");
@@ -108,26 +111,24 @@ fn reads_zarr_python_stores_and_writes_stores_zarr_python_reads() {
             ];
             args.extend(extra);
             ok(&args);
-            let report = py(&python, &["check", &out, &oracle]);
-            let r: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
-            if extra.contains(&"--zarr-shard") {
-                assert_eq!(
-                    r["shards"],
-                    serde_json::json!(vec![16; rank]),
-                    "{name} {extra:?}"
-                );
-                assert_eq!(
-                    r["chunks"],
-                    serde_json::json!(vec![8; rank]),
-                    "{name} {extra:?}"
-                );
-            } else if !extra.is_empty() {
-                assert_eq!(
-                    r["chunks"],
-                    serde_json::json!(vec![8; rank]),
-                    "{name} {extra:?}"
-                );
-            }
+            let extra = extra.iter().map(ToString::to_string).collect();
+            written.push((out, oracle.clone(), rank, extra));
+        }
+    }
+    let mut args = vec!["check"];
+    for (out, oracle, _, _) in &written {
+        args.extend([out.as_str(), oracle.as_str()]);
+    }
+    let reports = py(&python, &args);
+    let reports: Vec<&str> = reports.lines().collect();
+    assert_eq!(reports.len(), written.len(), "{reports:?}");
+    for ((out, _, rank, extra), report) in written.iter().zip(reports) {
+        let r: serde_json::Value = serde_json::from_str(report.trim()).unwrap();
+        if extra.iter().any(|e| e == "--zarr-shard") {
+            assert_eq!(r["shards"], serde_json::json!(vec![16; *rank]), "{out}");
+            assert_eq!(r["chunks"], serde_json::json!(vec![8; *rank]), "{out}");
+        } else if !extra.is_empty() {
+            assert_eq!(r["chunks"], serde_json::json!(vec![8; *rank]), "{out}");
         }
     }
 }
