@@ -228,8 +228,11 @@ pub(crate) fn compile(dir: &Path, src: &str) -> std::path::PathBuf {
     let cpp = dir.join("emulation.cpp");
     std::fs::write(&cpp, src).unwrap();
     let exe = dir.join("emulation");
+    // -O0: IEEE arithmetic on x86-64 (SSE) is the same at every level, and the generated
+    // sources compile in a fifth of the time -O1 takes (the generate kernels: 2.6 s
+    // against 14.9 s for the whole test)
     let out = Command::new("c++")
-        .args(["-std=c++17", "-O1", "-ffp-contract=off", "-fno-fast-math"])
+        .args(["-std=c++17", "-O0", "-ffp-contract=off", "-fno-fast-math"])
         .arg("-o")
         .arg(&exe)
         .arg(&cpp)
