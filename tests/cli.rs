@@ -700,10 +700,10 @@ fn peak_memory_of_imagery_runs_stays_within_budget() {
     const OVERHEAD: u64 = 48 << 20;
     let dir = tempfile::tempdir().unwrap();
     let x = dir.path().join("img.npy");
-    // 3000 x 20000 f32 = 240 MB, 15x the budget; a full-width block of rows with the
+    // 1500 x 20000 f32 = 120 MB, 7.5x the budget; a full-width block of rows with the
     // gaussian's 16-row halo does not fit in 16 MiB, so the filters tile in 2-D.
     let (code, err, _) =
-        run_measured(&["gen", p(&x), "--shape", "3000x20000", "--memory", "16MiB"]);
+        run_measured(&["gen", p(&x), "--shape", "1500x20000", "--memory", "16MiB"]);
     assert_eq!(code, 0, "{err}");
     let mut runs = Vec::new();
     for (name, filter) in [

@@ -68,6 +68,11 @@ fn matches_oracle_and_is_tiling_invariant() {
             let want = oracle(&xf, &g, op);
             let base = run(shape, over, op, &x, n);
             for tile in [1, 7, 1024, 4099, n / 3 + 1] {
+                // element by element over 9 M elements takes seconds per op; tiles of 7
+                // already start at every offset of a row
+                if tile == 1 && n > 1_000_000 {
+                    continue;
+                }
                 let got = run(shape, over, op, &x, tile.max(1));
                 assert_eq!(
                     got, base,
