@@ -492,9 +492,21 @@ fn open_named(inputs: &[(String, Source)]) -> Result<Vec<(String, TensorFile)>> 
         .collect()
 }
 
-/// `e` writing the georeferencing of `x` (if any) to GeoTIFF outputs on its grid.
-fn georef_from(e: &Engine, x: &TensorFile) -> Engine {
-    e.clone().with_georef(Engine::georef_of(x))
+/// `e` writing the georeferencing of `x` (if any) to GeoTIFF outputs on its grid. The
+/// nodata value follows the operation: kept where the operation keeps values (`keeps`:
+/// a convert or cast to that type, when the type holds the value exactly), dropped
+/// where it computes new ones (`None`: a map, filter, affine or standardize, among whose
+/// results the input's nodata value, 0 say, is a valid value and not a missing pixel).
+fn georef_from(e: &Engine, x: &TensorFile, keeps: Option<DType>) -> Engine {
+    let georef = Engine::georef_of(x).map(|(mut g, grid)| {
+        let held =
+            |text: &String| keeps.is_some_and(|d| crate::tensor::geotiff::holds_nodata(d, text));
+        if !g.nodata.as_ref().is_some_and(held) {
+            g.nodata = None;
+        }
+        (g, grid)
+    });
+    e.clone().with_georef(georef)
 }
 
 /// What an operation writes, known before it runs: how a job split by rows over a

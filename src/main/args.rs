@@ -388,7 +388,8 @@ as in numpy.")]
 
 The format follows the extension: .npy, .tif/.tiff (tiled GeoTIFF, 512x512 Deflate tiles
 by default, BigTIFF above 4 GB), .zarr (Zarr v3 store, zstd chunks), anything else raw. A GeoTIFF input's georeferencing
-(geotransform, CRS, nodata) is copied to a GeoTIFF output.")]
+(geotransform, CRS, nodata) is copied to a GeoTIFF output (the nodata value where the
+output type holds it).")]
     Convert(ConvertArgs),
     /// Cast to another dtype.
     #[command(after_help = "Examples:

@@ -230,7 +230,12 @@ impl Engine {
                 dtype,
             } => {
                 let x = input.open()?;
-                georef_from(self, &x).stencil(&x, output, &stencil_of(filter, boundary)?, *dtype)
+                georef_from(self, &x, None).stencil(
+                    &x,
+                    output,
+                    &stencil_of(filter, boundary)?,
+                    *dtype,
+                )
             }
             OpSpec::Convert {
                 input,
@@ -239,7 +244,7 @@ impl Engine {
             } => {
                 let x = input.open()?;
                 let dtype = dtype.unwrap_or(x.dtype());
-                let mut r = georef_from(self, &x).cast(&x, output, dtype)?;
+                let mut r = georef_from(self, &x, Some(dtype)).cast(&x, output, dtype)?;
                 r.op = format!("convert {} -> {}", input.path.display(), output.display());
                 Ok(r)
             }
@@ -283,7 +288,7 @@ impl Engine {
                     files.iter().map(|(n, f)| (n.as_str(), f)).collect();
                 // the georeferencing of the first input that has one
                 let e = match files.iter().find(|(_, f)| f.georef().is_some()) {
-                    Some((_, f)) => georef_from(self, f),
+                    Some((_, f)) => georef_from(self, f, None),
                     None => self.clone(),
                 };
                 e.map(expr, &named, output, *dtype)
@@ -294,7 +299,7 @@ impl Engine {
                 dtype,
             } => {
                 let x = input.open()?;
-                georef_from(self, &x).cast(&x, output, *dtype)
+                georef_from(self, &x, Some(*dtype)).cast(&x, output, *dtype)
             }
             OpSpec::Standardize {
                 input,
@@ -305,7 +310,7 @@ impl Engine {
             } => {
                 let x = input.open()?;
                 let (mean, std) = (read_small(mean)?, read_small(std)?);
-                georef_from(self, &x).standardize_with_stats(&x, output, *dtype, &mean, &std)
+                georef_from(self, &x, None).standardize_with_stats(&x, output, *dtype, &mean, &std)
             }
             OpSpec::Standardize {
                 input,
@@ -316,7 +321,7 @@ impl Engine {
                 given: None,
             } => {
                 let x = input.open()?;
-                let (stats, apply) = georef_from(self, &x).standardize(
+                let (stats, apply) = georef_from(self, &x, None).standardize(
                     &x,
                     output,
                     *dtype,
@@ -365,7 +370,7 @@ impl Engine {
                 dtype,
             } => {
                 let x = input.open()?;
-                georef_from(self, &x).affine(&x, output, *scale, *offset, *dtype)
+                georef_from(self, &x, None).affine(&x, output, *scale, *offset, *dtype)
             }
             OpSpec::Generate {
                 output,

@@ -557,6 +557,13 @@ impl TiffChunks {
     }
 }
 
+/// Whether a sample of `dtype` holds the nodata value `text` exactly (what an output of
+/// that type keeps of its input's nodata).
+#[must_use]
+pub fn holds_nodata(dtype: DType, text: &str) -> bool {
+    nodata_sample(dtype, text).is_some()
+}
+
 /// The nodata text of a file as one sample of `dtype`, if that type holds it exactly.
 fn nodata_sample(dtype: DType, text: &str) -> Option<Vec<u8>> {
     let v: f64 = text.trim().parse().ok()?;

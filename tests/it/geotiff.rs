@@ -371,8 +371,19 @@ fn ndvi_and_gaussian_of_a_geotiff_keep_its_georeferencing() {
             "ndvi pixel {i}: {a} vs {b}"
         );
     }
-    let (gt, wkt, _) = georef_of(&ndvi);
+    // placed where the scene is; the scene's nodata value (0) is not the NDVI's, where 0
+    // is a valid result: the output carries none
+    let (gt, wkt, nodata) = georef_of(&ndvi);
     assert_eq!((gt, wkt), (want.0.clone(), want.1.clone()));
+    assert!(
+        want.2.iter().all(|v| v.as_f64() == Some(0.0)),
+        "the scene has nodata 0: {:?}",
+        want.2
+    );
+    assert!(
+        nodata.iter().all(serde_json::Value::is_null),
+        "NDVI nodata {nodata:?}"
+    );
 
     // a gaussian of the decoded GeoTIFF equals the same gaussian of the data as .npy
     let npy = dir.path().join("scene.npy");
@@ -402,7 +413,13 @@ fn ndvi_and_gaussian_of_a_geotiff_keep_its_georeferencing() {
         "64MiB",
     ]);
     assert!(gdal_read(&g_tif, dir.path()) == npy_data(&g_npy));
-    assert_eq!(georef_of(&g_tif), want);
+    // a filter computes new values: georeferenced as the scene, without its nodata
+    let (gt, wkt, nodata) = georef_of(&g_tif);
+    assert_eq!((&gt, &wkt), (&want.0, &want.1));
+    assert!(
+        nodata.iter().all(serde_json::Value::is_null),
+        "gaussian nodata {nodata:?}"
+    );
 }
 
 #[test]
