@@ -42,6 +42,7 @@ mod report;
 mod standardize;
 
 pub use array::{Array, write_npz};
+pub use elementwise::MapNodata;
 pub(crate) use imagery::transposed_shape;
 pub use patches::{Edge, PatchFormat, PatchSpec};
 pub use reduce::merge_partials;

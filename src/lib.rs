@@ -73,7 +73,7 @@ use std::path::Path;
 pub use backend::{Backend, CpuBackend};
 pub use budget::{BudgetError, MemoryBudget, Reservation, parse_size};
 pub use dtype::{DType, Element};
-pub use engine::{Array, Engine, RunReport, merge_partials};
+pub use engine::{Array, Engine, MapNodata, RunReport, merge_partials};
 pub use error::{Error, Result};
 pub use journal::JobKey;
 pub use ops::{Axis, Partial, Reduce, ReduceOver, row_step};

@@ -255,6 +255,8 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
             inputs: named_sources(&a.inputs, &a.raw)?,
             output: a.output.clone(),
             dtype: dtype(a.dtype.as_ref())?,
+            nodata: a.nodata.clone(),
+            ignore_nodata: a.ignore_nodata,
         },
         Op::Matmul(a) => OpSpec::Matmul {
             x: Source::file(&a.x),

@@ -56,6 +56,11 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 impl Source {
     /// A self-describing file.
     #[must_use]
@@ -164,6 +169,13 @@ pub enum OpSpec {
         /// Output dtype (default: the widest float input, f64 if none).
         #[serde(default, with = "opt_dtype_name")]
         dtype: Option<DType>,
+        /// The output's nodata value (`"nan"`, `"-9999"`), given to the pixels where an
+        /// input is nodata and written to a GeoTIFF output (see [`crate::MapNodata`]).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nodata: Option<String>,
+        /// Compute the pixels where an input is nodata like any other.
+        #[serde(default, skip_serializing_if = "is_false")]
+        ignore_nodata: bool,
     },
     /// `x @ w` with `w` resident.
     Matmul {

@@ -418,3 +418,35 @@ def test_bf16_when_ml_dtypes_is_there(tmp_path):
     assert t.dtype == np.dtype(ml.bfloat16)
     np.testing.assert_allclose(ts.reduce(t, "sum", 0), a.astype(np.float64).sum(0), rtol=1e-12)
     assert np.array_equal(np.asarray(t).view(np.uint16), a.view(np.uint16))
+
+
+def test_map_masks_nodata_pixels(tmp_path):
+    x = (np.arange(40 * 50).reshape(40, 50) * 7 % 10 + 5).astype(np.uint16)
+    np.save(tmp_path / "x.npy", x)
+    # a GeoTIFF whose nodata value is 9
+    scene = ts.map("x", tmp_path / "scene.tif", {"x": tmp_path / "x.npy"}, dtype="uint16",
+                   nodata=9)
+    assert scene.georef["nodata"] == "9"
+    assert np.array_equal(np.asarray(scene), x)
+    nd = x == 9
+    assert nd.any() and not nd.all()
+
+    # NaN there by default for a float output, and the output's nodata is NaN
+    y = ts.map("s * 2", tmp_path / "y.tif", {"s": scene}, dtype="float32")
+    assert y.georef["nodata"] == "nan"
+    want = np.where(nd, np.nan, x.astype(np.float64) * 2).astype(np.float32)
+    assert np.array_equal(np.asarray(y), want, equal_nan=True)
+    # a given value (a float, an int or text)
+    for given in (-1.5, -2, "-3"):
+        y = ts.map("s * 2", tmp_path / "y.npy", {"s": scene}, dtype="float32", nodata=given)
+        want = np.where(nd, float(given), x.astype(np.float64) * 2).astype(np.float32)
+        assert np.array_equal(np.asarray(y), want)
+    # or computed like any other pixel
+    y = ts.map("s * 2", tmp_path / "y.npy", {"s": scene}, dtype="float32", ignore_nodata=True)
+    assert np.array_equal(np.asarray(y), x.astype(np.float32) * 2)
+
+    with pytest.raises(ValueError, match="does not fit the uint8 output|does not fit the u8"):
+        ts.map("s", tmp_path / "z.npy", {"s": scene}, dtype="uint8", nodata=300)
+    with pytest.raises(TypeError, match="nodata must be a number"):
+        ts.map("s", tmp_path / "z.npy", {"s": scene}, nodata=[1])
+    assert not (tmp_path / "z.npy").exists()

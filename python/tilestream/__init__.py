@@ -494,11 +494,18 @@ def map(
     inputs: Mapping[str, Any],
     *,
     dtype: Any = None,
+    nodata: Any = None,
+    ignore_nodata: bool = False,
     **kw: Any,
 ) -> Any:
     """Evaluates the elementwise expression ``expr`` (``"(b4 - b3) / (b4 + b3)"``,
     ``"where(x > 0, sqrt(x), 0)"``; inputs by name, ``s[3]`` for band 3 of ``s``) into
-    ``out``. Returns the output Tensor (its ``report`` is the run's)."""
+    ``out``. Returns the output Tensor (its ``report`` is the run's).
+
+    Where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value) the output
+    is ``nodata`` (a number or ``"nan"``; by default NaN for a float output and the
+    inputs' shared nodata value for an integer one), which a GeoTIFF output carries as
+    its nodata; ``ignore_nodata=True`` computes those pixels like any other."""
     _check_kw("map", kw)
     spec = {
         "op": "map",
@@ -506,8 +513,26 @@ def map(
         "inputs": [[k, _source(v)] for k, v in inputs.items()],
         "output": os.fspath(out),
         "dtype": _ts_dtype(dtype),
+        **_nodata_spec(nodata, ignore_nodata),
     }
     return _execute(spec, out, kw)
+
+
+def _nodata_spec(nodata: Any, ignore_nodata: bool) -> Dict[str, Any]:
+    """The nodata fields of a map spec: the value as text (``"nan"``, ``"-9999"``)."""
+    out: Dict[str, Any] = {}
+    if nodata is not None:
+        if isinstance(nodata, bool) or not isinstance(nodata, (int, float, str, np.number)):
+            raise TypeError(f"nodata must be a number or a string such as 'nan', not {type(nodata).__name__}")
+        if isinstance(nodata, str):
+            out["nodata"] = nodata
+        elif isinstance(nodata, (float, np.floating)):
+            out["nodata"] = repr(float(nodata))
+        else:
+            out["nodata"] = str(int(nodata))
+    if ignore_nodata:
+        out["ignore_nodata"] = True
+    return out
 
 
 def cast(t: Any, out: PathLike, dtype: Any, **kw: Any) -> Any:

@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, T
 
 import numpy as np
 
-from . import _np_dtype, _opts, _source, _ts, _ts_dtype, open as _open
+from . import _nodata_spec, _np_dtype, _opts, _source, _ts, _ts_dtype, open as _open
 
 __all__ = [
     "affine",
@@ -344,12 +344,13 @@ def cast(path: Any, out: Any, dtype: Any, *, client: Any = None,
 
 
 def map(expr: str, out: Any, inputs: Mapping[str, Any], *, dtype: Any = None,
-        client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
+        nodata: Any = None, ignore_nodata: bool = False, client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
         threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
         **kw: Any) -> Any:
     """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (as :func:`affine`)."""
     spec = {"op": "map", "expr": expr, "inputs": [[k, _src(v)] for k, v in inputs.items()],
-            "output": os.path.abspath(out), "dtype": _ts_dtype(dtype)}
+            "output": os.path.abspath(out), "dtype": _ts_dtype(dtype),
+            **_nodata_spec(nodata, ignore_nodata)}
     return _run_rows(spec, ["inputs"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("map", kw))
 

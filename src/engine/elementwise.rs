@@ -10,7 +10,7 @@ use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::Layout;
-use crate::ops::expr::{self, Program};
+use crate::ops::expr::{self, BinOp, Expr, Program, UnOp};
 use crate::ops::generate::Dist;
 use crate::plan::Plan;
 use crate::scheduler::InputStream;
@@ -165,13 +165,25 @@ impl Engine {
         src: &str,
         inputs: &[(&str, &'a TensorFile)],
     ) -> Result<(Program, Vec<InputStream<'a>>, Vec<usize>, DType)> {
-        let e = expr::parse(src).map_err(|e| {
+        Self::bind_expr(src, &Self::parse_expr(src)?, inputs)
+    }
+
+    fn parse_expr(src: &str) -> Result<Expr> {
+        expr::parse(src).map_err(|e| {
             Error::invalid(format!(
                 "cannot parse expression '{}' at {e}",
                 crate::tensor::npy::shown(src)
             ))
-        })?;
-        let program = Program::compile(&e);
+        })
+    }
+
+    /// [`Engine::bind`] of the parsed `e` (`src` is its text, for messages).
+    fn bind_expr<'a>(
+        src: &str,
+        e: &Expr,
+        inputs: &[(&str, &'a TensorFile)],
+    ) -> Result<(Program, Vec<InputStream<'a>>, Vec<usize>, DType)> {
+        let program = Program::compile(e);
         if program.streams.is_empty() {
             return Err(Error::invalid(format!(
                 "expression '{src}' uses no input: name one given with --in NAME=FILE"
@@ -284,14 +296,108 @@ impl Engine {
         Ok(Plan::new(&req)?)
     }
 
-    /// Evaluates the elementwise expression `src` over named inputs of one shape (or
-    /// planes `s[k]` of a band-sequential input) in one pass, writing the result cast to
-    /// `dtype` (default: the widest float input, f64 if none) to `out`.
+    /// Binds a map's expression with its nodata rule: pixels where an input (a GeoTIFF
+    /// with a GDAL nodata value its type holds) is nodata become the output's nodata
+    /// value, as [`MapNodata`] says; the output's nodata text comes back for a GeoTIFF
+    /// output.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a parse error (with its column), an unknown input, an index
-    /// out of range, mismatched shapes, or `out` being an input; [`Error::Budget`]; I/O
-    /// errors. On error nothing is left at `out`.
+    /// As [`Engine::bind`]; [`Error::Invalid`] for a nodata value the output type does
+    /// not hold, or masked inputs and an integer output with no nodata value to give them.
+    #[allow(clippy::float_cmp)] // nodata values are exact
+    pub(crate) fn bind_map<'a>(
+        src: &str,
+        inputs: &[(&str, &'a TensorFile)],
+        dtype: Option<DType>,
+        rule: &MapNodata,
+    ) -> Result<BoundMap<'a>> {
+        use crate::tensor::geotiff::{nodata_as, nodata_text};
+        let e = Self::parse_expr(src)?;
+        let (program, streams, shape, default) = Self::bind_expr(src, &e, inputs)?;
+        let od = dtype.unwrap_or(default);
+        // the streams that can be nodata, and the value their pixels have there
+        let mut masks: Vec<(expr::InputRef, f64)> = Vec::new();
+        if !rule.ignore_inputs {
+            for (r, st) in program.streams.iter().zip(&streams) {
+                let text = st.file.georef().and_then(|g| g.nodata.as_deref());
+                if let Some(v) = text.and_then(|t| nodata_as(st.file.dtype(), t)) {
+                    masks.push((r.clone(), v));
+                }
+            }
+        }
+        let label = |r: &expr::InputRef| match r.index {
+            Some(i) => format!("{}[{i}]", r.name),
+            None => r.name.clone(),
+        };
+        let value = match &rule.value {
+            Some(text) => Some(output_nodata(text, od)?),
+            None if masks.is_empty() => None,
+            None if od.is_float() => Some(f64::NAN),
+            None => {
+                // an integer output: the inputs' nodata value, when they share one it holds
+                let v = masks[0].1;
+                let shared = masks.iter().all(|m| m.1 == v);
+                match nodata_as(od, &nodata_text(v)) {
+                    Some(held) if shared && held == v => Some(v),
+                    _ => {
+                        let what: Vec<String> = masks
+                            .iter()
+                            .map(|(r, v)| format!("{} {}", label(r), nodata_text(*v)))
+                            .collect();
+                        return Err(Error::invalid(format!(
+                            "map marks the pixels where an input is nodata ({}) with the \
+                             output's nodata value, and a {od} output holds no such shared \
+                             value: give one with --nodata VALUE (`nodata` in Python and \
+                             pipelines), a float --dtype (NaN there), or --ignore-nodata to \
+                             compute those pixels like any other",
+                            what.join(", ")
+                        )));
+                    }
+                }
+            }
+        };
+        let mut bound = BoundMap {
+            program,
+            streams,
+            shape,
+            dtype: od,
+            nodata: value.map(nodata_text),
+            masked: masks.iter().map(|(r, _)| label(r)).collect(),
+        };
+        if let (Some(v), false) = (value, masks.is_empty()) {
+            // where(any input is nodata, value, e): the same streams, one pass
+            let cond = masks
+                .iter()
+                .map(|(r, nd)| {
+                    let var = Box::new(Expr::Var {
+                        name: r.name.clone(),
+                        index: r.index,
+                        column: r.column,
+                    });
+                    if nd.is_nan() {
+                        Expr::Unary(UnOp::IsNan, var)
+                    } else {
+                        Expr::Binary(BinOp::Eq, var, Box::new(Expr::Num(*nd)))
+                    }
+                })
+                .reduce(|a, b| Expr::Binary(BinOp::Add, Box::new(a), Box::new(b)))
+                .ok_or_else(|| Error::Internal("no mask".into()))?;
+            let masked = Expr::Where(Box::new(cond), Box::new(Expr::Num(v)), Box::new(e));
+            let (program, streams, _, _) = Self::bind_expr(src, &masked, inputs)?;
+            bound.program = program;
+            bound.streams = streams;
+        }
+        Ok(bound)
+    }
+
+    /// Evaluates the elementwise expression `src` over named inputs of one shape (or
+    /// planes `s[k]` of a band-sequential input) in one pass, writing the result cast to
+    /// `dtype` (default: the widest float input, f64 if none) to `out`. Pixels where an
+    /// input is nodata are masked as [`MapNodata::default`] says: see
+    /// [`Engine::map_with`].
+    ///
+    /// # Errors
+    /// As [`Engine::map_with`].
     pub fn map(
         &self,
         src: &str,
@@ -299,18 +405,53 @@ impl Engine {
         out: impl AsRef<Path>,
         dtype: Option<DType>,
     ) -> Result<RunReport> {
+        self.map_with(src, inputs, out, dtype, &MapNodata::default())
+    }
+
+    /// [`Engine::map`] with the rule for nodata pixels: where an input (a GeoTIFF with a
+    /// GDAL nodata value) is nodata, the output is its nodata value (`rule.value`, by
+    /// default NaN for a float output and, for an integer one, the inputs' nodata value
+    /// when they share one it holds), unless `rule.ignore_inputs`. A GeoTIFF output
+    /// carries that value as its nodata, and no other.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a parse error (with its column), an unknown input, an index
+    /// out of range, mismatched shapes, `out` being an input, a nodata value the output
+    /// type does not hold exactly, or masked inputs and an integer output with no value to
+    /// give them; [`Error::Budget`]; I/O errors. On error nothing is left at `out`.
+    pub fn map_with(
+        &self,
+        src: &str,
+        inputs: &[(&str, &TensorFile)],
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+        rule: &MapNodata,
+    ) -> Result<RunReport> {
         let files: Vec<&TensorFile> = inputs.iter().map(|(_, f)| *f).collect();
         check_not_input(out.as_ref(), &files)?;
-        let (program, streams, shape, default) = Self::bind(src, inputs)?;
-        let od = dtype.unwrap_or(default);
-        let plan = self.plan_writing(out.as_ref(), &shape, od, || {
-            self.plan_map(src, inputs, dtype)
+        let BoundMap {
+            program,
+            streams,
+            shape,
+            dtype: od,
+            nodata,
+            masked,
+        } = Self::bind_map(src, inputs, dtype, rule)?;
+        let this = self.with_output_nodata(nodata.clone(), &shape);
+        let op = match (&nodata, masked.is_empty()) {
+            (Some(v), false) => {
+                format!("map '{src}' ({v} where {} is nodata)", masked.join(" or "))
+            }
+            _ => format!("map '{src}'"),
+        };
+        let plan = this.plan_writing(out.as_ref(), &shape, od, || {
+            this.plan_map(src, inputs, dtype)
         })?;
-        self.budget.reset_peak();
+        this.budget.reset_peak();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
-        let backend = &self.backend;
-        if let Some(boxes) = self.elementwise_boxes(&plan, &streams, out.as_ref(), &shape, od)? {
-            let times = self.run_elementwise_boxes(
+        let backend = &this.backend;
+        if let Some(boxes) = this.elementwise_boxes(&plan, &streams, out.as_ref(), &shape, od)? {
+            let times = this.run_elementwise_boxes(
                 &boxes,
                 &streams,
                 out.as_ref(),
@@ -318,27 +459,27 @@ impl Engine {
                 od,
                 |_, ins, o| backend.map(&program, ins, &dtypes, o, od),
             )?;
-            return Ok(self.report_boxes(&boxes, format!("map '{src}'"), &shape, od, times));
+            return Ok(this.report_boxes(&boxes, op, &shape, od, times));
         }
-        let cuda = match &self.cuda {
+        let cuda = match &this.cuda {
             Some(dev) => Some(dev.map(&program, &dtypes, od, plan.tile_elems, plan.depth)?),
             None => None,
         };
         let times = match cuda {
-            Some(k) => self.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, k),
-            None => self.run_to_file(
+            Some(k) => this.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, k),
+            None => this.run_to_file(
                 &plan,
                 &streams,
                 out.as_ref(),
                 &shape,
                 od,
                 1,
-                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                this.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
                     backend.map(&program, ins, &dtypes, o, od)
                 }),
             ),
         }?;
-        Ok(self.report(&plan, format!("map '{src}'"), &shape, &shape, od, times))
+        Ok(this.report(&plan, op, &shape, &shape, od, times))
     }
 
     pub(crate) fn matmul_shapes(x: &TensorFile, w: &TensorFile) -> Result<(usize, usize, usize)> {
@@ -574,5 +715,146 @@ impl Engine {
             ),
         }?;
         Ok(self.report(&plan, op, shape, shape, dtype, times))
+    }
+}
+
+/// What [`Engine::map_with`] does with the pixels where an input is nodata: those of a
+/// GeoTIFF input equal to its GDAL nodata value (as its sample type holds it).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MapNodata {
+    /// The output's nodata value (`"nan"`, `"-9999"`), given to those pixels and written
+    /// to a GeoTIFF output; it must be a value of the output type exactly. `None`: NaN
+    /// for a float output; for an integer output, the inputs' nodata value when they
+    /// share one it holds (else the map is refused).
+    pub value: Option<String>,
+    /// Compute those pixels like any other, as if no input had a nodata value (the
+    /// output then carries `value`, if given, as a tag only).
+    pub ignore_inputs: bool,
+}
+
+/// A map's expression bound to its inputs, nodata masking included.
+pub(crate) struct BoundMap<'a> {
+    /// The compiled expression (inside `where(input is nodata, value, ...)` when masked).
+    pub program: Program,
+    /// Its streams.
+    pub streams: Vec<InputStream<'a>>,
+    /// The shape it iterates over.
+    pub shape: Vec<usize>,
+    /// The output dtype.
+    pub dtype: DType,
+    /// The output's nodata value, as GeoTIFF tag text.
+    pub nodata: Option<String>,
+    /// The masked inputs (`s[3]`), for the report.
+    pub masked: Vec<String>,
+}
+
+/// A nodata value the user gave for an output of `dtype`: its value, if the type holds
+/// it exactly.
+#[allow(clippy::float_cmp)] // exactly the value, or refused
+fn output_nodata(text: &str, dtype: DType) -> Result<f64> {
+    let text = text.trim();
+    let Ok(v) = text.trim().parse::<f64>() else {
+        return Err(Error::invalid(format!(
+            "nodata '{}' is not a number: give one such as -9999, 0 or nan",
+            crate::tensor::npy::shown(text)
+        )));
+    };
+    match crate::tensor::geotiff::nodata_as(dtype, text) {
+        Some(held) if held == v || (held.is_nan() && v.is_nan()) => Ok(held),
+        Some(held) => Err(Error::invalid(format!(
+            "nodata {text} is not exactly representable in {dtype} (it would be {}): give a \
+             value the output type holds",
+            crate::tensor::geotiff::nodata_text(held)
+        ))),
+        None => {
+            let range = if dtype == DType::Bool {
+                "0 or 1".to_string()
+            } else {
+                let bits = 8 * dtype.size() as u32;
+                if dtype.is_unsigned() {
+                    format!("an integer from 0 to {}", 2u128.pow(bits) - 1)
+                } else {
+                    format!(
+                        "an integer from -{} to {}",
+                        2u128.pow(bits - 1),
+                        2u128.pow(bits - 1) - 1
+                    )
+                }
+            };
+            Err(Error::invalid(format!(
+                "nodata {text} does not fit the {dtype} output: give {range}"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_nodata_takes_exactly_the_values_the_type_holds() {
+        let ok = |t: &str, d: DType| output_nodata(t, d).map_err(|e| e.to_string());
+        for (text, dtype, want) in [
+            ("0", DType::U8, 0.0),
+            ("255", DType::U8, 255.0),
+            ("-128", DType::I8, -128.0),
+            ("65535", DType::U16, 65535.0),
+            ("-9999", DType::F32, -9999.0),
+            ("-10000", DType::F16, -10000.0),
+            ("1", DType::Bool, 1.0),
+            (" -9999\n", DType::I16, -9999.0),
+            ("-3.4028234663852886e38", DType::F32, f64::from(f32::MIN)),
+            ("inf", DType::F16, f64::INFINITY),
+        ] {
+            assert_eq!(ok(text, dtype), Ok(want), "{text:?} {dtype}");
+        }
+        assert!(ok("nan", DType::F32).is_ok_and(f64::is_nan));
+        assert!(ok("NaN", DType::BF16).is_ok_and(f64::is_nan));
+        for (text, dtype, says) in [
+            (
+                "256",
+                DType::U8,
+                "does not fit the u8 output: give an integer from 0 to 255",
+            ),
+            ("-1", DType::U16, "from 0 to 65535"),
+            ("0.5", DType::I32, "from -2147483648 to 2147483647"),
+            ("nan", DType::I16, "does not fit the i16 output"),
+            ("2", DType::Bool, "give 0 or 1"),
+            (
+                "-9999",
+                DType::F16,
+                "not exactly representable in f16 (it would be -10000)",
+            ),
+            ("0.1", DType::F32, "(it would be 0.10000000149011612)"),
+            ("1e40", DType::F32, "(it would be inf)"),
+            ("abc", DType::F32, "'abc' is not a number"),
+            ("", DType::F32, "is not a number"),
+        ] {
+            let e = ok(text, dtype).expect_err(text);
+            assert!(
+                e.contains(says) && !e.contains('\n'),
+                "{text:?} {dtype}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn input_nodata_is_the_value_the_file_type_holds() {
+        use crate::tensor::geotiff::nodata_as;
+        assert_eq!(nodata_as(DType::U16, "0"), Some(0.0));
+        assert_eq!(nodata_as(DType::I16, "-32768"), Some(-32768.0));
+        // a float file stores the nodata value rounded to its type
+        assert_eq!(nodata_as(DType::F32, "0.1"), Some(f64::from(0.1f32)));
+        assert!(nodata_as(DType::F32, "nan").is_some_and(f64::is_nan));
+        // values an integer file cannot hold mark no pixel
+        for (d, t) in [
+            (DType::U16, "-9999"),
+            (DType::U8, "0.5"),
+            (DType::I8, "nan"),
+        ] {
+            assert_eq!(nodata_as(d, t), None, "{d} {t}");
+        }
+        assert_eq!(nodata_as(DType::F32, "nodata"), None);
     }
 }

@@ -82,6 +82,29 @@ impl Engine {
         self
     }
 
+    /// This engine with `nodata` as the nodata value of GeoTIFF outputs of `shape` (and
+    /// no nodata when `None`): on the georeferencing it writes, or alone on an output of
+    /// no georeferenced input.
+    pub(super) fn with_output_nodata(&self, nodata: Option<String>, shape: &[usize]) -> Engine {
+        let georef = match (self.georef.clone(), nodata) {
+            (Some((mut g, grid)), nodata) => {
+                g.nodata = nodata;
+                Some((g, grid))
+            }
+            (None, Some(n)) => crate::tensor::geotiff::image_dims(shape)
+                .ok()
+                .map(|(_, h, w)| {
+                    let g = GeoRef {
+                        nodata: Some(n),
+                        ..GeoRef::default()
+                    };
+                    (g, (h, w))
+                }),
+            (None, None) => None,
+        };
+        self.clone().with_georef(georef)
+    }
+
     /// The georeferencing of `input` (with its grid), for [`Engine::with_georef`].
     #[must_use]
     pub fn georef_of(input: &TensorFile) -> Option<(GeoRef, (usize, usize))> {

@@ -189,6 +189,14 @@ pub(crate) struct MapArgs {
     /// Output dtype (default: the widest float input, f64 if there is none).
     #[arg(long)]
     pub(crate) dtype: Option<String>,
+    /// The output's nodata value (nan, -9999): given to the pixels where an input is
+    /// nodata, and written to a GeoTIFF output (default: nan for a float output, the
+    /// inputs' nodata value for an integer one).
+    #[arg(long, value_name = "VALUE", allow_hyphen_values = true)]
+    pub(crate) nodata: Option<String>,
+    /// Compute the pixels where an input is nodata like any other (no masking).
+    #[arg(long)]
+    pub(crate) ignore_nodata: bool,
     #[command(flatten)]
     pub(crate) raw: RawSpec,
 }
@@ -361,7 +369,13 @@ and std are f64; min and max keep the input dtype. Bit-identical whatever --memo
 
 Operators: + - * / ** (right-assoc), unary -, < <= > >= == != (give 1 or 0).
 Functions: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip(x,lo,hi)
-where(cond,a,b). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once at the end.")]
+where(cond,a,b). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once at the end.
+
+Nodata: where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value), the
+output is the output's nodata value: --nodata, by default nan for a float output and the
+inputs' shared nodata value for an integer one (refused when there is none to give).
+A GeoTIFF output carries that value as its nodata. --ignore-nodata computes those pixels
+like any other.")]
     Map(MapArgs),
     /// Matrix product X @ W with X streamed and W resident.
     #[command(after_help = "Example:
@@ -456,7 +470,7 @@ pub(crate) enum Cmd {
 
 Steps: map, affine, cast, reduce, stencil, transpose, matmul, standardize, with the keys of
 the matching subcommand (expr, input, dtype, scale, offset, reduce, axis, ddof, filter,
-boundary, x, w). Consecutive elementwise steps fuse into one pass; other intermediates go
+boundary, x, w, nodata, ignore_nodata). Consecutive elementwise steps fuse into one pass; other intermediates go
 to a temporary directory removed at the end. See examples/pipeline.toml.")]
     Run {
         /// The pipeline file (.toml).

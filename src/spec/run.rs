@@ -178,11 +178,21 @@ impl Engine {
                 expr,
                 inputs,
                 dtype,
+                nodata,
+                ignore_nodata,
                 ..
             } => {
                 let files = open_named(inputs)?;
                 let named: Vec<(&str, &TensorFile)> =
                     files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+                // refused here as the run would refuse it: a nodata value the output
+                // does not hold, masked pixels without a value to give them
+                Self::bind_map(
+                    expr,
+                    &named,
+                    *dtype,
+                    &map_rule(nodata.as_ref(), *ignore_nodata),
+                )?;
                 self.plan_map(expr, &named, *dtype)
             }
             OpSpec::Cast { input, dtype, .. } => self.plan_cast(&input.open()?, *dtype),
@@ -282,6 +292,8 @@ impl Engine {
                 inputs,
                 output,
                 dtype,
+                nodata,
+                ignore_nodata,
             } => {
                 let files = open_named(inputs)?;
                 let named: Vec<(&str, &TensorFile)> =
@@ -291,7 +303,13 @@ impl Engine {
                     Some((_, f)) => georef_from(self, f, None),
                     None => self.clone(),
                 };
-                e.map(expr, &named, output, *dtype)
+                e.map_with(
+                    expr,
+                    &named,
+                    output,
+                    *dtype,
+                    &map_rule(nodata.as_ref(), *ignore_nodata),
+                )
             }
             OpSpec::Cast {
                 input,
@@ -387,5 +405,13 @@ impl Engine {
                 self.generate_dist(output, shape, *dtype, *seed, dist)
             }
         }
+    }
+}
+
+/// The nodata rule of a map spec.
+fn map_rule(nodata: Option<&String>, ignore_nodata: bool) -> crate::MapNodata {
+    crate::MapNodata {
+        value: nodata.cloned(),
+        ignore_inputs: ignore_nodata,
     }
 }

@@ -564,6 +564,32 @@ pub fn holds_nodata(dtype: DType, text: &str) -> bool {
     nodata_sample(dtype, text).is_some()
 }
 
+/// The value the pixels of a `dtype` file have where they are nodata `text`: the text's
+/// value as a sample of that type (rounded to the type for floats, as the file stores
+/// it), or `None` when the type cannot hold it (an integer type and a fraction, NaN or an
+/// out-of-range value): then no pixel of the file is nodata.
+#[must_use]
+#[allow(clippy::float_cmp)] // an integer type holds the value exactly or not at all
+pub fn nodata_as(dtype: DType, text: &str) -> Option<f64> {
+    use crate::dtype::Element;
+    let v: f64 = text.trim().parse().ok()?;
+    let sample = nodata_sample(dtype, text)?;
+    let back =
+        crate::dispatch_dtype!(dtype, T => bytemuck::pod_read_unaligned::<T>(&sample).to_f64());
+    (dtype.is_float() || back == v).then_some(back)
+}
+
+/// A nodata value as GDAL's `GDAL_NODATA` tag text: `nan` for NaN, else the shortest
+/// decimal that reads back as `v`.
+#[must_use]
+pub fn nodata_text(v: f64) -> String {
+    if v.is_nan() {
+        "nan".into()
+    } else {
+        format!("{v}")
+    }
+}
+
 /// The nodata text of a file as one sample of `dtype`, if that type holds it exactly.
 fn nodata_sample(dtype: DType, text: &str) -> Option<Vec<u8>> {
     let v: f64 = text.trim().parse().ok()?;

@@ -83,6 +83,29 @@ struct StepSpec {
     ddof: Option<u32>,
     filter: Option<String>,
     boundary: Option<String>,
+    nodata: Option<NodataKey>,
+    ignore_nodata: Option<bool>,
+}
+
+/// A step's `nodata`: a number (`-9999`, `nan`) or its text (`"nan"`).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(untagged)]
+enum NodataKey {
+    Number(f64),
+    Text(String),
+}
+
+impl StepSpec {
+    /// What an elementwise step does with the pixels where an input is nodata.
+    fn nodata_rule(&self) -> crate::MapNodata {
+        crate::MapNodata {
+            value: self.nodata.as_ref().map(|k| match k {
+                NodataKey::Number(v) => crate::tensor::geotiff::nodata_text(*v),
+                NodataKey::Text(t) => t.clone(),
+            }),
+            ignore_inputs: self.ignore_nodata.unwrap_or(false),
+        }
+    }
 }
 
 impl StepSpec {
@@ -107,6 +130,8 @@ impl StepSpec {
         add("ddof", self.ddof.is_some());
         add("filter", self.filter.is_some());
         add("boundary", self.boundary.is_some());
+        add("nodata", self.nodata.is_some());
+        add("ignore_nodata", self.ignore_nodata.is_some());
         k
     }
 }
@@ -122,6 +147,8 @@ enum Job {
         /// reads values written in f64 only because fusing them grew too long (empty:
         /// the expression's own names).
         like: Vec<String>,
+        /// What it does where an input is nodata.
+        nodata: crate::MapNodata,
     },
     Reduce {
         input: String,
@@ -337,9 +364,16 @@ impl Workflow {
             let st = s.get_ref();
             let err = |msg: String| at(line, format!("step `{}` -> `{}`: {msg}", st.op, st.out));
             let allowed: &[&str] = match st.op.as_str() {
-                "map" => &["expr", "names", "dtype"],
-                "affine" => &["input", "scale", "offset", "dtype"],
-                "cast" => &["input", "dtype"],
+                "map" => &["expr", "names", "dtype", "nodata", "ignore_nodata"],
+                "affine" => &[
+                    "input",
+                    "scale",
+                    "offset",
+                    "dtype",
+                    "nodata",
+                    "ignore_nodata",
+                ],
+                "cast" => &["input", "dtype", "nodata", "ignore_nodata"],
                 "reduce" => &["input", "reduce", "axis", "ddof", "dtype"],
                 "stencil" => &["input", "filter", "boundary", "dtype"],
                 "transpose" => &["input"],
@@ -446,7 +480,12 @@ impl Workflow {
                     }
                 }
                 known.insert(st.out.clone(), line);
-                let keep = dtype.is_some() || out_names.contains(&&st.out);
+                // a step with a nodata rule of its own is written with it, not fused
+                // into the steps after it
+                let rule = st.nodata_rule();
+                let keep = dtype.is_some()
+                    || out_names.contains(&&st.out)
+                    || rule != crate::MapNodata::default();
                 if keep {
                     jobs.push(Planned {
                         what: format!("map '{expr}'"),
@@ -454,6 +493,7 @@ impl Workflow {
                             like: like_of(&expr, &proxy),
                             expr,
                             dtype,
+                            nodata: rule,
                         },
                         out: st.out.clone(),
                         line,
@@ -676,6 +716,7 @@ fn materialize(
                 like: like_of(&expr, proxy),
                 expr,
                 dtype,
+                nodata: crate::MapNodata::default(),
             },
             out: name.to_string(),
             line,

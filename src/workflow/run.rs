@@ -117,11 +117,18 @@ impl Workflow {
                 .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
         };
         Ok(match &j.job {
-            Job::Map { expr, dtype, like } => {
+            Job::Map {
+                expr,
+                dtype,
+                like,
+                nodata,
+            } => {
                 let named = Self::named(expr, files);
                 let refs: Vec<(&str, &TensorFile)> =
                     named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
                 let dtype = &Self::map_dtype(*dtype, like, files)?;
+                // refused before anything runs, as the run would refuse it
+                Engine::bind_map(expr, &refs, *dtype, nodata)?;
                 let (_, streams, shape, default) = Engine::bind(expr, &refs)?;
                 let od = dtype.unwrap_or(default);
                 let p = flat(&shape, od, &|| e.plan_map(expr, &refs, *dtype))?;
@@ -299,7 +306,12 @@ impl Workflow {
         };
         let output = out.to_path_buf();
         let spec = match &j.job {
-            Job::Map { expr, dtype, like } => OpSpec::Map {
+            Job::Map {
+                expr,
+                dtype,
+                like,
+                nodata,
+            } => OpSpec::Map {
                 expr: expr.clone(),
                 inputs: Self::named(expr, files)
                     .into_iter()
@@ -307,6 +319,8 @@ impl Workflow {
                     .collect(),
                 output,
                 dtype: Self::map_dtype(*dtype, like, files)?,
+                nodata: nodata.value.clone(),
+                ignore_nodata: nodata.ignore_inputs,
             },
             Job::Reduce {
                 input,

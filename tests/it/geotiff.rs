@@ -314,6 +314,178 @@ fn predicted_outputs_read_back_exactly_in_gdal() {
     }
 }
 
+fn u16s(b: &[u8]) -> Vec<u16> {
+    b.chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect()
+}
+
+#[test]
+fn map_gives_the_output_nodata_value_where_an_input_is_nodata() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (bands, h, w) = (4, 70, 90);
+    let data = pattern("u16", bands, h, w);
+    let raw = envi(dir.path(), "scene", 12, bands, h, w, &data);
+    let scene = dir.path().join("scene.tif");
+    gdal_tif(
+        &raw,
+        &scene,
+        &["TILED=YES", "BLOCKXSIZE=32", "BLOCKYSIZE=32"],
+    );
+    let s = format!("s={}", scene.to_str().expect("utf8"));
+    let band = |b: usize| u16s(&data[b * h * w * 2..(b + 1) * h * w * 2]);
+    let (b2, b3) = (band(2), band(3));
+    // the scene's nodata value is 0 (gdal_tif): some pixels of band 3 are 0
+    let zeros = b3.iter().filter(|&&v| v == 0).count();
+    assert!(zeros > 0 && zeros < h * w, "{zeros} nodata pixels");
+    let path = |name: &str| dir.path().join(name);
+    let map = |out: &str, expr: &str, extra: &[&str]| {
+        let o = path(out);
+        let mut args = vec![
+            "map",
+            expr,
+            o.to_str().expect("utf8"),
+            "--in",
+            &s,
+            "-m",
+            "8MiB",
+        ];
+        args.extend(extra);
+        ts(&args);
+        (u16s(&gdal_read(&o, dir.path())), georef_of(&o).2)
+    };
+    let nd = |v: serde_json::Value| vec![v];
+
+    // an integer output takes the input's nodata value (0) there, and carries it
+    let (got, tag) = map("inherit.tif", "s[3] + 1", &["--dtype", "u16"]);
+    let want: Vec<u16> = b3.iter().map(|&v| if v == 0 { 0 } else { v + 1 }).collect();
+    assert!(got == want, "inherited nodata");
+    assert_eq!(tag, nd(serde_json::json!(0.0)));
+
+    // --nodata gives another value, over either band being nodata
+    let (got, tag) = map(
+        "given.tif",
+        "(s[3] + s[2]) / 2",
+        &["--dtype", "u16", "--nodata", "65535"],
+    );
+    let want: Vec<u16> = b3
+        .iter()
+        .zip(&b2)
+        .map(|(&a, &b)| {
+            if a == 0 || b == 0 {
+                65535
+            } else {
+                // the f64 mean of two integers cast toward zero: their integer mean, rounded down
+                a.midpoint(b)
+            }
+        })
+        .collect();
+    assert!(got == want, "--nodata 65535");
+    assert_eq!(tag, nd(serde_json::json!(65535.0)));
+
+    // --ignore-nodata computes them like any other, and the output has no nodata
+    let (got, tag) = map(
+        "ignored.tif",
+        "s[3] + 1",
+        &["--dtype", "u16", "--ignore-nodata"],
+    );
+    let want: Vec<u16> = b3.iter().map(|&v| v + 1).collect();
+    assert!(got == want, "--ignore-nodata");
+    assert_eq!(tag, nd(serde_json::Value::Null));
+
+    // a .npy output of a float type: NaN there
+    let npy = path("masked.npy");
+    ts(&[
+        "map",
+        "s[3] * 0.5",
+        npy.to_str().expect("utf8"),
+        "--in",
+        &s,
+        "--dtype",
+        "f32",
+    ]);
+    let got = f32s(&npy_data(&npy));
+    for (i, (&g, &v)) in got.iter().zip(&b3).enumerate() {
+        assert!(
+            if v == 0 {
+                g.is_nan()
+            } else {
+                g == f32::from(v) * 0.5
+            },
+            "pixel {i}: {g} from {v}"
+        );
+    }
+
+    // refused in one line, nothing written: a value the output type does not hold, and
+    // inputs whose nodata values differ with an integer output and no --nodata
+    let other = path("other.tif");
+    let o = other.to_str().expect("utf8");
+    // band 2 with its nodata pixels set to 7 and tagged 7 (no band value is 7)
+    ts(&[
+        "map", "s[2]", o, "--in", &s, "--dtype", "u16", "--nodata", "7",
+    ]);
+    assert_eq!(georef_of(&other).2, nd(serde_json::json!(7.0)));
+    let out = path("refused.tif");
+    let ot = out.to_str().expect("utf8");
+    let t = format!("t={o}");
+    for (args, says) in [
+        (
+            vec![
+                "map", "s[3]", ot, "--in", &s, "--dtype", "u8", "--nodata", "300",
+            ],
+            "nodata 300 does not fit the u8 output: give an integer from 0 to 255",
+        ),
+        (
+            vec![
+                "map", "s[3]", ot, "--in", &s, "--dtype", "f16", "--nodata", "-9999",
+            ],
+            "nodata -9999 is not exactly representable in f16 (it would be -10000)",
+        ),
+        (
+            vec![
+                "map", "s[3] + t", ot, "--in", &s, "--in", &t, "--dtype", "u16",
+            ],
+            "(s[3] 0, t 7) with the output's nodata value, and a u16 output holds no such",
+        ),
+        (
+            // refused by the plan as by the run
+            vec![
+                "plan", "map", "s[3] + t", ot, "--in", &s, "--in", &t, "--dtype", "u16",
+            ],
+            "give one with --nodata VALUE",
+        ),
+    ] {
+        let o = Command::new(BIN)
+            .args(&args)
+            .output()
+            .expect("run tilestream");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(says) && err.trim().lines().count() == 1,
+            "{args:?}: {err}"
+        );
+        assert!(!out.exists(), "{args:?}");
+    }
+    // with --nodata both are masked
+    ts(&[
+        "map", "s[3] + t", ot, "--in", &s, "--in", &t, "--dtype", "u16", "--nodata", "1",
+    ]);
+    let got = u16s(&gdal_read(&out, dir.path()));
+    let want: Vec<u16> = b3
+        .iter()
+        .zip(&b2)
+        .map(|(&a, &b)| {
+            if a == 0 || b == 0 {
+                1
+            } else {
+                a.saturating_add(b)
+            }
+        })
+        .collect();
+    assert!(got == want, "two masked inputs");
+}
+
 fn f32s(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -360,9 +532,15 @@ fn ndvi_and_gaussian_of_a_geotiff_keep_its_georeferencing() {
             data[(b * h * w + i) * 2 + 1],
         ]))
     };
+    // pixels where either band is the scene's nodata value (0) are masked: NaN
     let oracle: Vec<f32> = (0..h * w)
-        .map(|i| ((px(3, i) - px(2, i)) / (px(3, i) + px(2, i))) as f32)
+        .map(|i| match (px(3, i), px(2, i)) {
+            (nir, red) if nir == 0.0 || red == 0.0 => f32::NAN,
+            (nir, red) => ((nir - red) / (nir + red)) as f32,
+        })
         .collect();
+    // the mask changes results: a pixel with one band 0 has a finite NDVI (1 or -1)
+    assert!((0..h * w).any(|i| (px(3, i) == 0.0) != (px(2, i) == 0.0)));
     let got = f32s(&gdal_read(&ndvi, dir.path()));
     assert_eq!(got.len(), oracle.len());
     for (i, (a, b)) in got.iter().zip(&oracle).enumerate() {
@@ -372,7 +550,7 @@ fn ndvi_and_gaussian_of_a_geotiff_keep_its_georeferencing() {
         );
     }
     // placed where the scene is; the scene's nodata value (0) is not the NDVI's, where 0
-    // is a valid result: the output carries none
+    // is a valid result: the NDVI's is NaN, the value of its masked pixels
     let (gt, wkt, nodata) = georef_of(&ndvi);
     assert_eq!((gt, wkt), (want.0.clone(), want.1.clone()));
     assert!(
@@ -380,10 +558,7 @@ fn ndvi_and_gaussian_of_a_geotiff_keep_its_georeferencing() {
         "the scene has nodata 0: {:?}",
         want.2
     );
-    assert!(
-        nodata.iter().all(serde_json::Value::is_null),
-        "NDVI nodata {nodata:?}"
-    );
+    assert_eq!(nodata, vec![serde_json::json!("NaN")], "NDVI nodata");
 
     // a gaussian of the decoded GeoTIFF equals the same gaussian of the data as .npy
     let npy = dir.path().join("scene.npy");

@@ -352,3 +352,137 @@ fn a_dry_run_plans_a_step_below_a_row_of_tiles_as_the_run_does() {
     assert!(!twice.exists());
     assert_eq!(std::fs::read_dir(d.join("out")).unwrap().count(), 0);
 }
+
+#[test]
+fn pipeline_steps_mask_the_pixels_where_an_input_is_nodata() {
+    use crate::common::{read_npy_data, write_npy};
+    use tilestream::DType;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // a u16 GeoTIFF whose nodata value is 9, which about one pixel in 10 has
+    let (h, w) = (40, 50);
+    let x: Vec<u16> = (0..h * w).map(|i| (i * 7 % 10 + 5) as u16).collect();
+    let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    write_npy(&d.join("x.npy"), DType::U16, &[h, w], &bytes);
+    let scene = d.join("scene.tif");
+    let xin = format!("x={}", p(&d.join("x.npy")));
+    ok(&[
+        "map",
+        "x",
+        p(&scene),
+        "--in",
+        &xin,
+        "--dtype",
+        "u16",
+        "--nodata",
+        "9",
+    ]);
+    assert!(x.contains(&9) && x.iter().any(|&v| v != 9));
+    let text = r#"
+[inputs]
+s = "scene.tif"
+
+[[steps]]
+op = "map"
+expr = "s * 2"
+out = "a"
+
+[[steps]]
+op = "map"
+expr = "a + 1"
+out = "b"
+
+[[steps]]
+op = "affine"
+input = "s"
+scale = 3
+dtype = "i32"
+nodata = -5
+out = "c"
+
+[[steps]]
+op = "map"
+expr = "s - 1"
+dtype = "f32"
+ignore_nodata = true
+out = "e"
+
+[outputs]
+b = "b.npy"
+c = "c.npy"
+e = "e.npy"
+"#;
+    let file = d.join("nodata.toml");
+    std::fs::write(&file, text).unwrap();
+    ok(&["run", p(&file)]);
+    let f64s = |b: Vec<u8>| -> Vec<f64> {
+        b.chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    };
+    // fused steps: NaN where s is nodata (the default dtype of a u16 input is f64)
+    let b = f64s(read_npy_data(&d.join("b.npy")));
+    for (i, (&got, &v)) in b.iter().zip(&x).enumerate() {
+        let want = f64::from(v) * 2.0 + 1.0;
+        assert!(
+            if v == 9 {
+                got.is_nan()
+            } else {
+                got.to_bits() == want.to_bits()
+            },
+            "b[{i}] = {got} from {v}"
+        );
+    }
+    // a step's own nodata value
+    let c: Vec<i32> = read_npy_data(&d.join("c.npy"))
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let want: Vec<i32> = x
+        .iter()
+        .map(|&v| if v == 9 { -5 } else { i32::from(v) * 3 })
+        .collect();
+    assert_eq!(c, want);
+    // ignore_nodata: computed like any other pixel
+    let e: Vec<f32> = read_npy_data(&d.join("e.npy"))
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let want: Vec<f32> = x.iter().map(|&v| f32::from(v) - 1.0).collect();
+    assert_eq!(e, want);
+
+    // the keys apply to elementwise steps only, and values are checked before anything runs
+    for (from, to, says) in [
+        (
+            "[outputs]",
+            "[[steps]]\nop = \"reduce\"\ninput = \"s\"\nnodata = 0\nout = \"r\"\n\n[outputs]",
+            "`nodata` does not apply to reduce",
+        ),
+        (
+            "nodata = -5",
+            "nodata = 1e10",
+            "nodata 10000000000 does not fit the i32 output",
+        ),
+        (
+            "nodata = -5",
+            "nodata = \"none\"",
+            "nodata 'none' is not a number",
+        ),
+    ] {
+        let bad = text.replacen(from, to, 1);
+        assert_ne!(bad, text);
+        std::fs::write(&file, &bad).unwrap();
+        std::fs::remove_file(d.join("c.npy")).unwrap();
+        for extra in [&["--dry-run"][..], &[][..]] {
+            let mut args = vec!["run", p(&file)];
+            args.extend_from_slice(extra);
+            let o = run(&args);
+            let err = String::from_utf8_lossy(&o.stderr);
+            assert_eq!(o.status.code(), Some(2), "{to}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+            assert!(err.contains(says), "{to}: expected `{says}` in: {err}");
+        }
+        assert!(!d.join("c.npy").exists(), "{to}: an output was written");
+        std::fs::write(d.join("c.npy"), b"").unwrap();
+    }
+}
