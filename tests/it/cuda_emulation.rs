@@ -315,6 +315,8 @@ pub(crate) const EXPRESSIONS: &[&str] = &[
     "min(x * 0, -y * 0)",
     "max(-x * 0, y * 0)",
     "clip(x, -1, 1)",
+    // the form map's nodata masking compiles to
+    "where((x == 0) + isnan(y), nan, x / y)",
 ];
 
 #[test]

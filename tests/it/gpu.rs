@@ -170,6 +170,51 @@ fn fused_map_kernels_agree_on_every_device_and_budget() {
             });
         }
     }
+    // masked: a GeoTIFF copy of y whose nodata value is one of its values (its pixels
+    // become NaN, or -1 for an integer output, through the same fused kernel)
+    let yt = dir.path().join("y.tif");
+    let rule = |value: Option<&str>| tilestream::MapNodata {
+        value: value.map(str::to_string),
+        ignore_inputs: false,
+    };
+    let nd = ys[3].to_string();
+    // in 16x16 tiles: decoding it fits the smallest budget
+    let small_tiles = tilestream::tensor::tiff_write::TiffWriteOptions {
+        tile: 16,
+        ..Default::default()
+    };
+    engine(DeviceRequest::Cpu, "64MiB")
+        .with_tiff_output(small_tiles)
+        .map_with("y", &[("y", &y)], &yt, Some(DType::U16), &rule(Some(&nd)))
+        .unwrap();
+    let masked = TensorFile::open(&yt).unwrap();
+    assert_eq!(
+        masked.georef().and_then(|g| g.nodata.as_deref()),
+        Some(&*nd)
+    );
+    for (od, value) in [(DType::F32, None), (DType::I32, Some("-1"))] {
+        on_every_device(dir.path(), &format!("masked-{od}"), od, |eng, out| {
+            eng.map_with(
+                "(x - y) / (x + y) * 100",
+                &[("x", &x), ("y", &masked)],
+                out,
+                Some(od),
+                &rule(value),
+            )
+        });
+    }
+    // the CPU's result against its definition
+    let got = read_npy_data(&dir.path().join("masked-i32-cpu-64MiB.npy"));
+    for (i, c) in got.chunks_exact(4).enumerate() {
+        let v = i32::from_le_bytes(c.try_into().unwrap());
+        let (a, b) = (f64::from(xs[i]), f64::from(ys[i]));
+        let want = if ys[i] == ys[3] {
+            -1
+        } else {
+            ((a - b) / (a + b) * 100.0) as i32
+        };
+        assert_eq!(v, want, "masked pixel {i}");
+    }
 }
 
 #[test]
