@@ -249,6 +249,8 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
             scale: a.scale,
             offset: a.offset,
             dtype: dtype(a.dtype.as_ref())?,
+            nodata: a.nodata.clone(),
+            ignore_nodata: a.ignore_nodata,
         },
         Op::Map(a) => OpSpec::Map {
             expr: a.expr.clone(),

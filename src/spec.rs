@@ -133,9 +133,15 @@ pub enum OpSpec {
         scale: f64,
         /// Term.
         offset: f64,
-        /// Output dtype (default: the input's for floats, f64 otherwise).
+        /// Output dtype (default: the input's).
         #[serde(default, with = "opt_dtype_name")]
         dtype: Option<DType>,
+        /// The output's nodata value, as [`OpSpec::Map`]'s.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        nodata: Option<String>,
+        /// Compute the pixels where the input is nodata like any other.
+        #[serde(default, skip_serializing_if = "is_false")]
+        ignore_nodata: bool,
     },
     /// A cast to `dtype`.
     Cast {

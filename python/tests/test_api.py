@@ -450,3 +450,17 @@ def test_map_masks_nodata_pixels(tmp_path):
     with pytest.raises(TypeError, match="nodata must be a number"):
         ts.map("s", tmp_path / "z.npy", {"s": scene}, nodata=[1])
     assert not (tmp_path / "z.npy").exists()
+
+
+def test_affine_masks_nodata_pixels(tmp_path):
+    x = (np.arange(30 * 20).reshape(30, 20) % 7).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    scene = ts.map("x", tmp_path / "scene.tif", {"x": tmp_path / "x.npy"}, nodata=0)
+    nd = x == 0
+    y = ts.affine(scene, tmp_path / "y.tif", 0.5, 1.0)
+    assert y.georef["nodata"] == "nan"
+    assert np.array_equal(np.asarray(y), np.where(nd, np.nan, x * 0.5 + 1), equal_nan=True)
+    y = ts.affine(scene, tmp_path / "y.npy", 0.5, 1.0, nodata=-1)
+    assert np.array_equal(np.asarray(y), np.where(nd, -1, x * 0.5 + 1))
+    y = ts.affine(scene, tmp_path / "y.npy", 0.5, 1.0, ignore_nodata=True)
+    assert np.array_equal(np.asarray(y), x * 0.5 + 1)

@@ -542,11 +542,14 @@ def cast(t: Any, out: PathLike, dtype: Any, **kw: Any) -> Any:
     return _execute(spec, out, kw)
 
 
-def affine(t: Any, out: PathLike, scale: float = 1.0, offset: float = 0.0, *, dtype: Any = None, **kw: Any) -> Any:
-    """``scale * t + offset`` into ``out``."""
+def affine(t: Any, out: PathLike, scale: float = 1.0, offset: float = 0.0, *, dtype: Any = None,
+           nodata: Any = None, ignore_nodata: bool = False, **kw: Any) -> Any:
+    """``scale * t + offset`` (rounded once) into ``out``. Pixels where ``t`` is nodata are
+    masked as in :func:`map` (``nodata=``, ``ignore_nodata=``)."""
     _check_kw("affine", kw)
     spec = {"op": "affine", "input": _source(t), "output": os.fspath(out),
-            "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype)}
+            "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype),
+            **_nodata_spec(nodata, ignore_nodata)}
     return _execute(spec, out, kw)
 
 

@@ -320,14 +320,15 @@ def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
 
 
 def affine(path: Any, out: Any, scale: float = 1.0, offset: float = 0.0, *, dtype: Any = None,
-           client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
+           nodata: Any = None, ignore_nodata: bool = False, client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
            threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
            **kw: Any) -> Any:
     """:func:`tilestream.affine` on the cluster, by row ranges of ``out`` (a ``.npy``, or a
     Zarr store written chunk rows by chunk rows for a name ending in ``.zarr``, with
     ``zarr_chunks=``, ``zarr_shard=``, ``zarr_compress=`` as in :func:`tilestream.affine`)."""
     spec = {"op": "affine", "input": _src(path), "output": os.path.abspath(out),
-            "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype)}
+            "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype),
+            **_nodata_spec(nodata, ignore_nodata)}
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("affine", kw))
 

@@ -39,11 +39,12 @@ impl Engine {
         Ok(Plan::new(&req)?)
     }
 
-    /// Writes `cast(scale * input + offset)` to `out` (`.npy` or raw), streaming.
+    /// Writes `cast(scale * input + offset)` to `out` (`.npy` or raw), streaming
+    /// (`scale * input + offset` rounded once, as `fma`). Pixels where the input is
+    /// nodata are masked as [`MapNodata::default`] says: see [`Engine::affine_with`].
     ///
     /// # Errors
-    /// [`Error::Invalid`] if `out` is the input; [`Error::Budget`]; I/O errors. On error
-    /// nothing is left at `out`.
+    /// As [`Engine::affine_with`].
     pub fn affine(
         &self,
         input: &TensorFile,
@@ -52,15 +53,82 @@ impl Engine {
         offset: f64,
         dtype: Option<DType>,
     ) -> Result<RunReport> {
-        check_not_input(out.as_ref(), &[input])?;
+        self.affine_with(input, out, scale, offset, dtype, &MapNodata::default())
+    }
+
+    /// The expression an affine is run as when it masks nodata pixels or sets a nodata
+    /// value (`rule`), as [`Engine::map_with`] runs it: `fma(x, scale, offset)`, the
+    /// affine kernel's arithmetic, so its other pixels are the same bytes. `None` when
+    /// the input has no nodata value to mask (or `rule` ignores it) and no value is set.
+    pub(crate) fn affine_masked(
+        input: &TensorFile,
+        scale: f64,
+        offset: f64,
+        rule: &MapNodata,
+    ) -> Option<String> {
+        let nodata = input.georef().and_then(|g| g.nodata.as_deref());
+        let masks = !rule.ignore_inputs
+            && nodata
+                .is_some_and(|t| crate::tensor::geotiff::nodata_as(input.dtype(), t).is_some());
+        (masks || rule.value.is_some()).then(|| {
+            format!(
+                "fma(x, {}, {})",
+                expr::literal(scale),
+                expr::literal(offset)
+            )
+        })
+    }
+
+    /// [`Engine::affine`] with the rule for the pixels where the input is nodata (a
+    /// GeoTIFF with a GDAL nodata value), as [`Engine::map_with`] applies it: they become
+    /// the output's nodata value, which a GeoTIFF output carries.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if `out` is the input, for a nodata value the output type does
+    /// not hold, or masked pixels and an integer output with no value to give them;
+    /// [`Error::Budget`]; I/O errors. On error nothing is left at `out`.
+    pub fn affine_with(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        scale: f64,
+        offset: f64,
+        dtype: Option<DType>,
+        rule: &MapNodata,
+    ) -> Result<RunReport> {
         let od = dtype.unwrap_or(input.dtype());
-        let plan = self.plan_writing(out.as_ref(), input.shape(), od, || {
-            self.plan_affine(input, dtype)
-        })?;
+        if let Some(src) = Self::affine_masked(input, scale, offset, rule) {
+            let mut r = self.map_with(&src, &[("x", input)], out, Some(od), rule)?;
+            r.op = r.op.replacen(
+                &format!("map '{src}'"),
+                &format!(
+                    "affine {scale} * x + {offset} of {}",
+                    input.path().display()
+                ),
+                1,
+            );
+            return Ok(r);
+        }
+        // no pixel is nodata: the output carries no nodata value
+        self.with_output_nodata(None, input.shape())
+            .affine_unmasked(input, out.as_ref(), scale, offset, dtype)
+    }
+
+    fn affine_unmasked(
+        &self,
+        input: &TensorFile,
+        out: &Path,
+        scale: f64,
+        offset: f64,
+        dtype: Option<DType>,
+    ) -> Result<RunReport> {
+        check_not_input(out, &[input])?;
+        let od = dtype.unwrap_or(input.dtype());
+        let plan = self.plan_writing(out, input.shape(), od, || self.plan_affine(input, dtype))?;
         self.budget.reset_peak();
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
-        let (out, shape) = (out.as_ref(), input.shape());
+        let shape = input.shape();
         let op = format!(
             "affine {scale} * x + {offset} of {}",
             input.path().display()

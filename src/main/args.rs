@@ -172,6 +172,14 @@ pub(crate) struct AffineArgs {
     /// round toward zero, saturate, and take NaN to 0.
     #[arg(long)]
     pub(crate) dtype: Option<String>,
+    /// The output's nodata value (nan, -9999): given to the pixels where the input is
+    /// nodata, and written to a GeoTIFF output (default: nan for a float output, the
+    /// input's nodata value for an integer one).
+    #[arg(long, value_name = "VALUE", allow_hyphen_values = true)]
+    pub(crate) nodata: Option<String>,
+    /// Compute the pixels where the input is nodata like any other (no masking).
+    #[arg(long)]
+    pub(crate) ignore_nodata: bool,
     #[command(flatten)]
     pub(crate) raw: RawSpec,
 }
@@ -358,8 +366,14 @@ and std are f64; min and max keep the input dtype. Bit-identical whatever --memo
 --threads.")]
     Reduce(ReduceArgs),
     /// Elementwise y = scale * x + offset, cast to --dtype.
-    #[command(after_help = "Example:
-  tilestream affine x.npy y.npy --scale 2 --offset 1 --dtype f16 --memory 512MiB")]
+    #[command(after_help = "Examples:
+  tilestream affine x.npy y.npy --scale 2 --offset 1 --dtype f16 --memory 512MiB
+  tilestream affine scene.tif refl.tif --scale 0.0001 --dtype f32   # nodata pixels: nan
+
+scale * x + offset is rounded once (a fused multiply-add), then cast. Pixels where the
+input is nodata (a GeoTIFF's GDAL nodata value) become the output's nodata value, as in
+map: --nodata, by default nan for a float output and the input's value for an integer
+one; --ignore-nodata computes them like any other.")]
     Affine(AffineArgs),
     /// Evaluate an elementwise expression over named inputs in one pass.
     #[command(after_help = "Examples:
@@ -369,7 +383,7 @@ and std are f64; min and max keep the input dtype. Bit-identical whatever --memo
 
 Operators: + - * / ** (right-assoc), unary -, < <= > >= == != (give 1 or 0).
 Functions: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip(x,lo,hi)
-where(cond,a,b). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once at the end.
+where(cond,a,b) fma(a,b,c) (a*b+c rounded once). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once at the end.
 
 Nodata: where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value), the
 output is the output's nodata value: --nodata, by default nan for a float output and the

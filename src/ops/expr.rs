@@ -18,7 +18,8 @@
 //! atom   := number | name | name '[' int ']' | name '(' args ')' | '(' expr ')'
 //! ```
 //! Functions: `abs sqrt exp log log1p sin cos tanh floor ceil round isnan` (one argument),
-//! `min max` (two), `clip(x, lo, hi)` and `where(cond, a, b)` (three). Comparisons and
+//! `min max` (two), `clip(x, lo, hi)`, `where(cond, a, b)` and `fma(a, b, c)` (three:
+//! `a * b + c` rounded once, as `affine` computes it). Comparisons and
 //! `isnan` give 1.0 or 0.0; `where` takes its condition as true when non-zero. `round`
 //! rounds half to even, as numpy does. Arithmetic follows IEEE: `x / 0` is ±inf, `log(-1)`
 //! is NaN; NaN compares false (`!=` true).
@@ -125,6 +126,8 @@ pub enum Expr {
     Binary(BinOp, Box<Expr>, Box<Expr>),
     /// `where(cond, a, b)`
     Where(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// `fma(a, b, c)`: `a * b + c` rounded once.
+    Fma(Box<Expr>, Box<Expr>, Box<Expr>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -494,10 +497,19 @@ impl Parser {
                 );
                 Ok(Expr::Where(c, a, b))
             }
+            "fma" => {
+                arity(3)?;
+                let (a, b, c) = (
+                    it.next().unwrap_or_default(),
+                    it.next().unwrap_or_default(),
+                    it.next().unwrap_or_default(),
+                );
+                Ok(Expr::Fma(a, b, c))
+            }
             _ => Err(ParseError {
                 column: col,
                 message: format!(
-                    "unknown function '{name}' (known: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip where)"
+                    "unknown function '{name}' (known: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip where fma)"
                 ),
             }),
         }
@@ -516,6 +528,20 @@ fn describe(t: &Tok) -> String {
         Tok::Name(n) => format!("'{n}'"),
         Tok::Op(o) => format!("'{o}'"),
         Tok::End => "the end of the expression".into(),
+    }
+}
+
+/// `v` as an expression literal that reads back as exactly `v` (`0.5`, `1e-5`, `-3.0`,
+/// `nan`, `-inf`), for expressions built from numbers.
+#[must_use]
+pub fn literal(v: f64) -> String {
+    if v.is_nan() {
+        "nan".into()
+    } else if v.is_infinite() {
+        if v > 0.0 { "inf".into() } else { "-inf".into() }
+    } else {
+        // Debug is the shortest text that parses back to `v`, in exponent form when long
+        format!("{v:?}")
     }
 }
 

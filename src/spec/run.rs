@@ -218,7 +218,27 @@ impl Engine {
                 Reduce::parse(reduce, *ddof)?,
                 ReduceOver::from(*axis),
             ),
-            OpSpec::Affine { input, dtype, .. } => self.plan_affine(&input.open()?, *dtype),
+            OpSpec::Affine {
+                input,
+                dtype,
+                scale,
+                offset,
+                nodata,
+                ignore_nodata,
+                ..
+            } => {
+                let x = input.open()?;
+                let rule = map_rule(nodata.as_ref(), *ignore_nodata);
+                match Self::affine_masked(&x, *scale, *offset, &rule) {
+                    // planned (and refused) as the map it runs as
+                    Some(src) => {
+                        let od = Some(dtype.unwrap_or(x.dtype()));
+                        Self::bind_map(&src, &[("x", &x)], od, &rule)?;
+                        self.plan_map(&src, &[("x", &x)], od)
+                    }
+                    None => self.plan_affine(&x, *dtype),
+                }
+            }
             OpSpec::Generate { shape, dtype, .. } => self.plan_generate(shape, *dtype),
         };
         flat.map(SpecPlan::Flat)
@@ -386,9 +406,18 @@ impl Engine {
                 scale,
                 offset,
                 dtype,
+                nodata,
+                ignore_nodata,
             } => {
                 let x = input.open()?;
-                georef_from(self, &x, None).affine(&x, output, *scale, *offset, *dtype)
+                georef_from(self, &x, None).affine_with(
+                    &x,
+                    output,
+                    *scale,
+                    *offset,
+                    *dtype,
+                    &map_rule(nodata.as_ref(), *ignore_nodata),
+                )
             }
             OpSpec::Generate {
                 output,

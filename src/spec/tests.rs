@@ -55,6 +55,8 @@ fn job_keys_differ_by_parameter_and_tiles_do_not_resume() {
         scale,
         offset: 0.0,
         dtype: None,
+        nodata: None,
+        ignore_nodata: false,
     };
     let a = spec(2.0).job_key().expect("key");
     assert_eq!(a, spec(2.0).job_key().expect("key"));

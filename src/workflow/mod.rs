@@ -431,11 +431,12 @@ impl Workflow {
                     Some(expr)
                 }
                 "affine" => {
+                    // rounded once, as the affine subcommand computes it
                     let input = need("input", &st.input)?;
                     Some(format!(
-                        "({} * {input} + {})",
-                        st.scale.unwrap_or(1.0),
-                        st.offset.unwrap_or(0.0)
+                        "fma({input}, {}, {})",
+                        crate::ops::expr::literal(st.scale.unwrap_or(1.0)),
+                        crate::ops::expr::literal(st.offset.unwrap_or(0.0))
                     ))
                 }
                 "cast" => {

@@ -317,6 +317,7 @@ pub(crate) const EXPRESSIONS: &[&str] = &[
     "clip(x, -1, 1)",
     // the form map's nodata masking compiles to
     "where((x == 0) + isnan(y), nan, x / y)",
+    "fma(x, y, -x / 3)",
 ];
 
 #[test]

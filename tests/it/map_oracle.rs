@@ -119,6 +119,9 @@ fn every_operator_and_function_matches_the_oracle(device) {
             nanmin(x, y) + nanmax(x, 0.0)
         }),
         ("clip(x, -2, 2.5)", |x, _| nanmin(nanmax(x, -2.0), 2.5)),
+        ("fma(x, y, 1 / 3) + fma(2, 3, 1)", |x, y| {
+            x.mul_add(y, 1.0 / 3.0) + 7.0
+        }),
         ("2 * 3 + x * 0 + inf", |x, _| 6.0 + x * 0.0 + f64::INFINITY),
         (
             "where(isnan(x), -1, x) + nan * 0",

@@ -486,3 +486,66 @@ e = "e.npy"
         std::fs::write(d.join("c.npy"), b"").unwrap();
     }
 }
+
+#[test]
+fn affine_masks_nodata_pixels_and_rounds_once_on_every_path() {
+    use crate::common::{Lcg, read_npy_data, write_npy};
+    use tilestream::DType;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // an f64 GeoTIFF whose nodata value is -1, which one value in 8 is
+    let (h, w) = (60, 70);
+    let mut rng = Lcg(5);
+    let x: Vec<f64> = (0..h * w)
+        .map(|i| {
+            if i % 8 == 3 {
+                -1.0
+            } else {
+                rng.f64() * 1e3 - 500.0
+            }
+        })
+        .collect();
+    write_npy(
+        &d.join("x.npy"),
+        DType::F64,
+        &[h, w],
+        bytemuck::cast_slice(&x),
+    );
+    let scene = d.join("scene.tif");
+    let xin = format!("x={}", p(&d.join("x.npy")));
+    ok(&["map", "x", p(&scene), "--in", &xin, "--nodata", "-1"]);
+    let (scale, offset) = (0.37, 1.0 / 3.0);
+    let (s, o) = (format!("{scale:?}"), format!("{offset:?}"));
+    let affine = |out: &str, extra: &[&str]| -> Vec<f64> {
+        let mut args = vec!["affine", p(&scene), out, "--scale", &s, "--offset", &o];
+        args.extend(extra);
+        ok(&args);
+        bytemuck::pod_collect_to_vec(&read_npy_data(Path::new(out)))
+    };
+    let masked_out = d.join("masked.npy");
+    let masked = affine(p(&masked_out), &[]);
+    let kernel = affine(p(&d.join("kernel.npy")), &["--ignore-nodata"]);
+    let mut rounded_twice = 0;
+    for (i, &v) in x.iter().enumerate() {
+        let once = v.mul_add(scale, offset);
+        assert_eq!(kernel[i].to_bits(), once.to_bits(), "kernel pixel {i}");
+        if i % 8 == 3 {
+            assert!(masked[i].is_nan(), "masked pixel {i}: {}", masked[i]);
+        } else {
+            // the masked path computes the other pixels as the kernel does
+            assert_eq!(masked[i].to_bits(), once.to_bits(), "pixel {i}");
+            rounded_twice += usize::from((v * scale + offset).to_bits() != once.to_bits());
+        }
+    }
+    // x * scale + offset rounded twice differs on some pixels: the check above can fail
+    assert!(rounded_twice > 0);
+    // a pipeline's affine step fuses into the same arithmetic
+    let text = format!(
+        "[inputs]\ns = \"scene.tif\"\n\n[[steps]]\nop = \"affine\"\ninput = \"s\"\n\
+         scale = {s}\noffset = {o}\nout = \"a\"\n\n[[steps]]\nop = \"map\"\nexpr = \"a * 1\"\n\
+         out = \"b\"\n\n[outputs]\nb = \"b.npy\"\n"
+    );
+    std::fs::write(d.join("affine.toml"), text).unwrap();
+    ok(&["run", p(&d.join("affine.toml"))]);
+    assert_eq!(read_npy_data(&d.join("b.npy")), read_npy_data(&masked_out));
+}

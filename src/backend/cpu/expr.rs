@@ -80,6 +80,16 @@ fn eval_block(
                 }
                 regs[dst * BLOCK..dst * BLOCK + len].copy_from_slice(&tail[..len]);
             }
+            Instr::Fma(a, b, c, dst) => {
+                let val = |o: Operand, i: usize, regs: &[f64]| match o {
+                    Operand::Const(v) => v,
+                    Operand::Reg(r) => regs[r * BLOCK + i],
+                };
+                for (i, t) in tail[..len].iter_mut().enumerate() {
+                    *t = val(a, i, regs).mul_add(val(b, i, regs), val(c, i, regs));
+                }
+                regs[dst * BLOCK..dst * BLOCK + len].copy_from_slice(&tail[..len]);
+            }
         }
     }
     let res: &[f64] = match program.result() {

@@ -561,7 +561,8 @@ pub fn map_source(name: &str, program: &Program, inputs: &[DType], output: DType
             Instr::Load { dst, .. }
             | Instr::Un(_, _, dst)
             | Instr::Bin(_, _, _, dst)
-            | Instr::Where(_, _, _, dst) => dst + 1,
+            | Instr::Where(_, _, _, dst)
+            | Instr::Fma(_, _, _, dst) => dst + 1,
         })
         .max()
         .unwrap_or(0);
@@ -585,6 +586,12 @@ pub fn map_source(name: &str, program: &Program, inputs: &[DType], output: DType
                 operand(c),
                 operand(b),
                 operand(a)
+            ),
+            Instr::Fma(a, b, c, dst) => format!(
+                "r{dst} = fma({}, {}, {});",
+                operand(a),
+                operand(b),
+                operand(c)
             ),
         };
         let _ = writeln!(s, "        {line}");

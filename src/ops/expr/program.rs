@@ -44,6 +44,8 @@ pub enum Instr {
     Bin(BinOp, Operand, Operand, usize),
     /// `dst = if c != 0 { a } else { b }`.
     Where(Operand, Operand, Operand, usize),
+    /// `dst = a * b + c`, rounded once.
+    Fma(Operand, Operand, Operand, usize),
 }
 
 /// A compiled expression: its distinct input references (streams) and a register program.
@@ -215,6 +217,16 @@ impl Program {
                 (c, a, b) => {
                     let dst = self.reg();
                     self.code.push(Instr::Where(c, a, b, dst));
+                    Operand::Reg(dst)
+                }
+            },
+            Expr::Fma(a, b, c) => match (self.emit(a), self.emit(b), self.emit(c)) {
+                (Operand::Const(a), Operand::Const(b), Operand::Const(c)) => {
+                    Operand::Const(a.mul_add(b, c))
+                }
+                (a, b, c) => {
+                    let dst = self.reg();
+                    self.code.push(Instr::Fma(a, b, c, dst));
                     Operand::Reg(dst)
                 }
             },
