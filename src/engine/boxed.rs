@@ -128,18 +128,12 @@ impl Engine {
         }
         // (each compressed file counted once, however many streams read it)
         let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
-        let has_chunked = files.iter().any(|f| f.chunked().is_some());
         let mut refused = None;
-        // the compressed inputs' decode scratch sized from the whole budget, else from a
-        // quarter of it, else the least (one chunk at a time, no cache), so that the
-        // encoder has room: the files keep the sizing of the plan returned
+        // the compressed inputs' decode scratch sized from the whole budget, else smaller
+        // so that the encoder has room: the files keep the sizing of the plan returned
         let limit = self.budget.limit();
-        let scratch_limits: &[u64] = if has_chunked {
-            &[limit, limit / 4, 0]
-        } else {
-            &[limit]
-        };
-        for &scratch_limit in scratch_limits {
+        let scratch_limits = std::iter::once(limit).chain(self.scratch_fallbacks(&files, encoded));
+        for scratch_limit in scratch_limits {
             let (mut resident_bytes, mut resident_what) =
                 super::decode_scratch(scratch_limit, &files);
             if held.0 > 0 {

@@ -93,18 +93,28 @@ impl Engine {
         encoded: bool,
         attempt: impl Fn(u64) -> Result<BoxPlan>,
     ) -> Result<BoxPlan> {
-        let limit = self.budget.limit();
-        let mut planned = attempt(limit);
-        if !encoded || input.chunked().is_none() {
-            return planned;
-        }
-        for less in [limit / 4, 0] {
+        let mut planned = attempt(self.budget.limit());
+        for less in self.scratch_fallbacks(&[input], encoded) {
             if planned.is_ok() {
                 break;
             }
             planned = attempt(less);
         }
         planned
+    }
+
+    /// The smaller decode scratch a run over `files` tries, in order, when its plan with
+    /// scratch sized from the whole budget is refused: when it encodes its output as it
+    /// writes it (`encoded`) and an input is compressed, a quarter of the budget, then
+    /// the least (one chunk at a time, no cache), so that the encoder has room; none
+    /// otherwise.
+    pub(super) fn scratch_fallbacks(&self, files: &[&TensorFile], encoded: bool) -> Vec<u64> {
+        let limit = self.budget.limit();
+        if encoded && files.iter().any(|f| f.chunked().is_some()) {
+            vec![limit / 4, 0]
+        } else {
+            Vec::new()
+        }
     }
 
     pub(super) fn hooks(&self) -> Hooks<'_> {

@@ -93,6 +93,16 @@ impl ZarrEncoder {
         &self.outer
     }
 
+    /// The array's shape.
+    pub(crate) fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The array's element type.
+    pub(crate) fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     /// The codecs that encode one chunk (or inner chunk): `bytes`, then the compressor.
     fn chunk_codecs(&self) -> Vec<Value> {
         let mut c = vec![json!({"name": "bytes", "configuration": {"endian": "little"}})];

@@ -36,10 +36,8 @@ const MAX_BATCH: u64 = 16;
 pub struct ZarrStream {
     dir: PathBuf,
     dest: PathBuf,
+    /// Holds the array's shape, dtype and outer chunk shape.
     encoder: ZarrEncoder,
-    shape: Vec<usize>,
-    dtype: DType,
-    outer: Vec<usize>,
     /// The outer chunks over the array (what the assembly fills).
     chunk_grid: ChunkGrid,
     /// CRC-32 of the store's `zarr.json`, the seed of every run's checksum: chunks an
@@ -70,7 +68,7 @@ impl std::fmt::Debug for ZarrStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ZarrStream")
             .field("dir", &self.dir)
-            .field("outer", &self.outer)
+            .field("outer", &self.encoder.outer())
             .finish_non_exhaustive()
     }
 }
@@ -190,18 +188,14 @@ impl ZarrStream {
             let _ = std::fs::remove_dir_all(dir);
         }
         let (held, encoder, seed) = made?;
-        let outer = encoder.outer().to_vec();
-        let chunk_grid = ChunkGrid::new(shape, &outer)?;
+        let chunk_grid = ChunkGrid::new(shape, encoder.outer())?;
         let asm = ChunkAssembly::new(chunk_grid.clone(), dtype.size());
         Ok(ZarrStream {
             seed,
             dir: dir.to_path_buf(),
             dest: dest.to_path_buf(),
             encoder,
-            shape: shape.to_vec(),
-            dtype,
             chunk_grid,
-            outer,
             memory: opts.memory,
             inner: Mutex::new(Inner {
                 asm,
@@ -252,10 +246,7 @@ impl ZarrStream {
             dir: dest.to_path_buf(),
             dest: dest.to_path_buf(),
             encoder,
-            shape: store_shape.to_vec(),
-            dtype,
             chunk_grid: chunk_grid.clone(),
-            outer,
             memory: opts.memory,
             inner: Mutex::new(Inner {
                 asm: ChunkAssembly::new(chunk_grid, dtype.size()),
@@ -324,7 +315,7 @@ impl ZarrStream {
         let (start, bytes) = match self.rows {
             None => (start, bytes),
             Some(r) => {
-                let es = self.dtype.size() as u64;
+                let es = self.encoder.dtype().size() as u64;
                 let end = start + bytes.len() as u64 / es;
                 let (a, b) = (start.max(r.keep.0), end.min(r.keep.1));
                 if a >= b {
@@ -358,7 +349,7 @@ impl ZarrStream {
     /// Encodes and stores the whole outer chunks `run` (consecutive, with their clipped
     /// C-order bytes).
     fn store_run(&self, grid: &ChunkGrid, run: &[(usize, Vec<u8>)]) -> Result<()> {
-        let es = self.dtype.size() as u64;
+        let es = self.encoder.dtype().size() as u64;
         let first = run.first().map_or(0, |c| c.0);
         // the encoder asks for runs along the last axis by their array byte offset
         let read = |at: u64, out: &mut [u8]| -> Result<()> {
@@ -375,9 +366,9 @@ impl ZarrStream {
         };
         encode_chunk_range(
             &self.encoder,
-            &self.shape,
-            self.dtype,
-            &self.outer,
+            self.encoder.shape(),
+            self.encoder.dtype(),
+            self.encoder.outer(),
             self.memory,
             first..first + run.len(),
             &read,
