@@ -28,6 +28,39 @@ pub(crate) struct ChunkGrid {
     grid: Vec<usize>,
 }
 
+/// Calls `f(idx, at)` for each row (run along the last axis) of the box of `size` at
+/// `origin` in a C-order array of `shape`, in C order: `idx` is the row's index in the
+/// box over the leading axes, `at` the array element its first element is. Stops at the
+/// first error `f` returns.
+pub(crate) fn for_each_box_row<E>(
+    shape: &[usize],
+    origin: &[usize],
+    size: &[usize],
+    mut f: impl FnMut(&[usize], usize) -> std::result::Result<(), E>,
+) -> std::result::Result<(), E> {
+    let rank = shape.len();
+    let Some(lead) = rank.checked_sub(1) else {
+        return Ok(());
+    };
+    let rows: usize = size[..lead].iter().product();
+    let mut idx = vec![0usize; lead];
+    for _ in 0..rows {
+        let mut at = 0usize;
+        for a in 0..lead {
+            at = at * shape[a] + origin[a] + idx[a];
+        }
+        f(&idx, at * shape[lead] + origin[lead])?;
+        for a in (0..lead).rev() {
+            idx[a] += 1;
+            if idx[a] < size[a] {
+                break;
+            }
+            idx[a] = 0;
+        }
+    }
+    Ok(())
+}
+
 impl ChunkGrid {
     /// The grid of `chunk`-shaped chunks over `shape` (same rank, no zero extents).
     ///

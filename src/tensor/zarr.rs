@@ -468,28 +468,13 @@ pub(crate) fn encode_chunk_range(
             .map(|a| outer[a].min(shape[a] - origin[a]))
             .collect();
         let mut buf = vec![0u8; chunk_bytes];
-        // every run along the last axis inside the array
-        let runs: usize = extent[..rank - 1].iter().product();
-        let mut idx = vec![0usize; rank - 1];
-        for _ in 0..runs {
-            let mut at_chunk = 0usize;
-            let mut at_arr = 0usize;
-            for a in 0..rank - 1 {
-                at_chunk = at_chunk * outer[a] + idx[a];
-                at_arr = at_arr * shape[a] + origin[a] + idx[a];
-            }
-            let c0 = at_chunk * last * es;
-            let a0 = ((at_arr * shape[rank - 1] + origin[rank - 1]) * es) as u64;
-            read(a0, &mut buf[c0..c0 + extent[rank - 1] * es])?;
-            // next run
-            for a in (0..rank - 1).rev() {
-                idx[a] += 1;
-                if idx[a] < extent[a] {
-                    break;
-                }
-                idx[a] = 0;
-            }
-        }
+        // every run along the last axis inside the array, to its place in the chunk
+        let run = extent[rank - 1] * es;
+        super::chunk_assembly::for_each_box_row(shape, &origin, &extent, |idx, at| {
+            let row = idx.iter().zip(outer).fold(0, |r, (&i, &o)| r * o + i);
+            let c0 = row * last * es;
+            read((at * es) as u64, &mut buf[c0..c0 + run])
+        })?;
         encoder.store_chunk(&pos, &buf)
     };
     let all: Vec<usize> = chunks.collect();

@@ -309,27 +309,15 @@ fn is_fill(bytes: &[u8]) -> bool {
 /// The box of `size` at `origin` of the C-order array of `shape` (elements of `es`
 /// bytes) in `src`, C order.
 fn sub_box(src: &[u8], shape: &[usize], origin: &[usize], size: &[usize], es: usize) -> Vec<u8> {
-    let rank = shape.len();
-    let run = size[rank - 1] * es;
+    let run = size.last().map_or(0, |&n| n * es);
     let mut out = Vec::with_capacity(size.iter().product::<usize>() * es);
-    let rows: usize = size[..rank - 1].iter().product();
-    let mut idx = vec![0usize; rank - 1];
-    for _ in 0..rows {
-        let mut at = 0usize;
-        for a in 0..rank - 1 {
-            at = at * shape[a] + origin[a] + idx[a];
-        }
-        let from = (at * shape[rank - 1] + origin[rank - 1]) * es;
-        out.extend_from_slice(&src[from..from + run]);
-        for a in (0..rank - 1).rev() {
-            idx[a] += 1;
-            if idx[a] < size[a] {
-                break;
-            }
-            idx[a] = 0;
-        }
+    let rows = super::chunk_assembly::for_each_box_row(shape, origin, size, |_, at| {
+        out.extend_from_slice(&src[at * es..at * es + run]);
+        Ok::<(), std::convert::Infallible>(())
+    });
+    match rows {
+        Ok(()) => out,
     }
-    out
 }
 
 /// Blosc 1 compression of `src` with LZ4 at `level`, byte shuffle over elements of
