@@ -208,7 +208,42 @@ fn named_sources(specs: &[String], raw: &RawSpec) -> Result<Vec<(String, Source)
         .collect()
 }
 
-/// A flat or a box plan, for `tilestream plan`.
+/// `--in-nodata NAME=VALUE` of `map`: the nodata value of the input NAME in place of
+/// what its file says (`none`: it has none).
+fn input_nodata(
+    specs: &[String],
+    inputs: &[(String, Source)],
+) -> Result<Vec<(String, Option<String>)>> {
+    specs
+        .iter()
+        .map(|s| {
+            let (name, v) = s
+                .split_once('=')
+                .map(|(n, v)| (n.trim(), v.trim()))
+                .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                .ok_or_else(|| {
+                    Error::invalid(format!(
+                        "--in-nodata '{}': expected NAME=VALUE, e.g. --in-nodata x=-9999",
+                        s.escape_debug()
+                    ))
+                })?;
+            if !inputs.iter().any(|(n, _)| n == name) {
+                let known: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(Error::invalid(format!(
+                    "--in-nodata {}: no input is named {} (inputs: {})",
+                    s.escape_debug(),
+                    name.escape_debug(),
+                    known.join(", ")
+                )));
+            }
+            Ok((
+                name.to_string(),
+                (!v.eq_ignore_ascii_case("none")).then(|| v.to_string()),
+            ))
+        })
+        .collect()
+}
+
 /// A note when an output's extension names no format tilestream writes (`o.jpg`): the
 /// data is written raw, which the name would not suggest.
 fn warn_unknown_extension(out: &Path) {
@@ -252,14 +287,18 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
             nodata: a.nodata.clone(),
             ignore_nodata: a.ignore_nodata,
         },
-        Op::Map(a) => OpSpec::Map {
-            expr: a.expr.clone(),
-            inputs: named_sources(&a.inputs, &a.raw)?,
-            output: a.output.clone(),
-            dtype: dtype(a.dtype.as_ref())?,
-            nodata: a.nodata.clone(),
-            ignore_nodata: a.ignore_nodata,
-        },
+        Op::Map(a) => {
+            let inputs = named_sources(&a.inputs, &a.raw)?;
+            OpSpec::Map {
+                expr: a.expr.clone(),
+                input_nodata: input_nodata(&a.in_nodata, &inputs)?,
+                inputs,
+                output: a.output.clone(),
+                dtype: dtype(a.dtype.as_ref())?,
+                nodata: a.nodata.clone(),
+                ignore_nodata: a.ignore_nodata,
+            }
+        }
         Op::Matmul(a) => OpSpec::Matmul {
             x: Source::file(&a.x),
             w: Source::file(&a.w),

@@ -56,11 +56,6 @@ fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde passes a reference
-fn is_false(b: &bool) -> bool {
-    !*b
-}
-
 impl Source {
     /// A self-describing file.
     #[must_use]
@@ -139,8 +134,9 @@ pub enum OpSpec {
         /// The output's nodata value, as [`OpSpec::Map`]'s.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nodata: Option<String>,
-        /// Compute the pixels where the input is nodata like any other.
-        #[serde(default, skip_serializing_if = "is_false")]
+        /// Compute the pixels where the input is nodata like any other (always written
+        /// out, as [`OpSpec::Map`]'s).
+        #[serde(default)]
         ignore_nodata: bool,
     },
     /// A cast to `dtype`.
@@ -179,9 +175,13 @@ pub enum OpSpec {
         /// input is nodata and written to a GeoTIFF output (see [`crate::MapNodata`]).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         nodata: Option<String>,
-        /// Compute the pixels where an input is nodata like any other.
-        #[serde(default, skip_serializing_if = "is_false")]
+        /// Compute the pixels where an input is nodata like any other. Always written
+        /// out, so that a run from before nodata masking is not resumed as this one.
+        #[serde(default)]
         ignore_nodata: bool,
+        /// The nodata value of named inputs in place of their files' (`None`: none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        input_nodata: Vec<(String, Option<String>)>,
     },
     /// `x @ w` with `w` resident.
     Matmul {
@@ -527,6 +527,19 @@ fn georef_from(e: &Engine, x: &TensorFile, keeps: Option<DType>) -> Engine {
     e.clone().with_georef(georef)
 }
 
+/// The nodata rule of a map spec.
+pub(crate) fn map_rule(
+    nodata: Option<&String>,
+    ignore_nodata: bool,
+    input_nodata: &[(String, Option<String>)],
+) -> crate::MapNodata {
+    crate::MapNodata {
+        value: nodata.cloned(),
+        ignore_inputs: ignore_nodata,
+        inputs: input_nodata.to_vec(),
+    }
+}
+
 /// What an operation writes, known before it runs: how a job split by rows over a
 /// cluster makes the file its tasks fill ([`OpSpec::output_layout`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -559,9 +572,25 @@ impl OpSpec {
             })
         };
         match self {
-            OpSpec::Affine { input, dtype, .. } | OpSpec::Convert { input, dtype, .. } => {
+            OpSpec::Affine {
+                input,
+                dtype,
+                scale,
+                offset,
+                nodata,
+                ignore_nodata,
+                ..
+            } => {
+                // a nodata value refused before the job is split, not by each task
+                let x = input.open()?;
+                let rule = map_rule(nodata.as_ref(), *ignore_nodata, &[]);
+                if let Some(src) = Engine::affine_masked(&x, *scale, *offset, &rule) {
+                    let od = Some(dtype.unwrap_or(x.dtype()));
+                    Engine::bind_map(&src, &[("x", &x)], od, &rule)?;
+                }
                 same(input, *dtype)
             }
+            OpSpec::Convert { input, dtype, .. } => same(input, *dtype),
             OpSpec::Cast { input, dtype, .. } => same(input, Some(*dtype)),
             OpSpec::Standardize { input, dtype, .. } => {
                 // by default f64 for an f64 input, f32 otherwise
@@ -575,13 +604,19 @@ impl OpSpec {
                 expr,
                 inputs,
                 dtype,
+                nodata,
+                ignore_nodata,
+                input_nodata,
                 ..
             } => {
                 // the shape the expression iterates over (a plane `x[k]` of an input is
-                // one axis short of it) and its default dtype, as the run binds them
+                // one axis short of it) and its default dtype, as the run binds them;
+                // nodata refused before the job is split
                 let files = open_named(inputs)?;
                 let named: Vec<(&str, &TensorFile)> =
                     files.iter().map(|(n, f)| (n.as_str(), f)).collect();
+                let rule = map_rule(nodata.as_ref(), *ignore_nodata, input_nodata);
+                Engine::bind_map(expr, &named, *dtype, &rule)?;
                 let (_, _, shape, default) = Engine::bind(expr, &named)?;
                 Ok(OutputLayout {
                     shape,

@@ -449,7 +449,17 @@ def test_map_masks_nodata_pixels(tmp_path):
         ts.map("s", tmp_path / "z.npy", {"s": scene}, dtype="uint8", nodata=300)
     with pytest.raises(TypeError, match="nodata must be a number"):
         ts.map("s", tmp_path / "z.npy", {"s": scene}, nodata=[1])
+    with pytest.raises(TypeError, match="ignore_nodata must be True or False"):
+        ts.map("s", tmp_path / "z.npy", {"s": scene}, ignore_nodata="no")
     assert not (tmp_path / "z.npy").exists()
+
+    # a .npy input's nodata convention, given by name (None: it has none)
+    y = ts.map("x + 1", tmp_path / "y.npy", {"x": tmp_path / "x.npy"}, input_nodata={"x": 9})
+    assert np.array_equal(np.asarray(y), np.where(nd, np.nan, x + 1.0), equal_nan=True)
+    y = ts.map("s + 1", tmp_path / "y.npy", {"s": scene}, input_nodata={"s": None})
+    assert np.array_equal(np.asarray(y), x + 1.0)
+    with pytest.raises(ValueError, match="input x is u16, which holds no nodata value '-1'"):
+        ts.map("x", tmp_path / "z.npy", {"x": tmp_path / "x.npy"}, input_nodata={"x": -1})
 
 
 def test_affine_masks_nodata_pixels(tmp_path):

@@ -496,6 +496,7 @@ def map(
     dtype: Any = None,
     nodata: Any = None,
     ignore_nodata: bool = False,
+    input_nodata: Optional[Mapping[str, Any]] = None,
     **kw: Any,
 ) -> Any:
     """Evaluates the elementwise expression ``expr`` (``"(b4 - b3) / (b4 + b3)"``,
@@ -505,7 +506,10 @@ def map(
     Where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value) the output
     is ``nodata`` (a number or ``"nan"``; by default NaN for a float output and the
     inputs' shared nodata value for an integer one), which a GeoTIFF output carries as
-    its nodata; ``ignore_nodata=True`` computes those pixels like any other."""
+    its nodata. ``input_nodata={"x": -9999}`` gives an input's nodata value where its file
+    cannot (``.npy``, raw, numpy arrays; ``None``: it has none). ``ignore_nodata=True``
+    computes those pixels like any other: give it to fill them yourself
+    (``where(isnan(x), 0, x)`` is masked again without it)."""
     _check_kw("map", kw)
     spec = {
         "op": "map",
@@ -513,25 +517,36 @@ def map(
         "inputs": [[k, _source(v)] for k, v in inputs.items()],
         "output": os.fspath(out),
         "dtype": _ts_dtype(dtype),
-        **_nodata_spec(nodata, ignore_nodata),
+        **_nodata_spec(nodata, ignore_nodata, input_nodata),
     }
     return _execute(spec, out, kw)
 
 
-def _nodata_spec(nodata: Any, ignore_nodata: bool) -> Dict[str, Any]:
-    """The nodata fields of a map spec: the value as text (``"nan"``, ``"-9999"``)."""
-    out: Dict[str, Any] = {}
+def _nodata_text(nodata: Any, what: str) -> str:
+    """A nodata value as the spec's text (``"nan"``, ``"-9999"``)."""
+    if isinstance(nodata, bool) or not isinstance(nodata, (int, float, str, np.number)):
+        raise TypeError(f"{what} must be a number or a string such as 'nan', not "
+                        f"{type(nodata).__name__}")
+    if isinstance(nodata, str):
+        return nodata
+    if isinstance(nodata, (float, np.floating)):
+        return repr(float(nodata))
+    return str(int(nodata))
+
+
+def _nodata_spec(nodata: Any, ignore_nodata: Any,
+                 input_nodata: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """The nodata fields of a map or affine spec."""
+    if not isinstance(ignore_nodata, (bool, np.bool_)):
+        raise TypeError(f"ignore_nodata must be True or False, not {type(ignore_nodata).__name__}")
+    out: Dict[str, Any] = {"ignore_nodata": bool(ignore_nodata)}
     if nodata is not None:
-        if isinstance(nodata, bool) or not isinstance(nodata, (int, float, str, np.number)):
-            raise TypeError(f"nodata must be a number or a string such as 'nan', not {type(nodata).__name__}")
-        if isinstance(nodata, str):
-            out["nodata"] = nodata
-        elif isinstance(nodata, (float, np.floating)):
-            out["nodata"] = repr(float(nodata))
-        else:
-            out["nodata"] = str(int(nodata))
-    if ignore_nodata:
-        out["ignore_nodata"] = True
+        out["nodata"] = _nodata_text(nodata, "nodata")
+    if input_nodata:
+        out["input_nodata"] = [
+            [name, None if v is None else _nodata_text(v, f"input_nodata[{name!r}]")]
+            for name, v in input_nodata.items()
+        ]
     return out
 
 

@@ -325,7 +325,8 @@ def affine(path: Any, out: Any, scale: float = 1.0, offset: float = 0.0, *, dtyp
            **kw: Any) -> Any:
     """:func:`tilestream.affine` on the cluster, by row ranges of ``out`` (a ``.npy``, or a
     Zarr store written chunk rows by chunk rows for a name ending in ``.zarr``, with
-    ``zarr_chunks=``, ``zarr_shard=``, ``zarr_compress=`` as in :func:`tilestream.affine`)."""
+    ``zarr_chunks=``, ``zarr_shard=``, ``zarr_compress=`` as in :func:`tilestream.affine`;
+    ``nodata`` and ``ignore_nodata`` as there)."""
     spec = {"op": "affine", "input": _src(path), "output": os.path.abspath(out),
             "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype),
             **_nodata_spec(nodata, ignore_nodata)}
@@ -345,13 +346,15 @@ def cast(path: Any, out: Any, dtype: Any, *, client: Any = None,
 
 
 def map(expr: str, out: Any, inputs: Mapping[str, Any], *, dtype: Any = None,
-        nodata: Any = None, ignore_nodata: bool = False, client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
+        nodata: Any = None, ignore_nodata: bool = False,
+        input_nodata: Optional[Mapping[str, Any]] = None, client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
         threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
         **kw: Any) -> Any:
-    """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (as :func:`affine`)."""
+    """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (as :func:`affine`);
+    ``nodata``, ``ignore_nodata`` and ``input_nodata`` as in :func:`tilestream.map`."""
     spec = {"op": "map", "expr": expr, "inputs": [[k, _src(v)] for k, v in inputs.items()],
             "output": os.path.abspath(out), "dtype": _ts_dtype(dtype),
-            **_nodata_spec(nodata, ignore_nodata)}
+            **_nodata_spec(nodata, ignore_nodata, input_nodata)}
     return _run_rows(spec, ["inputs"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("map", kw))
 

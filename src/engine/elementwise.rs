@@ -383,20 +383,51 @@ impl Engine {
         let e = Self::parse_expr(src)?;
         let (program, streams, shape, default) = Self::bind_expr(src, &e, inputs)?;
         let od = dtype.unwrap_or(default);
-        // the streams that can be nodata, and the value their pixels have there
-        let mut masks: Vec<(expr::InputRef, f64)> = Vec::new();
-        if !rule.ignore_inputs {
-            for (r, st) in program.streams.iter().zip(&streams) {
-                let text = st.file.georef().and_then(|g| g.nodata.as_deref());
-                if let Some(v) = text.and_then(|t| nodata_as(st.file.dtype(), t)) {
-                    masks.push((r.clone(), v));
-                }
-            }
-        }
         let label = |r: &expr::InputRef| match r.index {
             Some(i) => format!("{}[{i}]", r.name),
             None => r.name.clone(),
         };
+        // the streams that can be nodata, and the value their pixels have there
+        let mut masks: Vec<(expr::InputRef, f64)> = Vec::new();
+        if !rule.ignore_inputs {
+            for (r, st) in program.streams.iter().zip(&streams) {
+                let v = match rule.inputs.iter().find(|(n, _)| *n == r.name) {
+                    // given: a value the input's type holds, or refused
+                    Some((_, Some(t))) => match nodata_as(st.file.dtype(), t) {
+                        Some(v) => v,
+                        None => {
+                            return Err(Error::invalid(format!(
+                                "input {} is {}, which holds no nodata value '{}': give \
+                                 one of its values",
+                                label(r),
+                                st.file.dtype(),
+                                crate::tensor::npy::shown(t.trim())
+                            )));
+                        }
+                    },
+                    Some((_, None)) => continue,
+                    // the file's, when its type holds it
+                    None => {
+                        let text = st.file.georef().and_then(|g| g.nodata.as_deref());
+                        match text.and_then(|t| nodata_as(st.file.dtype(), t)) {
+                            Some(v) => v,
+                            None => continue,
+                        }
+                    }
+                };
+                // map computes in f64, where a 64-bit integer beyond 2^53 is not itself
+                if v.abs() >= 2f64.powi(53) && matches!(st.file.dtype(), DType::I64 | DType::U64) {
+                    return Err(Error::invalid(format!(
+                        "input {} has nodata {}, 2^53 or more from 0, which map's f64 arithmetic \
+                         cannot tell from its neighbours: give --ignore-nodata to compute \
+                         those pixels like any other",
+                        label(r),
+                        nodata_text(v)
+                    )));
+                }
+                masks.push((r.clone(), v));
+            }
+        }
         let value = match &rule.value {
             Some(text) => Some(output_nodata(text, od)?),
             None if masks.is_empty() => None,
@@ -413,11 +444,11 @@ impl Engine {
                             .map(|(r, v)| format!("{} {}", label(r), nodata_text(*v)))
                             .collect();
                         return Err(Error::invalid(format!(
-                            "map marks the pixels where an input is nodata ({}) with the \
-                             output's nodata value, and a {od} output holds no such shared \
-                             value: give one with --nodata VALUE (`nodata` in Python and \
-                             pipelines), a float --dtype (NaN there), or --ignore-nodata to \
-                             compute those pixels like any other",
+                            "the pixels where an input is nodata ({}) take the output's \
+                             nodata value, and a {od} output holds no such shared value: give \
+                             one with --nodata VALUE (`nodata` in Python and pipelines), a \
+                             float --dtype (NaN there), or --ignore-nodata to compute those \
+                             pixels like any other",
                             what.join(", ")
                         )));
                     }
@@ -798,6 +829,10 @@ pub struct MapNodata {
     /// Compute those pixels like any other, as if no input had a nodata value (the
     /// output then carries `value`, if given, as a tag only).
     pub ignore_inputs: bool,
+    /// The nodata value of named inputs in place of what their files say (`None`: the
+    /// input has none), for files that cannot carry one: a `.npy` with a -9999 convention,
+    /// a pipeline's intermediate values.
+    pub inputs: Vec<(String, Option<String>)>,
 }
 
 /// A map's expression bound to its inputs, nodata masking included.
@@ -827,6 +862,12 @@ fn output_nodata(text: &str, dtype: DType) -> Result<f64> {
             crate::tensor::npy::shown(text)
         )));
     };
+    if v.abs() >= 2f64.powi(53) && matches!(dtype, DType::I64 | DType::U64) {
+        return Err(Error::invalid(format!(
+            "nodata {text} is 2^53 or more from 0, which map's f64 arithmetic cannot give a {dtype} \
+             output exactly: give a value nearer 0"
+        )));
+    }
     match crate::tensor::geotiff::nodata_as(dtype, text) {
         Some(held) if held == v || (held.is_nan() && v.is_nan()) => Ok(held),
         Some(held) => Err(Error::invalid(format!(
@@ -898,6 +939,8 @@ mod tests {
             ("1e40", DType::F32, "(it would be inf)"),
             ("abc", DType::F32, "'abc' is not a number"),
             ("", DType::F32, "is not a number"),
+            ("9007199254740993", DType::U64, "2^53 or more"),
+            ("-18446744073709551615", DType::I64, "2^53 or more"),
         ] {
             let e = ok(text, dtype).expect_err(text);
             assert!(
@@ -924,5 +967,20 @@ mod tests {
             assert_eq!(nodata_as(d, t), None, "{d} {t}");
         }
         assert_eq!(nodata_as(DType::F32, "nodata"), None);
+        // integers from their digits: u64::MAX is held (as the f64 it compares as), 2^64
+        // is not; bool holds 0 and 1
+        assert_eq!(
+            nodata_as(DType::U64, "18446744073709551615"),
+            Some(2f64.powi(64))
+        );
+        assert_eq!(nodata_as(DType::U64, "18446744073709551616"), None);
+        assert_eq!(
+            nodata_as(DType::I64, "-9223372036854775808"),
+            Some(-(2f64.powi(63)))
+        );
+        assert_eq!(nodata_as(DType::I64, "9223372036854775808"), None);
+        assert_eq!(nodata_as(DType::I16, "-1e4"), Some(-10000.0));
+        assert_eq!(nodata_as(DType::Bool, "1"), Some(1.0));
+        assert_eq!(nodata_as(DType::Bool, "2"), None);
     }
 }

@@ -205,6 +205,10 @@ pub(crate) struct MapArgs {
     /// Compute the pixels where an input is nodata like any other (no masking).
     #[arg(long)]
     pub(crate) ignore_nodata: bool,
+    /// The nodata value of input NAME, in place of what its file says (a .npy or raw
+    /// file says none; VALUE none: no nodata). Repeatable.
+    #[arg(long, value_name = "NAME=VALUE", allow_hyphen_values = true)]
+    pub(crate) in_nodata: Vec<String>,
     #[command(flatten)]
     pub(crate) raw: RawSpec,
 }
@@ -388,8 +392,9 @@ where(cond,a,b) fma(a,b,c) (a*b+c rounded once). Literals: 1, 2.5, 1e-3, nan, in
 Nodata: where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value), the
 output is the output's nodata value: --nodata, by default nan for a float output and the
 inputs' shared nodata value for an integer one (refused when there is none to give).
-A GeoTIFF output carries that value as its nodata. --ignore-nodata computes those pixels
-like any other.")]
+A GeoTIFF output carries that value as its nodata. --in-nodata x=-9999 says an input's
+nodata value where its file cannot (.npy, raw). --ignore-nodata computes those pixels like
+any other: give it to fill them yourself (where(isnan(x), 0, x) is masked again without).")]
     Map(MapArgs),
     /// Matrix product X @ W with X streamed and W resident.
     #[command(after_help = "Example:

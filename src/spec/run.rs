@@ -4,7 +4,7 @@
 
 use super::{
     Edge, Engine, OpSpec, PatchSpec, Reduce, ReduceOver, Result, RunReport, SpecPlan, TensorFile,
-    georef_from, is_tiff_path, open_named, read_small, stencil_of,
+    georef_from, is_tiff_path, map_rule, open_named, read_small, stencil_of,
 };
 
 impl Engine {
@@ -180,6 +180,7 @@ impl Engine {
                 dtype,
                 nodata,
                 ignore_nodata,
+                input_nodata,
                 ..
             } => {
                 let files = open_named(inputs)?;
@@ -191,7 +192,7 @@ impl Engine {
                     expr,
                     &named,
                     *dtype,
-                    &map_rule(nodata.as_ref(), *ignore_nodata),
+                    &map_rule(nodata.as_ref(), *ignore_nodata, input_nodata),
                 )?;
                 self.plan_map(expr, &named, *dtype)
             }
@@ -228,7 +229,7 @@ impl Engine {
                 ..
             } => {
                 let x = input.open()?;
-                let rule = map_rule(nodata.as_ref(), *ignore_nodata);
+                let rule = map_rule(nodata.as_ref(), *ignore_nodata, &[]);
                 match Self::affine_masked(&x, *scale, *offset, &rule) {
                     // planned (and refused) as the map it runs as
                     Some(src) => {
@@ -314,6 +315,7 @@ impl Engine {
                 dtype,
                 nodata,
                 ignore_nodata,
+                input_nodata,
             } => {
                 let files = open_named(inputs)?;
                 let named: Vec<(&str, &TensorFile)> =
@@ -328,7 +330,7 @@ impl Engine {
                     &named,
                     output,
                     *dtype,
-                    &map_rule(nodata.as_ref(), *ignore_nodata),
+                    &map_rule(nodata.as_ref(), *ignore_nodata, input_nodata),
                 )
             }
             OpSpec::Cast {
@@ -416,7 +418,7 @@ impl Engine {
                     *scale,
                     *offset,
                     *dtype,
-                    &map_rule(nodata.as_ref(), *ignore_nodata),
+                    &map_rule(nodata.as_ref(), *ignore_nodata, &[]),
                 )
             }
             OpSpec::Generate {
@@ -434,13 +436,5 @@ impl Engine {
                 self.generate_dist(output, shape, *dtype, *seed, dist)
             }
         }
-    }
-}
-
-/// The nodata rule of a map spec.
-fn map_rule(nodata: Option<&String>, ignore_nodata: bool) -> crate::MapNodata {
-    crate::MapNodata {
-        value: nodata.cloned(),
-        ignore_inputs: ignore_nodata,
     }
 }

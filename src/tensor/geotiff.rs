@@ -592,20 +592,36 @@ pub fn nodata_text(v: f64) -> String {
 
 /// The nodata text of a file as one sample of `dtype`, if that type holds it exactly.
 fn nodata_sample(dtype: DType, text: &str) -> Option<Vec<u8>> {
-    let v: f64 = text.trim().parse().ok()?;
-    if !dtype.is_float() {
-        let bits = 8 * dtype.size() as i32;
-        let (lo, hi) = if dtype.is_unsigned() {
-            (0.0, 2f64.powi(bits) - 1.0)
-        } else {
-            (-(2f64.powi(bits - 1)), 2f64.powi(bits - 1) - 1.0)
-        };
-        if !(v.fract() == 0.0 && v >= lo && v <= hi) {
-            return None;
-        }
-    }
+    let t = text.trim();
     let mut out = vec![0; dtype.size()];
-    crate::dtype::store_f64(&[v], &mut out, dtype);
+    if dtype.is_float() {
+        let v: f64 = t.parse().ok()?;
+        crate::dtype::store_f64(&[v], &mut out, dtype);
+        return Some(out);
+    }
+    // an integer exactly, from its digits (u64::MAX is not an f64), or from a number
+    // written with a point or an exponent ("0.0", "-1e4")
+    let n: i128 = match t.parse::<i128>() {
+        Ok(n) => n,
+        Err(_) => {
+            let v: f64 = t.parse().ok()?;
+            if v.fract() != 0.0 || v.abs() >= 2f64.powi(100) {
+                return None;
+            }
+            v as i128
+        }
+    };
+    let bits = 8 * dtype.size() as u32;
+    let (lo, hi) = match dtype {
+        DType::Bool => (0, 1),
+        d if d.is_unsigned() => (0, (1i128 << bits) - 1),
+        _ => (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1),
+    };
+    if n < lo || n > hi {
+        return None;
+    }
+    // two's complement, little-endian: the low bytes are the value in the narrower type
+    out.copy_from_slice(&n.to_le_bytes()[..dtype.size()]);
     Some(out)
 }
 

@@ -89,7 +89,7 @@ struct StepSpec {
 
 /// A step's `nodata`: a number (`-9999`, `nan`) or its text (`"nan"`).
 #[derive(Deserialize, Clone, Debug)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a number or a string such as \"nan\"")]
 enum NodataKey {
     Number(f64),
     Text(String),
@@ -104,6 +104,7 @@ impl StepSpec {
                 NodataKey::Text(t) => t.clone(),
             }),
             ignore_inputs: self.ignore_nodata.unwrap_or(false),
+            inputs: Vec::new(),
         }
     }
 }
@@ -448,6 +449,11 @@ impl Workflow {
                 _ => None,
             };
             if let Some(mut expr) = elementwise {
+                // a step with a nodata rule of its own is written with it, not fused into
+                // the steps after it, and reads the values before it from files: its rule
+                // is not theirs
+                let rule = st.nodata_rule();
+                let own_rule = rule != crate::MapNodata::default();
                 for (name, indexed) in expr_names(&expr.clone()) {
                     if !known.contains_key(&name) {
                         return Err(err(format!(
@@ -457,14 +463,16 @@ impl Workflow {
                     }
                     if let Some(v) = virt.get(&name) {
                         let uses = expr_names(&expr).iter().filter(|(n, _)| *n == name).count();
-                        if indexed {
+                        if indexed || own_rule {
                             // indexing needs the value on disk
                             materialize(&mut jobs, &mut virt, &proxy, &name, line, None);
                         } else if expr.len() + uses * (v.len() + 2) > FUSED_MAX {
                             // fusing would grow the expression past the cap (a value used
                             // twice per step doubles it each step): write the value to a
                             // file instead, in f64, which is what the fused evaluation
-                            // carries, so the result is the same bytes
+                            // carries, so the result is the same bytes (its masked pixels
+                            // are NaN, masked again by the step that reads it, which is
+                            // refused if its integer output has no nodata value to give)
                             let real = expand_names(v, &proxy);
                             materialize(
                                 &mut jobs,
@@ -481,12 +489,7 @@ impl Workflow {
                     }
                 }
                 known.insert(st.out.clone(), line);
-                // a step with a nodata rule of its own is written with it, not fused
-                // into the steps after it
-                let rule = st.nodata_rule();
-                let keep = dtype.is_some()
-                    || out_names.contains(&&st.out)
-                    || rule != crate::MapNodata::default();
+                let keep = dtype.is_some() || out_names.contains(&&st.out) || own_rule;
                 if keep {
                     jobs.push(Planned {
                         what: format!("map '{expr}'"),

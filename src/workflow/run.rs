@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::{Job, Planned, Workflow, expr_names};
+use crate::MapNodata;
 use crate::dtype::DType;
 use crate::engine::{Engine, RunReport};
 use crate::error::{Error, Result};
@@ -14,6 +15,9 @@ use crate::ops::reduce::{Reduce, ReduceOver};
 use crate::plan::Plan;
 use crate::spec::{OpSpec, Source};
 use crate::tensor::{TensorFile, fmt_shape};
+
+/// The nodata value of each job's result, by the name of the value.
+type Written = BTreeMap<String, Option<String>>;
 
 impl Workflow {
     /// Plans every job on placeholder files of the shapes the jobs before produce (sparse
@@ -23,6 +27,14 @@ impl Workflow {
     /// # Errors
     /// [`Error::Invalid`] or [`Error::Budget`] naming the line of the step.
     pub fn plan(&self, engine: &Engine) -> Result<String> {
+        self.plan_all(engine).map(|(text, _)| text)
+    }
+
+    /// [`Workflow::plan`], with the nodata value of each job's result (what the pixels
+    /// its map masked hold; `None` for a result without), which the jobs after it read
+    /// in place of what their files say: a `.npy` intermediate carries no tag, and a
+    /// GeoTIFF output's is known before it is written.
+    fn plan_all(&self, engine: &Engine) -> Result<(String, Written)> {
         // a dry run that passes must not leave a run to fail on a missing directory
         for (name, dest) in &self.outputs {
             let parent = match dest.parent() {
@@ -47,12 +59,32 @@ impl Workflow {
             files.insert(name.clone(), TensorFile::open(p)?);
         }
         let mut text = String::new();
+        let mut written = Written::new();
         for (i, j) in self.jobs.iter().enumerate() {
             // a step writing an output is planned with it: the room for encoding a
             // GeoTIFF or Zarr destination as it is written, a COG's overviews
             let dest = self.outputs.get(&j.out).map(PathBuf::as_path);
             let (plan, shape, dtype) =
-                Self::plan_job(engine, j, &files, dest).map_err(|e| self.at(j, e))?;
+                Self::plan_job(engine, j, &files, &written, dest).map_err(|e| self.at(j, e))?;
+            let nodata = match &j.job {
+                Job::Map {
+                    expr,
+                    dtype,
+                    like,
+                    nodata,
+                } => {
+                    let named = Self::named(expr, &files);
+                    let refs: Vec<(&str, &TensorFile)> =
+                        named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+                    let dtype = Self::map_dtype(*dtype, like, &files)?;
+                    let rule = Self::map_rule(nodata, expr, &written);
+                    Engine::bind_map(expr, &refs, dtype, &rule)
+                        .map_err(|e| self.at(j, e))?
+                        .nodata
+                }
+                _ => None,
+            };
+            written.insert(j.out.clone(), nodata);
             let _ = writeln!(
                 text,
                 "step {} (line {}): {} -> {} {} {dtype}\n{plan}\n",
@@ -68,7 +100,21 @@ impl Workflow {
             f.set_len(n).map_err(|e| Error::io("size", &p, e))?;
             files.insert(j.out.clone(), TensorFile::open_raw(&p, &shape, dtype)?);
         }
-        Ok(text)
+        Ok((text, written))
+    }
+
+    /// A map job's nodata rule, with the nodata values of the earlier jobs' results it
+    /// reads.
+    fn map_rule(rule: &MapNodata, expr: &str, written: &Written) -> MapNodata {
+        let mut r = rule.clone();
+        for (n, _) in expr_names(expr) {
+            if let Some(nd) = written.get(&n)
+                && !r.inputs.iter().any(|(m, _)| *m == n)
+            {
+                r.inputs.push((n, nd.clone()));
+            }
+        }
+        r
     }
 
     fn at(&self, j: &Planned, e: Error) -> Error {
@@ -88,9 +134,10 @@ impl Workflow {
         e: &Engine,
         j: &Planned,
         files: &BTreeMap<String, TensorFile>,
+        written: &Written,
         dest: Option<&Path>,
     ) -> Result<(String, Vec<usize>, DType)> {
-        let (mut plan, shape, dtype) = Self::plan_tiles(e, j, files, dest)?;
+        let (mut plan, shape, dtype) = Self::plan_tiles(e, j, files, written, dest)?;
         if let Some(d) = dest
             && let Some(after) = e.cog_after_the_run(d, &shape, dtype)?
         {
@@ -104,6 +151,7 @@ impl Workflow {
         e: &Engine,
         j: &Planned,
         files: &BTreeMap<String, TensorFile>,
+        written: &Written,
         dest: Option<&Path>,
     ) -> Result<(String, Vec<usize>, DType)> {
         // flat plans writing a destination set aside what encoding it takes
@@ -128,7 +176,7 @@ impl Workflow {
                     named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
                 let dtype = &Self::map_dtype(*dtype, like, files)?;
                 // refused before anything runs, as the run would refuse it
-                Engine::bind_map(expr, &refs, *dtype, nodata)?;
+                Engine::bind_map(expr, &refs, *dtype, &Self::map_rule(nodata, expr, written))?;
                 let (_, streams, shape, default) = Engine::bind(expr, &refs)?;
                 let od = dtype.unwrap_or(default);
                 let p = flat(&shape, od, &|| e.plan_map(expr, &refs, *dtype))?;
@@ -256,7 +304,7 @@ impl Workflow {
     /// # Errors
     /// The first failing step's error, naming its line.
     pub fn run(&self, engine: &Engine) -> Result<Vec<RunReport>> {
-        self.plan(engine)?;
+        let (_, written) = self.plan_all(engine)?;
         let first = self.outputs.values().next().cloned().unwrap_or_default();
         let parent = first
             .parent()
@@ -283,7 +331,7 @@ impl Workflow {
                 .get(&j.out)
                 .cloned()
                 .unwrap_or_else(|| tmp.path().join(format!("{}.npy", j.out)));
-            let r = Self::run_job(engine, j, &files, &out).map_err(|e| self.at(j, e))?;
+            let r = Self::run_job(engine, j, &files, &written, &out).map_err(|e| self.at(j, e))?;
             reports.push(r);
             files.insert(j.out.clone(), TensorFile::open(&out)?);
         }
@@ -296,6 +344,7 @@ impl Workflow {
         e: &Engine,
         j: &Planned,
         files: &BTreeMap<String, TensorFile>,
+        written: &Written,
         out: &Path,
     ) -> Result<RunReport> {
         let src = |n: &str| -> Result<Source> {
@@ -321,6 +370,7 @@ impl Workflow {
                 dtype: Self::map_dtype(*dtype, like, files)?,
                 nodata: nodata.value.clone(),
                 ignore_nodata: nodata.ignore_inputs,
+                input_nodata: Self::map_rule(nodata, expr, written).inputs,
             },
             Job::Reduce {
                 input,

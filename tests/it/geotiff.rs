@@ -445,7 +445,7 @@ fn map_gives_the_output_nodata_value_where_an_input_is_nodata() {
             vec![
                 "map", "s[3] + t", ot, "--in", &s, "--in", &t, "--dtype", "u16",
             ],
-            "(s[3] 0, t 7) with the output's nodata value, and a u16 output holds no such",
+            "(s[3] 0, t 7) take the output's nodata value, and a u16 output holds no such",
         ),
         (
             // refused by the plan as by the run
@@ -484,6 +484,61 @@ fn map_gives_the_output_nodata_value_where_an_input_is_nodata() {
         })
         .collect();
     assert!(got == want, "two masked inputs");
+
+    // affine masks as map does: an integer output takes the input's nodata value (0)
+    let refl = path("refl.tif");
+    let r = refl.to_str().expect("utf8");
+    let scene_path = scene.to_str().expect("utf8");
+    ts(&[
+        "affine", scene_path, r, "--scale", "0.003", "--offset", "1", "--dtype", "u8",
+    ]);
+    let want: Vec<u8> = u16s(&data)
+        .iter()
+        .map(|&v| {
+            if v == 0 {
+                0
+            } else {
+                f64::from(v).mul_add(0.003, 1.0) as u8
+            }
+        })
+        .collect();
+    assert!(gdal_read(&refl, dir.path()) == want, "masked affine");
+    assert_eq!(georef_of(&refl).2, vec![serde_json::json!(0.0); bands]);
+    // and the plan refuses what the run refuses
+    for cmd in [&["affine"][..], &["plan", "affine"][..]] {
+        let o = Command::new(BIN)
+            .args(cmd)
+            .args([scene_path, ot, "--dtype", "u8", "--nodata", "300"])
+            .output()
+            .expect("run tilestream");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains("nodata 300 does not fit the u8 output"),
+            "{cmd:?}: {err}"
+        );
+    }
+
+    // a library caller that hands the engine the scene's georeferencing, nodata included:
+    // an unmasked map's output carries no nodata (0 would be read as missing)
+    let scene_file = tilestream::TensorFile::open(&scene).expect("open scene");
+    let e = tilestream::Engine::new(tilestream::MemoryBudget::new(64 << 20))
+        .expect("engine")
+        .with_georef(tilestream::Engine::georef_of(&scene_file));
+    let plain = path("plain.tif");
+    let rule = tilestream::MapNodata {
+        ignore_inputs: true,
+        ..Default::default()
+    };
+    e.map_with(
+        "s[3] - 250",
+        &[("s", &scene_file)],
+        &plain,
+        Some(tilestream::DType::F32),
+        &rule,
+    )
+    .expect("map");
+    assert_eq!(georef_of(&plain).2, nd(serde_json::Value::Null));
 }
 
 fn f32s(b: &[u8]) -> Vec<f32> {

@@ -175,7 +175,7 @@ fn fused_map_kernels_agree_on_every_device_and_budget() {
     let yt = dir.path().join("y.tif");
     let rule = |value: Option<&str>| tilestream::MapNodata {
         value: value.map(str::to_string),
-        ignore_inputs: false,
+        ..Default::default()
     };
     let nd = ys[3].to_string();
     // in 16x16 tiles: decoding it fits the smallest budget

@@ -549,3 +549,174 @@ fn affine_masks_nodata_pixels_and_rounds_once_on_every_path() {
     ok(&["run", p(&d.join("affine.toml"))]);
     assert_eq!(read_npy_data(&d.join("b.npy")), read_npy_data(&masked_out));
 }
+
+#[test]
+fn steps_read_earlier_values_with_the_nodata_they_were_given() {
+    use crate::common::{read_npy_data, write_npy};
+    use tilestream::DType;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // a .npy whose -9999-style convention is 9, and a GeoTIFF of it tagged so
+    let (h, w) = (30, 40);
+    let x: Vec<u16> = (0..h * w).map(|i| (i * 7 % 10 + 5) as u16).collect();
+    let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    write_npy(&d.join("x.npy"), DType::U16, &[h, w], &bytes);
+    let xin = format!("x={}", p(&d.join("x.npy")));
+    ok(&[
+        "map",
+        "x",
+        p(&d.join("scene.tif")),
+        "--in",
+        &xin,
+        "--dtype",
+        "u16",
+        "--nodata",
+        "9",
+    ]);
+    let f64s =
+        |name: &str| -> Vec<f64> { bytemuck::pod_collect_to_vec(&read_npy_data(&d.join(name))) };
+    let nan_or = |got: &[f64], want: &dyn Fn(f64) -> f64, what: &str| {
+        for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
+            let ok = if v == 9 {
+                g.is_nan()
+            } else {
+                g.to_bits() == want(f64::from(v)).to_bits()
+            };
+            assert!(ok, "{what}[{i}] = {g} from {v}");
+        }
+    };
+
+    // --in-nodata: a .npy input's nodata value on the command line
+    ok(&[
+        "map",
+        "x + 1",
+        p(&d.join("m.npy")),
+        "--in",
+        &xin,
+        "--in-nodata",
+        "x=9",
+    ]);
+    nan_or(&f64s("m.npy"), &|v| v + 1.0, "--in-nodata");
+    for (flag, says) in [
+        ("y=9", "no input is named y (inputs: x)"),
+        ("x=-1", "input x is u16, which holds no nodata value '-1'"),
+        ("x", "expected NAME=VALUE"),
+    ] {
+        let o = run(&[
+            "map",
+            "x + 1",
+            p(&d.join("bad.npy")),
+            "--in",
+            &xin,
+            "--in-nodata",
+            flag,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert!(
+            err.contains(says) && err.trim().lines().count() == 1,
+            "{flag}: {err}"
+        );
+    }
+
+    let pipeline = |text: &str, dry: bool| {
+        let file = d.join("p.toml");
+        std::fs::write(&file, text).unwrap();
+        let mut args = vec!["run", p(&file)];
+        if dry {
+            args.push("--dry-run");
+        }
+        run(&args)
+    };
+    // a step kept with its own nodata value (-5, in an i32 .npy intermediate): the step
+    // after it masks those pixels, as it would the scene's
+    // a step with ignore_nodata is not fused with the default step before it, which
+    // masks its own pixels first
+    let text = r#"
+[inputs]
+s = "scene.tif"
+
+[[steps]]
+op = "affine"
+input = "s"
+scale = 3
+dtype = "i32"
+nodata = -5
+out = "c"
+
+[[steps]]
+op = "map"
+expr = "c + 1"
+out = "d"
+
+[[steps]]
+op = "map"
+expr = "s * 2"
+out = "e"
+
+[[steps]]
+op = "map"
+expr = "e + 1"
+ignore_nodata = true
+out = "f"
+
+[outputs]
+d = "d.npy"
+f = "f.npy"
+"#;
+    let o = pipeline(text, false);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    nan_or(&f64s("d.npy"), &|v| 3.0 * v + 1.0, "d");
+    nan_or(&f64s("f.npy"), &|v| 2.0 * v + 1.0, "f");
+
+    // a GeoTIFF output read back by a later step: its NaN nodata is known to the dry run,
+    // which refuses an integer step with no value to give those pixels, as the run does
+    let text = r#"
+[inputs]
+s = "scene.tif"
+
+[[steps]]
+op = "map"
+expr = "s * 0.5"
+dtype = "f32"
+out = "a"
+
+[[steps]]
+op = "map"
+expr = "a > 3"
+dtype = "u8"
+out = "b"
+
+[outputs]
+a = "a.tif"
+b = "b.npy"
+"#;
+    for dry in [true, false] {
+        let o = pipeline(text, dry);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "dry {dry}: {err}");
+        assert!(
+            err.contains("(a nan) take the output's nodata value, and a u8 output")
+                && err.trim().lines().count() == 1,
+            "dry {dry}: {err}"
+        );
+        assert!(!d.join("a.tif").exists() && !d.join("b.npy").exists());
+    }
+    let o = pipeline(
+        &text.replace("dtype = \"u8\"", "dtype = \"u8\"\nnodata = 255"),
+        false,
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let b = read_npy_data(&d.join("b.npy"));
+    let want: Vec<u8> = x
+        .iter()
+        .map(|&v| {
+            if v == 9 {
+                255
+            } else {
+                u8::from(f64::from(v) * 0.5 > 3.0)
+            }
+        })
+        .collect();
+    assert_eq!(b, want);
+}

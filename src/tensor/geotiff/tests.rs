@@ -37,3 +37,33 @@ fn geotransform_from_tiepoint_or_matrix_and_shifted_to_a_window() {
         ])
     );
 }
+
+#[test]
+fn nodata_samples_are_the_exact_value_or_none() {
+    // the sample a sparse chunk of a file is filled with: integers from their digits
+    let cases: [(DType, &str, Option<Vec<u8>>); 8] = [
+        (
+            DType::U64,
+            "18446744073709551615",
+            Some(u64::MAX.to_le_bytes().to_vec()),
+        ),
+        (DType::U64, "18446744073709551616", None),
+        (
+            DType::I64,
+            "-9223372036854775808",
+            Some(i64::MIN.to_le_bytes().to_vec()),
+        ),
+        (
+            DType::I16,
+            "-32768",
+            Some((-32768i16).to_le_bytes().to_vec()),
+        ),
+        (DType::U16, "-1", None),
+        (DType::U8, "2.0", Some(vec![2])),
+        (DType::Bool, "2", None),
+        (DType::F32, "-9999", Some((-9999f32).to_le_bytes().to_vec())),
+    ];
+    for (d, t, want) in cases {
+        assert_eq!(nodata_sample(d, t), want, "{d} {t}");
+    }
+}
