@@ -75,7 +75,9 @@ impl Engine {
 
     /// Georeferencing written to GeoTIFF outputs whose grid is `rows x cols` (the
     /// input's). Outputs of another grid (a reduction, a transpose of a non-square
-    /// image) are written without it, with a note on stderr.
+    /// image) are written without it, with a note on stderr. Its nodata value is written
+    /// as given, except by `map` and `affine`, which write their own; [`Engine::run_spec`]
+    /// drops it for the other operations that compute new values (filters, standardize).
     #[must_use]
     pub fn with_georef(mut self, georef: Option<(GeoRef, (usize, usize))>) -> Self {
         self.georef = georef;

@@ -1,6 +1,6 @@
 //! The CPU kernel of `gen` ([`crate::ops::generate`] defines the values): the tile is
 //! cut into pieces on the rayon pool, and each piece is computed in blocks of
-//! [`BLOCK`] elements laid out so that the compiler vectorizes them (the Philox rounds of
+//! `BLOCK` elements laid out so that the compiler vectorizes them (the Philox rounds of
 //! eight counters side by side, the central branch of the normal quantile for every
 //! element, the tails, about 15% of draws, one by one), compiled for AVX2 when the CPU
 //! has it. Each element goes through the same IEEE operations as
