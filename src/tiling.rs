@@ -182,7 +182,7 @@ pub enum Cuts {
 /// The chunks of an output encoded as the run writes it (GeoTIFF tiles, Zarr chunks),
 /// in the input box's coordinates: a box plan then cuts its boxes along their grid, so
 /// that each box completes the chunks it covers and the encoder holds only the chunks of
-/// one row of chunks of one box ([`crate::tensor::chunk_assembly`]). Chunks holding
+/// one row of chunks of one box (`tensor::chunk_assembly`). Chunks holding
 /// several bands (`planes` > 1: a pixel-interleaved GeoTIFF's tiles, Zarr chunks deeper
 /// than one band) complete only once their last band is written: the run then visits
 /// the bands of each box one after another ([`BoxPlan::bands_together`]) and the encoder

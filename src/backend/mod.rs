@@ -7,7 +7,7 @@
 //! of its own, a second budget for it ([`Backend::device_budget`]). The scheduler reaches
 //! it through a [`TileKernel`]: [`OnBackend`] turns a synchronous per-tile closure into
 //! one whose slots the backend allocates; an asynchronous backend implements
-//! [`TileKernel`] itself, returning a [`Pending`](crate::scheduler::Pending) handle per tile.
+//! [`TileKernel`] itself, returning a [`crate::scheduler::Pending`] handle per tile.
 
 pub mod cpu;
 pub mod cuda;

@@ -124,7 +124,7 @@ impl Engine {
     }
 
     /// [`Engine::plan_patches`] of patches written in `format`: a GeoTIFF patch's
-    /// encoder (its tiles raw and compressed, [`patch_encoder_bytes`]) is held too.
+    /// encoder (its tiles raw and compressed, `patch_encoder_bytes`) is held too.
     ///
     /// # Errors
     /// As [`Engine::plan_patches`].

@@ -2,8 +2,8 @@
 //! pass after the run, and compression overlapping the compute of later tiles.
 //!
 //! The output's tiles (one band each: a band-sequential or single-band TIFF) are
-//! assembled from the pieces the run writes ([`super::chunk_assembly`]); as soon as a
-//! tile is whole it is handed to an [`EncodeQueue`], which predicts and compresses it on
+//! assembled from the pieces the run writes (`chunk_assembly`); as soon as a
+//! tile is whole it is handed to an `EncodeQueue`, which predicts and compresses it on
 //! a worker thread while the write stage goes on with the next pipeline tile, and
 //! appends it to the file, in the order the tiles completed, recording its offset. The
 //! directory, with the offsets table in tile order, goes after the last tile

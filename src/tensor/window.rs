@@ -83,7 +83,7 @@ mod page_tests {
 }
 
 /// A byte range of an input file: mapped (unmapped on drop), or read into a compact
-/// buffer for narrow windows ([`Touch::Rows`]).
+/// buffer for narrow windows (`Touch::Rows`).
 #[derive(Debug)]
 pub struct Window {
     pub(super) map: Option<Mmap>,

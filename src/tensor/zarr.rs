@@ -6,7 +6,7 @@
 //! ([`zarr_decode`]: bytes, transpose, zstd, gzip, blosc, crc32c, sharding).
 //!
 //! Writing: runs encode a store's chunks as they complete them ([`super::zarr_stream`],
-//! through [`encode_chunk_range`] and tilestream's own encoder, [`super::zarr_encode`]),
+//! through `encode_chunk_range` and tilestream's own encoder, `zarr_encode`),
 //! into a store built in a temporary directory beside the destination and renamed into
 //! place once complete; nothing is staged raw. This module holds the layout
 //! ([`ZarrWriteOptions`], [`chunk_shapes`]).

@@ -67,7 +67,7 @@ pub(crate) enum Storage {
     },
 }
 
-/// What [`ZarrDecoder`] needs from the metadata, parsed and checked.
+/// What the Zarr decoder needs from the metadata, parsed and checked.
 #[derive(Clone, Debug)]
 pub struct Codecs {
     pub(crate) storage: Storage,

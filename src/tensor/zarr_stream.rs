@@ -3,7 +3,7 @@
 //! destination, with no raw staging file and nothing to encode after the run.
 //!
 //! The unit that completes is an *outer chunk* (a shard, when sharded), assembled from
-//! the pieces the run writes ([`super::chunk_assembly`]) and stored when whole. A flat
+//! the pieces the run writes (`chunk_assembly`) and stored when whole. A flat
 //! plan holds the outer chunks of the *slab* it crosses (those that share their grid
 //! positions along the leading axes up to the first axis whose chunk is longer than 1:
 //! with the default chunks, 512 rows of one 2-D plane); a box plan cut along the chunk
