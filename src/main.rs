@@ -25,7 +25,7 @@ use tilestream::{
 
 fn engine(c: &Common) -> Result<Engine> {
     let budget = MemoryBudget::parse(c.memory.as_deref().unwrap_or(DEFAULT_MEMORY))?;
-    if c.tiff_tile < 16 || c.tiff_tile % 16 != 0 || c.tiff_tile > 65536 {
+    if c.tiff_tile < 16 || !c.tiff_tile.is_multiple_of(16) || c.tiff_tile > 65536 {
         return Err(Error::invalid(format!(
             "--tiff-tile {} is not a multiple of 16 between 16 and 65536 (TIFF tiles are)",
             c.tiff_tile

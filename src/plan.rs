@@ -229,7 +229,10 @@ impl Plan {
                     if let (Some(t), 1) = (bands_inner, a) {
                         // rows dividing the chunks' height: no tile straddles two
                         let t = t.max(1) as u64;
-                        k = (1..=k.min(t)).rev().find(|r| t % r == 0).unwrap_or(1);
+                        k = (1..=k.min(t))
+                            .rev()
+                            .find(|r| t.is_multiple_of(*r))
+                            .unwrap_or(1);
                     }
                     let n_along = d.div_ceil(k);
                     let outer: u64 = req.shape[..a].iter().map(|&x| x as u64).product();

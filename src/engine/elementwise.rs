@@ -383,6 +383,23 @@ impl Engine {
         let e = Self::parse_expr(src)?;
         let (program, streams, shape, default) = Self::bind_expr(src, &e, inputs)?;
         let od = dtype.unwrap_or(default);
+        // nodata given by name: for inputs there are, once each
+        for (k, (name, _)) in rule.inputs.iter().enumerate() {
+            let known: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+            if !known.contains(&name.as_str()) {
+                return Err(Error::invalid(format!(
+                    "nodata given for input '{}', which is not one (inputs: {})",
+                    crate::tensor::npy::shown(name),
+                    known.join(", ")
+                )));
+            }
+            if rule.inputs[..k].iter().any(|(m, _)| m == name) {
+                return Err(Error::invalid(format!(
+                    "nodata given twice for input '{}': give it once",
+                    crate::tensor::npy::shown(name)
+                )));
+            }
+        }
         let label = |r: &expr::InputRef| match r.index {
             Some(i) => format!("{}[{i}]", r.name),
             None => r.name.clone(),
@@ -391,9 +408,17 @@ impl Engine {
         let mut masks: Vec<(expr::InputRef, f64)> = Vec::new();
         if !rule.ignore_inputs {
             for (r, st) in program.streams.iter().zip(&streams) {
-                let v = match rule.inputs.iter().find(|(n, _)| *n == r.name) {
+                let given = rule
+                    .inputs
+                    .iter()
+                    .find(|(n, _)| *n == r.name)
+                    .map(|(_, t)| {
+                        t.as_deref()
+                            .filter(|t| !t.trim().eq_ignore_ascii_case("none"))
+                    });
+                let v = match given {
                     // given: a value the input's type holds, or refused
-                    Some((_, Some(t))) => match nodata_as(st.file.dtype(), t) {
+                    Some(Some(t)) => match nodata_as(st.file.dtype(), t) {
                         Some(v) => v,
                         None => {
                             return Err(Error::invalid(format!(
@@ -405,7 +430,7 @@ impl Engine {
                             )));
                         }
                     },
-                    Some((_, None)) => continue,
+                    Some(None) => continue,
                     // the file's, when its type holds it
                     None => {
                         let text = st.file.georef().and_then(|g| g.nodata.as_deref());
@@ -418,9 +443,9 @@ impl Engine {
                 // map computes in f64, where a 64-bit integer beyond 2^53 is not itself
                 if v.abs() >= 2f64.powi(53) && matches!(st.file.dtype(), DType::I64 | DType::U64) {
                     return Err(Error::invalid(format!(
-                        "input {} has nodata {}, 2^53 or more from 0, which map's f64 arithmetic \
-                         cannot tell from its neighbours: give --ignore-nodata to compute \
-                         those pixels like any other",
+                        "input {} has nodata {}, 2^53 or more from 0, which f64 arithmetic \
+                         cannot tell from its neighbours: compute those pixels like any \
+                         other (--ignore-nodata)",
                         label(r),
                         nodata_text(v)
                     )));
@@ -455,12 +480,30 @@ impl Engine {
                 }
             }
         };
+        if let Some(v) = value
+            && !masks.is_empty()
+            && v.abs() >= 2f64.powi(53)
+            && matches!(od, DType::I64 | DType::U64)
+        {
+            return Err(Error::invalid(format!(
+                "nodata {} is 2^53 or more from 0, which f64 arithmetic cannot give the \
+                 masked pixels of a {od} output exactly: give a value nearer 0",
+                nodata_text(v)
+            )));
+        }
         let mut bound = BoundMap {
             program,
             streams,
             shape,
             dtype: od,
-            nodata: value.map(nodata_text),
+            nodata: value.map(|v| match &rule.value {
+                // an integer as given, digit for digit (u64::MAX is no f64)
+                Some(t) if !od.is_float() => t
+                    .trim()
+                    .parse::<i128>()
+                    .map_or_else(|_| format!("{}", v as i128), |n| n.to_string()),
+                _ => nodata_text(v),
+            }),
             masked: masks.iter().map(|(r, _)| label(r)).collect(),
         };
         if let (Some(v), false) = (value, masks.is_empty()) {
@@ -862,12 +905,6 @@ fn output_nodata(text: &str, dtype: DType) -> Result<f64> {
             crate::tensor::npy::shown(text)
         )));
     };
-    if v.abs() >= 2f64.powi(53) && matches!(dtype, DType::I64 | DType::U64) {
-        return Err(Error::invalid(format!(
-            "nodata {text} is 2^53 or more from 0, which map's f64 arithmetic cannot give a {dtype} \
-             output exactly: give a value nearer 0"
-        )));
-    }
     match crate::tensor::geotiff::nodata_as(dtype, text) {
         Some(held) if held == v || (held.is_nan() && v.is_nan()) => Ok(held),
         Some(held) => Err(Error::invalid(format!(
@@ -915,6 +952,8 @@ mod tests {
             (" -9999\n", DType::I16, -9999.0),
             ("-3.4028234663852886e38", DType::F32, f64::from(f32::MIN)),
             ("inf", DType::F16, f64::INFINITY),
+            // as the f64 the value compares as (u64::MAX is 2^64 there)
+            ("18446744073709551615", DType::U64, 2f64.powi(64)),
         ] {
             assert_eq!(ok(text, dtype), Ok(want), "{text:?} {dtype}");
         }
@@ -939,8 +978,11 @@ mod tests {
             ("1e40", DType::F32, "(it would be inf)"),
             ("abc", DType::F32, "'abc' is not a number"),
             ("", DType::F32, "is not a number"),
-            ("9007199254740993", DType::U64, "2^53 or more"),
-            ("-18446744073709551615", DType::I64, "2^53 or more"),
+            (
+                "-18446744073709551615",
+                DType::I64,
+                "does not fit the i64 output",
+            ),
         ] {
             let e = ok(text, dtype).expect_err(text);
             assert!(

@@ -150,7 +150,7 @@ impl Engine {
         let together = plan.bands_together()
             || (bands > 1
                 && input.shape().len() == 3
-                && plan.num_tiles % bands == 0
+                && plan.num_tiles.is_multiple_of(bands)
                 && input
                     .chunked()
                     .is_some_and(|c| c.chunk_shape().first() == Some(&bands)));

@@ -240,7 +240,10 @@ impl Engine {
         let shape = input.shape();
         let n = shape.first().map_or(1, |&d| d as u64);
         let step = row_step(shape, over)?;
-        if rows.start % step != 0 || (rows.end % step != 0 && rows.end != n) || rows.end > n {
+        if !rows.start.is_multiple_of(step)
+            || (!rows.end.is_multiple_of(step) && rows.end != n)
+            || rows.end > n
+        {
             return Err(Error::invalid(format!(
                 "rows {}..{} of {}: a share of this reduction must start and end on a \
                  multiple of {step} rows (or at the last row, {n})",

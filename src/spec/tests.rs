@@ -71,3 +71,29 @@ fn job_keys_differ_by_parameter_and_tiles_do_not_resume() {
     };
     assert_eq!(tiles.job_key().expect("none"), None);
 }
+
+#[test]
+fn map_nodata_is_in_the_job_key_and_checked_before_a_split() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let x = dir.path().join("x.npy");
+    let mut bytes = crate::tensor::npy::build_header(DType::U16, &[4, 2]);
+    bytes.extend([0u8; 16]);
+    std::fs::write(&x, bytes).expect("write");
+    let spec = |nodata: Option<&str>| OpSpec::Map {
+        expr: "x + 1".into(),
+        inputs: vec![("x".into(), Source::file(&x))],
+        output: "y.npy".into(),
+        dtype: Some(DType::U8),
+        nodata: nodata.map(str::to_string),
+        ignore_nodata: false,
+        input_nodata: vec![],
+    };
+    // written out even when false: a run from before masking has another key
+    let text = serde_json::to_string(&spec(None)).expect("json");
+    assert!(text.contains("\"ignore_nodata\":false"), "{text}");
+    assert!(spec(Some("7")).output_layout().is_ok());
+    let e = spec(Some("300"))
+        .output_layout()
+        .expect_err("u8 holds no 300");
+    assert!(e.to_string().contains("does not fit the u8 output"), "{e}");
+}

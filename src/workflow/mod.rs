@@ -33,7 +33,10 @@
 //! Elementwise steps (`map`, `affine`, `cast`) that follow one another fuse into one
 //! pass: a result that is not an output and has no `dtype` of its own is not written
 //! anywhere — its expression is substituted into the steps that use it (kept in f64 in
-//! between; give a step a `dtype` to round it there). Every other result goes to its
+//! between; give a step a `dtype` to round it there). A step with a `nodata` or
+//! `ignore_nodata` of its own is written, and reads the values before it from files, so
+//! that its rule is not theirs; each step reads an earlier value with the nodata value
+//! that value was given. Every other result goes to its
 //! output path, or to a temporary file in a directory beside the first output that is
 //! removed at the end or on error.
 //!
@@ -272,16 +275,21 @@ fn expr_names(expr: &str) -> Vec<(String, bool)> {
 
 /// `expr` with every name `from` (not a function call) replaced by `to`.
 fn substitute(expr: &str, from: &str, to: &str) -> String {
+    substitute_all(expr, |name| (name == from).then(|| to.to_string()))
+}
+
+/// `expr` with every name (not a function) that `to` maps replaced, in one pass: a
+/// replacement is not itself replaced (`{a = "b", b = "a"}` swaps them).
+fn substitute_all(expr: &str, to: impl Fn(&str) -> Option<String>) -> String {
     let chars: Vec<char> = expr.chars().collect();
     let mut out = String::new();
     let mut at = 0;
     for (a, b, next) in idents(&chars) {
         out.extend(&chars[at..a]);
         let name: String = chars[a..b].iter().collect();
-        if name == from && next != Some('(') {
-            out.push_str(to);
-        } else {
-            out.push_str(&name);
+        match to(&name) {
+            Some(t) if next != Some('(') => out.push_str(&t),
+            _ => out.push_str(&name),
         }
         at = b;
     }
@@ -425,9 +433,7 @@ impl Workflow {
                 "map" => {
                     let mut expr = st.expr.clone().ok_or_else(|| err("give `expr`".into()))?;
                     if let Some(names) = &st.names {
-                        for (from, to) in names {
-                            expr = substitute(&expr, from, to);
-                        }
+                        expr = substitute_all(&expr, |n| names.get(n).cloned());
                     }
                     Some(expr)
                 }
@@ -463,16 +469,17 @@ impl Workflow {
                     }
                     if let Some(v) = virt.get(&name) {
                         let uses = expr_names(&expr).iter().filter(|(n, _)| *n == name).count();
-                        if indexed || own_rule {
+                        if indexed {
                             // indexing needs the value on disk
                             materialize(&mut jobs, &mut virt, &proxy, &name, line, None);
-                        } else if expr.len() + uses * (v.len() + 2) > FUSED_MAX {
-                            // fusing would grow the expression past the cap (a value used
-                            // twice per step doubles it each step): write the value to a
-                            // file instead, in f64, which is what the fused evaluation
-                            // carries, so the result is the same bytes (its masked pixels
-                            // are NaN, masked again by the step that reads it, which is
-                            // refused if its integer output has no nodata value to give)
+                        } else if own_rule || expr.len() + uses * (v.len() + 2) > FUSED_MAX {
+                            // a step with a rule of its own reads the value from a file,
+                            // and so does one whose expression fusing would grow past the
+                            // cap (a value used twice per step doubles it each step): the
+                            // value is written in f64, which is what the fused evaluation
+                            // carries, and its pixels where an input is nodata are NaN,
+                            // which the step that reads it masks again (an integer output
+                            // with no nodata value to give them is refused)
                             let real = expand_names(v, &proxy);
                             materialize(
                                 &mut jobs,
@@ -748,5 +755,9 @@ mod tests {
             "(a*2) + exp((a*2)) * xx"
         );
         assert_eq!(substitute("max(x, 1)", "max", "y"), "max(x, 1)");
+        // `names` maps in one pass: a swap and a chain are not applied twice
+        let names: BTreeMap<&str, &str> = [("a", "b"), ("b", "a"), ("x", "y"), ("y", "z")].into();
+        let to = |n: &str| names.get(n).map(|t| (*t).to_string());
+        assert_eq!(substitute_all("a - b + x * y", to), "b - a + y * z");
     }
 }

@@ -82,6 +82,15 @@ impl Workflow {
                         .map_err(|e| self.at(j, e))?
                         .nodata
                 }
+                // values moved, not computed: the nodata value of the value read (a
+                // pipeline input's is its file's)
+                Job::Transpose { input } => match written.get(input) {
+                    Some(nodata) => nodata.clone(),
+                    None => files.get(input).and_then(|f| {
+                        let text = f.georef()?.nodata.clone()?;
+                        crate::tensor::geotiff::nodata_as(f.dtype(), &text).map(|_| text)
+                    }),
+                },
                 _ => None,
             };
             written.insert(j.out.clone(), nodata);

@@ -597,25 +597,65 @@ fn steps_read_earlier_values_with_the_nodata_they_were_given() {
         "x=9",
     ]);
     nan_or(&f64s("m.npy"), &|v| v + 1.0, "--in-nodata");
-    for (flag, says) in [
-        ("y=9", "no input is named y (inputs: x)"),
-        ("x=-1", "input x is u16, which holds no nodata value '-1'"),
-        ("x", "expected NAME=VALUE"),
+    // 64-bit integers: a nodata value 2^53 or more from 0 cannot mask in f64 arithmetic,
+    // but can be written as a tag, digit for digit
+    let big: Vec<u8> = [1i64, 2, 3, 4]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    write_npy(&d.join("big.npy"), DType::I64, &[2, 2], &big);
+    let bin = format!("b={}", p(&d.join("big.npy")));
+    let o = run(&[
+        "map",
+        "b",
+        p(&d.join("bad.npy")),
+        "--in",
+        &bin,
+        "--in-nodata",
+        "b=-9007199254740992",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.code() == Some(2) && err.contains("2^53 or more from 0, which f64 arithmetic"),
+        "{err}"
+    );
+    let tagged = d.join("tagged.tif");
+    ok(&[
+        "map",
+        "b",
+        p(&tagged),
+        "--in",
+        &bin,
+        "--dtype",
+        "u64",
+        "--nodata",
+        "18446744073709551615",
+    ]);
+    let t = tilestream::TensorFile::open(&tagged).unwrap();
+    assert_eq!(
+        t.georef().and_then(|g| g.nodata.as_deref()),
+        Some("18446744073709551615")
+    );
+    for (flags, says) in [
+        (&["x=1", "x=2"][..], "nodata given twice for input 'x'"),
+        (&["y=9"][..], "no input is named y (inputs: x)"),
+        (
+            &["x=-1"][..],
+            "input x is u16, which holds no nodata value '-1'",
+        ),
+        (&["x"][..], "expected NAME=VALUE"),
     ] {
-        let o = run(&[
-            "map",
-            "x + 1",
-            p(&d.join("bad.npy")),
-            "--in",
-            &xin,
-            "--in-nodata",
-            flag,
-        ]);
+        let out = d.join("bad.npy");
+        let mut args = vec!["map", "x + 1", p(&out), "--in", &xin];
+        for f in flags {
+            args.extend(["--in-nodata", f]);
+        }
+        let o = run(&args);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{flag}: {err}");
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {err}");
         assert!(
             err.contains(says) && err.trim().lines().count() == 1,
-            "{flag}: {err}"
+            "{flags:?}: {err}"
         );
     }
 
@@ -660,14 +700,29 @@ expr = "e + 1"
 ignore_nodata = true
 out = "f"
 
+[[steps]]
+op = "transpose"
+input = "c"
+out = "t"
+
+[[steps]]
+op = "map"
+expr = "t + 1"
+out = "u"
+
 [outputs]
 d = "d.npy"
 f = "f.npy"
+u = "u.npy"
 "#;
     let o = pipeline(text, false);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     nan_or(&f64s("d.npy"), &|v| 3.0 * v + 1.0, "d");
     nan_or(&f64s("f.npy"), &|v| 2.0 * v + 1.0, "f");
+    // a transpose moves the nodata pixels of the value it reads, and keeps its value
+    let u = f64s("u.npy");
+    let back: Vec<f64> = (0..h * w).map(|k| u[(k % w) * h + k / w]).collect();
+    nan_or(&back, &|v| 3.0 * v + 1.0, "u transposed back");
 
     // a GeoTIFF output read back by a later step: its NaN nodata is known to the dry run,
     // which refuses an integer step with no value to give those pixels, as the run does

@@ -105,8 +105,8 @@ fn every_accepted_tiff_reads_exactly_as_gdal_reads_it() {
             let float = matches!(dt, "f32" | "f64");
             let predictors: &[u8] = if float { &[1, 2, 3] } else { &[1, 2] };
             let predictor = predictors[(n / 5) % predictors.len()];
-            let pixel = n % 2 == 0;
-            let tiled = (n / 2) % 2 == 0;
+            let pixel = n.is_multiple_of(2);
+            let tiled = (n / 2).is_multiple_of(2);
             let big_endian = (n / 3) % 2 == 1;
             let overviews = n % 4 == 1;
             let bands = photo.bands();

@@ -371,11 +371,11 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
         let mut i = 0;
         while i < segs.len() {
             let s = segs[i];
-            let independent = s.ra % g.block_rows() == 0;
+            let independent = s.ra.is_multiple_of(g.block_rows());
             if parallel && !wide && independent {
                 // a run of independent segments: compute in parallel, apply in order
                 let mut j = i;
-                while j < segs.len() && segs[j].ra % g.block_rows() == 0 {
+                while j < segs.len() && segs[j].ra.is_multiple_of(g.block_rows()) {
                     j += 1;
                 }
                 if j - i > 1 {
@@ -410,7 +410,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
                 let (open, shift) = (&mut st.open, &st.shift);
                 accumulate::<T, K>(data, vc, s, s.ca..s.cb, &mut open[s.ca..s.cb], shift);
             }
-            if s.rb % g.block_rows() == 0 {
+            if s.rb.is_multiple_of(g.block_rows()) {
                 let block = s.rb / g.block_rows() - 1;
                 for c in s.ca..s.cb {
                     let o = std::mem::replace(&mut st.open[c], zero);
@@ -423,7 +423,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
 
     /// Applies a block-start segment computed out of place.
     fn apply(&self, st: &mut State<K::A>, s: Seg, acc: &[K::A]) {
-        if s.rb % self.g.block_rows() == 0 {
+        if s.rb.is_multiple_of(self.g.block_rows()) {
             let block = s.rb / self.g.block_rows() - 1;
             let zero = self.k.zero();
             for (c, a) in (s.ca..s.cb).zip(acc) {

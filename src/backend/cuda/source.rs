@@ -467,7 +467,7 @@ impl ReduceTile {
     /// first `count * vcols` accumulators of the merge kernel's `done`.
     #[must_use]
     pub fn finished(&self) -> (u64, u64) {
-        let complete_last = (self.start + self.n) % self.per == 0;
+        let complete_last = (self.start + self.n).is_multiple_of(self.per);
         (self.first, self.n_o - u64::from(!complete_last))
     }
 }

@@ -149,8 +149,8 @@ impl OutputFile {
             || info.shape.get(1..) != shape.get(1..)
             || region.skip_rows + rows > run_rows
             || end > store_rows
-            || region.at_row % chunk != 0
-            || (end % chunk != 0 && end != store_rows)
+            || !region.at_row.is_multiple_of(chunk)
+            || (!end.is_multiple_of(chunk) && end != store_rows)
         {
             return Err(Error::invalid(format!(
                 "{}: cannot write rows {}..{} of a {} {dtype} output at row {} of it: it is \
