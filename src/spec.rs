@@ -584,10 +584,7 @@ impl OpSpec {
                 // a nodata value refused before the job is split, not by each task
                 let x = input.open()?;
                 let rule = map_rule(nodata.as_ref(), *ignore_nodata, &[]);
-                if let Some(src) = Engine::affine_masked(&x, *scale, *offset, &rule) {
-                    let od = Some(dtype.unwrap_or(x.dtype()));
-                    Engine::bind_map(&src, &[("x", &x)], od, &rule)?;
-                }
+                Engine::affine_masked(&x, *scale, *offset, *dtype, &rule)?;
                 same(input, *dtype)
             }
             OpSpec::Convert { input, dtype, .. } => same(input, *dtype),

@@ -60,23 +60,31 @@ impl Engine {
     /// value (`rule`), as [`Engine::map_with`] runs it: `fma(x, scale, offset)`, the
     /// affine kernel's arithmetic, so its other pixels are the same bytes. `None` when
     /// the input has no nodata value to mask (or `rule` ignores it) and no value is set.
+    ///
+    /// # Errors
+    /// What [`Engine::bind_map`] refuses of the map it runs as, checked here.
     pub(crate) fn affine_masked(
         input: &TensorFile,
         scale: f64,
         offset: f64,
+        dtype: Option<DType>,
         rule: &MapNodata,
-    ) -> Option<String> {
+    ) -> Result<Option<String>> {
         let nodata = input.georef().and_then(|g| g.nodata.as_deref());
         let masks = !rule.ignore_inputs
             && nodata
                 .is_some_and(|t| crate::tensor::geotiff::nodata_as(input.dtype(), t).is_some());
-        (masks || rule.value.is_some()).then(|| {
-            format!(
-                "fma(x, {}, {})",
-                expr::literal(scale),
-                expr::literal(offset)
-            )
-        })
+        if !masks && rule.value.is_none() {
+            return Ok(None);
+        }
+        let src = format!(
+            "fma(x, {}, {})",
+            expr::literal(scale),
+            expr::literal(offset)
+        );
+        let od = dtype.unwrap_or(input.dtype());
+        Self::bind_map(&src, &[("x", input)], Some(od), rule)?;
+        Ok(Some(src))
     }
 
     /// [`Engine::affine`] with the rule for the pixels where the input is nodata (a
@@ -97,7 +105,7 @@ impl Engine {
         rule: &MapNodata,
     ) -> Result<RunReport> {
         let od = dtype.unwrap_or(input.dtype());
-        if let Some(src) = Self::affine_masked(input, scale, offset, rule) {
+        if let Some(src) = Self::affine_masked(input, scale, offset, dtype, rule)? {
             let mut r = self.map_with(&src, &[("x", input)], out, Some(od), rule)?;
             r.op = r.op.replacen(
                 &format!("map '{src}'"),

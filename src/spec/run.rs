@@ -230,11 +230,10 @@ impl Engine {
             } => {
                 let x = input.open()?;
                 let rule = map_rule(nodata.as_ref(), *ignore_nodata, &[]);
-                match Self::affine_masked(&x, *scale, *offset, &rule) {
+                match Self::affine_masked(&x, *scale, *offset, *dtype, &rule)? {
                     // planned (and refused) as the map it runs as
                     Some(src) => {
                         let od = Some(dtype.unwrap_or(x.dtype()));
-                        Self::bind_map(&src, &[("x", &x)], od, &rule)?;
                         self.plan_map(&src, &[("x", &x)], od)
                     }
                     None => self.plan_affine(&x, *dtype),

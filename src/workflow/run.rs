@@ -64,35 +64,8 @@ impl Workflow {
             // a step writing an output is planned with it: the room for encoding a
             // GeoTIFF or Zarr destination as it is written, a COG's overviews
             let dest = self.outputs.get(&j.out).map(PathBuf::as_path);
-            let (plan, shape, dtype) =
+            let (plan, shape, dtype, nodata) =
                 Self::plan_job(engine, j, &files, &written, dest).map_err(|e| self.at(j, e))?;
-            let nodata = match &j.job {
-                Job::Map {
-                    expr,
-                    dtype,
-                    like,
-                    nodata,
-                } => {
-                    let named = Self::named(expr, &files);
-                    let refs: Vec<(&str, &TensorFile)> =
-                        named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-                    let dtype = Self::map_dtype(*dtype, like, &files)?;
-                    let rule = Self::map_rule(nodata, expr, &written);
-                    Engine::bind_map(expr, &refs, dtype, &rule)
-                        .map_err(|e| self.at(j, e))?
-                        .nodata
-                }
-                // values moved, not computed: the nodata value of the value read (a
-                // pipeline input's is its file's)
-                Job::Transpose { input } => match written.get(input) {
-                    Some(nodata) => nodata.clone(),
-                    None => files.get(input).and_then(|f| {
-                        let text = f.georef()?.nodata.clone()?;
-                        crate::tensor::geotiff::nodata_as(f.dtype(), &text).map(|_| text)
-                    }),
-                },
-                _ => None,
-            };
             written.insert(j.out.clone(), nodata);
             let _ = writeln!(
                 text,
@@ -145,24 +118,26 @@ impl Workflow {
         files: &BTreeMap<String, TensorFile>,
         written: &Written,
         dest: Option<&Path>,
-    ) -> Result<(String, Vec<usize>, DType)> {
-        let (mut plan, shape, dtype) = Self::plan_tiles(e, j, files, written, dest)?;
+    ) -> Result<(String, Vec<usize>, DType, Option<String>)> {
+        let (mut plan, shape, dtype, nodata) = Self::plan_tiles(e, j, files, written, dest)?;
         if let Some(d) = dest
             && let Some(after) = e.cog_after_the_run(d, &shape, dtype)?
         {
             plan = format!("{plan}\nafter the run:  {after}");
         }
-        Ok((plan, shape, dtype))
+        Ok((plan, shape, dtype, nodata))
     }
 
-    /// The tiles of a job's plan (see [`Workflow::plan_job`]).
+    /// The tiles of a job's plan (see [`Workflow::plan_job`]), the shape and dtype of its
+    /// result, and the nodata value of its result (what the pixels its map masked hold;
+    /// a transpose's is that of what it moves).
     fn plan_tiles(
         e: &Engine,
         j: &Planned,
         files: &BTreeMap<String, TensorFile>,
         written: &Written,
         dest: Option<&Path>,
-    ) -> Result<(String, Vec<usize>, DType)> {
+    ) -> Result<(String, Vec<usize>, DType, Option<String>)> {
         // flat plans writing a destination set aside what encoding it takes
         let flat = |shape: &[usize], dtype: DType, plan: &dyn Fn() -> Result<Plan>| match dest {
             Some(d) => e.plan_writing(d, shape, dtype, plan),
@@ -173,7 +148,8 @@ impl Workflow {
                 .get(n)
                 .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
         };
-        Ok(match &j.job {
+        let mut result_nodata = None;
+        let (text, shape, dtype) = match &j.job {
             Job::Map {
                 expr,
                 dtype,
@@ -185,9 +161,10 @@ impl Workflow {
                     named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
                 let dtype = &Self::map_dtype(*dtype, like, files)?;
                 // refused before anything runs, as the run would refuse it
-                Engine::bind_map(expr, &refs, *dtype, &Self::map_rule(nodata, expr, written))?;
-                let (_, streams, shape, default) = Engine::bind(expr, &refs)?;
-                let od = dtype.unwrap_or(default);
+                let rule = Self::map_rule(nodata, expr, written);
+                let bound = Engine::bind_map(expr, &refs, *dtype, &rule)?;
+                result_nodata = bound.nodata;
+                let (streams, shape, od) = (bound.streams, bound.shape, bound.dtype);
                 let p = flat(&shape, od, &|| e.plan_map(expr, &refs, *dtype))?;
                 // as the run: in boxes along the output's chunks when the flat plan cannot
                 // encode it as it writes it, refused when neither can
@@ -238,6 +215,15 @@ impl Workflow {
                 let x = f(input)?;
                 let p = e.plan_transpose_to(x, dest)?;
                 let shape = crate::engine::transposed_shape(x.shape());
+                // values moved, not computed: the nodata value of the value read (a
+                // pipeline input's is its file's)
+                result_nodata = match written.get(input) {
+                    Some(nodata) => nodata.clone(),
+                    None => x.georef().and_then(|g| {
+                        let text = g.nodata.clone()?;
+                        crate::tensor::geotiff::nodata_as(x.dtype(), &text).map(|_| text)
+                    }),
+                };
                 (p.to_string(), shape, x.dtype())
             }
             Job::Matmul { x, w, dtype } => {
@@ -264,7 +250,8 @@ impl Workflow {
                 });
                 (p.to_string(), x.shape().to_vec(), d)
             }
-        })
+        };
+        Ok((text, shape, dtype, result_nodata))
     }
 
     /// The dtype of a map job: the one given, else (for a job reading values written in

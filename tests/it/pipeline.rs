@@ -353,19 +353,14 @@ fn a_dry_run_plans_a_step_below_a_row_of_tiles_as_the_run_does() {
     assert_eq!(std::fs::read_dir(d.join("out")).unwrap().count(), 0);
 }
 
-#[test]
-fn pipeline_steps_mask_the_pixels_where_an_input_is_nodata() {
-    use crate::common::{read_npy_data, write_npy};
-    use tilestream::DType;
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    // a u16 GeoTIFF whose nodata value is 9, which about one pixel in 10 has
-    let (h, w) = (40, 50);
+/// A u16 `.npy` (`x.npy`) of `h x w` values from 5 to 14, about one in 10 of them 9, and
+/// `scene.tif`, a GeoTIFF of it whose nodata value is 9: the values and `x=<the .npy>`.
+fn nodata_scene(d: &Path, h: usize, w: usize) -> (Vec<u16>, String) {
     let x: Vec<u16> = (0..h * w).map(|i| (i * 7 % 10 + 5) as u16).collect();
     let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-    write_npy(&d.join("x.npy"), DType::U16, &[h, w], &bytes);
-    let scene = d.join("scene.tif");
+    crate::common::write_npy(&d.join("x.npy"), tilestream::DType::U16, &[h, w], &bytes);
     let xin = format!("x={}", p(&d.join("x.npy")));
+    let scene = d.join("scene.tif");
     ok(&[
         "map",
         "x",
@@ -377,6 +372,17 @@ fn pipeline_steps_mask_the_pixels_where_an_input_is_nodata() {
         "--nodata",
         "9",
     ]);
+    (x, xin)
+}
+
+#[test]
+fn pipeline_steps_mask_the_pixels_where_an_input_is_nodata() {
+    use crate::common::read_npy_data;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // a u16 GeoTIFF whose nodata value is 9, which about one pixel in 10 has
+    let (h, w) = (40, 50);
+    let (x, _) = nodata_scene(d, h, w);
     assert!(x.contains(&9) && x.iter().any(|&v| v != 9));
     let text = r#"
 [inputs]
@@ -558,21 +564,7 @@ fn steps_read_earlier_values_with_the_nodata_they_were_given() {
     let d = dir.path();
     // a .npy whose -9999-style convention is 9, and a GeoTIFF of it tagged so
     let (h, w) = (30, 40);
-    let x: Vec<u16> = (0..h * w).map(|i| (i * 7 % 10 + 5) as u16).collect();
-    let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-    write_npy(&d.join("x.npy"), DType::U16, &[h, w], &bytes);
-    let xin = format!("x={}", p(&d.join("x.npy")));
-    ok(&[
-        "map",
-        "x",
-        p(&d.join("scene.tif")),
-        "--in",
-        &xin,
-        "--dtype",
-        "u16",
-        "--nodata",
-        "9",
-    ]);
+    let (x, xin) = nodata_scene(d, h, w);
     let f64s =
         |name: &str| -> Vec<f64> { bytemuck::pod_collect_to_vec(&read_npy_data(&d.join(name))) };
     let nan_or = |got: &[f64], want: &dyn Fn(f64) -> f64, what: &str| {
