@@ -35,6 +35,7 @@ mod array;
 mod boxed;
 mod elementwise;
 mod imagery;
+mod nodata;
 mod outputs;
 mod patches;
 mod reduce;
@@ -42,8 +43,8 @@ mod report;
 mod standardize;
 
 pub use array::{Array, write_npz};
-pub use elementwise::MapNodata;
 pub(crate) use imagery::transposed_shape;
+pub use nodata::MapNodata;
 pub use patches::{Edge, PatchFormat, PatchSpec};
 pub use reduce::merge_partials;
 pub use report::{RunReport, peak_rss};
