@@ -613,11 +613,10 @@ impl OpSpec {
                 let named: Vec<(&str, &TensorFile)> =
                     files.iter().map(|(n, f)| (n.as_str(), f)).collect();
                 let rule = map_rule(nodata.as_ref(), *ignore_nodata, input_nodata);
-                Engine::bind_map(expr, &named, *dtype, &rule)?;
-                let (_, _, shape, default) = Engine::bind(expr, &named)?;
+                let bound = Engine::bind_map(expr, &named, *dtype, &rule)?;
                 Ok(OutputLayout {
-                    shape,
-                    dtype: dtype.unwrap_or(default),
+                    shape: bound.shape,
+                    dtype: bound.dtype,
                     halo_rows: (0, 0),
                 })
             }

@@ -27,10 +27,7 @@ impl Engine {
         dtype: Option<DType>,
         rule: &MapNodata,
     ) -> Result<Option<String>> {
-        let nodata = input.georef().and_then(|g| g.nodata.as_deref());
-        let masks = !rule.ignore_inputs
-            && nodata
-                .is_some_and(|t| crate::tensor::geotiff::nodata_as(input.dtype(), t).is_some());
+        let masks = !rule.ignore_inputs && input.nodata().is_some();
         if !masks && rule.value.is_none() {
             return Ok(None);
         }
@@ -64,8 +61,8 @@ impl Engine {
         let (program, streams, shape, default) = Self::bind_expr(src, &e, inputs)?;
         let od = dtype.unwrap_or(default);
         // nodata given by name: for inputs there are, once each
+        let known: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
         for (k, (name, _)) in rule.inputs.iter().enumerate() {
-            let known: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
             if !known.contains(&name.as_str()) {
                 return Err(Error::invalid(format!(
                     "nodata given for input '{}', which is not one (inputs: {})",
@@ -112,13 +109,10 @@ impl Engine {
                     },
                     Some(None) => continue,
                     // the file's, when its type holds it
-                    None => {
-                        let text = st.file.georef().and_then(|g| g.nodata.as_deref());
-                        match text.and_then(|t| nodata_as(st.file.dtype(), t)) {
-                            Some(v) => v,
-                            None => continue,
-                        }
-                    }
+                    None => match st.file.nodata() {
+                        Some((_, v)) => v,
+                        None => continue,
+                    },
                 };
                 // map computes in f64, where a 64-bit integer beyond 2^53 is not itself
                 if v.abs() >= 2f64.powi(53) && matches!(st.file.dtype(), DType::I64 | DType::U64) {
@@ -252,7 +246,7 @@ pub(crate) struct BoundMap<'a> {
 #[allow(clippy::float_cmp)] // exactly the value, or refused
 fn output_nodata(text: &str, dtype: DType) -> Result<f64> {
     let text = text.trim();
-    let Ok(v) = text.trim().parse::<f64>() else {
+    let Ok(v) = text.parse::<f64>() else {
         return Err(Error::invalid(format!(
             "nodata '{}' is not a number: give one such as -9999, 0 or nan",
             crate::tensor::npy::shown(text)

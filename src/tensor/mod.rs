@@ -351,6 +351,15 @@ impl TensorFile {
         self.tiff().map(|t| t.1).filter(|g| !g.is_empty())
     }
 
+    /// The GDAL nodata value of a GeoTIFF input, as its text and as the value its
+    /// samples hold there ([`geotiff::nodata_as`]); `None` without one, or with one its
+    /// sample type cannot hold (no pixel is nodata then).
+    #[must_use]
+    pub fn nodata(&self) -> Option<(&str, f64)> {
+        let text = self.georef()?.nodata.as_deref()?;
+        geotiff::nodata_as(self.dtype(), text).map(|v| (text, v))
+    }
+
     /// The chunk decoder of a compressed input (`None` when windows are mapped).
     #[must_use]
     pub fn chunked(&self) -> Option<&chunked::Chunked> {

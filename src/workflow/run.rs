@@ -219,10 +219,7 @@ impl Workflow {
                 // pipeline input's is its file's)
                 result_nodata = match written.get(input) {
                     Some(nodata) => nodata.clone(),
-                    None => x.georef().and_then(|g| {
-                        let text = g.nodata.clone()?;
-                        crate::tensor::geotiff::nodata_as(x.dtype(), &text).map(|_| text)
-                    }),
+                    None => x.nodata().map(|(text, _)| text.to_string()),
                 };
                 (p.to_string(), shape, x.dtype())
             }
