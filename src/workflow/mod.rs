@@ -92,7 +92,10 @@ struct StepSpec {
 
 /// A step's `nodata`: a number (`-9999`, `nan`) or its text (`"nan"`).
 #[derive(Deserialize, Clone, Debug)]
-#[serde(untagged, expecting = "a number or a string such as \"nan\"")]
+#[serde(
+    untagged,
+    expecting = "`nodata` must be a number or a string such as \"nan\""
+)]
 enum NodataKey {
     Number(f64),
     Text(String),
