@@ -2,7 +2,7 @@
 //! listed as ignored (with the reason) instead of passing without checking anything:
 //! - `TILESTREAM_PYTHON` (a Python with numpy and zarr): the cross-checks against numpy and
 //!   zarr-python (`cfg(tilestream_python)`);
-//! - `TILESTREAM_REQUIRE_NVRTC=1` (NVRTC on the library path, as `.ci/run` sets up) in a
+//! - `TILESTREAM_REQUIRE_NVRTC=1` (NVRTC on the library path, as `scripts/test` sets up) in a
 //!   build with the `cuda` feature (the default): the compilation of every CUDA kernel
 //!   (`cfg(tilestream_nvrtc)`), which then fails if NVRTC cannot be loaded;
 //! - a C++ compiler with `_Float16` as `c++`: the CUDA kernels run on the host against the

@@ -7,7 +7,7 @@ two jobs:
 2. NDVI ``(b4 - b3) / (b4 + b3)`` as f32 of 200 4-band u16 GeoTIFF scenes (Deflate,
    256x256 tiles), one output .npy per scene.
 
-    target/ci-venv/bin/python benches/compare/cluster.py [--rows 3075200] [--scenes 200]
+    target/test-venv/bin/python benches/compare/cluster.py [--rows 3075200] [--scenes 200]
         [--size 1024] [--workers 2] [--memory-limit 1GiB]
 
 Needs numpy, distributed, dask[array] and tifffile in the interpreter that runs it, and

@@ -8,7 +8,7 @@ driver (`gdal_translate -of COG -co RESAMPLING=AVERAGE`).
 
 Needs the release binary (cargo build --release), GDAL's tools, numpy in
 benches/compare/.venv (as imagery.py) and rio-cogeo (`--rio`, default: the CI venv's,
-target/ci-venv/bin/rio). Warm: the scene is read once before the timed runs. Prints a
+target/test-venv/bin/rio). Warm: the scene is read once before the timed runs. Prints a
 Markdown table (also written to benches/compare/results/cog.md).
 """
 
@@ -32,7 +32,7 @@ def level_raw(tif, k, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=20000)
-    ap.add_argument("--rio", default=str(ROOT / "target" / "ci-venv" / "bin" / "rio"))
+    ap.add_argument("--rio", default=str(ROOT / "target" / "test-venv" / "bin" / "rio"))
     ap.add_argument("--keep", action="store_true")
     a = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)

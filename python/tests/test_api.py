@@ -2,9 +2,11 @@
 exception type, Ctrl-C and resume, progress callbacks, threads and fork."""
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -401,13 +403,40 @@ def test_os_errors_are_oserrors(tmp_path):
     assert not isinstance(e.value, FileNotFoundError)
 
 
-@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0,
-                    reason="root reads files whatever their mode")
+@pytest.mark.skipif(not hasattr(os, "geteuid"), reason="no POSIX users")
 def test_unreadable_files_are_permission_errors(tmp_path):
-    np.save(tmp_path / "x.npy", data((10, 10), "float32"))
-    os.chmod(tmp_path / "x.npy", 0)
-    with pytest.raises(PermissionError):
-        ts.open(tmp_path / "x.npy")
+    if os.geteuid() != 0:
+        np.save(tmp_path / "x.npy", data((10, 10), "float32"))
+        os.chmod(tmp_path / "x.npy", 0)
+        with pytest.raises(PermissionError):
+            ts.open(tmp_path / "x.npy")
+        return
+    # root reads files whatever their mode: the check runs in a child that drops to an
+    # unprivileged user, in a directory it may enter (pytest's tmp_path is root's alone)
+    d = tempfile.mkdtemp()
+    try:
+        os.chmod(d, 0o755)
+        path = os.path.join(d, "x.npy")
+        np.save(path, data((10, 10), "float32"))
+        os.chmod(path, 0)
+        pid = os.fork()
+        if pid == 0:  # the child: 0 for a PermissionError, 3 for none, 4 for another error
+            code = 4
+            try:
+                os.setgid(65534)
+                os.setuid(65534)
+                ts.open(path)
+                code = 3
+            except PermissionError:
+                code = 0
+            except BaseException:
+                code = 4
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WEXITSTATUS(status) == 0, f"child exit {os.WEXITSTATUS(status)} (3: it opened the file, 4: another error)"
+    finally:
+        shutil.rmtree(d)
 
 
 def test_bf16_when_ml_dtypes_is_there(tmp_path):

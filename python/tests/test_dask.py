@@ -14,8 +14,8 @@ import pytest
 
 import tilestream as ts
 
-if os.environ.get("CI"):
-    import distributed  # CI installs it: a missing package must fail, not skip
+if os.environ.get("CI") or os.environ.get("TILESTREAM_TEST_ALL"):
+    import distributed  # CI and scripts/test install it: a missing package must fail, not skip
 else:
     distributed = pytest.importorskip("distributed", reason="tilestream.dask needs distributed")
 import tilestream.dask as tsd  # noqa: E402

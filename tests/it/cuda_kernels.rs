@@ -1,7 +1,7 @@
 //! Every CUDA kernel compiles with NVRTC, for a virtual architecture (`compute_80`: PTX
 //! any GPU from Ampere on can load) and for Hopper's own (`sm_90`: NVRTC also runs ptxas,
 //! and a register spill is an error). Runs where NVRTC is installed and
-//! `TILESTREAM_REQUIRE_NVRTC=1` says so (`.ci/run` installs the NVRTC wheel); listed as
+//! `TILESTREAM_REQUIRE_NVRTC=1` says so (`scripts/test` installs the NVRTC wheel); listed as
 //! ignored elsewhere. Executing the kernels needs a GPU (the GPU suite); their arithmetic
 //! is checked on the host by `cuda_emulation.rs`.
 
@@ -37,7 +37,7 @@ fn compiles_everywhere(what: &str, src: &str, names: &[String]) {
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does), in a build with the cuda feature, to compile the CUDA kernels"
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn every_elementwise_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     let kernels = all_elementwise();
@@ -51,7 +51,7 @@ fn every_elementwise_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does), in a build with the cuda feature, to compile the CUDA kernels"
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn a_kernel_that_does_not_compile_is_one_line_naming_it() {
     let e = device::compile(
@@ -73,7 +73,7 @@ fn a_kernel_that_does_not_compile_is_one_line_naming_it() {
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does), in a build with the cuda feature, to compile the CUDA kernels"
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn every_fused_map_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     use tilestream::DType;
@@ -97,7 +97,7 @@ fn every_fused_map_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does), in a build with the cuda feature, to compile the CUDA kernels"
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn every_reduction_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     use tilestream::backend::cuda::source::{all_reductions, reduce_source};
@@ -112,7 +112,7 @@ fn every_reduction_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does), in a build with the cuda feature, to compile the CUDA kernels"
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn every_matmul_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     use tilestream::backend::cuda::source::{all_matmul, matmul_kernel_name, matmul_source};
@@ -127,7 +127,7 @@ fn every_matmul_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does), in a build with the cuda feature, to compile the CUDA kernels"
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn every_transpose_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     use tilestream::backend::cuda::source::{transpose_kernel_name, transpose_source};
@@ -138,7 +138,7 @@ fn every_transpose_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does), in a build with the cuda feature, to compile the CUDA kernels"
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn every_stencil_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     use tilestream::backend::cuda::stencil::{all_stencil_kernels, stencil_source};
@@ -149,7 +149,7 @@ fn every_stencil_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),
-    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (.ci/run does), in a build with the cuda feature, to compile the CUDA kernels"
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn every_generate_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     use tilestream::backend::cuda::source::{all_gen, gen_kernel_name, gen_source};

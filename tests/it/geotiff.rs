@@ -3,7 +3,7 @@
 //! (`gdal_translate -of ENVI`), and tilestream's outputs are read back by GDAL, values
 //! and georeferencing (`gdalinfo -json`).
 //!
-//! Needs GDAL's command-line tools (Debian's gdal-bin, installed by `.ci/run`); without
+//! Needs GDAL's command-line tools (Debian's gdal-bin, installed by `scripts/test`); without
 //! them the tests fail and say so.
 
 #![allow(clippy::float_cmp)] // NDVI is compared exactly (NaN with NaN)

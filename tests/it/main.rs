@@ -8,6 +8,8 @@
 mod cog;
 mod common;
 mod cuda_emulation;
+// NVRTC is reached through the `cuda` feature: a CPU-only build has no kernels to compile
+#[cfg(feature = "cuda")]
 mod cuda_kernels;
 mod cuda_matmul_emulation;
 mod cuda_reduce_emulation;

@@ -1,8 +1,11 @@
-//! Every command of the README runs, as written, on small inputs: the `tilestream` lines
-//! of each `sh` block (sizes scaled down), the example programs it names, and the pipeline
-//! file of its `toml` block, in order, in a directory holding the files the commands name.
-//! A README line that stops working fails this test; a new kind of line must be taught to
-//! it (or listed among the few deliberately not run).
+//! Every command of the README and of the pages of `docs/` runs, as written, on small
+//! inputs: the `tilestream` lines of each `sh` block (sizes scaled down), the example
+//! programs they name, and the pipeline files of their `toml` blocks, in order, each page
+//! in a directory of its own holding the files the commands name. A line that stops
+//! working fails this test; a new kind of line must be taught to it (or listed among the
+//! few deliberately not run). The pages cannot rot otherwise either: no `@PLACEHOLDER@`,
+//! every path they name exists in the tree, every link leads to a file, and every page of
+//! `docs/` is reachable from the README.
 
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
@@ -11,10 +14,31 @@ use std::process::Command;
 
 use crate::common::ok;
 
-/// Lines of the README's fenced blocks of `lang`, one list per block.
-fn blocks(lang: &str) -> Vec<Vec<String>> {
-    let text =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+/// The repository's root.
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// README.md, then every `docs/*.md` in name order.
+fn pages() -> Vec<PathBuf> {
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    let mut out = vec![root().join("README.md")];
+    out.extend(docs);
+    out
+}
+
+/// The page's name relative to the root, for messages.
+fn name(page: &Path) -> String {
+    page.strip_prefix(root()).unwrap().display().to_string()
+}
+
+/// Lines of `text`'s fenced blocks of `lang`, one list per block.
+fn blocks(text: &str, lang: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
     let mut cur: Option<Vec<String>> = None;
     for line in text.lines() {
@@ -81,7 +105,7 @@ fn example(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The files the README's commands name, small.
+/// The files the pages' commands name, small.
 fn fixtures(dir: &Path) {
     let t = |args: &[&str]| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_tilestream"));
@@ -108,14 +132,14 @@ fn fixtures(dir: &Path) {
     t(&["gen", "data/x.npy", "--shape", "2000x512", "--seed", "1"]);
     t(&["gen", "data/w.npy", "--shape", "512x16", "--seed", "2"]);
     std::fs::copy(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/pipeline.toml"),
+        root().join("examples/pipeline.toml"),
         dir.join("pipeline.toml"),
     )
     .unwrap();
 }
 
-/// Runs one README line in `dir`; returns false for a line deliberately not run.
-fn run_line(line: &str, dir: &Path) -> bool {
+/// Runs one line of `page` in `dir`; returns false for a line deliberately not run.
+fn run_line(page: &str, line: &str, dir: &Path) -> bool {
     let w: Vec<String> = words(line).iter().map(|w| scaled(w)).collect();
     let Some(first) = w.first() else {
         return true;
@@ -149,12 +173,12 @@ fn run_line(line: &str, dir: &Path) -> bool {
             return false;
         }
         "python3" if line.contains("benches/compare/compare.py") => return false,
-        other => panic!("the README runs `{other}`, which this test does not know: {line}"),
+        other => panic!("{page} runs `{other}`, which this test does not know: {line}"),
     };
     let o = c.current_dir(dir).output().unwrap();
     assert!(
         o.status.success(),
-        "README line failed: {line}\n{}{}",
+        "{page}: line failed: {line}\n{}{}",
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
@@ -162,37 +186,166 @@ fn run_line(line: &str, dir: &Path) -> bool {
 }
 
 #[test]
-fn every_readme_command_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    fixtures(dir.path());
-    let (mut ran, mut skipped) = (0, Vec::new());
-    for block in blocks("sh") {
-        for line in block {
+fn every_command_of_the_readme_and_the_docs_runs() {
+    let (mut ran, mut skipped, mut pipelines) = (0, Vec::new(), 0);
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let page = name(&page);
+        let (sh, tomls) = (blocks(&text, "sh"), blocks(&text, "toml"));
+        if sh.is_empty() && tomls.is_empty() {
+            continue;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        fixtures(dir.path());
+        for line in sh.iter().flatten() {
             let line = line.trim();
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            if run_line(line, dir.path()) {
+            if run_line(&page, line, dir.path()) {
                 ran += 1;
             } else {
-                skipped.push(line.to_string());
+                skipped.push(format!("{page}: {line}"));
+            }
+        }
+        // each pipeline file shown: a dry run, then a run, as written
+        for (i, t) in tomls.iter().enumerate() {
+            let file = dir.path().join(format!("page{i}.toml"));
+            std::fs::write(&file, t.join("\n")).unwrap();
+            let f = file.to_str().unwrap();
+            ok(&["run", f, "--dry-run"]);
+            ok(&["run", f]);
+            pipelines += 1;
+        }
+    }
+    eprintln!(
+        "README and docs: {ran} commands and {pipelines} pipeline files ran; not run: {skipped:?}"
+    );
+    assert!(
+        ran >= 30,
+        "only {ran} commands found in the README and docs"
+    );
+    assert!(
+        pipelines >= 1,
+        "no pipeline file found in the README and docs"
+    );
+    assert!(skipped.len() <= 4, "{skipped:?}");
+}
+
+/// The paths a page names: words that start with one of the tree's top-level folders
+/// (`src/engine.rs`, `docs/gpu.md`, `tests/it/`), with trailing punctuation and a
+/// `:line` suffix cut off. Globs and templates (`*`, `<`, `{`) are not paths.
+fn named_paths(text: &str) -> Vec<String> {
+    const TOPS: [&str; 10] = [
+        "src/",
+        "tests/",
+        "docs/",
+        "benches/",
+        "examples/",
+        "python/",
+        "kernels/",
+        "fuzz/",
+        "scripts/",
+        ".ci/",
+    ];
+    let mut out = Vec::new();
+    let is_path_char = |c: char| c.is_ascii_alphanumeric() || "_./-".contains(c);
+    let bytes: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < bytes.len() {
+        let at_word_start = i == 0 || !(is_path_char(bytes[i - 1]) || bytes[i - 1] == ':');
+        if at_word_start {
+            let rest: String = bytes[i..bytes.len().min(i + 12)].iter().collect();
+            if TOPS.iter().any(|t| rest.starts_with(t)) {
+                let mut j = i;
+                while j < bytes.len() && is_path_char(bytes[j]) {
+                    j += 1;
+                }
+                let next = bytes.get(j).copied().unwrap_or(' ');
+                let word: String = bytes[i..j].iter().collect();
+                let word = word.trim_end_matches(['.', '-']).to_string();
+                if !matches!(next, '*' | '<' | '{') {
+                    out.push(word);
+                }
+                i = j;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The targets of a page's Markdown links that are not URLs or anchors, `#anchor` cut off.
+fn link_targets(text: &str) -> Vec<String> {
+    text.split("](")
+        .skip(1)
+        .filter_map(|rest| rest.split(')').next())
+        .map(|t| t.split('#').next().unwrap().trim().to_string())
+        .filter(|t| !t.is_empty() && !t.contains("://") && !t.starts_with("mailto:"))
+        .collect()
+}
+
+#[test]
+fn the_pages_name_only_what_exists_and_hold_no_placeholder() {
+    let mut wrong = Vec::new();
+    let mut pages_and_lib = pages();
+    pages_and_lib.push(root().join("src/lib.rs"));
+    pages_and_lib.push(root().join("python/README.md"));
+    for page in &pages_and_lib {
+        let text = std::fs::read_to_string(page).unwrap();
+        let n = name(page);
+        // placeholders: @WORD@ left by a template
+        let parts: Vec<&str> = text.split('@').collect();
+        for w in parts.iter().skip(1).take(parts.len().saturating_sub(2)) {
+            if !w.is_empty()
+                && w.len() <= 40
+                && w.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            {
+                wrong.push(format!("{n}: placeholder @{w}@"));
+            }
+        }
+        for p in named_paths(&text) {
+            if !root().join(&p).exists() {
+                wrong.push(format!("{n}: names {p}, which is not in the tree"));
+            }
+        }
+        if page.extension().is_some_and(|e| e == "md") {
+            for t in link_targets(&text) {
+                if !page.parent().unwrap().join(&t).exists() {
+                    wrong.push(format!("{n}: links to {t}, which is not there"));
+                }
             }
         }
     }
-    eprintln!("README: {ran} commands ran; not run: {skipped:?}");
-    assert!(ran >= 30, "only {ran} README commands found");
-    assert!(skipped.len() <= 4, "{skipped:?}");
-    // the pipeline file shown in the README: a dry run, then a run, as written
-    let tomls = blocks("toml");
-    assert!(!tomls.is_empty());
-    for (i, t) in tomls.iter().enumerate() {
-        let file = dir.path().join(format!("readme{i}.toml"));
-        std::fs::write(&file, t.join("\n")).unwrap();
-        let f = file.to_str().unwrap();
-        ok(&["run", f, "--dry-run"]);
-        ok(&["run", f]);
+    // every page of docs/ is reachable from the README
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let linked: Vec<String> = link_targets(&readme);
+    for page in pages().iter().skip(1) {
+        let n = name(page);
+        if !linked.iter().any(|t| Path::new(t) == Path::new(&n)) {
+            wrong.push(format!("README.md does not link to {n}"));
+        }
     }
-    assert!(dir.path().join("out/proj.npy").exists());
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_checks_of_the_pages_find_what_they_look_for() {
+    assert_eq!(
+        named_paths(
+            "see `src/engine.rs`, src/plan.rs: and tests/it/ and `benches/*.py`, docs/x.md."
+        ),
+        ["src/engine.rs", "src/plan.rs", "tests/it/", "docs/x.md"]
+    );
+    assert_eq!(
+        named_paths("a url https://x.org/src/a.rs and ../src/b.rs and isrc/c.rs"),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        link_targets("[a](docs/a.md#top) [b](https://x.org) [c](#here) [d](bench/s.png)"),
+        ["docs/a.md", "bench/s.png"]
+    );
 }
 
 #[test]

@@ -11,7 +11,7 @@ pub fn tool(name: &str) -> Command {
     let probe = Command::new(name).arg("--version").output();
     assert!(
         probe.is_ok_and(|o| o.status.success()),
-        "{name} not found: these tests compare with GDAL; install gdal-bin (.ci/run does)"
+        "{name} not found: these tests compare with GDAL; install gdal-bin (bash scripts/test does)"
     );
     Command::new(name)
 }
