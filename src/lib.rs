@@ -38,15 +38,29 @@
 //!   [`Engine::with_out_format`]); [`Engine::with_georef`] carries a scene's
 //!   georeferencing to its outputs.
 //! - [`budget`]: [`MemoryBudget`] and RAII reservations.
-//! - [`plan`]: the pure tile planner.
+//! - [`plan`] and [`tiling`]: the pure tile planners (flat tiles; boxes with halos).
 //! - [`scheduler`]: the read/compute/write stages and what flows between them.
-//! - [`backend`]: the compute seam; [`CpuBackend`] on rayon.
-//! - [`ops`]: reductions, elementwise, generation.
+//! - [`backend`]: the compute seam; [`CpuBackend`] on rayon, and the CUDA backend.
+//! - [`ops`]: what each operation is: reductions, expressions, matmul, generation,
+//!   filters.
 //! - [`engine`]: [`Engine`], the library entry points.
+//! - [`spec`]: [`OpSpec`], one serialisable description of every operation, run by
+//!   [`Engine::run_spec`] (the path of the command line and the Python package).
+//! - [`workflow`]: pipeline files ([`workflow::Workflow`]).
+//! - [`journal`]: resumable runs.
 //!
 //! ## Features
-//! None yet: the crate is pure Rust and CPU-only. A `cuda` feature arrives with the CUDA
-//! backend.
+//! - `cuda` (default): the CUDA backend ([`device`], [`Engine::with_device`]). The
+//!   driver and NVRTC are loaded at run time, so a build with it links only libc and
+//!   runs on machines without CUDA; nothing CUDA is needed to build it. Without the
+//!   feature the CUDA types are uninhabited stubs and asking for a CUDA device answers
+//!   that this build has no CUDA support.
+//! - `cli` (default): the `tilestream` command line's own dependencies (argument parsing,
+//!   progress bars, log output, Ctrl-C handling). The library and the Python extension
+//!   build without it; the binary and the integration tests need it.
+//!
+//! `--no-default-features` builds the CPU-only library;
+//! `--no-default-features --features cli` a CPU-only command line.
 
 pub mod backend;
 pub mod budget;

@@ -23,7 +23,7 @@ reused when present), then
   plots    docs/bench/*.png from the results.
 
 Results go to benches/compare/results/*.json and the markdown table to
-benches/compare/results/table.md; --readme pastes it into README.md between the
+benches/compare/results/table.md; --readme pastes it into docs/benchmarks.md between the
 <!-- bench:table -->, <!-- bench:sweep --> and <!-- bench:scaling --> markers. --only
 verify,table,sweep,scaling,plots picks parts (the others are taken from results/);
 --plot-only redraws the plots. --also LABEL=PATH adds another tilestream build as the
@@ -504,11 +504,11 @@ def scaling_md(sc):
 
 
 def update_readme(md, name="table"):
-    readme = ROOT / "README.md"
+    readme = ROOT / "docs" / "benchmarks.md"
     text = readme.read_text()
     start, end = f"<!-- bench:{name} -->", f"<!-- /bench:{name} -->"
     if start not in text:
-        log(f"README.md has no {start} marker; left in benches/compare/results/{name}.md")
+        log(f"docs/benchmarks.md has no {start} marker; left in benches/compare/results/{name}.md")
         return
     pre, rest = text.split(start, 1)
     post = rest.split(end, 1)[1]
@@ -529,7 +529,7 @@ def main():
     ap.add_argument("--scaling-sizes", default="0.5,1,2,4,8,16,32,64,96",
                     help="scaling input sizes in GB, cut at --scaling-max-gb")
     ap.add_argument("--out-dir", help="where outputs go (default benches/compare/work)")
-    ap.add_argument("--readme", action="store_true", help="paste the table into README.md")
+    ap.add_argument("--readme", action="store_true", help="paste the table into docs/benchmarks.md")
     ap.add_argument("--plot-only", action="store_true", help="only redraw docs/bench/*.png from results/")
     ap.add_argument("--also", action="append", default=[], metavar="LABEL=PATH",
                     help="another tilestream binary, run as the engine 'tilestream LABEL' in the same "

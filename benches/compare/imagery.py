@@ -98,7 +98,7 @@ def main():
                     help="also time another tilestream build's NDVI and gaussian in the same "
                          "rounds (rows named LABEL in the table)")
     ap.add_argument("--readme", action="store_true",
-                    help="paste the table into README.md between <!-- bench:geotiff --> markers")
+                    help="paste the table into docs/benchmarks.md between <!-- bench:geotiff --> markers")
     a = ap.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     venv_python = ROOT / "benches" / "compare" / ".venv" / "bin" / "python"
@@ -201,14 +201,14 @@ def main():
     (RESULTS / "geotiff.md").write_text(table + "\n")
     print(table)
     if a.readme:
-        readme = ROOT / "README.md"
+        readme = ROOT / "docs" / "benchmarks.md"
         s = readme.read_text()
         start, end = "<!-- bench:geotiff -->", "<!-- /bench:geotiff -->"
         if start in s and end in s:
             i, j = s.index(start) + len(start), s.index(end)
             readme.write_text(s[:i] + "\n" + table + "\n" + s[j:])
         else:
-            print("README has no bench:geotiff markers; table not pasted")
+            print("docs/benchmarks.md has no bench:geotiff markers; table not pasted")
     if not a.keep:
         for p in out.values():
             p.unlink(missing_ok=True)

@@ -73,7 +73,7 @@ impl TensorFile {
         opts.offset(aligned).len(skip + len as usize);
         // SAFETY: the map is read-only and private to this process. Another process could
         // truncate or rewrite the file while it is mapped; the size was checked just above,
-        // which is the best a reader of a shared file can do (documented in the README).
+        // which is the best a reader of a shared file can do (documented in docs/limits.md).
         let map = unsafe { opts.map(&self.file) }
             .map_err(|e| Error::io("map a window of", &self.path, e))?;
         // Pages already in the page cache are cheapest faulted in lazily by the compute
