@@ -273,7 +273,7 @@ impl Journal {
             if let Some(p) = parse(&text) {
                 check_same_job(dest, key, &p)?;
                 prev = Some(p);
-            } else if text.starts_with("tilestream-journal ") {
+            } else if text.starts_with(crate::tensor::JOURNAL_MAGIC) {
                 // another version's journal: what its run left cannot be taken up
                 eprintln!(
                     "note: {}: the interrupted run was made by another version of tilestream; \

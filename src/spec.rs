@@ -17,6 +17,7 @@ use crate::engine::{Edge, PatchSpec};
 use crate::ops::stencil::{Filter, Stencil};
 use crate::shape::fmt_shape;
 use crate::tensor::geotiff::is_tiff_path;
+use crate::tensor::own_files::{Written, check_run_paths};
 use crate::tiling::{Boundary, BoxPlan};
 use crate::{
     DType, Engine, Error, JobKey, Plan, Reduce, ReduceOver, Result, RunReport, TensorFile,
@@ -430,6 +431,41 @@ impl OpSpec {
             | OpSpec::Transpose { output, .. }
             | OpSpec::Generate { output, .. } => output,
         }
+    }
+
+    /// Every path the operation writes: its output (or `tiles`' patch directory) and
+    /// `standardize`'s statistics file.
+    #[must_use]
+    pub fn writes(&self) -> Vec<Written<'_>> {
+        let mut w = vec![Written {
+            role: "output",
+            path: self.output(),
+            dir: matches!(self, OpSpec::Tiles { .. }),
+        }];
+        if let OpSpec::Standardize {
+            stats: Some(p),
+            given: None,
+            ..
+        } = self
+        {
+            w.push(Written {
+                role: "statistics file",
+                path: p,
+                dir: false,
+            });
+        }
+        w
+    }
+
+    /// The destination policy ([`check_run_paths`]): no path the operation writes is a
+    /// device, FIFO or socket, or any file it reads, and no two are one; checked by the
+    /// plan and the run before anything is written.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the path.
+    pub fn check_paths(&self) -> Result<()> {
+        let reads: Vec<(&str, &Path)> = self.inputs().into_iter().map(|p| ("input", p)).collect();
+        check_run_paths(&self.writes(), &reads)
     }
 
     /// What makes a run of this operation the same run (the spec itself and the

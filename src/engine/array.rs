@@ -123,6 +123,16 @@ impl Array {
 /// # Errors
 /// [`Error::Io`] if the file cannot be written.
 pub fn write_npz(path: &Path, arrays: &[(&str, &Array)]) -> Result<()> {
+    persist_npz(npz_beside(path, arrays)?, path)
+}
+
+/// The `.npz` of [`write_npz`], written and flushed to a temporary file beside `path`
+/// but not yet renamed to it ([`persist_npz`] does): a run writes it before its output
+/// and puts it in place after, so a failed run leaves neither.
+///
+/// # Errors
+/// [`Error::Io`] if the file cannot be written.
+pub fn npz_beside(path: &Path, arrays: &[(&str, &Array)]) -> Result<tempfile::NamedTempFile> {
     use std::io::Write;
     let tmp = crate::tensor::temp_beside(path)?;
     let io = |e: zip::result::ZipError| Error::io("write", path, std::io::Error::other(e));
@@ -140,6 +150,14 @@ pub fn write_npz(path: &Path, arrays: &[(&str, &Array)]) -> Result<()> {
     tmp.as_file()
         .sync_all()
         .map_err(|e| Error::io("flush", path, e))?;
+    Ok(tmp)
+}
+
+/// Renames the temporary `.npz` of [`npz_beside`] to `path`.
+///
+/// # Errors
+/// [`Error::Io`] if it cannot be renamed.
+pub fn persist_npz(tmp: tempfile::NamedTempFile, path: &Path) -> Result<()> {
     tmp.persist(path)
         .map_err(|e| Error::io("rename the finished output to", path, e.error))?;
     Ok(())

@@ -260,7 +260,7 @@ impl Engine {
         let bands = plan.dims[0];
         std::fs::create_dir_all(outdir).map_err(|e| Error::io("create directory", outdir, e))?;
         let index_path = outdir.join("index.csv");
-        let removed = clear_earlier_patches(outdir)?;
+        let removed = clear_earlier_patches(outdir, input.path())?;
         if removed > 0 {
             eprintln!(
                 "note: removed the {removed} patches of an earlier run listed in {}",
@@ -371,28 +371,51 @@ impl Engine {
     }
 }
 
+/// The header line of a tiles run's `index.csv`.
+const INDEX_HEADER: &str = "file,row,col,height,width";
+
 /// Makes `outdir` ready for new patches: the patch files an earlier run listed in its
 /// `index.csv` are removed with the index (returns how many); anything else in the
-/// directory is refused, so new patches never sit beside stale ones unnoticed.
-fn clear_earlier_patches(outdir: &Path) -> Result<usize> {
+/// directory is refused, so new patches never sit beside stale ones unnoticed. Nothing is
+/// removed unless the index is provably a tiles run's (its header line, and every line a
+/// patch as tiles names it: `STEM_rROW_cCOL.npy` or `.tif` at that row and column), and
+/// never `input`, the file the run reads.
+fn clear_earlier_patches(outdir: &Path, input: &Path) -> Result<usize> {
     let index_path = outdir.join("index.csv");
-    let listed: Vec<String> = match std::fs::read_to_string(&index_path) {
-        Ok(text) => text
-            .lines()
-            .skip(1)
-            .filter_map(|l| l.split(',').next())
-            // only plain names of patch files: an edited index names nothing else
-            .filter(|n| {
-                !n.is_empty()
-                    && !n.contains('/')
-                    && !n.starts_with('.')
-                    && Path::new(n)
-                        .extension()
-                        .is_some_and(|e| e == "npy" || e == "tif")
-            })
-            .map(str::to_string)
-            .collect(),
-        Err(_) => Vec::new(),
+    let not_ours = |why: String| {
+        Error::Invalid(format!(
+            "{}: {why}, so it is not the index of an earlier tiles run; give an empty or \
+             new directory for the patches",
+            index_path.display()
+        ))
+    };
+    let listed: Vec<String> = match crate::tensor::own_files::read_small_input(
+        &index_path,
+        INDEX_MAX,
+    ) {
+        Ok(text) => {
+            let mut lines = text.lines();
+            if lines.next() != Some(INDEX_HEADER) {
+                return Err(not_ours(format!("its first line is not `{INDEX_HEADER}`")));
+            }
+            let mut names = Vec::new();
+            for (i, l) in lines.enumerate() {
+                let name = patch_line(l).ok_or_else(|| {
+                    not_ours(format!("line {} is not a patch tiles wrote", i + 2))
+                })?;
+                if crate::tensor::same_file(&outdir.join(name), input) {
+                    return Err(Error::Invalid(format!(
+                        "{}: lists {name}, the input of this run, as a patch of an earlier run; \
+                         give another directory for the patches",
+                        index_path.display()
+                    )));
+                }
+                names.push(name.to_string());
+            }
+            names
+        }
+        Err(_) if std::fs::symlink_metadata(&index_path).is_err() => Vec::new(),
+        Err(e) => return Err(not_ours(e.to_string())),
     };
     let entries = std::fs::read_dir(outdir).map_err(|e| Error::io("list", outdir, e))?;
     for e in entries {
@@ -420,6 +443,29 @@ fn clear_earlier_patches(outdir: &Path) -> Result<usize> {
         Err(e) => return Err(Error::io("remove the old", &index_path, e)),
     }
     Ok(removed)
+}
+
+/// Most bytes of an earlier run's `index.csv` read (about 40 bytes a patch: a million
+/// patches).
+const INDEX_MAX: u64 = 64 << 20;
+
+/// The patch file named by one line of a tiles run's index, if the line is one tiles
+/// writes: `STEM_rROW_cCOL.EXT,ROW,COL,HEIGHT,WIDTH` with EXT `npy` or `tif`.
+fn patch_line(line: &str) -> Option<&str> {
+    let mut f = line.split(',');
+    let (name, row, col, h, w) = (f.next()?, f.next()?, f.next()?, f.next()?, f.next()?);
+    if f.next().is_some() || name.contains('/') || name.starts_with('.') {
+        return None;
+    }
+    let number = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if ![row, col, h, w].into_iter().all(number) {
+        return None;
+    }
+    let stem = name
+        .strip_suffix(".npy")
+        .or_else(|| name.strip_suffix(".tif"))?
+        .strip_suffix(&format!("_r{row}_c{col}"))?;
+    (!stem.is_empty()).then_some(name)
 }
 
 /// A box plan's tiles reordered position-major (the bands of one tile position one

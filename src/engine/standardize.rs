@@ -4,8 +4,9 @@
 
 use std::path::Path;
 
+use super::array::{npz_beside, persist_npz};
 use super::reduce::{checkpoint_reducers, restore_reducers};
-use super::{Array, Engine, RunReport, check_not_input, hold, kept_if_interrupted, write_npz};
+use super::{Array, Engine, RunReport, check_not_input, hold, kept_if_interrupted};
 use crate::backend::cuda::ElementwiseParams;
 use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
@@ -15,6 +16,7 @@ use crate::layout::Layout;
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver};
 use crate::plan::Plan;
 use crate::scheduler::{self, InputStream};
+use crate::tensor::own_files::{Written, check_run_paths};
 use crate::tensor::{TensorFile, fmt_shape};
 
 impl Engine {
@@ -106,6 +108,17 @@ impl Engine {
         stats: Option<&Path>,
     ) -> Result<(RunReport, RunReport)> {
         check_not_input(out.as_ref(), &[input])?;
+        if let Some(p) = stats {
+            let w = |role, path| Written {
+                role,
+                path,
+                dir: false,
+            };
+            check_run_paths(
+                &[w("output", out.as_ref()), w("statistics file", p)],
+                &[("input", input.path())],
+            )?;
+        }
         if input.shape().len() < 2 {
             return Err(Error::invalid(format!(
                 "standardize needs rank 2 or more (rows x columns), {} has shape {}",
@@ -122,10 +135,16 @@ impl Engine {
         let (mean, std, stats_report) = self
             .column_stats_with(input, ddof, journal.as_ref())
             .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
-        if let Some(p) = stats {
-            write_npz(p, &[("mean", &mean), ("std", &std)])?;
-        }
+        // the statistics are written beside their destination first and put in place
+        // only once the output is: a failed run leaves neither
+        let stats_file = match stats {
+            Some(p) => Some((npz_beside(p, &[("mean", &mean), ("std", &std)])?, p)),
+            None => None,
+        };
         let apply = self.apply_standardize(journal, input, out.as_ref(), od, &mean, &std)?;
+        if let Some((tmp, p)) = stats_file {
+            persist_npz(tmp, p)?;
+        }
         Ok((stats_report, apply))
     }
 

@@ -14,6 +14,7 @@ impl Engine {
     /// Whatever planning the operation returns: bad parameters, unreadable inputs, a
     /// budget too small.
     pub fn plan_spec(&self, spec: &OpSpec) -> Result<SpecPlan> {
+        spec.check_paths()?;
         let mut plan = self.plan_spec_tiles(spec)?;
         if let Some(after) = self.after_the_run(spec)? {
             match &mut plan {
@@ -251,6 +252,7 @@ impl Engine {
     /// # Errors
     /// Whatever the operation returns.
     pub fn run_spec(&self, spec: &OpSpec) -> Result<RunReport> {
+        spec.check_paths()?;
         match spec {
             OpSpec::Stencil {
                 input,

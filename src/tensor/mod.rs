@@ -36,8 +36,8 @@ pub(crate) use formats::CodecSpec;
 pub use formats::{Format, OutFormat};
 pub(crate) use output::dir_and_name;
 pub use output::{
-    OutRegion, OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, commit_npy, commit_zarr,
-    create_npy_for_rows, create_zarr_for_rows, lock, temp_beside,
+    JOURNAL_MAGIC, OutRegion, OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale,
+    commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows, lock, temp_beside,
 };
 pub use window::{Window, page_size, window_slack};
 

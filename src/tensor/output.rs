@@ -33,6 +33,10 @@ pub fn temp_beside(dest: &Path) -> Result<tempfile::NamedTempFile> {
 /// Suffix of every temporary output file.
 pub const TEMP_SUFFIX: &str = ".tilestream-tmp";
 
+/// What every journal (`crate::journal`) of any version starts with: `tilestream clean`
+/// removes a file under a journal's name only when it does.
+pub const JOURNAL_MAGIC: &str = "tilestream-journal ";
+
 /// Prefix of a pipeline file's directory of intermediates.
 pub const PIPELINE_DIR_PREFIX: &str = ".tilestream-pipeline-";
 
@@ -48,10 +52,15 @@ pub fn lock(f: &File) -> bool {
     }
 }
 
-/// Removes what killed runs left in `dir`: temporary outputs (`*.tilestream-tmp`) and
-/// pipeline intermediate directories that no running process holds (each live one is
-/// locked by its process). With `only_for`, just the temporary files of that output name.
-/// Returns the paths removed.
+/// Removes what killed runs left in `dir`: temporary outputs, journals and state slots
+/// (`.NAME.MARK.tilestream-tmp`, see [`own_temp_name`]) and pipeline intermediate
+/// directories (`.tilestream-pipeline-XXXXXX`) that no running process holds (each live
+/// one is locked by its process). With `only_for`, just the temporary files of the output
+/// named exactly that. Only what is provably tilestream's is removed: a name of that form
+/// whose content is tilestream's too (a journal starts with its magic line; a directory
+/// holds only what a Zarr output being built or a pipeline run holds, and is locked by
+/// its run); a user's file or directory that merely ends in `.tilestream-tmp` is left
+/// alone. Returns the paths removed.
 ///
 /// # Errors
 /// [`Error::Io`] if `dir` cannot be listed.
@@ -61,43 +70,134 @@ pub fn clean_stale(dir: &Path, only_for: Option<&str>) -> Result<Vec<PathBuf>> {
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();
         let path = entry.path();
-        let is_temp = name.ends_with(TEMP_SUFFIX)
-            && only_for.is_none_or(|n| name.starts_with(&format!(".{n}.")));
-        let is_pipeline = only_for.is_none() && name.starts_with(PIPELINE_DIR_PREFIX);
-        if is_temp {
-            // never opened through a link or blocking on a FIFO: a link or special file
-            // under one of tilestream's own names is removed as it is (the name, not
-            // what it points to); a regular file only when no live run holds its lock
-            let free = match std::fs::symlink_metadata(&path) {
-                Ok(m) if m.file_type().is_file() => std::fs::OpenOptions::new()
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let t = meta.file_type();
+        if let Some((dest, mark)) = own_temp_name(&name) {
+            if only_for.is_some_and(|n| n != dest) {
+                continue;
+            }
+            let free = if t.is_file() {
+                // never opened through a link or blocking on a FIFO; a regular file only
+                // when no live run holds its lock, and a journal only with its magic line
+                match std::fs::OpenOptions::new()
                     .read(true)
                     .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
                     .open(&path)
-                    .is_ok_and(|f| lock(&f)),
-                Ok(m) if m.file_type().is_dir() => {
-                    // a Zarr output being encoded: its process holds `.lock` inside
-                    let lockfile = path.join(".lock");
-                    let free = File::open(&lockfile).map_or(true, |f| lock(&f));
-                    if free && std::fs::remove_dir_all(&path).is_ok() {
-                        removed.push(path);
-                    }
-                    continue;
+                {
+                    Ok(f) => (mark != "journal" || starts_with_journal_magic(&f)) && lock(&f),
+                    Err(_) => false,
                 }
-                Ok(_) => true,
-                Err(_) => false,
+            } else if t.is_dir() {
+                // a Zarr output being encoded: its process holds `.lock` inside
+                zarr_being_built(&path) && dir_unlocked(&path)
+            } else {
+                // a link or special file under one of tilestream's own names is removed as
+                // it is (the name, not what it points to)
+                true
             };
-            if free && std::fs::remove_file(&path).is_ok() {
+            if !free {
+                continue;
+            }
+            let gone = if t.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            if gone.is_ok() {
                 removed.push(path);
             }
-        } else if is_pipeline {
-            let lockfile = path.join(".lock");
-            let free = File::open(&lockfile).map_or(true, |f| lock(&f));
-            if free && std::fs::remove_dir_all(&path).is_ok() {
-                removed.push(path);
-            }
+        } else if only_for.is_none()
+            && t.is_dir()
+            && is_pipeline_dir_name(&name)
+            && pipeline_dir_contents(&path)
+            && dir_unlocked(&path)
+            && std::fs::remove_dir_all(&path).is_ok()
+        {
+            removed.push(path);
         }
     }
     Ok(removed)
+}
+
+/// The output name and the mark of one of tilestream's temporary names,
+/// `.NAME.MARK.tilestream-tmp`, where MARK is `journal`, `state-a`, `state-b` or the
+/// random letters and digits of a temporary output (at most 16); `None` for any other
+/// name. The mark holds no dot, so the names of output `a` are never those of `a.npy`.
+#[must_use]
+pub fn own_temp_name(name: &str) -> Option<(&str, &str)> {
+    let (dest, mark) = name
+        .strip_prefix('.')?
+        .strip_suffix(TEMP_SUFFIX)?
+        .rsplit_once('.')?;
+    let random =
+        !mark.is_empty() && mark.len() <= 16 && mark.bytes().all(|b| b.is_ascii_alphanumeric());
+    (!dest.is_empty() && (random || matches!(mark, "state-a" | "state-b"))).then_some((dest, mark))
+}
+
+/// Whether `f` starts with the journal's magic line.
+fn starts_with_journal_magic(f: &File) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let magic = JOURNAL_MAGIC.as_bytes();
+    let mut head = vec![0u8; magic.len()];
+    f.read_exact_at(&mut head, 0).is_ok() && head == magic
+}
+
+/// Whether the lock file a run holds inside `dir` (`.lock`) is free: missing, or not
+/// locked by a live process. Never follows a link.
+fn dir_unlocked(dir: &Path) -> bool {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(dir.join(".lock"))
+    {
+        Ok(f) => lock(&f),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Whether `dir` holds only what a Zarr output being built does: `zarr.json`, `.lock`
+/// and chunk keys (`c`, or digits and dots).
+fn zarr_being_built(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().all(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            n == "zarr.json"
+                || n == ".lock"
+                || n == "c"
+                || n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+        })
+    })
+}
+
+/// `.tilestream-pipeline-` and the random letters and digits `tempfile` adds.
+fn is_pipeline_dir_name(name: &str) -> bool {
+    name.strip_prefix(PIPELINE_DIR_PREFIX).is_some_and(|r| {
+        !r.is_empty() && r.len() <= 16 && r.bytes().all(|b| b.is_ascii_alphanumeric())
+    })
+}
+
+/// Whether `dir` holds only what a pipeline run keeps there: its `.lock`, intermediates
+/// named by a step (`NAME.npy`, an identifier) and their temporary files; no directory
+/// but a Zarr intermediate being built.
+fn pipeline_dir_contents(dir: &Path) -> bool {
+    let ident = |n: &str| {
+        !n.is_empty()
+            && n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries.flatten().all(|e| {
+            let n = e.file_name();
+            let n = n.to_string_lossy();
+            let file = e.file_type().is_ok_and(|t| t.is_file());
+            n == ".lock"
+                || (file && n.strip_suffix(".npy").is_some_and(ident))
+                || own_temp_name(&n).is_some_and(|(d, _)| d.strip_suffix(".npy").is_some_and(ident))
+        })
+    })
 }
 
 /// The directory of `dest` (`.` for a bare name) and its file name.

@@ -11,6 +11,9 @@
 //!   Zarr output, a directory this tool recognises as a Zarr array store): renaming over
 //!   `/dev/null` or a FIFO, or deleting a directory of other files, is never a way to
 //!   finish a run.
+//! - [`check_run_paths`] is the destination policy of a whole run, applied before
+//!   anything is written: every path it writes passes [`check_destination`], none is any
+//!   file the run reads (compared by file identity, not by name), and no two are one.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
@@ -186,6 +189,183 @@ pub fn check_destination(dest: &Path, format: OutFormat) -> Result<()> {
     }
 }
 
+/// A path a run writes, for [`check_run_paths`].
+#[derive(Debug, Clone, Copy)]
+pub struct Written<'a> {
+    /// What it is, in messages (`output`, `statistics`).
+    pub role: &'a str,
+    /// Where.
+    pub path: &'a Path,
+    /// A directory the run writes files into (`tiles`' patch directory), not a file or
+    /// store it replaces.
+    pub dir: bool,
+}
+
+/// The destination policy of a run, checked before anything is written: every path in
+/// `writes` passes [`check_destination`] (never a device, FIFO, socket or directory
+/// where a file goes), none is a file or store of `reads` (compared by file identity:
+/// the same file by another name, or through a link, is the same file), and no two of
+/// `writes` are one place.
+///
+/// # Errors
+/// [`Error::Invalid`], one line naming both paths.
+pub fn check_run_paths(writes: &[Written<'_>], reads: &[(&str, &Path)]) -> Result<()> {
+    for (i, w) in writes.iter().enumerate() {
+        if !w.dir {
+            check_destination(w.path, OutFormat::of(w.path))?;
+        }
+        for (role, r) in reads {
+            if same_place(w.path, r) {
+                return Err(Error::invalid(format!(
+                    "{}: the {} would overwrite the run's {role} {}; write to another file",
+                    w.path.display(),
+                    w.role,
+                    r.display()
+                )));
+            }
+        }
+        for other in &writes[..i] {
+            if same_place(w.path, other.path) {
+                return Err(Error::invalid(format!(
+                    "{}: is both the {} and the {} of this run; give them different paths",
+                    w.path.display(),
+                    other.role,
+                    w.role
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a` and `b` are one place: the same file or directory when both exist
+/// (device and inode, through links), the same name in the same directory otherwise.
+fn same_place(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt as _;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        (Err(_), Err(_)) => place(a).is_some_and(|p| Some(p) == place(b)),
+        _ => false,
+    }
+}
+
+/// A path that does not exist as its directory's canonical path and its own name.
+fn place(p: &Path) -> Option<std::path::PathBuf> {
+    let name = p.file_name()?;
+    let dir = match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    Some(std::fs::canonicalize(dir).ok()?.join(name))
+}
+
+/// Puts the finished store `new` (a temporary directory beside `dest`) in place at
+/// `dest`, replacing the Zarr store there, so that a kill at any instant leaves `dest`
+/// either the old store or the new one, whole: the two are exchanged in one atomic
+/// rename (`renameat2(RENAME_EXCHANGE)`), and only then is the old store, now under the
+/// temporary name, removed (a kill during that removal leaves part of it under a name
+/// `tilestream clean` removes). Where the file system cannot exchange, the old store is
+/// renamed aside (`.NAME.aside.tilestream-tmp`) before the new one is renamed in; a run
+/// killed between the two renames has its old store put back by the next replacement.
+///
+/// # Errors
+/// [`Error::Invalid`] if `dest` is not a Zarr store tilestream may replace;
+/// [`Error::Io`] if a rename fails.
+pub fn replace_dir(new: &Path, dest: &Path) -> Result<()> {
+    let renamed =
+        |r: std::io::Result<()>| r.map_err(|e| Error::io("rename the finished output to", dest, e));
+    // the store is renamed with the `.lock` its run holds (until then `clean` sees it
+    // locked), which is removed as soon as it is in place, before any old store
+    let unlock = || {
+        let lock = dest.join(".lock");
+        match std::fs::remove_file(&lock) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::io("remove", &lock, e))
+            }
+            _ => Ok(()),
+        }
+    };
+    let aside = aside_of(dest);
+    if let Some(aside) = &aside
+        && std::fs::symlink_metadata(aside).is_ok_and(|m| m.is_dir())
+    {
+        // an earlier replacement killed between its two renames
+        if std::fs::symlink_metadata(dest).is_err() {
+            renamed(std::fs::rename(aside, dest))?;
+        } else {
+            std::fs::remove_dir_all(aside).map_err(|e| Error::io("remove", aside, e))?;
+        }
+    }
+    if std::fs::symlink_metadata(dest).is_err() {
+        renamed(std::fs::rename(new, dest))?;
+        return unlock();
+    }
+    check_destination(dest, OutFormat::Zarr)?;
+    match exchange(new, dest) {
+        Ok(()) => {
+            unlock()?;
+            // `new` now holds the old store
+            std::fs::remove_dir_all(new)
+                .map_err(|e| Error::io("remove the replaced store at", new, e))
+        }
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EINVAL | libc::ENOSYS | libc::ENOTSUP)
+            ) =>
+        {
+            let Some(aside) = aside else {
+                return Err(Error::io("rename the finished output to", dest, e));
+            };
+            renamed(std::fs::rename(dest, &aside))?;
+            renamed(std::fs::rename(new, dest))?;
+            unlock()?;
+            std::fs::remove_dir_all(&aside).map_err(|e| Error::io("remove", &aside, e))
+        }
+        Err(e) => Err(Error::io("rename the finished output to", dest, e)),
+    }
+}
+
+/// Where [`replace_dir`] moves an old store aside when it cannot exchange.
+fn aside_of(dest: &Path) -> Option<std::path::PathBuf> {
+    let name = dest.file_name()?.to_string_lossy();
+    Some(dest.with_file_name(format!(".{name}.aside{TEMP_SUFFIX}")))
+}
+
+/// Exchanges two paths in one atomic rename.
+fn exchange(a: &Path, b: &Path) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::ffi::OsStrExt as _;
+        let c = |p: &Path| {
+            std::ffi::CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+        };
+        let (ca, cb) = (c(a)?, c(b)?);
+        // SAFETY: renameat2 reads two NUL-terminated strings that live across the call.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                libc::AT_FDCWD,
+                ca.as_ptr(),
+                libc::AT_FDCWD,
+                cb.as_ptr(),
+                libc::RENAME_EXCHANGE,
+            )
+        };
+        if r == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (a, b);
+        Err(std::io::Error::from_raw_os_error(libc::ENOTSUP))
+    }
+}
+
 /// Most bytes of a `zarr.json` read to recognise a store.
 const ZARR_JSON_MAX: u64 = 1 << 20;
 
@@ -223,7 +403,8 @@ pub fn zarr_array_store(dir: &Path) -> Result<()> {
         let name = entry.file_name();
         let name = name.to_string_lossy();
         let chunk_key = name == "c" || name.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-        if name != "zarr.json" && !chunk_key {
+        // `.lock`: what a run killed just after putting its store in place leaves
+        if name != "zarr.json" && name != ".lock" && !chunk_key {
             return refuse(format!("holds `{name}`, which is not part of a Zarr array"));
         }
     }
@@ -233,6 +414,59 @@ pub fn zarr_array_store(dir: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_writes_no_input_and_no_path_twice() {
+        let d = tempfile::tempdir().unwrap();
+        let input = d.path().join("x.npy");
+        std::fs::write(&input, b"data").unwrap();
+        let link = d.path().join("link.npy");
+        std::os::unix::fs::symlink(&input, &link).unwrap();
+        let hard = d.path().join("hard.npy");
+        std::fs::hard_link(&input, &hard).unwrap();
+        let w = |role, path| Written {
+            role,
+            path,
+            dir: false,
+        };
+        let out = d.path().join("y.npy");
+        let reads = [("input", input.as_path())];
+        // a new output and a second new file beside it are fine
+        let stats = d.path().join("st.npz");
+        check_run_paths(&[w("output", &out), w("statistics", &stats)], &reads).unwrap();
+        // the input by its name, through a symbolic link, by a second hard link, or by a
+        // name with `.` in it
+        let dotted = d.path().join(".").join("x.npy");
+        for p in [&input, &link, &hard, &dotted] {
+            let e = check_run_paths(&[w("output", &out), w("statistics", p)], &reads)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("would overwrite the run's input"), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // two outputs at one place, neither existing yet
+        let again = d.path().join(".").join("y.npy");
+        let e = check_run_paths(&[w("output", &out), w("statistics", &again)], &reads)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("both the output and the statistics"), "{e}");
+        // a FIFO where a file goes
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: mkfifo on a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = check_run_paths(&[w("output", &out), w("statistics", &fifo)], &reads)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("FIFO"), "{e}");
+        // nothing was created
+        let mut names: Vec<_> = std::fs::read_dir(d.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["fifo", "hard.npy", "link.npy", "x.npy"]);
+    }
 
     #[test]
     fn journal_names_must_be_this_destinations_temporary_outputs() {

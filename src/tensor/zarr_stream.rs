@@ -474,16 +474,11 @@ impl ZarrStream {
             // rows of a store: its chunks are in place, the job renames the store
             return Ok(());
         }
-        if std::fs::symlink_metadata(&self.dest).is_ok() {
-            own_files::check_destination(&self.dest, super::OutFormat::Zarr)?;
-            std::fs::remove_dir_all(&self.dest).map_err(|e| Error::io("replace", &self.dest, e))?;
-        }
-        std::fs::rename(&self.dir, &self.dest)
-            .map_err(|e| Error::io("rename the finished output to", &self.dest, e))?;
-        inner.settled = true;
+        // an old store is replaced atomically: a kill at any instant leaves it or this one;
         // locked until it is in place: `clean` never takes a finished store for a stale one
-        let lock_path = self.dest.join(".lock");
-        std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))
+        let done = own_files::replace_dir(&self.dir, &self.dest);
+        inner.settled = true;
+        done
     }
 
     /// Leaves the store for a resumed run (an interrupted run).

@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::ops::reduce::{Reduce, ReduceOver};
 use crate::plan::Plan;
 use crate::spec::{OpSpec, Source};
+use crate::tensor::own_files::{Written as WrittenPath, check_run_paths};
 use crate::tensor::{TensorFile, fmt_shape};
 
 /// The nodata value of each job's result, by the name of the value.
@@ -50,8 +51,8 @@ impl Workflow {
                     parent.display()
                 )));
             }
-            crate::tensor::own_files::check_destination(dest, crate::tensor::OutFormat::of(dest))?;
         }
+        self.check_paths()?;
         let dir =
             tempfile::tempdir().map_err(|e| Error::io("create", "a temporary directory", e))?;
         let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
@@ -83,6 +84,32 @@ impl Workflow {
             files.insert(j.out.clone(), TensorFile::open_raw(&p, &shape, dtype)?);
         }
         Ok((text, written))
+    }
+
+    /// The destination policy over the whole pipeline ([`check_run_paths`]): no output
+    /// is a device, FIFO or socket, the pipeline file itself, a declared input (used or
+    /// not) or a convolution kernel, and no two outputs are one path.
+    fn check_paths(&self) -> Result<()> {
+        let writes: Vec<WrittenPath<'_>> = self
+            .outputs
+            .values()
+            .map(|p| WrittenPath {
+                role: "output",
+                path: p,
+                dir: false,
+            })
+            .collect();
+        let mut reads: Vec<(&str, &Path)> = vec![("pipeline file", &self.path)];
+        reads.extend(self.inputs.values().map(|p| ("input", p.as_path())));
+        for j in &self.jobs {
+            if let Job::Stencil { filter, .. } = &j.job
+                && let Some(k) = filter.strip_prefix("convolve:")
+            {
+                reads.push(("convolution kernel", Path::new(k)));
+            }
+        }
+        check_run_paths(&writes, &reads)
+            .map_err(|e| Error::Invalid(format!("{}: {e}", self.path.display())))
     }
 
     /// A map job's nodata rule, with the nodata values of the earlier jobs' results it

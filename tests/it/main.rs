@@ -14,6 +14,7 @@ mod cuda_kernels;
 mod cuda_matmul_emulation;
 mod cuda_reduce_emulation;
 mod cuda_stencil_emulation;
+mod destinations;
 mod examples;
 mod fuzz_corpus;
 mod geotiff;

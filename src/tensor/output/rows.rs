@@ -266,17 +266,8 @@ pub fn commit_zarr(tmp: &Path, dest: &Path) -> Result<()> {
             dest.display()
         )));
     }
-    if std::fs::symlink_metadata(dest).is_ok() {
-        own_files::check_destination(dest, OutFormat::Zarr)?;
-        std::fs::remove_dir_all(dest).map_err(|e| Error::io("replace", dest, e))?;
-    }
-    // renamed with its `.lock`, removed after: until the rename, `clean` sees it locked
-    std::fs::rename(tmp, dest).map_err(|e| Error::io("rename the finished output to", dest, e))?;
-    let lock_path = dest.join(".lock");
-    if lock_path.exists() {
-        std::fs::remove_file(&lock_path).map_err(|e| Error::io("remove", &lock_path, e))?;
-    }
-    Ok(())
+    // an old store is replaced atomically; the `.lock` goes once the store is in place
+    own_files::replace_dir(tmp, dest)
 }
 
 /// Puts the file made by [`create_npy_for_rows`] in place at `dest`: flushes it (with

@@ -1,0 +1,437 @@
+//! Never touch what is not yours: the destination policy (every path a run writes is
+//! checked before anything is written: never a device, FIFO, any file the run reads, or
+//! two writes to one path), ownership before deletion (`tiles` removes only the patches
+//! its own index lists, `clean` only what is provably tilestream's), and the atomic
+//! replacement of a Zarr store (a kill at any instant leaves the old store or the new
+//! one, whole). Each case is made from a reproduction that lost a user's data.
+
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{bin, ok};
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Every entry under `dir` (recursively, links not followed) with what it holds: a
+/// file's bytes, a link's target, or the kind of a special file.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let e = e.unwrap();
+            let path = e.path();
+            let rel = path.strip_prefix(root).unwrap().to_path_buf();
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                out.insert(rel, b"dir".to_vec());
+                walk(root, &path, out);
+            } else if t.is_file() {
+                out.insert(rel, std::fs::read(&path).unwrap());
+            } else if t.is_symlink() {
+                let target = std::fs::read_link(&path).unwrap();
+                out.insert(rel, target.to_string_lossy().as_bytes().to_vec());
+            } else {
+                out.insert(rel, format!("{t:?}").into_bytes());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Runs `args` in `dir`, killed after 20 s (a FIFO that blocked would hang the test).
+fn run_in(dir: &Path, args: &[String]) -> Output {
+    let mut child = bin()
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{args:?} still running after 20 s: it blocked");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn mkfifo(path: &Path) {
+    let c = std::ffi::CString::new(p(path)).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+/// A character device (the null device's numbers) when run as root; false otherwise.
+fn mknod_null(path: &Path) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return false;
+    }
+    let c = std::ffi::CString::new(p(path)).unwrap();
+    // SAFETY: `c` is a NUL-terminated path that outlives the call.
+    unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(1, 3)) == 0 }
+}
+
+/// The files every command below reads, in `dir`.
+fn inputs(dir: &Path) {
+    let t = |args: &[&str]| {
+        let o = bin().current_dir(dir).args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    t(&["gen", "x.npy", "--shape", "40x6", "--seed", "1"]);
+    t(&["gen", "w.npy", "--shape", "6x3", "--seed", "2"]);
+    t(&["gen", "img.npy", "--shape", "30x20", "--seed", "3"]);
+    t(&["gen", "k.npy", "--shape", "3x3", "--seed", "4"]);
+    std::fs::write(
+        dir.join("pipe.toml"),
+        "[inputs]\nx = \"x.npy\"\nunused = \"w.npy\"\n\n[[step]]\nop = \"map\"\nexpr = \"x * 2\"\nout = \"y\"\n\n[outputs]\ny = \"OUT\"\n",
+    )
+    .unwrap();
+}
+
+/// Each command with `OUT` where its output goes and the files it reads; the second
+/// list names the inputs other than the main operand.
+fn commands() -> Vec<(Vec<&'static str>, Vec<&'static str>)> {
+    vec![
+        (
+            vec!["reduce", "x.npy", "OUT", "--op", "sum", "--axis", "0"],
+            vec!["x.npy"],
+        ),
+        (
+            vec!["map", "a + b", "OUT", "--in", "a=x.npy", "--in", "b=x.npy"],
+            vec!["x.npy"],
+        ),
+        (
+            vec!["cast", "x.npy", "OUT", "--dtype", "f16"],
+            vec!["x.npy"],
+        ),
+        (vec!["convert", "x.npy", "OUT"], vec!["x.npy"]),
+        (
+            vec!["affine", "x.npy", "OUT", "--scale", "2"],
+            vec!["x.npy"],
+        ),
+        (
+            vec!["matmul", "x.npy", "w.npy", "OUT"],
+            vec!["x.npy", "w.npy"],
+        ),
+        (vec!["transpose", "x.npy", "OUT"], vec!["x.npy"]),
+        (vec!["standardize", "x.npy", "OUT"], vec!["x.npy"]),
+        (
+            vec!["standardize", "x.npy", "z.npy", "--stats", "OUT"],
+            vec!["x.npy"],
+        ),
+        (
+            vec!["stencil", "img.npy", "OUT", "--filter", "convolve:k.npy"],
+            vec!["img.npy", "k.npy"],
+        ),
+        (
+            vec!["run", "pipe.toml"],
+            vec!["x.npy", "w.npy", "pipe.toml"],
+        ),
+    ]
+}
+
+#[test]
+fn no_path_a_run_writes_is_a_device_a_fifo_an_input_or_another_output() {
+    let mut cases = 0;
+    for (args, reads) in commands() {
+        // the bad places an output can be: an input (by its name, a hard link to it, a
+        // symbolic link to it), a FIFO, a device, and the run's other output
+        let mut bad: Vec<&str> = reads.clone();
+        bad.extend(["hard.npy", "link.npy", "fifo", "dev"]);
+        if args.contains(&"--stats") {
+            bad.push("z.npy");
+        }
+        for target in bad {
+            let dir = tempfile::tempdir().unwrap();
+            let d = dir.path();
+            inputs(d);
+            std::fs::hard_link(d.join(reads[0]), d.join("hard.npy")).unwrap();
+            std::os::unix::fs::symlink(d.join(reads[0]), d.join("link.npy")).unwrap();
+            mkfifo(&d.join("fifo"));
+            if target == "dev" && !mknod_null(&d.join("dev")) {
+                // not root: a device cannot be made here; the FIFO stands for it
+                continue;
+            }
+            let mut argv: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    if *a == "OUT" {
+                        target.to_string()
+                    } else {
+                        (*a).to_string()
+                    }
+                })
+                .collect();
+            if args[0] == "run" {
+                let toml = std::fs::read_to_string(d.join("pipe.toml")).unwrap();
+                std::fs::write(d.join("pipe.toml"), toml.replace("OUT", target)).unwrap();
+                argv = vec!["run".into(), "pipe.toml".into()];
+            }
+            argv.extend(["--progress".into(), "never".into()]);
+            let before = snapshot(d);
+            let out = run_in(d, &argv);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                matches!(out.status.code(), Some(1 | 2)),
+                "{argv:?} into {target}: not refused ({:?}): {err}",
+                out.status
+            );
+            assert_eq!(
+                err.trim_end().lines().count(),
+                1,
+                "{argv:?}: not one line: {err}"
+            );
+            assert_eq!(
+                snapshot(d),
+                before,
+                "{argv:?} into {target}: the directory changed"
+            );
+            cases += 1;
+        }
+    }
+    assert!(cases >= 60, "only {cases} cases ran");
+}
+
+#[test]
+fn standardize_stats_are_written_only_with_the_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    inputs(d);
+    // the output fails (its directory does not exist): no statistics are left behind
+    let out = run_in(
+        d,
+        &["standardize", "x.npy", "nodir/z.npy", "--stats", "st.npz"].map(String::from),
+    );
+    assert!(!out.status.success());
+    assert!(
+        !d.join("st.npz").exists(),
+        "the statistics outlived a failed run"
+    );
+    // a run that succeeds writes both
+    let out = run_in(
+        d,
+        &["standardize", "x.npy", "z.npy", "--stats", "st.npz"].map(String::from),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(d.join("st.npz").is_file() && d.join("z.npy").is_file());
+}
+
+#[test]
+fn tiles_removes_only_the_patches_its_own_index_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    inputs(d);
+    // a dataset folder with the user's own index.csv: nothing in it is removed
+    let ds = d.join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    std::fs::write(ds.join("sample1.npy"), b"one").unwrap();
+    std::fs::write(ds.join("sample2.npy"), b"two").unwrap();
+    std::fs::write(
+        ds.join("index.csv"),
+        "name,label\nsample1.npy,0\nsample2.npy,1\n",
+    )
+    .unwrap();
+    let before = snapshot(d);
+    let out = run_in(
+        d,
+        &["tiles", "img.npy", "ds", "--size", "8"].map(String::from),
+    );
+    assert!(matches!(out.status.code(), Some(1 | 2)), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr)
+            .trim_end()
+            .lines()
+            .count(),
+        1
+    );
+    assert_eq!(snapshot(d), before, "a user's files were touched");
+    // an index in tilestream's form that lists the run's own input
+    let ds2 = d.join("ds2");
+    std::fs::create_dir(&ds2).unwrap();
+    std::fs::copy(d.join("img.npy"), ds2.join("scene.npy")).unwrap();
+    std::fs::write(
+        ds2.join("index.csv"),
+        "file,row,col,height,width\nscene.npy,0,0,8,8\n",
+    )
+    .unwrap();
+    let before = snapshot(d);
+    let out = run_in(
+        d,
+        &["tiles", "ds2/scene.npy", "ds2", "--size", "8"].map(String::from),
+    );
+    assert!(matches!(out.status.code(), Some(1 | 2)), "{out:?}");
+    assert_eq!(snapshot(d), before, "the input was touched");
+    // tilestream's own earlier patches are replaced
+    ok(&[
+        "tiles",
+        p(&d.join("img.npy")),
+        p(&d.join("ds3")),
+        "--size",
+        "8",
+    ]);
+    ok(&[
+        "tiles",
+        p(&d.join("img.npy")),
+        p(&d.join("ds3")),
+        "--size",
+        "10",
+    ]);
+    let index = std::fs::read_to_string(d.join("ds3/index.csv")).unwrap();
+    let listed = index.lines().count() - 1;
+    assert_eq!(
+        std::fs::read_dir(d.join("ds3")).unwrap().count(),
+        listed + 1
+    );
+}
+
+#[test]
+fn clean_and_runs_remove_only_what_is_provably_tilestreams() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    inputs(d);
+    // a user's directory and files that merely end in .tilestream-tmp
+    std::fs::create_dir_all(d.join("backup.tilestream-tmp/sub")).unwrap();
+    std::fs::write(d.join("backup.tilestream-tmp/sub/thesis.docx"), b"years").unwrap();
+    std::fs::write(d.join("notes.tilestream-tmp"), b"mine").unwrap();
+    // tilestream's names with content that is not tilestream's
+    std::fs::write(d.join(".data.journal.tilestream-tmp"), b"not a journal").unwrap();
+    std::fs::create_dir_all(d.join(".data.Ab12Cd.tilestream-tmp/photos")).unwrap();
+    std::fs::write(d.join(".data.Ab12Cd.tilestream-tmp/photos/a.jpg"), b"jpg").unwrap();
+    std::fs::create_dir(d.join(".tilestream-pipeline-Xy12Zq")).unwrap();
+    std::fs::write(d.join(".tilestream-pipeline-Xy12Zq/report.pdf"), b"pdf").unwrap();
+    // an interrupted run's journal and temporary file of a.npy: a plain run of output
+    // `a` (a prefix of its name) must leave them for a.npy's --resume
+    std::fs::write(
+        d.join(".a.npy.journal.tilestream-tmp"),
+        b"tilestream-journal 2\n",
+    )
+    .unwrap();
+    std::fs::write(d.join(".a.npy.Qw12Er.tilestream-tmp"), b"tiles").unwrap();
+    let before = snapshot(d);
+    ok(&[
+        "convert",
+        p(&d.join("x.npy")),
+        p(&d.join("a")),
+        "--format",
+        "raw",
+    ]);
+    let mut after = snapshot(d);
+    assert!(after.remove(Path::new("a")).is_some());
+    assert_eq!(after, before, "a run of `a` removed what was not its own");
+    // clean removes the stale journal and temporary file, and nothing of the user's
+    ok(&["clean", p(d)]);
+    let mut want = before.clone();
+    want.remove(Path::new(".a.npy.journal.tilestream-tmp"));
+    want.remove(Path::new(".a.npy.Qw12Er.tilestream-tmp"));
+    let mut after = snapshot(d);
+    after.remove(Path::new("a"));
+    assert_eq!(
+        after, want,
+        "clean removed a user's file or left tilestream's"
+    );
+}
+
+/// The values of a `.npy` or Zarr store as tilestream reads them, through a `.npy` copy.
+fn values(d: &Path, src: &Path) -> Option<Vec<u8>> {
+    let out = d.join("check.npy");
+    let _ = std::fs::remove_file(&out);
+    let o = Command::new(env!("CARGO_BIN_EXE_tilestream"))
+        .args(["convert", p(src), p(&out), "--progress", "never"])
+        .output()
+        .unwrap();
+    o.status.success().then(|| std::fs::read(&out).unwrap())
+}
+
+#[test]
+fn a_zarr_store_replaced_and_killed_at_any_instant_is_the_old_or_the_new_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let t = |args: &[&str]| {
+        let o = bin().current_dir(d).args(args).output().unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    };
+    t(&["gen", "old.npy", "--shape", "480x400", "--seed", "1"]);
+    t(&["gen", "new.npy", "--shape", "480x400", "--seed", "2"]);
+    let store = d.join("s.zarr");
+    // small chunks: 750 files, so removing a store takes a while
+    let convert = |from: &str| {
+        let mut c = bin();
+        c.current_dir(d).args([
+            "convert",
+            from,
+            "s.zarr",
+            "--zarr-chunks",
+            "16x16",
+            "--zarr-compress",
+            "none",
+            "--progress",
+            "never",
+        ]);
+        c.stdout(Stdio::null()).stderr(Stdio::null());
+        c
+    };
+    assert!(convert("old.npy").status().unwrap().success());
+    let (old, new) = (
+        values(d, &d.join("old.npy")).unwrap(),
+        values(d, &d.join("new.npy")).unwrap(),
+    );
+    // how long a replacement takes, uninterrupted
+    let start = Instant::now();
+    assert!(convert("new.npy").status().unwrap().success());
+    let whole = start.elapsed();
+    assert_eq!(values(d, &store).unwrap(), new);
+    let mut seen = (0, 0);
+    for k in 0..12u32 {
+        // back to the old store, then a replacement killed from half-way through to a
+        // little past its end, where the old store is replaced
+        assert!(
+            convert("old.npy").status().unwrap().success(),
+            "kill {k}: restoring"
+        );
+        let mut child = convert("new.npy").spawn().unwrap();
+        std::thread::sleep(whole * (6 + k) / 16);
+        let _ = child.kill();
+        let _ = child.wait();
+        let got = values(d, &store).unwrap_or_else(|| panic!("kill {k}: the store cannot be read"));
+        if got == old {
+            seen.0 += 1;
+        } else if got == new {
+            seen.1 += 1;
+        } else {
+            panic!("kill {k}: the store is neither the old nor the new one");
+        }
+        // what the killed run left is removed by clean, and the store stays whole
+        ok(&["clean", p(d)]);
+        assert!(values(d, &store).is_some_and(|v| v == old || v == new));
+    }
+    eprintln!(
+        "killed replacements: {} left the old store, {} the new",
+        seen.0, seen.1
+    );
+    assert!(seen.0 > 0, "no kill landed before the replacement");
+}
