@@ -211,15 +211,46 @@ fn no_path_a_run_writes_is_a_device_a_fifo_an_input_or_another_output() {
 
 #[test]
 fn standardize_stats_are_written_only_with_the_output() {
+    use std::os::unix::process::CommandExt as _;
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    inputs(d);
-    // the output fails (its directory does not exist): no statistics are left behind
-    let out = run_in(
-        d,
-        &["standardize", "x.npy", "nodir/z.npy", "--stats", "st.npz"].map(String::from),
-    );
-    assert!(!out.status.success());
+    ok(&[
+        "gen",
+        p(&d.join("x.npy")),
+        "--shape",
+        "4000x64",
+        "--seed",
+        "1",
+    ]);
+    // the output fails part-way (files past 64 KiB are refused, as `ulimit -f 128` does;
+    // the statistics take 2 KiB): no statistics are left behind
+    let mut c = bin();
+    c.current_dir(d).args([
+        "standardize",
+        "x.npy",
+        "z.npy",
+        "--stats",
+        "st.npz",
+        "--progress",
+        "never",
+    ]);
+    // SAFETY: the closure only calls async-signal-safe functions (signal, setrlimit).
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            let lim = libc::rlimit {
+                rlim_cur: 64 << 10,
+                rlim_max: 64 << 10,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = c.output().unwrap();
+    assert!(!out.status.success(), "the run did not fail");
+    assert!(!d.join("z.npy").exists());
     assert!(
         !d.join("st.npz").exists(),
         "the statistics outlived a failed run"
