@@ -418,7 +418,7 @@ impl Journal {
                 Some(_) => {}
                 None => {
                     if let Some((i, slot, len, crc)) = pp.state
-                        && file_crc(&self.slots[slot]).ok() == Some((len, crc))
+                        && file_crc(&self.slots[slot], len).ok() == Some((len, crc))
                     {
                         start = i + 1;
                         self.last_slot.store(slot, Ordering::Relaxed);
@@ -464,7 +464,7 @@ impl Journal {
             )));
         }
         let path = &self.slots[slot];
-        let f = File::open(path).map_err(|e| Error::io("read the state of", path, e))?;
+        let f = open_slot(path).map_err(|e| Error::io("read the state of", path, e))?;
         let mut at = 0u64;
         for p in parts.iter_mut() {
             f.read_exact_at(p, at)
@@ -595,8 +595,11 @@ impl Drop for Journal {
 }
 
 /// Length and CRC-32 of a file, read in 1 MiB pieces.
-fn file_crc(path: &Path) -> std::io::Result<(u64, u32)> {
-    let mut f = File::open(path)?;
+/// The length and CRC-32 of a state slot, reading at most `max + 1` bytes: the slot is
+/// opened as [`open_slot`] does, so a FIFO or a link to a device planted under its name
+/// neither blocks the run nor feeds it without end.
+fn file_crc(path: &Path, max: u64) -> std::io::Result<(u64, u32)> {
+    let mut f = open_slot(path)?.take(max + 1);
     let mut buf = vec![0u8; 1 << 20];
     let mut h = crc32fast::Hasher::new();
     let mut len = 0u64;
@@ -610,6 +613,21 @@ fn file_crc(path: &Path) -> std::io::Result<(u64, u32)> {
         }
     }
     Ok((len, h.finalize()))
+}
+
+/// Opens a state slot for reading: never through a symbolic link, never blocking on a
+/// FIFO, and only if it is a regular file.
+fn open_slot(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if f.metadata()?.file_type().is_file() {
+        Ok(f)
+    } else {
+        Err(std::io::Error::other("not a regular file"))
+    }
 }
 
 fn check_same_job(dest: &Path, key: &JobKey, p: &Prev) -> Result<()> {

@@ -503,3 +503,17 @@ def test_affine_masks_nodata_pixels(tmp_path):
     assert np.array_equal(np.asarray(y), np.where(nd, -1, x * 0.5 + 1))
     y = ts.affine(scene, tmp_path / "y.npy", 0.5, 1.0, ignore_nodata=True)
     assert np.array_equal(np.asarray(y), x * 0.5 + 1)
+
+
+def test_threads_and_memory_are_checked(tmp_path):
+    np.save(tmp_path / "x.npy", data((10, 4), "float32"))
+    x = tmp_path / "x.npy"
+    for bad in ["abc", 1.5, True]:
+        with pytest.raises(TypeError, match="threads"):
+            ts.reduce(x, "sum", 0, threads=bad)
+    for bad in [0, -1]:
+        with pytest.raises(ValueError, match="threads"):
+            ts.reduce(x, "sum", 0, threads=bad)
+    with pytest.raises(ValueError, match="memory"):
+        ts.reduce(x, "sum", 0, memory=2**64 + 5)
+    assert np.allclose(ts.reduce(x, "sum", 0, threads=2), np.load(x).astype(np.float64).sum(0))

@@ -36,6 +36,7 @@ import json
 import mmap
 import os
 import sys
+import tempfile
 from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 import numpy as np
@@ -178,6 +179,13 @@ def _opts(memory: Any = None, threads: Any = None, device: Any = None, **extra: 
         raise TypeError("tilestream: memory must be a size such as '512MiB' or a number of bytes")
     if isinstance(o["memory"], int) and o["memory"] <= 0:
         raise ValueError(f"tilestream: memory={o['memory']} is not a positive number of bytes")
+    if isinstance(o["memory"], int) and o["memory"] >= 1 << 64:
+        raise ValueError(f"tilestream: memory={o['memory']} is more bytes than any machine has")
+    t = o["threads"]
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int)):
+        raise TypeError(f"tilestream: threads must be a whole number of threads, not {t!r}")
+    if t is not None and t < 1:
+        raise ValueError(f"tilestream: threads={t} must be at least 1")
     o.update({k: v for k, v in extra.items() if v is not None})
     return json.dumps(o)
 
@@ -651,9 +659,11 @@ def plan(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
         kwargs.pop("report", None)
         if axis is not None:
             axis = axis % open(_source(t)["path"]).ndim if not isinstance(t, Tensor) else axis % t.ndim
-        spec = {"op": "reduce", "input": _source(t), "output": os.devnull, "reduce": op,
-                "ddof": ddof, "axis": axis}
-        return _execute(spec, None, dict(kwargs, _plan=True))
+        # the result is an array: the plan is made for a .npy that does not exist
+        with tempfile.TemporaryDirectory() as d:
+            spec = {"op": "reduce", "input": _source(t), "output": os.path.join(d, "result.npy"),
+                    "reduce": op, "ddof": ddof, "axis": axis}
+            return _execute(spec, None, dict(kwargs, _plan=True))
     return fn(*args, _plan=True, **kwargs)
 
 

@@ -582,6 +582,13 @@ impl Engine {
     /// # Errors
     /// [`Error::Budget`] if the budget is too small.
     pub fn plan_generate(&self, shape: &[usize], dtype: DType) -> Result<Plan> {
+        if shape.len() > crate::tensor::MAX_RANK {
+            return Err(Error::invalid(format!(
+                "generate: a shape of {} dimensions; tilestream and numpy read at most {}",
+                shape.len(),
+                crate::tensor::MAX_RANK
+            )));
+        }
         let mut req = self.request(format!("generate {} {dtype}", fmt_shape(shape)), shape, &[]);
         req.out_bytes_per_elem = dtype.size() as u64;
         self.on_device(&mut req, 0, 0, 0);

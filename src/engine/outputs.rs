@@ -60,7 +60,7 @@ impl Engine {
     }
 
     /// The format `out` is written in.
-    pub(super) fn format_of(&self, out: &Path) -> OutFormat {
+    pub(crate) fn format_of(&self, out: &Path) -> OutFormat {
         self.out_format.unwrap_or_else(|| OutFormat::of(out))
     }
 

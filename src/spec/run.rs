@@ -2,12 +2,42 @@
 //! running it ([`Engine::run_spec`]) by the engine call of its operation, the one place
 //! the command line, pipeline files and the Python package all go through.
 
+use std::path::Path;
+
 use super::{
-    Edge, Engine, OpSpec, PatchSpec, Reduce, ReduceOver, Result, RunReport, SpecPlan, TensorFile,
-    georef_from, is_tiff_path, map_rule, open_named, read_small, stencil_of,
+    DType, Edge, Engine, Error, OpSpec, PatchSpec, Reduce, ReduceOver, Result, RunReport, SpecPlan,
+    TensorFile, georef_from, is_tiff_path, map_rule, open_named, read_small, stencil_of,
 };
 
 impl Engine {
+    /// Refuses a cast or convert of a GeoTIFF with nodata into a GeoTIFF of a type that
+    /// does not hold the nodata value exactly: its nodata pixels would become values
+    /// (-9999 in f16 is -10000, NaN in u8 is 0) that a GIS reads as data. `map` masks
+    /// them instead ([`crate::MapNodata`]).
+    fn cast_keeps_nodata(&self, x: &TensorFile, output: &Path, dtype: DType) -> Result<()> {
+        let Some((text, _)) = x.nodata() else {
+            return Ok(());
+        };
+        if self.format_of(output) != crate::tensor::OutFormat::GeoTiff
+            || crate::tensor::geotiff::holds_nodata(dtype, text)
+        {
+            return Ok(());
+        }
+        let why = match crate::tensor::geotiff::nodata_as(dtype, text) {
+            Some(v) => format!("it would be {}", crate::tensor::geotiff::nodata_text(v)),
+            None => format!("{dtype} cannot hold it"),
+        };
+        Err(Error::invalid(format!(
+            "{}: its nodata value {text} is not exactly representable in {dtype} ({why}), so \
+             its nodata pixels would become data in {}; cast to a type that holds it, or mask \
+             them with map (`tilestream map x {} --in x={} --dtype {dtype}` gives them NaN)",
+            x.path().display(),
+            output.display(),
+            output.display(),
+            x.path().display()
+        )))
+    }
+
     /// Plans `spec` without running it (nothing is written).
     ///
     /// # Errors
@@ -197,10 +227,23 @@ impl Engine {
                 )?;
                 self.plan_map(expr, &named, *dtype)
             }
-            OpSpec::Cast { input, dtype, .. } => self.plan_cast(&input.open()?, *dtype),
-            OpSpec::Convert { input, dtype, .. } => {
+            OpSpec::Cast {
+                input,
+                dtype,
+                output,
+            } => {
+                let x = input.open()?;
+                self.cast_keeps_nodata(&x, output, *dtype)?;
+                self.plan_cast(&x, *dtype)
+            }
+            OpSpec::Convert {
+                input,
+                dtype,
+                output,
+            } => {
                 let x = input.open()?;
                 let dtype = dtype.unwrap_or(x.dtype());
+                self.cast_keeps_nodata(&x, output, dtype)?;
                 self.plan_cast(&x, dtype)
             }
             OpSpec::Standardize { input, ddof, .. } => self.plan_reduce(
@@ -276,6 +319,7 @@ impl Engine {
             } => {
                 let x = input.open()?;
                 let dtype = dtype.unwrap_or(x.dtype());
+                self.cast_keeps_nodata(&x, output, dtype)?;
                 let mut r = georef_from(self, &x, Some(dtype)).cast(&x, output, dtype)?;
                 r.op = format!("convert {} -> {}", input.path.display(), output.display());
                 Ok(r)
@@ -340,6 +384,7 @@ impl Engine {
                 dtype,
             } => {
                 let x = input.open()?;
+                self.cast_keeps_nodata(&x, output, *dtype)?;
                 georef_from(self, &x, Some(*dtype)).cast(&x, output, *dtype)
             }
             OpSpec::Standardize {

@@ -560,8 +560,17 @@ impl TiffChunks {
 /// Whether a sample of `dtype` holds the nodata value `text` exactly (what an output of
 /// that type keeps of its input's nodata).
 #[must_use]
+#[allow(clippy::float_cmp)] // held means the same value exactly
 pub fn holds_nodata(dtype: DType, text: &str) -> bool {
-    nodata_sample(dtype, text).is_some()
+    if !dtype.is_float() {
+        return nodata_sample(dtype, text).is_some();
+    }
+    // a float type holds it when the value reads back unchanged (-9999 in f16 is
+    // -10000, 70000 is inf, 1e-40 in f32 is 0: none of them is the nodata value)
+    let Ok(v) = text.trim().parse::<f64>() else {
+        return false;
+    };
+    nodata_as(dtype, text).is_some_and(|back| back == v || (back.is_nan() && v.is_nan()))
 }
 
 /// The value the pixels of a `dtype` file have where they are nodata `text`: the text's

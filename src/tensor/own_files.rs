@@ -217,7 +217,8 @@ pub fn check_run_paths(writes: &[Written<'_>], reads: &[(&str, &Path)]) -> Resul
         for (role, r) in reads {
             if same_place(w.path, r) {
                 return Err(Error::invalid(format!(
-                    "{}: the {} would overwrite the run's {role} {}; write to another file",
+                    "{}: the {} is also an input of this run (its {role} {}); write to another \
+                     file",
                     w.path.display(),
                     w.role,
                     r.display()
@@ -441,7 +442,7 @@ mod tests {
             let e = check_run_paths(&[w("output", &out), w("statistics", p)], &reads)
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains("would overwrite the run's input"), "{e}");
+            assert!(e.contains("is also an input"), "{e}");
             assert!(!e.contains('\n'), "{e}");
         }
         // two outputs at one place, neither existing yet

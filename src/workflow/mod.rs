@@ -212,6 +212,28 @@ pub struct Workflow {
 /// input twice grows linearly, not exponentially.
 const FUSED_MAX: usize = 4 << 10;
 
+/// Deepest nesting of parentheses fusion builds: past it, the value about to be
+/// substituted is written to a file instead, so a chain of hundreds of steps runs in
+/// passes of fused steps rather than being refused as an expression nested too deeply
+/// (the parser's bound, well above this).
+const FUSED_DEPTH: usize = 40;
+
+/// The deepest nesting of parentheses in `expr`.
+fn paren_depth(expr: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for c in expr.chars() {
+        match c {
+            '(' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            ')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
 /// Most bytes of a pipeline file read (one is a few hundred bytes; this bounds what a
 /// mistaken path, a device or a huge file can cost).
 const PIPELINE_FILE_MAX: u64 = 1 << 20;
@@ -475,7 +497,10 @@ impl Workflow {
                         if indexed {
                             // indexing needs the value on disk
                             materialize(&mut jobs, &mut virt, &proxy, &name, line, None);
-                        } else if own_rule || expr.len() + uses * (v.len() + 2) > FUSED_MAX {
+                        } else if own_rule
+                            || expr.len() + uses * (v.len() + 2) > FUSED_MAX
+                            || paren_depth(&expr) + 1 + paren_depth(v) > FUSED_DEPTH
+                        {
                             // a step with a rule of its own reads the value from a file,
                             // and so does one whose expression fusing would grow past the
                             // cap (a value used twice per step doubles it each step): the

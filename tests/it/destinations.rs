@@ -10,9 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crate::common::{bin, ok};
+use crate::common::{bin, bounded, ok};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
@@ -47,24 +47,9 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 /// Runs `args` in `dir`, killed after 20 s (a FIFO that blocked would hang the test).
 fn run_in(dir: &Path, args: &[String]) -> Output {
-    let mut child = bin()
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{args:?} still running after 20 s: it blocked");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    child.wait_with_output().unwrap()
+    let mut c = bin();
+    c.args(args).current_dir(dir);
+    bounded(c)
 }
 
 fn mkfifo(path: &Path) {
@@ -465,4 +450,165 @@ fn a_zarr_store_replaced_and_killed_at_any_instant_is_the_old_or_the_new_whole()
         seen.0, seen.1
     );
     assert!(seen.0 > 0, "no kill landed before the replacement");
+}
+
+#[test]
+fn a_resumed_reduction_never_blocks_on_or_reads_without_end_a_planted_state_slot() {
+    for plant in ["fifo", "zero"] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        ok(&[
+            "gen",
+            p(&d.join("x.npy")),
+            "--shape",
+            "3000x64",
+            "--seed",
+            "1",
+        ]);
+        let args: Vec<String> = [
+            "reduce",
+            "x.npy",
+            "s.npy",
+            "--op",
+            "std",
+            "--axis",
+            "0",
+            "-m",
+            "128KiB",
+            "--progress",
+            "never",
+        ]
+        .map(String::from)
+        .to_vec();
+        let killed = bin()
+            .current_dir(d)
+            .args(&args)
+            .env("TILESTREAM_FAULT_KILL_AT", "written:0:3")
+            .output()
+            .unwrap();
+        assert!(!killed.status.success(), "the run was to be killed");
+        // both state slots replaced by a FIFO, or by links to an endless device
+        for slot in ["a", "b"] {
+            let path = d.join(format!(".s.npy.state-{slot}.tilestream-tmp"));
+            let _ = std::fs::remove_file(&path);
+            if plant == "fifo" {
+                mkfifo(&path);
+            } else {
+                std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+            }
+        }
+        let mut resumed = args.clone();
+        resumed.push("--resume".into());
+        // bounded: run_in panics if it blocks. The planted slot is refused in one line
+        // (it is tilestream's name, and not its file), or the pass starts over and gives
+        // what an uninterrupted run gives
+        let out = run_in(d, &resumed);
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            ok(&[
+                "reduce",
+                p(&d.join("x.npy")),
+                p(&d.join("t.npy")),
+                "--op",
+                "std",
+                "--axis",
+                "0",
+            ]);
+            assert_eq!(
+                std::fs::read(d.join("s.npy")).unwrap(),
+                std::fs::read(d.join("t.npy")).unwrap(),
+                "{plant}"
+            );
+        } else {
+            assert!(matches!(out.status.code(), Some(1 | 2)), "{plant}: {err}");
+            assert_eq!(err.trim_end().lines().count(), 1, "{plant}: {err}");
+            assert!(err.contains("state-"), "{plant}: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_cast_into_a_type_that_changes_the_nodata_value_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&[
+        "gen",
+        p(&d.join("x.npy")),
+        "--shape",
+        "20x30",
+        "--seed",
+        "1",
+    ]);
+    for (nodata, to, refused) in [
+        ("-9999", "f16", true), // -10000 in f16
+        ("70000", "f16", true), // inf
+        ("1e-40", "f32", true), // 0 in f32 (the source is f64)
+        ("nan", "u8", true),
+        ("-9999", "u8", true),
+        ("-9999", "f32", false),
+        ("-9999", "i16", false),
+        ("nan", "f64", false),
+    ] {
+        let src = d.join("src.tif");
+        let _ = std::fs::remove_file(&src);
+        ok(&[
+            "map",
+            "x",
+            p(&src),
+            "--in",
+            &format!("x={}", p(&d.join("x.npy"))),
+            "--dtype",
+            "f64",
+            "--nodata",
+            nodata,
+        ]);
+        for cmd in ["cast", "convert"] {
+            let out = d.join("out.tif");
+            let _ = std::fs::remove_file(&out);
+            let o = run_in(
+                d,
+                &[
+                    cmd,
+                    "src.tif",
+                    "out.tif",
+                    "--dtype",
+                    to,
+                    "--progress",
+                    "never",
+                ]
+                .map(String::from),
+            );
+            let err = String::from_utf8_lossy(&o.stderr);
+            if refused {
+                assert_eq!(o.status.code(), Some(2), "{cmd} {nodata} -> {to}: {err}");
+                assert!(err.contains("not exactly representable"), "{err}");
+                assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+                assert!(!out.exists());
+            } else {
+                assert!(o.status.success(), "{cmd} {nodata} -> {to}: {err}");
+            }
+        }
+        // a .npy carries no nodata value: the cast is what it says
+        let o = run_in(
+            d,
+            &["cast", "src.tif", "out.npy", "--dtype", to].map(String::from),
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+#[test]
+fn gen_writes_no_file_that_cannot_be_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = vec!["1"; 65].join("x");
+    let out = run_in(
+        dir.path(),
+        &["gen", "g.npy", "--shape", &shape].map(String::from),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 64"));
+    assert!(!dir.path().join("g.npy").exists());
+    let shape = vec!["1"; 64].join("x");
+    ok(&["gen", p(&dir.path().join("g.npy")), "--shape", &shape]);
+    ok(&["info", p(&dir.path().join("g.npy"))]);
 }

@@ -7,34 +7,12 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Output;
 
-use crate::common::{bin, ok};
+use crate::common::{bin, bounded, ok};
 
 fn p(path: &Path) -> &str {
     path.to_str().unwrap()
-}
-
-/// Runs `cmd`, killing it after 20 s (a FIFO that blocks the run would otherwise hang
-/// the test).
-fn bounded(mut cmd: Command) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > Duration::from_secs(20) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("{cmd:?} still running after 20 s: it blocked");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// Asserts a refusal: exit 1 or 2, one line on stderr containing `word`.

@@ -767,3 +767,40 @@ b = "b.npy"
         .collect();
     assert_eq!(b, want);
 }
+
+/// A chain of 200 affine steps fuses into passes no deeper than the expression parser
+/// takes, instead of being refused for an expression nobody wrote; the result is the
+/// chain's, computed in f64 as fused steps carry it.
+#[test]
+fn a_long_chain_of_steps_runs_in_fused_passes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&[
+        "gen",
+        p(&d.join("x.npy")),
+        "--shape",
+        "30x20",
+        "--seed",
+        "1",
+    ]);
+    let mut toml = String::from("[inputs]\na0 = \"x.npy\"\n");
+    for i in 1..=200 {
+        toml.push_str(&format!(
+            "\n[[steps]]\nop = \"affine\"\ninput = \"a{}\"\nscale = 1.0\noffset = 0.5\nout = \"a{i}\"\n",
+            i - 1
+        ));
+    }
+    toml.push_str("\n[outputs]\na200 = \"chain.npy\"\n");
+    std::fs::write(d.join("chain.toml"), toml).unwrap();
+    ok(&["run", p(&d.join("chain.toml"))]);
+    let got = crate::common::read_npy_data(&d.join("chain.npy"));
+    let xs = crate::common::read_npy_data(&d.join("x.npy"));
+    assert_eq!(got.len(), xs.len(), "an f32 output");
+    for (a, b) in got.chunks_exact(4).zip(xs.chunks_exact(4)) {
+        let a = f32::from_le_bytes(a.try_into().unwrap());
+        let b = f32::from_le_bytes(b.try_into().unwrap());
+        #[allow(clippy::cast_possible_truncation)]
+        let want = (f64::from(b) + 100.0) as f32;
+        assert_eq!(a.to_bits(), want.to_bits(), "{a} vs {want}");
+    }
+}

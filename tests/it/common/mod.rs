@@ -6,7 +6,8 @@
 pub mod gdal;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use tilestream::DType;
 use tilestream::tensor::npy::build_header;
@@ -174,3 +175,24 @@ macro_rules! on_every_backend {
 }
 #[allow(unused_imports)]
 pub(crate) use on_every_backend;
+
+/// Runs `cmd`, killing it after 20 s (a FIFO that blocks the run would otherwise hang
+/// the test).
+pub fn bounded(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} still running after 20 s: it blocked");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
