@@ -517,3 +517,24 @@ def test_threads_and_memory_are_checked(tmp_path):
     with pytest.raises(ValueError, match="memory"):
         ts.reduce(x, "sum", 0, memory=2**64 + 5)
     assert np.allclose(ts.reduce(x, "sum", 0, threads=2), np.load(x).astype(np.float64).sum(0))
+
+
+def test_memmaps_whose_values_are_not_their_files_are_refused(tmp_path):
+    a = data((100, 8), "float32", 3)
+    path = tmp_path / "m.bin"
+    a.tofile(path)
+    # copy-on-write: its changes never reach the file tilestream would read
+    c = np.memmap(path, dtype=np.float32, mode="c", shape=a.shape)
+    c[:] = 1.0
+    with pytest.raises(ValueError, match="copy-on-write"):
+        ts.reduce(c, "sum")
+    # a file replaced since the memmap was made (a new inode at its name)
+    r = np.memmap(path, dtype=np.float32, mode="r", shape=a.shape)
+    os.replace(tmp_path / "m.bin", tmp_path / "old.bin")
+    (a * 2).tofile(path)
+    with pytest.raises(ValueError, match="replaced since this memmap was made"):
+        ts.reduce(r, "sum")
+    # a shared writable memmap's changes are the file's: read as they are
+    w = np.memmap(path, dtype=np.float32, mode="r+", shape=a.shape)
+    w[:] = 3.0
+    assert ts.reduce(w, "sum") == 3.0 * a.size

@@ -31,6 +31,7 @@ corrupt files, ``TypeError`` for dtypes tilestream or numpy cannot hold.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import mmap
@@ -357,6 +358,22 @@ def _budget_bytes(memory: Any) -> int:
     return memory if isinstance(memory, int) else _ts.parse_size(str(memory))
 
 
+def _mapped_file(addr: int) -> Optional[tuple]:
+    """The (device, inode) of the file mapped at ``addr`` in this process, from
+    ``/proc/self/maps``; None where that cannot be read (not Linux)."""
+    try:
+        with builtins.open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split(maxsplit=5)
+                lo, hi = (int(v, 16) for v in parts[0].split("-"))
+                if lo <= addr < hi:
+                    major, minor = (int(v, 16) for v in parts[3].split(":"))
+                    return (os.makedev(major, minor), int(parts[4]))
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def _memmap_source(a: np.memmap) -> dict:
     """The file, offset, shape and dtype of an np.memmap (also a slice of one: its
     ``offset`` is its parent's, so the offset is worked out from the data pointer)."""
@@ -371,9 +388,24 @@ def _memmap_source(a: np.memmap) -> dict:
     m = getattr(base, "_mmap", None)
     if m is None or getattr(a, "filename", None) is None:
         raise ValueError("tilestream: this memmap has no file behind it")
+    if getattr(base, "mode", None) == "c":
+        raise ValueError(
+            "tilestream: a copy-on-write memmap (mode='c') may hold changes its file does not, "
+            "and tilestream reads the file: open it with mode='r' or 'r+', or np.save the array"
+        )
     # np.memmap maps from the offset rounded down to the allocation granularity
     start = base.offset - base.offset % mmap.ALLOCATIONGRANULARITY
     mm_addr = np.frombuffer(m, dtype=np.uint8).ctypes.data
+    mapped = _mapped_file(mm_addr)
+    if mapped is not None:
+        st = os.stat(a.filename)
+        # on the same device, another inode is another file (where the devices differ,
+        # as overlay file systems report them, this cannot be told and is not refused)
+        if st.st_dev == mapped[0] and st.st_ino != mapped[1]:
+            raise ValueError(
+                f"tilestream: {a.filename} was replaced since this memmap was made: tilestream "
+                "would read the new file, not the memmap's; make the memmap again"
+            )
     offset = start + (a.ctypes.data - mm_addr)
     return {
         "path": os.fspath(a.filename),

@@ -303,7 +303,9 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
             .map_err(|e| tiff_err(path, &e))?,
         geo_doubles: f64s(&mut d, Tag::GeoDoubleParamsTag)?,
         geo_ascii: ascii(&mut d, Tag::GeoAsciiParamsTag)?,
-        nodata: ascii(&mut d, Tag::GdalNodata)?.map(|s| s.trim_end_matches('\0').to_string()),
+        nodata: ascii(&mut d, Tag::GdalNodata)?
+            .map(|s| plain_nodata(path, s.trim_end_matches('\0')))
+            .transpose()?,
     };
     let layout = TiffLayout {
         width: width as usize,
@@ -555,6 +557,27 @@ impl TiffChunks {
             sparse,
         })
     }
+}
+
+/// A `GDAL_NODATA` text, refused unless it is a plain number (as GDAL writes one:
+/// `-9999`, `1e+20`, `nan`, `inf`; white space around it allowed): GDAL reads what
+/// follows a number's start by prefix (`0x10` as 16, `5\n6` as 5, anything else as 0), and
+/// a mask that differed from GDAL's would be wrong values without a word.
+///
+/// # Errors
+/// [`Error::Invalid`], naming the tag's text.
+fn plain_nodata(path: &Path, text: &str) -> Result<String> {
+    let t = text.trim();
+    if !t.is_empty() && t.parse::<f64>().is_ok() {
+        return Ok(t.to_string());
+    }
+    Err(Error::invalid(format!(
+        "{}: its GDAL_NODATA tag {:?} is not a plain number, and GDAL reads such a tag by its \
+         prefix; set it to the value meant (gdal_edit.py -a_nodata VALUE) or remove it \
+         (gdal_edit.py -unsetnodata)",
+        path.display(),
+        t.chars().take(40).collect::<String>()
+    )))
 }
 
 /// Whether a sample of `dtype` holds the nodata value `text` exactly (what an output of

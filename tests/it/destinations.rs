@@ -612,3 +612,61 @@ fn gen_writes_no_file_that_cannot_be_read_back() {
     ok(&["gen", p(&dir.path().join("g.npy")), "--shape", &shape]);
     ok(&["info", p(&dir.path().join("g.npy"))]);
 }
+
+#[test]
+fn a_nodata_tag_gdal_reads_by_prefix_is_refused_not_guessed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&[
+        "gen",
+        p(&d.join("x.npy")),
+        "--shape",
+        "20x30",
+        "--seed",
+        "1",
+    ]);
+    ok(&[
+        "map",
+        "x",
+        p(&d.join("a.tif")),
+        "--in",
+        &format!("x={}", p(&d.join("x.npy"))),
+        "--dtype",
+        "f32",
+        "--nodata",
+        "4321",
+    ]);
+    let bytes = std::fs::read(d.join("a.tif")).unwrap();
+    let at: Vec<usize> = bytes
+        .windows(5)
+        .enumerate()
+        .filter(|(_, w)| w == b"4321\0")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(at.len(), 1, "the tag's text is not found once");
+    // texts GDAL reads by prefix: 0x10 as 16, "5\n6" as 5, junk as 0
+    for text in [b"0x10", b"5\n6 ", b"junk"] {
+        let mut b = bytes.clone();
+        b[at[0]..at[0] + 4].copy_from_slice(text);
+        std::fs::write(d.join("b.tif"), &b).unwrap();
+        let out = run_in(
+            d,
+            &["reduce", "b.tif", "s.npy", "--op", "sum"].map(String::from),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("GDAL_NODATA"), "{err}");
+    }
+    // a plain number with white space around it is read
+    let mut b = bytes.clone();
+    b[at[0]..at[0] + 4].copy_from_slice(b" 16 ");
+    std::fs::write(d.join("c.tif"), &b).unwrap();
+    ok(&[
+        "reduce",
+        p(&d.join("c.tif")),
+        p(&d.join("s.npy")),
+        "--op",
+        "sum",
+    ]);
+}
