@@ -502,7 +502,13 @@ impl Engine {
     fn open_journal(&self, out: &Path) -> Result<Option<Journal>> {
         self.job
             .as_ref()
-            .map(|(key, resume)| Journal::open(out, key, *resume))
+            .map(|(key, resume)| {
+                // what reading an interrupted run's journal may take: half the budget,
+                // at least 4 MiB (a journal takes about 30 bytes a tile; the budget is
+                // not in use yet)
+                let max = (self.budget.limit() / 2).max(4 << 20);
+                Journal::open(out, key, *resume, max)
+            })
             .transpose()
     }
 

@@ -217,6 +217,26 @@ impl Error {
         Error::Invalid(msg.into())
     }
 
+    /// The message on one line, as a person reads it: control characters that a path or
+    /// name brought in (a newline, a carriage return, an escape) are written as escapes
+    /// (`\n`), so an error is always one line.
+    #[must_use]
+    pub fn one_line(&self) -> String {
+        let text = self.to_string();
+        if !text.chars().any(char::is_control) {
+            return text;
+        }
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_default().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    }
+
     /// Process exit code for this error: 2 for usage errors (bad arguments, a budget too
     /// small for the request), 1 for runtime failures (I/O, corrupt files).
     #[must_use]

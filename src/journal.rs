@@ -249,7 +249,7 @@ impl Journal {
     /// [`Error::Invalid`] if another run is writing `dest`, or (resuming) if the
     /// interrupted run was another operation or an input changed since; [`Error::Io`] if
     /// the journal cannot be created.
-    pub fn open(dest: &Path, key: &JobKey, resume: bool) -> Result<Self> {
+    pub fn open(dest: &Path, key: &JobKey, resume: bool, max_bytes: u64) -> Result<Self> {
         let (dir, name) = dir_and_name(dest)?;
         if !resume {
             let _ = clean_stale(&dir, Some(&name));
@@ -268,8 +268,19 @@ impl Journal {
         ];
         let mut prev = None;
         if resume {
+            let size = file.metadata().map_or(0, |m| m.len());
+            if size > max_bytes {
+                return Err(Error::invalid(format!(
+                    "cannot resume {}: the interrupted run's journal is {}, more than this \
+                     run reads of one (half of --memory, {}); run without --resume to \
+                     start over, or give the --memory of the interrupted run",
+                    dest.display(),
+                    crate::budget::fmt_bytes(size),
+                    crate::budget::fmt_bytes(max_bytes)
+                )));
+            }
             let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
+            let _ = (&mut file).take(max_bytes).read_to_string(&mut text);
             if let Some(p) = parse(&text) {
                 check_same_job(dest, key, &p)?;
                 prev = Some(p);

@@ -718,7 +718,7 @@ fn main() -> ExitCode {
     match main_inner(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tilestream: error: {e}");
+            eprintln!("tilestream: error: {}", e.one_line());
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }
     }

@@ -466,3 +466,54 @@ fn zarr_chunks_decode_within_their_size_and_sparse_stores_in_bounded_memory() {
     let want: Vec<u8> = (0..2048).flat_map(|_| 3072f64.to_le_bytes()).collect();
     assert!(got == want, "sparse store: wrong column sums");
 }
+
+/// A sealed journal record, as tilestream writes one.
+fn seal(text: &str) -> String {
+    format!("{text} *{:08x}\n", crc32fast::hash(text.as_bytes()))
+}
+
+/// An interrupted run's journal of any size is never read whole: past half the budget
+/// (at least 4 MiB) a resume is refused in one line; below it, a journal of a hundred
+/// thousand forged records stays within the budget and the fixed overhead.
+#[test]
+fn journals_of_any_size_are_read_within_the_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = dir.path().join("x.npy");
+    ok(&["gen", p(&x), "--shape", "20000x512", "--seed", "1"]);
+    let out = dir.path().join("s.npy");
+    let args = ["reduce", p(&x), p(&out), "--op", "std", "--axis", "0"];
+    let killed = bin()
+        .args(args)
+        .args(["--memory", "16MiB", "--progress", "never"])
+        .env("TILESTREAM_FAULT_KILL_AT", "written:0:3")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success(), "the run was to be killed");
+    let journal = dir.path().join(".s.npy.journal.tilestream-tmp");
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    // 300 MB (sparse: nothing is written to disk)
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&journal)
+        .unwrap();
+    f.set_len(300 << 20).unwrap();
+    drop(f);
+    refused(&resume, "journal");
+    // just under the cap of a 16 MiB budget: forged records, every one sealed
+    let mut forged = text.clone();
+    let mut i = 0u64;
+    while forged.len() < (8 << 20) - 64 {
+        forged.push_str(&seal(&format!("tile 0 {} {:08x}", 1_000_000 + i, i)));
+        i += 1;
+    }
+    std::fs::write(&journal, &forged).unwrap();
+    let (code, err, rss) = run_measured(&resume);
+    eprintln!("a forged journal of {i} records: exit {code:?}, peak RSS {rss}: {err}");
+    assert!(matches!(code, Some(0..=2)), "exit {code:?}: {err}");
+    assert!(
+        rss < 64 << 20,
+        "peak RSS {rss} reading a journal of {i} records"
+    );
+}

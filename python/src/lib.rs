@@ -48,7 +48,7 @@ const SLICE: Duration = Duration::from_millis(50);
 /// An error of the engine as the Python exception a Python user expects: see the
 /// package's documentation for the mapping.
 fn to_py(e: Error) -> PyErr {
-    let msg = e.to_string();
+    let msg = e.one_line();
     match e {
         Error::Budget(b) => {
             let parse = matches!(b, TsBudgetError::Parse(_));

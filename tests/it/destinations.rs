@@ -670,3 +670,33 @@ fn a_nodata_tag_gdal_reads_by_prefix_is_refused_not_guessed() {
         "sum",
     ]);
 }
+
+#[test]
+fn names_with_line_breaks_give_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    inputs(d);
+    std::fs::write(d.join("bad\nname.npy"), b"not a npy").unwrap();
+    for args in [
+        vec!["reduce", "no\nsuch.npy", "o.npy"],
+        vec!["reduce", "bad\nname.npy", "o.npy"],
+        vec!["reduce", "x.npy", "no\rdir/o.npy"],
+        vec!["map", "a +\n)", "o.npy", "--in", "a=x.npy"],
+        vec![
+            "stencil",
+            "img.npy",
+            "o.npy",
+            "--filter",
+            "convolve:k\n.npy",
+        ],
+        vec!["tiles", "img.npy", "x.npy/p\nq", "--size", "8"],
+    ] {
+        let out = run_in(
+            d,
+            &args.iter().map(|a| (*a).to_string()).collect::<Vec<_>>(),
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(matches!(out.status.code(), Some(1 | 2)), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
