@@ -53,7 +53,7 @@ pub fn lock(f: &File) -> bool {
 }
 
 /// Removes what killed runs left in `dir`: temporary outputs, journals and state slots
-/// (`.NAME.MARK.tilestream-tmp`, see [`own_temp_name`]) and pipeline intermediate
+/// (`.NAME.MARK.tilestream-tmp`, see `own_temp_name`) and pipeline intermediate
 /// directories (`.tilestream-pipeline-XXXXXX`) that no running process holds (each live
 /// one is locked by its process). With `only_for`, just the temporary files of the output
 /// named exactly that. Only what is provably tilestream's is removed: a name of that form

@@ -413,6 +413,7 @@ pub fn zarr_array_store(dir: &Path) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

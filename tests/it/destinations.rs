@@ -227,7 +227,7 @@ fn standardize_stats_are_written_only_with_the_output() {
                 rlim_cur: 64 << 10,
                 rlim_max: 64 << 10,
             };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &raw const lim) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
