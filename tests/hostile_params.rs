@@ -517,3 +517,52 @@ fn journals_of_any_size_are_read_within_the_budget() {
         "peak RSS {rss} reading a journal of {i} records"
     );
 }
+
+/// A TIFF that lists its tiles for real (an 8 MB file of tables): however many it lists,
+/// reading its metadata stays within the budget and the fixed overhead, whether the file
+/// is then refused or read.
+#[test]
+fn tiff_tables_that_exist_are_read_within_the_overhead() {
+    let dir = tempfile::tempdir().unwrap();
+    let y = dir.path().join("y.npy");
+    for log2 in [19u32, 20] {
+        let tiles: u32 = 1 << log2;
+        let side = 16 * (1u32 << (log2 / 2)); // a square of tiles (2^19: 512 x 1024)
+        let (w, h) = (side, 16 * tiles / (side / 16));
+        let mut entries = vec![
+            (256, 4, 1, w),  // ImageWidth
+            (257, 4, 1, h),  // ImageLength
+            (258, 3, 1, 8),  // BitsPerSample
+            (259, 3, 1, 1),  // Compression
+            (262, 3, 1, 1),  // Photometric
+            (277, 3, 1, 1),  // SamplesPerPixel
+            (322, 3, 1, 16), // TileWidth
+            (323, 3, 1, 16), // TileLength
+        ];
+        // the tables after the directory: every tile's offset and byte count
+        let header = 8 + 2 + 12 * (entries.len() as u32 + 2) + 4;
+        let counts_at = header + 4 * tiles;
+        entries.push((324, 4, tiles, header));
+        entries.push((325, 4, tiles, counts_at));
+        let mut b = tiff_with(&entries);
+        assert_eq!(b.len() as u32, header);
+        let data_at = counts_at + 4 * tiles;
+        for _ in 0..tiles {
+            b.extend(data_at.to_le_bytes()); // every tile the same 256 bytes
+        }
+        for _ in 0..tiles {
+            b.extend(256u32.to_le_bytes());
+        }
+        b.extend(vec![7u8; 256]);
+        let t = dir.path().join(format!("t{log2}.tif"));
+        std::fs::write(&t, b).unwrap();
+        let (code, err, rss) = run_measured(&["reduce", p(&t), p(&y), "--op", "sum"]);
+        eprintln!(
+            "2^{log2} tiles: exit {code:?}, peak RSS {rss}: {}",
+            err.trim_end()
+        );
+        assert!(matches!(code, Some(0..=2)), "{err}");
+        assert!(err.trim_end().lines().count() <= 1, "{err}");
+        assert!(rss < 64 << 20, "2^{log2} tiles: peak RSS {rss}");
+    }
+}
