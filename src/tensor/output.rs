@@ -200,7 +200,10 @@ fn pipeline_dir_contents(dir: &Path) -> bool {
     })
 }
 
-/// The directory of `dest` (`.` for a bare name) and its file name.
+/// The directory of `dest` (`.` for a bare name) and the name its temporary files are
+/// named after (`.NAME.MARK.tilestream-tmp`): its file name, or for a name too long to
+/// take the 25 bytes more (a file name holds 255), its first 180 bytes, `~` and 16 hex
+/// digits of checksums of the whole name.
 pub(crate) fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
     let name = dest
         .file_name()
@@ -211,7 +214,27 @@ pub(crate) fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    Ok((dir, name))
+    Ok((dir, temp_stem(name)))
+}
+
+/// The name temporary files of an output named `name` are named after (see
+/// [`dir_and_name`]).
+fn temp_stem(name: String) -> String {
+    const MAX: usize = 200;
+    if name.len() <= MAX {
+        return name;
+    }
+    let mut cut = 180;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let reversed: Vec<u8> = name.bytes().rev().collect();
+    format!(
+        "{}~{:08x}{:08x}",
+        &name[..cut],
+        crc32fast::hash(name.as_bytes()),
+        crc32fast::hash(&reversed)
+    )
 }
 
 fn temp_beside_unlocked(dest: &Path) -> Result<tempfile::NamedTempFile> {

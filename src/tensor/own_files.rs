@@ -329,7 +329,7 @@ pub fn replace_dir(new: &Path, dest: &Path) -> Result<()> {
 
 /// Where [`replace_dir`] moves an old store aside when it cannot exchange.
 fn aside_of(dest: &Path) -> Option<std::path::PathBuf> {
-    let name = dest.file_name()?.to_string_lossy();
+    let (_, name) = super::dir_and_name(dest).ok()?;
     Some(dest.with_file_name(format!(".{name}.aside{TEMP_SUFFIX}")))
 }
 

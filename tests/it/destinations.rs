@@ -709,3 +709,81 @@ fn names_with_line_breaks_give_one_line_errors() {
         assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
     }
 }
+
+#[test]
+fn outputs_with_the_longest_names_a_file_system_takes_are_written_and_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&[
+        "gen",
+        p(&d.join("x.npy")),
+        "--shape",
+        "3000x64",
+        "--seed",
+        "1",
+    ]);
+    let x = p(&d.join("x.npy")).to_string();
+    for ext in ["npy", "tif", "zarr"] {
+        // 255 bytes, the most a name may have (with multi-byte characters near the cut)
+        let stem = format!(
+            "{}é{}",
+            "a".repeat(178),
+            "b".repeat(255 - 180 - ext.len() - 1)
+        );
+        let name = format!("{stem}.{ext}");
+        assert_eq!(name.len(), 255);
+        ok(&["convert", &x, p(&d.join(&name))]);
+        ok(&["convert", &x, p(&d.join(&name))]); // replacing it
+    }
+    // a killed run of such a name resumes to the bytes of an uninterrupted one
+    let name = format!("{}.npy", "r".repeat(251));
+    let args = [
+        "map",
+        "x*2",
+        &name,
+        "--in",
+        "x=x.npy",
+        "-m",
+        "128KiB",
+        "--progress",
+        "never",
+    ];
+    let killed = bin()
+        .current_dir(d)
+        .args(args)
+        .env("TILESTREAM_FAULT_KILL_AT", "written:0:3")
+        .output()
+        .unwrap();
+    assert!(!killed.status.success(), "the run was to be killed");
+    let mut resume = args.to_vec();
+    resume.push("--resume");
+    let out = bin().current_dir(d).args(&resume).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("resumed")
+            || String::from_utf8_lossy(&out.stderr).contains("resum"),
+        "nothing was resumed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    ok(&[
+        "map",
+        "x*2",
+        p(&d.join("whole.npy")),
+        "--in",
+        &format!("x={x}"),
+    ]);
+    assert_eq!(
+        std::fs::read(d.join(&name)).unwrap(),
+        std::fs::read(d.join("whole.npy")).unwrap()
+    );
+    let left: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tilestream-tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
