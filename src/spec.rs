@@ -478,8 +478,9 @@ impl OpSpec {
         if matches!(self, OpSpec::Tiles { .. }) {
             return Ok(None);
         }
-        let text = serde_json::to_string(self)
-            .map_err(|e| Error::Internal(format!("cannot describe the operation: {e}")))?;
+        // a path that is not UTF-8 has no JSON form: the operation is described by its
+        // Debug form then, which writes such bytes as escapes and so tells any two apart
+        let text = serde_json::to_string(self).unwrap_or_else(|_| format!("debug:{self:?}"));
         let mut key = JobKey::new(text);
         for p in self.inputs() {
             key = key.input(p)?;

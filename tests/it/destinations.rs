@@ -787,3 +787,60 @@ fn outputs_with_the_longest_names_a_file_system_takes_are_written_and_resumed() 
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn paths_that_are_not_utf8_are_read_written_and_resumed() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&[
+        "gen",
+        p(&d.join("x.npy")),
+        "--shape",
+        "20000x64",
+        "--seed",
+        "1",
+    ]);
+    let input = OsStr::from_bytes(b"in\xff.npy");
+    let out = OsStr::from_bytes(b"out\xfe.npy");
+    std::fs::copy(d.join("x.npy"), d.join(input)).unwrap();
+    let run = |extra: &[&str], kill: bool| {
+        let mut c = bin();
+        c.current_dir(d)
+            .arg("reduce")
+            .arg(input)
+            .arg(out)
+            .args([
+                "--op",
+                "std",
+                "--axis",
+                "0",
+                "-m",
+                "256KiB",
+                "--progress",
+                "never",
+            ])
+            .args(extra);
+        if kill {
+            c.env("TILESTREAM_FAULT_KILL_AT", "written:0:3");
+        }
+        c.output().unwrap()
+    };
+    assert!(!run(&[], true).status.success(), "the run was to be killed");
+    let o = run(&["--resume"], false);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(&[
+        "reduce",
+        p(&d.join("x.npy")),
+        p(&d.join("t.npy")),
+        "--op",
+        "std",
+        "--axis",
+        "0",
+    ]);
+    assert_eq!(
+        std::fs::read(d.join(out)).unwrap(),
+        std::fs::read(d.join("t.npy")).unwrap()
+    );
+}
