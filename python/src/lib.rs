@@ -15,7 +15,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use pyo3::create_exception;
@@ -169,11 +169,29 @@ fn run_on_worker<T: Send + 'static>(
     work: impl FnOnce(&Engine) -> Result<T, Error> + Send + 'static,
 ) -> PyResult<T> {
     let latest: Arc<Mutex<Option<Progress>>> = Arc::default();
+    // the last progress of a pass is handed over and waited for: the callback sees it
+    // before the output is put in place, and an exception it raises then stops the run
+    // (the scheduler checks the cancel token once more after its last tile)
+    let last_pass_tile: Arc<(Mutex<bool>, Condvar)> = Arc::default();
     let e = {
         let latest = Arc::clone(&latest);
+        let last = Arc::clone(&last_pass_tile);
+        let waits = progress.is_some();
         e.with_progress(Arc::new(move |p: &Progress| {
             if let Ok(mut l) = latest.lock() {
                 *l = Some(p.clone());
+            }
+            if waits && p.tiles_done == p.tiles_total {
+                let (flag, cv) = &*last;
+                if let Ok(mut waiting) = flag.lock() {
+                    *waiting = true;
+                    while *waiting {
+                        match cv.wait_timeout(waiting, SLICE) {
+                            Ok((w, _)) => waiting = w,
+                            Err(_) => return,
+                        }
+                    }
+                }
             }
         }))
     };
@@ -197,22 +215,29 @@ fn run_on_worker<T: Send + 'static>(
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
         }
-        if pending.is_some() {
-            continue;
-        }
-        if let Err(err) = py.check_signals() {
-            cancel.store(true, Ordering::SeqCst);
-            pending = Some(err);
-            continue;
-        }
-        if let Some(cb) = &progress {
-            let p = latest.lock().ok().and_then(|mut l| l.take());
-            if let Some(p) = p
-                && let Err(err) = call_progress(py, cb, &p)
-            {
+        // a pass's last progress waiting for its hand-over: released below, whatever
+        // happens, so the worker never waits on a caller that has stopped listening
+        let last_waiting = last_pass_tile.0.lock().is_ok_and(|w| *w);
+        if pending.is_none() {
+            if let Err(err) = py.check_signals() {
                 cancel.store(true, Ordering::SeqCst);
                 pending = Some(err);
+            } else if let Some(cb) = &progress {
+                let p = latest.lock().ok().and_then(|mut l| l.take());
+                if let Some(p) = p
+                    && let Err(err) = call_progress(py, cb, &p)
+                {
+                    cancel.store(true, Ordering::SeqCst);
+                    pending = Some(err);
+                }
             }
+        }
+        if last_waiting {
+            let (flag, cv) = &*last_pass_tile;
+            if let Ok(mut w) = flag.lock() {
+                *w = false;
+            }
+            cv.notify_all();
         }
     };
     let _ = py.detach(|| worker.join());
@@ -221,7 +246,8 @@ fn run_on_worker<T: Send + 'static>(
         // exception wins either way, and nothing is left at the output
         return Err(err);
     }
-    // the last progress, so that a bar reaches its end
+    // a progress not yet shown (the last was handed over before the output was put in
+    // place; this is one that came after it, if any), so that a bar reaches its end
     if let (Some(cb), Ok(_)) = (&progress, &result) {
         let p = latest.lock().ok().and_then(|mut l| l.take());
         if let Some(p) = p {

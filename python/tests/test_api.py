@@ -254,6 +254,21 @@ def test_progress_callback_and_an_exception_in_it(tmp_path):
         ts.stencil(big, tmp_path / "z.npy", "median:size=5", memory="1MiB", progress=stop)
     assert not (tmp_path / "z.npy").exists()
 
+    # an exception on the last progress (all tiles done) still comes before the output
+    # is put in place: nothing is written, and a file already there is kept
+    def stop_at_the_end(p):
+        if p["tiles_done"] == p["tiles_total"]:
+            raise Stop("at the end")
+
+    (tmp_path / "w.npy").write_bytes(b"keep")
+    for fn in [lambda: ts.map("x + 1", tmp_path / "w.npy", {"x": tmp_path / "x.npy"},
+                              memory="256KiB", progress=stop_at_the_end),
+               lambda: ts.map("x + 1", tmp_path / "w.npy", {"x": tmp_path / "x.npy"},
+                              memory="64MiB", progress=stop_at_the_end)]:
+        with pytest.raises(Stop, match="at the end"):
+            fn()
+        assert (tmp_path / "w.npy").read_bytes() == b"keep"
+
 
 def test_another_thread_runs_during_a_call(tmp_path):
     np.save(tmp_path / "x.npy", data((400000, 64), "float32"))

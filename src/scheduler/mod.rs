@@ -672,6 +672,15 @@ where
             "pipeline ended early: {computed} of {todo} tiles computed, {completed} completed"
         )));
     }
+    // a cancel that came with the last tile (Ctrl-C, or a progress callback that failed
+    // on the last progress) stops the run before its output is put in place
+    if cancelled() {
+        return Err(Error::Interrupted {
+            done: num_tiles,
+            total: num_tiles,
+            resumable: hooks.journal.is_some(),
+        });
+    }
     times.bytes_read = total_read;
     times.bytes_written = total_written;
     times.resumed_tiles = start;
