@@ -153,6 +153,20 @@ pub fn image_dims(shape: &[usize]) -> Result<(usize, usize, usize)> {
             "a GeoTIFF cannot hold an image without pixels; this output has shape {}",
             super::fmt_shape(shape)
         ))),
+        // SamplesPerPixel is a 16-bit field, ImageWidth and ImageLength 32-bit ones
+        [_, h, w] | [h, w] if h > u32::MAX as usize || w > u32::MAX as usize => {
+            Err(Error::invalid(format!(
+                "a GeoTIFF image is at most {} pixels on a side; this output has shape {}",
+                u32::MAX,
+                super::fmt_shape(shape)
+            )))
+        }
+        [b, ..] if shape.len() == 3 && b > usize::from(u16::MAX) => Err(Error::invalid(format!(
+            "a GeoTIFF holds at most {} bands; this output has shape {} (write it as .npy or \
+             .zarr)",
+            u16::MAX,
+            super::fmt_shape(shape)
+        ))),
         [h, w] => Ok((1, h, w)),
         [b, h, w] => Ok((b, h, w)),
         _ => Err(Error::invalid(format!(
@@ -322,7 +336,12 @@ impl TiledLayout {
         let (bands, height, width) = image_dims(shape)?;
         tiff_sample(dtype)?;
         let es = dtype.size();
-        let t = opts.tile.max(16);
+        // no larger than the image needs (rounded up to 16, as TIFF tiles are): a band
+        // of 1x1 in a 512x512 tile made `gen --shape 70000x1x1` encode 70 GB of padding
+        let t = opts
+            .tile
+            .min(height.max(width).next_multiple_of(16))
+            .max(16);
         let pixel = opts.pixel_interleave && bands > 1;
         let spp_chunk = if pixel { bands } else { 1 };
         let nbytes = (bands * height * width * es) as u64;

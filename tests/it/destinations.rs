@@ -844,3 +844,42 @@ fn paths_that_are_not_utf8_are_read_written_and_resumed() {
         std::fs::read(d.join("t.npy")).unwrap()
     );
 }
+
+#[test]
+fn a_geotiff_of_many_one_pixel_bands_is_tiled_to_its_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 60000 bands of 1x1: each band one 16x16 tile, not 512x512 of padding (60 GB of
+    // zeros to compress: 70000 such bands took 220 s)
+    ok(&[
+        "gen",
+        p(&d.join("g.tif")),
+        "--shape",
+        "60000x1x1",
+        "--seed",
+        "1",
+    ]);
+    let size = std::fs::metadata(d.join("g.tif")).unwrap().len();
+    assert!(size < 64 << 20, "{size} bytes for 60000 pixels");
+    ok(&["convert", p(&d.join("g.tif")), p(&d.join("g.npy"))]);
+    ok(&[
+        "gen",
+        p(&d.join("w.npy")),
+        "--shape",
+        "60000x1x1",
+        "--seed",
+        "1",
+    ]);
+    assert_eq!(
+        std::fs::read(d.join("g.npy")).unwrap(),
+        std::fs::read(d.join("w.npy")).unwrap()
+    );
+    // more bands than a TIFF's 16-bit SamplesPerPixel holds: refused, nothing written
+    let out = run_in(
+        d,
+        &["gen", "h.tif", "--shape", "70000x1x1"].map(String::from),
+    );
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at most 65535 bands"));
+    assert!(!d.join("h.tif").exists());
+}
