@@ -10,18 +10,24 @@ use super::{
 };
 
 impl Engine {
-    /// Refuses a cast or convert of a GeoTIFF with nodata into a GeoTIFF of a type that
-    /// does not hold the nodata value exactly: its nodata pixels would become values
-    /// (-9999 in f16 is -10000, NaN in u8 is 0) that a GIS reads as data. `map` masks
-    /// them instead ([`crate::MapNodata`]).
-    fn cast_keeps_nodata(&self, x: &TensorFile, output: &Path, dtype: DType) -> Result<()> {
+    /// How a cast or convert of `x` into `output` of `dtype` keeps `x`'s nodata pixels,
+    /// by the rule `map` follows: a type that holds the nodata value exactly keeps it
+    /// (false: a plain cast); into a GeoTIFF of a float type that does not (-9999 in f16
+    /// is -10000, 70000 is inf), the cast runs as the map `x`, which gives those pixels
+    /// NaN and tags NaN (true); into an integer type that does not (NaN or -9999 in u8),
+    /// it is refused, as such a map is: its nodata pixels would become values a GIS reads
+    /// as data.
+    fn cast_masks(&self, x: &TensorFile, output: &Path, dtype: DType) -> Result<bool> {
         let Some((text, _)) = x.nodata() else {
-            return Ok(());
+            return Ok(false);
         };
         if self.format_of(output) != crate::tensor::OutFormat::GeoTiff
             || crate::tensor::geotiff::holds_nodata(dtype, text)
         {
-            return Ok(());
+            return Ok(false);
+        }
+        if dtype.is_float() {
+            return Ok(true);
         }
         let why = match crate::tensor::geotiff::nodata_as(dtype, text) {
             Some(v) => format!("it would be {}", crate::tensor::geotiff::nodata_text(v)),
@@ -29,8 +35,8 @@ impl Engine {
         };
         Err(Error::invalid(format!(
             "{}: its nodata value {text} is not exactly representable in {dtype} ({why}), so \
-             its nodata pixels would become data in {}; cast to a type that holds it, or mask \
-             them with map (`tilestream map x {} --in x={} --dtype {dtype}` gives them NaN)",
+             its nodata pixels would become data in {}; cast to a type that holds it, or give \
+             them a value with map (`tilestream map x {} --in x={} --dtype {dtype} --nodata V`)",
             x.path().display(),
             output.display(),
             output.display(),
@@ -233,7 +239,11 @@ impl Engine {
                 output,
             } => {
                 let x = input.open()?;
-                self.cast_keeps_nodata(&x, output, *dtype)?;
+                if self.cast_masks(&x, output, *dtype)? {
+                    return self
+                        .plan_map("x", &[("x", &x)], Some(*dtype))
+                        .map(SpecPlan::Flat);
+                }
                 self.plan_cast(&x, *dtype)
             }
             OpSpec::Convert {
@@ -243,7 +253,11 @@ impl Engine {
             } => {
                 let x = input.open()?;
                 let dtype = dtype.unwrap_or(x.dtype());
-                self.cast_keeps_nodata(&x, output, dtype)?;
+                if self.cast_masks(&x, output, dtype)? {
+                    return self
+                        .plan_map("x", &[("x", &x)], Some(dtype))
+                        .map(SpecPlan::Flat);
+                }
                 self.plan_cast(&x, dtype)
             }
             OpSpec::Standardize { input, ddof, .. } => self.plan_reduce(
@@ -319,8 +333,17 @@ impl Engine {
             } => {
                 let x = input.open()?;
                 let dtype = dtype.unwrap_or(x.dtype());
-                self.cast_keeps_nodata(&x, output, dtype)?;
-                let mut r = georef_from(self, &x, Some(dtype)).cast(&x, output, dtype)?;
+                let mut r = if self.cast_masks(&x, output, dtype)? {
+                    georef_from(self, &x, None).map_with(
+                        "x",
+                        &[("x", &x)],
+                        output,
+                        Some(dtype),
+                        &crate::MapNodata::default(),
+                    )?
+                } else {
+                    georef_from(self, &x, Some(dtype)).cast(&x, output, dtype)?
+                };
                 r.op = format!("convert {} -> {}", input.path.display(), output.display());
                 Ok(r)
             }
@@ -384,7 +407,17 @@ impl Engine {
                 dtype,
             } => {
                 let x = input.open()?;
-                self.cast_keeps_nodata(&x, output, *dtype)?;
+                if self.cast_masks(&x, output, *dtype)? {
+                    let mut r = georef_from(self, &x, None).map_with(
+                        "x",
+                        &[("x", &x)],
+                        output,
+                        Some(*dtype),
+                        &crate::MapNodata::default(),
+                    )?;
+                    r.op = format!("cast {} -> {}", input.path.display(), output.display());
+                    return Ok(r);
+                }
                 georef_from(self, &x, Some(*dtype)).cast(&x, output, *dtype)
             }
             OpSpec::Standardize {

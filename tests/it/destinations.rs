@@ -537,7 +537,7 @@ fn a_resumed_reduction_never_blocks_on_or_reads_without_end_a_planted_state_slot
 }
 
 #[test]
-fn a_cast_into_a_type_that_changes_the_nodata_value_is_refused() {
+fn a_cast_into_a_type_that_changes_the_nodata_value_follows_maps_rule() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(&[
@@ -548,21 +548,28 @@ fn a_cast_into_a_type_that_changes_the_nodata_value_is_refused() {
         "--seed",
         "1",
     ]);
-    for (nodata, to, refused) in [
-        ("-9999", "f16", true), // -10000 in f16
-        ("70000", "f16", true), // inf
-        ("1e-40", "f32", true), // 0 in f32 (the source is f64)
-        ("nan", "u8", true),
-        ("-9999", "u8", true),
-        ("-9999", "f32", false),
-        ("-9999", "i16", false),
-        ("nan", "f64", false),
+    let info = |f: &str| ok(&["info", p(&d.join(f))]);
+    // what a plain cast makes of the values, read through a .npy
+    let values = |f: &str| {
+        ok(&["convert", p(&d.join(f)), p(&d.join("v.npy"))]);
+        crate::common::read_npy_data(&d.join("v.npy"))
+    };
+    for (nodata, to, expect) in [
+        ("-9999", "f16", "masked"), // -10000 in f16
+        ("70000", "f16", "masked"), // inf
+        ("1e-40", "f32", "masked"), // 0 in f32 (the source is f64)
+        ("nan", "u8", "refused"),
+        ("-9999", "u8", "refused"),
+        ("-9999", "f32", "kept"),
+        ("-9999", "i16", "kept"),
+        ("nan", "f64", "kept"),
     ] {
+        // a source whose pixels above 0.5 are nodata
         let src = d.join("src.tif");
         let _ = std::fs::remove_file(&src);
         ok(&[
             "map",
-            "x",
+            &format!("where(x > 0.5, {nodata}, x)"),
             p(&src),
             "--in",
             &format!("x={}", p(&d.join("x.npy"))),
@@ -571,9 +578,13 @@ fn a_cast_into_a_type_that_changes_the_nodata_value_is_refused() {
             "--nodata",
             nodata,
         ]);
+        let plain = {
+            ok(&["cast", p(&src), p(&d.join("plain.npy")), "--dtype", to]);
+            crate::common::read_npy_data(&d.join("plain.npy"))
+        };
+        let src_values = values("src.tif");
         for cmd in ["cast", "convert"] {
-            let out = d.join("out.tif");
-            let _ = std::fs::remove_file(&out);
+            let _ = std::fs::remove_file(d.join("out.tif"));
             let o = run_in(
                 d,
                 &[
@@ -588,13 +599,47 @@ fn a_cast_into_a_type_that_changes_the_nodata_value_is_refused() {
                 .map(String::from),
             );
             let err = String::from_utf8_lossy(&o.stderr);
-            if refused {
-                assert_eq!(o.status.code(), Some(2), "{cmd} {nodata} -> {to}: {err}");
-                assert!(err.contains("not exactly representable"), "{err}");
-                assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-                assert!(!out.exists());
-            } else {
-                assert!(o.status.success(), "{cmd} {nodata} -> {to}: {err}");
+            let what = format!("{cmd} nodata {nodata} -> {to}");
+            match expect {
+                "refused" => {
+                    assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+                    assert!(err.contains("not exactly representable"), "{err}");
+                    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+                    assert!(!d.join("out.tif").exists());
+                }
+                "kept" => {
+                    assert!(o.status.success(), "{what}: {err}");
+                    assert!(
+                        info("out.tif").contains(&format!("nodata:      {nodata}")),
+                        "{what}"
+                    );
+                    assert_eq!(values("out.tif"), plain, "{what}");
+                }
+                _ => {
+                    // as map does: NaN where the source is nodata, tagged NaN; every
+                    // other pixel the plain cast's
+                    assert!(o.status.success(), "{what}: {err}");
+                    assert!(info("out.tif").contains("nodata:      nan"), "{what}");
+                    let got = values("out.tif");
+                    let es = got.len() * 8 / src_values.len();
+                    let mut masked = 0;
+                    for (k, sv) in src_values.chunks_exact(8).enumerate() {
+                        let v = f64::from_le_bytes(sv.try_into().unwrap());
+                        let g = &got[k * es..(k + 1) * es];
+                        let is_nan = match es {
+                            2 => half::f16::from_le_bytes([g[0], g[1]]).is_nan(),
+                            _ => f32::from_le_bytes(g.try_into().unwrap()).is_nan(),
+                        };
+                        #[allow(clippy::float_cmp)] // a nodata pixel holds the value exactly
+                        if v == nodata.parse::<f64>().unwrap() {
+                            assert!(is_nan, "{what}: pixel {k} is not NaN");
+                            masked += 1;
+                        } else {
+                            assert_eq!(g, &plain[k * es..(k + 1) * es], "{what}: pixel {k}");
+                        }
+                    }
+                    assert!(masked > 100, "{what}: only {masked} nodata pixels");
+                }
             }
         }
         // a .npy carries no nodata value: the cast is what it says
