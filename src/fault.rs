@@ -6,7 +6,8 @@ use std::sync::OnceLock;
 /// Kills the process at once (SIGKILL) when the environment variable
 /// `TILESTREAM_FAULT_KILL_AT` names `point`: the fault injection the crash tests use to
 /// stop a run at exact places (after tile `written:P:I` of pass P, `synced`, `renamed`,
-/// `dir-synced`). Unset, it
+/// `dir-synced`, `replace-exchanged` and `replace-unlocked` in a Zarr store's
+/// replacement). Unset, it
 /// costs one cached lookup.
 pub fn crash_point(point: impl FnOnce() -> String) {
     if armed(point) {

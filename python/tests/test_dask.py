@@ -6,6 +6,8 @@ worker's peak resident memory by at most its budget + 48 MiB."""
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -292,3 +294,81 @@ def test_a_job_raises_worker_peak_memory_by_at_most_budget_plus_48_MiB(tmp_path)
         grew = peak - before[w]
         print(f"worker {w}: {before[w] / MiB:.0f} MiB before, peak {peak / MiB:.0f} MiB")
         assert grew <= budget + 48 * MiB, f"worker {w}: peak RSS grew by {grew / MiB:.1f} MiB"
+
+
+_REPLACE = r"""
+import sys
+import distributed
+import tilestream.dask as tsd
+
+src, dest = sys.argv[1], sys.argv[2]
+with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
+                              dashboard_address=":0", silence_logs=40) as c, \
+        distributed.Client(c) as cl:
+    print("ready", flush=True)
+    tsd.affine(src, dest, 1.0, 0.0, zarr_chunks="16x16", zarr_compress="none", client=cl,
+               memory="64MiB")
+    print("done", flush=True)
+"""
+
+
+def test_a_zarr_store_replaced_by_a_killed_cluster_job_is_the_old_or_the_new_whole(tmp_path):
+    old = data((480, 400), "float32", 1)
+    new = data((480, 400), "float32", 2)
+    np.save(tmp_path / "old.npy", old)
+    np.save(tmp_path / "new.npy", new)
+    dest = tmp_path / "s.zarr"
+    script = tmp_path / "replace.py"
+    script.write_text(_REPLACE)
+
+    def start(kill_at=None):
+        env = dict(os.environ)
+        if kill_at:
+            env["TILESTREAM_FAULT_KILL_AT"] = kill_at
+        p = subprocess.Popen([sys.executable, str(script), str(tmp_path / "new.npy"), str(dest)],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             start_new_session=True, env=env)
+        assert p.stdout.readline().strip() == "ready"
+        return p
+
+    def reset():
+        ts.convert(tmp_path / "old.npy", dest, zarr_chunks="16x16", zarr_compress="none")
+
+    # how long the job takes once its cluster is up, uninterrupted
+    reset()
+    p = start()
+    t0 = time.monotonic()
+    assert p.stdout.readline().strip() == "done"
+    whole = time.monotonic() - t0
+    p.wait(timeout=60)
+    assert np.array_equal(np.asarray(ts.open(dest)), new)
+    seen = {"old": 0, "new": 0}
+    # killed ever later, from half-way through the job, a twentieth of it at a time (at
+    # least 15 ms), until a kill comes after the finished store took the old one's place:
+    # the kills sweep through the replacement
+    delay = whole * 0.5
+    for k in range(60):
+        reset()
+        p = start()
+        time.sleep(delay)
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=60)
+        got = np.asarray(ts.open(dest))
+        if np.array_equal(got, old):
+            seen["old"] += 1
+        else:
+            assert np.array_equal(got, new), f"kill {k} after {delay:.3f} s: neither store whole"
+            seen["new"] += 1
+            break
+        delay += max(0.015, whole / 20)
+    # killed at the exact points of the replacement: the new store is in place, whole
+    for point in ["replace-exchanged", "replace-unlocked"]:
+        reset()
+        p = start(point)
+        p.wait(timeout=60)
+        assert p.returncode == -signal.SIGKILL, (point, p.returncode)
+        assert np.array_equal(np.asarray(ts.open(dest)), new), point
+        reset()  # and a store a killed run left its lock in is replaced again
+        assert np.array_equal(np.asarray(ts.open(dest)), old), point
+    print(f"killed cluster jobs: {seen}, the job took {whole:.3f} s")
+    assert seen["old"] > 0 and seen["new"] == 1, seen

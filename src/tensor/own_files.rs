@@ -304,7 +304,9 @@ pub fn replace_dir(new: &Path, dest: &Path) -> Result<()> {
     check_destination(dest, OutFormat::Zarr)?;
     match exchange(new, dest) {
         Ok(()) => {
+            crate::fault::crash_point(|| "replace-exchanged".into());
             unlock()?;
+            crate::fault::crash_point(|| "replace-unlocked".into());
             // `new` now holds the old store
             std::fs::remove_dir_all(new)
                 .map_err(|e| Error::io("remove the replaced store at", new, e))

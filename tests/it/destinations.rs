@@ -139,9 +139,18 @@ fn no_path_a_run_writes_is_a_device_a_fifo_an_input_or_another_output() {
     let mut cases = 0;
     for (args, reads) in commands() {
         // the bad places an output can be: an input (by its name, a hard link to it, a
-        // symbolic link to it), a FIFO, a device, and the run's other output
+        // symbolic link to it, named as each output kind), a FIFO (named as a file and as a
+        // Zarr store), a device, and the run's other output
         let mut bad: Vec<&str> = reads.clone();
-        bad.extend(["hard.npy", "link.npy", "fifo", "dev"]);
+        bad.extend([
+            "hard.npy",
+            "link.npy",
+            "link.tif",
+            "link.zarr",
+            "fifo",
+            "fifo.zarr",
+            "dev",
+        ]);
         if args.contains(&"--stats") {
             bad.push("z.npy");
         }
@@ -150,8 +159,11 @@ fn no_path_a_run_writes_is_a_device_a_fifo_an_input_or_another_output() {
             let d = dir.path();
             inputs(d);
             std::fs::hard_link(d.join(reads[0]), d.join("hard.npy")).unwrap();
-            std::os::unix::fs::symlink(d.join(reads[0]), d.join("link.npy")).unwrap();
+            for link in ["link.npy", "link.tif", "link.zarr"] {
+                std::os::unix::fs::symlink(d.join(reads[0]), d.join(link)).unwrap();
+            }
             mkfifo(&d.join("fifo"));
+            mkfifo(&d.join("fifo.zarr"));
             if target == "dev" && !mknod_null(&d.join("dev")) {
                 // not root: a device cannot be made here; the FIFO stands for it
                 continue;
@@ -193,12 +205,12 @@ fn no_path_a_run_writes_is_a_device_a_fifo_an_input_or_another_output() {
             cases += 1;
         }
     }
-    // 60 places in all; the 11 device nodes only where they can be made (as root)
+    // 93 places in all; the 11 device nodes only where they can be made (as root)
     // SAFETY: geteuid has no preconditions.
     let want = if unsafe { libc::geteuid() } == 0 {
-        60
+        93
     } else {
-        49
+        82
     };
     assert_eq!(cases, want, "cases run");
 }
@@ -453,6 +465,19 @@ fn a_zarr_store_replaced_and_killed_at_any_instant_is_the_old_or_the_new_whole()
         // what the killed run left is removed by clean, and the store stays whole
         ok(&["clean", p(d)]);
         assert!(values(d, &store).is_some_and(|v| v == old || v == new));
+    }
+    // killed at the exact points of the replacement: the new store is in place, whole,
+    // and is replaced again
+    for point in ["replace-exchanged", "replace-unlocked"] {
+        assert!(convert("old.npy").status().unwrap().success());
+        let killed = convert("new.npy")
+            .env("TILESTREAM_FAULT_KILL_AT", point)
+            .status()
+            .unwrap();
+        assert!(!killed.success(), "{point}: not killed");
+        assert_eq!(values(d, &store).unwrap(), new, "{point}");
+        assert!(convert("old.npy").status().unwrap().success(), "{point}");
+        assert_eq!(values(d, &store).unwrap(), old, "{point}");
     }
     eprintln!(
         "killed replacements: {} left the old store, {} the new",
