@@ -605,9 +605,8 @@ impl Drop for Journal {
     }
 }
 
-/// Length and CRC-32 of a file, read in 1 MiB pieces.
-/// The length and CRC-32 of a state slot, reading at most `max + 1` bytes: the slot is
-/// opened as [`open_slot`] does, so a FIFO or a link to a device planted under its name
+/// The length and CRC-32 of a state slot, read in 1 MiB pieces and at most `max + 1`
+/// bytes: the slot is opened as [`open_slot`] does, so a FIFO or a link to a device planted under its name
 /// neither blocks the run nor feeds it without end.
 fn file_crc(path: &Path, max: u64) -> std::io::Result<(u64, u32)> {
     let mut f = open_slot(path)?.take(max + 1);
@@ -629,11 +628,7 @@ fn file_crc(path: &Path, max: u64) -> std::io::Result<(u64, u32)> {
 /// Opens a state slot for reading: never through a symbolic link, never blocking on a
 /// FIFO, and only if it is a regular file.
 fn open_slot(path: &Path) -> std::io::Result<File> {
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
+    let f = own_files::open_own_read(path)?;
     if f.metadata()?.file_type().is_file() {
         Ok(f)
     } else {

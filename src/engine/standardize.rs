@@ -107,18 +107,15 @@ impl Engine {
         ddof: u32,
         stats: Option<&Path>,
     ) -> Result<(RunReport, RunReport)> {
-        check_not_input(out.as_ref(), &[input])?;
-        if let Some(p) = stats {
-            let w = |role, path| Written {
-                role,
-                path,
-                dir: false,
-            };
-            check_run_paths(
-                &[w("output", out.as_ref()), w("statistics file", p)],
-                &[("input", input.path())],
-            )?;
-        }
+        // the output and the statistics: neither an input nor one path
+        let w = |role, path| Written {
+            role,
+            path,
+            dir: false,
+        };
+        let mut writes = vec![w("output", out.as_ref())];
+        writes.extend(stats.map(|p| w("statistics file", p)));
+        check_run_paths(&writes, &[("input", input.path())])?;
         if input.shape().len() < 2 {
             return Err(Error::invalid(format!(
                 "standardize needs rank 2 or more (rows x columns), {} has shape {}",

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use super::{
-    DType, Edge, Engine, Error, OpSpec, PatchSpec, Reduce, ReduceOver, Result, RunReport, SpecPlan,
-    TensorFile, georef_from, is_tiff_path, map_rule, open_named, read_small, stencil_of,
+    DType, Edge, Engine, Error, OpSpec, PatchSpec, Plan, Reduce, ReduceOver, Result, RunReport,
+    SpecPlan, TensorFile, georef_from, is_tiff_path, map_rule, open_named, read_small, stencil_of,
 };
 
 impl Engine {
@@ -42,6 +42,34 @@ impl Engine {
             output.display(),
             x.path().display()
         )))
+    }
+
+    /// Plans a cast (or convert) of `x` to `dtype` into `output`: as the map `x` where
+    /// [`Engine::cast_masks`] says its nodata pixels are masked.
+    fn plan_cast_to(&self, x: &TensorFile, output: &Path, dtype: DType) -> Result<Plan> {
+        if self.cast_masks(x, output, dtype)? {
+            self.plan_map("x", &[("x", x)], Some(dtype))
+        } else {
+            self.plan_cast(x, dtype)
+        }
+    }
+
+    /// Runs a cast (or convert) of `x` to `dtype` into `output`, with `x`'s
+    /// georeferencing: as the map `x` where [`Engine::cast_masks`] says its nodata pixels
+    /// are masked.
+    fn cast_to(&self, x: &TensorFile, output: &Path, dtype: DType) -> Result<RunReport> {
+        if !self.cast_masks(x, output, dtype)? {
+            return georef_from(self, x, Some(dtype)).cast(x, output, dtype);
+        }
+        let mut r = georef_from(self, x, None).map_with(
+            "x",
+            &[("x", x)],
+            output,
+            Some(dtype),
+            &crate::MapNodata::default(),
+        )?;
+        r.op = format!("cast {} to {dtype}", x.path().display());
+        Ok(r)
     }
 
     /// Plans `spec` without running it (nothing is written).
@@ -237,28 +265,14 @@ impl Engine {
                 input,
                 dtype,
                 output,
-            } => {
-                let x = input.open()?;
-                if self.cast_masks(&x, output, *dtype)? {
-                    return self
-                        .plan_map("x", &[("x", &x)], Some(*dtype))
-                        .map(SpecPlan::Flat);
-                }
-                self.plan_cast(&x, *dtype)
-            }
+            } => self.plan_cast_to(&input.open()?, output, *dtype),
             OpSpec::Convert {
                 input,
                 dtype,
                 output,
             } => {
                 let x = input.open()?;
-                let dtype = dtype.unwrap_or(x.dtype());
-                if self.cast_masks(&x, output, dtype)? {
-                    return self
-                        .plan_map("x", &[("x", &x)], Some(dtype))
-                        .map(SpecPlan::Flat);
-                }
-                self.plan_cast(&x, dtype)
+                self.plan_cast_to(&x, output, dtype.unwrap_or(x.dtype()))
             }
             OpSpec::Standardize { input, ddof, .. } => self.plan_reduce(
                 &input.open()?,
@@ -332,18 +346,7 @@ impl Engine {
                 dtype,
             } => {
                 let x = input.open()?;
-                let dtype = dtype.unwrap_or(x.dtype());
-                let mut r = if self.cast_masks(&x, output, dtype)? {
-                    georef_from(self, &x, None).map_with(
-                        "x",
-                        &[("x", &x)],
-                        output,
-                        Some(dtype),
-                        &crate::MapNodata::default(),
-                    )?
-                } else {
-                    georef_from(self, &x, Some(dtype)).cast(&x, output, dtype)?
-                };
+                let mut r = self.cast_to(&x, output, dtype.unwrap_or(x.dtype()))?;
                 r.op = format!("convert {} -> {}", input.path.display(), output.display());
                 Ok(r)
             }
@@ -405,21 +408,7 @@ impl Engine {
                 input,
                 output,
                 dtype,
-            } => {
-                let x = input.open()?;
-                if self.cast_masks(&x, output, *dtype)? {
-                    let mut r = georef_from(self, &x, None).map_with(
-                        "x",
-                        &[("x", &x)],
-                        output,
-                        Some(*dtype),
-                        &crate::MapNodata::default(),
-                    )?;
-                    r.op = format!("cast {} -> {}", input.path.display(), output.display());
-                    return Ok(r);
-                }
-                georef_from(self, &x, Some(*dtype)).cast(&x, output, *dtype)
-            }
+            } => self.cast_to(&input.open()?, output, *dtype),
             OpSpec::Standardize {
                 input,
                 output,

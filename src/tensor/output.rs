@@ -5,7 +5,6 @@
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
 use super::tiff_stream::{ChunkRun, TiffStream};
@@ -81,14 +80,8 @@ pub fn clean_stale(dir: &Path, only_for: Option<&str>) -> Result<Vec<PathBuf>> {
             let free = if t.is_file() {
                 // never opened through a link or blocking on a FIFO; a regular file only
                 // when no live run holds its lock, and a journal only with its magic line
-                match std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-                    .open(&path)
-                {
-                    Ok(f) => (mark != "journal" || starts_with_journal_magic(&f)) && lock(&f),
-                    Err(_) => false,
-                }
+                own_files::open_own_read(&path)
+                    .is_ok_and(|f| (mark != "journal" || starts_with_journal_magic(&f)) && lock(&f))
             } else if t.is_dir() {
                 // a Zarr output being encoded: its process holds `.lock` inside
                 zarr_being_built(&path) && dir_unlocked(&path)
@@ -131,9 +124,8 @@ pub fn own_temp_name(name: &str) -> Option<(&str, &str)> {
         .strip_prefix('.')?
         .strip_suffix(TEMP_SUFFIX)?
         .rsplit_once('.')?;
-    let random =
-        !mark.is_empty() && mark.len() <= 16 && mark.bytes().all(|b| b.is_ascii_alphanumeric());
-    (!dest.is_empty() && (random || matches!(mark, "state-a" | "state-b"))).then_some((dest, mark))
+    let own_mark = own_files::is_random_part(mark) || matches!(mark, "state-a" | "state-b");
+    (!dest.is_empty() && own_mark).then_some((dest, mark))
 }
 
 /// Whether `f` starts with the journal's magic line.
@@ -147,11 +139,7 @@ fn starts_with_journal_magic(f: &File) -> bool {
 /// Whether the lock file a run holds inside `dir` (`.lock`) is free: missing, or not
 /// locked by a live process. Never follows a link.
 fn dir_unlocked(dir: &Path) -> bool {
-    match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(dir.join(".lock"))
-    {
+    match own_files::open_own_read(&dir.join(".lock")) {
         Ok(f) => lock(&f),
         Err(e) => e.kind() == std::io::ErrorKind::NotFound,
     }
@@ -164,19 +152,15 @@ fn zarr_being_built(dir: &Path) -> bool {
         entries.flatten().all(|e| {
             let n = e.file_name();
             let n = n.to_string_lossy();
-            n == "zarr.json"
-                || n == ".lock"
-                || n == "c"
-                || n.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+            n == "zarr.json" || n == ".lock" || own_files::is_chunk_key(&n)
         })
     })
 }
 
 /// `.tilestream-pipeline-` and the random letters and digits `tempfile` adds.
 fn is_pipeline_dir_name(name: &str) -> bool {
-    name.strip_prefix(PIPELINE_DIR_PREFIX).is_some_and(|r| {
-        !r.is_empty() && r.len() <= 16 && r.bytes().all(|b| b.is_ascii_alphanumeric())
-    })
+    name.strip_prefix(PIPELINE_DIR_PREFIX)
+        .is_some_and(own_files::is_random_part)
 }
 
 /// Whether `dir` holds only what a pipeline run keeps there: its `.lock`, intermediates

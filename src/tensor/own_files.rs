@@ -79,13 +79,32 @@ pub fn open_own(path: &Path, create: bool) -> Result<File> {
 /// `tempfile`.
 #[must_use]
 pub fn temp_name_of(dest_name: &str, candidate: &str) -> bool {
-    let Some(rest) = candidate.strip_prefix(&format!(".{dest_name}.")) else {
-        return false;
-    };
-    let Some(random) = rest.strip_suffix(TEMP_SUFFIX) else {
-        return false;
-    };
-    !random.is_empty() && random.len() <= 16 && random.bytes().all(|b| b.is_ascii_alphanumeric())
+    super::output::own_temp_name(candidate)
+        .is_some_and(|(dest, mark)| dest == dest_name && is_random_part(mark))
+}
+
+/// Whether `s` is the random part `tempfile` gives a temporary name: 1 to 16 letters
+/// and digits.
+pub(crate) fn is_random_part(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 16 && s.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Whether `name` is a chunk key of a Zarr store's top level: `c`, or digits and dots
+/// as the v2 key encoding names chunks.
+pub(crate) fn is_chunk_key(name: &str) -> bool {
+    name == "c" || name.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
+/// Opens one of tilestream's own files for reading only: never through a symbolic link,
+/// never blocking on a FIFO (the caller checks what it is).
+///
+/// # Errors
+/// What `open(2)` says; a symbolic link is `ELOOP`.
+pub(crate) fn open_own_read(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
 }
 
 /// Opens an input for reading, refusing anything that is not a regular file (a FIFO or
@@ -242,10 +261,9 @@ pub fn check_run_paths(writes: &[Written<'_>], reads: &[(&str, &Path)]) -> Resul
 /// Whether `a` and `b` are one place: the same file or directory when both exist
 /// (device and inode, through links), the same name in the same directory otherwise.
 fn same_place(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt as _;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        (Err(_), Err(_)) => place(a).is_some_and(|p| Some(p) == place(b)),
+    match (a.exists(), b.exists()) {
+        (true, true) => super::same_file(a, b),
+        (false, false) => place(a).is_some_and(|p| Some(p) == place(b)),
         _ => false,
     }
 }
@@ -405,9 +423,8 @@ pub fn zarr_array_store(dir: &Path) -> Result<()> {
         let entry = entry.map_err(|e| Error::io("list", dir, e))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let chunk_key = name == "c" || name.bytes().all(|b| b.is_ascii_digit() || b == b'.');
         // `.lock`: what a run killed just after putting its store in place leaves
-        if name != "zarr.json" && name != ".lock" && !chunk_key {
+        if name != "zarr.json" && name != ".lock" && !is_chunk_key(&name) {
             return refuse(format!("holds `{name}`, which is not part of a Zarr array"));
         }
     }
