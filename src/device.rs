@@ -117,7 +117,7 @@ pub enum DeviceError {
     },
     /// NVRTC, the runtime compiler of the kernels, could not be loaded.
     #[error(
-        "NVRTC not found (libnvrtc.so could not be loaded): install the nvidia-cuda-nvrtc package and put its lib directory on LD_LIBRARY_PATH, or use --device cpu"
+        "NVRTC not found (libnvrtc.so is on neither LD_LIBRARY_PATH, $CUDA_HOME/lib64, /usr/local/cuda/lib64 nor TILESTREAM_NVRTC_DIRS): install the CUDA toolkit or the nvidia-cuda-nvrtc wheel and name its lib folder in one of those, or use --device cpu"
     )]
     NoNvrtc,
     /// A kernel did not compile (a bug in tilestream's kernels: please report it).
@@ -172,10 +172,60 @@ pub fn probe(ordinal: usize) -> Result<GpuInfo, DeviceError> {
     imp::probe(ordinal)
 }
 
-/// Whether NVRTC can be loaded (kernels can be compiled here).
+/// The context of CUDA device `ordinal`, created once per process and kept for its life
+/// (the probe and every engine share it).
+///
+/// # Errors
+/// As [`probe`].
+#[cfg(feature = "cuda")]
+pub(crate) fn context(
+    ordinal: usize,
+) -> Result<std::sync::Arc<cudarc::driver::CudaContext>, DeviceError> {
+    imp::context(ordinal)
+}
+
+/// Whether NVRTC can be loaded (kernels can be compiled here). Besides the loader's own
+/// path (`LD_LIBRARY_PATH`, the ld cache), NVRTC is looked for in `$CUDA_HOME/lib64`,
+/// `$CUDA_PATH/lib64`, `/usr/local/cuda/lib64` and the folders of `TILESTREAM_NVRTC_DIRS`
+/// (colon-separated: the `nvidia/cu13/lib` folder of the `nvidia-cuda-nvrtc` wheel, say).
 #[must_use]
 pub fn nvrtc_available() -> bool {
     imp::nvrtc_available()
+}
+
+/// What this process has done with CUDA so far: contexts created and kernel sets
+/// compiled. A device's context is created once per process and kept; a kernel set is
+/// compiled once per (source, architecture): tests check both stay that way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    /// CUDA contexts created (at most one per device).
+    pub contexts: usize,
+    /// NVRTC compilations run (the rest came from the in-process cache).
+    pub compilations: usize,
+}
+
+/// The counters of this process (see [`Counters`]).
+#[must_use]
+pub fn counters() -> Counters {
+    imp::counters()
+}
+
+/// The versions of the CUDA pieces found on this machine, for reports and `devices`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Versions {
+    /// The CUDA version the driver supports (`13.0`), when a driver loads.
+    pub driver: Option<String>,
+    /// NVRTC's version (`13.0`), when NVRTC loads.
+    pub nvrtc: Option<String>,
+    /// Where NVRTC was loaded from, when tilestream looked for it outside the loader's
+    /// path.
+    pub nvrtc_path: Option<String>,
+}
+
+/// The driver's and NVRTC's versions (each `None` when it does not load). Never panics.
+#[must_use]
+pub fn versions() -> Versions {
+    imp::versions()
 }
 
 /// A kernel compiled by NVRTC: the PTX, the cubin when the target was a real
@@ -188,6 +238,50 @@ pub struct Compiled {
     pub cubin: Vec<u8>,
     /// The compiler's log.
     pub log: String,
+}
+
+type CompileKey = (String, String, String, bool);
+
+/// Kernel sets compiled through [`compile_cached`], with how many times each was asked for.
+static COMPILED: std::sync::Mutex<
+    Option<std::collections::HashMap<CompileKey, (std::sync::Arc<Compiled>, usize)>>,
+> = std::sync::Mutex::new(None);
+
+/// [`compile`] through an in-process cache keyed by the name, source, architecture and
+/// flags: a kernel set is compiled once per process, whatever the number of engines. The
+/// cache's lock is held while compiling, so two engines asking for the same set at once
+/// compile it once.
+///
+/// # Errors
+/// As [`compile`] (a failure is not cached).
+pub fn compile_cached(
+    name: &str,
+    src: &str,
+    arch: &str,
+    spills_as_errors: bool,
+) -> Result<std::sync::Arc<Compiled>, DeviceError> {
+    let mut guard = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    let cache = guard.get_or_insert_with(Default::default);
+    let key = (name.to_owned(), src.to_owned(), arch.to_owned(), spills_as_errors);
+    if let Some((c, asked)) = cache.get_mut(&key) {
+        *asked += 1;
+        return Ok(std::sync::Arc::clone(c));
+    }
+    let compiled = std::sync::Arc::new(compile(name, src, arch, spills_as_errors)?);
+    cache.insert(key, (std::sync::Arc::clone(&compiled), 1));
+    Ok(compiled)
+}
+
+/// Every kernel set [`compile_cached`] compiled in this process: its name and how many
+/// times it was asked for (each compiled once, the rest served from the cache).
+#[must_use]
+pub fn compiled_sets() -> Vec<(String, usize)> {
+    let guard = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    guard
+        .iter()
+        .flatten()
+        .map(|((name, ..), (_, asked))| (name.clone(), *asked))
+        .collect()
 }
 
 /// Compiles `src` with NVRTC for `arch` (`sm_90`, `compute_80`), with tilestream's flags:
@@ -226,10 +320,22 @@ pub fn nvrtc_options(arch: &str, spills_as_errors: bool) -> Vec<String> {
 #[cfg(feature = "cuda")]
 mod imp {
     use std::ffi::{CStr, CString};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex, OnceLock};
 
     use cudarc::driver::CudaContext;
 
-    use super::{Compiled, DeviceError, GpuInfo, nvrtc_options, one_line_log};
+    use super::{Compiled, Counters, DeviceError, GpuInfo, Versions, nvrtc_options, one_line_log};
+
+    static CONTEXTS: AtomicUsize = AtomicUsize::new(0);
+    static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
+
+    pub(super) fn counters() -> Counters {
+        Counters {
+            contexts: CONTEXTS.load(Ordering::Relaxed),
+            compilations: COMPILATIONS.load(Ordering::Relaxed),
+        }
+    }
 
     fn driver_present() -> bool {
         // SAFETY: from cudarc 0.19.5 on, this only tries to open the library (dlopen) and
@@ -237,9 +343,100 @@ mod imp {
         unsafe { cudarc::driver::sys::is_culib_present() }
     }
 
+    /// Where NVRTC was loaded from outside the loader's path, once looked for.
+    static NVRTC_FOUND: OnceLock<Option<String>> = OnceLock::new();
+
+    /// The folders NVRTC is looked for in when the loader's path has none.
+    fn nvrtc_dirs() -> Vec<std::path::PathBuf> {
+        let mut dirs = Vec::new();
+        if let Some(v) = std::env::var_os("TILESTREAM_NVRTC_DIRS") {
+            dirs.extend(std::env::split_paths(&v));
+        }
+        for var in ["CUDA_HOME", "CUDA_PATH"] {
+            if let Some(v) = std::env::var_os(var) {
+                dirs.push(std::path::PathBuf::from(v).join("lib64"));
+            }
+        }
+        dirs.push("/usr/local/cuda/lib64".into());
+        dirs
+    }
+
+    /// Loads NVRTC by its full path from one of [`nvrtc_dirs`] when the loader's path has
+    /// none, so that cudarc's own load by name (`libnvrtc.so.13`) finds the library already
+    /// loaded (the dynamic loader matches a loaded library's soname). Its builtins library
+    /// beside it is loaded first, for the same reason.
+    fn find_nvrtc() -> Option<String> {
+        for dir in nvrtc_dirs() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            let mut names: Vec<String> = entries
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect();
+            names.sort();
+            let pick = |prefix: &str| {
+                names
+                    .iter()
+                    .filter(|n| n.starts_with(prefix) && !n.ends_with(".alt.so"))
+                    .min_by_key(|n| n.len())
+                    .cloned()
+            };
+            let (Some(lib), builtins) = (pick("libnvrtc.so."), pick("libnvrtc-builtins.so."))
+            else {
+                continue;
+            };
+            if let Some(b) = builtins {
+                dlopen(&dir.join(b));
+            }
+            if dlopen(&dir.join(&lib)) {
+                return Some(dir.join(lib).display().to_string());
+            }
+        }
+        None
+    }
+
+    /// Loads the library at `path` for the life of the process; whether it loaded.
+    fn dlopen(path: &std::path::Path) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let Ok(c) = CString::new(path.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: `c` is a valid C string; a library that loads is never closed, so
+        // nothing it holds is unmapped under a caller.
+        !unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) }.is_null()
+    }
+
     pub(super) fn nvrtc_available() -> bool {
         // SAFETY: as for the driver: it only tries to open libnvrtc.
-        unsafe { cudarc::nvrtc::sys::is_culib_present() }
+        let on_path = || unsafe { cudarc::nvrtc::sys::is_culib_present() };
+        if on_path() {
+            return true;
+        }
+        NVRTC_FOUND.get_or_init(find_nvrtc).is_some() && on_path()
+    }
+
+    pub(super) fn versions() -> Versions {
+        let mut v = Versions::default();
+        if driver_present() {
+            let mut n = 0i32;
+            // SAFETY: the driver library loaded (checked above); `n` is a valid place.
+            if unsafe { cudarc::driver::sys::cuDriverGetVersion(&raw mut n) }
+                == cudarc::driver::sys::CUresult::CUDA_SUCCESS
+            {
+                v.driver = Some(format!("{}.{}", n / 1000, n % 1000 / 10));
+            }
+        }
+        if nvrtc_available() {
+            let (mut major, mut minor) = (0i32, 0i32);
+            // SAFETY: NVRTC loaded (checked above); both are valid places.
+            if unsafe { cudarc::nvrtc::sys::nvrtcVersion(&raw mut major, &raw mut minor) }
+                == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS
+            {
+                v.nvrtc = Some(format!("{major}.{minor}"));
+            }
+            v.nvrtc_path = NVRTC_FOUND.get().cloned().flatten();
+        }
+        v
     }
 
     fn driver_err(action: &'static str) -> impl Fn(cudarc::driver::DriverError) -> DeviceError {
@@ -249,7 +446,11 @@ mod imp {
         }
     }
 
-    pub(super) fn probe(ordinal: usize) -> Result<GpuInfo, DeviceError> {
+    /// The context of device `ordinal`, created once per process and kept: creating a
+    /// primary context costs a few hundred milliseconds, and dropping the last handle to
+    /// it destroys it (with every module loaded in it).
+    pub(crate) fn context(ordinal: usize) -> Result<Arc<CudaContext>, DeviceError> {
+        static CTX: OnceLock<Mutex<Vec<Option<Arc<CudaContext>>>>> = OnceLock::new();
         if !driver_present() {
             return Err(DeviceError::NoDriver);
         }
@@ -261,7 +462,24 @@ mod imp {
                 count,
             });
         }
+        let mut all = CTX
+            .get_or_init(Mutex::default)
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if all.len() <= ordinal {
+            all.resize(ordinal + 1, None);
+        }
+        if let Some(c) = &all[ordinal] {
+            return Ok(Arc::clone(c));
+        }
         let ctx = CudaContext::new(ordinal).map_err(driver_err("open the device"))?;
+        CONTEXTS.fetch_add(1, Ordering::Relaxed);
+        all[ordinal] = Some(Arc::clone(&ctx));
+        Ok(ctx)
+    }
+
+    pub(super) fn probe(ordinal: usize) -> Result<GpuInfo, DeviceError> {
+        let ctx = context(ordinal)?;
         let name = ctx.name().map_err(driver_err("read the device's name"))?;
         let (major, minor) = ctx
             .compute_capability()
@@ -295,6 +513,7 @@ mod imp {
         };
         let src = CString::new(src).map_err(|_| fail("the source holds a NUL byte".into()))?;
         let cname = CString::new(format!("{name}.cu")).map_err(|_| fail("bad name".into()))?;
+        COMPILATIONS.fetch_add(1, Ordering::Relaxed);
         let prog = result::create_program(&src, Some(&cname))
             .map_err(|e| fail(format!("cannot create the program: {e:?}")))?;
         let opts = nvrtc_options(arch, spills_as_errors);
@@ -350,10 +569,18 @@ mod imp {
 mod imp {
     //! A build without CUDA: every answer is that CUDA support was not built. Nothing
     //! here can panic.
-    use super::{Compiled, DeviceError, GpuInfo};
+    use super::{Compiled, Counters, DeviceError, GpuInfo, Versions};
 
     pub(super) fn nvrtc_available() -> bool {
         false
+    }
+
+    pub(super) fn counters() -> Counters {
+        Counters::default()
+    }
+
+    pub(super) fn versions() -> Versions {
+        Versions::default()
     }
 
     pub(super) fn probe(_ordinal: usize) -> Result<GpuInfo, DeviceError> {

@@ -356,6 +356,52 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
     })
 }
 
+/// `tilestream devices`: the driver's and NVRTC's versions and every GPU the driver
+/// reports (or why none can be used). Never fails: a machine without CUDA says so.
+fn devices(json: bool) {
+    let v = tilestream::device::versions();
+    let mut gpus = Vec::new();
+    let mut why = None;
+    for n in 0.. {
+        match tilestream::device::probe(n) {
+            Ok(g) => gpus.push(g),
+            Err(tilestream::device::DeviceError::NoDevice { .. }) if n > 0 => break,
+            Err(e) => {
+                why = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    if json {
+        let j = serde_json::json!({
+            "driver": v.driver, "nvrtc": v.nvrtc, "nvrtc_path": v.nvrtc_path,
+            "gpus": gpus, "unavailable": why,
+        });
+        println!("{j}");
+        return;
+    }
+    let or_none = |o: &Option<String>| o.clone().unwrap_or_else(|| "not found".into());
+    println!("CUDA driver: {}", or_none(&v.driver));
+    match &v.nvrtc_path {
+        Some(p) => println!("NVRTC:       {} ({p})", or_none(&v.nvrtc)),
+        None => println!("NVRTC:       {}", or_none(&v.nvrtc)),
+    }
+    for g in &gpus {
+        println!(
+            "cuda:{}      {} (sm_{}{}), {} of {} free",
+            g.ordinal,
+            g.name,
+            g.compute_capability.0,
+            g.compute_capability.1,
+            tilestream::budget::fmt_bytes(g.free_bytes),
+            tilestream::budget::fmt_bytes(g.total_bytes)
+        );
+    }
+    if let Some(w) = why {
+        println!("no GPU: {w}");
+    }
+}
+
 fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
     let t = open(path, raw)?;
     let i = t.info();
@@ -517,6 +563,10 @@ fn main_inner(cli: Cli) -> Result<()> {
     let common = &cli.common;
     match cli.cmd {
         Cmd::Info { input, raw, json } => info(&input, &raw, json),
+        Cmd::Devices { json } => {
+            devices(json);
+            Ok(())
+        }
         Cmd::Clean { dir } => {
             let removed = tilestream::tensor::clean_stale(&dir, None)?;
             for p in &removed {

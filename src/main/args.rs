@@ -482,6 +482,13 @@ pub(crate) enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Show the CUDA driver, NVRTC and GPUs this machine has (what --device can use).
+    #[command(after_help = "Example:\n  tilestream devices --json")]
+    Devices {
+        /// Print as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Run a pipeline file: named inputs, steps, outputs, one memory budget.
     #[command(after_help = "Examples:
   tilestream run examples/pipeline.toml

@@ -461,3 +461,64 @@ fn filters_agree_on_every_device_and_budget() {
         });
     }
 }
+
+/// A process creates one CUDA context per device and compiles each kernel set once,
+/// whatever the number of engines: the same job run by three fresh engines finds its
+/// kernels compiled after the first (the compile cache was asked for them again and
+/// compiled nothing: the device's counters say so). Without a GPU the counters stay at
+/// zero, which is checked too: the CPU path never touches CUDA.
+#[test]
+fn a_context_per_process_and_a_compilation_per_kernel_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.npy");
+    write_npy(&path, DType::F32, &[3001, 7], &data(DType::F32, 3001 * 7, 5));
+    let x = TensorFile::open(&path).unwrap();
+    let gpu = crate::common::backends()
+        .into_iter()
+        .find(|d| *d != DeviceRequest::Cpu);
+    let Some(gpu) = gpu else {
+        let before = tilestream::device::counters();
+        engine(DeviceRequest::Cpu, "1MiB")
+            .affine(&x, &dir.path().join("c.npy"), 0.5, 1.25, Some(DType::F16))
+            .unwrap();
+        assert_eq!(tilestream::device::counters(), before);
+        assert!(tilestream::device::compiled_sets().is_empty());
+        return;
+    };
+    // a fused map whose constants make its kernel set this test's own
+    let expr = "x * 0.123456789 - 98.765";
+    let job = |k: usize| {
+        let out = dir.path().join(format!("g{k}.npy"));
+        let r = engine(gpu, "1MiB")
+            .map(expr, &[("x", &x)], &out, Some(DType::F32))
+            .unwrap();
+        assert!(r.device.starts_with("cuda"), "{r:?}");
+    };
+    let before: Vec<String> = tilestream::device::compiled_sets()
+        .into_iter()
+        .map(|s| s.0)
+        .collect();
+    job(0);
+    // the map kernel this job compiled: new after its first run (other tests running
+    // beside this one compile other sets meanwhile; no other one has this program)
+    let new: Vec<String> = tilestream::device::compiled_sets()
+        .into_iter()
+        .filter(|s| s.0.starts_with("map_") && !before.contains(&s.0))
+        .map(|s| s.0)
+        .collect();
+    assert!(!new.is_empty(), "the first engine compiled nothing");
+    job(1);
+    job(2);
+    let c = tilestream::device::counters();
+    assert_eq!(c.contexts, 1, "{c:?}");
+    // each asked for three times, compiled once (a set is in the cache once)
+    let sets = tilestream::device::compiled_sets();
+    for name in &new {
+        let asked: Vec<usize> = sets.iter().filter(|s| &s.0 == name).map(|s| s.1).collect();
+        assert_eq!(asked, vec![3], "{name}: {sets:?}");
+    }
+    assert_eq!(
+        read_npy_data(&dir.path().join("g0.npy")),
+        read_npy_data(&dir.path().join("g2.npy"))
+    );
+}

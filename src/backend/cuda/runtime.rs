@@ -68,7 +68,7 @@ impl CudaDevice {
     /// free.
     pub fn open(ordinal: usize, memory: Option<u64>) -> Result<Self> {
         let info = device::probe(ordinal)?;
-        let ctx = CudaContext::new(ordinal).map_err(driver("open the device"))?;
+        let ctx = device::context(ordinal)?;
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(driver("count the multiprocessors"))?;
@@ -298,15 +298,36 @@ impl CudaDevice {
         src: &str,
         names: &[&str],
     ) -> Result<Vec<CudaFunction>> {
-        let compiled = device::compile(what, src, &self.info.arch(), false)?;
-        let module = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin))
-            .map_err(driver("load the kernels"))?;
+        let module = self.module(what, src)?;
         names
             .iter()
             .map(|n| module.load_function(n).map_err(driver("find the kernel")))
             .collect()
+    }
+
+    /// The module of `src` compiled for this device, compiled and loaded once per process
+    /// (the context lives as long, so its modules stay valid).
+    fn module(&self, what: &str, src: &str) -> Result<Arc<cudarc::driver::CudaModule>> {
+        use std::collections::HashMap;
+        use std::sync::{Mutex, OnceLock};
+        type Key = (usize, String, String);
+        static MODULES: OnceLock<Mutex<HashMap<Key, Arc<cudarc::driver::CudaModule>>>> =
+            OnceLock::new();
+        let key = (self.info.ordinal, what.to_owned(), src.to_owned());
+        let modules = MODULES.get_or_init(Mutex::default);
+        if let Some(m) = modules.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+            return Ok(Arc::clone(m));
+        }
+        let compiled = device::compile_cached(what, src, &self.info.arch(), false)?;
+        let module = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(compiled.cubin.clone()))
+            .map_err(driver("load the kernels"))?;
+        modules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, Arc::clone(&module));
+        Ok(module)
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -131,7 +131,8 @@ impl Lcg {
 
 /// The backends this machine can run, for tests written once per backend: the CPU
 /// always, and `cuda:0` when a GPU can be opened (probed once per test binary, which
-/// says on one line which backends run).
+/// says on one line which backends run). With `TILESTREAM_REQUIRE_GPU=1` a machine
+/// where no GPU can be opened fails the test instead of running the CPU alone.
 pub fn backends() -> Vec<tilestream::device::DeviceRequest> {
     use tilestream::device::DeviceRequest;
     static BACKENDS: std::sync::OnceLock<Vec<DeviceRequest>> = std::sync::OnceLock::new();
@@ -140,6 +141,9 @@ pub fn backends() -> Vec<tilestream::device::DeviceRequest> {
             Ok(gpu) => {
                 eprintln!("backends: cpu and cuda:0 ({})", gpu.name);
                 vec![DeviceRequest::Cpu, DeviceRequest::Cuda(Some(0))]
+            }
+            Err(e) if std::env::var_os("TILESTREAM_REQUIRE_GPU").is_some_and(|v| v == "1") => {
+                panic!("TILESTREAM_REQUIRE_GPU=1 but no GPU can be used: {e}")
             }
             Err(e) => {
                 eprintln!("backends: cpu alone (no GPU: {e})");
