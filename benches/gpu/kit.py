@@ -206,8 +206,10 @@ def npy_data(path):
         return f.read()
 
 
-def same_npy(a, b):
-    """Equal values (NaN equal to NaN), checked in 64 MiB pieces; or why not."""
+def same_npy(a, b, rel=0.0):
+    """Equal values (NaN equal to NaN), checked in 64 MiB pieces; or why not. With `rel`,
+    values may differ by up to `rel` times the reference's largest magnitude (matmul: the
+    CPU's blocked sgemm and the GPU's in-order sums round differently, docs/gpu.md)."""
     import numpy as np
 
     try:
@@ -220,13 +222,19 @@ def same_npy(a, b):
         return f"{x.shape} {x.dtype} vs {y.shape} {y.dtype}"
     xf, yf = x.reshape(-1), y.reshape(-1)
     step = max(1, (64 << 20) // max(1, x.dtype.itemsize))
-    bad, worst = 0, 0.0
+    bad, worst, top = 0, 0.0, 0.0
+    for i in range(0, xf.size, step):
+        if rel and x.dtype.kind == "f":
+            top = max(top, float(np.nanmax(np.abs(np.asarray(xf[i : i + step], dtype=np.float64)), initial=0.0)))
     for i in range(0, xf.size, step):
         p, q = np.asarray(xf[i : i + step]), np.asarray(yf[i : i + step])
         if p.tobytes() == q.tobytes():
             continue
         if p.dtype.kind == "f":
             ne = ~((p == q) | (np.isnan(p) & np.isnan(q)))
+            if rel:
+                close = np.abs(p.astype(np.float64) - q.astype(np.float64)) <= rel * top
+                ne &= ~close
             if ne.any():
                 bad += int(ne.sum())
                 d = np.abs(p[ne].astype(np.float64) - q[ne].astype(np.float64))
@@ -300,7 +308,7 @@ def smoke(a, o, bin_, env):
                 break
             times.setdefault(device, wall)
             if out != ref:
-                why = same_npy(ref, out)
+                why = same_npy(ref, out, rel=1e-5 if name == "matmul" and device != "cpu" else 0.0)
                 if why:
                     verdict = f"{device} at {budget}: {why}"
                     break
@@ -529,7 +537,7 @@ def bench(a, o, bin_, env):
                 rss.append(peak)
                 devmem.append(g.used_mib())
                 if out != ref and r == 0:
-                    why = same_npy(ref, out)
+                    why = same_npy(ref, out, rel=1e-5 if task == "projection" or name != "tilestream" else 0.0)
                     check = check or ("equal to the CPU's" if why is None else ("differs: " + why))
             if not walls:
                 o.fail(f"{task:<11} {name:<16} {check}")
@@ -558,7 +566,7 @@ def bench(a, o, bin_, env):
                     continue
                 rep = json.loads(stdout)
                 lim = parse_size(budget) / 2**20 + 48
-                why = same_npy(w / f"{task}-ref.npy", out)
+                why = same_npy(w / f"{task}-ref.npy", out, rel=1e-5 if task == "projection" else 0.0)
                 line = f"{task:<11} {budget:>7} {wall:8.3f}s rss {peak:7.0f} MiB (limit {lim:.0f}) dev {g.used_mib()} MiB  {rep['device']}  {'equal' if why is None else why}"
                 (o.say if why is None and peak <= lim else o.fail)(line)
                 out.unlink(missing_ok=True)
@@ -599,7 +607,7 @@ def main():
     env = nvrtc_env()
     try:
         {"smoke": smoke, "suite": suite, "bench": bench}[a.mode](a, o, bin_, env)
-    except Exception as e:  # a bug of the kit itself still leaves its summary
+    except BaseException as e:  # a bug of the kit, or its time limit (SIGINT), still leaves its summary
         import traceback
 
         (o.dir / "traceback.txt").write_text(traceback.format_exc())

@@ -276,9 +276,6 @@ pub struct Hooks<'a> {
     pub journal: Option<&'a Journal>,
 }
 
-/// Bytes added to an input staging slot for aligning each of a tile's windows in it.
-const STAGING_SLACK: u64 = 4096;
-
 /// Runs `kernel` over every tile of `layout`, with reading, computing and writing
 /// overlapped: the general form of [`run`]. A tile's inputs are the bytes of each
 /// [`Read`] of the tile, in the order [`Layout::reads`] gave them; its output slot is
@@ -354,7 +351,10 @@ where
     for _ in 0..slots {
         if has_inputs {
             let token = if staged {
-                let len = layout.window_bytes() + STAGING_SLACK;
+                // the window's bytes as planned: their slack (two pages per input for a
+                // mapped window's alignment) holds the 64-byte alignment of each input in
+                // the slot, so the slot costs what the planner counted
+                let len = layout.window_bytes();
                 let r = budget.reserve("input staging slot", len)?;
                 InputToken::Staged(kernel.alloc_slot(len as usize, r)?)
             } else {

@@ -599,3 +599,51 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
         _ => false,
     }
 }
+
+/// Positioned reads and writes of at least this many bytes are split across threads.
+const PAR_IO_MIN: usize = 8 << 20;
+
+/// Calls `f(offset, piece)` on pieces of `buf` (whole `unit`s, at least 2 MiB each) on
+/// rayon's threads when `buf` is at least [`PAR_IO_MIN`] bytes, else once on the whole:
+/// a positioned read or write of a large tile runs at what all cores draw from the page
+/// cache, not one core's share. The first error is returned.
+pub(crate) fn par_pieces_of(
+    buf: &mut [u8],
+    unit: usize,
+    f: impl Fn(usize, &mut [u8]) -> crate::error::Result<()> + Sync,
+) -> crate::error::Result<()> {
+    use rayon::prelude::*;
+    let unit = unit.max(1);
+    let threads = rayon::current_num_threads().max(1);
+    if buf.len() < PAR_IO_MIN || threads == 1 || buf.len() / unit < 2 {
+        return f(0, buf);
+    }
+    let piece = (buf.len().div_ceil(threads).max(2 << 20)).div_ceil(unit) * unit;
+    buf.par_chunks_mut(piece)
+        .enumerate()
+        .try_for_each(|(k, p)| f(k * piece, p))
+}
+
+/// [`par_pieces_of`] on a byte range with no unit.
+pub(crate) fn par_pieces(
+    buf: &mut [u8],
+    f: impl Fn(usize, &mut [u8]) -> crate::error::Result<()> + Sync,
+) -> crate::error::Result<()> {
+    par_pieces_of(buf, 1, f)
+}
+
+/// [`par_pieces`] for a buffer that is only read (a positioned write's source).
+pub(crate) fn par_pieces_ref(
+    buf: &[u8],
+    f: impl Fn(usize, &[u8]) -> crate::error::Result<()> + Sync,
+) -> crate::error::Result<()> {
+    use rayon::prelude::*;
+    let threads = rayon::current_num_threads().max(1);
+    if buf.len() < PAR_IO_MIN || threads == 1 {
+        return f(0, buf);
+    }
+    let piece = buf.len().div_ceil(threads).max(2 << 20);
+    buf.par_chunks(piece)
+        .enumerate()
+        .try_for_each(|(k, p)| f(k * piece, p))
+}

@@ -746,8 +746,10 @@ impl OutputFile {
         };
         let bytes = &bytes[from..to];
         let file = self.handle();
-        file.write_all_at(bytes, off)
-            .map_err(|e| Error::io("write", &self.dest, e))?;
+        super::par_pieces_ref(bytes, |at, piece| {
+            file.write_all_at(piece, off + at as u64)
+                .map_err(|e| Error::io("write", &self.dest, e))
+        })?;
         if self.durable {
             // Start writing this range back now, asynchronously, so the disk works while
             // later tiles compute and the flush in `finish` has little left to wait for.
