@@ -24,6 +24,11 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::journal::{JobKey, Journal};
 use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
+
+/// The cap on one tile's staging bytes on a GPU: each tile costs its launches, copies
+/// and synchronisations (tens of microseconds), so tiles four times the CPU's keep that
+/// under a percent of a tile's copy time at PCIe rates.
+pub const DEVICE_MAX_TILE_BYTES: u64 = 64 << 20;
 use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
@@ -81,6 +86,8 @@ pub struct Engine {
     backend: Arc<dyn Backend>,
     depth: usize,
     max_tile_bytes: u64,
+    /// Whether the caller set `max_tile_bytes` (else a GPU run takes larger tiles).
+    max_tile_set: bool,
     progress: Option<ProgressCallback>,
     durable: bool,
     cancel: Arc<AtomicBool>,
@@ -125,6 +132,7 @@ impl Engine {
             backend: Arc::new(CpuBackend::new(None)?),
             depth: DEFAULT_DEPTH,
             max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
+            max_tile_set: false,
             progress: None,
             durable: true,
             cancel: Arc::new(AtomicBool::new(false)),
@@ -155,6 +163,9 @@ impl Engine {
     pub fn with_device(mut self, device: DeviceRequest) -> Result<Self> {
         if let DeviceRequest::Cuda(n) = device {
             self.cuda = Some(Arc::new(CudaDevice::open(n.unwrap_or(0), self.gpu_memory)?));
+            if !self.max_tile_set {
+                self.max_tile_bytes = DEVICE_MAX_TILE_BYTES;
+            }
         }
         self.device = device;
         Ok(self)
@@ -255,10 +266,13 @@ impl Engine {
         self
     }
 
-    /// Caps one tile's staging bytes (default 16 MiB).
+    /// Caps one tile's staging bytes (default 16 MiB on the CPU, where a tile's windows
+    /// stay in the caches; 64 MiB on a GPU, where each tile costs a few launches and
+    /// synchronisations).
     #[must_use]
     pub fn with_max_tile_bytes(mut self, bytes: u64) -> Self {
         self.max_tile_bytes = bytes.max(1);
+        self.max_tile_set = true;
         self
     }
 
@@ -304,6 +318,7 @@ impl Engine {
             window_slack: window_slack(),
             min_tile: crate::plan::MIN_TILE_ELEMS,
             device: None,
+            chunked_inputs: inputs.iter().any(|f| f.chunked().is_some()),
             bands_inner,
         }
     }
@@ -320,6 +335,17 @@ impl Engine {
         resident: u64,
     ) {
         if let Some(dev) = &self.cuda {
+            if req.chunked_inputs && req.inputs > 0 {
+                // the read stage's decoded window, copied into a page-locked slot: one
+                // tile's inputs, held once (see scheduler::run_layout)
+                req.scratch_per_elem += req.in_bytes_per_elem;
+                req.resident_bytes += req.inputs as u64 * req.window_slack;
+                req.resident_what.push_str(if req.resident_what.is_empty() {
+                    "page slack of the decoded window"
+                } else {
+                    ", page slack of the decoded window"
+                });
+            }
             req.device = Some(crate::plan::DeviceFit {
                 budget: dev.budget().limit(),
                 resident_bytes: resident,

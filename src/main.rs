@@ -64,7 +64,11 @@ fn engine(c: &Common) -> Result<Engine> {
         compression: c.zarr_compress.parse()?,
         ..ZarrWriteOptions::default()
     };
-    let e = Engine::new(budget)?
+    let mut e = Engine::new(budget)?;
+    if let Some(t) = c.max_tile.as_deref() {
+        e = e.with_max_tile_bytes(tilestream::parse_size(t)?);
+    }
+    let e = e
         .with_depth(c.depth)
         .with_durable(!c.no_sync)
         .with_tiff_output(tiff)

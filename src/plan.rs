@@ -65,6 +65,10 @@ pub struct PlanRequest {
     /// When a device computes: what its memory must hold, a second budget the tiles are
     /// sized for.
     pub device: Option<DeviceFit>,
+    /// Whether an input is decoded chunk by chunk (GeoTIFF, Zarr): a kernel that stages
+    /// its inputs (a device's) then holds one decoded window besides its slots, which
+    /// the engine counts when it places the run on the device.
+    pub chunked_inputs: bool,
     /// `Some(t)` for an output whose chunks hold every band (axis 0) of a region `t`
     /// rows high (a pixel-interleaved GeoTIFF's tiles): tiles never span two bands,
     /// tiles cut along rows have a height dividing `t` (so that none straddles two rows
@@ -422,6 +426,7 @@ mod tests {
             window_slack: 8192,
             min_tile: MIN_TILE_ELEMS,
             device: None,
+            chunked_inputs: false,
             bands_inner: None,
         }
     }
@@ -630,6 +635,7 @@ mod properties {
             window_slack: 8192,
             min_tile: MIN_TILE_ELEMS,
             device: None,
+            chunked_inputs: false,
             bands_inner: None,
         }
     }

@@ -98,7 +98,10 @@ class Cupy:
 
         self.cp = cupy
         self.ndi = ndi
-        self.stream = cupy.cuda.Stream(non_blocking=True)
+        # the current (legacy default) stream: copies and kernels in issue order; a
+        # non-blocking stream would let a kernel on the default stream read its block
+        # before the copy on the other stream landed
+        self.stream = cupy.cuda.get_current_stream()
         cupy.zeros(1).sum().item()
 
     def pinned(self, shape, dtype):

@@ -498,12 +498,12 @@ def bench(a, o, bin_, env):
         cr = {}
         o.say(f"limit copies: not measured ({type(e).__name__})")
     dev = a.device
-    engines = [("tilestream", "cpu"), ("tilestream", dev)]
+    engines = [("tilestream", "cpu")] + ([("tilestream", dev)] if a.only != "baselines" else [])
     have = {}
     for fw in ("torch", "cupy"):
         rc, *_ = run([sys.executable, "-c", f"import {fw}; assert {'torch.cuda.is_available()' if fw == 'torch' else 'cupy.cuda.runtime.getDeviceCount()'}"], env, 120)
         have[fw] = rc == 0
-    if dev != "cpu":
+    if dev != "cpu" and a.only != "tilestream":
         engines += [(f"{fw} chunked", fw) for fw in ("torch", "cupy") if have[fw]]
         engines += [("cupy whole", "cupy")] if have["cupy"] else []
     o.say(f"{'task':<11} {'engine':<16} {'median_s':>9} {'GB/s':>7} {'rss_MiB':>8} {'dev_MiB':>8}  runs  check")
@@ -514,7 +514,8 @@ def bench(a, o, bin_, env):
         ref = w / f"{task}-ref.npy"
         for name, device in engines:
             walls, rss, devmem, check = [], [], [], ""
-            for r in range(reps if name != "cupy whole" else 2):
+            n_runs = 1 if (a.only == "baselines" and name == "tilestream") else reps
+            for r in range(n_runs):
                 out = ref if (name, device, r) == ("tilestream", "cpu", 0) else w / f"{task}-out.npy"
                 if name == "tilestream":
                     args = [bin_] + [s.replace("{out}", str(out)) for s in argv] + [
@@ -593,6 +594,9 @@ def main():
     ap.add_argument("--memory", default="512MiB", help="bench's --memory")
     ap.add_argument("--budgets", default="", help="bench: also run each task at these budgets (64MiB,8GiB)")
     ap.add_argument("--threads", type=int, help="suite: test threads")
+    ap.add_argument("--only", choices=["all", "tilestream", "baselines"], default="all",
+                    help="bench: tilestream alone (CPU and device), or the CuPy/PyTorch baselines "
+                    "(with one CPU run as the reference): two calls that each fit in a few minutes")
     ap.add_argument("--sanitizers", default="memcheck,racecheck", help="smoke: compute-sanitizer tools")
     ap.add_argument("--timeout", type=int, default=480, help="suite: seconds before the tests are killed")
     a = ap.parse_args()

@@ -601,9 +601,9 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// Positioned reads and writes of at least this many bytes are split across threads.
-const PAR_IO_MIN: usize = 8 << 20;
+const PAR_IO_MIN: usize = 2 << 20;
 
-/// Calls `f(offset, piece)` on pieces of `buf` (whole `unit`s, at least 2 MiB each) on
+/// Calls `f(offset, piece)` on pieces of `buf` (whole `unit`s, at least 1 MiB each) on
 /// rayon's threads when `buf` is at least [`PAR_IO_MIN`] bytes, else once on the whole:
 /// a positioned read or write of a large tile runs at what all cores draw from the page
 /// cache, not one core's share. The first error is returned.
@@ -618,7 +618,7 @@ pub(crate) fn par_pieces_of(
     if buf.len() < PAR_IO_MIN || threads == 1 || buf.len() / unit < 2 {
         return f(0, buf);
     }
-    let piece = (buf.len().div_ceil(threads).max(2 << 20)).div_ceil(unit) * unit;
+    let piece = (buf.len().div_ceil(threads).max(1 << 20)).div_ceil(unit) * unit;
     buf.par_chunks_mut(piece)
         .enumerate()
         .try_for_each(|(k, p)| f(k * piece, p))
@@ -642,7 +642,7 @@ pub(crate) fn par_pieces_ref(
     if buf.len() < PAR_IO_MIN || threads == 1 {
         return f(0, buf);
     }
-    let piece = buf.len().div_ceil(threads).max(2 << 20);
+    let piece = buf.len().div_ceil(threads).max(1 << 20);
     buf.par_chunks(piece)
         .enumerate()
         .try_for_each(|(k, p)| f(k * piece, p))

@@ -128,6 +128,7 @@ fn every_operator_and_function_matches_the_oracle(device) {
             |x, _| if x.is_nan() { -1.0 } else { x } + f64::NAN * 0.0,
         ),
     ];
+    let libm = ["exp(", "log(", "log1p(", "sin(", "cos(", "tanh(", "**"];
     let dir = tempfile::tempdir().unwrap();
     let (xf, yf, x, y) = inputs(dir.path());
     let named = [("x", &xf), ("y", &yf)];
@@ -143,9 +144,18 @@ fn every_operator_and_function_matches_the_oracle(device) {
             let got: Vec<f64> = bytemuck::pod_collect_to_vec(&read_npy_data(&out));
             for i in 0..N {
                 let want = f(x[i], y[i]);
+                // the math library's functions may differ in the last bit between the
+                // CPU's libm and CUDA's (docs/gpu.md): a sum of such terms that nearly
+                // cancel differs by more than its own magnitude allows, so its error is
+                // measured against its operands' magnitude there
+                let scale = if libm.iter().any(|f| src.contains(f)) {
+                    want.abs().max(x[i].abs()).max(y[i].abs())
+                } else {
+                    want.abs()
+                };
                 let ok = (got[i].is_nan() && want.is_nan())
                     || got[i] == want
-                    || (got[i] - want).abs() <= 1e-12 * want.abs();
+                    || (got[i] - want).abs() <= 1e-12 * scale;
                 assert!(
                     ok,
                     "{src} at {i} (x={}, y={}): got {}, want {want}",
