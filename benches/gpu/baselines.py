@@ -33,6 +33,10 @@ class Torch:
         import torch
 
         self.t = torch
+        # float32 convolutions and products in float32, not TF32 (cuDNN's default for
+        # convolutions is TF32, about 1e-3 relative error): the job tilestream does
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
         self.dev = torch.device("cuda")
         torch.empty(1, device=self.dev).sum().item()  # context up
 

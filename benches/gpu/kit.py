@@ -402,6 +402,64 @@ def copy_rates():
     }
 
 
+def write_rates(w, total=4 << 30):
+    """GB/s of writing a new file of `total` bytes in `w`: one thread's positioned writes,
+    16 threads' positioned writes (one file: the kernel serializes buffered writes on the
+    file's lock), and 16 threads copying into a shared mapping of it."""
+    import mmap
+
+    import numpy as np
+
+    piece = 64 << 20
+    src = np.random.default_rng(1).integers(0, 255, piece, dtype=np.uint8)
+    path = w / "write-limit.bin"
+    out = {}
+    threads = os.cpu_count() or 1
+
+    def fresh():
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.ftruncate(fd, total)
+        return fd
+
+    for name, nthreads in (("pwrite, 1 thread", 1), (f"pwrite, {threads} threads", threads)):
+        fd = fresh()
+        offs = list(range(0, total, piece))
+        t0 = time.perf_counter()
+
+        def worker(k):
+            for off in offs[k::nthreads]:
+                os.pwrite(fd, memoryview(src), off)
+
+        ts = [threading.Thread(target=worker, args=(k,)) for k in range(nthreads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        out[name] = total / (time.perf_counter() - t0) / 1e9
+        os.close(fd)
+    fd = fresh()
+    m = mmap.mmap(fd, total, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+    dst = np.frombuffer(m, dtype=np.uint8)
+    t0 = time.perf_counter()
+
+    def copier(k):
+        for off in range(k * piece, total, threads * piece):
+            np.copyto(dst[off : off + piece], src)
+
+    ts = [threading.Thread(target=copier, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    out[f"shared mapping, {threads} threads"] = total / (time.perf_counter() - t0) / 1e9
+    del dst
+    m.close()
+    os.close(fd)
+    path.unlink()
+    return out
+
+
 def limits(a, o, bin_, env, w):
     f = w / "limit.npy"
     size = "16384x16384" if not a.small else "2048x2048"
@@ -497,6 +555,8 @@ def bench(a, o, bin_, env):
     except Exception as e:
         cr = {}
         o.say(f"limit copies: not measured ({type(e).__name__})")
+    for k, v in write_rates(w, (4 << 30) if not a.small else (64 << 20)).items():
+        o.say(f"limit write of a new file in {w.parent}, {k}: {v:.2f} GB/s")
     dev = a.device
     engines = [("tilestream", "cpu")] + ([("tilestream", dev)] if a.only != "baselines" else [])
     have = {}
@@ -509,7 +569,8 @@ def bench(a, o, bin_, env):
     o.say(f"{'task':<11} {'engine':<16} {'median_s':>9} {'GB/s':>7} {'rss_MiB':>8} {'dev_MiB':>8}  runs  check")
     reps = 3
     results = {}
-    for task, (argv, ins) in spec["tasks"].items():
+    tasks = {k: v for k, v in spec["tasks"].items() if not a.tasks or k in a.tasks.split(",")}
+    for task, (argv, ins) in tasks.items():
         in_bytes = sum(os.path.getsize(p) for p in ins)
         ref = w / f"{task}-ref.npy"
         for name, device in engines:
@@ -555,7 +616,7 @@ def bench(a, o, bin_, env):
     # the budgets: peak RSS within --memory + 48 MiB and the same output at each
     if a.budgets:
         o.say(f"budgets on {dev}: peak RSS <= budget + 48 MiB, output equal to the CPU's")
-        for task, (argv, ins) in spec["tasks"].items():
+        for task, (argv, ins) in tasks.items():
             for budget in a.budgets.split(","):
                 out = w / f"{task}-b.npy"
                 args = [bin_] + [s.replace("{out}", str(out)) for s in argv] + [
@@ -594,6 +655,7 @@ def main():
     ap.add_argument("--memory", default="512MiB", help="bench's --memory")
     ap.add_argument("--budgets", default="", help="bench: also run each task at these budgets (64MiB,8GiB)")
     ap.add_argument("--threads", type=int, help="suite: test threads")
+    ap.add_argument("--tasks", default="", help="bench: these tasks only (colmean,colstd,affine16,projection,gaussian,ndvi)")
     ap.add_argument("--only", choices=["all", "tilestream", "baselines"], default="all",
                     help="bench: tilestream alone (CPU and device), or the CuPy/PyTorch baselines "
                     "(with one CPU run as the reference): two calls that each fit in a few minutes")
