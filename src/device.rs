@@ -262,7 +262,12 @@ pub fn compile_cached(
 ) -> Result<std::sync::Arc<Compiled>, DeviceError> {
     let mut guard = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
     let cache = guard.get_or_insert_with(Default::default);
-    let key = (name.to_owned(), src.to_owned(), arch.to_owned(), spills_as_errors);
+    let key = (
+        name.to_owned(),
+        src.to_owned(),
+        arch.to_owned(),
+        spills_as_errors,
+    );
     if let Some((c, asked)) = cache.get_mut(&key) {
         *asked += 1;
         return Ok(std::sync::Arc::clone(c));

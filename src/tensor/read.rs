@@ -218,20 +218,36 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let data = &bytes[head..];
         let t = TensorFile::open(&path).unwrap();
-        for (start, count) in [(0u64, (h * w) as u64), (1, (h * w - 3) as u64), (2003 * 7 + 5, 2_500_000)] {
+        for (start, count) in [
+            (0u64, (h * w) as u64),
+            (1, (h * w - 3) as u64),
+            (2003 * 7 + 5, 2_500_000),
+        ] {
             let mut dst = vec![0u8; count as usize * 4];
-            let n = t.read_into(start, count, Touch::All, &mut dst).unwrap().unwrap();
+            let n = t
+                .read_into(start, count, Touch::All, &mut dst)
+                .unwrap()
+                .unwrap();
             assert_eq!(n, dst.len());
-            assert!(dst == data[start as usize * 4..(start + count) as usize * 4], "{start} {count}");
+            assert!(
+                dst == data[start as usize * 4..(start + count) as usize * 4],
+                "{start} {count}"
+            );
         }
         let runs = [(1995u64, 8u64), (0, 1500), (1600, 300)];
         for nruns in 1..=3 {
-            let touch = Touch::Rows { row: w as u64, runs, nruns };
+            let touch = Touch::Rows {
+                row: w as u64,
+                runs,
+                nruns,
+            };
             let rows = 1400u64;
             let width: u64 = runs[..nruns].iter().map(|r| r.1).sum();
             let mut dst = vec![0u8; (rows * width * 4) as usize];
             let start = 2 * w as u64;
-            t.read_into(start, rows * w as u64, touch, &mut dst).unwrap().unwrap();
+            t.read_into(start, rows * w as u64, touch, &mut dst)
+                .unwrap()
+                .unwrap();
             let mut want = Vec::new();
             for r in 0..rows {
                 for &(c0, n) in &runs[..nruns] {

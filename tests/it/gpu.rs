@@ -471,7 +471,12 @@ fn filters_agree_on_every_device_and_budget() {
 fn a_context_per_process_and_a_compilation_per_kernel_set() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.npy");
-    write_npy(&path, DType::F32, &[3001, 7], &data(DType::F32, 3001 * 7, 5));
+    write_npy(
+        &path,
+        DType::F32,
+        &[3001, 7],
+        &data(DType::F32, 3001 * 7, 5),
+    );
     let x = TensorFile::open(&path).unwrap();
     let gpu = crate::common::backends()
         .into_iter()

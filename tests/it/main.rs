@@ -19,6 +19,7 @@ mod examples;
 mod fuzz_corpus;
 mod geotiff;
 mod gpu;
+mod gpu_kit;
 mod hostile_outputs;
 mod layering;
 mod map_oracle;

@@ -148,9 +148,13 @@ impl CudaDevice {
                     .map_err(driver("allocate device memory"))
             };
             let (input, part, done) = (alloc(in_bytes)?, alloc(part_bytes)?, alloc(done_bytes)?);
+            // Page-locked, NOT write-combined: the device writes the finished totals and
+            // the host reads them (`finish_outers`); the host's reads of write-combined
+            // memory are uncached, a fraction of a GB/s.
             // SAFETY: u8 is valid for any bits; the device writes it before it is read.
-            let mut host_done = unsafe { self.ctx.alloc_pinned::<u8>(done_bytes.max(1)) }
-                .map_err(driver("allocate page-locked memory"))?;
+            let mut host_done =
+                unsafe { self.ctx.alloc_pinned_with_flags::<u8>(done_bytes.max(1), 0) }
+                    .map_err(driver("allocate page-locked memory"))?;
             let host_ptr = host_done
                 .as_mut_ptr()
                 .map_err(driver("allocate page-locked memory"))?

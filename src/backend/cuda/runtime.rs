@@ -103,8 +103,10 @@ impl CudaDevice {
         &self.budget
     }
 
-    /// Page-locked host memory for a staging slot, not write-combined (the host reads
-    /// what the device writes back), paid for by `reservation` from the host budget.
+    /// Page-locked host memory for a staging slot, not write-combined: an input slot is
+    /// written by the read stage and read by the device, an output slot written by the
+    /// device and read by the write stage: the host reads every output slot (and one
+    /// allocator serves both). Paid for by `reservation` from the host budget.
     ///
     /// # Errors
     /// If the driver cannot page-lock that much memory.

@@ -123,6 +123,9 @@ impl CudaDevice {
                 _reservation: r,
             });
         }
+        // Page-locked and write-combined (cudarc's `alloc_pinned`): the host only writes
+        // it (the gather writes each element once, row by row, never reading it back) and
+        // the device only reads it, the case write-combining is for.
         // SAFETY: u8 is valid for any bits; the host writes each box before it is copied.
         let host_buf = unsafe { self.ctx.alloc_pinned::<u8>((padded * f).max(1)) }
             .map_err(driver("allocate page-locked memory"))?;

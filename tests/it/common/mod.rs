@@ -200,3 +200,18 @@ pub fn bounded(mut cmd: Command) -> Output {
     }
     child.wait_with_output().unwrap()
 }
+
+/// The Python of `TILESTREAM_PYTHON` (set by `bash scripts/test`), which must have
+/// `needs`; `None` (the test says it skipped) only outside CI and `scripts/test`, which
+/// fail instead.
+pub fn python(needs: &str) -> Option<std::ffi::OsString> {
+    let p = std::env::var_os("TILESTREAM_PYTHON");
+    if p.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none() && std::env::var_os("TILESTREAM_TEST_ALL").is_none(),
+            "CI and scripts/test must set TILESTREAM_PYTHON to a Python with {needs}"
+        );
+        eprintln!("SKIPPED: TILESTREAM_PYTHON is not set (a Python with {needs})");
+    }
+    p
+}
