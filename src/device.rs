@@ -241,11 +241,11 @@ pub struct Compiled {
 }
 
 type CompileKey = (String, String, String, bool);
+/// A compiled set and how many times it was asked for.
+type CompileCache = std::collections::HashMap<CompileKey, (std::sync::Arc<Compiled>, usize)>;
 
 /// Kernel sets compiled through [`compile_cached`], with how many times each was asked for.
-static COMPILED: std::sync::Mutex<
-    Option<std::collections::HashMap<CompileKey, (std::sync::Arc<Compiled>, usize)>>,
-> = std::sync::Mutex::new(None);
+static COMPILED: std::sync::Mutex<Option<CompileCache>> = std::sync::Mutex::new(None);
 
 /// [`compile`] through an in-process cache keyed by the name, source, architecture and
 /// flags: a kernel set is compiled once per process, whatever the number of engines. The
@@ -260,7 +260,9 @@ pub fn compile_cached(
     arch: &str,
     spills_as_errors: bool,
 ) -> Result<std::sync::Arc<Compiled>, DeviceError> {
-    let mut guard = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    let mut guard = COMPILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let cache = guard.get_or_insert_with(Default::default);
     let key = (
         name.to_owned(),
@@ -281,7 +283,9 @@ pub fn compile_cached(
 /// times it was asked for (each compiled once, the rest served from the cache).
 #[must_use]
 pub fn compiled_sets() -> Vec<(String, usize)> {
-    let guard = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    let guard = COMPILED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     guard
         .iter()
         .flatten()
@@ -470,7 +474,7 @@ mod imp {
         let mut all = CTX
             .get_or_init(Mutex::default)
             .lock()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if all.len() <= ordinal {
             all.resize(ordinal + 1, None);
         }

@@ -154,15 +154,13 @@ impl TensorFile {
         // runs of each row: whole rows per piece, pieces across threads
         let row_bytes = (width * es) as usize;
         super::par_pieces_of(&mut dst[..total], row_bytes, |at, piece| {
-            let mut r = (at / row_bytes) as u64;
-            for dst_row in piece.chunks_mut(row_bytes) {
+            for (r, dst_row) in ((at / row_bytes) as u64..).zip(piece.chunks_mut(row_bytes)) {
                 let mut o = 0usize;
                 for &(c0, n) in runs {
                     let len = (n * es) as usize;
                     read(&mut dst_row[o..o + len], base + (r * row + c0) * es)?;
                     o += len;
                 }
-                r += 1;
             }
             Ok(())
         })

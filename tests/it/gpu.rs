@@ -484,7 +484,7 @@ fn a_context_per_process_and_a_compilation_per_kernel_set() {
     let Some(gpu) = gpu else {
         let before = tilestream::device::counters();
         engine(DeviceRequest::Cpu, "1MiB")
-            .affine(&x, &dir.path().join("c.npy"), 0.5, 1.25, Some(DType::F16))
+            .affine(&x, dir.path().join("c.npy"), 0.5, 1.25, Some(DType::F16))
             .unwrap();
         assert_eq!(tilestream::device::counters(), before);
         assert!(tilestream::device::compiled_sets().is_empty());

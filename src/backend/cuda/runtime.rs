@@ -320,7 +320,11 @@ impl CudaDevice {
         let compiled = device::compile_cached(what, src, &self.info.arch(), false)?;
         let key = (self.info.ordinal, what.to_owned(), src.to_owned());
         let modules = MODULES.get_or_init(Mutex::default);
-        if let Some(m) = modules.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if let Some(m) = modules
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&key)
+        {
             return Ok(Arc::clone(m));
         }
         let module = self
@@ -329,7 +333,7 @@ impl CudaDevice {
             .map_err(driver("load the kernels"))?;
         modules
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(key, Arc::clone(&module));
         Ok(module)
     }
