@@ -154,8 +154,9 @@ impl Engine {
     ///
     /// With `cuda`, affine, cast, standardize, map, matmul, reduce, transpose and the
     /// filters (medians up to 7x7) run their CUDA kernels (tiles staged through page-locked slots, a ring of streams); every other
-    /// operation runs on the CPU and the run report says so. `auto` stays on the CPU until the CUDA
-    /// kernels have passed the GPU suite on real hardware, and says so too.
+    /// operation runs on the CPU and the run report says so. `auto` stays on the CPU: the CUDA
+    /// kernels passed the GPU suite on an H200 but ran slower there than its 16 cores
+    /// (docs/gpu.md), and the run report says so too.
     ///
     /// # Errors
     /// [`Error::Device`] for `cuda` when the binary has no CUDA support, the driver
@@ -199,7 +200,7 @@ impl Engine {
             _ if has_kernel => (
                 "cpu".into(),
                 Some(format!(
-                    "auto: the CUDA kernel for {kind} has not passed the GPU suite on a GPU yet; --device cuda runs it"
+                    "auto: the CUDA kernel for {kind} passed the GPU suite on an H200 but ran slower there than the CPU (docs/gpu.md); --device cuda runs it"
                 )),
             ),
             _ => (

@@ -3,7 +3,8 @@
 //! with odd shapes, every dtype pair and budgets down to tiles of a few hundred
 //! elements; each device's output must equal the CPU's byte for byte (NaNs equal to
 //! NaNs), whatever the budget. Without a GPU only the CPU runs and the test says so on
-//! one line; `benches/gpu/run.sh` runs this suite on a GPU machine.
+//! one line; `benches/gpu/kit.py suite` runs this suite on a GPU machine, where
+//! `TILESTREAM_REQUIRE_GPU=1` makes a missing GPU a failure.
 
 #![allow(clippy::unwrap_used)]
 
