@@ -525,20 +525,49 @@ impl Journal {
         size: u64,
         parts: impl FnOnce() -> Vec<&'p [u8]>,
     ) -> Result<()> {
-        let poisoned = || Error::Internal("journal lock poisoned".into());
-        let due = {
-            let mut last = self.last_checkpoint.lock().map_err(|_| poisoned())?;
-            let due = size <= 64 << 10 || last.is_none_or(|t| t.elapsed().as_secs_f64() >= 1.0);
-            if due {
-                *last = Some(Instant::now());
-            }
-            due
-        };
-        if due {
+        if self.checkpoint_due(size, 0.0)? {
             self.save_state(pass, i, &parts())?;
         }
-        crash_point(|| format!("written:{pass}:{i}"));
+        self.tile_passed(pass, i);
         Ok(())
+    }
+
+    /// Whether a checkpoint of a state of `size` bytes is due now: with `min_secs` 0,
+    /// after every tile for a state of at most 64 KiB and once a second for a larger
+    /// one; otherwise at most once per `min_secs` (a device's state must be brought back
+    /// to be saved, which stops its pipeline: once a second costs little, every tile
+    /// most of the overlap). When it answers yes it counts the checkpoint as taken: the
+    /// caller saves it with [`Journal::save_checkpoint`].
+    ///
+    /// # Errors
+    /// [`Error::Internal`] if the journal's lock was poisoned.
+    pub fn checkpoint_due(&self, size: u64, min_secs: f64) -> Result<bool> {
+        let mut last = self
+            .last_checkpoint
+            .lock()
+            .map_err(|_| Error::Internal("journal lock poisoned".into()))?;
+        let every = if min_secs > 0.0 { min_secs } else { 1.0 };
+        let due = (min_secs <= 0.0 && size <= 64 << 10)
+            || last.is_none_or(|t| t.elapsed().as_secs_f64() >= every);
+        if due {
+            *last = Some(Instant::now());
+        }
+        Ok(due)
+    }
+
+    /// Saves the state `parts` reached after tile `i` of pass `pass` (a checkpoint
+    /// [`Journal::checkpoint_due`] said was due).
+    ///
+    /// # Errors
+    /// I/O errors writing the state.
+    pub fn save_checkpoint(&self, pass: usize, i: usize, parts: &[&[u8]]) -> Result<()> {
+        self.save_state(pass, i, parts)
+    }
+
+    /// Marks tile `i` of pass `pass` as passed, checkpointed or not: a fault-injection
+    /// point (`written:PASS:TILE`) for the kill tests.
+    pub fn tile_passed(&self, pass: usize, i: usize) {
+        crash_point(|| format!("written:{pass}:{i}"));
     }
 
     fn save_state(&self, pass: usize, i: usize, parts: &[&[u8]]) -> Result<()> {

@@ -434,10 +434,14 @@ impl Engine {
         Ok(report)
     }
 }
+/// How often a resumable reduction on a device brings its state back to checkpoint it.
+const DEVICE_CHECKPOINT_SECS: f64 = 1.0;
+
 /// A reduction on a device, resumable: the state a resumed pass found is restored
-/// before the first tile, and after each tile the device's state is brought back and
-/// checkpointed (which waits for the tile: the journal checkpoints small states after
-/// every tile, so a resumable device reduction overlaps only reading with computing).
+/// before the first tile, and once a second ([`DEVICE_CHECKPOINT_SECS`]) the device's
+/// state is brought back after a tile and checkpointed. Bringing it back waits for the
+/// tile, so the pipeline stops only then (a CPU reduction checkpoints a small state
+/// after every tile; a resumed device run redoes at most a second of tiles).
 struct Checkpointed<'a> {
     k: &'a mut CudaReduce,
     journal: Option<&'a Journal>,
@@ -464,8 +468,13 @@ impl TileKernel<crate::plan::Tile> for Checkpointed<'_> {
         }
         let index = m.tile().index;
         let pending = (&mut *self.k).submit(m)?;
-        self.k.sync()?;
-        checkpoint_reducers(Some(j), index, &[self.k.host_mut().as_ref()])?;
+        let size = self.k.host_mut().state_len();
+        if j.checkpoint_due(size, DEVICE_CHECKPOINT_SECS)? {
+            self.k.sync()?;
+            let host = self.k.host_mut();
+            j.save_checkpoint(j.pass(), index, &host.state_parts())?;
+        }
+        j.tile_passed(j.pass(), index);
         Ok(pending)
     }
 }
