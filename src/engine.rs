@@ -180,6 +180,21 @@ impl Engine {
         self
     }
 
+    /// What the GPU that computed is and which CUDA driver and NVRTC ran, for the run
+    /// report (`None` on the CPU).
+    fn gpu_detail(&self, device: &str) -> Option<String> {
+        let dev = self.cuda.as_ref().filter(|_| device.starts_with("cuda"))?;
+        let v = crate::device::versions();
+        let or = |o: Option<String>| o.unwrap_or_else(|| "?".into());
+        Some(format!(
+            "{} ({}), CUDA driver {}, NVRTC {}",
+            dev.info().name,
+            dev.info().arch(),
+            or(v.driver),
+            or(v.nvrtc)
+        ))
+    }
+
     /// The device runs compute on, and why, for an operation named `op`.
     fn placement(&self, op: &str) -> (String, Option<String>) {
         let kind = op.split_whitespace().next().unwrap_or(op);
@@ -381,6 +396,7 @@ impl Engine {
     ) -> RunReport {
         let secs = t.wall.as_secs_f64();
         let (device, device_note) = self.placement(&op);
+        let gpu = self.gpu_detail(&device);
         RunReport {
             op,
             backend: self.backend.describe(),
@@ -410,6 +426,7 @@ impl Engine {
             device_requested: self.device.to_string(),
             device,
             device_note,
+            gpu,
         }
     }
 

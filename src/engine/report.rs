@@ -58,6 +58,10 @@ pub struct RunReport {
     /// (`--device auto` or `cuda`): "no CUDA kernel for reduce yet".
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_note: Option<String>,
+    /// On a GPU: what it is and the versions of the CUDA driver and NVRTC that ran
+    /// ("NVIDIA H200 (sm_90), CUDA driver 13.0, NVRTC 13.0").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
     /// Seconds spent finishing the output after the last tile (encoding a GeoTIFF or
     /// Zarr output, flushing, renaming), included in `wall_s`.
     pub finish_s: f64,

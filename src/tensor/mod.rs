@@ -600,13 +600,13 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Positioned reads and writes of at least this many bytes are split across threads.
+/// Positioned reads of at least this many bytes are split across threads.
 const PAR_IO_MIN: usize = 2 << 20;
 
 /// Calls `f(offset, piece)` on pieces of `buf` (whole `unit`s, at least 1 MiB each) on
 /// rayon's threads when `buf` is at least [`PAR_IO_MIN`] bytes, else once on the whole:
-/// a positioned read or write of a large tile runs at what all cores draw from the page
-/// cache, not one core's share. The first error is returned.
+/// a positioned read of a large tile runs at what all cores draw from the page cache,
+/// not one core's share. The first error is returned.
 pub(crate) fn par_pieces_of(
     buf: &mut [u8],
     unit: usize,
@@ -630,20 +630,4 @@ pub(crate) fn par_pieces(
     f: impl Fn(usize, &mut [u8]) -> crate::error::Result<()> + Sync,
 ) -> crate::error::Result<()> {
     par_pieces_of(buf, 1, f)
-}
-
-/// [`par_pieces`] for a buffer that is only read (a positioned write's source).
-pub(crate) fn par_pieces_ref(
-    buf: &[u8],
-    f: impl Fn(usize, &[u8]) -> crate::error::Result<()> + Sync,
-) -> crate::error::Result<()> {
-    use rayon::prelude::*;
-    let threads = rayon::current_num_threads().max(1);
-    if buf.len() < PAR_IO_MIN || threads == 1 {
-        return f(0, buf);
-    }
-    let piece = buf.len().div_ceil(threads).max(1 << 20);
-    buf.par_chunks(piece)
-        .enumerate()
-        .try_for_each(|(k, p)| f(k * piece, p))
 }
