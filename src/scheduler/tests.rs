@@ -457,3 +457,52 @@ fn reads_staged_straight_into_a_slot_equal_the_mapped_windows() {
     let mut small = Slot::host(16, budget.reserve("slot", 16).unwrap());
     assert!(stage_reads(&[&f], &reads, &mut small).is_err());
 }
+
+/// A kernel with staged inputs that triples each u32 at once.
+struct StagedTriple;
+
+impl TileKernel<usize> for StagedTriple {
+    fn staged_inputs(&self) -> bool {
+        true
+    }
+    fn submit(&mut self, mut m: Morsel<usize>) -> Result<Pending<usize>> {
+        let (ins, out) = m.io();
+        let src: &[u32] = bytemuck::cast_slice(ins[0]);
+        let dst: &mut [u32] = bytemuck::cast_slice_mut(out);
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s * 3;
+        }
+        Ok(Pending::Ready(m))
+    }
+}
+
+/// A staged slot costs the window's planned bytes and no more: a kernel with staged
+/// inputs (a GPU's) runs at exactly the budget its layout's slots add up to, and one
+/// byte less is refused before any tile. (Each slot once cost 4 KiB more than planned,
+/// which refused every GPU run planned at its smallest budget, on the H200.)
+#[test]
+fn staged_slots_cost_what_the_layout_planned() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tiles, depth) = (9, 3);
+    let (input, fake) = setup(dir.path(), tiles, 1000, depth);
+    let need = depth as u64 * (fake.window_bytes() + fake.out_slot_elems() * 4);
+    for (budget, ok) in [(need, true), (need - 1, false)] {
+        let path = dir.path().join(format!("out-{budget}.npy"));
+        let out = OutputFile::create(&path, &[tiles * 1000], DType::U32).unwrap();
+        let r = run_layout(
+            &fake,
+            &[&input],
+            &MemoryBudget::new(budget),
+            Some(&out),
+            Hooks::default(),
+            StagedTriple,
+        );
+        assert_eq!(r.is_ok(), ok, "budget {budget}: {r:?}");
+        if ok {
+            let mut back = vec![0u8; tiles * 1000 * 4];
+            out.read_at(0, &mut back).unwrap();
+            let back: &[u32] = bytemuck::cast_slice(&back);
+            assert!(back.iter().enumerate().all(|(i, &v)| v == 3 * i as u32));
+        }
+    }
+}

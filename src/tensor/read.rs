@@ -137,6 +137,9 @@ impl TensorFile {
             )));
         }
         let total = (rows * width * es) as usize;
+        if total == 0 {
+            return Ok(());
+        }
         let base = self.info.data_offset + start * es;
         let read = |buf: &mut [u8], off: u64| {
             self.file
