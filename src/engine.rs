@@ -98,6 +98,9 @@ pub struct Engine {
     out_format: Option<OutFormat>,
     device: DeviceRequest,
     gpu_memory: Option<u64>,
+    /// A device's memory budget to plan for without one (tests of the device planning
+    /// paths on machines with no GPU): see [`Engine::with_simulated_device`].
+    simulated_device: Option<u64>,
     cuda: Option<Arc<CudaDevice>>,
     out_region: Option<OutRegion>,
 }
@@ -143,6 +146,7 @@ impl Engine {
             out_format: None,
             device: DeviceRequest::Auto,
             gpu_memory: None,
+            simulated_device: None,
             cuda: None,
             out_region: None,
         })
@@ -170,6 +174,27 @@ impl Engine {
         }
         self.device = device;
         Ok(self)
+    }
+
+    /// Plans every operation as it would on a GPU with a device budget of `memory` bytes,
+    /// without a GPU: the tiles are sized for both budgets and the host's share of a
+    /// device run (page-locked totals, a decoded window beside the slots) is counted, as
+    /// with `--device cuda`. Compute still runs on the CPU (with those smaller tiles), so
+    /// a simulated engine is for testing the device planning paths on machines with no
+    /// GPU, where nothing else can reach them.
+    #[must_use]
+    pub fn with_simulated_device(mut self, memory: u64) -> Self {
+        self.simulated_device = Some(memory);
+        self
+    }
+
+    /// The device budget plans are sized for: the GPU's when one computes, else a
+    /// simulated one's.
+    pub(crate) fn planning_device(&self) -> Option<u64> {
+        self.cuda
+            .as_ref()
+            .map(|d| d.budget().limit())
+            .or(self.simulated_device)
     }
 
     /// The device memory budget for `--device cuda` (default: 90% of what the device
@@ -350,7 +375,7 @@ impl Engine {
         per_stream: u64,
         resident: u64,
     ) {
-        if let Some(dev) = &self.cuda {
+        if let Some(limit) = self.planning_device() {
             if req.chunked_inputs && req.inputs > 0 {
                 // the read stage's decoded window, copied into a page-locked slot: one
                 // tile's inputs, held once (see scheduler::run_layout)
@@ -363,7 +388,7 @@ impl Engine {
                 });
             }
             req.device = Some(crate::plan::DeviceFit {
-                budget: dev.budget().limit(),
+                budget: limit,
                 resident_bytes: resident,
                 bytes_per_elem: req.in_bytes_per_elem + req.out_bytes_per_elem + extra_per_elem,
                 per_stream,

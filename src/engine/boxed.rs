@@ -116,7 +116,7 @@ impl Engine {
         };
         if !encoded
             || flat.output_bytes > 0
-            || self.cuda.is_some()
+            || self.planning_device().is_some()
             || dims.contains(&0)
             || inputs.iter().any(|s| s.per_item != 1)
         {

@@ -244,7 +244,7 @@ impl Engine {
 
     /// The device budget when a GPU computes.
     fn device_limit(&self) -> Option<u64> {
-        self.cuda.as_ref().map(|d| d.budget().limit())
+        self.planning_device()
     }
 
     /// Filters each band of a rank-2 `(H, W)` or rank-3 `(bands, H, W)` image with

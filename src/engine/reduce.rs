@@ -86,7 +86,7 @@ impl Engine {
             },
         );
         req.scratch_per_elem = g.scratch_per_elem(acc) + extra_scratch;
-        if self.cuda.is_some() {
+        if self.planning_device().is_some() {
             // each stream's page-locked buffer of finished totals: at most
             // (tile / per + 2) outer indices of vcols accumulators
             let (vc, depth) = (g.vcols() as u64, req.depth.max(1) as u64);

@@ -59,7 +59,7 @@ pub struct RunReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_note: Option<String>,
     /// On a GPU: what it is and the versions of the CUDA driver and NVRTC that ran
-    /// ("NVIDIA H200 (sm_90), CUDA driver 13.0, NVRTC 13.0").
+    /// (`NVIDIA H200 (sm_90), CUDA driver 13.0, NVRTC 13.0`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
     /// Seconds spent finishing the output after the last tile (encoding a GeoTIFF or

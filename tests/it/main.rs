@@ -30,6 +30,7 @@ mod pipeline;
 mod readme;
 mod reduce_oracle;
 mod resume;
+mod simulated_device;
 mod split;
 mod standardize;
 mod stencil;
