@@ -376,10 +376,11 @@ fn devices(json: bool) {
             }
         }
     }
+    let cache = tilestream::device::kernel_cache_dir().map(|d| d.display().to_string());
     if json {
         let j = serde_json::json!({
             "driver": v.driver, "nvrtc": v.nvrtc, "nvrtc_path": v.nvrtc_path,
-            "gpus": gpus, "unavailable": why,
+            "kernel_cache": cache, "gpus": gpus, "unavailable": why,
         });
         println!("{j}");
         return;
@@ -390,6 +391,10 @@ fn devices(json: bool) {
         Some(p) => println!("NVRTC:       {} ({p})", or_none(&v.nvrtc)),
         None => println!("NVRTC:       {}", or_none(&v.nvrtc)),
     }
+    println!(
+        "kernel cache: {}",
+        cache.as_deref().unwrap_or("off (TILESTREAM_KERNEL_CACHE)")
+    );
     for g in &gpus {
         println!(
             "cuda:{}      {} (sm_{}{}), {} of {} free",

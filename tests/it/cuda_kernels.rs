@@ -160,3 +160,61 @@ fn every_generate_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
         .collect();
     compiles_everywhere("generate", &gen_source(&kernels), &names);
 }
+
+/// The disk cache of compiled kernels: the first compilation writes the machine code,
+/// the next one (another process, in life) loads it without NVRTC and gets the same
+/// bytes; a damaged file, another source, or a file not of this user is compiled
+/// again, never loaded; `compute_*` targets (PTX for the driver) are not cached.
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
+)]
+fn compiled_kernels_are_kept_on_disk_and_checked_when_loaded() {
+    use tilestream::DType;
+    use tilestream::backend::cuda::source::Elementwise;
+    let dir = tempfile::tempdir().unwrap();
+    let src = elementwise_source(&[(Elementwise::Affine, DType::F32, DType::F16)]);
+    let name = Elementwise::Affine.kernel_name(DType::F32, DType::F16);
+    let through = |src: &str| {
+        device::compile_through_disk(Some(dir.path()), &name, src, "sm_90", false).unwrap()
+    };
+    let (first, cached) = through(&src);
+    assert!(!cached && !first.cubin.is_empty());
+    let files: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let (second, cached) = through(&src);
+    assert!(cached, "the second compilation did not load the file");
+    assert_eq!(second.cubin, first.cubin);
+    // a flipped byte in the machine code: compiled again and the file rewritten
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let (third, cached) = through(&src);
+    assert!(!cached, "a damaged file was loaded");
+    assert_eq!(third.cubin, first.cubin);
+    assert!(through(&src).1, "the damaged file was not rewritten");
+    // a file of another user is not loaded (root can make one; others cannot, and
+    // cannot be handed one either)
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let c = std::ffi::CString::new(files[0].to_str().unwrap()).unwrap();
+        // SAFETY: a valid path; 65534 is nobody.
+        assert_eq!(unsafe { libc::chown(c.as_ptr(), 65534, 65534) }, 0);
+        assert!(!through(&src).1, "a file of another user was loaded");
+        assert!(through(&src).1, "the file was not rewritten as this user's");
+    }
+    // another source is another file
+    let (_, cached) = through(&format!("{src}\n// another\n"));
+    assert!(!cached);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+    // PTX targets are not kept
+    let (_, cached) =
+        device::compile_through_disk(Some(dir.path()), &name, &src, "compute_80", false).unwrap();
+    assert!(!cached);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+}

@@ -483,11 +483,11 @@ fn a_context_per_process_and_a_compilation_per_kernel_set() {
         .into_iter()
         .find(|d| *d != DeviceRequest::Cpu);
     let Some(gpu) = gpu else {
-        let before = tilestream::device::counters();
+        // (other tests compile kernels with NVRTC meanwhile, never through the cache)
         engine(DeviceRequest::Cpu, "1MiB")
             .affine(&x, dir.path().join("c.npy"), 0.5, 1.25, Some(DType::F16))
             .unwrap();
-        assert_eq!(tilestream::device::counters(), before);
+        assert_eq!(tilestream::device::counters().contexts, 0);
         assert!(tilestream::device::compiled_sets().is_empty());
         return;
     };
