@@ -15,15 +15,7 @@ use std::process::Command;
 use crate::common::{read_npy_data, run};
 
 fn python() -> Option<OsString> {
-    let p = std::env::var_os("TILESTREAM_PYTHON");
-    if p.is_none() {
-        assert!(
-            std::env::var_os("CI").is_none() && std::env::var_os("TILESTREAM_TEST_ALL").is_none(),
-            "CI and scripts/test must set TILESTREAM_PYTHON to a Python with numpy and zarr"
-        );
-        eprintln!("SKIPPED: TILESTREAM_PYTHON is not set (a Python with numpy and zarr)");
-    }
-    p
+    crate::common::python("numpy and zarr")
 }
 
 const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/zarr_check.py");
