@@ -260,7 +260,10 @@ impl Engine {
         let bands = plan.dims[0];
         std::fs::create_dir_all(outdir).map_err(|e| Error::io("create directory", outdir, e))?;
         let index_path = outdir.join("index.csv");
-        let removed = clear_earlier_patches(outdir, input.path())?;
+        // the earlier index and the names it lists are held before the run reserves
+        // anything: at most a quarter of the budget each
+        let index_max = INDEX_MAX.min(self.budget.limit() / 4);
+        let removed = clear_earlier_patches(outdir, input.path(), index_max)?;
         if removed > 0 {
             eprintln!(
                 "note: removed the {removed} patches of an earlier run listed in {}",
@@ -380,8 +383,20 @@ const INDEX_HEADER: &str = "file,row,col,height,width";
 /// removed unless the index is provably a tiles run's (its header line, and every line a
 /// patch as tiles names it: `STEM_rROW_cCOL.npy` or `.tif` at that row and column), and
 /// never `input`, the file the run reads.
-fn clear_earlier_patches(outdir: &Path, input: &Path) -> Result<usize> {
+fn clear_earlier_patches(outdir: &Path, input: &Path, index_max: u64) -> Result<usize> {
     let index_path = outdir.join("index.csv");
+    if let Ok(m) = std::fs::symlink_metadata(&index_path)
+        && m.is_file()
+        && m.len() > index_max
+    {
+        return Err(Error::Invalid(format!(
+            "{}: the index of an earlier run is {}, more than a quarter of --memory ({}) \
+             may hold to check it; give a new directory for the patches, or more --memory",
+            index_path.display(),
+            crate::budget::fmt_bytes(m.len()),
+            crate::budget::fmt_bytes(index_max)
+        )));
+    }
     let not_ours = |why: String| {
         Error::Invalid(format!(
             "{}: {why}, so it is not the index of an earlier tiles run; give an empty or \
@@ -391,7 +406,7 @@ fn clear_earlier_patches(outdir: &Path, input: &Path) -> Result<usize> {
     };
     let listed: Vec<String> = match crate::tensor::own_files::read_small_input(
         &index_path,
-        INDEX_MAX,
+        index_max,
     ) {
         Ok(text) => {
             let mut lines = text.lines();
@@ -446,7 +461,7 @@ fn clear_earlier_patches(outdir: &Path, input: &Path) -> Result<usize> {
 }
 
 /// Most bytes of an earlier run's `index.csv` read (about 40 bytes a patch: a million
-/// patches).
+/// patches), and never more than a quarter of the budget.
 const INDEX_MAX: u64 = 64 << 20;
 
 /// The patch file named by one line of a tiles run's index, if the line is one tiles

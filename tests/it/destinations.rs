@@ -340,6 +340,25 @@ fn tiles_removes_only_the_patches_its_own_index_lists() {
         std::fs::read_dir(d.join("ds3")).unwrap().count(),
         listed + 1
     );
+    // an earlier index larger than a quarter of --memory is refused before it is read
+    // (it and the names it lists are held before the run reserves anything)
+    let ds4 = d.join("ds4");
+    std::fs::create_dir(&ds4).unwrap();
+    let mut big = String::from("file,row,col,height,width\n");
+    for k in 0..30_000 {
+        big.push_str(&format!("img_r{k}_c0.npy,{k},0,8,8\n"));
+    }
+    std::fs::write(ds4.join("index.csv"), &big).unwrap();
+    let before = snapshot(d);
+    let out = run_in(
+        d,
+        &["tiles", "img.npy", "ds4", "--size", "8", "--memory", "2MiB"].map(String::from),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(1 | 2)), "{out:?}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("quarter of --memory"), "{err}");
+    assert_eq!(snapshot(d), before, "files were touched");
 }
 
 #[test]
