@@ -196,18 +196,27 @@ fn dtype_opt(d: Option<&String>) -> Result<Option<DType>> {
     d.map(|s| s.parse()).transpose()
 }
 
-/// The `--in NAME=FILE` inputs.
-fn named_sources(specs: &[String], raw: &RawSpec) -> Result<Vec<(String, Source)>> {
+/// The `--in NAME=FILE` inputs (the file's path may be any bytes, as paths may).
+fn named_sources(specs: &[std::ffi::OsString], raw: &RawSpec) -> Result<Vec<(String, Source)>> {
+    use std::os::unix::ffi::OsStrExt;
     specs
         .iter()
         .map(|s| {
-            let (name, path) = s
-                .split_once('=')
-                .filter(|(n, p)| !n.is_empty() && !p.is_empty())
-                .ok_or_else(|| {
-                    Error::invalid(format!("--in '{s}': expected NAME=FILE, e.g. --in x=x.npy"))
-                })?;
-            Ok((name.trim().to_string(), source(Path::new(path), raw)?))
+            let bytes = s.as_bytes();
+            let bad = || {
+                Error::invalid(format!(
+                    "--in '{}': expected NAME=FILE, e.g. --in x=x.npy",
+                    s.to_string_lossy().escape_debug()
+                ))
+            };
+            let eq = bytes.iter().position(|&b| b == b'=').ok_or_else(bad)?;
+            let (name, path) = (&bytes[..eq], &bytes[eq + 1..]);
+            let name = std::str::from_utf8(name).map_err(|_| bad())?.trim();
+            if name.is_empty() || path.is_empty() {
+                return Err(bad());
+            }
+            let path = Path::new(std::ffi::OsStr::from_bytes(path));
+            Ok((name.to_string(), source(path, raw)?))
         })
         .collect()
 }

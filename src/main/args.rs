@@ -196,8 +196,8 @@ pub(crate) struct MapArgs {
     /// Output file (.npy, or raw for any other extension).
     pub(crate) output: PathBuf,
     /// A named input, NAME=FILE (repeatable).
-    #[arg(long = "in", value_name = "NAME=FILE", required = true)]
-    pub(crate) inputs: Vec<String>,
+    #[arg(long = "in", value_name = "NAME=FILE", required = true, value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub(crate) inputs: Vec<std::ffi::OsString>,
     /// Output dtype (default: the widest float input, f64 if there is none).
     #[arg(long)]
     pub(crate) dtype: Option<String>,

@@ -932,6 +932,44 @@ fn paths_that_are_not_utf8_are_read_written_and_resumed() {
         std::fs::read(d.join(out)).unwrap(),
         std::fs::read(d.join("t.npy")).unwrap()
     );
+    // map's named inputs take such paths too: --in NAME=PATH with PATH any bytes
+    let mut arg = std::ffi::OsString::from("a=");
+    arg.push(input);
+    let o = bin()
+        .current_dir(d)
+        .args(["map", "a * 2", "m.npy", "--progress", "never"])
+        .arg("--in")
+        .arg(&arg)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    ok(&[
+        "map",
+        "a * 2",
+        p(&d.join("m2.npy")),
+        "--in",
+        &format!("a={}", p(&d.join("x.npy"))),
+    ]);
+    assert_eq!(
+        std::fs::read(d.join("m.npy")).unwrap(),
+        std::fs::read(d.join("m2.npy")).unwrap()
+    );
+    // a name that is not UTF-8, or no '=', is refused in one line
+    for bad in [
+        OsStr::from_bytes(b"\xff=x.npy"),
+        OsStr::from_bytes(b"x.npy"),
+    ] {
+        let o = bin()
+            .current_dir(d)
+            .args(["map", "a * 2", "m3.npy", "--in"])
+            .arg(bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("expected NAME=FILE"), "{err}");
+    }
 }
 
 #[test]
