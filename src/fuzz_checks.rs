@@ -109,11 +109,25 @@ fn one_line(e: &crate::Error) {
     assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
 }
 
-/// A scratch directory for the file-based checks, made once per process.
+/// The scratch directory of the file-based checks, made once per process.
+static SCRATCH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// A scratch directory for the file-based checks, made once per process and removed
+/// when the process exits (a static is never dropped, so a `TempDir` held in one would
+/// leave it behind in every test and fuzzing run).
 fn scratch() -> &'static std::path::Path {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    DIR.get_or_init(|| tempfile::tempdir().expect("a temporary directory"))
-        .path()
+    SCRATCH.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory").keep();
+        extern "C" fn remove_scratch() {
+            if let Some(d) = SCRATCH.get() {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+        // SAFETY: registers a function of no arguments that touches only a static set
+        // before it; atexit may run it once at exit.
+        unsafe { libc::atexit(remove_scratch) };
+        dir
+    })
 }
 
 /// Reads the first and last elements of an opened tensor when it is small enough to
