@@ -116,13 +116,13 @@ static SCRATCH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::n
 /// when the process exits (a static is never dropped, so a `TempDir` held in one would
 /// leave it behind in every test and fuzzing run).
 fn scratch() -> &'static std::path::Path {
+    extern "C" fn remove_scratch() {
+        if let Some(d) = SCRATCH.get() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
     SCRATCH.get_or_init(|| {
         let dir = tempfile::tempdir().expect("a temporary directory").keep();
-        extern "C" fn remove_scratch() {
-            if let Some(d) = SCRATCH.get() {
-                let _ = std::fs::remove_dir_all(d);
-            }
-        }
         // SAFETY: registers a function of no arguments that touches only a static set
         // before it; atexit may run it once at exit.
         unsafe { libc::atexit(remove_scratch) };
