@@ -343,10 +343,11 @@ def test_a_zarr_store_replaced_by_a_killed_cluster_job_is_the_old_or_the_new_who
     p.wait(timeout=60)
     assert np.array_equal(np.asarray(ts.open(dest)), new)
     seen = {"old": 0, "new": 0}
-    # killed ever later, from half-way through the job, a twentieth of it at a time (at
-    # least 15 ms), until a kill comes after the finished store took the old one's place:
-    # the kills sweep through the replacement
-    delay = whole * 0.5
+    # killed ever later, from the job's start, each kill a quarter later than the last
+    # (at least 15 ms), until a kill comes after the finished store took the old one's
+    # place: the kills sweep through the replacement whatever the job takes this time
+    # (jobs vary: one ran in half the time of the job timed above, another in twice)
+    delay = 0.0
     for k in range(60):
         reset()
         p = start()
@@ -360,7 +361,7 @@ def test_a_zarr_store_replaced_by_a_killed_cluster_job_is_the_old_or_the_new_who
             assert np.array_equal(got, new), f"kill {k} after {delay:.3f} s: neither store whole"
             seen["new"] += 1
             break
-        delay += max(0.015, whole / 20)
+        delay = delay * 1.25 + 0.015
     # killed at the exact points of the replacement: the new store is in place, whole
     for point in ["replace-exchanged", "replace-unlocked"]:
         reset()
