@@ -23,12 +23,9 @@ use crate::device::DeviceRequest;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::journal::{JobKey, Journal};
-use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
-
-/// The cap on one tile's staging bytes on a GPU: each tile costs its launches, copies
-/// and synchronisations (tens of microseconds), so tiles four times the CPU's keep that
-/// under a percent of a tile's copy time at `PCIe` rates.
-pub const DEVICE_MAX_TILE_BYTES: u64 = 64 << 20;
+use crate::plan::{
+    DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, DEVICE_MAX_TILE_BYTES, Plan, PlanRequest,
+};
 use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};

@@ -526,7 +526,7 @@ impl Journal {
         parts: impl FnOnce() -> Vec<&'p [u8]>,
     ) -> Result<()> {
         if self.checkpoint_due(size, 0.0)? {
-            self.save_state(pass, i, &parts())?;
+            self.save_checkpoint(pass, i, &parts())?;
         }
         self.tile_passed(pass, i);
         Ok(())
@@ -555,22 +555,18 @@ impl Journal {
         Ok(due)
     }
 
-    /// Saves the state `parts` reached after tile `i` of pass `pass` (a checkpoint
-    /// [`Journal::checkpoint_due`] said was due).
-    ///
-    /// # Errors
-    /// I/O errors writing the state.
-    pub fn save_checkpoint(&self, pass: usize, i: usize, parts: &[&[u8]]) -> Result<()> {
-        self.save_state(pass, i, parts)
-    }
-
     /// Marks tile `i` of pass `pass` as passed, checkpointed or not: a fault-injection
     /// point (`written:PASS:TILE`) for the kill tests.
     pub fn tile_passed(&self, pass: usize, i: usize) {
         crash_point(|| format!("written:{pass}:{i}"));
     }
 
-    fn save_state(&self, pass: usize, i: usize, parts: &[&[u8]]) -> Result<()> {
+    /// Saves the state `parts` reached after tile `i` of pass `pass` (a checkpoint
+    /// [`Journal::checkpoint_due`] said was due).
+    ///
+    /// # Errors
+    /// I/O errors writing the state.
+    pub fn save_checkpoint(&self, pass: usize, i: usize, parts: &[&[u8]]) -> Result<()> {
         let poisoned = || Error::Internal("journal lock poisoned".into());
         let slot = 1 - self.last_slot.load(Ordering::Relaxed);
         let mut files = self.slot_files.lock().map_err(|_| poisoned())?;

@@ -252,7 +252,7 @@ def chunked(fw, task, out, inputs):
 def whole(fw, task, out, inputs):
     x = fw.from_np(np.load(inputs[0], mmap_mode="r"))
     if task == "colmean":
-        res = fw.f64(x).mean(0) if hasattr(fw, "cp") else fw.f64(x).mean(0)
+        res = fw.f64(x).mean(0)
     elif task == "colstd":
         res = fw.f64(x).std(0)
     elif task == "affine16":

@@ -122,7 +122,7 @@ class GpuMemory:
 
 
 def run(argv, env, timeout, log=None):
-    """Runs argv; returns rc, wall seconds, peak RSS (MiB, from wait4), stdout, stderr."""
+    """Runs argv (killed after `timeout` s); returns rc, wall seconds, stdout, stderr."""
     t0 = time.perf_counter()
     with open(os.devnull, "rb") as null:
         p = subprocess.Popen(argv, env=env, stdin=null, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -133,10 +133,9 @@ def run(argv, env, timeout, log=None):
     finally:
         timer.cancel()
     wall = time.perf_counter() - t0
-    rss = None
     if log is not None:
         Path(log).write_bytes(b"$ " + " ".join(map(str, argv)).encode() + b"\n" + out + b"\n--- stderr\n" + err)
-    return p.returncode, wall, rss, out.decode(errors="replace"), err.decode(errors="replace")
+    return p.returncode, wall, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 # A child's peak RSS (wait4's ru_maxrss) starts from its parent's at the fork (Linux
@@ -161,7 +160,7 @@ sys.exit(os.waitstatus_to_exitcode(status) & 255)
 def run_rss(argv, env, timeout, log):
     """Runs argv; returns rc, wall seconds, peak RSS (MiB, the child's own), stdout, stderr."""
     rss_file = Path(str(log) + ".rss")
-    rc, wall, _, out, err = run([sys.executable, "-S", "-c", SPAWN, str(rss_file)] + list(map(str, argv)), env, timeout, log)
+    rc, wall, out, err = run([sys.executable, "-S", "-c", SPAWN, str(rss_file)] + list(map(str, argv)), env, timeout, log)
     try:
         rss = int(rss_file.read_text()) / 1024
     except (OSError, ValueError):
@@ -183,7 +182,7 @@ def versions(o, bin_, env):
     }
     for name, argv in cmds.items():
         try:
-            rc, _, _, out, err = run(argv, env, 60, o.dir / f"version-{name}.txt")
+            rc, _, out, err = run(argv, env, 60, o.dir / f"version-{name}.txt")
             text = (out + err).strip().splitlines()
             o.say(f"{name}: " + " | ".join(l.strip() for l in text[:6] if l.strip()))
         except OSError as e:
@@ -298,7 +297,7 @@ def smoke(a, o, bin_, env):
             out = w / f"{name}-{device}-{budget}.npy" if (device, budget) != ("cpu", "512MiB") else ref
             args = [bin_] + [s.replace("{out}", str(out)) for s in argv] + [
                 "--device", device, "--memory", budget, "--json", "--progress", "never", "--no-sync"]
-            rc, wall, _, stdout, err = run(args, env, 120, o.dir / f"smoke-{name}-{device}-{budget}.log")
+            rc, wall, stdout, err = run(args, env, 120, o.dir / f"smoke-{name}-{device}-{budget}.log")
             if rc:
                 verdict = f"{device} at {budget} failed: {err.strip().splitlines()[-1] if err.strip() else rc}"
                 break
@@ -333,7 +332,7 @@ def smoke(a, o, bin_, env):
             out = w / f"san-{tool}-{fam}.npy"
             args = [san, "--tool", tool, "--error-exitcode", "99", "--print-limit", "10", bin_] + [
                 s.replace("{out}", str(out)) for s in by[fam]] + ["--device", dev, "--memory", "2MiB", "--progress", "never", "--no-sync"]
-            rc, wall, _, out_, err = run(args, env, 150, o.dir / f"sanitizer-{tool}-{fam}.log")
+            rc, wall, out_, err = run(args, env, 150, o.dir / f"sanitizer-{tool}-{fam}.log")
             summ = [l for l in (out_ + err).splitlines() if "ERROR SUMMARY" in l or "RACECHECK SUMMARY" in l]
             return tool, fam, rc, wall, (summ[-1].strip() if summ else (err.strip().splitlines() or ["?"])[-1])
 
@@ -491,7 +490,7 @@ def suite(a, o, bin_, env):
     env = dict(env, TILESTREAM_REQUIRE_GPU="1", TILESTREAM_REQUIRE_NVRTC="1", RUST_BACKTRACE="1")
     filters = ["gpu::", "cuda_kernels::", "map_oracle::", "standardize::", "matmul::", "reduce_oracle::"]
     threads = str(a.threads or min(8, os.cpu_count() or 1))
-    rc, wall, rss, out, err = run([str(it)] + filters + ["--test-threads", threads, "--nocapture"], env, a.timeout,
+    rc, wall, out, err = run([str(it)] + filters + ["--test-threads", threads, "--nocapture"], env, a.timeout,
                                   o.dir / "suite.log")
     text = out + err
     backends = [l for l in text.splitlines() if l.startswith("backends:")]

@@ -199,7 +199,7 @@ impl Engine {
     ) -> Result<BoxPlan> {
         let dims = image_dims(input, "stencil")?;
         let od = dtype.unwrap_or(input.dtype());
-        let (ind, limit) = (input.dtype(), self.device_limit());
+        let (ind, limit) = (input.dtype(), self.planning_device());
         let out_chunks = out.map_or_else(Vec::new, |o| {
             self.box_out_chunks(o, input.shape(), od, false)
         });
@@ -240,11 +240,6 @@ impl Engine {
             })
         };
         self.scratch_giving_way(input, !out_chunks.is_empty(), attempt)
-    }
-
-    /// The device budget when a GPU computes.
-    fn device_limit(&self) -> Option<u64> {
-        self.planning_device()
     }
 
     /// Filters each band of a rank-2 `(H, W)` or rank-3 `(bands, H, W)` image with
@@ -336,7 +331,7 @@ impl Engine {
         let out_chunks = out.map_or_else(Vec::new, |o| {
             self.box_out_chunks(o, &transposed_shape(input.shape()), input.dtype(), true)
         });
-        let limit = self.device_limit();
+        let limit = self.planning_device();
         let attempt = |scratch_limit: u64| {
             let req = self.box_request_at(
                 scratch_limit,

@@ -623,11 +623,3 @@ pub(crate) fn par_pieces_of(
         .enumerate()
         .try_for_each(|(k, p)| f(k * piece, p))
 }
-
-/// [`par_pieces_of`] on a byte range with no unit.
-pub(crate) fn par_pieces(
-    buf: &mut [u8],
-    f: impl Fn(usize, &mut [u8]) -> crate::error::Result<()> + Sync,
-) -> crate::error::Result<()> {
-    par_pieces_of(buf, 1, f)
-}

@@ -150,7 +150,7 @@ impl TensorFile {
             // one contiguous range: split across threads (one thread reads the page cache
             // at a fraction of what the cores together do)
             let first = base + runs[0].0 * es;
-            return super::par_pieces(&mut dst[..total], |at, piece| {
+            return super::par_pieces_of(&mut dst[..total], 1, |at, piece| {
                 read(piece, first + at as u64)
             });
         }

@@ -312,13 +312,15 @@ impl CudaDevice {
     fn module(&self, what: &str, src: &str) -> Result<Arc<cudarc::driver::CudaModule>> {
         use std::collections::HashMap;
         use std::sync::{Mutex, OnceLock};
-        type Key = (usize, String, String);
+        // (device, compiled set): a set lives in the compile cache for the process, so its
+        // address names it
+        type Key = (usize, usize);
         static MODULES: OnceLock<Mutex<HashMap<Key, Arc<cudarc::driver::CudaModule>>>> =
             OnceLock::new();
         // asked of the compile cache each time (a lookup; its count is what the tests
         // check), loaded into the context once
         let compiled = device::compile_cached(what, src, &self.info.arch(), false)?;
-        let key = (self.info.ordinal, what.to_owned(), src.to_owned());
+        let key = (self.info.ordinal, Arc::as_ptr(&compiled) as usize);
         let modules = MODULES.get_or_init(Mutex::default);
         if let Some(m) = modules
             .lock()
