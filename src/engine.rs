@@ -22,16 +22,16 @@ use crate::budget::MemoryBudget;
 use crate::device::DeviceRequest;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::tiff::{GeoRef, TiffWriteOptions};
+use crate::format::zarr::ZarrWriteOptions;
+use crate::format::zarr::stream::ZarrStream;
+use crate::format::{OutFormat, OutRegion, OutputFile, TensorFile, same_file, window_slack};
 use crate::journal::{JobKey, Journal};
 use crate::plan::{
     DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, DEVICE_MAX_TILE_BYTES, Plan, PlanRequest,
 };
 use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
-use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
-use crate::tensor::zarr::ZarrWriteOptions;
-use crate::tensor::zarr_stream::ZarrStream;
-use crate::tensor::{OutFormat, OutRegion, OutputFile, TensorFile, same_file, window_slack};
 
 mod array;
 mod boxed;
@@ -275,7 +275,7 @@ impl Engine {
 
     /// Makes the runs of this engine write their output into rows of an existing `.npy`
     /// at the output path (made whole beforehand, by
-    /// [`create_npy_for_rows`](crate::tensor::create_npy_for_rows)) instead of creating
+    /// [`create_npy_for_rows`](crate::format::create_npy_for_rows)) instead of creating
     /// it, as `region` says: how the tasks of a job split over a cluster each write their
     /// rows of one output. Such runs are not resumable (a retried task rewrites its rows).
     #[must_use]
@@ -672,7 +672,7 @@ fn kept_if_interrupted(journal: Option<&Journal>, e: Error) -> Error {
 /// sized here from the budget `limit`: up to half of it shared among the compressed
 /// inputs (a chunk cache that holds the chunk rows consecutive tiles share saves more
 /// than larger tiles would), never less than one chunk decoded at a time (see
-/// [`crate::tensor::chunked::Chunked::fit_scratch`]), so that a compressed input runs
+/// [`crate::format::chunked::Chunked::fit_scratch`]), so that a compressed input runs
 /// at any budget that holds one decoded chunk and the smallest tile. Calling it again
 /// with the same arguments gives the same figures.
 fn decode_scratch(limit: u64, inputs: &[&TensorFile]) -> (u64, String) {
@@ -728,7 +728,7 @@ fn check_not_input(out: &Path, inputs: &[&TensorFile]) -> Result<()> {
 /// [`Error::Io`] if the file cannot be written.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    let mut tmp = crate::tensor::temp_beside(path)?;
+    let mut tmp = crate::format::temp_beside(path)?;
     tmp.write_all(bytes)
         .and_then(|()| tmp.as_file().sync_all())
         .map_err(|e| Error::io("write", path, e))?;

@@ -10,7 +10,7 @@ use crate::device::DeviceError;
 
 /// Why a `.npy` header cannot be read. Each message is one line without the file name
 /// (the caller adds it: [`Error::Npy`]). Defined here, below the
-/// formats, so that [`Error`] can gather it; `tensor::npy` re-exports it.
+/// formats, so that [`Error`] can gather it; `format::npy` re-exports it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum NpyError {
     /// The file does not start with the `.npy` magic.

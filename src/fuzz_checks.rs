@@ -6,8 +6,8 @@
 //! that panics, overflows or accepts something it cannot write back the same way.
 
 use crate::dtype::DType;
+use crate::format::npy;
 use crate::ops::expr::{Program, parse};
-use crate::tensor::npy;
 
 /// What [`npy_header`] made of its input.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -144,7 +144,7 @@ fn touch_ends(t: &crate::TensorFile) {
         return;
     }
     for at in [0, n - 1] {
-        if let Err(e) = t.map_windows(&[(at, 1, crate::tensor::Touch::All)]) {
+        if let Err(e) = t.map_windows(&[(at, 1, crate::format::Touch::All)]) {
             one_line(&e);
         }
     }

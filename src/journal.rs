@@ -31,7 +31,7 @@
 //! are written without fsync: after a kill the page cache keeps them; after a power
 //! failure the checksums catch what was lost.
 //!
-//! A GeoTIFF output encoded as the run writes it (see [`crate::tensor::tiff_stream`])
+//! A GeoTIFF output encoded as the run writes it (see [`crate::format::tiff::stream`])
 //! cannot be read back as raw tiles: its runs of chunks are checked instead (each
 //! against its CRC-32, each starting where the last ended), the file is cut after the
 //! last intact one, and the run restarts at the first tile that writes a chunk not
@@ -52,9 +52,10 @@ use std::time::Instant;
 
 use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
+use crate::format::tiff::stream::ChunkRun;
+use crate::format::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock};
+use crate::io::own_files;
 use crate::layout::{Layout, Write};
-use crate::tensor::tiff_stream::ChunkRun;
-use crate::tensor::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock, own_files};
 
 const HEADER: &str = "tilestream-journal 2";
 
@@ -284,7 +285,7 @@ impl Journal {
             if let Some(p) = parse(&text) {
                 check_same_job(dest, key, &p)?;
                 prev = Some(p);
-            } else if text.starts_with(crate::tensor::JOURNAL_MAGIC) {
+            } else if text.starts_with(crate::format::JOURNAL_MAGIC) {
                 // another version's journal: what its run left cannot be taken up
                 eprintln!(
                     "note: {}: the interrupted run was made by another version of tilestream; \
@@ -352,7 +353,7 @@ impl Journal {
         shape: &[usize],
         dtype: crate::DType,
         durable: bool,
-        format: crate::tensor::OutFormat,
+        format: crate::format::OutFormat,
     ) -> Result<OutputFile> {
         if let Some(name) = self.prev.as_ref().and_then(|p| p.out.as_ref()) {
             let (_, dest_name) = dir_and_name(&self.dest)?;

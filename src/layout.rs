@@ -3,7 +3,7 @@
 //! implement [`Layout`]; the stage scheduler streams any of them, and the resume journal
 //! checks the tiles of any of them, without knowing which.
 
-use crate::tensor::Touch;
+use crate::format::Touch;
 
 /// One window a tile maps: elements `[start, start + len)` of input `input`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

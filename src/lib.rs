@@ -32,8 +32,8 @@
 //! ```
 //!
 //! ## Pieces
-//! - [`tensor`]: `.npy` (1.0/2.0/3.0), raw, GeoTIFF ([`tensor::geotiff`]) and Zarr v3
-//!   ([`tensor::zarr`]) files, mapped or decoded windows, atomic outputs. Any operation
+//! - [`format`](mod@format): `.npy` (1.0/2.0/3.0), raw, GeoTIFF ([`format::tiff`]) and Zarr v3
+//!   ([`format::zarr`]) files, mapped or decoded windows, atomic outputs. Any operation
 //!   takes a GeoTIFF or Zarr input and writes one when the output path says so (or
 //!   [`Engine::with_out_format`]); [`Engine::with_georef`] carries a scene's
 //!   georeferencing to its outputs.
@@ -69,8 +69,10 @@ pub mod dtype;
 pub mod engine;
 pub mod error;
 pub mod fault;
+pub mod format;
 #[doc(hidden)]
 pub mod fuzz_checks;
+pub(crate) mod io;
 pub mod journal;
 pub mod layout;
 pub mod ops;
@@ -78,7 +80,6 @@ pub mod plan;
 pub mod scheduler;
 pub mod shape;
 pub mod spec;
-pub mod tensor;
 pub mod tiling;
 pub mod workflow;
 
@@ -89,12 +90,12 @@ pub use budget::{BudgetError, MemoryBudget, Reservation, parse_size};
 pub use dtype::{DType, Element};
 pub use engine::{Array, Engine, MapNodata, RunReport, merge_partials};
 pub use error::{Error, Result};
+pub use format::{TensorFile, TensorInfo};
 pub use journal::JobKey;
 pub use ops::{Axis, Partial, Reduce, ReduceOver, row_step};
 pub use plan::Plan;
 pub use scheduler::Progress;
 pub use spec::{OpSpec, RawLayout, Source, SpecPlan};
-pub use tensor::{TensorFile, TensorInfo};
 
 /// Reduces the `.npy` file at `path` under `budget`, with all cores: the everyday call.
 ///

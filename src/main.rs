@@ -10,10 +10,10 @@ use std::time::Instant;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tilestream::budget::fmt_bytes;
-use tilestream::tensor::cog::CogOptions;
-use tilestream::tensor::geotiff::TiffWriteOptions;
-use tilestream::tensor::zarr::ZarrWriteOptions;
-use tilestream::tensor::{Format, fmt_shape, parse_shape};
+use tilestream::format::tiff::TiffWriteOptions;
+use tilestream::format::tiff::cog::CogOptions;
+use tilestream::format::zarr::ZarrWriteOptions;
+use tilestream::format::{Format, fmt_shape, parse_shape};
 use tilestream::workflow::Workflow;
 #[path = "main/args.rs"]
 mod args;
@@ -586,7 +586,7 @@ fn main_inner(cli: Cli) -> Result<()> {
             Ok(())
         }
         Cmd::Clean { dir } => {
-            let removed = tilestream::tensor::clean_stale(&dir, None)?;
+            let removed = tilestream::format::clean_stale(&dir, None)?;
             for p in &removed {
                 println!("removed {}", p.display());
             }

@@ -14,10 +14,10 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::engine::{Edge, PatchSpec};
+use crate::format::tiff::is_tiff_path;
+use crate::io::own_files::{Written, check_run_paths};
 use crate::ops::stencil::{Filter, Stencil};
 use crate::shape::fmt_shape;
-use crate::tensor::geotiff::is_tiff_path;
-use crate::tensor::own_files::{Written, check_run_paths};
 use crate::tiling::{Boundary, BoxPlan};
 use crate::{
     DType, Engine, Error, JobKey, Plan, Reduce, ReduceOver, Result, RunReport, TensorFile,
@@ -457,7 +457,7 @@ impl OpSpec {
         w
     }
 
-    /// The destination policy ([`check_run_paths`]): no path the operation writes is a
+    /// The destination policy (`check_run_paths` in `src/io/own_files.rs`): no path the operation writes is a
     /// device, FIFO or socket, or any file it reads, and no two are one; checked by the
     /// plan and the run before anything is written.
     ///
@@ -555,7 +555,7 @@ fn open_named(inputs: &[(String, Source)]) -> Result<Vec<(String, TensorFile)>> 
 fn georef_from(e: &Engine, x: &TensorFile, keeps: Option<DType>) -> Engine {
     let georef = Engine::georef_of(x).map(|(mut g, grid)| {
         let held =
-            |text: &String| keeps.is_some_and(|d| crate::tensor::geotiff::holds_nodata(d, text));
+            |text: &String| keeps.is_some_and(|d| crate::format::tiff::holds_nodata(d, text));
         if !g.nodata.as_ref().is_some_and(held) {
             g.nodata = None;
         }

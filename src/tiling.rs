@@ -30,9 +30,9 @@ use std::str::FromStr;
 
 use crate::budget::{BudgetError, fmt_bytes};
 use crate::error::{Error, Result};
+use crate::format::Touch;
+use crate::format::{fmt_shape, page_size};
 use crate::layout::{Layout, Read, Write};
-use crate::tensor::Touch;
-use crate::tensor::{fmt_shape, page_size};
 
 /// How a filter sees positions outside the image (`scipy.ndimage` modes).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -182,7 +182,7 @@ pub enum Cuts {
 /// The chunks of an output encoded as the run writes it (GeoTIFF tiles, Zarr chunks),
 /// in the input box's coordinates: a box plan then cuts its boxes along their grid, so
 /// that each box completes the chunks it covers and the encoder holds only the chunks of
-/// one row of chunks of one box (`tensor::chunk_assembly`). Chunks holding
+/// one row of chunks of one box (`format::chunk_assembly`). Chunks holding
 /// several bands (`planes` > 1: a pixel-interleaved GeoTIFF's tiles, Zarr chunks deeper
 /// than one band) complete only once their last band is written: the run then visits
 /// the bands of each box one after another ([`BoxPlan::bands_together`]) and the encoder
@@ -196,7 +196,7 @@ pub struct OutChunks {
     pub cols: usize,
     /// Box rows are cut at this plus multiples of `rows`, the rows before it a shorter
     /// row of chunks of their own: 0 but for the rows of a shared store written by a run
-    /// whose first rows are not written ([`crate::tensor::OutRegion::skip_rows`]), whose
+    /// whose first rows are not written ([`crate::format::OutRegion::skip_rows`]), whose
     /// chunks start past them. Less than `rows`.
     pub row_offset: usize,
     /// Bytes per output element.

@@ -519,7 +519,7 @@ fn errors_are_one_line_with_exit_codes() {
     );
     // header that lies about the shape (claims more data than there is)
     let l = d("lies.npy");
-    let mut b = tilestream::tensor::npy::build_header(DType::F64, &[1000, 100]);
+    let mut b = tilestream::format::npy::build_header(DType::F64, &[1000, 100]);
     b.extend_from_slice(&vec![0u8; 400_000]);
     std::fs::write(&l, &b).unwrap();
     fails(&["reduce", p(&l), p(&out)], 1, "file is truncated");
@@ -667,7 +667,7 @@ fn runs_under_an_address_space_limit_smaller_than_the_file() {
     let dir = tempfile::tempdir().unwrap();
     let x = dir.path().join("big.npy");
     let shape = [375_000usize, 1024];
-    let header = tilestream::tensor::npy::build_header(DType::F32, &shape);
+    let header = tilestream::format::npy::build_header(DType::F32, &shape);
     let f = std::fs::File::create(&x).unwrap();
     use std::io::Write;
     (&f).write_all(&header).unwrap();

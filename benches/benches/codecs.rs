@@ -126,7 +126,7 @@ fn lzw(c: &mut Criterion) {
         let mut out = vec![0u8; raw.len()];
         g.bench_function("decode_weezl", |b| {
             b.iter(|| {
-                // as src/tensor/tiff_decode.rs decodes a chunk
+                // as src/format/tiff/decode.rs decodes a chunk
                 let mut d = weezl::decode::Decoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8);
                 let (mut inp, mut filled) = (black_box(&enc[..]), 0);
                 while filled < out.len() {

@@ -26,10 +26,10 @@ use pyo3::exceptions::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use serde_json::{Value, json};
-use tilestream::tensor::cog::{CogOptions, Overviews};
-use tilestream::tensor::geotiff::TiffWriteOptions;
-use tilestream::tensor::zarr::ZarrWriteOptions;
-use tilestream::tensor::{Format, OutRegion};
+use tilestream::format::tiff::TiffWriteOptions;
+use tilestream::format::tiff::cog::{CogOptions, Overviews};
+use tilestream::format::zarr::ZarrWriteOptions;
+use tilestream::format::{Format, OutRegion};
 use tilestream::{
     BudgetError as TsBudgetError, Engine, Error, MemoryBudget, OpSpec, Partial, Progress, Reduce,
     ReduceOver, Source,
@@ -436,7 +436,7 @@ fn row_step(shape: Vec<usize>, axis: Option<usize>) -> PyResult<u64> {
 #[pyfunction]
 fn create_npy_for_rows(dest: PathBuf, shape: Vec<usize>, dtype: &str) -> PyResult<String> {
     let dtype = dtype.parse().map_err(to_py)?;
-    let p = tilestream::tensor::create_npy_for_rows(&dest, &shape, dtype).map_err(to_py)?;
+    let p = tilestream::format::create_npy_for_rows(&dest, &shape, dtype).map_err(to_py)?;
     Ok(p.to_string_lossy().into_owned())
 }
 
@@ -444,7 +444,7 @@ fn create_npy_for_rows(dest: PathBuf, shape: Vec<usize>, dtype: &str) -> PyResul
 #[pyfunction]
 #[pyo3(signature = (tmp, dest, durable=true))]
 fn commit_npy(tmp: PathBuf, dest: PathBuf, durable: bool) -> PyResult<()> {
-    tilestream::tensor::commit_npy(&tmp, &dest, durable).map_err(to_py)
+    tilestream::format::commit_npy(&tmp, &dest, durable).map_err(to_py)
 }
 
 /// The input and output names of the pipeline file `path`.
@@ -461,7 +461,7 @@ fn zarr_chunk_rows(shape: Vec<usize>, dtype: &str, opts: &str) -> PyResult<usize
     let opts = parse_opts(opts)?;
     let dtype = dtype.parse().map_err(to_py)?;
     let z = zarr_options(&opts).map_err(to_py)?;
-    tilestream::tensor::zarr::chunk_rows(&z, &shape, dtype).map_err(to_py)
+    tilestream::format::zarr::chunk_rows(&z, &shape, dtype).map_err(to_py)
 }
 
 /// Creates the temporary Zarr store that the tasks of a job writing `dest` fill by chunk
@@ -476,14 +476,14 @@ fn create_zarr_for_rows(
     let opts = parse_opts(opts)?;
     let dtype = dtype.parse().map_err(to_py)?;
     let z = zarr_options(&opts).map_err(to_py)?;
-    let p = tilestream::tensor::create_zarr_for_rows(&dest, &shape, dtype, &z).map_err(to_py)?;
+    let p = tilestream::format::create_zarr_for_rows(&dest, &shape, dtype, &z).map_err(to_py)?;
     Ok(p.to_string_lossy().into_owned())
 }
 
 /// Renames the store [`create_zarr_for_rows`] made onto `dest`.
 #[pyfunction]
 fn commit_zarr(tmp: PathBuf, dest: PathBuf) -> PyResult<()> {
-    tilestream::tensor::commit_zarr(&tmp, &dest).map_err(to_py)
+    tilestream::format::commit_zarr(&tmp, &dest).map_err(to_py)
 }
 
 /// What a file holds: format, dtype, shape, data offset, georeferencing (JSON).

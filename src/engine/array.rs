@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
-use crate::tensor::{OutputFile, fmt_shape};
+use crate::format::{OutputFile, fmt_shape};
 
 /// An in-memory result (small: reductions produce these).
 #[derive(Clone, Debug, PartialEq)]
@@ -102,8 +102,8 @@ impl Array {
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
         if matches!(
-            crate::tensor::OutFormat::of(path),
-            crate::tensor::OutFormat::GeoTiff | crate::tensor::OutFormat::Zarr
+            crate::format::OutFormat::of(path),
+            crate::format::OutFormat::GeoTiff | crate::format::OutFormat::Zarr
         ) {
             return Err(Error::invalid(format!(
                 "{}: Array::save writes .npy or raw files; save a .npy and convert it \
@@ -134,14 +134,14 @@ pub fn write_npz(path: &Path, arrays: &[(&str, &Array)]) -> Result<()> {
 /// [`Error::Io`] if the file cannot be written.
 pub fn npz_beside(path: &Path, arrays: &[(&str, &Array)]) -> Result<tempfile::NamedTempFile> {
     use std::io::Write;
-    let tmp = crate::tensor::temp_beside(path)?;
+    let tmp = crate::format::temp_beside(path)?;
     let io = |e: zip::result::ZipError| Error::io("write", path, std::io::Error::other(e));
     let mut z = zip::ZipWriter::new(tmp.as_file());
     let opts =
         zip::write::SimpleFileOptions::default().compression_method(zip::CompressionMethod::Stored);
     for (name, a) in arrays {
         z.start_file(format!("{name}.npy"), opts).map_err(io)?;
-        let mut bytes = crate::tensor::npy::build_header(a.dtype(), a.shape());
+        let mut bytes = crate::format::npy::build_header(a.dtype(), a.shape());
         bytes.extend_from_slice(a.bytes());
         z.write_all(&bytes)
             .map_err(|e| Error::io("write", path, e))?;

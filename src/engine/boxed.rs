@@ -19,10 +19,10 @@ use std::path::Path;
 use super::Engine;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::format::{OutFormat, TensorFile};
 use crate::layout::{Layout, Read, Write};
 use crate::plan::Plan;
 use crate::scheduler::{self, Hooks, InputStream, StageTimes};
-use crate::tensor::{OutFormat, TensorFile};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
 
 /// The tiles of a box plan read from every input stream of an element-wise run: one
@@ -155,7 +155,7 @@ impl Engine {
                 scratch: Scratch::default(),
                 // every input's window has its page slack, beyond what one window counts
                 resident_bytes: resident_bytes
-                    + self.depth as u64 * inputs.len() as u64 * 2 * crate::tensor::page_size(),
+                    + self.depth as u64 * inputs.len() as u64 * 2 * crate::format::page_size(),
                 resident_what: if resident_what.is_empty() {
                     "page slack of each input's windows".to_string()
                 } else {

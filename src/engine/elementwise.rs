@@ -10,12 +10,12 @@ use crate::backend::cuda::ElementwiseParams;
 use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::{TensorFile, fmt_shape, window_slack};
 use crate::layout::Layout;
 use crate::ops::expr::{self, Expr, Program};
 use crate::ops::generate::Dist;
 use crate::plan::Plan;
 use crate::scheduler::InputStream;
-use crate::tensor::{TensorFile, fmt_shape, window_slack};
 
 impl Engine {
     /// Plans `affine` without running it.
@@ -218,7 +218,7 @@ impl Engine {
         expr::parse(src).map_err(|e| {
             Error::invalid(format!(
                 "cannot parse expression '{}' at {e}",
-                crate::tensor::npy::shown(src)
+                crate::format::npy::shown(src)
             ))
         })
     }
@@ -582,11 +582,11 @@ impl Engine {
     /// # Errors
     /// [`Error::Budget`] if the budget is too small.
     pub fn plan_generate(&self, shape: &[usize], dtype: DType) -> Result<Plan> {
-        if shape.len() > crate::tensor::MAX_RANK {
+        if shape.len() > crate::format::MAX_RANK {
             return Err(Error::invalid(format!(
                 "generate: a shape of {} dimensions; tilestream and numpy read at most {}",
                 shape.len(),
-                crate::tensor::MAX_RANK
+                crate::format::MAX_RANK
             )));
         }
         let mut req = self.request(format!("generate {} {dtype}", fmt_shape(shape)), shape, &[]);

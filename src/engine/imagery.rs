@@ -11,9 +11,9 @@ use super::{Engine, RunReport, check_not_input};
 use crate::backend::cuda::stencil::StencilProgram;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::{TensorFile, fmt_shape};
 use crate::ops::stencil::{Stencil, TileJob};
 use crate::scheduler::{self, Hooks, Layout, TileKernel};
-use crate::tensor::{TensorFile, fmt_shape};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
 
 /// `bands × height × width` of a rank-2 or rank-3 image.

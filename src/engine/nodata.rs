@@ -8,9 +8,9 @@
 use super::Engine;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::TensorFile;
 use crate::ops::expr::{self, BinOp, Expr, Program, UnOp};
 use crate::scheduler::InputStream;
-use crate::tensor::TensorFile;
 
 impl Engine {
     /// The expression an affine is run as when it masks nodata pixels or sets a nodata
@@ -56,7 +56,7 @@ impl Engine {
         dtype: Option<DType>,
         rule: &MapNodata,
     ) -> Result<BoundMap<'a>> {
-        use crate::tensor::geotiff::{nodata_as, nodata_text};
+        use crate::format::tiff::{nodata_as, nodata_text};
         let e = Self::parse_expr(src)?;
         let (program, streams, shape, default) = Self::bind_expr(src, &e, inputs)?;
         let od = dtype.unwrap_or(default);
@@ -66,14 +66,14 @@ impl Engine {
             if !known.contains(&name.as_str()) {
                 return Err(Error::invalid(format!(
                     "nodata given for input '{}', which is not one (inputs: {})",
-                    crate::tensor::npy::shown(name),
+                    crate::format::npy::shown(name),
                     known.join(", ")
                 )));
             }
             if rule.inputs[..k].iter().any(|(m, _)| m == name) {
                 return Err(Error::invalid(format!(
                     "nodata given twice for input '{}': give it once",
-                    crate::tensor::npy::shown(name)
+                    crate::format::npy::shown(name)
                 )));
             }
         }
@@ -103,7 +103,7 @@ impl Engine {
                                  one of its values",
                                 label(r),
                                 st.file.dtype(),
-                                crate::tensor::npy::shown(t.trim())
+                                crate::format::npy::shown(t.trim())
                             )));
                         }
                     },
@@ -249,15 +249,15 @@ fn output_nodata(text: &str, dtype: DType) -> Result<f64> {
     let Ok(v) = text.parse::<f64>() else {
         return Err(Error::invalid(format!(
             "nodata '{}' is not a number: give one such as -9999, 0 or nan",
-            crate::tensor::npy::shown(text)
+            crate::format::npy::shown(text)
         )));
     };
-    match crate::tensor::geotiff::nodata_as(dtype, text) {
+    match crate::format::tiff::nodata_as(dtype, text) {
         Some(held) if held == v || (held.is_nan() && v.is_nan()) => Ok(held),
         Some(held) => Err(Error::invalid(format!(
             "nodata {text} is not exactly representable in {dtype} (it would be {}): give a \
              value the output type holds",
-            crate::tensor::geotiff::nodata_text(held)
+            crate::format::tiff::nodata_text(held)
         ))),
         None => {
             let range = if dtype == DType::Bool {
@@ -341,7 +341,7 @@ mod tests {
 
     #[test]
     fn input_nodata_is_the_value_the_file_type_holds() {
-        use crate::tensor::geotiff::nodata_as;
+        use crate::format::tiff::nodata_as;
         assert_eq!(nodata_as(DType::U16, "0"), Some(0.0));
         assert_eq!(nodata_as(DType::I16, "-32768"), Some(-32768.0));
         // a float file stores the nodata value rounded to its type

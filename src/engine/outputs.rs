@@ -7,13 +7,13 @@ use std::path::Path;
 use super::Engine;
 use crate::budget::{BudgetError, fmt_bytes};
 use crate::error::{Error, Result};
+use crate::format::tiff::stream::TiffStream;
+use crate::format::tiff::write::TiledLayout;
+use crate::format::tiff::{GeoRef, TiffWriteOptions};
+use crate::format::zarr::ZarrWriteOptions;
+use crate::format::zarr::stream::ZarrStream;
+use crate::format::{OutFormat, OutputFile, TensorFile, fmt_shape};
 use crate::plan::Plan;
-use crate::tensor::geotiff::{GeoRef, TiffWriteOptions};
-use crate::tensor::tiff_stream::TiffStream;
-use crate::tensor::tiff_write::TiledLayout;
-use crate::tensor::zarr::ZarrWriteOptions;
-use crate::tensor::zarr_stream::ZarrStream;
-use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape};
 use crate::tiling::{BoxPlan, OutChunks};
 
 /// What a run's plan set aside for encoding its output as the run writes it: `bytes`,
@@ -93,7 +93,7 @@ impl Engine {
                 g.nodata = nodata;
                 Some((g, grid))
             }
-            (None, Some(n)) => crate::tensor::geotiff::image_dims(shape)
+            (None, Some(n)) => crate::format::tiff::image_dims(shape)
                 .ok()
                 .map(|(_, h, w)| {
                     let g = GeoRef {
@@ -111,7 +111,7 @@ impl Engine {
     #[must_use]
     pub fn georef_of(input: &TensorFile) -> Option<(GeoRef, (usize, usize))> {
         let g = input.georef()?.clone();
-        let (_, h, w) = crate::tensor::geotiff::image_dims(input.shape()).ok()?;
+        let (_, h, w) = crate::format::tiff::image_dims(input.shape()).ok()?;
         Some((g, (h, w)))
     }
 
@@ -136,7 +136,7 @@ impl Engine {
                 let opts = self.tiff_options(out, output.shape());
                 if let Some(cog) = &opts.cog {
                     // refused before the run, not after it
-                    crate::tensor::cog::check_budget(
+                    crate::format::tiff::cog::check_budget(
                         output.shape(),
                         output.dtype(),
                         &opts,
@@ -171,7 +171,7 @@ impl Engine {
             }
             OutFormat::Zarr => {
                 // refused before the run, not after it: chunks the budget cannot encode
-                crate::tensor::zarr::chunk_shapes(
+                crate::format::zarr::chunk_shapes(
                     &self.zarr_out,
                     output.shape(),
                     output.dtype(),
@@ -468,7 +468,7 @@ impl Engine {
         let (format, chunked_shape, row_offset) = match self.out_region {
             None => (self.format_of(out), shape.to_vec(), 0),
             Some(region) if !transposed && out.join("zarr.json").is_file() => {
-                let store = crate::tensor::TensorFile::open_zarr(out).ok()?;
+                let store = crate::format::TensorFile::open_zarr(out).ok()?;
                 let outer_rows = store.zarr()?.chunk_shape.first().copied()?;
                 let offset = match shape.len() {
                     2 => (region.skip_rows % outer_rows as u64) as usize,
@@ -480,8 +480,9 @@ impl Engine {
             Some(_) => return None,
         };
         let es = dtype.size() as u64;
-        let in_flight =
-            |each: u64| (room / each.max(1)).clamp(1, crate::tensor::tiff_stream::MAX_BATCH) * each;
+        let in_flight = |each: u64| {
+            (room / each.max(1)).clamp(1, crate::format::tiff::stream::MAX_BATCH) * each
+        };
         let (ch, cw, planes, fixed, what) = match format {
             OutFormat::GeoTiff => {
                 let mut opts = self.tiff_out.clone();
@@ -493,7 +494,7 @@ impl Engine {
                 (l.t, l.t, l.spp(), in_flight(2 * chunk), what)
             }
             OutFormat::Zarr => {
-                let (_, outer) = crate::tensor::zarr::chunk_shapes(
+                let (_, outer) = crate::format::zarr::chunk_shapes(
                     &self.zarr_out,
                     &chunked_shape,
                     dtype,
@@ -556,8 +557,8 @@ impl Engine {
             }
             return Ok(());
         }
-        crate::tensor::geotiff::image_dims(shape)?;
-        crate::tensor::geotiff::tiff_sample(dtype)?;
+        crate::format::tiff::image_dims(shape)?;
+        crate::format::tiff::tiff_sample(dtype)?;
         self.tiff_out
             .predictor
             .tag(dtype, self.tiff_out.compression)
@@ -583,11 +584,11 @@ impl Engine {
             return Ok(None);
         };
         let opts = self.tiff_options(out, shape);
-        crate::tensor::cog::check_budget(shape, dtype, &opts, cog, self.budget.limit())?;
-        let need = crate::tensor::cog::memory_needed(shape, dtype, &opts, cog)?;
-        let (_, h, w) = crate::tensor::geotiff::image_dims(shape)?;
+        crate::format::tiff::cog::check_budget(shape, dtype, &opts, cog, self.budget.limit())?;
+        let need = crate::format::tiff::cog::memory_needed(shape, dtype, &opts, cog)?;
+        let (_, h, w) = crate::format::tiff::image_dims(shape)?;
         let levels =
-            crate::tensor::cog::overview_sizes(w, h, opts.tile.max(16), cog.overviews)?.len();
+            crate::format::tiff::cog::overview_sizes(w, h, opts.tile.max(16), cog.overviews)?.len();
         let resampling = format!("{:?}", cog.resampling).to_lowercase();
         Ok(Some(format!(
             "COG overviews: {levels} level{} ({resampling}), built in one pass over the \
@@ -601,7 +602,7 @@ impl Engine {
     pub(super) fn tiff_options(&self, out: &Path, shape: &[usize]) -> TiffWriteOptions {
         let mut o = self.tiff_out.clone();
         o.memory = self.budget.limit();
-        o.georef = match (&self.georef, crate::tensor::geotiff::image_dims(shape)) {
+        o.georef = match (&self.georef, crate::format::tiff::image_dims(shape)) {
             (Some((g, grid)), Ok((_, h, w))) if *grid == (h, w) => Some(g.clone()),
             (Some((_, grid)), _) => {
                 eprintln!(

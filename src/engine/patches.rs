@@ -9,9 +9,9 @@ use super::imagery::image_dims;
 use super::{Engine, RunReport};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::tiff::write_tiled;
+use crate::format::{TensorFile, fmt_shape, npy};
 use crate::scheduler::{self};
-use crate::tensor::geotiff::write_tiled;
-use crate::tensor::{TensorFile, fmt_shape, npy};
 use crate::tiling::{Boundary, BoxPlan, BoxTile, Cuts, Halo, OutMap, Scratch};
 
 /// The file format of patches.
@@ -95,7 +95,7 @@ fn patch_starts(n: usize, spec: PatchSpec, axis: &str) -> Result<Vec<(i64, usize
 
 /// The tile side of a GeoTIFF patch of `size`: no larger than the patch (rounded up to
 /// TIFF's multiple of 16).
-fn patch_tile(opts: &crate::tensor::geotiff::TiffWriteOptions, size: usize) -> usize {
+fn patch_tile(opts: &crate::format::tiff::TiffWriteOptions, size: usize) -> usize {
     opts.tile.min(size.div_ceil(16) * 16)
 }
 
@@ -103,7 +103,7 @@ fn patch_tile(opts: &crate::tensor::geotiff::TiffWriteOptions, size: usize) -> u
 /// the patch (tiles raw and compressed, a batch at a time), at least two of its tiles,
 /// every band deep.
 fn patch_encoder_bytes(
-    opts: &crate::tensor::geotiff::TiffWriteOptions,
+    opts: &crate::format::tiff::TiffWriteOptions,
     size: usize,
     bands: usize,
     es: u64,
@@ -244,7 +244,7 @@ impl Engine {
     ) -> Result<(RunReport, usize)> {
         let outdir = outdir.as_ref();
         if format == PatchFormat::GeoTiff {
-            crate::tensor::geotiff::tiff_sample(input.dtype())?;
+            crate::format::tiff::tiff_sample(input.dtype())?;
             // refused before any patch is cleared or written
             self.tiff_out
                 .predictor
@@ -404,10 +404,7 @@ fn clear_earlier_patches(outdir: &Path, input: &Path, index_max: u64) -> Result<
             index_path.display()
         ))
     };
-    let listed: Vec<String> = match crate::tensor::own_files::read_small_input(
-        &index_path,
-        index_max,
-    ) {
+    let listed: Vec<String> = match crate::io::own_files::read_small_input(&index_path, index_max) {
         Ok(text) => {
             let mut lines = text.lines();
             if lines.next() != Some(INDEX_HEADER) {
@@ -418,7 +415,7 @@ fn clear_earlier_patches(outdir: &Path, input: &Path, index_max: u64) -> Result<
                 let name = patch_line(l).ok_or_else(|| {
                     not_ours(format!("line {} is not a patch tiles wrote", i + 2))
                 })?;
-                if crate::tensor::same_file(&outdir.join(name), input) {
+                if crate::format::same_file(&outdir.join(name), input) {
                     return Err(Error::Invalid(format!(
                         "{}: lists {name}, the input of this run, as a patch of an earlier run; \
                          give another directory for the patches",

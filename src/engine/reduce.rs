@@ -9,14 +9,14 @@ use crate::budget::Reservation;
 use crate::budget::fmt_bytes;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::tiff::write::TiledLayout;
+use crate::format::{OutFormat, OutputFile, TensorFile, fmt_shape};
 use crate::journal::Journal;
 use crate::ops::reduce::{
     Geometry, Partial, PartialHeader, Reduce, ReduceOver, TileReducer, row_step,
 };
 use crate::plan::Plan;
 use crate::scheduler::{self, InputStream, Morsel, Pending, Slot, TileKernel};
-use crate::tensor::tiff_write::TiledLayout;
-use crate::tensor::{OutFormat, OutputFile, TensorFile, fmt_shape};
 
 impl Engine {
     /// Plans a reduction without running it.

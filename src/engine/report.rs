@@ -5,7 +5,7 @@ use std::fmt;
 use serde::Serialize;
 
 use crate::budget::fmt_bytes;
-use crate::tensor::fmt_shape;
+use crate::format::fmt_shape;
 
 /// What a run did: tiles, bytes, time per stage, memory.
 #[derive(Clone, Debug, Serialize)]

@@ -11,13 +11,13 @@ use crate::backend::cuda::ElementwiseParams;
 use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::{TensorFile, fmt_shape};
+use crate::io::own_files::{Written, check_run_paths};
 use crate::journal::Journal;
 use crate::layout::Layout;
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver};
 use crate::plan::Plan;
 use crate::scheduler::{self, InputStream};
-use crate::tensor::own_files::{Written, check_run_paths};
-use crate::tensor::{TensorFile, fmt_shape};
 
 impl Engine {
     /// Column means and standard deviations (over axis 0) in **one** pass over the data:

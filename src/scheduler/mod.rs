@@ -26,11 +26,11 @@ use crossbeam_channel::bounded;
 
 use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
+pub use crate::format::Touch;
+use crate::format::{OutputFile, TensorFile, Window};
 use crate::journal::Journal;
 pub use crate::layout::{Layout, Read, Write};
 use crate::plan::{Plan, Tile};
-pub use crate::tensor::Touch;
-use crate::tensor::{OutputFile, TensorFile, Window};
 
 mod stage;
 

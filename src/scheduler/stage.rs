@@ -15,7 +15,7 @@
 
 use crate::budget::Reservation;
 use crate::error::{Error, Result};
-use crate::tensor::Window;
+use crate::format::Window;
 
 /// Memory a staging slot lives in, owned by the backend that allocated it.
 pub trait SlotMemory: Send {
@@ -263,7 +263,7 @@ pub(super) fn stage_windows(windows: &[Window], slot: &mut Slot) -> Result<Vec<(
 /// the byte range of each read, or `None` if an input is compressed (its chunks are
 /// decoded into windows, then staged).
 pub(super) fn stage_reads(
-    files: &[&crate::tensor::TensorFile],
+    files: &[&crate::format::TensorFile],
     reads: &[crate::layout::Read],
     slot: &mut Slot,
 ) -> Result<Option<Vec<(usize, usize)>>> {

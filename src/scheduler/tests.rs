@@ -51,7 +51,7 @@ impl Layout for Fake {
         self.depth
     }
     fn window_bytes(&self) -> u64 {
-        self.len * 4 + 2 * crate::tensor::page_size()
+        self.len * 4 + 2 * crate::format::page_size()
     }
     fn out_slot_elems(&self) -> u64 {
         self.len
@@ -62,7 +62,7 @@ impl Layout for Fake {
 fn setup(dir: &std::path::Path, tiles: usize, len: u64, depth: usize) -> (TensorFile, Fake) {
     let n = tiles as u64 * len;
     let path = dir.join("in.npy");
-    let mut bytes = crate::tensor::npy::build_header(DType::U32, &[n as usize]);
+    let mut bytes = crate::format::npy::build_header(DType::U32, &[n as usize]);
     bytes.extend((0..n as u32).flat_map(u32::to_le_bytes));
     std::fs::write(&path, bytes).unwrap();
     let fake = Fake {
@@ -409,10 +409,10 @@ fn an_error_a_pending_tile_reports_stops_the_run() {
 
 #[test]
 fn reads_staged_straight_into_a_slot_equal_the_mapped_windows() {
-    use crate::tensor::Touch;
+    use crate::format::Touch;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("m.npy");
-    let mut bytes = crate::tensor::npy::build_header(DType::U16, &[30, 10]);
+    let mut bytes = crate::format::npy::build_header(DType::U16, &[30, 10]);
     bytes.extend((0..300u16).flat_map(u16::to_le_bytes));
     std::fs::write(&path, bytes).unwrap();
     let f = TensorFile::open(&path).unwrap();

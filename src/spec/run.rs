@@ -21,16 +21,16 @@ impl Engine {
         let Some((text, _)) = x.nodata() else {
             return Ok(false);
         };
-        if self.format_of(output) != crate::tensor::OutFormat::GeoTiff
-            || crate::tensor::geotiff::holds_nodata(dtype, text)
+        if self.format_of(output) != crate::format::OutFormat::GeoTiff
+            || crate::format::tiff::holds_nodata(dtype, text)
         {
             return Ok(false);
         }
         if dtype.is_float() {
             return Ok(true);
         }
-        let why = match crate::tensor::geotiff::nodata_as(dtype, text) {
-            Some(v) => format!("it would be {}", crate::tensor::geotiff::nodata_text(v)),
+        let why = match crate::format::tiff::nodata_as(dtype, text) {
+            Some(v) => format!("it would be {}", crate::format::tiff::nodata_text(v)),
             None => format!("{dtype} cannot hold it"),
         };
         Err(Error::invalid(format!(

@@ -76,7 +76,7 @@ fn job_keys_differ_by_parameter_and_tiles_do_not_resume() {
 fn map_nodata_is_in_the_job_key_and_checked_before_a_split() {
     let dir = tempfile::tempdir().expect("tempdir");
     let x = dir.path().join("x.npy");
-    let mut bytes = crate::tensor::npy::build_header(DType::U16, &[4, 2]);
+    let mut bytes = crate::format::npy::build_header(DType::U16, &[4, 2]);
     bytes.extend([0u8; 16]);
     std::fs::write(&x, bytes).expect("write");
     let spec = |nodata: Option<&str>| OpSpec::Map {

@@ -106,7 +106,7 @@ impl StepSpec {
     fn nodata_rule(&self) -> crate::MapNodata {
         crate::MapNodata {
             value: self.nodata.as_ref().map(|k| match k {
-                NodataKey::Number(v) => crate::tensor::geotiff::nodata_text(*v),
+                NodataKey::Number(v) => crate::format::tiff::nodata_text(*v),
                 NodataKey::Text(t) => t.clone(),
             }),
             ignore_inputs: self.ignore_nodata.unwrap_or(false),
@@ -703,7 +703,7 @@ impl Workflow {
 
 /// Reads a pipeline file's text and parses it (syntax and keys), errors naming the line.
 fn parse_file(path: &Path) -> Result<(String, FileSpec)> {
-    let text = crate::tensor::own_files::read_small_input(path, PIPELINE_FILE_MAX)?;
+    let text = crate::io::own_files::read_small_input(path, PIPELINE_FILE_MAX)?;
     let spec: FileSpec = toml::from_str(&text).map_err(|e| {
         let line = e.span().map_or(1, |s| line_of(&text, s.start));
         Error::Invalid(format!(

@@ -11,11 +11,11 @@ use crate::MapNodata;
 use crate::dtype::DType;
 use crate::engine::{Engine, RunReport};
 use crate::error::{Error, Result};
+use crate::format::{TensorFile, fmt_shape};
+use crate::io::own_files::{Written as WrittenPath, check_run_paths};
 use crate::ops::reduce::{Reduce, ReduceOver};
 use crate::plan::Plan;
 use crate::spec::{OpSpec, Source};
-use crate::tensor::own_files::{Written as WrittenPath, check_run_paths};
-use crate::tensor::{TensorFile, fmt_shape};
 
 /// The nodata value of each job's result, by the name of the value.
 type Written = BTreeMap<String, Option<String>>;
@@ -331,14 +331,14 @@ impl Workflow {
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."));
         let tmp = tempfile::Builder::new()
-            .prefix(crate::tensor::PIPELINE_DIR_PREFIX)
+            .prefix(crate::format::PIPELINE_DIR_PREFIX)
             .tempdir_in(parent)
             .map_err(|e| Error::io("create a temporary directory in", parent, e))?;
         // held while the pipeline runs, so `tilestream clean` leaves this directory alone
         let lock_path = tmp.path().join(".lock");
         let lock_file =
             std::fs::File::create(&lock_path).map_err(|e| Error::io("create", &lock_path, e))?;
-        let _held = crate::tensor::lock(&lock_file);
+        let _held = crate::format::lock(&lock_file);
         let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
         for (name, p) in &self.inputs {
             files.insert(name.clone(), TensorFile::open(p)?);

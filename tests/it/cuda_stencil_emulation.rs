@@ -255,7 +255,7 @@ int main(int argc, char** argv) {
                 .collect();
             let slices: Vec<&[u8]> = windows
                 .iter()
-                .map(tilestream::tensor::Window::bytes)
+                .map(tilestream::format::Window::bytes)
                 .collect();
             let job = TileJob {
                 stencil: &stencil,

@@ -180,7 +180,7 @@ fn fused_map_kernels_agree_on_every_device_and_budget() {
     };
     let nd = ys[3].to_string();
     // in 16x16 tiles: decoding it fits the smallest budget
-    let small_tiles = tilestream::tensor::tiff_write::TiffWriteOptions {
+    let small_tiles = tilestream::format::tiff::write::TiffWriteOptions {
         tile: 16,
         ..Default::default()
     };

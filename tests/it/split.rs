@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use crate::common::{Lcg, read_npy_data, write_npy};
-use tilestream::tensor::{OutRegion, commit_npy, create_npy_for_rows};
+use tilestream::format::{OutRegion, commit_npy, create_npy_for_rows};
 use tilestream::{
     DType, Element, Engine, MemoryBudget, Partial, Reduce, ReduceOver, TensorFile, merge_partials,
     row_step,
@@ -342,8 +342,8 @@ fn watch_beside(
 
 #[test]
 fn a_zarr_store_written_chunk_rows_by_chunk_rows_equals_one_run() {
-    use tilestream::tensor::zarr::{ZarrCompression, ZarrWriteOptions};
-    use tilestream::tensor::{commit_zarr, create_zarr_for_rows};
+    use tilestream::format::zarr::{ZarrCompression, ZarrWriteOptions};
+    use tilestream::format::{commit_zarr, create_zarr_for_rows};
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("x.npy");
     write_npy(&src, DType::U16, &[1000, 70], &data(DType::U16, 70_000, 6));
@@ -443,8 +443,8 @@ fn filter_tasks_with_halo_rows_stream_their_rows_into_a_zarr_store() {
     // a gaussian of radius 4 split as tilestream.dask splits it: each share's input
     // carries 4 halo rows each side, the run's first rows (skip_rows) are not written, so
     // the store's chunks start 4 rows into the run: its boxes are cut along them
-    use tilestream::tensor::zarr::{ZarrCompression, ZarrWriteOptions};
-    use tilestream::tensor::{commit_zarr, create_zarr_for_rows};
+    use tilestream::format::zarr::{ZarrCompression, ZarrWriteOptions};
+    use tilestream::format::{commit_zarr, create_zarr_for_rows};
     let dir = tempfile::tempdir().unwrap();
     let (h, w) = (300u64, 200usize);
     let src = dir.path().join("img.npy");
@@ -503,8 +503,8 @@ fn element_wise_tasks_below_a_slab_of_chunks_stream_their_rows_in_boxes() {
     // 200x1000 f32 in chunks of 64x100: a slab of chunks is 250 KiB, more than three
     // quarters of 256 KiB hold with a chunk in flight, so each task's run goes in boxes
     // along the store's chunks; below one chunk and one in flight it is refused
-    use tilestream::tensor::zarr::{ZarrCompression, ZarrWriteOptions};
-    use tilestream::tensor::{commit_zarr, create_zarr_for_rows};
+    use tilestream::format::zarr::{ZarrCompression, ZarrWriteOptions};
+    use tilestream::format::{commit_zarr, create_zarr_for_rows};
     let dir = tempfile::tempdir().unwrap();
     let (h, w) = (200usize, 1000usize);
     let src = dir.path().join("x.npy");

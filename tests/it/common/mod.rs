@@ -10,7 +10,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use tilestream::DType;
-use tilestream::tensor::npy::build_header;
+use tilestream::format::npy::build_header;
 
 /// Writes `data` (little-endian element bytes) as a `.npy` of `shape` and `dtype`.
 pub fn write_npy(path: &Path, dtype: DType, shape: &[usize], data: &[u8]) {

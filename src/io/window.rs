@@ -6,7 +6,7 @@ use memmap2::Mmap;
 
 /// Faults in `len` bytes of `map` from `offset` (a page boundary) in one call where the
 /// kernel has `MADV_POPULATE_READ` (5.14+), else by touching one byte per page.
-pub(super) fn populate(map: &Mmap, offset: usize, len: usize) {
+pub(crate) fn populate(map: &Mmap, offset: usize, len: usize) {
     let len = len.min(map.len().saturating_sub(offset));
     if len == 0
         || map
@@ -26,7 +26,7 @@ pub(super) fn populate(map: &Mmap, offset: usize, len: usize) {
 }
 
 /// True if every page of `map` is in the page cache (`mincore`). On error, false.
-pub(super) fn fully_resident(map: &Mmap) -> bool {
+pub(crate) fn fully_resident(map: &Mmap) -> bool {
     let page = page_size() as usize;
     let pages = map.len().div_ceil(page);
     let mut vec = vec![0u8; pages];
@@ -59,7 +59,7 @@ pub fn page_size() -> u64 {
 
 /// The pages lying wholly inside the byte range `off .. off + len`, as a byte range
 /// `lo .. hi` (empty, `hi <= lo`, when the range covers no whole page).
-pub(super) fn whole_pages(off: u64, len: u64) -> (u64, u64) {
+pub(crate) fn whole_pages(off: u64, len: u64) -> (u64, u64) {
     let page = page_size();
     (off.div_ceil(page) * page, (off + len) / page * page)
 }
@@ -86,13 +86,35 @@ mod page_tests {
 /// buffer for narrow windows (`Touch::Rows`).
 #[derive(Debug)]
 pub struct Window {
-    pub(super) map: Option<Mmap>,
-    pub(super) owned: Vec<u8>,
-    pub(super) skip: usize,
-    pub(super) len: usize,
+    map: Option<Mmap>,
+    owned: Vec<u8>,
+    skip: usize,
+    len: usize,
 }
 
 impl Window {
+    /// `len` bytes of `map` from byte `skip` (the map starts on a page boundary at or
+    /// before the first byte wanted).
+    pub(crate) fn mapped(map: Mmap, skip: usize, len: usize) -> Self {
+        debug_assert!(skip + len <= map.len());
+        Window {
+            map: Some(map),
+            owned: Vec::new(),
+            skip,
+            len,
+        }
+    }
+
+    /// Bytes already read into memory (decoded chunks, column runs, an empty window).
+    pub(crate) fn owned(owned: Vec<u8>) -> Self {
+        Window {
+            map: None,
+            len: owned.len(),
+            owned,
+            skip: 0,
+        }
+    }
+
     /// The mapped data bytes.
     #[must_use]
     pub fn bytes(&self) -> &[u8] {

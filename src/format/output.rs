@@ -1,236 +1,22 @@
 //! Outputs that appear at their path only once complete: a temporary file beside the
-//! destination (locked while its run lives), positioned writes into it, encoding for
-//! GeoTIFF and Zarr destinations, then flush and rename; and the cleaning of what killed
-//! runs left behind.
+//! destination (`crate::io::temp`), positioned writes into it, encoding for GeoTIFF and
+//! Zarr destinations, then flush and rename.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::tiff_stream::{ChunkRun, TiffStream};
-use super::window::whole_pages;
-use super::zarr_stream::ZarrStream;
-use super::{OutFormat, checked_nbytes, file_len, geotiff, npy, own_files, zarr};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::tiff::stream::{ChunkRun, TiffStream};
+use crate::format::zarr::stream::ZarrStream;
+use crate::format::{OutFormat, checked_nbytes, file_len, npy, tiff, zarr};
+use crate::io::own_files;
+use crate::io::temp::{TEMP_SUFFIX, clean_stale, dir_and_name, lock, temp_beside};
+use crate::io::window::whole_pages;
 
 mod rows;
 pub use rows::{commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows};
-
-/// A temporary file in the directory of `dest` (so that renaming it onto `dest` is
-/// atomic), named `.{dest name}.XXXX.tilestream-tmp`, created 0666 less the umask.
-///
-/// # Errors
-/// [`Error::Io`] if the directory is missing or not writable.
-pub fn temp_beside(dest: &Path) -> Result<tempfile::NamedTempFile> {
-    let tmp = temp_beside_unlocked(dest)?;
-    // Held until the file is renamed or removed: tells `clean_stale` it is in use.
-    let _ = lock(tmp.as_file());
-    Ok(tmp)
-}
-
-/// Suffix of every temporary output file.
-pub const TEMP_SUFFIX: &str = ".tilestream-tmp";
-
-/// What every journal (`crate::journal`) of any version starts with: `tilestream clean`
-/// removes a file under a journal's name only when it does.
-pub const JOURNAL_MAGIC: &str = "tilestream-journal ";
-
-/// Prefix of a pipeline file's directory of intermediates.
-pub const PIPELINE_DIR_PREFIX: &str = ".tilestream-pipeline-";
-
-/// Takes an exclusive advisory lock on `f` without waiting; true if taken.
-#[must_use]
-pub fn lock(f: &File) -> bool {
-    // SAFETY: flock on an open descriptor has no memory-safety preconditions.
-    unsafe {
-        libc::flock(
-            std::os::fd::AsRawFd::as_raw_fd(f),
-            libc::LOCK_EX | libc::LOCK_NB,
-        ) == 0
-    }
-}
-
-/// Removes what killed runs left in `dir`: temporary outputs, journals and state slots
-/// (`.NAME.MARK.tilestream-tmp`, see `own_temp_name`) and pipeline intermediate
-/// directories (`.tilestream-pipeline-XXXXXX`) that no running process holds (each live
-/// one is locked by its process). With `only_for`, just the temporary files of the output
-/// named exactly that. Only what is provably tilestream's is removed: a name of that form
-/// whose content is tilestream's too (a journal starts with its magic line; a directory
-/// holds only what a Zarr output being built or a pipeline run holds, and is locked by
-/// its run); a user's file or directory that merely ends in `.tilestream-tmp` is left
-/// alone. Returns the paths removed.
-///
-/// # Errors
-/// [`Error::Io`] if `dir` cannot be listed.
-pub fn clean_stale(dir: &Path, only_for: Option<&str>) -> Result<Vec<PathBuf>> {
-    let mut removed = Vec::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list", dir, e))?;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let path = entry.path();
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            continue;
-        };
-        let t = meta.file_type();
-        if let Some((dest, mark)) = own_temp_name(&name) {
-            if only_for.is_some_and(|n| n != dest) {
-                continue;
-            }
-            let free = if t.is_file() {
-                // never opened through a link or blocking on a FIFO; a regular file only
-                // when no live run holds its lock, and a journal only with its magic line
-                own_files::open_own_read(&path)
-                    .is_ok_and(|f| (mark != "journal" || starts_with_journal_magic(&f)) && lock(&f))
-            } else if t.is_dir() {
-                // a Zarr output being encoded: its process holds `.lock` inside
-                zarr_being_built(&path) && dir_unlocked(&path)
-            } else {
-                // a link or special file under one of tilestream's own names is removed as
-                // it is (the name, not what it points to)
-                true
-            };
-            if !free {
-                continue;
-            }
-            let gone = if t.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-            if gone.is_ok() {
-                removed.push(path);
-            }
-        } else if only_for.is_none()
-            && t.is_dir()
-            && is_pipeline_dir_name(&name)
-            && pipeline_dir_contents(&path)
-            && dir_unlocked(&path)
-            && std::fs::remove_dir_all(&path).is_ok()
-        {
-            removed.push(path);
-        }
-    }
-    Ok(removed)
-}
-
-/// The output name and the mark of one of tilestream's temporary names,
-/// `.NAME.MARK.tilestream-tmp`, where MARK is `journal`, `state-a`, `state-b` or the
-/// random letters and digits of a temporary output (at most 16); `None` for any other
-/// name. The mark holds no dot, so the names of output `a` are never those of `a.npy`.
-#[must_use]
-pub fn own_temp_name(name: &str) -> Option<(&str, &str)> {
-    let (dest, mark) = name
-        .strip_prefix('.')?
-        .strip_suffix(TEMP_SUFFIX)?
-        .rsplit_once('.')?;
-    let own_mark = own_files::is_random_part(mark) || matches!(mark, "state-a" | "state-b");
-    (!dest.is_empty() && own_mark).then_some((dest, mark))
-}
-
-/// Whether `f` starts with the journal's magic line.
-fn starts_with_journal_magic(f: &File) -> bool {
-    use std::os::unix::fs::FileExt as _;
-    let magic = JOURNAL_MAGIC.as_bytes();
-    let mut head = vec![0u8; magic.len()];
-    f.read_exact_at(&mut head, 0).is_ok() && head == magic
-}
-
-/// Whether the lock file a run holds inside `dir` (`.lock`) is free: missing, or not
-/// locked by a live process. Never follows a link.
-fn dir_unlocked(dir: &Path) -> bool {
-    match own_files::open_own_read(&dir.join(".lock")) {
-        Ok(f) => lock(&f),
-        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
-    }
-}
-
-/// Whether `dir` holds only what a Zarr output being built does: `zarr.json`, `.lock`
-/// and chunk keys (`c`, or digits and dots).
-fn zarr_being_built(dir: &Path) -> bool {
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries.flatten().all(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            n == "zarr.json" || n == ".lock" || own_files::is_chunk_key(&n)
-        })
-    })
-}
-
-/// `.tilestream-pipeline-` and the random letters and digits `tempfile` adds.
-fn is_pipeline_dir_name(name: &str) -> bool {
-    name.strip_prefix(PIPELINE_DIR_PREFIX)
-        .is_some_and(own_files::is_random_part)
-}
-
-/// Whether `dir` holds only what a pipeline run keeps there: its `.lock`, intermediates
-/// named by a step (`NAME.npy`, an identifier) and their temporary files; no directory
-/// but a Zarr intermediate being built.
-fn pipeline_dir_contents(dir: &Path) -> bool {
-    let ident = |n: &str| {
-        !n.is_empty()
-            && n.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
-            && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-    };
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries.flatten().all(|e| {
-            let n = e.file_name();
-            let n = n.to_string_lossy();
-            let file = e.file_type().is_ok_and(|t| t.is_file());
-            n == ".lock"
-                || (file && n.strip_suffix(".npy").is_some_and(ident))
-                || own_temp_name(&n).is_some_and(|(d, _)| d.strip_suffix(".npy").is_some_and(ident))
-        })
-    })
-}
-
-/// The directory of `dest` (`.` for a bare name) and the name its temporary files are
-/// named after (`.NAME.MARK.tilestream-tmp`): its file name, or for a name too long to
-/// take the 25 bytes more (a file name holds 255), its first 180 bytes, `~` and 16 hex
-/// digits of checksums of the whole name.
-pub(crate) fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
-    let name = dest
-        .file_name()
-        .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?
-        .to_string_lossy()
-        .into_owned();
-    let dir = match dest.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    Ok((dir, temp_stem(name)))
-}
-
-/// The name temporary files of an output named `name` are named after (see
-/// [`dir_and_name`]).
-fn temp_stem(name: String) -> String {
-    const MAX: usize = 200;
-    if name.len() <= MAX {
-        return name;
-    }
-    let mut cut = 180;
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let reversed: Vec<u8> = name.bytes().rev().collect();
-    format!(
-        "{}~{:08x}{:08x}",
-        &name[..cut],
-        crc32fast::hash(name.as_bytes()),
-        crc32fast::hash(&reversed)
-    )
-}
-
-fn temp_beside_unlocked(dest: &Path) -> Result<tempfile::NamedTempFile> {
-    let (dir, name) = dir_and_name(dest)?;
-    tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(TEMP_SUFFIX)
-        // like any new file: 0666 less the umask (tempfile's default is 0600)
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-        .tempfile_in(&dir)
-        .map_err(|e| Error::io("create a temporary output file in", &dir, e))
-}
 
 /// Where an output's bytes go.
 #[derive(Debug)]
@@ -337,7 +123,7 @@ impl OutputFile {
         format: OutFormat,
     ) -> Result<Self> {
         let nbytes = checked_nbytes(dest, shape, dtype)?;
-        own_files::check_destination(dest, format)?;
+        own_files::check_destination(dest, format.dest())?;
         if let Ok((dir, name)) = dir_and_name(dest) {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
@@ -395,7 +181,7 @@ impl OutputFile {
         format: OutFormat,
     ) -> Result<Self> {
         let nbytes = checked_nbytes(dest, shape, dtype)?;
-        own_files::check_destination(dest, format)?;
+        own_files::check_destination(dest, format.dest())?;
         let (dir, name) = dir_and_name(dest)?;
         let own_name = tmp
             .file_name()
@@ -472,7 +258,7 @@ impl OutputFile {
     /// [`Error::Io`] if the file cannot be written.
     pub fn with_tiff_stream(
         mut self,
-        opts: geotiff::TiffWriteOptions,
+        opts: tiff::TiffWriteOptions,
         memory: crate::budget::Reservation,
     ) -> Result<Self> {
         let Target::Temp(t) = &self.tmp else {
@@ -822,11 +608,11 @@ impl OutputFile {
     }
 
     /// The GeoTIFF in `tiff`, rewritten as a COG into a new temporary file when `opts`
-    /// asks for one (see [`super::cog`]); `tiff` itself otherwise.
+    /// asks for one (see [`crate::format::cog`]); `tiff` itself otherwise.
     fn cog_of(
         tiff: tempfile::NamedTempFile,
         dest: &Path,
-        opts: &geotiff::TiffWriteOptions,
+        opts: &tiff::TiffWriteOptions,
         memory: u64,
     ) -> Result<tempfile::NamedTempFile> {
         let Some(cog) = &opts.cog else {
@@ -840,13 +626,13 @@ impl OutputFile {
         let out = temp_beside(dest)?;
         let mut o = opts.clone();
         o.memory = memory;
-        super::cog::build(tiff.path(), out.as_file(), dest, &o, cog)?;
+        crate::format::tiff::cog::build(tiff.path(), out.as_file(), dest, &o, cog)?;
         Ok(out)
     }
 
     fn persist(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {
         // what may have appeared at the destination while the run went on
-        own_files::check_destination(dest, OutFormat::Npy)?;
+        own_files::check_destination(dest, own_files::Dest::File)?;
         if durable {
             tmp.as_file()
                 .sync_all()
@@ -881,8 +667,8 @@ impl OutputFile {
 /// dimension.
 fn check_encodable(dest: &Path, shape: &[usize], dtype: DType, format: OutFormat) -> Result<()> {
     if format == OutFormat::GeoTiff {
-        geotiff::image_dims(shape)?;
-        geotiff::tiff_sample(dtype)?;
+        tiff::image_dims(shape)?;
+        tiff::tiff_sample(dtype)?;
     }
     if format == OutFormat::Zarr && shape.is_empty() {
         return Err(Error::invalid(format!(

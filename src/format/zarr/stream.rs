@@ -20,14 +20,15 @@ use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use super::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
-use super::tiff_stream::ChunkRun;
-use super::zarr::{ZarrWriteOptions, chunk_shapes, encode_chunk_range};
-use super::zarr_encode::ZarrEncoder;
-use super::{lock, own_files};
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
+use crate::format::lock;
+use crate::format::tiff::stream::ChunkRun;
+use crate::format::zarr::encode::ZarrEncoder;
+use crate::format::zarr::{ZarrWriteOptions, chunk_shapes, encode_chunk_range};
+use crate::io::own_files;
 
 /// The most outer chunks a stream encodes at once.
 const MAX_BATCH: u64 = 16;
@@ -305,7 +306,7 @@ impl ZarrStream {
     }
 
     /// Takes `bytes` of the output from flat element `start` on; see
-    /// [`super::tiff_stream::TiffStream::write`], whose rules these are.
+    /// [`crate::format::tiff::stream::TiffStream::write`], whose rules these are.
     ///
     /// # Errors
     /// [`Error::Io`]/[`Error::Format`] if a chunk cannot be stored; [`Error::Internal`]

@@ -59,8 +59,8 @@ pub fn parse_header(bytes: &[u8]) -> Result<NpyHeader, NpyError> {
         .fortran_order
         .ok_or(NpyError::MissingKey("fortran_order"))?;
     let shape = dict.shape.ok_or(NpyError::MissingKey("shape"))?;
-    if shape.len() > super::MAX_RANK {
-        return Err(NpyError::TooManyDims(shape.len(), super::MAX_RANK));
+    if shape.len() > crate::format::MAX_RANK {
+        return Err(NpyError::TooManyDims(shape.len(), crate::format::MAX_RANK));
     }
     if fortran && shape.iter().filter(|&&d| d > 1).count() > 1 {
         return Err(NpyError::FortranOrder);

@@ -1,7 +1,7 @@
 //! The writing side of Zarr v3: the `zarr.json` and the chunks of the stores tilestream
 //! writes, encoded here (`bytes`, little-endian, then `zstd`, `gzip` or `blosc`; or
 //! `sharding_indexed` over such inner chunks, with the index at the end, checked by
-//! `crc32c`). The counterpart of [`super::zarr_decode`], which reads back every store
+//! `crc32c`). The counterpart of [`crate::format::zarr_decode`], which reads back every store
 //! written here (the unit tests), as zarr-python does (`tests/it/zarr.rs`).
 //!
 //! A chunk (or inner chunk) whose bytes are all zero, the fill value, is not stored: a
@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde_json::{Value, json};
 
-use super::zarr::{ZarrCompression, ZarrWriteOptions, chunk_shapes};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::zarr::{ZarrCompression, ZarrWriteOptions, chunk_shapes};
 
 /// The Zarr v3 name of a data type.
 fn dtype_name(dtype: DType) -> &'static str {
@@ -220,7 +220,7 @@ impl ZarrEncoder {
         }
         // through the gate of every file written: not a link, FIFO or hard link planted
         // where a chunk goes
-        let mut f = super::own_files::open_own(&path, true)?;
+        let mut f = crate::io::own_files::open_own(&path, true)?;
         f.set_len(0)
             .and_then(|()| f.write_all(&bytes))
             .map_err(|e| Error::io("write", &path, e))
@@ -311,7 +311,7 @@ fn is_fill(bytes: &[u8]) -> bool {
 fn sub_box(src: &[u8], shape: &[usize], origin: &[usize], size: &[usize], es: usize) -> Vec<u8> {
     let run = size.last().map_or(0, |&n| n * es);
     let mut out = Vec::with_capacity(size.iter().product::<usize>() * es);
-    let rows = super::chunk_assembly::for_each_box_row(shape, origin, size, |_, at| {
+    let rows = crate::format::chunk_assembly::for_each_box_row(shape, origin, size, |_, at| {
         out.extend_from_slice(&src[at * es..at * es + run]);
         Ok::<(), std::convert::Infallible>(())
     });
@@ -360,8 +360,8 @@ fn blosc_compress(src: &[u8], level: u8, typesize: usize) -> std::result::Result
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::tensor::chunked::ChunkSource as _;
-    use crate::tensor::zarr::ZarrChunks;
+    use crate::format::chunked::ChunkSource as _;
+    use crate::format::zarr::ZarrChunks;
 
     /// Stores a 37x50 u16 array whose first 16 rows are fill, with every compression,
     /// plain and sharded, and reads each unit back through tilestream's own decoder.

@@ -1,33 +1,35 @@
 //! Zarr v3 in and out: the chunked format large scientific arrays increasingly come in.
 //!
 //! Reading: a store (a directory with a `zarr.json`) with a regular chunk grid is a
-//! [`Chunked`](super::chunked::Chunked) tensor: each chunk (or inner chunk, when the
+//! [`Chunked`](crate::format::chunked::Chunked) tensor: each chunk (or inner chunk, when the
 //! array is sharded) a tile touches is decoded once, by tilestream's own bounded decoder
-//! ([`zarr_decode`]: bytes, transpose, zstd, gzip, blosc, crc32c, sharding).
+//! ([`decode`]: bytes, transpose, zstd, gzip, blosc, crc32c, sharding).
 //!
-//! Writing: runs encode a store's chunks as they complete them ([`super::zarr_stream`],
+//! Writing: runs encode a store's chunks as they complete them ([`crate::format::zarr::stream`],
 //! through `encode_chunk_range` and tilestream's own encoder, `zarr_encode`),
 //! into a store built in a temporary directory beside the destination and renamed into
 //! place once complete; nothing is staged raw. This module holds the layout
 //! ([`ZarrWriteOptions`], [`chunk_shapes`]).
 
+pub mod codec;
+pub mod decode;
+mod encode;
+pub mod stream;
+
 use std::path::Path;
 
 use rayon::prelude::*;
 
-use super::chunked::ChunkSource;
-use super::zarr_decode;
-use super::zarr_encode::ZarrEncoder;
 use crate::dtype::DType;
 use crate::error::{Error, Result, ZarrError};
+use crate::format::chunked::ChunkSource;
+use crate::format::zarr::encode::ZarrEncoder;
 
 /// True if the path names a Zarr store: a `.zarr` name, or a directory holding a
 /// `zarr.json`.
 #[must_use]
 pub fn is_zarr_path(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("zarr"))
-        || path.join("zarr.json").is_file()
+    crate::io::own_files::Dest::of(path) == crate::io::own_files::Dest::Store
 }
 
 /// What a Zarr v3 array's metadata says about its layout.
@@ -94,7 +96,7 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
 }
 
 /// [`read_layout`], with the codecs parsed for decoding.
-fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
+fn read_meta(path: &Path) -> Result<(ZarrLayout, decode::Codecs)> {
     let meta_path = path.join("zarr.json");
     if !meta_path.is_file() {
         let msg = if path.join(".zarray").is_file() || path.join(".zgroup").is_file() {
@@ -104,7 +106,7 @@ fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
         };
         return Err(Error::zarr(path, ZarrError::Unsupported, msg));
     }
-    let text = super::own_files::read_small_input(&meta_path, ZARR_JSON_MAX)?;
+    let text = crate::io::own_files::read_small_input(&meta_path, ZARR_JSON_MAX)?;
     let m: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         Error::zarr(
             &meta_path,
@@ -128,14 +130,14 @@ fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
     }
     let shape = usizes(&m["shape"])
         .ok_or_else(|| Error::zarr(&meta_path, ZarrError::Metadata, "bad shape"))?;
-    if shape.len() > super::MAX_RANK {
+    if shape.len() > crate::format::MAX_RANK {
         return Err(Error::zarr(
             &meta_path,
             ZarrError::Unsupported,
             format!(
                 "{} dimensions; tilestream reads at most {} (numpy's limit)",
                 shape.len(),
-                super::MAX_RANK
+                crate::format::MAX_RANK
             ),
         ));
     }
@@ -160,7 +162,7 @@ fn read_meta(path: &Path) -> Result<(ZarrLayout, zarr_decode::Codecs)> {
     let chunk_shape = usizes(&m["chunk_grid"]["configuration"]["chunk_shape"])
         .filter(|c| c.len() == shape.len() && c.iter().all(|&d| d > 0))
         .ok_or_else(|| Error::zarr(&meta_path, ZarrError::Metadata, "bad chunk_shape"))?;
-    let decode = zarr_decode::parse(&meta_path, &m, dtype, &chunk_shape)?;
+    let decode = decode::parse(&meta_path, &m, dtype, &chunk_shape)?;
     let mut codecs = Vec::new();
     let mut inner_chunks = None;
     for c in m["codecs"].as_array().into_iter().flatten() {
@@ -214,7 +216,7 @@ fn check_chunk_bytes(meta: &Path, what: &str, chunk: &[usize], dtype: DType) -> 
             format!(
                 "{what} {} of {} decodes to {} a chunk; tilestream decodes chunks whole and \
                  reads chunks of at most {}",
-                super::fmt_shape(chunk),
+                crate::format::fmt_shape(chunk),
                 dtype.name(),
                 bytes.map_or_else(|| "over 16 EiB".to_string(), crate::budget::fmt_bytes),
                 crate::budget::fmt_bytes(CHUNK_MAX)
@@ -223,11 +225,11 @@ fn check_chunk_bytes(meta: &Path, what: &str, chunk: &[usize], dtype: DType) -> 
     }
 }
 
-/// Decodes the chunks of a Zarr array for [`Chunked`](super::chunked::Chunked): the
-/// array's chunks, or the inner chunks of its shards (see [`zarr_decode`]).
+/// Decodes the chunks of a Zarr array for [`Chunked`](crate::format::chunked::Chunked): the
+/// array's chunks, or the inner chunks of its shards (see [`decode`]).
 #[derive(Debug)]
 pub struct ZarrChunks {
-    decoder: zarr_decode::ZarrDecoder,
+    decoder: decode::ZarrDecoder,
 }
 
 impl ZarrChunks {
@@ -238,7 +240,7 @@ impl ZarrChunks {
     /// exactly.
     pub fn open(path: &Path) -> Result<(ZarrLayout, Self)> {
         let (layout, codecs) = read_meta(path)?;
-        let decoder = zarr_decode::ZarrDecoder::new(
+        let decoder = decode::ZarrDecoder::new(
             path,
             layout.dtype,
             &layout.shape,
@@ -283,7 +285,7 @@ pub enum ZarrCompression {
 impl std::str::FromStr for ZarrCompression {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let spec = super::CodecSpec::parse(s, || {
+        let spec = crate::format::CodecSpec::parse(s, || {
             Error::invalid(format!(
                 "unknown Zarr compression `{s}`: use none, zstd[:level], gzip[:0-9] or blosc[:0-9]"
             ))
@@ -361,8 +363,8 @@ pub fn chunk_shapes(
         if c.len() != rank || c.contains(&0) {
             return Err(Error::invalid(format!(
                 "{what} {} does not fit an array of shape {}: give {rank} positive sizes",
-                super::fmt_shape(c),
-                super::fmt_shape(shape)
+                crate::format::fmt_shape(c),
+                crate::format::fmt_shape(shape)
             )));
         }
         let bytes = c
@@ -372,7 +374,7 @@ pub fn chunk_shapes(
             return Err(Error::invalid(format!(
                 "{what} {}: one chunk of {} is {}, more than the {} the encoder may hold; give \
                  smaller chunks or a larger --memory",
-                super::fmt_shape(c),
+                crate::format::fmt_shape(c),
                 dtype.name(),
                 bytes.map_or_else(|| "over 16 EiB".to_string(), crate::budget::fmt_bytes),
                 crate::budget::fmt_bytes(memory)
@@ -386,8 +388,8 @@ pub fn chunk_shapes(
             if s.len() == rank && s.iter().zip(&inner).any(|(s, c)| *c == 0 || s % c != 0) {
                 return Err(Error::invalid(format!(
                     "--zarr-shard {} is not a multiple of the chunk shape {}",
-                    super::fmt_shape(s),
-                    super::fmt_shape(&inner)
+                    crate::format::fmt_shape(s),
+                    crate::format::fmt_shape(&inner)
                 )));
             }
             check("--zarr-shard", s)?;
@@ -470,7 +472,7 @@ pub(crate) fn encode_chunk_range(
         let mut buf = vec![0u8; chunk_bytes];
         // every run along the last axis inside the array, to its place in the chunk
         let run = extent[rank - 1] * es;
-        super::chunk_assembly::for_each_box_row(shape, &origin, &extent, |idx, at| {
+        crate::format::chunk_assembly::for_each_box_row(shape, &origin, &extent, |idx, at| {
             let row = idx.iter().zip(outer).fold(0, |r, (&i, &o)| r * o + i);
             let c0 = row * last * es;
             read((at * es) as u64, &mut buf[c0..c0 + run])

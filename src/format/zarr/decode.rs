@@ -10,7 +10,7 @@
 //! end or the start, `bytes` + optional `crc32c` index codecs) with any of those inside;
 //! the `default` and `v2` chunk key encodings; every fill value form the specification
 //! allows for tilestream's types. Anything else is refused in one line naming it, never
-//! decoded approximately. Writing stays with `zarrs` (see [`super::zarr`]).
+//! decoded approximately. Writing stays with `zarrs` (see [`crate::format::zarr`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
@@ -22,8 +22,8 @@ use std::sync::{Arc, Mutex};
 use crate::dtype::DType;
 use crate::error::{Error, Result, ZarrError};
 
-use super::zarr_codecs::{Chain, Compressor, Storage, max_encoded};
-pub use super::zarr_codecs::{Codecs, parse};
+use crate::format::zarr::codec::{Chain, Compressor, Storage, max_encoded};
+pub use crate::format::zarr::codec::{Codecs, parse};
 
 /// Largest shard index tilestream reads: 16 bytes per inner chunk, so 2^20 inner chunks
 /// per shard. A larger index would be one allocation beyond any sensible budget.

@@ -21,7 +21,40 @@ use std::path::Path;
 
 use crate::error::{Error, Result};
 
-use super::{OutFormat, TEMP_SUFFIX};
+use crate::io::temp::TEMP_SUFFIX;
+
+/// True if `a` and `b` are the same file on disk (same device and inode).
+#[must_use]
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// What a destination is expected to be: what [`check_destination`] accepts there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dest {
+    /// A file (`.npy`, raw, GeoTIFF), or a symbolic link to one.
+    File,
+    /// A directory store (a Zarr array): a directory tilestream recognises as one.
+    Store,
+}
+
+impl Dest {
+    /// What a destination's name says it is: a store when it ends in `.zarr` (any case)
+    /// or already holds a `zarr.json`, else a file (the rule of
+    /// [`OutFormat::of`](crate::format::OutFormat::of)).
+    #[must_use]
+    pub fn of(path: &Path) -> Self {
+        let store = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("zarr"))
+            || path.join("zarr.json").is_file();
+        if store { Dest::Store } else { Dest::File }
+    }
+}
 
 /// Opens (and with `create`, creates) one of a run's own temporary files for reading and
 /// writing: not through a symbolic link, not blocking on a FIFO, and only if it is a
@@ -79,7 +112,7 @@ pub fn open_own(path: &Path, create: bool) -> Result<File> {
 /// `tempfile`.
 #[must_use]
 pub fn temp_name_of(dest_name: &str, candidate: &str) -> bool {
-    super::output::own_temp_name(candidate)
+    crate::io::temp::own_temp_name(candidate)
         .is_some_and(|(dest, mark)| dest == dest_name && is_random_part(mark))
 }
 
@@ -177,13 +210,13 @@ fn kind_of(t: std::fs::FileType) -> &'static str {
 ///
 /// # Errors
 /// [`Error::Invalid`] naming what is there and what to do.
-pub fn check_destination(dest: &Path, format: OutFormat) -> Result<()> {
+pub fn check_destination(dest: &Path, kind: Dest) -> Result<()> {
     let Ok(m) = std::fs::symlink_metadata(dest) else {
         return Ok(());
     };
     let t = m.file_type();
-    match format {
-        OutFormat::Zarr => {
+    match kind {
+        Dest::Store => {
             if t.is_dir() {
                 return zarr_array_store(dest);
             }
@@ -194,12 +227,12 @@ pub fn check_destination(dest: &Path, format: OutFormat) -> Result<()> {
                 if t.is_file() { "file" } else { kind_of(t) }
             )))
         }
-        _ if t.is_file() || t.is_symlink() => Ok(()),
-        _ if t.is_dir() => Err(Error::invalid(format!(
+        Dest::File if t.is_file() || t.is_symlink() => Ok(()),
+        Dest::File if t.is_dir() => Err(Error::invalid(format!(
             "{}: is a directory; give an output file name",
             dest.display()
         ))),
-        _ => Err(Error::invalid(format!(
+        Dest::File => Err(Error::invalid(format!(
             "{}: is a {}; tilestream writes only regular files (and Zarr stores), so it will \
              not replace it",
             dest.display(),
@@ -231,7 +264,7 @@ pub struct Written<'a> {
 pub fn check_run_paths(writes: &[Written<'_>], reads: &[(&str, &Path)]) -> Result<()> {
     for (i, w) in writes.iter().enumerate() {
         if !w.dir {
-            check_destination(w.path, OutFormat::of(w.path))?;
+            check_destination(w.path, Dest::of(w.path))?;
         }
         for (role, r) in reads {
             if same_place(w.path, r) {
@@ -262,7 +295,7 @@ pub fn check_run_paths(writes: &[Written<'_>], reads: &[(&str, &Path)]) -> Resul
 /// (device and inode, through links), the same name in the same directory otherwise.
 fn same_place(a: &Path, b: &Path) -> bool {
     match (a.exists(), b.exists()) {
-        (true, true) => super::same_file(a, b),
+        (true, true) => same_file(a, b),
         (false, false) => place(a).is_some_and(|p| Some(p) == place(b)),
         _ => false,
     }
@@ -319,7 +352,7 @@ pub fn replace_dir(new: &Path, dest: &Path) -> Result<()> {
         renamed(std::fs::rename(new, dest))?;
         return unlock();
     }
-    check_destination(dest, OutFormat::Zarr)?;
+    check_destination(dest, Dest::Store)?;
     match exchange(new, dest) {
         Ok(()) => {
             crate::fault::crash_point(|| "replace-exchanged".into());
@@ -349,7 +382,7 @@ pub fn replace_dir(new: &Path, dest: &Path) -> Result<()> {
 
 /// Where [`replace_dir`] moves an old store aside when it cannot exchange.
 fn aside_of(dest: &Path) -> Option<std::path::PathBuf> {
-    let (_, name) = super::dir_and_name(dest).ok()?;
+    let (_, name) = crate::io::temp::dir_and_name(dest).ok()?;
     Some(dest.with_file_name(format!(".{name}.aside{TEMP_SUFFIX}")))
 }
 
@@ -529,11 +562,11 @@ mod tests {
     #[test]
     fn destinations_that_are_not_files_or_array_stores_are_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
-        check_destination(&dir.path().join("new.npy"), OutFormat::Npy).expect("absent");
+        check_destination(&dir.path().join("new.npy"), Dest::File).expect("absent");
         let f = dir.path().join("f.npy");
         std::fs::write(&f, b"x").expect("write");
-        check_destination(&f, OutFormat::Npy).expect("a file");
-        let e = check_destination(Path::new("/dev/null"), OutFormat::Npy)
+        check_destination(&f, Dest::File).expect("a file");
+        let e = check_destination(Path::new("/dev/null"), Dest::File)
             .expect_err("device")
             .to_string();
         assert!(e.contains("character device"), "{e}");
@@ -541,19 +574,19 @@ mod tests {
         let z = dir.path().join("s.zarr");
         std::fs::create_dir(&z).expect("mkdir");
         std::fs::write(z.join("zarr.json"), b"{}").expect("write");
-        assert!(check_destination(&z, OutFormat::Zarr).is_err());
+        assert!(check_destination(&z, Dest::Store).is_err());
         std::fs::write(
             z.join("zarr.json"),
             br#"{"zarr_format":3,"node_type":"array"}"#,
         )
         .expect("write");
         std::fs::create_dir(z.join("c")).expect("mkdir");
-        check_destination(&z, OutFormat::Zarr).expect("an array store");
+        check_destination(&z, Dest::Store).expect("an array store");
         std::fs::write(z.join("notes.txt"), b"mine").expect("write");
-        let e = check_destination(&z, OutFormat::Zarr)
+        let e = check_destination(&z, Dest::Store)
             .expect_err("other files")
             .to_string();
         assert!(e.contains("notes.txt"), "{e}");
-        assert!(check_destination(&f, OutFormat::Zarr).is_err());
+        assert!(check_destination(&f, Dest::Store).is_err());
     }
 }

@@ -1,6 +1,6 @@
 //! The metadata side of Zarr v3 decoding: a store's codecs (`transpose`, `bytes`,
 //! `zstd`, `gzip`, `blosc`, `crc32c`, `sharding_indexed`), chunk key encoding and fill
-//! value, parsed and checked into [`Codecs`] for [`super::zarr_decode::ZarrDecoder`].
+//! value, parsed and checked into [`Codecs`] for [`crate::format::zarr::decode::ZarrDecoder`].
 //! Anything tilestream does not decode exactly is refused here, in one line naming it.
 
 use std::path::Path;
@@ -140,8 +140,8 @@ fn sharded(meta: &Path, codecs: &[Value], dtype: DType, shard: &[usize]) -> Resu
             ZarrError::Metadata,
             format!(
                 "sharding_indexed: inner chunks {} do not divide shards {}",
-                super::fmt_shape(&inner),
-                super::fmt_shape(shard)
+                crate::format::fmt_shape(&inner),
+                crate::format::fmt_shape(shard)
             ),
         ));
     }

@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use super::{geotiff, zarr};
 use crate::error::{Error, Result};
+use crate::format::{tiff, zarr};
 
 /// How a tensor is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,13 +37,22 @@ pub enum OutFormat {
 }
 
 impl OutFormat {
+    /// What a destination of this format is on disk: a file, or a Zarr store.
+    #[must_use]
+    pub fn dest(self) -> crate::io::own_files::Dest {
+        match self {
+            OutFormat::Zarr => crate::io::own_files::Dest::Store,
+            _ => crate::io::own_files::Dest::File,
+        }
+    }
+
     /// The format a destination's name asks for: `.npy`, `.tif`/`.tiff`, `.zarr`, else
     /// raw.
     #[must_use]
     pub fn of(dest: &Path) -> Self {
-        if super::is_npy_path(dest) {
+        if crate::format::is_npy_path(dest) {
             OutFormat::Npy
-        } else if geotiff::is_tiff_path(dest) {
+        } else if tiff::is_tiff_path(dest) {
             OutFormat::GeoTiff
         } else if zarr::is_zarr_path(dest) {
             OutFormat::Zarr

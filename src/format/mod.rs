@@ -1,5 +1,7 @@
-//! On-disk tensors: opening `.npy` and raw files, mapping windows of them, and creating
-//! outputs that appear at their path only once complete.
+//! File formats: opening `.npy`, raw, GeoTIFF ([`tiff`]) and Zarr v3 ([`zarr`]) arrays,
+//! reading windows of them, and creating outputs that appear at their path only once
+//! complete. A format is a folder here (or one file when it is small); what every format
+//! shares (windows, positioned reads, temporary files, locks) is in `crate::io`.
 //!
 //! Input data is only ever reached through [`Window`]s: a memory map of the byte range one
 //! tile needs (page-aligned outward), prefaulted by the read stage and unmapped as soon as
@@ -13,33 +15,26 @@
 
 pub(crate) mod chunk_assembly;
 pub mod chunked;
-pub mod cog;
 mod encode_queue;
-pub mod geotiff;
+mod kind;
 pub mod npy;
-pub mod own_files;
-pub mod tiff_decode;
-pub mod tiff_stream;
-pub mod tiff_write;
-pub mod zarr;
-pub mod zarr_codecs;
-pub mod zarr_decode;
-mod zarr_encode;
-pub mod zarr_stream;
-
-mod formats;
 mod output;
 mod read;
-mod window;
+pub mod tiff;
+pub mod zarr;
 
-pub(crate) use formats::CodecSpec;
-pub use formats::{Format, OutFormat};
-pub(crate) use output::dir_and_name;
-pub use output::{
-    JOURNAL_MAGIC, OutRegion, OutputFile, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale,
-    commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows, lock, temp_beside,
+pub(crate) use kind::CodecSpec;
+pub use kind::{Format, OutFormat};
+
+pub use crate::io::own_files::same_file;
+pub(crate) use crate::io::temp::dir_and_name;
+pub use crate::io::temp::{
+    JOURNAL_MAGIC, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, lock, temp_beside,
 };
-pub use window::{Window, page_size, window_slack};
+pub use crate::io::window::{Window, page_size, window_slack};
+pub use output::{
+    OutRegion, OutputFile, commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows,
+};
 
 use std::fs::File;
 use std::io::Read;
@@ -49,6 +44,7 @@ use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result, TiffError};
+use crate::io::own_files;
 pub use crate::shape::{fmt_shape, parse_shape};
 
 /// Shape, dtype and layout of a tensor file.
@@ -86,7 +82,7 @@ impl TensorInfo {
 
 /// Number of elements of `shape`, or an error naming `path` if the count or the byte size
 /// overflows.
-fn checked_nbytes(path: &Path, shape: &[usize], dtype: DType) -> Result<u64> {
+pub(crate) fn checked_nbytes(path: &Path, shape: &[usize], dtype: DType) -> Result<u64> {
     npy::data_bytes(shape, dtype).ok_or_else(|| {
         // which count overflowed: the elements, or only the bytes
         let elements = shape.iter().try_fold(1u64, |n, &d| n.checked_mul(d as u64));
@@ -146,7 +142,7 @@ pub struct TensorFile {
     /// Set when windows are decoded from compressed chunks rather than mapped.
     chunked: Option<Arc<chunked::Chunked>>,
     /// Layout and georeferencing of a TIFF input.
-    tiff: Option<Box<(geotiff::TiffLayout, geotiff::GeoRef)>>,
+    tiff: Option<Box<(tiff::TiffLayout, tiff::GeoRef)>>,
     /// Layout of a Zarr input.
     zarr: Option<Box<zarr::ZarrLayout>>,
 }
@@ -164,7 +160,7 @@ impl TensorFile {
     /// bytes (raw files need [`open_raw`](Self::open_raw)).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        if geotiff::is_tiff_path(path) {
+        if tiff::is_tiff_path(path) {
             return Self::open_tiff(path);
         }
         if zarr::is_zarr_path(path) {
@@ -262,7 +258,7 @@ impl TensorFile {
     /// tilestream can read.
     pub fn open_tiff(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let (layout, georef) = geotiff::read_layout(path)?;
+        let (layout, georef) = tiff::read_layout(path)?;
         let file = own_files::open_input(path)?;
         let shape = layout.shape();
         let dtype = layout.dtype;
@@ -284,7 +280,7 @@ impl TensorFile {
                 (off, None)
             }
             None => {
-                let src = geotiff::TiffChunks::new(path, layout.clone(), georef.nodata.as_deref())?;
+                let src = tiff::TiffChunks::new(path, layout.clone(), georef.nodata.as_deref())?;
                 let c = chunked::Chunked::new(shape.clone(), dtype, Box::new(src));
                 (0, Some(Arc::new(c)))
             }
@@ -340,24 +336,24 @@ impl TensorFile {
 
     /// The TIFF layout and georeferencing, for a TIFF input.
     #[must_use]
-    pub fn tiff(&self) -> Option<(&geotiff::TiffLayout, &geotiff::GeoRef)> {
+    pub fn tiff(&self) -> Option<(&tiff::TiffLayout, &tiff::GeoRef)> {
         self.tiff.as_deref().map(|(l, g)| (l, g))
     }
 
     /// The georeferencing of a GeoTIFF input (`None` for other formats or a TIFF
     /// without georeferencing tags).
     #[must_use]
-    pub fn georef(&self) -> Option<&geotiff::GeoRef> {
+    pub fn georef(&self) -> Option<&tiff::GeoRef> {
         self.tiff().map(|t| t.1).filter(|g| !g.is_empty())
     }
 
     /// The GDAL nodata value of a GeoTIFF input, as its text and as the value its
-    /// samples hold there ([`geotiff::nodata_as`]); `None` without one, or with one its
+    /// samples hold there ([`tiff::nodata_as`]); `None` without one, or with one its
     /// sample type cannot hold (no pixel is nodata then).
     #[must_use]
     pub fn nodata(&self) -> Option<(&str, f64)> {
         let text = self.georef()?.nodata.as_deref()?;
-        geotiff::nodata_as(self.dtype(), text).map(|v| (text, v))
+        tiff::nodata_as(self.dtype(), text).map(|v| (text, v))
     }
 
     /// The chunk decoder of a compressed input (`None` when windows are mapped).
@@ -388,16 +384,7 @@ impl TensorFile {
     /// As for [`TensorFile::map_window_touch`].
     pub fn map_windows(&self, reqs: &[(u64, u64, Touch)]) -> Result<Vec<Window>> {
         match &self.chunked {
-            Some(c) => Ok(c
-                .read(reqs)?
-                .into_iter()
-                .map(|owned| Window {
-                    map: None,
-                    len: owned.len(),
-                    owned,
-                    skip: 0,
-                })
-                .collect()),
+            Some(c) => Ok(c.read(reqs)?.into_iter().map(Window::owned).collect()),
             None => reqs
                 .iter()
                 .map(|&(s, n, t)| self.map_window_touch(s, n, t))
@@ -567,7 +554,7 @@ fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-fn file_len(file: &File, path: &Path) -> Result<u64> {
+pub(crate) fn file_len(file: &File, path: &Path) -> Result<u64> {
     let m = file.metadata().map_err(|e| Error::io("stat", path, e))?;
     if m.is_dir() {
         return Err(Error::format(path, "is a directory, not a tensor file"));
@@ -589,16 +576,6 @@ pub const MAX_RANK: usize = 64;
 /// Most bytes of a `.npy` header read (numpy's own `np.load` stops at 10000 by default;
 /// a header of 64 dimensions takes under 2 KiB).
 const NPY_HEADER_MAX: usize = 1 << 20;
-
-/// True if `a` and `b` are the same file on disk (same device and inode).
-#[must_use]
-pub fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
-}
 
 /// Positioned reads of at least this many bytes are split across threads.
 const PAR_IO_MIN: usize = 2 << 20;

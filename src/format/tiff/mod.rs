@@ -6,16 +6,21 @@
 //!
 //! Reading: the layout (strips or tiles, planar or pixel-interleaved, compression,
 //! predictor) and the georeferencing tags are parsed with the `tiff` crate, and every
-//! tag that changes how samples decode is checked ([`tiff_decode::validate`]): a file is
+//! tag that changes how samples decode is checked ([`decode::validate`]): a file is
 //! read exactly as GDAL reads it, or refused in one line. An uncompressed single-band or
 //! planar file whose strips lie back to back is a plain array at an offset, reached
 //! through memory-mapped windows like a `.npy`; anything else is decoded chunk by chunk
-//! by [`Chunked`](super::chunked::Chunked), each chunk's bytes read with one positioned
-//! read and decoded by [`tiff_decode`].
+//! by [`Chunked`](crate::format::chunked::Chunked), each chunk's bytes read with one positioned
+//! read and decoded by [`decode`].
 //!
 //! Writing ([`write_tiled`], in `tiff_write.rs`): 512x512 tiles (by default), Deflate or ZSTD compressed in
 //! parallel, planar or pixel-interleaved, BigTIFF when the data could pass 4 GB, with
 //! the georeferencing tags of an input copied verbatim.
+
+pub mod cog;
+pub mod decode;
+pub mod stream;
+pub mod write;
 
 use std::fs::File;
 use std::io::BufReader;
@@ -25,10 +30,10 @@ use std::path::{Path, PathBuf};
 use tiff::decoder::{ChunkType, Decoder, Limits};
 use tiff::tags::Tag;
 
-use super::chunked::ChunkSource;
-use super::tiff_decode::{self, ChunkRows, Codec};
 use crate::dtype::DType;
 use crate::error::{Error, Result, TiffError};
+use crate::format::chunked::ChunkSource;
+use decode::{ChunkRows, Codec};
 
 /// GeoTIFF tags that place an image on the earth, kept as they are in the file so that
 /// an output carries exactly the input's georeferencing.
@@ -225,7 +230,7 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
 /// [`Error::Io`] if it cannot be opened; [`Error::Tiff`] if it is not a TIFF tilestream
 /// can read (bit-packed samples, mixed sample types, JPEG).
 pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
-    let file = super::own_files::open_input(path)?;
+    let file = crate::io::own_files::open_input(path)?;
     let mut head = [0u8; 4];
     file.read_exact_at(&mut head, 0)
         .map_err(|e| Error::io("read", path, e))?;
@@ -259,9 +264,9 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
     let predictor = tag_u16(&mut d, Tag::Predictor, 1)?;
     // every tag that changes how samples decode is checked before the sample type, so
     // that a JPEG or YCbCr file is refused for what it is
-    let codec = tiff_decode::validate(
+    let codec = decode::validate(
         path,
-        &tiff_decode::SampleTags {
+        &decode::SampleTags {
             photometric,
             compression: compression_code,
             predictor,
@@ -272,7 +277,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
     )?;
     let dtype = sample_dtype(path, format, bits_all[0])?;
     let planar = tag_u16(&mut d, Tag::PlanarConfiguration, 1)? == 2;
-    let compression = tiff_decode::compression_label(compression_code);
+    let compression = decode::compression_label(compression_code);
     let tiled = d.get_chunk_type() == ChunkType::Tile;
     let (cw, ch) = d.chunk_dimensions();
     let (off_tag, cnt_tag) = if tiled {
@@ -513,9 +518,9 @@ fn decoder(path: &Path, file: File) -> Result<Decoder<BufReader<File>>> {
         .with_limits(Limits::unlimited()))
 }
 
-/// Decodes the strips or tiles of a TIFF for [`Chunked`](super::chunked::Chunked): each
+/// Decodes the strips or tiles of a TIFF for [`Chunked`](crate::format::chunked::Chunked): each
 /// chunk's stored bytes are read with one positioned read and decoded by
-/// [`tiff_decode`], exactly as GDAL reads them.
+/// [`decode`], exactly as GDAL reads them.
 #[derive(Debug)]
 pub struct TiffChunks {
     path: PathBuf,
@@ -542,7 +547,7 @@ impl TiffChunks {
             (_, true) => vec![1, ch, cw],
             (b, false) => vec![b, ch, cw],
         };
-        let file = super::own_files::open_input(path)?;
+        let file = crate::io::own_files::open_input(path)?;
         let file_len = file
             .metadata()
             .map_err(|e| Error::io("read the size of", path, e))?
@@ -733,8 +738,8 @@ impl ChunkSource for TiffChunks {
                 decoded.resize(need, 0);
                 decoded
             };
-            tiff_decode::decompress(&self.path, &what, l.codec, stored, target)?;
-            tiff_decode::unpredict(&geometry, l.little_endian, l.predictor, target);
+            decode::decompress(&self.path, &what, l.codec, stored, target)?;
+            decode::unpredict(&geometry, l.little_endian, l.predictor, target);
             if spp > 1 {
                 // pixel-interleaved: gather each band's samples into its plane
                 let stride = geometry.row_bytes;
@@ -774,7 +779,7 @@ pub fn is_tiff_path(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"))
 }
 
-pub use super::tiff_write::{
+pub use crate::format::tiff::write::{
     TiffCompression, TiffPredictor, TiffWriteOptions, image_dims, tiff_sample, write_tiled,
 };
 

@@ -9,7 +9,7 @@
 //! directory, with the offsets table in tile order, goes after the last tile
 //! ([`TiffStream::finish`]). A run over a flat plan completes the tiles in file order,
 //! row of tiles after row of tiles: its file equals the writer of whole images'
-//! ([`super::tiff_write::write_tiled`]) byte for byte. A run over box tiles cut along the
+//! ([`crate::format::tiff::write::write_tiled`]) byte for byte. A run over box tiles cut along the
 //! tile grid completes a box's tiles box by box: the same tiles, in the order of the
 //! boxes.
 //!
@@ -28,12 +28,12 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use super::chunk_assembly::{ChunkAssembly, ChunkGrid};
-use super::encode_queue::{EncodeQueue, Sink};
-use super::tiff_write::{TiffWriteOptions, TiledLayout};
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::chunk_assembly::{ChunkAssembly, ChunkGrid};
+use crate::format::encode_queue::{EncodeQueue, Sink};
+use crate::format::tiff::write::{TiffWriteOptions, TiledLayout};
 
 /// The most tiles a stream has in flight (fewer when its memory holds fewer).
 pub const MAX_BATCH: u64 = 16;
@@ -421,7 +421,7 @@ impl TiffStream {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::tensor::tiff_write::{TiffCompression, write_tiled};
+    use crate::format::tiff::write::{TiffCompression, write_tiled};
 
     /// Test data: a pattern that compresses, but not to nothing.
     fn data(n: usize) -> Vec<u8> {

@@ -6,9 +6,9 @@ use std::os::unix::fs::FileExt;
 
 use memmap2::MmapOptions;
 
-use super::window::{fully_resident, populate};
-use super::{TensorFile, Touch, Window, file_len, page_size};
 use crate::error::{Error, Result};
+use crate::format::{TensorFile, Touch, Window, file_len, page_size};
+use crate::io::window::{fully_resident, populate};
 
 impl TensorFile {
     /// Maps the elements `[start, start + count)` (flat C-order indices), prefaulting the
@@ -49,12 +49,7 @@ impl TensorFile {
         let begin = self.info.data_offset + start * es;
         let len = count * es;
         if len == 0 {
-            return Ok(Window {
-                map: None,
-                owned: Vec::new(),
-                skip: 0,
-                len: 0,
-            });
+            return Ok(Window::owned(Vec::new()));
         }
         let now = file_len(&self.file, &self.path)?;
         if begin + len > now {
@@ -82,12 +77,7 @@ impl TensorFile {
         if !fully_resident(&map) {
             populate(&map, 0, map.len());
         }
-        Ok(Window {
-            map: Some(map),
-            owned: Vec::new(),
-            skip,
-            len: len as usize,
-        })
+        Ok(Window::mapped(map, skip, len as usize))
     }
 
     /// Reads column runs `(first, count)` of each row of `row` elements in the elements
@@ -97,13 +87,7 @@ impl TensorFile {
         let width: u64 = runs.iter().map(|r| r.1).sum();
         let mut owned = vec![0u8; (count / row.max(1) * width * es) as usize];
         self.pread_runs(start, count, row, runs, &mut owned)?;
-        let len = owned.len();
-        Ok(Window {
-            map: None,
-            owned,
-            skip: 0,
-            len,
-        })
+        Ok(Window::owned(owned))
     }
 
     /// Reads the column runs of each row of `[start, start + count)` (rows of `row`
@@ -150,13 +134,13 @@ impl TensorFile {
             // one contiguous range: split across threads (one thread reads the page cache
             // at a fraction of what the cores together do)
             let first = base + runs[0].0 * es;
-            return super::par_pieces_of(&mut dst[..total], 1, |at, piece| {
+            return crate::format::par_pieces_of(&mut dst[..total], 1, |at, piece| {
                 read(piece, first + at as u64)
             });
         }
         // runs of each row: whole rows per piece, pieces across threads
         let row_bytes = (width * es) as usize;
-        super::par_pieces_of(&mut dst[..total], row_bytes, |at, piece| {
+        crate::format::par_pieces_of(&mut dst[..total], row_bytes, |at, piece| {
             for (r, dst_row) in ((at / row_bytes) as u64..).zip(piece.chunks_mut(row_bytes)) {
                 let mut o = 0usize;
                 for &(c0, n) in runs {
@@ -202,8 +186,8 @@ impl TensorFile {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::super::{TensorFile, Touch};
     use crate::dtype::DType;
+    use crate::format::{TensorFile, Touch};
 
     /// Positioned reads large enough to be split across threads give the file's bytes:
     /// a contiguous range (split at any byte) and column runs of many rows (split at
@@ -213,7 +197,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.npy");
         let (h, w) = (1500usize, 2003usize); // 12 MB of f32, an odd row length
-        let mut bytes = crate::tensor::npy::build_header(DType::F32, &[h, w]);
+        let mut bytes = crate::format::npy::build_header(DType::F32, &[h, w]);
         let head = bytes.len();
         bytes.extend((0..h * w * 4).map(|i| (i * 7 + i / 4093) as u8));
         std::fs::write(&path, &bytes).unwrap();

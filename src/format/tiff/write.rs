@@ -7,10 +7,10 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::geotiff::GeoRef;
-use super::tiff_decode::Wrapping;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::tiff::GeoRef;
+use crate::format::tiff::decode::Wrapping;
 
 /// Compression of written GeoTIFF tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,7 +26,7 @@ pub enum TiffCompression {
 impl std::str::FromStr for TiffCompression {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {
-        let spec = super::CodecSpec::parse(s, || {
+        let spec = crate::format::CodecSpec::parse(s, || {
             Error::invalid(format!(
                 "unknown GeoTIFF compression `{s}`: use none, deflate[:1-9] or zstd[:1-22]"
             ))
@@ -119,8 +119,8 @@ pub struct TiffWriteOptions {
     /// BigTIFF: `None` chooses it when the data passes 4 GB; `Some` forces it on or off
     /// (off fails for files that need it).
     pub bigtiff: Option<bool>,
-    /// Written as a Cloud-Optimized GeoTIFF with these overviews ([`super::cog`]).
-    pub cog: Option<super::cog::CogOptions>,
+    /// Written as a Cloud-Optimized GeoTIFF with these overviews ([`crate::format::tiff::cog`]).
+    pub cog: Option<crate::format::tiff::cog::CogOptions>,
 }
 
 impl Default for TiffWriteOptions {
@@ -151,27 +151,27 @@ pub fn image_dims(shape: &[usize]) -> Result<(usize, usize, usize)> {
     match *shape {
         _ if shape.contains(&0) => Err(Error::invalid(format!(
             "a GeoTIFF cannot hold an image without pixels; this output has shape {}",
-            super::fmt_shape(shape)
+            crate::format::fmt_shape(shape)
         ))),
         // SamplesPerPixel is a 16-bit field, ImageWidth and ImageLength 32-bit ones
         [_, h, w] | [h, w] if h > u32::MAX as usize || w > u32::MAX as usize => {
             Err(Error::invalid(format!(
                 "a GeoTIFF image is at most {} pixels on a side; this output has shape {}",
                 u32::MAX,
-                super::fmt_shape(shape)
+                crate::format::fmt_shape(shape)
             )))
         }
         [b, ..] if shape.len() == 3 && b > usize::from(u16::MAX) => Err(Error::invalid(format!(
             "a GeoTIFF holds at most {} bands; this output has shape {} (write it as .npy or \
              .zarr)",
             u16::MAX,
-            super::fmt_shape(shape)
+            crate::format::fmt_shape(shape)
         ))),
         [h, w] => Ok((1, h, w)),
         [b, h, w] => Ok((b, h, w)),
         _ => Err(Error::invalid(format!(
             "a GeoTIFF holds a (rows, cols) or (bands, rows, cols) image; this output has shape {}",
-            super::fmt_shape(shape)
+            crate::format::fmt_shape(shape)
         ))),
     }
 }
@@ -303,7 +303,7 @@ pub(crate) fn ifd_bytes(mut entries: Vec<Entry>, at: u64, big: bool, next: u64) 
 }
 
 /// The geometry of a tiled GeoTIFF being written: what [`write_tiled`] and the
-/// streaming encoder ([`super::tiff_stream::TiffStream`]) share.
+/// streaming encoder ([`crate::format::tiff::stream::TiffStream`]) share.
 #[derive(Clone, Debug)]
 pub(crate) struct TiledLayout {
     pub bands: usize,
@@ -747,7 +747,7 @@ pub fn write_tiled(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tensor::zarr::ZarrCompression;
+    use crate::format::zarr::ZarrCompression;
 
     #[test]
     fn predictors_parse_and_follow_the_dtype_and_compression() {
@@ -784,7 +784,7 @@ mod tests {
     /// exactly, for every sample size, one and several samples a pixel, several rows.
     #[test]
     fn predicted_rows_are_undone_by_the_decoder() {
-        use crate::tensor::tiff_decode::{ChunkRows, unpredict};
+        use crate::format::tiff::decode::{ChunkRows, unpredict};
         let mut seed = 0x9E37_79B9_7F4A_7C15u64;
         for (predictor, sizes) in [(2u16, &[1usize, 2, 4, 8][..]), (3, &[2, 4, 8])] {
             for &es in sizes {

@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 
 use rayon::prelude::*;
 
-use super::Touch;
 use crate::budget::fmt_bytes;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::format::Touch;
 
 /// Most memory the cache of decoded chunks may hold.
 const CACHE_MAX: u64 = 64 << 20;
@@ -274,7 +274,7 @@ impl Chunked {
         format!(
             "{} at a time of {} chunks of {}, {}",
             batch,
-            super::fmt_shape(self.chunk_shape()),
+            crate::format::fmt_shape(self.chunk_shape()),
             fmt_bytes(self.chunk_bytes()),
             if cache == 0 {
                 "no chunk cache".to_string()
@@ -285,7 +285,7 @@ impl Chunked {
     }
 
     /// Reads windows `(start, count, touch)` (flat element ranges, as
-    /// [`TensorFile::map_window_touch`](super::TensorFile::map_window_touch) takes them)
+    /// [`TensorFile::map_window_touch`](crate::format::TensorFile::map_window_touch) takes them)
     /// into compact buffers, decoding each chunk they touch once (when the cache holds
     /// the chunk rows a tile spans; with a small cache a chunk may be decoded again).
     ///

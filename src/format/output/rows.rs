@@ -7,12 +7,12 @@
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::{Path, PathBuf};
 
-use super::{
-    OutRegion, OutputFile, TEMP_SUFFIX, Target, ZarrRows, checked_nbytes, dir_and_name, temp_beside,
-};
+use super::{OutRegion, OutputFile, Target, ZarrRows, checked_nbytes};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::tensor::{OutFormat, own_files, zarr};
+use crate::format::{OutFormat, zarr};
+use crate::io::own_files;
+use crate::io::temp::{TEMP_SUFFIX, dir_and_name, temp_beside};
 
 impl OutputFile {
     /// Writes a run's output of `shape` and `dtype` into rows of the existing `.npy` file
@@ -26,7 +26,7 @@ impl OutputFile {
     /// [`Error::Invalid`] if `dest` is not a `.npy` of `dtype` whose rows are the
     /// output's rows and hold the region; [`Error::Io`] if it cannot be opened.
     pub fn region(dest: &Path, region: OutRegion, shape: &[usize], dtype: DType) -> Result<Self> {
-        let file = crate::tensor::TensorFile::open(dest)?;
+        let file = crate::format::TensorFile::open(dest)?;
         let info = file.info();
         let fits = |what: String| {
             Error::invalid(format!("{}: cannot write {what} into it", dest.display()))
@@ -40,10 +40,10 @@ impl OutputFile {
                 "rows {}..{} of a {} {dtype} output",
                 region.skip_rows,
                 region.skip_rows + rows,
-                crate::tensor::fmt_shape(shape)
+                crate::format::fmt_shape(shape)
             )
         };
-        if !matches!(info.format, crate::tensor::Format::Npy { .. })
+        if !matches!(info.format, crate::format::Format::Npy { .. })
             || info.dtype != dtype
             || info.shape.len() != shape.len()
             || info.shape.get(1..) != shape.get(1..)
@@ -51,7 +51,7 @@ impl OutputFile {
             return Err(fits(format!(
                 "{} (it holds {} {})",
                 out_desc(),
-                crate::tensor::fmt_shape(&info.shape),
+                crate::format::fmt_shape(&info.shape),
                 info.dtype
             )));
         }
@@ -110,7 +110,7 @@ impl OutputFile {
         opts: &zarr::ZarrWriteOptions,
         memory: u64,
     ) -> Result<Self> {
-        let store = crate::tensor::TensorFile::open_zarr(dest)?;
+        let store = crate::format::TensorFile::open_zarr(dest)?;
         let info = store.info();
         let run_rows = shape.first().map_or(1, |&n| n as u64);
         let rows = region
@@ -135,9 +135,9 @@ impl OutputFile {
                     "{}: its chunks ({}) or codecs ({}) are not what this run's Zarr options \
                      make ({}, {}): give every task the options the store was made with",
                     dest.display(),
-                    crate::tensor::fmt_shape(&layout.chunk_shape),
+                    crate::format::fmt_shape(&layout.chunk_shape),
                     layout.codecs.join(", "),
-                    crate::tensor::fmt_shape(&outer),
+                    crate::format::fmt_shape(&outer),
                     compressor.unwrap_or("no compression")
                 )));
             }
@@ -158,9 +158,9 @@ impl OutputFile {
                 dest.display(),
                 region.skip_rows,
                 region.skip_rows + rows,
-                crate::tensor::fmt_shape(shape),
+                crate::format::fmt_shape(shape),
                 region.at_row,
-                crate::tensor::fmt_shape(&info.shape),
+                crate::format::fmt_shape(&info.shape),
                 info.dtype
             )));
         }
@@ -225,7 +225,7 @@ pub fn create_zarr_for_rows(
     dtype: DType,
     opts: &zarr::ZarrWriteOptions,
 ) -> Result<PathBuf> {
-    own_files::check_destination(dest, OutFormat::Zarr)?;
+    own_files::check_destination(dest, own_files::Dest::Store)?;
     let (parent, name) = dir_and_name(dest)?;
     let dir = tempfile::Builder::new()
         .prefix(&format!(".{name}."))

@@ -38,14 +38,14 @@ use std::path::Path;
 
 use rayon::prelude::*;
 
-use super::chunked::ChunkSource;
-use super::geotiff::{GeoRef, TiffChunks, TiffLayout, read_layout};
-use super::tiff_write::{
-    Entry, TiffWriteOptions, TiledLayout, append_tiles, batch_for, ifd_bytes, longs,
-};
 use crate::budget::fmt_bytes;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
+use crate::format::chunked::ChunkSource;
+use crate::format::tiff::write::{
+    Entry, TiffWriteOptions, TiledLayout, append_tiles, batch_for, ifd_bytes, longs,
+};
+use crate::format::tiff::{GeoRef, TiffChunks, TiffLayout, read_layout};
 
 /// How overview pixels are computed from the level above.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -331,7 +331,7 @@ impl Level {
             strip: vec![0; sh.nb * sh.t * w * sh.es],
             filled: 0,
             layout,
-            file: super::temp_beside(sh.dest_path)?,
+            file: crate::format::temp_beside(sh.dest_path)?,
             pos: 0,
             offsets: Vec::new(),
             counts: Vec::new(),
@@ -513,7 +513,7 @@ pub fn memory_needed(
     opts: &TiffWriteOptions,
     cog: &CogOptions,
 ) -> Result<u64> {
-    let (bands, h, w) = super::tiff_write::image_dims(shape)?;
+    let (bands, h, w) = crate::format::tiff::write::image_dims(shape)?;
     let t = opts.tile.max(16);
     let sizes = overview_sizes(w, h, t, cog.overviews)?;
     let (t, es, w) = (t as u64, dtype.size() as u64, w as u64);
@@ -545,7 +545,7 @@ pub fn check_budget(
 ) -> Result<()> {
     let need = memory_needed(shape, dtype, opts, cog)?;
     if need > budget {
-        let (_, h, w) = super::tiff_write::image_dims(shape)?;
+        let (_, h, w) = crate::format::tiff::write::image_dims(shape)?;
         return Err(Error::invalid(format!(
             "building the overviews of a {w}x{h} COG in {t}-pixel tiles needs {} (a row of \
              tiles of the image and of each level), more than the {} budget: give --memory {}MiB \
@@ -836,7 +836,7 @@ fn assemble(
             .map_err(|e| Error::io("read back", levels[k].file.path(), e))?;
         std::io::copy(&mut f, &mut d).map_err(io)?;
     }
-    let src = super::own_files::open_input(main)?;
+    let src = crate::io::own_files::open_input(main)?;
     let mut out = BufWriter::with_capacity(1 << 20, d);
     let mut buf = Vec::new();
     for (&o, &c) in layout.offsets.iter().zip(&layout.byte_counts) {

@@ -1,6 +1,6 @@
 //! Unit tests of Zarr chunk decoding with a bound on the decoded size.
 use super::*;
-use crate::tensor::zarr_codecs::fill_value;
+use crate::format::zarr::codec::fill_value;
 use serde_json::Value;
 
 #[test]
