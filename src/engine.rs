@@ -100,14 +100,20 @@ pub struct Engine {
     simulated_device: Option<u64>,
     cuda: Option<Arc<CudaDevice>>,
     out_region: Option<OutRegion>,
+    /// What plans made with this engine set aside for encoding their output (only on
+    /// the engine [`Engine::plan_writing`] hands its planner).
+    out_reserve: Option<OutReserve>,
 }
 
-thread_local! {
-    /// While a run's plan is made on this thread: bytes set aside in it for encoding a
-    /// GeoTIFF or Zarr output as the run writes it, what they are, and the tile height
-    /// its chunks want the bands visited inner for ([`crate::plan::PlanRequest::bands_inner`]:
-    /// a pixel-interleaved GeoTIFF) ([`Engine::plan_writing`]).
-    static OUT_RESERVE: std::cell::Cell<(u64, &'static str, Option<usize>)> = const { std::cell::Cell::new((0, "", None)) };
+/// Bytes a plan sets aside for encoding a GeoTIFF or Zarr output as the run writes it,
+/// what they are, and the tile height its chunks want the bands visited inner for
+/// ([`crate::plan::PlanRequest::bands_inner`]: a pixel-interleaved GeoTIFF). Set on the
+/// engine [`Engine::plan_writing`] hands its planner.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OutReserve {
+    bytes: u64,
+    what: &'static str,
+    bands_inner: Option<usize>,
 }
 
 impl fmt::Debug for Engine {
@@ -146,6 +152,7 @@ impl Engine {
             simulated_device: None,
             cuda: None,
             out_region: None,
+            out_reserve: None,
         })
     }
 
@@ -332,13 +339,13 @@ impl Engine {
     /// [`TensorFile::read_scratch_bytes`]).
     fn request(&self, what: String, shape: &[usize], inputs: &[&TensorFile]) -> PlanRequest {
         let (mut resident_bytes, mut resident_what) = decode_scratch(self.budget.limit(), inputs);
-        let (out, out_what, bands_inner) = OUT_RESERVE.with(std::cell::Cell::get);
-        if out > 0 {
+        let bands_inner = self.out_reserve.and_then(|r| r.bands_inner);
+        if let Some(r) = self.out_reserve.filter(|r| r.bytes > 0) {
             hold(
                 &mut resident_bytes,
                 &mut resident_what,
-                out,
-                out_what.to_string(),
+                r.bytes,
+                r.what.to_string(),
             );
         }
         PlanRequest {

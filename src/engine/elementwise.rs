@@ -102,7 +102,7 @@ impl Engine {
     ) -> Result<RunReport> {
         check_not_input(out, &[input])?;
         let od = dtype.unwrap_or(input.dtype());
-        let plan = self.plan_writing(out, input.shape(), od, || self.plan_affine(input, dtype))?;
+        let plan = self.plan_writing(out, input.shape(), od, |e| e.plan_affine(input, dtype))?;
         self.budget.reset_peak();
         let inputs = [InputStream::whole(input)];
         let backend = &self.backend;
@@ -166,8 +166,8 @@ impl Engine {
         dtype: DType,
     ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[input])?;
-        let plan = self.plan_writing(out.as_ref(), input.shape(), dtype, || {
-            self.plan_cast(input, dtype)
+        let plan = self.plan_writing(out.as_ref(), input.shape(), dtype, |e| {
+            e.plan_cast(input, dtype)
         })?;
         self.budget.reset_peak();
         let inputs = [InputStream::whole(input)];
@@ -396,9 +396,8 @@ impl Engine {
             }
             _ => format!("map '{src}'"),
         };
-        let plan = this.plan_writing(out.as_ref(), &shape, od, || {
-            this.plan_map(src, inputs, dtype)
-        })?;
+        let plan =
+            this.plan_writing(out.as_ref(), &shape, od, |e| e.plan_map(src, inputs, dtype))?;
         this.budget.reset_peak();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
         let backend = &this.backend;
@@ -533,8 +532,7 @@ impl Engine {
         let (r, k, n) = Self::matmul_shapes(x, w)?;
         let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
         let od = dtype.unwrap_or(c);
-        let plan =
-            self.plan_writing(out.as_ref(), &[r, n], od, || self.plan_matmul(x, w, dtype))?;
+        let plan = self.plan_writing(out.as_ref(), &[r, n], od, |e| e.plan_matmul(x, w, dtype))?;
         self.budget.reset_peak();
         let _w_reservation = self.budget.reserve(
             "resident W",
@@ -626,8 +624,8 @@ impl Engine {
         if shape.is_empty() {
             return Err(Error::invalid("generate needs a shape of rank 1 or more"));
         }
-        let plan = self.plan_writing(out.as_ref(), shape, dtype, || {
-            self.plan_generate(shape, dtype)
+        let plan = self.plan_writing(out.as_ref(), shape, dtype, |e| {
+            e.plan_generate(shape, dtype)
         })?;
         self.budget.reset_peak();
         let last = if shape.len() >= 2 {

@@ -326,8 +326,9 @@ impl Engine {
         output.finish()
     }
 
-    /// Plans a run writing `out` (of `shape` and `dtype`) with `plan`, setting aside in
-    /// the plan what encoding a GeoTIFF or Zarr output as it is written needs (a strip of
+    /// Plans a run writing `out` (of `shape` and `dtype`) with `plan` (called with the
+    /// engine to plan with: this one, or a copy whose plans set aside what the output
+    /// needs), setting aside in the plan what encoding a GeoTIFF or Zarr output as it is written needs (a strip of
     /// tiles or a slab of chunks, and those in flight, within a quarter of the budget, or
     /// the smallest of a half and three quarters that holds it), so that the tiles do not
     /// take that room; when the plan cannot hold it, the plan without it
@@ -341,7 +342,7 @@ impl Engine {
         out: &Path,
         shape: &[usize],
         dtype: crate::DType,
-        plan: impl Fn() -> Result<Plan>,
+        plan: impl Fn(&Engine) -> Result<Plan>,
     ) -> Result<Plan> {
         // a quarter of the budget, or as much as three quarters when a row of the
         // output's tiles needs it (smaller pipeline tiles cost less than writing the
@@ -351,28 +352,24 @@ impl Engine {
             .into_iter()
             .find_map(|room| self.stream_need(out, shape, dtype, room));
         if let Some((n, what, pixel_rows)) = need {
-            /// Clears the thread's reserve however `plan` returns.
-            struct Clear;
-            impl Drop for Clear {
-                fn drop(&mut self) {
-                    super::OUT_RESERVE.with(|c| c.set((0, "", None)));
-                }
-            }
-            super::OUT_RESERVE.with(|c| c.set((n, what, pixel_rows)));
-            let held = {
-                let _clear = Clear;
-                plan()
+            let reserving = Engine {
+                out_reserve: Some(super::OutReserve {
+                    bytes: n,
+                    what,
+                    bands_inner: pixel_rows,
+                }),
+                ..self.clone()
             };
             // a pixel-interleaved output streams only over a plan of its own shape that
             // visits the bands inner
-            if let Ok(mut p) = held
+            if let Ok(mut p) = plan(&reserving)
                 && (pixel_rows.is_none() || (p.bands_inner && p.shape == shape))
             {
                 p.output_bytes = n;
                 return Ok(p);
             }
         }
-        plan()
+        plan(self)
     }
 
     /// What encoding `out` (of `shape` and `dtype`) as a flat plan writes it holds when

@@ -193,8 +193,8 @@ impl Engine {
     ) -> Result<RunReport> {
         let m = mean.to_f64();
         let sd = std.to_f64();
-        let plan = self.plan_writing(out, input.shape(), od, || {
-            self.plan_apply_standardize(input, od, m.len())
+        let plan = self.plan_writing(out, input.shape(), od, |e| {
+            e.plan_apply_standardize(input, od, m.len())
         })?;
         self.run_standardize(journal, input, out, od, &plan, &m, &sd)
     }

@@ -136,7 +136,7 @@ impl Engine {
         }
         // what the run sets aside for encoding its output as it is written, shown too
         let writes = !matches!(spec, OpSpec::Reduce { .. } | OpSpec::Standardize { .. });
-        let flat = || match self.plan_spec_any(spec)? {
+        let flat = |e: &Engine| match e.plan_spec_any(spec)? {
             SpecPlan::Flat(p) => Ok(p),
             SpecPlan::Box(_) => Err(crate::Error::Internal(
                 "a box plan for a flat operation".into(),
@@ -161,7 +161,7 @@ impl Engine {
                     None => SpecPlan::Flat(p),
                 }
             }
-            _ => SpecPlan::Flat(flat()?),
+            _ => SpecPlan::Flat(flat(self)?),
         })
     }
 

@@ -166,10 +166,11 @@ impl Workflow {
         dest: Option<&Path>,
     ) -> Result<(String, Vec<usize>, DType, Option<String>)> {
         // flat plans writing a destination set aside what encoding it takes
-        let flat = |shape: &[usize], dtype: DType, plan: &dyn Fn() -> Result<Plan>| match dest {
-            Some(d) => e.plan_writing(d, shape, dtype, plan),
-            None => plan(),
-        };
+        let flat =
+            |shape: &[usize], dtype: DType, plan: &dyn Fn(&Engine) -> Result<Plan>| match dest {
+                Some(d) => e.plan_writing(d, shape, dtype, plan),
+                None => plan(e),
+            };
         let f = |n: &str| {
             files
                 .get(n)
@@ -192,7 +193,7 @@ impl Workflow {
                 let bound = Engine::bind_map(expr, &refs, *dtype, &rule)?;
                 result_nodata = bound.nodata;
                 let (streams, shape, od) = (bound.streams, bound.shape, bound.dtype);
-                let p = flat(&shape, od, &|| e.plan_map(expr, &refs, *dtype))?;
+                let p = flat(&shape, od, &|e: &Engine| e.plan_map(expr, &refs, *dtype))?;
                 // as the run: in boxes along the output's chunks when the flat plan cannot
                 // encode it as it writes it, refused when neither can
                 let boxes = match dest {
@@ -254,7 +255,7 @@ impl Workflow {
                 let (xf, wf) = (f(x)?, f(w)?);
                 let c = crate::ops::matmul::compute_dtype(xf.dtype(), wf.dtype());
                 let (shape, od) = (vec![xf.shape()[0], wf.shape()[1]], dtype.unwrap_or(c));
-                let p = flat(&shape, od, &|| e.plan_matmul(xf, wf, *dtype))?;
+                let p = flat(&shape, od, &|e: &Engine| e.plan_matmul(xf, wf, *dtype))?;
                 if let Some(d) = dest
                     && p.output_bytes == 0
                     && e.encodes(d)
