@@ -17,7 +17,7 @@ use std::sync::atomic::AtomicBool;
 
 use crate::backend::cuda::source::Elementwise;
 use crate::backend::cuda::{CudaDevice, CudaElementwise, ElementwiseParams};
-use crate::backend::{Backend, CpuBackend, OnBackend};
+use crate::backend::{Backend, CpuBackend, Family, OnBackend};
 use crate::budget::MemoryBudget;
 use crate::device::DeviceRequest;
 use crate::dtype::DType;
@@ -51,26 +51,28 @@ pub use patches::{Edge, PatchFormat, PatchSpec};
 pub use reduce::merge_partials;
 pub use report::{RunReport, peak_rss};
 
-/// Operations with a CUDA kernel (the first word of their run report's `op`).
-const CUDA_OPS: [&str; 9] = [
-    "affine",
-    "cast",
-    "generate",
-    "map",
-    "matmul",
-    "reduce",
-    "standardize",
-    "stencil",
-    "transpose",
-];
+/// An operation as its run report names it: its kernel family, what it did, and
+/// whether a GPU kernel ran its tiles (the dispatch's own answer, not a guess from a name).
+pub(crate) struct Ran {
+    family: Family,
+    what: String,
+    gpu: bool,
+}
 
-/// Whether `op` (a run report's operation) is a median too wide for the GPU's kernel
-/// (its window is sorted in registers): it runs on the CPU.
-fn wide_median(op: &str) -> bool {
-    op.strip_prefix("stencil median ")
-        .and_then(|r| r.split('x').next())
-        .and_then(|n| n.parse::<usize>().ok())
-        .is_some_and(|n| n > crate::backend::cuda::stencil::MAX_GPU_MEDIAN)
+impl Ran {
+    /// `what`, of `family`, run on the host's cores.
+    pub(crate) fn cpu(family: Family, what: String) -> Self {
+        Ran {
+            family,
+            what,
+            gpu: false,
+        }
+    }
+
+    /// `what`, of `family`, run by a GPU kernel when `gpu`.
+    pub(crate) fn on(family: Family, what: String, gpu: bool) -> Self {
+        Ran { family, what, gpu }
+    }
 }
 
 /// A progress callback shared with the pipeline threads.
@@ -224,15 +226,22 @@ impl Engine {
         ))
     }
 
-    /// The device runs compute on, and why, for an operation named `op`.
-    fn placement(&self, op: &str) -> (String, Option<String>) {
-        let kind = op.split_whitespace().next().unwrap_or(op);
-        let has_kernel = CUDA_OPS.contains(&kind) && !wide_median(op);
+    /// The GPU an operation of `family` runs on: the engine's device when it computes on
+    /// one (`--device cuda`) and the CUDA backend has a kernel for the family; `None`
+    /// runs it on the CPU.
+    fn gpu_for(&self, family: Family) -> Option<&Arc<CudaDevice>> {
+        self.cuda
+            .as_ref()
+            .filter(|_| crate::backend::cuda::has_kernel(family))
+    }
+
+    /// The device compute ran on, and why, for the run report of `op`.
+    fn placement(&self, op: &Ran) -> (String, Option<String>) {
+        let kind = op.family.name();
+        let has_kernel = crate::backend::cuda::has_kernel(op.family);
         match (self.device, &self.cuda) {
+            (_, Some(dev)) if op.gpu => (format!("cuda:{}", dev.info().ordinal), None),
             (DeviceRequest::Cpu, _) => ("cpu".into(), None),
-            (DeviceRequest::Cuda(_), Some(dev)) if has_kernel => {
-                (format!("cuda:{}", dev.info().ordinal), None)
-            }
             (DeviceRequest::Cuda(_), Some(dev)) => (
                 "cpu".into(),
                 Some(format!(
@@ -403,7 +412,7 @@ impl Engine {
     fn report(
         &self,
         plan: &Plan,
-        op: String,
+        op: Ran,
         input_shape: &[usize],
         out_shape: &[usize],
         out_dtype: DType,
@@ -417,7 +426,7 @@ impl Engine {
     fn report_tiles(
         &self,
         (tiles, tile_shape, depth): (usize, Vec<usize>, usize),
-        op: String,
+        op: Ran,
         input_shape: &[usize],
         out_shape: &[usize],
         out_dtype: DType,
@@ -427,7 +436,7 @@ impl Engine {
         let (device, device_note) = self.placement(&op);
         let gpu = self.gpu_detail(&device);
         RunReport {
-            op,
+            op: op.what,
             backend: self.backend.describe(),
             input_shape: input_shape.to_vec(),
             output_shape: out_shape.to_vec(),
@@ -656,7 +665,12 @@ impl Engine {
         params: &ElementwiseParams,
         plan: &Plan,
     ) -> Result<Option<CudaElementwise>> {
-        match &self.cuda {
+        let family = match kind {
+            Elementwise::Affine => Family::Affine,
+            Elementwise::Cast => Family::Cast,
+            Elementwise::Standardize => Family::Standardize,
+        };
+        match self.gpu_for(family) {
             Some(dev) => dev
                 .elementwise(kind, input, output, params, plan.tile_elems, plan.depth)
                 .map(Some),

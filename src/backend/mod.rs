@@ -45,6 +45,61 @@ impl fmt::Display for Device {
     }
 }
 
+/// The families of operations, as backends group their kernels: what the engine asks a
+/// backend about before placing an operation on it ([`cuda::has_kernel`]), and what a run
+/// report names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `scale * x + offset`, cast.
+    Affine,
+    /// Element type conversion.
+    Cast,
+    /// Random data (`gen`).
+    Generate,
+    /// Compiled expressions over one or more inputs.
+    Map,
+    /// A tile of rows times a resident matrix.
+    Matmul,
+    /// The per-column means and standard deviations `standardize` fits (two reductions
+    /// in one pass).
+    ColumnStats,
+    /// Patches cut from an image (`tiles`).
+    Patches,
+    /// Reductions along an axis or over all elements.
+    Reduce,
+    /// `(x - mean) / std` per column.
+    Standardize,
+    /// Neighbourhood filters other than medians.
+    Stencil,
+    /// A median filter over a `side × side` window.
+    Median {
+        /// Window side.
+        side: usize,
+    },
+    /// Transposes of matrices and band stacks.
+    Transpose,
+}
+
+impl Family {
+    /// The operation's name in run reports and notes (`stencil` for a median too).
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Affine => "affine",
+            Family::Cast => "cast",
+            Family::Generate => "generate",
+            Family::Map => "map",
+            Family::Matmul => "matmul",
+            Family::ColumnStats => "column mean and std",
+            Family::Patches => "tiles",
+            Family::Reduce => "reduce",
+            Family::Standardize => "standardize",
+            Family::Stencil | Family::Median { .. } => "stencil",
+            Family::Transpose => "transpose",
+        }
+    }
+}
+
 /// The compute side of the pipeline. Methods are called from the pipeline's compute
 /// thread, one tile at a time, in plan order.
 pub trait Backend: Send + Sync {

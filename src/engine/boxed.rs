@@ -16,7 +16,7 @@
 
 use std::path::Path;
 
-use super::Engine;
+use super::{Engine, Ran};
 use crate::dtype::DType;
 use crate::error::Result;
 use crate::format::{OutFormat, TensorFile};
@@ -235,11 +235,11 @@ impl Engine {
     }
 
     /// The report of an element-wise run over the boxes of `plan` (same shape in and
-    /// out).
+    /// out), computed on the CPU.
     pub(super) fn report_boxes(
         &self,
         plan: &BoxPlan,
-        op: String,
+        op: Ran,
         shape: &[usize],
         dtype: DType,
         times: StageTimes,

@@ -5,7 +5,8 @@
 use std::path::Path;
 
 use super::nodata::{BoundMap, MapNodata};
-use super::{Engine, RunReport, check_not_input, decode_scratch, hold};
+use super::{Engine, Ran, RunReport, check_not_input, decode_scratch, hold};
+use crate::backend::Family;
 use crate::backend::cuda::ElementwiseParams;
 use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
@@ -116,24 +117,26 @@ impl Engine {
                 self.run_elementwise_boxes(&boxes, &inputs, out, shape, od, |_, ins, o| {
                     backend.affine(ins[0], input.dtype(), o, od, scale, offset)
                 })?;
-            return Ok(self.report_boxes(&boxes, op, shape, od, times));
+            return Ok(self.report_boxes(&boxes, Ran::cpu(Family::Affine, op), shape, od, times));
         }
         let params = ElementwiseParams::Affine { scale, offset };
-        let times =
-            match self.cuda_elementwise(Elementwise::Affine, input.dtype(), od, &params, &plan)? {
-                Some(k) => self.run_to_file(&plan, &inputs, out, shape, od, 1, k),
-                None => self.run_to_file(
-                    &plan,
-                    &inputs,
-                    out,
-                    shape,
-                    od,
-                    1,
-                    self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
-                        backend.affine(ins[0], input.dtype(), o, od, scale, offset)
-                    }),
-                ),
-            }?;
+        let cuda = self.cuda_elementwise(Elementwise::Affine, input.dtype(), od, &params, &plan)?;
+        let gpu = cuda.is_some();
+        let times = match cuda {
+            Some(k) => self.run_to_file(&plan, &inputs, out, shape, od, 1, k),
+            None => self.run_to_file(
+                &plan,
+                &inputs,
+                out,
+                shape,
+                od,
+                1,
+                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
+                    backend.affine(ins[0], input.dtype(), o, od, scale, offset)
+                }),
+            ),
+        }?;
+        let op = Ran::on(Family::Affine, op, gpu);
         Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
     }
 
@@ -179,7 +182,7 @@ impl Engine {
                 self.run_elementwise_boxes(&boxes, &inputs, out, shape, dtype, |_, ins, o| {
                     backend.cast(ins[0], input.dtype(), o, dtype)
                 })?;
-            return Ok(self.report_boxes(&boxes, op, shape, dtype, times));
+            return Ok(self.report_boxes(&boxes, Ran::cpu(Family::Cast, op), shape, dtype, times));
         }
         let cuda = self.cuda_elementwise(
             Elementwise::Cast,
@@ -188,6 +191,7 @@ impl Engine {
             &ElementwiseParams::Cast,
             &plan,
         )?;
+        let op = Ran::on(Family::Cast, op, cuda.is_some());
         let times = match cuda {
             Some(k) => self.run_to_file(&plan, &inputs, out, shape, dtype, 1, k),
             None => self.run_to_file(
@@ -410,12 +414,13 @@ impl Engine {
                 od,
                 |_, ins, o| backend.map(&program, ins, &dtypes, o, od),
             )?;
-            return Ok(this.report_boxes(&boxes, op, &shape, od, times));
+            return Ok(this.report_boxes(&boxes, Ran::cpu(Family::Map, op), &shape, od, times));
         }
-        let cuda = match &this.cuda {
+        let cuda = match this.gpu_for(Family::Map) {
             Some(dev) => Some(dev.map(&program, &dtypes, od, plan.tile_elems, plan.depth)?),
             None => None,
         };
+        let op = Ran::on(Family::Map, op, cuda.is_some());
         let times = match cuda {
             Some(k) => this.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, k),
             None => this.run_to_file(
@@ -551,10 +556,11 @@ impl Engine {
         }];
         let backend = &self.backend;
         let xd = x.dtype();
-        let cuda = match &self.cuda {
+        let cuda = match self.gpu_for(Family::Matmul) {
             Some(dev) => Some(dev.matmul(&resident, xd, od, k, n, plan.tile_elems, plan.depth)?),
             None => None,
         };
+        let gpu = cuda.is_some();
         let times = match cuda {
             Some(kernel) => {
                 self.run_to_file(&plan, &inputs, out.as_ref(), &[r, n], od, n as u64, kernel)
@@ -572,6 +578,7 @@ impl Engine {
             ),
         }?;
         let op = format!("matmul {} @ {}", x.path().display(), w.path().display());
+        let op = Ran::on(Family::Matmul, op, gpu);
         Ok(self.report(&plan, op, x.shape(), &[r, n], od, times))
     }
 
@@ -652,9 +659,12 @@ impl Engine {
                         backend.generate(&mut o[at], dtype, w.file_elem, last, seed, dist)
                     })
                 })?;
+            let op = Ran::cpu(Family::Generate, op);
             return Ok(self.report_boxes(&boxes, op, shape, dtype, times));
         }
-        let times = match &self.cuda {
+        let gpu = self.gpu_for(Family::Generate);
+        let op = Ran::on(Family::Generate, op, gpu.is_some());
+        let times = match gpu {
             Some(dev) => {
                 let k = dev.generate(&dist, dtype, seed, last, plan.tile_elems, plan.depth)?;
                 self.run_to_file(&plan, &[], out.as_ref(), shape, dtype, 1, k)

@@ -7,7 +7,8 @@
 use std::path::Path;
 
 use super::patches::BandsTogether;
-use super::{Engine, RunReport, check_not_input};
+use super::{Engine, Ran, RunReport, check_not_input};
+use crate::backend::Family;
 use crate::backend::cuda::stencil::StencilProgram;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -266,10 +267,14 @@ impl Engine {
         )?;
         let backend = &self.backend;
         let mut arena = Vec::new();
+        let family = match stencil.filter {
+            crate::ops::stencil::Filter::Median { size } => Family::Median { side: size },
+            _ => Family::Stencil,
+        };
         let program = self
-            .cuda
-            .as_ref()
+            .gpu_for(family)
             .and_then(|dev| Some((dev, StencilProgram::new(stencil, &plan, input.dtype(), od)?)));
+        let gpu = program.is_some();
         let times = match program {
             // on a GPU the page-locked buffer the host gathers each box into replaces
             // the CPU's scratch: the same reservation pays for it
@@ -304,7 +309,7 @@ impl Engine {
         );
         Ok(self.report_tiles(
             (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth),
-            op,
+            Ran::on(family, op, gpu),
             input.shape(),
             input.shape(),
             od,
@@ -383,7 +388,9 @@ impl Engine {
             let src = plan.sources(tile);
             (src.row_len(), src.col_pos(tile.c0 as usize).unwrap_or(0))
         };
-        let times = match &self.cuda {
+        let gpu = self.gpu_for(Family::Transpose);
+        let on_gpu = gpu.is_some();
+        let times = match gpu {
             Some(dev) => {
                 let out_bytes = plan.out_slot_elems() * es as u64;
                 let kernel =
@@ -412,7 +419,7 @@ impl Engine {
         let op = format!("transpose of {}", input.path().display());
         Ok(self.report_tiles(
             (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth),
-            op,
+            Ran::on(Family::Transpose, op, on_gpu),
             input.shape(),
             &out_shape,
             input.dtype(),

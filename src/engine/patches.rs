@@ -6,7 +6,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use super::imagery::image_dims;
-use super::{Engine, RunReport};
+use super::{Engine, Ran, RunReport};
+use crate::backend::Family;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::tiff::write_tiled;
@@ -360,7 +361,7 @@ impl Engine {
         );
         let mut report = self.report_tiles(
             (plan.num_tiles, vec![spec.size, spec.size], plan.depth),
-            op,
+            Ran::cpu(Family::Patches, op),
             input.shape(),
             &shape_of(spec.size),
             input.dtype(),

@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use super::{Array, Engine, RunReport, check_not_input, hold, kept_if_interrupted};
+use super::{Array, Engine, Ran, RunReport, check_not_input, hold, kept_if_interrupted};
+use crate::backend::Family;
 use crate::backend::cuda::CudaReduce;
 use crate::budget::Reservation;
 use crate::budget::fmt_bytes;
@@ -136,8 +137,9 @@ impl Engine {
             plan.resident_bytes - input.read_scratch_bytes(),
         )?;
         let reducer = self.backend.reducer(op, input.dtype(), g)?;
+        let gpu = self.gpu_for(Family::Reduce).is_some();
         let (mut reducer, times) =
-            self.stream_reducer(input, &plan, op, g, reducer, journal, true)?;
+            self.stream_reducer(input, &plan, op, g, reducer, journal, gpu)?;
         // a pass resumed with every tile done never called the closure
         restore_reducers(journal, &mut [&mut reducer])?;
         let out_dtype = op.output_dtype(input.dtype());
@@ -145,7 +147,7 @@ impl Engine {
         let array = Array::from_bytes(out_dtype, out_shape.clone(), reducer.into_bytes())?;
         let report = self.report(
             &plan,
-            plan.what.clone(),
+            Ran::on(Family::Reduce, plan.what.clone(), gpu),
             input.shape(),
             &out_shape,
             out_dtype,
@@ -170,7 +172,7 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(plan, &inputs, None);
         stream.journal = journal;
-        let times = match &self.cuda {
+        let times = match self.gpu_for(Family::Reduce) {
             Some(dev) if device => {
                 let mut k = dev.reduce(op, input.dtype(), g, plan, reducer)?;
                 let times = scheduler::run(
@@ -358,7 +360,8 @@ impl Engine {
             });
         }
         let out_dtype = ops[0].output_dtype(input.dtype());
-        let report = self.report(&plan, plan.what.clone(), sub.shape(), &[], out_dtype, times);
+        let op = Ran::cpu(Family::Reduce, plan.what.clone());
+        let report = self.report(&plan, op, sub.shape(), &[], out_dtype, times);
         Ok((parts, report))
     }
 

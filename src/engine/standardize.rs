@@ -6,7 +6,8 @@ use std::path::Path;
 
 use super::array::{npz_beside, persist_npz};
 use super::reduce::{checkpoint_reducers, restore_reducers};
-use super::{Array, Engine, RunReport, check_not_input, hold, kept_if_interrupted};
+use super::{Array, Engine, Ran, RunReport, check_not_input, hold, kept_if_interrupted};
+use crate::backend::Family;
 use crate::backend::cuda::ElementwiseParams;
 use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
@@ -86,6 +87,7 @@ impl Engine {
         let mean = Array::from_bytes(DType::F64, shape.clone(), mean_r.into_bytes())?;
         let std = Array::from_bytes(DType::F64, shape.clone(), std_r.into_bytes())?;
         let what = format!("column mean and std of {}", input.path().display());
+        let what = Ran::cpu(Family::ColumnStats, what);
         let report = self.report(&plan, what, input.shape(), &shape, DType::F64, times);
         Ok((mean, std, report))
     }
@@ -267,6 +269,7 @@ impl Engine {
                     })
                 },
             )?;
+            let op = Ran::cpu(Family::Standardize, op);
             return Ok(self.report_boxes(&boxes, op, shape, od, times));
         }
         let _resident = self.budget.reserve(
@@ -278,6 +281,7 @@ impl Engine {
             sd: sd.to_vec(),
         };
         let cuda = self.cuda_elementwise(Elementwise::Standardize, xd, od, &params, plan)?;
+        let op = Ran::on(Family::Standardize, op, cuda.is_some());
         let times = match cuda {
             Some(k) => self.run_to_file_with(journal, plan, &inputs, out, shape, od, 1, k),
             None => self.run_to_file_with(

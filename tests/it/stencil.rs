@@ -559,3 +559,45 @@ fn patches_cover_the_image_with_an_index() {
         );
     }
 }
+
+/// Where a run computed, and why, is the dispatch's own answer: with `--device auto` on
+/// any machine, an operation the CUDA backend has a kernel for says it stays on the CPU
+/// by choice, and one it has none for (medians wider than 7x7, patches, the column
+/// statistics of standardize) says so.
+#[test]
+fn run_reports_say_where_each_family_ran_under_auto() {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, w) = (40, 36);
+    let data: Vec<f32> = (0..h * w).map(|i| (i % 97) as f32).collect();
+    let p = dir.path().join("x.npy");
+    write_npy(&p, DType::F32, &[h, w], bytemuck::cast_slice(&data));
+    let x = TensorFile::open(&p).unwrap();
+    let e = engine("4MiB", 4096);
+    let out = dir.path().join("o.npy");
+    let note = |r: &tilestream::RunReport| {
+        assert_eq!(r.device, "cpu", "{r:?}");
+        r.device_note.clone().unwrap_or_default()
+    };
+    let chosen = "passed the GPU suite on an H200 but ran slower there than the CPU";
+    for (size, has) in [(3, true), (7, true), (9, false)] {
+        let st = Stencil::new(Filter::Median { size }, Boundary::Nearest).unwrap();
+        let n = note(&e.stencil(&x, &out, &st, None).unwrap());
+        if has {
+            assert!(n.contains(&format!("CUDA kernel for stencil {chosen}")), "{n}");
+        } else {
+            assert_eq!(n, "auto: no CUDA kernel for stencil yet");
+        }
+    }
+    let st = Stencil::new(Filter::Box { size: 5 }, Boundary::Reflect).unwrap();
+    assert!(note(&e.stencil(&x, &out, &st, None).unwrap()).contains(chosen));
+    assert!(note(&e.transpose(&x, &out).unwrap()).contains("kernel for transpose"));
+    let (_, _, stats) = e.column_stats(&x, 0).unwrap();
+    assert_eq!(note(&stats), "auto: no CUDA kernel for column mean and std yet");
+    let spec = PatchSpec {
+        size: 16,
+        overlap: 0,
+        edge: Edge::Pad,
+    };
+    let (tiles, _) = e.patches(&x, dir.path().join("tiles"), spec).unwrap();
+    assert_eq!(note(&tiles), "auto: no CUDA kernel for tiles yet");
+}

@@ -31,6 +31,29 @@ mod stub;
 #[cfg(not(feature = "cuda"))]
 pub use stub::{BlockAt, CudaDevice, CudaElementwise, CudaReduce, CudaStencil, CudaTranspose};
 
+/// Whether the CUDA backend has a kernel for `family`: every family but patches and the
+/// column statistics of `standardize` (its first pass), and
+/// medians up to [`stencil::MAX_GPU_MEDIAN`] wide (a median's window is sorted in
+/// registers). The same answer in a build without the `cuda` feature, where no device
+/// can be opened to run them.
+#[must_use]
+pub fn has_kernel(family: crate::backend::Family) -> bool {
+    use crate::backend::Family;
+    match family {
+        Family::Patches | Family::ColumnStats => false,
+        Family::Median { side } => side <= stencil::MAX_GPU_MEDIAN,
+        Family::Affine
+        | Family::Cast
+        | Family::Generate
+        | Family::Map
+        | Family::Matmul
+        | Family::Reduce
+        | Family::Standardize
+        | Family::Stencil
+        | Family::Transpose => true,
+    }
+}
+
 /// The parameters of an elementwise kernel.
 #[derive(Clone, Debug)]
 pub enum ElementwiseParams {
