@@ -14,6 +14,10 @@ use tilestream::format::tiff::TiffWriteOptions;
 use tilestream::format::tiff::cog::CogOptions;
 use tilestream::format::zarr::ZarrWriteOptions;
 use tilestream::format::{Format, fmt_shape, parse_shape};
+use tilestream::spec::{
+    AffineSpec, CastSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
+    StandardizeSpec, StencilSpec, TilesSpec, TransposeSpec,
+};
 use tilestream::workflow::Workflow;
 #[path = "main/args.rs"]
 mod args;
@@ -283,15 +287,15 @@ fn warn_unknown_extension(out: &Path) {
 fn spec_of(op: &Op) -> Result<OpSpec> {
     let dtype = |d: Option<&String>| dtype_opt(d);
     Ok(match op {
-        Op::Reduce(a) => OpSpec::Reduce {
+        Op::Reduce(a) => OpSpec::Reduce(ReduceSpec {
             input: source(&a.input, &a.raw)?,
             output: a.output.clone(),
             reduce: a.op.clone(),
             ddof: a.ddof,
             axis: a.axis,
             dtype: dtype(a.dtype.as_ref())?,
-        },
-        Op::Affine(a) => OpSpec::Affine {
+        }),
+        Op::Affine(a) => OpSpec::Affine(AffineSpec {
             input: source(&a.input, &a.raw)?,
             output: a.output.clone(),
             scale: a.scale,
@@ -299,10 +303,10 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
             dtype: dtype(a.dtype.as_ref())?,
             nodata: a.nodata.clone(),
             ignore_nodata: a.ignore_nodata,
-        },
+        }),
         Op::Map(a) => {
             let inputs = named_sources(&a.inputs, &a.raw)?;
-            OpSpec::Map {
+            OpSpec::Map(MapSpec {
                 expr: a.expr.clone(),
                 input_nodata: input_nodata(&a.in_nodata, &inputs)?,
                 inputs,
@@ -310,52 +314,52 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
                 dtype: dtype(a.dtype.as_ref())?,
                 nodata: a.nodata.clone(),
                 ignore_nodata: a.ignore_nodata,
-            }
+            })
         }
-        Op::Matmul(a) => OpSpec::Matmul {
+        Op::Matmul(a) => OpSpec::Matmul(MatmulSpec {
             x: Source::file(&a.x),
             w: Source::file(&a.w),
             output: a.output.clone(),
             dtype: dtype(a.dtype.as_ref())?,
-        },
-        Op::Standardize(a) => OpSpec::Standardize {
+        }),
+        Op::Standardize(a) => OpSpec::Standardize(StandardizeSpec {
             input: source(&a.input, &a.raw)?,
             output: a.output.clone(),
             ddof: a.ddof,
             dtype: dtype(a.dtype.as_ref())?,
             stats: a.stats.clone(),
             given: None,
-        },
-        Op::Cast(a) => OpSpec::Cast {
+        }),
+        Op::Cast(a) => OpSpec::Cast(CastSpec {
             input: source(&a.input, &a.raw)?,
             output: a.output.clone(),
             dtype: a.dtype.parse()?,
-        },
-        Op::Convert(a) => OpSpec::Convert {
+        }),
+        Op::Convert(a) => OpSpec::Convert(ConvertSpec {
             input: source(&a.input, &a.raw)?,
             output: a.output.clone(),
             dtype: dtype(a.dtype.as_ref())?,
-        },
-        Op::Stencil(a) => OpSpec::Stencil {
+        }),
+        Op::Stencil(a) => OpSpec::Stencil(StencilSpec {
             input: source(&a.input, &a.raw)?,
             output: a.output.clone(),
             filter: a.filter.clone(),
             boundary: a.boundary.clone(),
             dtype: dtype(a.dtype.as_ref())?,
-        },
-        Op::Transpose(a) => OpSpec::Transpose {
+        }),
+        Op::Transpose(a) => OpSpec::Transpose(TransposeSpec {
             input: source(&a.input, &a.raw)?,
             output: a.output.clone(),
-        },
-        Op::Tiles(a) => OpSpec::Tiles {
+        }),
+        Op::Tiles(a) => OpSpec::Tiles(TilesSpec {
             input: source(&a.input, &a.raw)?,
             outdir: a.outdir.clone(),
             size: a.size,
             overlap: a.overlap,
             edge: a.edge.clone(),
             patch_format: a.patch_format.clone(),
-        },
-        Op::Gen(a) => OpSpec::Generate {
+        }),
+        Op::Gen(a) => OpSpec::Generate(GenerateSpec {
             output: a.output.clone(),
             shape: parse_shape(&a.shape)?,
             dtype: a.dtype.parse()?,
@@ -365,7 +369,7 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
             std: a.std,
             low: a.low,
             high: a.high,
-        },
+        }),
     })
 }
 

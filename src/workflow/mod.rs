@@ -54,6 +54,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::reduce::Reduce;
 use crate::ops::stencil::{Filter, Stencil};
+use crate::spec::OpSpec;
 use crate::tiling::Boundary;
 
 #[derive(Deserialize)]
@@ -397,31 +398,17 @@ impl Workflow {
             let line = line_of(&text, start + text[start..].find("[[steps]]").unwrap_or(0));
             let st = s.get_ref();
             let err = |msg: String| at(line, format!("step `{}` -> `{}`: {msg}", st.op, st.out));
-            let allowed: &[&str] = match st.op.as_str() {
-                "map" => &["expr", "names", "dtype", "nodata", "ignore_nodata"],
-                "affine" => &[
-                    "input",
-                    "scale",
-                    "offset",
-                    "dtype",
-                    "nodata",
-                    "ignore_nodata",
-                ],
-                "cast" => &["input", "dtype", "nodata", "ignore_nodata"],
-                "reduce" => &["input", "reduce", "axis", "ddof", "dtype"],
-                "stencil" => &["input", "filter", "boundary", "dtype"],
-                "transpose" => &["input"],
-                "matmul" => &["x", "w", "dtype"],
-                "standardize" => &["input", "ddof", "dtype"],
-                other => {
-                    return Err(at(
-                        line,
-                        format!(
-                            "unknown op `{other}`: use map, affine, cast, reduce, stencil, \
-                             transpose, matmul or standardize"
-                        ),
-                    ));
-                }
+            let Some(allowed) = OpSpec::pipeline_keys(&st.op) else {
+                let ops: Vec<&str> = OpSpec::NAMES
+                    .iter()
+                    .copied()
+                    .filter(|n| OpSpec::pipeline_keys(n).is_some())
+                    .collect();
+                let (last, rest) = ops.split_last().unwrap_or((&"", &[]));
+                return Err(at(
+                    line,
+                    format!("unknown op `{}`: use {} or {last}", st.op, rest.join(", ")),
+                ));
             };
             if let Some(k) = st.given().into_iter().find(|k| !allowed.contains(k)) {
                 return Err(err(format!(

@@ -15,7 +15,9 @@ use crate::format::{TensorFile, fmt_shape};
 use crate::io::own_files::{Written as WrittenPath, check_run_paths};
 use crate::ops::reduce::{Reduce, ReduceOver};
 use crate::plan::Plan;
-use crate::spec::{OpSpec, Source};
+use crate::spec::{
+    MapSpec, MatmulSpec, OpSpec, ReduceSpec, Source, StandardizeSpec, StencilSpec, TransposeSpec,
+};
 
 /// The nodata value of each job's result, by the name of the value.
 type Written = BTreeMap<String, Option<String>>;
@@ -381,7 +383,7 @@ impl Workflow {
                 dtype,
                 like,
                 nodata,
-            } => OpSpec::Map {
+            } => OpSpec::Map(MapSpec {
                 expr: expr.clone(),
                 inputs: Self::named(expr, files)
                     .into_iter()
@@ -392,13 +394,13 @@ impl Workflow {
                 nodata: nodata.value.clone(),
                 ignore_nodata: nodata.ignore_inputs,
                 input_nodata: Self::map_rule(nodata, expr, written).inputs,
-            },
+            }),
             Job::Reduce {
                 input,
                 op,
                 axis,
                 dtype,
-            } => OpSpec::Reduce {
+            } => OpSpec::Reduce(ReduceSpec {
                 input: src(input)?,
                 output,
                 reduce: op.name().into(),
@@ -408,38 +410,38 @@ impl Workflow {
                 },
                 axis: *axis,
                 dtype: *dtype,
-            },
+            }),
             Job::Stencil {
                 input,
                 filter,
                 boundary,
                 dtype,
                 ..
-            } => OpSpec::Stencil {
+            } => OpSpec::Stencil(StencilSpec {
                 input: src(input)?,
                 output,
                 filter: filter.clone(),
                 boundary: boundary.clone(),
                 dtype: *dtype,
-            },
-            Job::Transpose { input } => OpSpec::Transpose {
+            }),
+            Job::Transpose { input } => OpSpec::Transpose(TransposeSpec {
                 input: src(input)?,
                 output,
-            },
-            Job::Matmul { x, w, dtype } => OpSpec::Matmul {
+            }),
+            Job::Matmul { x, w, dtype } => OpSpec::Matmul(MatmulSpec {
                 x: src(x)?,
                 w: src(w)?,
                 output,
                 dtype: *dtype,
-            },
-            Job::Standardize { input, ddof, dtype } => OpSpec::Standardize {
+            }),
+            Job::Standardize { input, ddof, dtype } => OpSpec::Standardize(StandardizeSpec {
                 input: src(input)?,
                 output,
                 ddof: *ddof,
                 dtype: *dtype,
                 stats: None,
                 given: None,
-            },
+            }),
         };
         e.run_spec(&spec)
     }

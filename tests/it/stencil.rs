@@ -583,7 +583,10 @@ fn run_reports_say_where_each_family_ran_under_auto() {
         let st = Stencil::new(Filter::Median { size }, Boundary::Nearest).unwrap();
         let n = note(&e.stencil(&x, &out, &st, None).unwrap());
         if has {
-            assert!(n.contains(&format!("CUDA kernel for stencil {chosen}")), "{n}");
+            assert!(
+                n.contains(&format!("CUDA kernel for stencil {chosen}")),
+                "{n}"
+            );
         } else {
             assert_eq!(n, "auto: no CUDA kernel for stencil yet");
         }
@@ -592,7 +595,10 @@ fn run_reports_say_where_each_family_ran_under_auto() {
     assert!(note(&e.stencil(&x, &out, &st, None).unwrap()).contains(chosen));
     assert!(note(&e.transpose(&x, &out).unwrap()).contains("kernel for transpose"));
     let (_, _, stats) = e.column_stats(&x, 0).unwrap();
-    assert_eq!(note(&stats), "auto: no CUDA kernel for column mean and std yet");
+    assert_eq!(
+        note(&stats),
+        "auto: no CUDA kernel for column mean and std yet"
+    );
     let spec = PatchSpec {
         size: 16,
         overlap: 0,

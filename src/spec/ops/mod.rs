@@ -1,0 +1,195 @@
+//! The vocabulary of operations: one module per operation, each holding its spec (the
+//! arguments every front end gives it, serialised with an `"op"` tag), the files it
+//! reads and writes, how it is planned and how it runs. [`operations!`] lists them once:
+//! it makes [`OpSpec`](super::OpSpec), its dispatch, and the list of names front ends
+//! check against ([`OpSpec::NAMES`](super::OpSpec::NAMES)).
+//!
+//! Adding an operation is a module here that implements [`Operation`], and one line in
+//! the [`operations!`] call of `src/spec/mod.rs`.
+
+use std::path::Path;
+
+use crate::io::own_files::Written;
+use crate::plan::Plan;
+use crate::tiling::BoxPlan;
+use crate::{DType, Engine, Error, Result, RunReport};
+
+use super::{OutputLayout, SpecPlan};
+
+mod affine;
+mod cast;
+mod convert;
+mod generate;
+mod map;
+mod matmul;
+mod reduce;
+mod standardize;
+mod stencil;
+mod tiles;
+mod transpose;
+
+pub use affine::AffineSpec;
+pub use cast::CastSpec;
+pub use convert::ConvertSpec;
+pub use generate::GenerateSpec;
+pub use map::MapSpec;
+pub use matmul::MatmulSpec;
+pub use reduce::ReduceSpec;
+pub use standardize::StandardizeSpec;
+pub use stencil::StencilSpec;
+pub use tiles::TilesSpec;
+pub use transpose::TransposeSpec;
+
+/// How an operation's tiles are cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Tiling {
+    /// Flat C-order tiles writing an output of the operation's own ([`Operation::written`]):
+    /// planned with room for encoding it as it is written ([`Engine::plan_writing`]), or
+    /// in boxes along its chunks ([`Operation::boxes`]).
+    FlatWriting,
+    /// Flat tiles whose result is small and written at the end (reductions).
+    FlatResult,
+    /// Boxes of the operation's own ([`Operation::plan_tiles`] gives them).
+    Boxes,
+}
+
+/// What every operation is to the engine's front door ([`Engine::plan_spec`],
+/// [`Engine::run_spec`]): its files, its plan and its run.
+pub(crate) trait Operation {
+    /// Every file the operation reads (a convolution kernel included).
+    fn inputs(&self) -> Vec<&Path>;
+
+    /// The file (or store, or patch directory) the operation writes.
+    fn output(&self) -> &Path;
+
+    /// Every path the operation writes: its output, and files besides it.
+    fn writes(&self) -> Vec<Written<'_>> {
+        vec![Written {
+            role: "output",
+            path: self.output(),
+            dir: false,
+        }]
+    }
+
+    /// Whether a journal can resume a run of it (`tiles`, with many outputs, cannot).
+    fn resumable(&self) -> bool {
+        true
+    }
+
+    /// How its tiles are cut.
+    fn tiling(&self) -> Tiling {
+        Tiling::FlatWriting
+    }
+
+    /// The shape and dtype of what it writes, when known before it runs (for the room its
+    /// encoding takes, and what runs after the tiles): by default its
+    /// [`output_layout`](Self::output_layout).
+    ///
+    /// # Errors
+    /// Bad parameters; I/O errors opening the inputs.
+    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+        Ok(self.output_layout().ok().map(|l| (l.shape, l.dtype)))
+    }
+
+    /// What it writes when its output rows follow its input's (a job split by rows over a
+    /// cluster makes the file its tasks fill from it).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for operations whose rows do not follow their input's.
+    fn output_layout(&self) -> Result<OutputLayout> {
+        Err(Error::invalid(
+            "only affine, cast, convert, map, matmul, standardize and filters write \
+             outputs whose rows follow their input's",
+        ))
+    }
+
+    /// Its plan, without the room for encoding the output: flat tiles, or its boxes
+    /// ([`Tiling::Boxes`]).
+    ///
+    /// # Errors
+    /// Bad parameters, unreadable inputs, a budget too small.
+    fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan>;
+
+    /// The boxes along its output's chunks an element-wise operation runs in when its
+    /// flat plan `flat` cannot encode its output of `shape` and `dtype` as it writes it
+    /// ([`Engine::elementwise_boxes`]); `None` for the others.
+    ///
+    /// # Errors
+    /// Unreadable inputs.
+    fn boxes(
+        &self,
+        _e: &Engine,
+        _flat: &Plan,
+        _shape: &[usize],
+        _dtype: DType,
+    ) -> Result<Option<BoxPlan>> {
+        Ok(None)
+    }
+
+    /// Runs it, with its paths already checked.
+    ///
+    /// # Errors
+    /// Whatever the operation returns.
+    fn run(&self, e: &Engine) -> Result<RunReport>;
+}
+
+/// The keys a pipeline file's step of an operation may give besides `op` and `out` (its
+/// inputs by the names of earlier values); `None` for operations pipelines do not run.
+pub(crate) trait PipelineStep {
+    /// The keys, in the order the error for a wrong one lists them.
+    const KEYS: Option<&'static [&'static str]> = None;
+}
+
+/// Lists the operations once: makes [`OpSpec`](super::OpSpec) (serialised with an
+/// `"op"` tag of the variant's snake-case name), its names and its dispatch.
+macro_rules! operations {
+    ($($(#[$doc:meta])* $variant:ident($spec:ty) = $name:literal,)+) => {
+        /// An operation: its inputs, its output and every parameter that changes the
+        /// output's bytes. Serialised with an `"op"` tag (`{"op": "reduce", ...}`).
+        #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+        #[serde(tag = "op", rename_all = "snake_case")]
+        pub enum OpSpec {
+            $($(#[$doc])* $variant($spec),)+
+        }
+
+        impl OpSpec {
+            /// The name of every operation, as its `"op"` tag spells it.
+            pub const NAMES: &'static [&'static str] = &[$($name),+];
+
+            /// The operation's name (its `"op"` tag).
+            #[must_use]
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(OpSpec::$variant(_) => $name,)+
+                }
+            }
+
+            /// The keys a pipeline file's step of the operation `name` may give besides
+            /// `op` and `out`; `None` for an operation pipelines do not run (or no
+            /// operation).
+            #[must_use]
+            pub fn pipeline_keys(name: &str) -> Option<&'static [&'static str]> {
+                match name {
+                    $($name => <$spec as $crate::spec::ops::PipelineStep>::KEYS,)+
+                    _ => None,
+                }
+            }
+
+            pub(crate) fn operation(&self) -> &dyn $crate::spec::ops::Operation {
+                match self {
+                    $(OpSpec::$variant(o) => o,)+
+                }
+            }
+        }
+
+        $(
+            impl From<$spec> for OpSpec {
+                fn from(o: $spec) -> Self {
+                    OpSpec::$variant(o)
+                }
+            }
+        )+
+    };
+}
+
+pub(crate) use operations;

@@ -1,0 +1,118 @@
+//! `standardize`: per-column `(x - mean) / std`, with the statistics computed in a first
+//! pass (and saved as `.npz` if asked) or given.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Operation, PipelineStep, Tiling};
+use crate::io::own_files::Written;
+use crate::spec::{OutputLayout, Source, SpecPlan, georef_from, read_small};
+use crate::{DType, Engine, Reduce, ReduceOver, Result, RunReport};
+
+/// Per-column `(x - mean) / std`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandardizeSpec {
+    /// Input.
+    pub input: Source,
+    /// Output file.
+    pub output: PathBuf,
+    /// Delta degrees of freedom of the std.
+    #[serde(default)]
+    pub ddof: u32,
+    /// Output dtype.
+    #[serde(default, with = "crate::spec::opt_dtype_name")]
+    pub dtype: Option<DType>,
+    /// Where to save the statistics (`.npz`), if anywhere.
+    #[serde(default)]
+    pub stats: Option<PathBuf>,
+    /// The column means and stds to use (`.npy` files of one value per column), in
+    /// place of a statistics pass: a cluster job computes them once for all its tasks.
+    /// With them, `ddof` is not used and `stats` is not written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub given: Option<(Source, Source)>,
+}
+
+impl PipelineStep for StandardizeSpec {
+    const KEYS: Option<&'static [&'static str]> = Some(&["input", "ddof", "dtype"]);
+}
+
+impl Operation for StandardizeSpec {
+    fn inputs(&self) -> Vec<&Path> {
+        match &self.given {
+            Some((m, sd)) => vec![&self.input.path, &m.path, &sd.path],
+            None => vec![&self.input.path],
+        }
+    }
+
+    fn output(&self) -> &Path {
+        &self.output
+    }
+
+    fn writes(&self) -> Vec<Written<'_>> {
+        let mut w = vec![Written {
+            role: "output",
+            path: &self.output,
+            dir: false,
+        }];
+        if let (Some(p), None) = (&self.stats, &self.given) {
+            w.push(Written {
+                role: "statistics file",
+                path: p,
+                dir: false,
+            });
+        }
+        w
+    }
+
+    fn tiling(&self) -> Tiling {
+        Tiling::FlatResult
+    }
+
+    fn output_layout(&self) -> Result<OutputLayout> {
+        // by default f64 for an f64 input, f32 otherwise
+        let mut out = OutputLayout::same(&self.input, self.dtype)?;
+        if self.dtype.is_none() && out.dtype != DType::F64 {
+            out.dtype = DType::F32;
+        }
+        Ok(out)
+    }
+
+    fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
+        let std = Reduce::Std { ddof: self.ddof };
+        e.plan_reduce(&self.input.open()?, std, ReduceOver::Axis(0))
+            .map(SpecPlan::Flat)
+    }
+
+    fn run(&self, e: &Engine) -> Result<RunReport> {
+        let x = self.input.open()?;
+        let e = georef_from(e, &x, None);
+        if let Some((mean, std)) = &self.given {
+            let (mean, std) = (read_small(mean)?, read_small(std)?);
+            return e.standardize_with_stats(&x, &self.output, self.dtype, &mean, &std);
+        }
+        let (stats, apply) = e.standardize(
+            &x,
+            &self.output,
+            self.dtype,
+            self.ddof,
+            self.stats.as_deref(),
+        )?;
+        // the two passes, reported as one run: times and bytes add up
+        let mut r = apply;
+        r.op = format!(
+            "standardize {} (statistics pass, then apply pass)",
+            self.input.path.display()
+        );
+        r.tiles += stats.tiles;
+        r.resumed_tiles += stats.resumed_tiles;
+        r.bytes_read += stats.bytes_read;
+        r.wall_s += stats.wall_s;
+        r.read_busy_s += stats.read_busy_s;
+        r.compute_busy_s += stats.compute_busy_s;
+        r.peak_reserved_bytes = r.peak_reserved_bytes.max(stats.peak_reserved_bytes);
+        r.gb_per_s = (r.bytes_read + r.bytes_written) as f64 / r.wall_s.max(1e-9) / 1e9;
+        Ok(r)
+    }
+}

@@ -1,0 +1,97 @@
+//! `stencil`: a neighbourhood filter (gaussian, box, sobel, median, convolve) over box
+//! tiles with halos, exact at every budget.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Operation, PipelineStep, Tiling};
+use crate::spec::{OutputLayout, Source, SpecPlan, georef_from, stencil_of};
+use crate::tiling::Boundary;
+use crate::{DType, Engine, Error, Result, RunReport};
+
+/// A neighbourhood filter over halo'd tiles.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StencilSpec {
+    /// Input image.
+    pub input: Source,
+    /// Output file.
+    pub output: PathBuf,
+    /// The filter (`gaussian:sigma=2`, `box:size=5`, `sobel`, `median:size=3`,
+    /// `convolve:KERNEL.npy`).
+    pub filter: String,
+    /// The boundary mode (`reflect`, `nearest`, `wrap`, `mirror`, `constant:V`).
+    #[serde(default = "default_boundary")]
+    pub boundary: String,
+    /// Output dtype.
+    #[serde(default, with = "crate::spec::opt_dtype_name")]
+    pub dtype: Option<DType>,
+}
+
+fn default_boundary() -> String {
+    "reflect".into()
+}
+
+impl PipelineStep for StencilSpec {
+    const KEYS: Option<&'static [&'static str]> = Some(&["input", "filter", "boundary", "dtype"]);
+}
+
+impl Operation for StencilSpec {
+    fn inputs(&self) -> Vec<&Path> {
+        let mut v = vec![self.input.path.as_path()];
+        if let Some(k) = self.filter.strip_prefix("convolve:") {
+            v.push(Path::new(k));
+        }
+        v
+    }
+
+    fn output(&self) -> &Path {
+        &self.output
+    }
+
+    fn tiling(&self) -> Tiling {
+        Tiling::Boxes
+    }
+
+    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+        // a filter's output is its input's shape (output_layout refuses the 2-D wrap
+        // boundary, which is planned whole)
+        let x = self.input.open()?;
+        Ok(Some((x.shape().to_vec(), self.dtype.unwrap_or(x.dtype()))))
+    }
+
+    fn output_layout(&self) -> Result<OutputLayout> {
+        let mut out = OutputLayout::same(&self.input, self.dtype)?;
+        // rows are image rows of a 2-D image; the bands of a 3-D one are filtered one by
+        // one
+        if out.shape.len() == 2 {
+            let stencil = stencil_of(&self.filter, &self.boundary)?;
+            if matches!(stencil.boundary, Boundary::Wrap) {
+                return Err(Error::invalid(
+                    "boundary wrap needs the whole image: it cannot be split by rows (filter \
+                     it with one process, or split a 3-D image by bands)",
+                ));
+            }
+            // as many rows each side as the longer side needs: near an edge of the image,
+            // a reflected row lies up to that far inside
+            let (rows, _) = stencil.halos();
+            let h = rows.before.max(rows.after);
+            out.halo_rows = (h, h);
+        }
+        Ok(out)
+    }
+
+    fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
+        let x = self.input.open()?;
+        let stencil = stencil_of(&self.filter, &self.boundary)?;
+        e.plan_stencil_to(&x, &stencil, self.dtype, Some(&self.output))
+            .map(SpecPlan::Box)
+    }
+
+    fn run(&self, e: &Engine) -> Result<RunReport> {
+        let x = self.input.open()?;
+        let stencil = stencil_of(&self.filter, &self.boundary)?;
+        georef_from(e, &x, None).stencil(&x, &self.output, &stencil, self.dtype)
+    }
+}

@@ -1,0 +1,103 @@
+//! `tiles`: an image cut into patch files (`.npy` or GeoTIFF) and an index, for training
+//! sets.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Operation, PipelineStep, Tiling};
+use crate::engine::{Edge, PatchSpec};
+use crate::io::own_files::Written;
+use crate::spec::{Source, SpecPlan};
+use crate::{DType, Engine, Result, RunReport};
+
+/// Cuts an image into patch files and an index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TilesSpec {
+    /// Input image.
+    pub input: Source,
+    /// Directory of the patches.
+    pub outdir: PathBuf,
+    /// Patch side.
+    pub size: usize,
+    /// Pixels shared by neighbours.
+    #[serde(default)]
+    pub overlap: usize,
+    /// `shift` or `pad`.
+    #[serde(default = "default_edge")]
+    pub edge: String,
+    /// `npy` or `tif`.
+    #[serde(default = "default_patch_format")]
+    pub patch_format: String,
+}
+
+fn default_edge() -> String {
+    "shift".into()
+}
+
+fn default_patch_format() -> String {
+    "npy".into()
+}
+
+impl TilesSpec {
+    fn patches(&self) -> Result<PatchSpec> {
+        Ok(PatchSpec {
+            size: self.size,
+            overlap: self.overlap,
+            edge: self.edge.parse::<Edge>()?,
+        })
+    }
+}
+
+/// Not a pipeline step (yet).
+impl PipelineStep for TilesSpec {}
+
+impl Operation for TilesSpec {
+    fn inputs(&self) -> Vec<&Path> {
+        vec![&self.input.path]
+    }
+
+    fn output(&self) -> &Path {
+        &self.outdir
+    }
+
+    fn writes(&self) -> Vec<Written<'_>> {
+        vec![Written {
+            role: "output",
+            path: &self.outdir,
+            dir: true,
+        }]
+    }
+
+    fn resumable(&self) -> bool {
+        false
+    }
+
+    fn tiling(&self) -> Tiling {
+        Tiling::Boxes
+    }
+
+    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+        // many files, none of them a COG
+        Ok(None)
+    }
+
+    fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
+        let x = self.input.open()?;
+        e.plan_patches_as(&x, self.patches()?, self.patch_format.parse()?)
+            .map(SpecPlan::Box)
+    }
+
+    fn run(&self, e: &Engine) -> Result<RunReport> {
+        let x = self.input.open()?;
+        let (mut r, n) = e.patches_as(
+            &x,
+            &self.outdir,
+            self.patches()?,
+            self.patch_format.parse()?,
+        )?;
+        r.op = format!("{} -> {n} patches in {}", r.op, self.outdir.display());
+        Ok(r)
+    }
+}

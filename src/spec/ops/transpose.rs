@@ -1,0 +1,63 @@
+//! `transpose`: the last two axes swapped, through square blocks.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Operation, PipelineStep, Tiling};
+use crate::format::tiff::is_tiff_path;
+use crate::spec::{Source, SpecPlan};
+use crate::{DType, Engine, Result, RunReport};
+
+/// Swaps the last two axes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TransposeSpec {
+    /// Input.
+    pub input: Source,
+    /// Output file.
+    pub output: PathBuf,
+}
+
+impl PipelineStep for TransposeSpec {
+    const KEYS: Option<&'static [&'static str]> = Some(&["input"]);
+}
+
+impl Operation for TransposeSpec {
+    fn inputs(&self) -> Vec<&Path> {
+        vec![&self.input.path]
+    }
+
+    fn output(&self) -> &Path {
+        &self.output
+    }
+
+    fn tiling(&self) -> Tiling {
+        Tiling::Boxes
+    }
+
+    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+        let x = self.input.open()?;
+        Ok(Some((
+            crate::engine::transposed_shape(x.shape()),
+            x.dtype(),
+        )))
+    }
+
+    fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
+        e.plan_transpose_to(&self.input.open()?, Some(&self.output))
+            .map(SpecPlan::Box)
+    }
+
+    fn run(&self, e: &Engine) -> Result<RunReport> {
+        let x = self.input.open()?;
+        if x.georef().is_some() && is_tiff_path(&self.output) {
+            eprintln!(
+                "note: transpose swaps rows and columns, so {} is written without the input's \
+                 georeferencing",
+                self.output.display()
+            );
+        }
+        e.transpose(&x, &self.output)
+    }
+}
