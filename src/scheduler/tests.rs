@@ -8,7 +8,7 @@ use std::sync::atomic::AtomicUsize;
 
 use super::*;
 use crate::DType;
-use crate::scheduler::stage::InPlace;
+use crate::scheduler::stage::{InPlace, stage_reads};
 use std::time::Duration;
 
 /// `tiles` tiles of `len` u32 elements, each reading its own range and writing it
