@@ -24,7 +24,6 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::tiff::{GeoRef, TiffWriteOptions};
 use crate::format::zarr::ZarrWriteOptions;
-use crate::format::zarr::stream::ZarrStream;
 use crate::format::{OutFormat, OutRegion, OutputFile, TensorFile, same_file, window_slack};
 use crate::journal::{JobKey, Journal};
 use crate::plan::{
@@ -512,7 +511,7 @@ impl Engine {
     /// into place. On error the temporary file is removed and nothing appears at `out`.
     /// `stream_room`: what the plan set aside for encoding a GeoTIFF or Zarr output as
     /// the run writes it (a flat plan's, [`Engine::plan_writing`]; a box plan's cut along
-    /// the output's chunks, [`outputs::StreamRoom::of_box`]); the output is then encoded
+    /// the output's chunks, [`outputs::room_of_box`]); the output is then encoded
     /// as written when that room holds the encoder ([`OutputFile::with_tiff_stream`],
     /// [`OutputFile::with_zarr_stream`]), else refused before anything is written.
     fn to_file_with(
@@ -541,11 +540,11 @@ impl Engine {
                 let store = TensorFile::open_zarr(out)?;
                 let open = stream_room.and_then(|r| r.open);
                 let sized = if open.is_some() { store.shape() } else { shape };
-                let fit = match stream_room {
-                    Some(r) => ZarrStream::fit(sized, dtype, &self.zarr_out, r.bytes, open)?,
-                    None => None,
+                let fit = match (stream_room, self.planning_encoding_as(OutFormat::of(out))) {
+                    (Some(r), Some(encoding)) => encoding.fit(sized, dtype, r)?,
+                    _ => None,
                 };
-                self.zarr_streamed(rows, fit, || self.cannot_stream(out, sized, dtype, open))?
+                self.streamed(rows, fit, || self.cannot_stream(out, sized, dtype, open))?
             }
             (None, Some(region)) => {
                 OutputFile::region(out, region, shape, dtype)?.durable(self.durable)

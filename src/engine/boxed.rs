@@ -19,7 +19,7 @@ use std::path::Path;
 use super::{Engine, Ran};
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::format::{OutFormat, TensorFile};
+use crate::format::TensorFile;
 use crate::layout::{Layout, Read, Write};
 use crate::plan::Plan;
 use crate::scheduler::{self, Hooks, InputStream, StageTimes};
@@ -108,7 +108,7 @@ impl Engine {
         dtype: DType,
         held: (u64, &str),
     ) -> Result<Option<BoxPlan>> {
-        let encoded = matches!(self.format_of(out), OutFormat::GeoTiff | OutFormat::Zarr);
+        let encoded = self.encodes(out);
         let dims = match *shape {
             [h, w] => [1, h, w],
             [b, h, w] => [b, h, w],
@@ -221,7 +221,7 @@ impl Engine {
         dtype: DType,
         mut compute: impl FnMut(&BoxTile, &[&[u8]], &mut [u8]) -> Result<()> + Send,
     ) -> Result<StageTimes> {
-        let room = super::outputs::StreamRoom::of_box(plan);
+        let room = super::outputs::room_of_box(plan);
         let files: Vec<&TensorFile> = inputs.iter().map(|s| s.file).collect();
         let layout = StreamBoxes { plan, inputs };
         self.to_file_with(journal, out, shape, dtype, room, |output, journal| {

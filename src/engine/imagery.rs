@@ -156,7 +156,7 @@ impl Engine {
                     .chunked()
                     .is_some_and(|c| c.chunk_shape().first() == Some(&bands)));
         let journal = self.open_journal(out)?;
-        let room = super::outputs::StreamRoom::of_box(plan);
+        let room = super::outputs::room_of_box(plan);
         self.to_file_with(journal, out, shape, dtype, room, |output, journal| {
             let hooks = Hooks {
                 journal,

@@ -7,37 +7,24 @@ use std::path::Path;
 use super::Engine;
 use crate::budget::{BudgetError, fmt_bytes};
 use crate::error::{Error, Result};
-use crate::format::tiff::stream::TiffStream;
-use crate::format::tiff::write::TiledLayout;
+use crate::format::encoding::{Encoding, Fitted, Room, encoding_of};
 use crate::format::tiff::{GeoRef, TiffWriteOptions};
 use crate::format::zarr::ZarrWriteOptions;
-use crate::format::zarr::stream::ZarrStream;
 use crate::format::{OutFormat, OutputFile, TensorFile, fmt_shape};
 use crate::plan::Plan;
 use crate::tiling::{BoxPlan, OutChunks};
 
-/// What a run's plan set aside for encoding its output as the run writes it: `bytes`,
-/// for the chunks being filled (`open` across a box of a box plan cut along them; a
-/// whole row of them for a flat plan, `None`) and those in flight; `bands_inner` when
-/// the plan visits the bands of each position one after another
-/// ([`crate::plan::Plan::bands_inner`]), which a pixel-interleaved GeoTIFF needs to be
-/// encoded as it is written.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct StreamRoom {
-    pub(super) bytes: u64,
-    pub(super) open: Option<usize>,
-    pub(super) bands_inner: bool,
-}
+/// What a run's plan set aside for encoding its output as the run writes it (see
+/// [`Room`]).
+pub(super) type StreamRoom = Room;
 
-impl StreamRoom {
-    /// The room of a box plan, when it is cut along its output's chunks.
-    pub(super) fn of_box(plan: &BoxPlan) -> Option<Self> {
-        plan.cut_along_out_chunks().then(|| StreamRoom {
-            bytes: plan.out_chunk_bytes,
-            open: Some(plan.open_out_chunks()),
-            bands_inner: plan.bands_together(),
-        })
-    }
+/// The room of a box plan, when it is cut along its output's chunks.
+pub(super) fn room_of_box(plan: &BoxPlan) -> Option<Room> {
+    plan.cut_along_out_chunks().then(|| Room {
+        bytes: plan.out_chunk_bytes,
+        open: Some(plan.open_out_chunks()),
+        bands_inner: plan.bands_together(),
+    })
 }
 
 impl Engine {
@@ -131,94 +118,64 @@ impl Engine {
         stream_room: Option<StreamRoom>,
     ) -> Result<OutputFile> {
         self.check_tiff_output(out, output.shape(), output.dtype())?;
-        match format {
-            OutFormat::GeoTiff => {
-                let opts = self.tiff_options(out, output.shape());
-                if let Some(cog) = &opts.cog {
-                    // refused before the run, not after it
-                    crate::format::tiff::cog::check_budget(
-                        output.shape(),
-                        output.dtype(),
-                        &opts,
-                        cog,
-                        self.budget.limit(),
-                    )?;
-                }
-                let fit = match stream_room {
-                    Some(r) if !output.is_region() => TiffStream::fit(
-                        output.shape(),
-                        output.dtype(),
-                        &opts,
-                        r.bytes,
-                        r.open,
-                        r.bands_inner,
-                    )?,
-                    _ => None,
-                };
-                let Some((need, opts)) = fit else {
-                    return Err(self.cannot_stream(
-                        out,
-                        output.shape(),
-                        output.dtype(),
-                        stream_room.and_then(|r| r.open),
-                    ));
-                };
-                let memory = self
-                    .budget
-                    .reserve("GeoTIFF encoding (tiles being filled and in flight)", need)?;
-                tracing::info!(bytes = need, "GeoTIFF output encoded as the run writes it");
-                output.with_tiff_stream(opts, memory)
-            }
-            OutFormat::Zarr => {
-                // refused before the run, not after it: chunks the budget cannot encode
-                crate::format::zarr::chunk_shapes(
-                    &self.zarr_out,
-                    output.shape(),
-                    output.dtype(),
-                    self.budget.limit(),
-                )?;
-                let fit = match stream_room {
-                    Some(r) if !output.is_region() => ZarrStream::fit(
-                        output.shape(),
-                        output.dtype(),
-                        &self.zarr_out,
-                        r.bytes,
-                        r.open,
-                    )?,
-                    _ => None,
-                };
-                let open = stream_room.and_then(|r| r.open);
-                let (shape, dtype) = (output.shape().to_vec(), output.dtype());
-                self.zarr_streamed(output, fit, || self.cannot_stream(out, &shape, dtype, open))
-            }
-            OutFormat::Npy | OutFormat::Raw => Ok(output),
-        }
+        let tiff = || self.tiff_options(out, output.shape());
+        let Some(encoding) = encoding_of(format, tiff, &self.zarr_out) else {
+            return Ok(output);
+        };
+        let (shape, dtype) = (output.shape().to_vec(), output.dtype());
+        encoding.check(&shape, dtype, self.budget.limit())?;
+        let fit = match stream_room {
+            Some(r) if !output.is_region() => encoding.fit(&shape, dtype, r)?,
+            _ => None,
+        };
+        let open = stream_room.and_then(|r| r.open);
+        self.streamed(output, fit, || self.cannot_stream(out, &shape, dtype, open))
     }
 
-    /// `output` encoded as the run writes it when `fit` ([`ZarrStream::fit`]: the bytes
-    /// the encoder needs and the options it runs with) says the room holds it, the
-    /// encoder's memory reserved; else the error `refused` makes. A whole store and the
-    /// rows of a shared one ([`OutputFile::zarr_region`]) both go through here.
-    pub(super) fn zarr_streamed(
+    /// `output` encoded as the run writes it by `fit` (an encoder fitted to the room the
+    /// plan set aside), its memory reserved; else (the room does not hold it) the error
+    /// `refused` makes. A whole output and the rows of a shared store
+    /// ([`OutputFile::zarr_region`]) both go through here.
+    pub(super) fn streamed(
         &self,
         output: OutputFile,
-        fit: Option<(u64, ZarrWriteOptions)>,
+        fit: Option<Fitted>,
         refused: impl FnOnce() -> Error,
     ) -> Result<OutputFile> {
-        let Some((need, opts)) = fit else {
+        let Some(fit) = fit else {
             return Err(refused());
         };
-        let memory = self
-            .budget
-            .reserve("Zarr encoding (chunks being filled and in flight)", need)?;
-        tracing::info!(bytes = need, "Zarr output encoded as the run writes it");
-        output.with_zarr_stream(&opts, memory)
+        let memory = self.budget.reserve(fit.what, fit.need)?;
+        tracing::info!(
+            bytes = fit.need,
+            what = fit.what,
+            "output encoded as the run writes it"
+        );
+        fit.attach(output, memory)
+    }
+
+    /// The encoding of the outputs at `out` as plans size it (GeoTIFF options within
+    /// this engine's budget); `None` for outputs written as they are.
+    pub(super) fn planning_encoding(&self, out: &Path) -> Option<Box<dyn Encoding + '_>> {
+        self.planning_encoding_as(self.format_of(out))
+    }
+
+    /// [`Engine::planning_encoding`] of `format`.
+    pub(super) fn planning_encoding_as(&self, format: OutFormat) -> Option<Box<dyn Encoding + '_>> {
+        encoding_of(format, || self.planning_tiff(), &self.zarr_out)
+    }
+
+    /// The GeoTIFF options plans are sized with: this engine's, within its budget.
+    fn planning_tiff(&self) -> TiffWriteOptions {
+        let mut opts = self.tiff_out.clone();
+        opts.memory = self.budget.limit();
+        opts
     }
 
     /// Whether `out` is encoded (a GeoTIFF or a Zarr store), so that a run must set
     /// room aside for encoding it as it writes it.
     pub(crate) fn encodes(&self, out: &Path) -> bool {
-        matches!(self.format_of(out), OutFormat::GeoTiff | OutFormat::Zarr)
+        self.planning_encoding(out).is_some()
     }
 
     /// The refusal of `out` (a GeoTIFF or Zarr output of `shape` and `dtype`) when the
@@ -233,42 +190,22 @@ impl Engine {
         open: Option<usize>,
     ) -> Error {
         let limit = self.budget.limit();
-        let format = self.format_of(out);
-        let (least, unit, chunks) = match format {
-            OutFormat::GeoTiff => {
-                let mut opts = self.tiff_out.clone();
-                opts.memory = limit;
-                let t = match TiledLayout::new(shape, dtype, &opts) {
-                    Ok(l) => l.t,
-                    Err(e) => return e,
-                };
-                match TiffStream::least(shape, dtype, &opts, open) {
-                    Ok((filling, one)) => (
-                        (filling, one),
-                        format!("{t}x{t} tile"),
-                        "tiles (--tiff-tile)".to_string(),
-                    ),
-                    Err(e) => return e,
-                }
-            }
-            OutFormat::Zarr => match ZarrStream::least(shape, dtype, &self.zarr_out, open) {
-                Ok(Some(least)) => (
-                    least,
-                    "chunk".to_string(),
-                    "chunks (--zarr-chunks)".to_string(),
-                ),
-                Ok(None) => {
-                    return Error::Internal(format!(
-                        "{}: an empty Zarr output has nothing to encode",
-                        out.display()
-                    ));
-                }
-                Err(e) => return e,
-            },
-            _ => {
-                return Error::Internal(format!("{}: not an encoded output", out.display()));
-            }
+        let Some(encoding) = self.planning_encoding(out) else {
+            return Error::Internal(format!("{}: not an encoded output", out.display()));
         };
+        let least = match encoding.least(shape, dtype, open) {
+            Ok(Some(least)) => least,
+            Ok(None) => {
+                return Error::Internal(format!(
+                    "{}: an empty {} has nothing to encode",
+                    out.display(),
+                    encoding.kind()
+                ));
+            }
+            Err(e) => return e,
+        };
+        let (unit, chunks) = (least.unit, least.chunks.to_string());
+        let least = (least.filling, least.one);
         let (filling, one) = least;
         let held = filling.saturating_add(one);
         let (filled, bound, within) = match open {
@@ -286,11 +223,7 @@ impl Engine {
                 "beside the pipeline's boxes",
             ),
         };
-        let kind = if format == OutFormat::Zarr {
-            "Zarr store"
-        } else {
-            "GeoTIFF"
-        };
+        let kind = encoding.kind();
         let what = format!(
             "{} (a {kind} of {} {})",
             out.display(),
@@ -373,7 +306,7 @@ impl Engine {
     }
 
     /// What encoding `out` (of `shape` and `dtype`) as a flat plan writes it holds when
-    /// given `room` bytes ([`TiffStream::fit`], [`ZarrStream::fit`]), what it is, and
+    /// given `room` bytes ([`Encoding::fit`]), what it is, and
     /// the height of a pixel-interleaved TIFF's tiles (whose bands the plan visits
     /// inner); `None` when `room` cannot hold it or the output is not encoded.
     fn stream_need(
@@ -387,42 +320,20 @@ impl Engine {
         // of a `.npy` are written as they are
         let format = match self.out_region {
             None => self.format_of(out),
-            Some(_) if out.join("zarr.json").is_file() => OutFormat::Zarr,
-            Some(_) => return None,
+            Some(_) => OutFormat::of(out),
         };
-        match format {
-            OutFormat::GeoTiff => {
-                let mut opts = self.tiff_out.clone();
-                opts.memory = self.budget.limit();
-                // a pixel-interleaved TIFF's tiles hold every band: the plan visits them
-                // inner, in tiles no taller than the TIFF's
-                let pixel_rows = TiledLayout::new(shape, dtype, &opts)
-                    .ok()
-                    .filter(|l| l.pixel)
-                    .map(|l| l.t);
-                TiffStream::fit(shape, dtype, &opts, room, None, true)
-                    .ok()
-                    .flatten()
-                    .map(|(n, _)| {
-                        (
-                            n,
-                            "GeoTIFF output encoded as it is written (a strip of tiles)",
-                            pixel_rows,
-                        )
-                    })
-            }
-            OutFormat::Zarr => ZarrStream::fit(shape, dtype, &self.zarr_out, room, None)
-                .ok()
-                .flatten()
-                .map(|(n, _)| {
-                    (
-                        n,
-                        "Zarr output encoded as it is written (a slab of chunks)",
-                        None,
-                    )
-                }),
-            _ => None,
-        }
+        let encoding = self.planning_encoding_as(format)?;
+        let room = Room {
+            bytes: room,
+            open: None,
+            bands_inner: true,
+        };
+        let need = encoding.fit(shape, dtype, room).ok().flatten()?.need;
+        Some((
+            need,
+            encoding.flat_what(),
+            encoding.pixel_rows(shape, dtype),
+        ))
     }
 
     /// The chunks a box plan writing `out` (of `shape` and `dtype`; `transposed`: the
@@ -472,52 +383,20 @@ impl Engine {
                     3 if region.skip_rows == 0 => 0,
                     _ => return None,
                 };
-                (OutFormat::Zarr, store.shape().to_vec(), offset)
+                (OutFormat::of(out), store.shape().to_vec(), offset)
             }
             Some(_) => return None,
         };
         let es = dtype.size() as u64;
-        let in_flight = |each: u64| {
-            (room / each.max(1)).clamp(1, crate::format::tiff::stream::MAX_BATCH) * each
-        };
-        let (ch, cw, planes, fixed, what) = match format {
-            OutFormat::GeoTiff => {
-                let mut opts = self.tiff_out.clone();
-                opts.memory = self.budget.limit();
-                let l = TiledLayout::new(shape, dtype, &opts).ok()?;
-                let chunk = (l.t * l.t * l.spp()) as u64 * es;
-                let what =
-                    "GeoTIFF output encoded as it is written (tiles being filled and in flight)";
-                (l.t, l.t, l.spp(), in_flight(2 * chunk), what)
-            }
-            OutFormat::Zarr => {
-                let (_, outer) = crate::format::zarr::chunk_shapes(
-                    &self.zarr_out,
-                    &chunked_shape,
-                    dtype,
-                    self.budget.limit(),
-                )
-                .ok()?;
-                let r = outer.len();
-                let planes = match r {
-                    2 => 1,
-                    // as deep as the store's chunks hold bands (what the stream sizes)
-                    3 => outer[0].min(chunked_shape[0]),
-                    _ => return None,
-                };
-                let chunk = (outer[r - 2] * outer[r - 1] * planes) as u64 * es;
-                let what =
-                    "Zarr output encoded as it is written (chunks being filled and in flight)";
-                (
-                    outer[r - 2],
-                    outer[r - 1],
-                    planes,
-                    in_flight(3 * chunk),
-                    what,
-                )
-            }
-            OutFormat::Npy | OutFormat::Raw => return None,
-        };
+        let c = self.planning_encoding_as(format)?.box_chunks(
+            &chunked_shape,
+            dtype,
+            self.budget.limit(),
+        )?;
+        let fixed = (room / c.in_flight_each.max(1))
+            .clamp(1, crate::format::tiff::stream::MAX_BATCH)
+            * c.in_flight_each;
+        let (ch, cw, planes, what) = (c.rows, c.cols, c.planes, c.what);
         let (rows, cols) = if transposed { (cw, ch) } else { (ch, cw) };
         Some(OutChunks {
             rows,

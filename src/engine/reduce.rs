@@ -10,8 +10,7 @@ use crate::budget::Reservation;
 use crate::budget::fmt_bytes;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::format::tiff::write::TiledLayout;
-use crate::format::{OutFormat, OutputFile, TensorFile, fmt_shape};
+use crate::format::{OutputFile, TensorFile, fmt_shape};
 use crate::journal::Journal;
 use crate::ops::reduce::{
     Geometry, Partial, PartialHeader, Reduce, ReduceOver, TileReducer, row_step,
@@ -407,8 +406,10 @@ impl Engine {
         // a pixel-interleaved GeoTIFF's tiles hold every band: the result is written
         // row by row, the bands of each row one after another, so that one row of tiles
         // fills at a time; other outputs in one piece, band after band
-        let pixel = format == OutFormat::GeoTiff
-            && TiledLayout::new(&array.shape, array.dtype, &self.tiff_out).is_ok_and(|l| l.pixel);
+        let pixel = self
+            .planning_encoding_as(format)
+            .and_then(|e| e.pixel_rows(&array.shape, array.dtype))
+            .is_some();
         let room = super::outputs::StreamRoom {
             bytes: free,
             open: None,

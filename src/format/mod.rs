@@ -16,6 +16,7 @@
 pub(crate) mod chunk_assembly;
 pub mod chunked;
 mod encode_queue;
+pub(crate) mod encoding;
 mod kind;
 pub mod npy;
 mod output;

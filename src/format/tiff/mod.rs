@@ -19,6 +19,7 @@
 
 pub mod cog;
 pub mod decode;
+pub(crate) mod encoding;
 pub mod stream;
 pub mod write;
 

@@ -14,6 +14,7 @@
 pub mod codec;
 pub mod decode;
 mod encode;
+pub(crate) mod encoding;
 pub mod stream;
 
 use std::path::Path;

@@ -1,0 +1,67 @@
+//! A Zarr output encoded as the run writes it ([`ZarrStream`]), as the engine sees it
+//! through [`Encoding`].
+
+use super::ZarrWriteOptions;
+use super::stream::ZarrStream;
+use crate::dtype::DType;
+use crate::error::Result;
+use crate::format::encoding::{BoxChunks, Encoding, Fitted, Least, Room};
+
+/// Zarr outputs written with these options.
+pub(crate) struct ZarrEncoding<'a>(pub &'a ZarrWriteOptions);
+
+impl Encoding for ZarrEncoding<'_> {
+    fn kind(&self) -> &'static str {
+        "Zarr store"
+    }
+
+    fn check(&self, shape: &[usize], dtype: DType, limit: u64) -> Result<()> {
+        // refused before the run, not after it: chunks the budget cannot encode
+        super::chunk_shapes(self.0, shape, dtype, limit).map(|_| ())
+    }
+
+    fn fit(&self, shape: &[usize], dtype: DType, room: Room) -> Result<Option<Fitted>> {
+        let fit = ZarrStream::fit(shape, dtype, self.0, room.bytes, room.open)?;
+        Ok(fit.map(|(need, opts)| {
+            Fitted::new(
+                need,
+                "Zarr encoding (chunks being filled and in flight)",
+                move |output, memory| output.with_zarr_stream(&opts, memory),
+            )
+        }))
+    }
+
+    fn least(&self, shape: &[usize], dtype: DType, open: Option<usize>) -> Result<Option<Least>> {
+        Ok(
+            ZarrStream::least(shape, dtype, self.0, open)?.map(|(filling, one)| Least {
+                filling,
+                one,
+                unit: "chunk".to_string(),
+                chunks: "chunks (--zarr-chunks)",
+            }),
+        )
+    }
+
+    fn flat_what(&self) -> &'static str {
+        "Zarr output encoded as it is written (a slab of chunks)"
+    }
+
+    fn box_chunks(&self, shape: &[usize], dtype: DType, limit: u64) -> Option<BoxChunks> {
+        let (_, outer) = super::chunk_shapes(self.0, shape, dtype, limit).ok()?;
+        let r = outer.len();
+        let planes = match r {
+            2 => 1,
+            // as deep as the store's chunks hold bands (what the stream sizes)
+            3 => outer[0].min(shape[0]),
+            _ => return None,
+        };
+        let chunk = (outer[r - 2] * outer[r - 1] * planes) as u64 * dtype.size() as u64;
+        Some(BoxChunks {
+            rows: outer[r - 2],
+            cols: outer[r - 1],
+            planes,
+            in_flight_each: 3 * chunk,
+            what: "Zarr output encoded as it is written (chunks being filled and in flight)",
+        })
+    }
+}
