@@ -1,0 +1,167 @@
+//! The operations: planned and run from their description (an `OpSpec` as JSON), and
+//! the reductions whose result comes back in memory, whole or as partials of a cluster
+//! job.
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use serde_json::Value;
+use tilestream::{Partial, Reduce, ReduceOver, Source};
+
+use crate::errors::{bad_json, to_py};
+use crate::options::{engine, parse_opts, parse_spec};
+use crate::worker::run_on_worker;
+
+/// Runs the operation `spec` (an `OpSpec` as JSON) with the options `opts` (JSON);
+/// returns the run report as JSON.
+#[pyfunction]
+#[pyo3(signature = (spec, opts, progress=None))]
+pub(crate) fn run_spec(
+    py: Python<'_>,
+    spec: &str,
+    opts: &str,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<String> {
+    let spec = parse_spec(spec)?;
+    let opts = parse_opts(opts)?;
+    let mut e = engine(&opts).map_err(to_py)?;
+    let resume = opts["resume"].as_bool().unwrap_or(false);
+    let region = !opts["out_region"].is_null();
+    if region && resume {
+        return Err(PyValueError::new_err(
+            "tilestream: a run writing rows of a cluster job's output cannot resume",
+        ));
+    }
+    match spec.job_key().map_err(to_py)? {
+        _ if region => {}
+        Some(key) => e = e.with_journal(key, resume),
+        None if resume => {
+            return Err(PyValueError::new_err(
+                "tilestream: resume is not available for tiles: each patch file is written whole",
+            ));
+        }
+        None => {}
+    }
+    let report = run_on_worker(py, e, progress, move |e| e.run_spec(&spec))?;
+    serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Plans the operation `spec` without running it; returns the plan as JSON.
+#[pyfunction]
+pub(crate) fn plan_spec(py: Python<'_>, spec: &str, opts: &str) -> PyResult<String> {
+    let spec = parse_spec(spec)?;
+    let opts = parse_opts(opts)?;
+    py.detach(|| {
+        let e = engine(&opts)?;
+        let p = e.plan_spec(&spec)?;
+        let mut j = p.json();
+        j["text"] = Value::String(p.to_string());
+        Ok(j.to_string())
+    })
+    .map_err(to_py)
+}
+
+/// Reduces `source` (a `Source` as JSON) in memory: returns (bytes, dtype name, shape,
+/// report JSON), the bytes exactly those the command line writes.
+#[pyfunction]
+#[pyo3(signature = (source, op, axis, ddof, opts, progress=None))]
+pub(crate) fn reduce(
+    py: Python<'_>,
+    source: &str,
+    op: &str,
+    axis: Option<usize>,
+    ddof: u32,
+    opts: &str,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<(Py<PyBytes>, String, Vec<usize>, String)> {
+    let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
+    let opts = parse_opts(opts)?;
+    let reduce = Reduce::parse(op, ddof).map_err(to_py)?;
+    let over = axis.map_or(ReduceOver::All, ReduceOver::Axis);
+    let e = engine(&opts).map_err(to_py)?;
+    let (array, report) = run_on_worker(py, e, progress, move |e| {
+        let input = source.open()?;
+        e.reduce(&input, reduce, over)
+    })?;
+    let report =
+        serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok((
+        PyBytes::new(py, array.bytes()).unbind(),
+        array.dtype().name().to_string(),
+        array.shape().to_vec(),
+        report,
+    ))
+}
+
+/// Reduces the rows `[start, end)` of `source` (the whole input, a `Source` as JSON)
+/// with each reduction of `requested` (`(name, ddof)`), in one pass, into partials (bytes) for
+/// [`merge_partials`]; returns them with the run report (JSON).
+#[pyfunction]
+#[pyo3(signature = (source, requested, axis, start, end, opts))]
+pub(crate) fn reduce_partials(
+    py: Python<'_>,
+    source: &str,
+    requested: Vec<(String, u32)>,
+    axis: Option<usize>,
+    start: u64,
+    end: u64,
+    opts: &str,
+) -> PyResult<(Vec<Py<PyBytes>>, String)> {
+    let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
+    let opts = parse_opts(opts)?;
+    let reductions = requested
+        .iter()
+        .map(|(name, ddof)| Reduce::parse(name, *ddof))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(to_py)?;
+    let over = axis.map_or(ReduceOver::All, ReduceOver::Axis);
+    let e = engine(&opts).map_err(to_py)?;
+    let (parts, report) = run_on_worker(py, e, None, move |e| {
+        let input = source.open_whole()?;
+        e.reduce_partials(&input, &reductions, over, start..end)
+    })?;
+    let report =
+        serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let parts = parts
+        .iter()
+        .map(|p| PyBytes::new(py, &p.to_bytes()).unbind())
+        .collect();
+    Ok((parts, report))
+}
+
+/// Merges partials (bytes from [`reduce_partials`], any order) into the result: (bytes,
+/// dtype name, shape), the bytes of one run over the whole input.
+#[pyfunction]
+pub(crate) fn merge_partials(
+    py: Python<'_>,
+    parts: Vec<Vec<u8>>,
+) -> PyResult<(Py<PyBytes>, String, Vec<usize>)> {
+    let array = py
+        .detach(|| {
+            let parts = parts
+                .iter()
+                .map(|b| Partial::from_bytes(b))
+                .collect::<Result<Vec<_>, _>>()?;
+            tilestream::merge_partials(&parts)
+        })
+        .map_err(to_py)?;
+    Ok((
+        PyBytes::new(py, array.bytes()).unbind(),
+        array.dtype().name().to_string(),
+        array.shape().to_vec(),
+    ))
+}
+
+/// What the operation `spec` (JSON) writes: its shape, dtype and halo rows (JSON).
+#[pyfunction]
+pub(crate) fn output_layout(py: Python<'_>, spec: &str) -> PyResult<String> {
+    let spec = parse_spec(spec)?;
+    let layout = py.detach(|| spec.output_layout()).map_err(to_py)?;
+    serde_json::to_string(&layout).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// The step in rows on which a reduction of `shape` over `axis` may be split.
+#[pyfunction]
+pub(crate) fn row_step(shape: Vec<usize>, axis: Option<usize>) -> PyResult<u64> {
+    tilestream::row_step(&shape, axis.map_or(ReduceOver::All, ReduceOver::Axis)).map_err(to_py)
+}
