@@ -15,9 +15,7 @@
 
 use std::time::Instant;
 
-use tilestream::budget::fmt_bytes;
-use tilestream::engine::peak_rss;
-use tilestream::{Axis, DType, Engine, MemoryBudget, Reduce, TensorFile};
+use tilestream::{Axis, DType, Engine, MemoryBudget, Reduce, TensorFile, fmt_bytes, peak_rss};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

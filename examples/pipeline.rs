@@ -11,8 +11,7 @@
 //! `tilestream run examples/pipeline.toml` works afterwards as printed; `TILESTREAM_DIR`
 //! puts the pipeline and its data somewhere else.
 
-use tilestream::workflow::Workflow;
-use tilestream::{DType, Engine, MemoryBudget};
+use tilestream::{DType, Engine, MemoryBudget, Workflow};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

@@ -13,11 +13,10 @@
 
 use std::time::Instant;
 
-use tilestream::budget::fmt_bytes;
-use tilestream::engine::{Edge, PatchSpec, peak_rss};
-use tilestream::ops::stencil::{Filter, Stencil};
-use tilestream::tiling::Boundary;
-use tilestream::{DType, Engine, MemoryBudget, TensorFile};
+use tilestream::{
+    Boundary, DType, Edge, Engine, Filter, MemoryBudget, PatchSpec, Stencil, TensorFile, fmt_bytes,
+    peak_rss,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();

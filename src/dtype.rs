@@ -550,6 +550,7 @@ pub fn typed<T: Pod>(bytes: &[u8]) -> std::borrow::Cow<'_, [T]> {
 /// let size = dispatch_dtype!(DType::F16, T => std::mem::size_of::<T>());
 /// assert_eq!(size, 2);
 /// ```
+#[doc(hidden)]
 #[macro_export]
 macro_rules! dispatch_dtype {
     ($d:expr, $t:ident => $body:expr) => {

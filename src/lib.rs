@@ -32,22 +32,25 @@
 //! ```
 //!
 //! ## Pieces
+//! - [`Engine`]: runs every operation under one [`MemoryBudget`]; [`RunReport`] says
+//!   what a run did, [`Plan`] and [`BoxPlan`] what it will do.
+//! - [`OpSpec`] ([`spec`]): one serialisable description of every operation, run by
+//!   [`Engine::run_spec`] (the path of the command line and the Python package);
+//!   [`Workflow`] ([`workflow`]): pipeline files.
 //! - [`format`](mod@format): `.npy` (1.0/2.0/3.0), raw, GeoTIFF ([`format::tiff`]) and Zarr v3
 //!   ([`format::zarr`]) files, mapped or decoded windows, atomic outputs. Any operation
 //!   takes a GeoTIFF or Zarr input and writes one when the output path says so (or
 //!   [`Engine::with_out_format`]); [`Engine::with_georef`] carries a scene's
 //!   georeferencing to its outputs.
-//! - [`budget`]: [`MemoryBudget`] and RAII reservations.
-//! - [`plan`] and [`tiling`]: the pure tile planners (flat tiles; boxes with halos).
-//! - [`scheduler`]: the read/compute/write stages and what flows between them.
-//! - [`backend`]: the compute seam; [`CpuBackend`] on rayon, and the CUDA backend.
-//! - [`ops`]: what each operation is: reductions, expressions, matmul, generation,
-//!   filters.
-//! - [`engine`]: [`Engine`], the library entry points.
-//! - [`spec`]: [`OpSpec`], one serialisable description of every operation, run by
-//!   [`Engine::run_spec`] (the path of the command line and the Python package).
-//! - [`workflow`]: pipeline files ([`workflow::Workflow`]).
-//! - [`journal`]: resumable runs.
+//! - [`device`]: GPUs: probing them, the CUDA driver and NVRTC ([`DeviceRequest`]).
+//! - Filters ([`Filter`], [`Stencil`], [`Boundary`]), reductions ([`Reduce`],
+//!   [`ReduceOver`], [`Partial`] for a cluster job), the write options of GeoTIFF
+//!   ([`TiffWriteOptions`], [`CogOptions`]) and Zarr ([`ZarrWriteOptions`]) outputs, and
+//!   the errors ([`Error`], its budget, `.npy`, TIFF and Zarr kinds) are re-exported here.
+//!
+//! The layers inside (budget, planners, scheduler, backends, formats' decoders) are
+//! described in `docs/architecture.md`; their modules are public for the tests and
+//! benchmarks but not part of the documented API.
 //!
 //! ## Features
 //! - `cuda` (default): the CUDA backend ([`device`], [`Engine::with_device`]). The
@@ -62,40 +65,76 @@
 //! `--no-default-features` builds the CPU-only library;
 //! `--no-default-features --features cli` a CPU-only command line.
 
+// What a library user reaches: the items re-exported below, and the modules `format`
+// (file formats and their write options), `device` (GPUs), `spec` (the operations) and
+// `workflow` (pipeline files). The other modules are public for the integration tests,
+// the benchmarks and the fuzz targets, and hidden from the documentation.
+#[doc(hidden)]
 pub mod backend;
+#[doc(hidden)]
 pub mod budget;
 pub mod device;
+#[doc(hidden)]
 pub mod dtype;
+#[doc(hidden)]
 pub mod engine;
+#[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
 pub mod fault;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzz_checks;
 pub(crate) mod io;
+#[doc(hidden)]
 pub mod journal;
+#[doc(hidden)]
 pub mod layout;
+#[doc(hidden)]
 pub mod ops;
+#[doc(hidden)]
 pub mod plan;
+#[doc(hidden)]
 pub mod scheduler;
+#[doc(hidden)]
 pub mod shape;
 pub mod spec;
+#[doc(hidden)]
 pub mod tiling;
 pub mod workflow;
 
 use std::path::Path;
 
 pub use backend::{Backend, CpuBackend};
-pub use budget::{BudgetError, MemoryBudget, Reservation, parse_size};
+pub use budget::{BudgetError, MemoryBudget, Reservation, fmt_bytes, parse_size};
+pub use device::{DeviceError, DeviceRequest};
 pub use dtype::{DType, Element};
-pub use engine::{Array, Engine, MapNodata, RunReport, merge_partials};
-pub use error::{Error, Result};
-pub use format::{TensorFile, TensorInfo};
+pub use engine::{
+    Array, Edge, Engine, MapNodata, PatchFormat, PatchSpec, RunReport, merge_partials, peak_rss,
+    write_npz,
+};
+pub use error::{Error, NpyError, Result, TiffError, ZarrError};
+pub use format::tiff::cog::{CogOptions, Overviews, Resampling};
+pub use format::tiff::{GeoRef, TiffCompression, TiffPredictor, TiffWriteOptions};
+pub use format::zarr::{ZarrCompression, ZarrWriteOptions};
+pub use format::{
+    Format, OutFormat, OutRegion, TensorFile, TensorInfo, commit_npy, commit_zarr,
+    create_npy_for_rows, create_zarr_for_rows,
+};
 pub use journal::JobKey;
+pub use ops::generate::Dist;
+pub use ops::stencil::{Filter, Stencil};
 pub use ops::{Axis, Partial, Reduce, ReduceOver, row_step};
 pub use plan::Plan;
 pub use scheduler::Progress;
-pub use spec::{OpSpec, RawLayout, Source, SpecPlan};
+pub use shape::{fmt_shape, parse_shape};
+pub use spec::{
+    AffineSpec, CastSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, OpSpec, OutputLayout,
+    RawLayout, ReduceSpec, Source, SpecPlan, StandardizeSpec, StencilSpec, TilesSpec,
+    TransposeSpec,
+};
+pub use tiling::{Boundary, BoxPlan};
+pub use workflow::Workflow;
 
 /// Reduces the `.npy` file at `path` under `budget`, with all cores: the everyday call.
 ///

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use serde_json::json;
-use tilestream::format::Format;
-use tilestream::{Error, Source};
+use tilestream::{Error, Format, Source};
 
 use crate::errors::{bad_json, to_py};
 use crate::options::{parse_opts, zarr_options};
@@ -21,7 +20,7 @@ pub(crate) fn create_npy_for_rows(
     dtype: &str,
 ) -> PyResult<String> {
     let dtype = dtype.parse().map_err(to_py)?;
-    let p = tilestream::format::create_npy_for_rows(&dest, &shape, dtype).map_err(to_py)?;
+    let p = tilestream::create_npy_for_rows(&dest, &shape, dtype).map_err(to_py)?;
     Ok(p.to_string_lossy().into_owned())
 }
 
@@ -29,7 +28,7 @@ pub(crate) fn create_npy_for_rows(
 #[pyfunction]
 #[pyo3(signature = (tmp, dest, durable=true))]
 pub(crate) fn commit_npy(tmp: PathBuf, dest: PathBuf, durable: bool) -> PyResult<()> {
-    tilestream::format::commit_npy(&tmp, &dest, durable).map_err(to_py)
+    tilestream::commit_npy(&tmp, &dest, durable).map_err(to_py)
 }
 
 /// Rows of the leading axis in one chunk of a Zarr output of `shape` and `dtype`
@@ -54,14 +53,14 @@ pub(crate) fn create_zarr_for_rows(
     let opts = parse_opts(opts)?;
     let dtype = dtype.parse().map_err(to_py)?;
     let z = zarr_options(&opts).map_err(to_py)?;
-    let p = tilestream::format::create_zarr_for_rows(&dest, &shape, dtype, &z).map_err(to_py)?;
+    let p = tilestream::create_zarr_for_rows(&dest, &shape, dtype, &z).map_err(to_py)?;
     Ok(p.to_string_lossy().into_owned())
 }
 
 /// Renames the store [`create_zarr_for_rows`] made onto `dest`.
 #[pyfunction]
 pub(crate) fn commit_zarr(tmp: PathBuf, dest: PathBuf) -> PyResult<()> {
-    tilestream::format::commit_zarr(&tmp, &dest).map_err(to_py)
+    tilestream::commit_zarr(&tmp, &dest).map_err(to_py)
 }
 
 /// What a file holds: format, dtype, shape, data offset, georeferencing (JSON).

@@ -3,11 +3,10 @@
 
 use pyo3::prelude::*;
 use serde_json::Value;
-use tilestream::format::OutRegion;
-use tilestream::format::tiff::TiffWriteOptions;
-use tilestream::format::tiff::cog::{CogOptions, Overviews};
-use tilestream::format::zarr::ZarrWriteOptions;
-use tilestream::{Engine, Error, MemoryBudget, OpSpec};
+use tilestream::{
+    CogOptions, Engine, Error, MemoryBudget, OpSpec, OutRegion, Overviews, TiffWriteOptions,
+    ZarrWriteOptions,
+};
 
 use crate::errors::bad_json;
 
@@ -78,10 +77,10 @@ pub(crate) fn zarr_options(opts: &Value) -> Result<ZarrWriteOptions, Error> {
         zarr.compression = c.parse()?;
     }
     if let Some(c) = opts["zarr_chunks"].as_str() {
-        zarr.chunks = Some(tilestream::shape::parse_shape(c)?);
+        zarr.chunks = Some(tilestream::parse_shape(c)?);
     }
     if let Some(c) = opts["zarr_shard"].as_str() {
-        zarr.shard = Some(tilestream::shape::parse_shape(c)?);
+        zarr.shard = Some(tilestream::parse_shape(c)?);
     }
     Ok(zarr)
 }

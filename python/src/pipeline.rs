@@ -16,7 +16,7 @@ pub(crate) fn pipeline_names(
     py: Python<'_>,
     path: PathBuf,
 ) -> PyResult<(Vec<String>, Vec<String>)> {
-    py.detach(|| tilestream::workflow::Workflow::names_of(&path))
+    py.detach(|| tilestream::Workflow::names_of(&path))
         .map_err(to_py)
 }
 
@@ -35,7 +35,7 @@ pub(crate) fn run_pipeline(
 ) -> PyResult<String> {
     let wf = py
         .detach(|| {
-            tilestream::workflow::Workflow::load_with(
+            tilestream::Workflow::load_with(
                 &path,
                 &inputs.unwrap_or_default(),
                 &outputs.unwrap_or_default(),

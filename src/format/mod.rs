@@ -14,6 +14,7 @@
 //! or interrupted run leaves nothing at the output path.
 
 pub(crate) mod chunk_assembly;
+#[doc(hidden)]
 pub mod chunked;
 mod encode_queue;
 pub(crate) mod encoding;
@@ -27,11 +28,14 @@ pub mod zarr;
 pub(crate) use kind::CodecSpec;
 pub use kind::{Format, OutFormat};
 
+#[doc(hidden)]
 pub use crate::io::own_files::same_file;
 pub(crate) use crate::io::temp::dir_and_name;
+#[doc(hidden)]
 pub use crate::io::temp::{
     JOURNAL_MAGIC, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, lock, temp_beside,
 };
+#[doc(hidden)]
 pub use crate::io::window::{Window, page_size, window_slack};
 pub use output::{
     OutRegion, OutputFile, commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows,
@@ -46,6 +50,7 @@ use std::sync::Arc;
 use crate::dtype::DType;
 use crate::error::{Error, Result, TiffError};
 use crate::io::own_files;
+#[doc(hidden)]
 pub use crate::shape::{fmt_shape, parse_shape};
 
 /// Shape, dtype and layout of a tensor file.

@@ -44,13 +44,13 @@ struct Slots {
 }
 
 /// Runs `kernel` over every tile of `layout`, with reading, computing and writing
-/// overlapped: the general form of [`super::run`]. A tile's inputs are the bytes of each
+/// overlapped: the general form of [`run`](super::run()). A tile's inputs are the bytes of each
 /// [`Read`] of the tile, in the order [`Layout::reads`] gave them; its output slot is
 /// written out as [`Layout::writes`] says, once the kernel's [`Pending`] handle for it
 /// completes.
 ///
 /// # Errors
-/// As for [`super::run`].
+/// As for [`run`](super::run()).
 pub fn run_layout<L, K>(
     layout: &L,
     files: &[&TensorFile],

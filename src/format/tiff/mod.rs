@@ -18,9 +18,12 @@
 //! the georeferencing tags of an input copied verbatim.
 
 pub mod cog;
+#[doc(hidden)]
 pub mod decode;
 pub(crate) mod encoding;
+#[doc(hidden)]
 pub mod stream;
+#[doc(hidden)]
 pub mod write;
 
 use std::fs::File;

@@ -11,10 +11,13 @@
 //! place once complete; nothing is staged raw. This module holds the layout
 //! ([`ZarrWriteOptions`], [`chunk_shapes`]).
 
+#[doc(hidden)]
 pub mod codec;
+#[doc(hidden)]
 pub mod decode;
 mod encode;
 pub(crate) mod encoding;
+#[doc(hidden)]
 pub mod stream;
 
 use std::path::Path;
