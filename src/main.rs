@@ -15,7 +15,7 @@ use tilestream::format::tiff::cog::CogOptions;
 use tilestream::format::zarr::ZarrWriteOptions;
 use tilestream::format::{Format, fmt_shape, parse_shape};
 use tilestream::spec::{
-    AffineSpec, CastSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
+    AffineSpec, CastSpec, ClipSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
     StandardizeSpec, StencilSpec, TilesSpec, TransposeSpec,
 };
 use tilestream::workflow::Workflow;
@@ -334,6 +334,13 @@ fn spec_of(op: &Op) -> Result<OpSpec> {
             input: source(&a.input, &a.raw)?,
             output: a.output.clone(),
             dtype: a.dtype.parse()?,
+        }),
+        Op::Clip(a) => OpSpec::Clip(ClipSpec {
+            input: source(&a.input, &a.raw)?,
+            output: a.output.clone(),
+            lo: a.lo,
+            hi: a.hi,
+            dtype: dtype(a.dtype.as_ref())?,
         }),
         Op::Convert(a) => OpSpec::Convert(ConvertSpec {
             input: source(&a.input, &a.raw)?,

@@ -520,6 +520,22 @@ def test_affine_masks_nodata_pixels(tmp_path):
     assert np.array_equal(np.asarray(y), x * 0.5 + 1)
 
 
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "float32", "float64"])
+def test_clip_is_numpys(tmp_path, dtype):
+    x = data((301, 17), dtype, seed=5)
+    if np.dtype(dtype).kind == "f":
+        x.flat[3] = np.nan
+    lo, hi = (2, 200) if np.dtype(dtype).kind == "u" else (-30, 45.5)
+    np.save(tmp_path / "x.npy", x)
+    y = ts.clip(tmp_path / "x.npy", tmp_path / "y.npy", lo, hi, memory="1MiB")
+    got = np.asarray(y)
+    assert got.dtype == x.dtype
+    want = np.clip(x, lo, hi).astype(x.dtype)
+    assert np.array_equal(got, want, equal_nan=True)
+    with pytest.raises(ValueError, match="not a range"):
+        ts.clip(tmp_path / "x.npy", tmp_path / "z.npy", 5, 1)
+
+
 def test_threads_and_memory_are_checked(tmp_path):
     np.save(tmp_path / "x.npy", data((10, 4), "float32"))
     x = tmp_path / "x.npy"

@@ -53,6 +53,7 @@ __all__ = [
     "Tensor",
     "affine",
     "cast",
+    "clip",
     "convert",
     "gen",
     "iter_tiles",
@@ -605,6 +606,15 @@ def affine(t: Any, out: PathLike, scale: float = 1.0, offset: float = 0.0, *, dt
     spec = {"op": "affine", "input": _source(t), "output": os.fspath(out),
             "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype),
             **_nodata_spec(nodata, ignore_nodata)}
+    return _execute(spec, out, kw)
+
+
+def clip(t: Any, out: PathLike, lo: float, hi: float, *, dtype: Any = None, **kw: Any) -> Any:
+    """Limits each element of ``t`` to ``[lo, hi]`` into ``out`` (``np.clip``), in ``t``'s
+    dtype unless ``dtype=`` says otherwise. Pixels where ``t`` is nodata stay nodata."""
+    _check_kw("clip", kw)
+    spec = {"op": "clip", "input": _source(t), "output": os.fspath(out),
+            "lo": float(lo), "hi": float(hi), "dtype": _ts_dtype(dtype)}
     return _execute(spec, out, kw)
 
 

@@ -263,6 +263,25 @@ pub(crate) struct CastArgs {
 }
 
 #[derive(Args, Clone, Debug)]
+pub(crate) struct ClipArgs {
+    /// Input tensor (.npy, .tif/.tiff, .zarr, or raw with --shape and --in-dtype).
+    pub(crate) input: PathBuf,
+    /// Output file (.npy, .tif/.tiff, .zarr, or raw for any other extension).
+    pub(crate) output: PathBuf,
+    /// Lower bound.
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) lo: f64,
+    /// Upper bound (at least --lo).
+    #[arg(long, allow_negative_numbers = true)]
+    pub(crate) hi: f64,
+    /// Output dtype (default: the input's).
+    #[arg(long)]
+    pub(crate) dtype: Option<String>,
+    #[command(flatten)]
+    pub(crate) raw: RawSpec,
+}
+
+#[derive(Args, Clone, Debug)]
 pub(crate) struct ConvertArgs {
     /// Input tensor (.npy, .tif/.tiff, .zarr, or raw with --shape and --in-dtype).
     pub(crate) input: PathBuf,
@@ -436,6 +455,14 @@ output type holds it).")]
 Floats to f16/bf16 round to nearest even; floats to integers round toward zero, saturate,
 and take NaN to 0; integers to integers are exact and saturate.")]
     Cast(CastArgs),
+    /// Limit each element to [lo, hi] (numpy's clip).
+    #[command(after_help = "Examples:
+  tilestream clip x.npy y.npy --lo 0 --hi 1
+  tilestream clip scene.tif s.tif --lo 0 --hi 10000      # nodata pixels stay nodata
+
+Runs as the map 'clip(x, lo, hi)': in f64, then cast to --dtype (default: the input's);
+pixels where the input is nodata are masked as map masks them.")]
+    Clip(ClipArgs),
     /// Neighbourhood filter over each band of an image, tiled with halos (no seams).
     #[command(after_help = "Examples:
   tilestream stencil scene.npy blur.npy --filter gaussian:sigma=2 --memory 128MiB

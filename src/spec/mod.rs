@@ -116,6 +116,8 @@ ops::operations! {
     Tiles(TilesSpec) = "tiles",
     /// `tilestream gen` data, reproducible from the seed.
     Generate(GenerateSpec) = "generate",
+    /// Each element limited to `[lo, hi]`.
+    Clip(ClipSpec) = "clip",
 }
 
 /// A [`DType`] as its name (`"f32"`).
@@ -386,7 +388,7 @@ mod ops;
 mod run;
 
 pub use ops::{
-    AffineSpec, CastSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
+    AffineSpec, CastSpec, ClipSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
     StandardizeSpec, StencilSpec, TilesSpec, TransposeSpec,
 };
 

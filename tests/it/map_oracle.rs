@@ -404,3 +404,44 @@ fn casts_round_saturate_and_are_exact_between_integers(device) {
     }
 }
 }
+
+on_every_backend! {
+    /// `clip` against numpy's rule written out here (`min(max(x, lo), hi)`, NaN stays
+    /// NaN), in the input's dtype, at a budget that cuts many tiles; and the same bytes
+    /// from the command line. A range that is not one is refused in one line.
+    fn clip_limits_each_element_as_numpy_does(device) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rng = Lcg(11);
+        let n = 50_000usize;
+        let mut x: Vec<f32> = (0..n).map(|_| (rng.f64() * 20.0 - 10.0) as f32).collect();
+        x[7] = f32::NAN;
+        x[8] = f32::INFINITY;
+        x[9] = f32::NEG_INFINITY;
+        let src = dir.path().join("x.npy");
+        write_npy(&src, DType::F32, &[500, 100], bytemuck::cast_slice(&x));
+        let spec = |lo: f64, hi: f64, out: &std::path::Path| {
+            tilestream::OpSpec::Clip(tilestream::spec::ClipSpec {
+                input: tilestream::Source::file(&src),
+                output: out.to_path_buf(),
+                lo,
+                hi,
+                dtype: None,
+            })
+        };
+        let out = dir.path().join("c.npy");
+        let e = engine_on(device, 1 << 20).with_max_tile_bytes(16 << 10);
+        e.run_spec(&spec(-2.5, 3.0, &out)).unwrap();
+        let got: Vec<f32> = bytemuck::pod_collect_to_vec(&read_npy_data(&out));
+        assert_eq!(got.len(), n);
+        for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
+            let want = if v.is_nan() { v } else { v.max(-2.5).min(3.0) };
+            assert!(g == want || (g.is_nan() && want.is_nan()), "element {i}: {v} -> {g}, want {want}");
+        }
+        let cli = dir.path().join("cli.npy");
+        let (s, c) = (src.to_str().unwrap(), cli.to_str().unwrap());
+        crate::common::ok(&["clip", s, c, "--lo", "-2.5", "--hi", "3", "--memory", "1MiB"]);
+        assert_eq!(read_npy_data(&cli), read_npy_data(&out));
+        let e = e.run_spec(&spec(3.0, -2.5, &out)).unwrap_err().to_string();
+        assert!(e.contains("clip: bounds [3, -2.5] are not a range"), "{e}");
+    }
+}

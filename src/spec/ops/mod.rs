@@ -18,6 +18,7 @@ use super::{OutputLayout, SpecPlan};
 
 mod affine;
 mod cast;
+mod clip;
 mod convert;
 mod generate;
 mod map;
@@ -30,6 +31,7 @@ mod transpose;
 
 pub use affine::AffineSpec;
 pub use cast::CastSpec;
+pub use clip::ClipSpec;
 pub use convert::ConvertSpec;
 pub use generate::GenerateSpec;
 pub use map::MapSpec;
@@ -98,7 +100,7 @@ pub(crate) trait Operation {
     /// [`Error::Invalid`] for operations whose rows do not follow their input's.
     fn output_layout(&self) -> Result<OutputLayout> {
         Err(Error::invalid(
-            "only affine, cast, convert, map, matmul, standardize and filters write \
+            "only affine, cast, clip, convert, map, matmul, standardize and filters write \
              outputs whose rows follow their input's",
         ))
     }

@@ -1,0 +1,103 @@
+//! `clip`: each element limited to `[lo, hi]` (numpy's `np.clip`), in the input's dtype
+//! unless another is given. It runs as the expression `clip(x, lo, hi)`, so both backends
+//! run it (the CPU's expression evaluator, the GPU's fused map kernel) and nodata pixels
+//! are masked as `map` masks them.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Operation, PipelineStep};
+use crate::ops::expr::literal;
+use crate::spec::{OutputLayout, Source, SpecPlan, georef_from};
+use crate::tiling::BoxPlan;
+use crate::{DType, Engine, Error, Plan, Result, RunReport};
+
+/// Each element limited to `[lo, hi]`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClipSpec {
+    /// Input.
+    pub input: Source,
+    /// Output file.
+    pub output: PathBuf,
+    /// Lower bound.
+    pub lo: f64,
+    /// Upper bound (at least `lo`).
+    pub hi: f64,
+    /// Output dtype (default: the input's).
+    #[serde(default, with = "crate::spec::opt_dtype_name")]
+    pub dtype: Option<DType>,
+}
+
+impl ClipSpec {
+    /// The expression it runs, over the input named `x`.
+    fn expr(&self) -> Result<String> {
+        if self.lo.is_nan() || self.hi.is_nan() || self.lo > self.hi {
+            return Err(Error::invalid(format!(
+                "clip: bounds [{}, {}] are not a range: give lo <= hi, neither nan",
+                self.lo, self.hi
+            )));
+        }
+        Ok(format!(
+            "clip(x, {}, {})",
+            literal(self.lo),
+            literal(self.hi)
+        ))
+    }
+}
+
+/// Not a pipeline step: a pipeline's `map` writes `clip(x, lo, hi)`.
+impl PipelineStep for ClipSpec {}
+
+impl Operation for ClipSpec {
+    fn inputs(&self) -> Vec<&Path> {
+        vec![&self.input.path]
+    }
+
+    fn output(&self) -> &Path {
+        &self.output
+    }
+
+    fn output_layout(&self) -> Result<OutputLayout> {
+        self.expr()?;
+        OutputLayout::same(&self.input, self.dtype)
+    }
+
+    fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
+        let x = self.input.open()?;
+        let od = Some(self.dtype.unwrap_or(x.dtype()));
+        e.plan_map(&self.expr()?, &[("x", &x)], od)
+            .map(SpecPlan::Flat)
+    }
+
+    fn boxes(
+        &self,
+        e: &Engine,
+        flat: &Plan,
+        shape: &[usize],
+        dtype: DType,
+    ) -> Result<Option<BoxPlan>> {
+        e.boxes_of_one(&self.input, flat, &self.output, shape, dtype)
+    }
+
+    fn run(&self, e: &Engine) -> Result<RunReport> {
+        let x = self.input.open()?;
+        let od = Some(self.dtype.unwrap_or(x.dtype()));
+        let rule = crate::MapNodata::default();
+        let mut r = georef_from(e, &x, None).map_with(
+            &self.expr()?,
+            &[("x", &x)],
+            &self.output,
+            od,
+            &rule,
+        )?;
+        r.op = format!(
+            "clip to [{}, {}] of {}",
+            self.lo,
+            self.hi,
+            self.input.path.display()
+        );
+        Ok(r)
+    }
+}
