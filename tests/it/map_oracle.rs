@@ -434,7 +434,7 @@ on_every_backend! {
         let got: Vec<f32> = bytemuck::pod_collect_to_vec(&read_npy_data(&out));
         assert_eq!(got.len(), n);
         for (i, (&g, &v)) in got.iter().zip(&x).enumerate() {
-            let want = if v.is_nan() { v } else { v.max(-2.5).min(3.0) };
+            let want = if v.is_nan() { v } else { v.clamp(-2.5, 3.0) };
             assert!(g == want || (g.is_nan() && want.is_nan()), "element {i}: {v} -> {g}, want {want}");
         }
         let cli = dir.path().join("cli.npy");
