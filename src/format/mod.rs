@@ -28,9 +28,9 @@ pub mod zarr;
 pub(crate) use kind::CodecSpec;
 pub use kind::{Format, OutFormat};
 
+pub(crate) use crate::io::own_files::dir_and_name;
 #[doc(hidden)]
 pub use crate::io::own_files::same_file;
-pub(crate) use crate::io::temp::dir_and_name;
 #[doc(hidden)]
 pub use crate::io::temp::{
     JOURNAL_MAGIC, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, lock, temp_beside,

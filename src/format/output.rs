@@ -12,7 +12,8 @@ use crate::format::tiff::stream::{ChunkRun, TiffStream};
 use crate::format::zarr::stream::ZarrStream;
 use crate::format::{OutFormat, checked_nbytes, file_len, npy, tiff, zarr};
 use crate::io::own_files;
-use crate::io::temp::{TEMP_SUFFIX, clean_stale, dir_and_name, lock, temp_beside};
+use crate::io::own_files::{TEMP_SUFFIX, dir_and_name};
+use crate::io::temp::{clean_stale, lock, temp_beside};
 use crate::io::window::whole_pages;
 
 mod rows;

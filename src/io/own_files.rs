@@ -6,7 +6,8 @@
 //!   device (opened non-blocking, then checked to be a regular file), never a file with a
 //!   second hard link (which would make a write land in another name's data).
 //! - [`temp_name_of`] says whether a name recorded in a journal is one this run's
-//!   destination could have made; anything else is refused.
+//!   destination could have made; anything else is refused. The names themselves
+//!   (`.NAME.MARK.tilestream-tmp`, [`own_temp_name`], [`dir_and_name`]) are defined here.
 //! - [`check_destination`] refuses a destination that is not a regular file (or, for a
 //!   Zarr output, a directory this tool recognises as a Zarr array store): renaming over
 //!   `/dev/null` or a FIFO, or deleting a directory of other files, is never a way to
@@ -17,11 +18,63 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 
-use crate::io::temp::TEMP_SUFFIX;
+/// Suffix of every temporary output file.
+pub const TEMP_SUFFIX: &str = ".tilestream-tmp";
+
+/// The output name and the mark of one of tilestream's temporary names,
+/// `.NAME.MARK.tilestream-tmp`, where MARK is `journal`, `state-a`, `state-b` or the
+/// random letters and digits of a temporary output (at most 16); `None` for any other
+/// name. The mark holds no dot, so the names of output `a` are never those of `a.npy`.
+#[must_use]
+pub fn own_temp_name(name: &str) -> Option<(&str, &str)> {
+    let (dest, mark) = name
+        .strip_prefix('.')?
+        .strip_suffix(TEMP_SUFFIX)?
+        .rsplit_once('.')?;
+    let own_mark = is_random_part(mark) || matches!(mark, "state-a" | "state-b");
+    (!dest.is_empty() && own_mark).then_some((dest, mark))
+}
+
+/// The directory of `dest` (`.` for a bare name) and the name its temporary files are
+/// named after (`.NAME.MARK.tilestream-tmp`): its file name, or for a name too long to
+/// take the 25 bytes more (a file name holds 255), its first 180 bytes, `~` and 16 hex
+/// digits of checksums of the whole name.
+pub(crate) fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
+    let name = dest
+        .file_name()
+        .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?
+        .to_string_lossy()
+        .into_owned();
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    Ok((dir, temp_stem(name)))
+}
+
+/// The name temporary files of an output named `name` are named after (see
+/// [`dir_and_name`]).
+fn temp_stem(name: String) -> String {
+    const MAX: usize = 200;
+    if name.len() <= MAX {
+        return name;
+    }
+    let mut cut = 180;
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let reversed: Vec<u8> = name.bytes().rev().collect();
+    format!(
+        "{}~{:08x}{:08x}",
+        &name[..cut],
+        crc32fast::hash(name.as_bytes()),
+        crc32fast::hash(&reversed)
+    )
+}
 
 /// True if `a` and `b` are the same file on disk (same device and inode).
 #[must_use]
@@ -112,8 +165,7 @@ pub fn open_own(path: &Path, create: bool) -> Result<File> {
 /// `tempfile`.
 #[must_use]
 pub fn temp_name_of(dest_name: &str, candidate: &str) -> bool {
-    crate::io::temp::own_temp_name(candidate)
-        .is_some_and(|(dest, mark)| dest == dest_name && is_random_part(mark))
+    own_temp_name(candidate).is_some_and(|(dest, mark)| dest == dest_name && is_random_part(mark))
 }
 
 /// Whether `s` is the random part `tempfile` gives a temporary name: 1 to 16 letters
@@ -382,7 +434,7 @@ pub fn replace_dir(new: &Path, dest: &Path) -> Result<()> {
 
 /// Where [`replace_dir`] moves an old store aside when it cannot exchange.
 fn aside_of(dest: &Path) -> Option<std::path::PathBuf> {
-    let (_, name) = crate::io::temp::dir_and_name(dest).ok()?;
+    let (_, name) = dir_and_name(dest).ok()?;
     Some(dest.with_file_name(format!(".{name}.aside{TEMP_SUFFIX}")))
 }
 

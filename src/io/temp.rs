@@ -1,13 +1,14 @@
-//! Temporary files beside a destination and what they are named: how an output
-//! appears at its path only once complete (written under a name of its own, locked
-//! while its run lives, then renamed), and the cleaning of what killed runs left
-//! behind, which removes only names and contents this tool makes.
+//! Temporary files beside a destination: how an output appears at its path only once
+//! complete (written under a name of its own, locked while its run lives, then renamed),
+//! and the cleaning of what killed runs left behind, which removes only the names
+//! ([`own_files::own_temp_name`]) and contents this tool makes.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
-use crate::io::own_files;
+pub use crate::io::own_files::TEMP_SUFFIX;
+use crate::io::own_files::{self, dir_and_name, own_temp_name};
 
 /// A temporary file in the directory of `dest` (so that renaming it onto `dest` is
 /// atomic), named `.{dest name}.XXXX.tilestream-tmp`, created 0666 less the umask.
@@ -20,9 +21,6 @@ pub fn temp_beside(dest: &Path) -> Result<tempfile::NamedTempFile> {
     let _ = lock(tmp.as_file());
     Ok(tmp)
 }
-
-/// Suffix of every temporary output file.
-pub const TEMP_SUFFIX: &str = ".tilestream-tmp";
 
 /// What every journal (`crate::journal`) of any version starts with: `tilestream clean`
 /// removes a file under a journal's name only when it does.
@@ -106,20 +104,6 @@ pub fn clean_stale(dir: &Path, only_for: Option<&str>) -> Result<Vec<PathBuf>> {
     Ok(removed)
 }
 
-/// The output name and the mark of one of tilestream's temporary names,
-/// `.NAME.MARK.tilestream-tmp`, where MARK is `journal`, `state-a`, `state-b` or the
-/// random letters and digits of a temporary output (at most 16); `None` for any other
-/// name. The mark holds no dot, so the names of output `a` are never those of `a.npy`.
-#[must_use]
-pub fn own_temp_name(name: &str) -> Option<(&str, &str)> {
-    let (dest, mark) = name
-        .strip_prefix('.')?
-        .strip_suffix(TEMP_SUFFIX)?
-        .rsplit_once('.')?;
-    let own_mark = own_files::is_random_part(mark) || matches!(mark, "state-a" | "state-b");
-    (!dest.is_empty() && own_mark).then_some((dest, mark))
-}
-
 /// Whether `f` starts with the journal's magic line.
 fn starts_with_journal_magic(f: &File) -> bool {
     use std::os::unix::fs::FileExt as _;
@@ -174,43 +158,6 @@ fn pipeline_dir_contents(dir: &Path) -> bool {
                 || own_temp_name(&n).is_some_and(|(d, _)| d.strip_suffix(".npy").is_some_and(ident))
         })
     })
-}
-
-/// The directory of `dest` (`.` for a bare name) and the name its temporary files are
-/// named after (`.NAME.MARK.tilestream-tmp`): its file name, or for a name too long to
-/// take the 25 bytes more (a file name holds 255), its first 180 bytes, `~` and 16 hex
-/// digits of checksums of the whole name.
-pub(crate) fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
-    let name = dest
-        .file_name()
-        .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?
-        .to_string_lossy()
-        .into_owned();
-    let dir = match dest.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    Ok((dir, temp_stem(name)))
-}
-
-/// The name temporary files of an output named `name` are named after (see
-/// [`dir_and_name`]).
-fn temp_stem(name: String) -> String {
-    const MAX: usize = 200;
-    if name.len() <= MAX {
-        return name;
-    }
-    let mut cut = 180;
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let reversed: Vec<u8> = name.bytes().rev().collect();
-    format!(
-        "{}~{:08x}{:08x}",
-        &name[..cut],
-        crc32fast::hash(name.as_bytes()),
-        crc32fast::hash(&reversed)
-    )
 }
 
 fn temp_beside_unlocked(dest: &Path) -> Result<tempfile::NamedTempFile> {

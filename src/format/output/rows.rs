@@ -12,7 +12,8 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::{OutFormat, zarr};
 use crate::io::own_files;
-use crate::io::temp::{TEMP_SUFFIX, dir_and_name, temp_beside};
+use crate::io::own_files::{TEMP_SUFFIX, dir_and_name};
+use crate::io::temp::temp_beside;
 
 impl OutputFile {
     /// Writes a run's output of `shape` and `dtype` into rows of the existing `.npy` file
