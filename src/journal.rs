@@ -52,7 +52,7 @@ use std::time::Instant;
 
 use crate::budget::MemoryBudget;
 use crate::error::{Error, Result};
-use crate::format::tiff::stream::ChunkRun;
+use crate::format::chunk_assembly::ChunkRun;
 use crate::format::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock};
 use crate::io::own_files;
 use crate::layout::{Layout, Write};

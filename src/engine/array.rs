@@ -101,7 +101,7 @@ impl Array {
     /// those, from a `.npy`); [`Error::Io`] if the file cannot be written.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
         let path = path.as_ref();
-        if crate::format::encoding::is_encoded(crate::format::OutFormat::of(path)) {
+        if crate::format::is_encoded(crate::format::OutFormat::of(path)) {
             return Err(Error::invalid(format!(
                 "{}: Array::save writes .npy or raw files; save a .npy and convert it \
                  (Engine::cast, `tilestream convert`) to write a GeoTIFF or Zarr store",

@@ -20,6 +20,20 @@ use std::collections::HashMap;
 
 use crate::error::{Error, Result};
 
+/// A run of consecutive output chunks (GeoTIFF tiles, Zarr chunks) written together:
+/// what the journal records so that a resumed run can check it and keep it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkRun {
+    /// Index of its first chunk (a TIFF's tile order: band, then row, then column).
+    pub first: usize,
+    /// File offset of its first tile (0 for Zarr chunks, which are files of their own).
+    pub offset: u64,
+    /// Length of each of its chunks, in order (compressed TIFF tiles; Zarr chunk files).
+    pub counts: Vec<u64>,
+    /// CRC-32 of its bytes.
+    pub crc: u32,
+}
+
 /// A regular chunk grid over a C-order array.
 #[derive(Clone, Debug)]
 pub(crate) struct ChunkGrid {

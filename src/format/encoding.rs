@@ -3,15 +3,13 @@
 //! (the room its encoder needs, the chunks a box plan cuts along), when it refuses one
 //! (the least the encoder holds), and when it creates the output (the encoder fitted to
 //! the room the plan set aside). The engine never names a format: a new encoded format
-//! is an implementation of [`Encoding`] in its folder and a line in [`encoding_of`].
+//! is an implementation of [`Encoding`] in its folder and a line in `encoding_of`
+//! (`src/format/mod.rs`), where encoded formats are registered.
 
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::Result;
-use crate::format::OutFormat;
 use crate::format::output::OutputFile;
-use crate::format::tiff::TiffWriteOptions;
-use crate::format::zarr::ZarrWriteOptions;
 
 /// What a plan set aside for an encoder: `bytes`, for the chunks being filled (`open` of
 /// them across a box of a box plan; a row of them for a flat plan, `None`) and those in
@@ -127,31 +125,4 @@ pub(crate) trait Encoding {
     /// shape for its rows), within a budget of `limit`; `None` when a box plan cannot
     /// cut along them.
     fn box_chunks(&self, shape: &[usize], dtype: DType, limit: u64) -> Option<BoxChunks>;
-}
-
-/// The encoding of `format`, written with these options (GeoTIFF's made by `tiff` only
-/// for a GeoTIFF); `None` for the formats written as they are (`.npy`, raw). Where
-/// encoded formats are registered.
-pub(crate) fn encoding_of<'a>(
-    format: OutFormat,
-    tiff: impl FnOnce() -> TiffWriteOptions,
-    zarr: &'a ZarrWriteOptions,
-) -> Option<Box<dyn Encoding + 'a>> {
-    match format {
-        OutFormat::GeoTiff => Some(Box::new(
-            crate::format::tiff::encoding::TiffEncoding(tiff()),
-        )),
-        OutFormat::Zarr => Some(Box::new(crate::format::zarr::encoding::ZarrEncoding(zarr))),
-        OutFormat::Npy | OutFormat::Raw => None,
-    }
-}
-
-/// Whether outputs of `format` are encoded as they are written (have an [`Encoding`]).
-pub(crate) fn is_encoded(format: OutFormat) -> bool {
-    encoding_of(
-        format,
-        TiffWriteOptions::default,
-        &ZarrWriteOptions::default(),
-    )
-    .is_some()
 }

@@ -606,3 +606,28 @@ pub(crate) fn par_pieces_of(
         .enumerate()
         .try_for_each(|(k, p)| f(k * piece, p))
 }
+
+/// The encoding of `format`, written with these options (GeoTIFF's made by `tiff` only
+/// for a GeoTIFF); `None` for the formats written as they are (`.npy`, raw). Where
+/// encoded formats are registered.
+pub(crate) fn encoding_of<'a>(
+    format: OutFormat,
+    tiff: impl FnOnce() -> tiff::TiffWriteOptions,
+    zarr: &'a zarr::ZarrWriteOptions,
+) -> Option<Box<dyn encoding::Encoding + 'a>> {
+    match format {
+        OutFormat::GeoTiff => Some(Box::new(tiff::encoding::TiffEncoding(tiff()))),
+        OutFormat::Zarr => Some(Box::new(zarr::encoding::ZarrEncoding(zarr))),
+        OutFormat::Npy | OutFormat::Raw => None,
+    }
+}
+
+/// Whether outputs of `format` are encoded as they are written (have an [`Encoding`](encoding::Encoding)).
+pub(crate) fn is_encoded(format: OutFormat) -> bool {
+    encoding_of(
+        format,
+        tiff::TiffWriteOptions::default,
+        &zarr::ZarrWriteOptions::default(),
+    )
+    .is_some()
+}

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::format::tiff::stream::{ChunkRun, TiffStream};
+use crate::format::chunk_assembly::ChunkRun;
+use crate::format::tiff::stream::TiffStream;
 use crate::format::zarr::stream::ZarrStream;
 use crate::format::{OutFormat, checked_nbytes, file_len, npy, tiff, zarr};
 use crate::io::own_files;
@@ -65,7 +66,7 @@ pub struct OutputFile {
     /// Set when the destination is a GeoTIFF or Zarr store encoded as the run writes it
     /// (no staging): the temporary file is the TIFF being built, or stays empty beside
     /// the store being built.
-    stream: Option<Streamed>,
+    stream: Option<Box<dyn StreamWriter>>,
     /// True for an interrupted run's temporary output taken up by
     /// [`adopt`](Self::adopt).
     adopted: bool,
@@ -74,14 +75,62 @@ pub struct OutputFile {
     finish_memory: u64,
 }
 
-/// An output encoded as the run writes it.
-#[derive(Debug)]
-enum Streamed {
-    /// A GeoTIFF, in the temporary file.
-    Tiff(Box<TiffStream>),
-    /// A Zarr store, in a temporary directory named after the temporary file (which
-    /// stays empty: it names the run's output in the journal).
-    Zarr(Box<ZarrStream>),
+/// An output encoded as the run writes it (a GeoTIFF in the temporary file; a Zarr
+/// store in a temporary directory named after it, the file staying empty to name the
+/// run's output in the journal): the one interface an [`OutputFile`] writes an encoded
+/// format through. Each encoded format implements it in its folder
+/// (`src/format/tiff/encoding.rs`, `src/format/zarr/encoding.rs`).
+pub(crate) trait StreamWriter: Send + Sync + std::fmt::Debug {
+    /// Writes `bytes` at element index `start` (flat C order).
+    ///
+    /// # Errors
+    /// A failed encode or write.
+    fn write(&self, start: u64, bytes: &[u8]) -> Result<()>;
+
+    /// The runs of chunks written since the last call (for the journal).
+    fn take_appended(&self) -> Vec<ChunkRun>;
+
+    /// Waits until the chunks still being compressed are written.
+    ///
+    /// # Errors
+    /// The error of a chunk's compression or write.
+    fn settle(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Keeps the intact runs of chunks of `done` an interrupted run wrote into `file`
+    /// (the temporary file at `dest`'s side); the chunks kept.
+    ///
+    /// # Errors
+    /// I/O errors reading or cutting what is there.
+    fn resume(&self, file: &File, dest: &Path, done: &[ChunkRun]) -> Result<usize>;
+
+    /// Whether the flat elements `[start, start + len)` are all in chunks written.
+    fn covers(&self, start: u64, len: u64) -> bool;
+
+    /// Gives back the memory held for the unit in flight (all is written).
+    fn release_memory(&mut self);
+
+    /// Whether finishing rewrites the output as a Cloud-Optimized GeoTIFF.
+    fn builds_cog(&self) -> bool {
+        false
+    }
+
+    /// Keeps what an interrupted run wrote, for `--resume`.
+    fn keep(&self) {}
+
+    /// Finishes the output and puts it in place at `dest`: `tmp` is the temporary file
+    /// ([`finish_file`] renames it), `memory` what building a COG may hold.
+    ///
+    /// # Errors
+    /// A failed final write, flush or rename; nothing is left at `dest` then.
+    fn finish(
+        &self,
+        tmp: tempfile::NamedTempFile,
+        dest: &Path,
+        durable: bool,
+        memory: u64,
+    ) -> Result<()>;
 }
 
 /// The rows of an existing Zarr store a run writes ([`OutputFile::zarr_region`]).
@@ -276,7 +325,7 @@ impl OutputFile {
             Some(memory),
             !self.adopted,
         )?;
-        self.stream = Some(Streamed::Tiff(Box::new(stream)));
+        self.stream = Some(Box::new(stream));
         Ok(self)
     }
 
@@ -329,7 +378,7 @@ impl OutputFile {
                 ));
             }
         };
-        self.stream = Some(Streamed::Zarr(Box::new(stream)));
+        self.stream = Some(Box::new(stream));
         Ok(self)
     }
 
@@ -350,11 +399,9 @@ impl OutputFile {
     /// The runs of chunks a streaming output wrote since the last call (for the journal).
     #[must_use]
     pub fn take_appended(&self) -> Vec<ChunkRun> {
-        match &self.stream {
-            Some(Streamed::Tiff(s)) => s.take_appended(),
-            Some(Streamed::Zarr(s)) => s.take_appended(),
-            None => Vec::new(),
-        }
+        self.stream
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.take_appended())
     }
 
     /// For a streaming output: waits until the chunks it is still compressing are
@@ -363,10 +410,7 @@ impl OutputFile {
     /// # Errors
     /// The error of a chunk's compression or write.
     pub fn settle(&self) -> Result<()> {
-        match &self.stream {
-            Some(Streamed::Tiff(s)) => s.settle(),
-            _ => Ok(()),
-        }
+        self.stream.as_ref().map_or(Ok(()), |s| s.settle())
     }
 
     /// For a streaming output taken up from an interrupted run: keeps the intact runs of
@@ -378,8 +422,7 @@ impl OutputFile {
     /// cannot be read or cut.
     pub fn resume_stream(&self, done: &[ChunkRun]) -> Result<usize> {
         match &self.stream {
-            Some(Streamed::Tiff(s)) => s.resume(self.handle(), &self.dest, done),
-            Some(Streamed::Zarr(s)) => s.resume(done),
+            Some(s) => s.resume(self.handle(), &self.dest, done),
             None => Err(Error::Internal(
                 "resume_stream on an output that does not stream".into(),
             )),
@@ -390,11 +433,7 @@ impl OutputFile {
     /// chunks already written (kept from an interrupted run, or completed).
     #[must_use]
     pub fn covered(&self, start: u64, len: u64) -> bool {
-        match &self.stream {
-            Some(Streamed::Tiff(s)) => s.covers(start, len),
-            Some(Streamed::Zarr(s)) => s.covers(start, len),
-            None => false,
-        }
+        self.stream.as_ref().is_some_and(|s| s.covers(start, len))
     }
 
     /// The directory a streamed Zarr output of this temporary file is built in.
@@ -416,10 +455,8 @@ impl OutputFile {
     /// Gives back the memory a streamed output holds for its unit in flight (once the
     /// run has written everything, before [`finish`](Self::finish)).
     pub fn release_stream_memory(&mut self) {
-        match &mut self.stream {
-            Some(Streamed::Tiff(s)) => s.release_memory(),
-            Some(Streamed::Zarr(s)) => s.release_memory(),
-            None => {}
+        if let Some(s) = &mut self.stream {
+            s.release_memory();
         }
     }
 
@@ -427,10 +464,7 @@ impl OutputFile {
     /// GeoTIFF (building its overviews).
     #[must_use]
     pub fn builds_cog(&self) -> bool {
-        match &self.stream {
-            Some(Streamed::Tiff(s)) => s.options().cog.is_some(),
-            _ => false,
-        }
+        self.stream.as_ref().is_some_and(|s| s.builds_cog())
     }
 
     /// Memory the work in [`finish`](Self::finish) may hold (building a COG's
@@ -498,7 +532,7 @@ impl OutputFile {
     /// Leaves the temporary file in place (an interrupted run that can be resumed):
     /// the next run with `--resume` takes it up, `tilestream clean` removes it.
     pub fn keep(self) {
-        if let Some(Streamed::Zarr(s)) = &self.stream {
+        if let Some(s) = &self.stream {
             s.keep();
         }
         if let Target::Temp(t) = self.tmp {
@@ -523,10 +557,8 @@ impl OutputFile {
     /// # Errors
     /// [`Error::Io`] on a failed write (disk full, file size limit...).
     pub fn write_at(&self, start: u64, bytes: &[u8]) -> Result<()> {
-        match &self.stream {
-            Some(Streamed::Tiff(s)) => return s.write(start, bytes),
-            Some(Streamed::Zarr(s)) => return s.write(start, bytes),
-            None => {}
+        if let Some(s) = &self.stream {
+            return s.write(start, bytes);
         }
         let Some((off, from, to)) = self.locate(start, bytes.len()) else {
             return Ok(());
@@ -587,15 +619,8 @@ impl OutputFile {
                 return Ok(());
             }
         };
-        match &self.stream {
-            Some(Streamed::Tiff(s)) => {
-                s.finish(tmp.as_file(), &self.dest)?;
-                let tmp = Self::cog_of(tmp, &self.dest, s.options(), self.finish_memory)?;
-                return Self::persist(tmp, &self.dest, self.durable);
-            }
-            // the store is renamed into place; the empty file goes with `tmp`
-            Some(Streamed::Zarr(s)) => return s.finish(),
-            None => {}
+        if let Some(s) = &self.stream {
+            return s.finish(tmp, &self.dest, self.durable, self.finish_memory);
         }
         if matches!(self.format, OutFormat::GeoTiff | OutFormat::Zarr) {
             // never staged raw: `tmp` holds no encoded output (it goes with `tmp`)
@@ -608,52 +633,8 @@ impl OutputFile {
         Self::persist(tmp, &self.dest, self.durable)
     }
 
-    /// The GeoTIFF in `tiff`, rewritten as a COG into a new temporary file when `opts`
-    /// asks for one (see [`crate::format::cog`]); `tiff` itself otherwise.
-    fn cog_of(
-        tiff: tempfile::NamedTempFile,
-        dest: &Path,
-        opts: &tiff::TiffWriteOptions,
-        memory: u64,
-    ) -> Result<tempfile::NamedTempFile> {
-        let Some(cog) = &opts.cog else {
-            return Ok(tiff);
-        };
-        if let Ok((dir, name)) = dir_and_name(dest) {
-            // the level files and COG of a run killed while it built its COG (this run's
-            // own temporary files are locked, and stay)
-            let _ = clean_stale(&dir, Some(&name));
-        }
-        let out = temp_beside(dest)?;
-        let mut o = opts.clone();
-        o.memory = memory;
-        crate::format::tiff::cog::build(tiff.path(), out.as_file(), dest, &o, cog)?;
-        Ok(out)
-    }
-
     fn persist(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {
-        // what may have appeared at the destination while the run went on
-        own_files::check_destination(dest, own_files::Dest::File)?;
-        if durable {
-            tmp.as_file()
-                .sync_all()
-                .map_err(|e| Error::io("flush", dest, e))?;
-        }
-        crate::fault::crash_point(|| "synced".into());
-        tmp.persist(dest)
-            .map_err(|e| Error::io("rename the finished output to", dest, e.error))?;
-        crate::fault::crash_point(|| "renamed".into());
-        if let Some(dir) = dest
-            .parent()
-            .filter(|p| durable && !p.as_os_str().is_empty())
-        {
-            // Best effort: some filesystems refuse fsync on a directory.
-            if let Ok(d) = File::open(dir) {
-                let _ = d.sync_all();
-            }
-        }
-        crate::fault::crash_point(|| "dir-synced".into());
-        Ok(())
+        finish_file(tmp, dest, durable)
     }
 
     /// The open temporary file (used to compare identities of inputs and outputs).
@@ -677,5 +658,36 @@ fn check_encodable(dest: &Path, shape: &[usize], dtype: DType, format: OutFormat
             dest.display()
         )));
     }
+    Ok(())
+}
+
+/// Flushes the temporary file `tmp` (when `durable`) and renames it onto `dest`, then
+/// syncs the directory so the rename survives a crash: how every file output is put in
+/// place.
+///
+/// # Errors
+/// [`Error::Io`] if the flush or rename fails; the temporary file is removed then.
+pub(crate) fn finish_file(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {
+    // what may have appeared at the destination while the run went on
+    own_files::check_destination(dest, own_files::Dest::File)?;
+    if durable {
+        tmp.as_file()
+            .sync_all()
+            .map_err(|e| Error::io("flush", dest, e))?;
+    }
+    crate::fault::crash_point(|| "synced".into());
+    tmp.persist(dest)
+        .map_err(|e| Error::io("rename the finished output to", dest, e.error))?;
+    crate::fault::crash_point(|| "renamed".into());
+    if let Some(dir) = dest
+        .parent()
+        .filter(|p| durable && !p.as_os_str().is_empty())
+    {
+        // Best effort: some filesystems refuse fsync on a directory.
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
+    }
+    crate::fault::crash_point(|| "dir-synced".into());
     Ok(())
 }

@@ -1,12 +1,21 @@
-//! A GeoTIFF output encoded as the run writes it ([`TiffStream`]), as the engine sees
-//! it through [`Encoding`].
+//! A GeoTIFF output encoded as the run writes it ([`TiffStream`]): as the engine plans
+//! it ([`Encoding`]) and as an output writes it ([`StreamWriter`]).
+
+use std::fs::File;
+use std::path::Path;
+
+use tempfile::NamedTempFile;
 
 use super::TiffWriteOptions;
 use super::stream::TiffStream;
 use super::write::TiledLayout;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::format::chunk_assembly::ChunkRun;
 use crate::format::encoding::{BoxChunks, Encoding, Fitted, Least, Room};
+use crate::format::output::{StreamWriter, finish_file};
+use crate::io::own_files::dir_and_name;
+use crate::io::temp::{clean_stale, temp_beside};
 
 /// GeoTIFF outputs written with these options.
 pub(crate) struct TiffEncoding(pub TiffWriteOptions);
@@ -77,4 +86,64 @@ impl Encoding for TiffEncoding {
             what: "GeoTIFF output encoded as it is written (tiles being filled and in flight)",
         })
     }
+}
+
+/// A GeoTIFF written tile by tile into the temporary file, as an output writes it.
+impl StreamWriter for TiffStream {
+    fn write(&self, start: u64, bytes: &[u8]) -> Result<()> {
+        TiffStream::write(self, start, bytes)
+    }
+
+    fn take_appended(&self) -> Vec<ChunkRun> {
+        TiffStream::take_appended(self)
+    }
+
+    fn settle(&self) -> Result<()> {
+        TiffStream::settle(self)
+    }
+
+    fn resume(&self, file: &File, dest: &Path, done: &[ChunkRun]) -> Result<usize> {
+        TiffStream::resume(self, file, dest, done)
+    }
+
+    fn covers(&self, start: u64, len: u64) -> bool {
+        TiffStream::covers(self, start, len)
+    }
+
+    fn release_memory(&mut self) {
+        TiffStream::release_memory(self);
+    }
+
+    fn builds_cog(&self) -> bool {
+        self.options().cog.is_some()
+    }
+
+    fn finish(&self, tmp: NamedTempFile, dest: &Path, durable: bool, memory: u64) -> Result<()> {
+        TiffStream::finish(self, tmp.as_file(), dest)?;
+        let tmp = cog_of(tmp, dest, self.options(), memory)?;
+        finish_file(tmp, dest, durable)
+    }
+}
+
+/// The GeoTIFF in `tiff`, rewritten as a COG into a new temporary file when `opts` asks
+/// for one (see [`super::cog`]); `tiff` itself otherwise.
+fn cog_of(
+    tiff: NamedTempFile,
+    dest: &Path,
+    opts: &TiffWriteOptions,
+    memory: u64,
+) -> Result<NamedTempFile> {
+    let Some(cog) = &opts.cog else {
+        return Ok(tiff);
+    };
+    if let Ok((dir, name)) = dir_and_name(dest) {
+        // the level files and COG of a run killed while it built its COG (this run's own
+        // temporary files are locked, and stay)
+        let _ = clean_stale(&dir, Some(&name));
+    }
+    let out = temp_beside(dest)?;
+    let mut o = opts.clone();
+    o.memory = memory;
+    super::cog::build(tiff.path(), out.as_file(), dest, &o, cog)?;
+    Ok(out)
 }

@@ -31,26 +31,12 @@ use std::sync::{Arc, Mutex};
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::format::chunk_assembly::{ChunkAssembly, ChunkGrid};
+use crate::format::chunk_assembly::{ChunkAssembly, ChunkGrid, ChunkRun};
 use crate::format::encode_queue::{EncodeQueue, Sink};
 use crate::format::tiff::write::{TiffWriteOptions, TiledLayout};
 
 /// The most tiles a stream has in flight (fewer when its memory holds fewer).
 pub const MAX_BATCH: u64 = 16;
-
-/// A run of consecutive output chunks (GeoTIFF tiles, Zarr chunks) written together:
-/// what the journal records so that a resumed run can check it and keep it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChunkRun {
-    /// Index of its first chunk (a TIFF's tile order: band, then row, then column).
-    pub first: usize,
-    /// File offset of its first tile (0 for Zarr chunks, which are files of their own).
-    pub offset: u64,
-    /// Length of each of its chunks, in order (compressed TIFF tiles; Zarr chunk files).
-    pub counts: Vec<u64>,
-    /// CRC-32 of its bytes.
-    pub crc: u32,
-}
 
 /// A GeoTIFF encoded tile by tile as the run writes it; see the module documentation.
 pub struct TiffStream {

@@ -1,11 +1,18 @@
-//! A Zarr output encoded as the run writes it ([`ZarrStream`]), as the engine sees it
-//! through [`Encoding`].
+//! A Zarr output encoded as the run writes it ([`ZarrStream`]): as the engine plans it
+//! ([`Encoding`]) and as an output writes it ([`StreamWriter`]).
+
+use std::fs::File;
+use std::path::Path;
+
+use tempfile::NamedTempFile;
 
 use super::ZarrWriteOptions;
 use super::stream::ZarrStream;
 use crate::dtype::DType;
 use crate::error::Result;
+use crate::format::chunk_assembly::ChunkRun;
 use crate::format::encoding::{BoxChunks, Encoding, Fitted, Least, Room};
+use crate::format::output::StreamWriter;
 
 /// Zarr outputs written with these options.
 pub(crate) struct ZarrEncoding<'a>(pub &'a ZarrWriteOptions);
@@ -63,5 +70,40 @@ impl Encoding for ZarrEncoding<'_> {
             in_flight_each: 3 * chunk,
             what: "Zarr output encoded as it is written (chunks being filled and in flight)",
         })
+    }
+}
+
+/// A Zarr store written chunk by chunk into a directory of its own (or into rows of an
+/// existing store), as an output writes it.
+impl StreamWriter for ZarrStream {
+    fn write(&self, start: u64, bytes: &[u8]) -> Result<()> {
+        ZarrStream::write(self, start, bytes)
+    }
+
+    fn take_appended(&self) -> Vec<ChunkRun> {
+        ZarrStream::take_appended(self)
+    }
+
+    fn resume(&self, _file: &File, _dest: &Path, done: &[ChunkRun]) -> Result<usize> {
+        ZarrStream::resume(self, done)
+    }
+
+    fn covers(&self, start: u64, len: u64) -> bool {
+        ZarrStream::covers(self, start, len)
+    }
+
+    fn release_memory(&mut self) {
+        ZarrStream::release_memory(self);
+    }
+
+    fn keep(&self) {
+        ZarrStream::keep(self);
+    }
+
+    fn finish(&self, tmp: NamedTempFile, _dest: &Path, _durable: bool, _memory: u64) -> Result<()> {
+        // the store is renamed into place; the empty file goes with `tmp`
+        let done = ZarrStream::finish(self);
+        drop(tmp);
+        done
     }
 }
