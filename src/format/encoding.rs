@@ -91,6 +91,13 @@ pub(crate) trait Encoding {
     /// What such an output is, in messages (`GeoTIFF`, `Zarr store`).
     fn kind(&self) -> &'static str;
 
+    /// Refuses an output at `dest` of `shape` and `dtype` the format cannot hold at all
+    /// (a GeoTIFF needs an image shape and a dtype with a TIFF form).
+    ///
+    /// # Errors
+    /// [`crate::Error::Invalid`] naming what is wrong.
+    fn check_shape(&self, dest: &std::path::Path, shape: &[usize], dtype: DType) -> Result<()>;
+
     /// Refuses, before the run, an output of `shape` and `dtype` the format cannot
     /// encode within a budget of `limit` bytes.
     ///

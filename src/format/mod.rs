@@ -37,9 +37,8 @@ pub use crate::io::temp::{
 };
 #[doc(hidden)]
 pub use crate::io::window::{Window, page_size, window_slack};
-pub use output::{
-    OutRegion, OutputFile, commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows,
-};
+pub use output::{OutRegion, OutputFile, commit_npy, create_npy_for_rows};
+pub use zarr::{commit_zarr, create_zarr_for_rows};
 
 use std::fs::File;
 use std::io::Read;
@@ -630,4 +629,20 @@ pub(crate) fn is_encoded(format: OutFormat) -> bool {
         &zarr::ZarrWriteOptions::default(),
     )
     .is_some()
+}
+
+/// Checks that an output of `shape` and `dtype` can be written as `format` (an encoded
+/// format's own rule: a GeoTIFF needs an image shape and a dtype with a TIFF form, a
+/// Zarr store at least one dimension).
+pub(crate) fn check_encodable(
+    dest: &Path,
+    shape: &[usize],
+    dtype: DType,
+    format: OutFormat,
+) -> Result<()> {
+    let zarr = zarr::ZarrWriteOptions::default();
+    match encoding_of(format, Default::default, &zarr) {
+        Some(e) => e.check_shape(dest, shape, dtype),
+        None => Ok(()),
+    }
 }

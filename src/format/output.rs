@@ -9,20 +9,19 @@ use std::path::{Path, PathBuf};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::chunk_assembly::ChunkRun;
-use crate::format::tiff::stream::TiffStream;
-use crate::format::zarr::stream::ZarrStream;
-use crate::format::{OutFormat, checked_nbytes, file_len, npy, tiff, zarr};
+use crate::format::{OutFormat, checked_nbytes, file_len, npy};
 use crate::io::own_files;
 use crate::io::own_files::{TEMP_SUFFIX, dir_and_name};
 use crate::io::temp::{clean_stale, lock, temp_beside};
 use crate::io::window::whole_pages;
 
 mod rows;
-pub use rows::{commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows};
+pub(crate) use rows::is_temp_of;
+pub use rows::{commit_npy, create_npy_for_rows};
 
 /// Where an output's bytes go.
 #[derive(Debug)]
-enum Target {
+pub(crate) enum Target {
     /// A temporary file beside the destination, renamed onto it at the end.
     Temp(tempfile::NamedTempFile),
     /// Rows of an existing `.npy` that other runs write too (a cluster job's output):
@@ -48,31 +47,31 @@ pub struct OutRegion {
 /// the destination in [`finish`](Self::finish). Dropped without `finish`, it is deleted.
 #[derive(Debug)]
 pub struct OutputFile {
-    durable: bool,
-    dest: PathBuf,
-    tmp: Target,
+    pub(crate) durable: bool,
+    pub(crate) dest: PathBuf,
+    pub(crate) tmp: Target,
     /// Elements `[keep.0, keep.1)` of the run's output are written (region outputs);
     /// the others are dropped.
-    keep: (u64, u64),
-    data_offset: u64,
-    dtype: DType,
-    shape: Vec<usize>,
+    pub(crate) keep: (u64, u64),
+    pub(crate) data_offset: u64,
+    pub(crate) dtype: DType,
+    pub(crate) shape: Vec<usize>,
     /// The destination's format: a GeoTIFF or a Zarr store is written only through a
     /// stream (`stream`), never staged raw.
-    format: OutFormat,
+    pub(crate) format: OutFormat,
     /// Set when the run writes rows of an existing Zarr store (a cluster job's output):
     /// its stream stores those rows' chunks instead of a store of its own.
-    zarr_rows: Option<ZarrRows>,
+    pub(crate) zarr_rows: Option<ZarrRows>,
     /// Set when the destination is a GeoTIFF or Zarr store encoded as the run writes it
     /// (no staging): the temporary file is the TIFF being built, or stays empty beside
     /// the store being built.
-    stream: Option<Box<dyn StreamWriter>>,
+    pub(crate) stream: Option<Box<dyn StreamWriter>>,
     /// True for an interrupted run's temporary output taken up by
     /// [`adopt`](Self::adopt).
-    adopted: bool,
+    pub(crate) adopted: bool,
     /// Memory the work in [`finish`](Self::finish) may hold (building a COG's
     /// overviews).
-    finish_memory: u64,
+    pub(crate) finish_memory: u64,
 }
 
 /// An output encoded as the run writes it (a GeoTIFF in the temporary file; a Zarr
@@ -135,15 +134,15 @@ pub(crate) trait StreamWriter: Send + Sync + std::fmt::Debug {
 
 /// The rows of an existing Zarr store a run writes ([`OutputFile::zarr_region`]).
 #[derive(Clone, Debug)]
-struct ZarrRows {
+pub(crate) struct ZarrRows {
     /// The store's shape.
-    store_shape: Vec<usize>,
+    pub(crate) store_shape: Vec<usize>,
     /// The first row of the store written.
-    at_row: u64,
+    pub(crate) at_row: u64,
     /// Rows written.
-    rows: u64,
+    pub(crate) rows: u64,
     /// Rows of the run's output before the first one written.
-    skip_rows: u64,
+    pub(crate) skip_rows: u64,
 }
 
 impl OutputFile {
@@ -178,7 +177,7 @@ impl OutputFile {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
         }
-        check_encodable(dest, shape, dtype, format)?;
+        crate::format::check_encodable(dest, shape, dtype, format)?;
         let tmp = temp_beside(dest)?;
         let header = if format == OutFormat::Npy {
             npy::build_header(dtype, shape)
@@ -283,7 +282,7 @@ impl OutputFile {
             adopted: true,
             finish_memory: 64 << 20,
             format: {
-                check_encodable(dest, shape, dtype, format)?;
+                crate::format::check_encodable(dest, shape, dtype, format)?;
                 format
             },
             zarr_rows: None,
@@ -295,91 +294,6 @@ impl OutputFile {
     #[must_use]
     pub fn is_region(&self) -> bool {
         matches!(self.tmp, Target::Region(_))
-    }
-
-    /// Makes this output a tiled GeoTIFF encoded as the run writes it, tile by tile
-    /// (see [`TiffStream`]): no raw staging and no encoding after the run. `memory` pays
-    /// for the tiles being filled and those in flight ([`TiffStream::fit`]). Each element
-    /// must be written once (tiles already kept by a resume excepted).
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] if the shape is not an image or the dtype has no TIFF form;
-    /// [`Error::Internal`] for a region output or a layout that cannot be streamed;
-    /// [`Error::Io`] if the file cannot be written.
-    pub fn with_tiff_stream(
-        mut self,
-        opts: tiff::TiffWriteOptions,
-        memory: crate::budget::Reservation,
-    ) -> Result<Self> {
-        let Target::Temp(t) = &self.tmp else {
-            return Err(Error::Internal(
-                "a GeoTIFF written into rows of a file cannot be streamed".into(),
-            ));
-        };
-        let stream = TiffStream::create(
-            t.as_file(),
-            &self.dest,
-            &self.shape,
-            self.dtype,
-            opts,
-            Some(memory),
-            !self.adopted,
-        )?;
-        self.stream = Some(Box::new(stream));
-        Ok(self)
-    }
-
-    /// Makes this output a Zarr v3 store encoded as the run writes it, chunk by chunk
-    /// (see [`ZarrStream`]), in a temporary directory beside the destination renamed
-    /// into place by [`finish`](Self::finish); for rows of an existing store
-    /// ([`zarr_region`](Self::zarr_region)), straight into that store
-    /// ([`ZarrStream::into_rows`]). The temporary file stays empty. `memory` pays for the chunks being filled and those in flight
-    /// ([`ZarrStream::fit`]).
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for chunk shapes that do not fit; [`Error::Internal`] for rows
-    /// of a `.npy`; [`Error::Io`] if the store cannot be made.
-    pub fn with_zarr_stream(
-        mut self,
-        opts: &zarr::ZarrWriteOptions,
-        memory: crate::budget::Reservation,
-    ) -> Result<Self> {
-        let Target::Temp(t) = &self.tmp else {
-            return Err(Error::Internal(
-                "rows of a .npy are written in place, not streamed".into(),
-            ));
-        };
-        t.as_file()
-            .set_len(0)
-            .map_err(|e| Error::io("size", t.path(), e))?;
-        let stream = match (self.zarr_rows.take(), self.stream_dir()) {
-            (Some(z), _) => ZarrStream::into_rows(
-                &self.dest,
-                &z.store_shape,
-                self.dtype,
-                opts,
-                Some(memory),
-                z.at_row,
-                z.skip_rows,
-                z.rows,
-            )?,
-            (None, Some(dir)) => ZarrStream::create(
-                &dir,
-                &self.dest,
-                &self.shape,
-                self.dtype,
-                opts,
-                Some(memory),
-                self.adopted,
-            )?,
-            (None, None) => {
-                return Err(Error::Internal(
-                    "a Zarr output without a temporary name cannot be streamed".into(),
-                ));
-            }
-        };
-        self.stream = Some(Box::new(stream));
-        Ok(self)
     }
 
     /// True when this output is a GeoTIFF encoded as the run writes it
@@ -414,8 +328,8 @@ impl OutputFile {
     }
 
     /// For a streaming output taken up from an interrupted run: keeps the intact runs of
-    /// chunks of `done` (see [`TiffStream::resume`]) and returns how many chunks it kept;
-    /// [`covered`](Self::covered) then tells which writes the run need not redo.
+    /// chunks of `done` and returns how many chunks it kept; [`covered`](Self::covered)
+    /// then tells which writes the run need not redo.
     ///
     /// # Errors
     /// [`Error::Internal`] if this output does not stream; [`Error::Io`] if its file
@@ -437,7 +351,7 @@ impl OutputFile {
     }
 
     /// The directory a streamed Zarr output of this temporary file is built in.
-    fn stream_dir(&self) -> Option<PathBuf> {
+    pub(crate) fn stream_dir(&self) -> Option<PathBuf> {
         let Target::Temp(t) = &self.tmp else {
             return None;
         };
@@ -642,23 +556,6 @@ impl OutputFile {
     pub fn file(&self) -> &File {
         self.handle()
     }
-}
-
-/// Checks that an output of `shape` and `dtype` can be written as `format`: a GeoTIFF
-/// needs an image shape and a dtype with a TIFF form, a Zarr store at least one
-/// dimension.
-fn check_encodable(dest: &Path, shape: &[usize], dtype: DType, format: OutFormat) -> Result<()> {
-    if format == OutFormat::GeoTiff {
-        tiff::image_dims(shape)?;
-        tiff::tiff_sample(dtype)?;
-    }
-    if format == OutFormat::Zarr && shape.is_empty() {
-        return Err(Error::invalid(format!(
-            "{}: a Zarr output needs at least one dimension",
-            dest.display()
-        )));
-    }
-    Ok(())
 }
 
 /// Flushes the temporary file `tmp` (when `durable`) and renames it onto `dest`, then

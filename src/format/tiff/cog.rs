@@ -47,62 +47,7 @@ use crate::format::tiff::write::{
 };
 use crate::format::tiff::{GeoRef, TiffChunks, TiffLayout, read_layout};
 
-/// How overview pixels are computed from the level above.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Resampling {
-    /// The (area-weighted) mean of the source pixels a pixel covers (`gdaladdo -r
-    /// average`).
-    #[default]
-    Average,
-    /// One source pixel (`gdaladdo -r nearest`): values are kept as they are.
-    Nearest,
-}
-
-impl std::str::FromStr for Resampling {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        match s.to_ascii_lowercase().as_str() {
-            "average" => Ok(Resampling::Average),
-            "nearest" => Ok(Resampling::Nearest),
-            _ => Err(Error::invalid(format!(
-                "unknown overview resampling `{s}`: use average or nearest"
-            ))),
-        }
-    }
-}
-
-/// How many overview levels a COG gets.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Overviews {
-    /// Halve until the smallest level fits in one tile (GDAL's COG default).
-    #[default]
-    Auto,
-    /// This many levels (factors 2, 4, ... 2^N); 0 for none.
-    Count(usize),
-}
-
-impl std::str::FromStr for Overviews {
-    type Err = Error;
-    fn from_str(s: &str) -> Result<Self> {
-        if s.eq_ignore_ascii_case("auto") {
-            return Ok(Overviews::Auto);
-        }
-        s.parse::<usize>().map(Overviews::Count).map_err(|_| {
-            Error::invalid(format!(
-                "--overviews `{s}` is neither auto nor a number of levels (0, 1, 2...)"
-            ))
-        })
-    }
-}
-
-/// What makes a GeoTIFF output a COG.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CogOptions {
-    /// The overview levels.
-    pub overviews: Overviews,
-    /// How they are computed.
-    pub resampling: Resampling,
-}
+pub use super::options::{CogOptions, Overviews, Resampling};
 
 /// `(width, height)` of each overview level of a `width` x `height` image in `tile`-pixel
 /// tiles: level k is `ceil(width / 2^k)` x `ceil(height / 2^k)`, as GDAL sizes them.

@@ -10,10 +10,10 @@ use super::TiffWriteOptions;
 use super::stream::TiffStream;
 use super::write::TiledLayout;
 use crate::dtype::DType;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::chunk_assembly::ChunkRun;
 use crate::format::encoding::{BoxChunks, Encoding, Fitted, Least, Room};
-use crate::format::output::{StreamWriter, finish_file};
+use crate::format::output::{OutputFile, StreamWriter, Target, finish_file};
 use crate::io::own_files::dir_and_name;
 use crate::io::temp::{clean_stale, temp_beside};
 
@@ -23,6 +23,11 @@ pub(crate) struct TiffEncoding(pub TiffWriteOptions);
 impl Encoding for TiffEncoding {
     fn kind(&self) -> &'static str {
         "GeoTIFF"
+    }
+
+    fn check_shape(&self, _dest: &Path, shape: &[usize], dtype: DType) -> Result<()> {
+        super::image_dims(shape)?;
+        super::tiff_sample(dtype).map(|_| ())
     }
 
     fn check(&self, shape: &[usize], dtype: DType, limit: u64) -> Result<()> {
@@ -146,4 +151,38 @@ fn cog_of(
     o.memory = memory;
     super::cog::build(tiff.path(), out.as_file(), dest, &o, cog)?;
     Ok(out)
+}
+
+impl OutputFile {
+    /// Makes this output a tiled GeoTIFF encoded as the run writes it, tile by tile
+    /// (see [`TiffStream`]): no raw staging and no encoding after the run. `memory` pays
+    /// for the tiles being filled and those in flight ([`TiffStream::fit`]). Each element
+    /// must be written once (tiles already kept by a resume excepted).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if the shape is not an image or the dtype has no TIFF form;
+    /// [`Error::Internal`] for a region output or a layout that cannot be streamed;
+    /// [`Error::Io`] if the file cannot be written.
+    pub fn with_tiff_stream(
+        mut self,
+        opts: TiffWriteOptions,
+        memory: crate::budget::Reservation,
+    ) -> Result<Self> {
+        let Target::Temp(t) = &self.tmp else {
+            return Err(Error::Internal(
+                "a GeoTIFF written into rows of a file cannot be streamed".into(),
+            ));
+        };
+        let stream = TiffStream::create(
+            t.as_file(),
+            &self.dest,
+            &self.shape,
+            self.dtype,
+            opts,
+            Some(memory),
+            !self.adopted,
+        )?;
+        self.stream = Some(Box::new(stream));
+        Ok(self)
+    }
 }

@@ -21,6 +21,7 @@ pub mod cog;
 #[doc(hidden)]
 pub mod decode;
 pub(crate) mod encoding;
+mod options;
 #[doc(hidden)]
 pub mod stream;
 #[doc(hidden)]

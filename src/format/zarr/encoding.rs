@@ -22,6 +22,16 @@ impl Encoding for ZarrEncoding<'_> {
         "Zarr store"
     }
 
+    fn check_shape(&self, dest: &Path, shape: &[usize], _dtype: DType) -> Result<()> {
+        if shape.is_empty() {
+            return Err(crate::Error::invalid(format!(
+                "{}: a Zarr output needs at least one dimension",
+                dest.display()
+            )));
+        }
+        Ok(())
+    }
+
     fn check(&self, shape: &[usize], dtype: DType, limit: u64) -> Result<()> {
         // refused before the run, not after it: chunks the budget cannot encode
         super::chunk_shapes(self.0, shape, dtype, limit).map(|_| ())

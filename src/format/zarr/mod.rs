@@ -12,11 +12,14 @@
 //! ([`ZarrWriteOptions`], [`chunk_shapes`]).
 
 #[doc(hidden)]
+pub use rows::{commit_zarr, create_zarr_for_rows};
+
 pub mod codec;
 #[doc(hidden)]
 pub mod decode;
 mod encode;
 pub(crate) mod encoding;
+mod rows;
 #[doc(hidden)]
 pub mod stream;
 
