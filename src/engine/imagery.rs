@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::patches::BandsTogether;
+use super::boxed::BandsTogether;
 use super::{Engine, Ran, RunReport, check_not_input};
 use crate::backend::Family;
 use crate::backend::cuda::stencil::StencilProgram;

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
+use super::boxed::BandsTogether;
 use super::imagery::image_dims;
 use super::{Engine, Ran, RunReport};
 use crate::backend::Family;
@@ -479,42 +480,6 @@ fn patch_line(line: &str) -> Option<&str> {
         .or_else(|| name.strip_suffix(".tif"))?
         .strip_suffix(&format!("_r{row}_c{col}"))?;
     (!stem.is_empty()).then_some(name)
-}
-
-/// A box plan's tiles reordered position-major (the bands of one tile position one
-/// after another), everything else as the plan says: one patch file can be written as
-/// soon as its last band is read, and one decode of a pixel-interleaved chunk serves all
-/// its bands.
-pub(super) struct BandsTogether<'a> {
-    pub(super) plan: &'a BoxPlan,
-}
-
-impl scheduler::Layout for BandsTogether<'_> {
-    type Tile = BoxTile;
-    fn num_tiles(&self) -> usize {
-        self.plan.num_tiles
-    }
-    fn tile(&self, i: usize) -> BoxTile {
-        self.plan.box_tile_bands_together(i)
-    }
-    fn reads(&self, t: &BoxTile, out: &mut Vec<scheduler::Read>) {
-        scheduler::Layout::reads(self.plan, t, out);
-    }
-    fn out_elems(&self, t: &BoxTile) -> u64 {
-        scheduler::Layout::out_elems(self.plan, t)
-    }
-    fn writes(&self, t: &BoxTile, out: &mut Vec<scheduler::Write>) {
-        scheduler::Layout::writes(self.plan, t, out);
-    }
-    fn depth(&self) -> usize {
-        self.plan.depth
-    }
-    fn window_bytes(&self) -> u64 {
-        self.plan.window_bytes
-    }
-    fn out_slot_elems(&self) -> u64 {
-        scheduler::Layout::out_slot_elems(self.plan)
-    }
 }
 
 /// Copies a tile's box (no halo) out of its windows as raw elements, zeros where the box
