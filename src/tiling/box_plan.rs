@@ -186,126 +186,20 @@ impl BoxPlan {
     /// the arithmetic spelled out.
     pub fn new(req: &BoxRequest) -> std::result::Result<BoxPlan, BudgetError> {
         let [bands, h, w] = req.dims;
-        let depth = req.depth.max(1) as u64;
-        let (hr, hc) = (req.halo_rows.total() as u64, req.halo_cols.total() as u64);
-        let encoder = |th: u64, tw: u64| {
-            req.out_chunks.as_ref().map_or(0, |c| {
-                held_chunks(c, req.out, th, tw, h, bands) * c.chunk_bytes() + c.fixed
-            })
-        };
-        let cost = |th: u64, tw: u64| {
-            req.resident_bytes
-                + req.scratch.bytes(th, tw, hr, hc)
-                + depth * (window_bytes(req, th, tw) + th * tw * req.out_bytes)
-                + encoder(th, tw)
-        };
-        // the cap is on the tile's own data (halo and page slack excluded)
-        let staging = |th: u64, tw: u64| th * tw * (req.in_bytes + req.out_bytes);
-        let too_small = |th: u64, tw: u64| {
-            let mut arithmetic = format!(
-                "{depth} staging slots × ({} of input window{} + {} of output) for a {th}x{tw} tile",
-                fmt_bytes(window_bytes(req, th, tw)),
-                if hr + hc > 0 {
-                    format!(" with a halo of {hr} rows and {hc} columns")
-                } else {
-                    String::new()
-                },
-                fmt_bytes(th * tw * req.out_bytes)
-            );
-            let sc = req.scratch.bytes(th, tw, hr, hc);
-            if sc > 0 {
-                arithmetic.push_str(&format!(" + {} of compute scratch", fmt_bytes(sc)));
-            }
-            if req.resident_bytes > 0 {
-                arithmetic.push_str(&format!(
-                    " + {} of {}",
-                    fmt_bytes(req.resident_bytes),
-                    req.resident_what
-                ));
-            }
-            if let Some(c) = &req.out_chunks {
-                arithmetic.push_str(&format!(" + {} of {}", fmt_bytes(encoder(th, tw)), c.what));
-            }
-            BudgetError::TooSmall {
-                what: req.what.clone(),
-                arithmetic,
-                needed: cost(th, tw),
-                limit: req.budget,
-            }
-        };
+        let sizer = Sizer::new(req);
+        let (depth, hr, hc) = (sizer.depth, sizer.hr, sizer.hc);
         let empty = bands == 0 || h == 0 || w == 0;
-        let mut row_groups = Vec::new();
-        let (row_cuts, col_cuts) = match &req.cuts {
+        let (row_cuts, col_cuts, mut row_groups) = match &req.cuts {
             Cuts::Given { rows, cols } => {
                 let th = rows.iter().map(|r| r.1).max().unwrap_or(0) as u64;
                 let tw = cols.iter().map(|c| c.1).max().unwrap_or(0) as u64;
-                if !empty && cost(th, tw) > req.budget {
-                    return Err(too_small(th, tw));
+                if !empty && sizer.cost(th, tw) > req.budget {
+                    return Err(sizer.too_small(th, tw));
                 }
-                (rows.clone(), cols.clone())
+                (rows.clone(), cols.clone(), Vec::new())
             }
-            Cuts::Auto { .. } if empty => (Vec::new(), Vec::new()),
-            Cuts::Auto { prefer_rows } => {
-                let (hh, ww) = (h as u64, w as u64);
-                // the smallest box: one element, or one row a chunk wide when the boxes
-                // must complete the output's chunks
-                let least_w = req
-                    .out_chunks
-                    .as_ref()
-                    .map_or(1, |c| (c.cols as u64).min(ww));
-                if cost(1, least_w) > req.budget {
-                    return Err(too_small(1, least_w));
-                }
-                let ok = |th: u64, tw: u64| {
-                    cost(th, tw) <= req.budget
-                        && (staging(th, tw) <= req.max_tile_bytes || th * tw == 1)
-                };
-                // largest x in [1, hi] with pred(x), pred monotone decreasing
-                let largest = |hi: u64, pred: &dyn Fn(u64) -> bool| {
-                    let (mut lo, mut hi) = (1u64, hi);
-                    while lo < hi {
-                        let mid = lo + (hi - lo).div_ceil(2);
-                        if pred(mid) { lo = mid } else { hi = mid - 1 }
-                    }
-                    lo
-                };
-                let full_rows = largest(hh, &|th| ok(th, ww));
-                // with an output's chunks to cut along, at least a row of them
-                let chunk_rows = req.out_chunks.as_ref().map_or(1, |c| c.rows as u64);
-                let want_rows = hh.min((2 * hr).max(8).max(chunk_rows));
-                let (th, tw) = if *prefer_rows && ok(full_rows, ww) && full_rows >= want_rows {
-                    (full_rows, ww)
-                } else {
-                    let s = largest(hh.max(ww), &|s| ok(s.min(hh), s.min(ww)));
-                    (s.min(hh), s.min(ww))
-                };
-                match &req.out_chunks {
-                    // boxes along the output's chunk grid (when at least a chunk fits)
-                    Some(c) if th >= (c.rows as u64).min(hh) && tw >= (c.cols as u64).min(ww) => (
-                        aligned_cuts(hh, th, c.rows as u64, c.row_offset as u64),
-                        aligned_cuts(ww, tw, c.cols as u64, 0),
-                    ),
-                    // else boxes one chunk wide cut within each row of chunks, the pieces
-                    // of a chunk visited one after another (when a piece fits)
-                    Some(c) => {
-                        let (r, cw) = ((c.rows as u64).min(hh), (c.cols as u64).min(ww));
-                        if ok(1, cw) {
-                            let piece = largest(r, &|t| ok(t, cw));
-                            let (rows, groups) =
-                                within_chunks(hh, c.rows as u64, c.row_offset as u64, piece);
-                            row_groups = groups;
-                            (rows, aligned_cuts(ww, cw, c.cols as u64, 0))
-                        } else if cost(1, cw) > req.budget {
-                            // the smallest box that completes chunks: one row, a chunk wide
-                            return Err(too_small(1, cw));
-                        } else {
-                            // (a tile cap below a chunk's width: not cut along them)
-                            (even_cuts(hh, th), even_cuts(ww, tw))
-                        }
-                    }
-                    None => (even_cuts(hh, th), even_cuts(ww, tw)),
-                }
-            }
+            Cuts::Auto { .. } if empty => (Vec::new(), Vec::new(), Vec::new()),
+            Cuts::Auto { prefer_rows } => sizer.auto_cuts(*prefer_rows)?,
         };
         if row_groups.is_empty() {
             row_groups = (0..=row_cuts.len()).collect();
@@ -337,7 +231,7 @@ impl BoxPlan {
         let out_chunk_bytes = if num_tiles == 0 {
             0
         } else {
-            encoder(t64h, t64w)
+            sizer.encoder(t64h, t64w)
         };
         Ok(BoxPlan {
             what: req.what.clone(),
@@ -480,4 +374,162 @@ impl BoxPlan {
             && self.out_chunks.as_ref().is_some_and(|c| c.planes > 1)
             && self.cut_along_out_chunks()
     }
+}
+
+/// Cuts made automatically: rows, columns, and the groups of row blocks visited together.
+type AutoCuts = (Vec<(i64, usize)>, Vec<(i64, usize)>, Vec<usize>);
+
+/// What a box of `th x tw` costs under a request, and the planner's choice of boxes.
+struct Sizer<'a> {
+    req: &'a BoxRequest,
+    depth: u64,
+    /// Halo rows and columns.
+    hr: u64,
+    hc: u64,
+}
+
+impl<'a> Sizer<'a> {
+    fn new(req: &'a BoxRequest) -> Self {
+        Sizer {
+            req,
+            depth: req.depth.max(1) as u64,
+            hr: req.halo_rows.total() as u64,
+            hc: req.halo_cols.total() as u64,
+        }
+    }
+
+    /// The bytes an encoder of the output holds beside boxes of `th x tw`.
+    fn encoder(&self, th: u64, tw: u64) -> u64 {
+        let [bands, h, _] = self.req.dims;
+        self.req.out_chunks.as_ref().map_or(0, |c| {
+            held_chunks(c, self.req.out, th, tw, h, bands) * c.chunk_bytes() + c.fixed
+        })
+    }
+
+    /// Everything a run with boxes of `th x tw` reserves.
+    fn cost(&self, th: u64, tw: u64) -> u64 {
+        let req = self.req;
+        req.resident_bytes
+            + req.scratch.bytes(th, tw, self.hr, self.hc)
+            + self.depth * (window_bytes(req, th, tw) + th * tw * req.out_bytes)
+            + self.encoder(th, tw)
+    }
+
+    /// The tile's own data (halo and page slack excluded), which the tile cap bounds.
+    fn staging(&self, th: u64, tw: u64) -> u64 {
+        th * tw * (self.req.in_bytes + self.req.out_bytes)
+    }
+
+    /// Whether boxes of `th x tw` fit the budget and the tile cap.
+    fn ok(&self, th: u64, tw: u64) -> bool {
+        self.cost(th, tw) <= self.req.budget
+            && (self.staging(th, tw) <= self.req.max_tile_bytes || th * tw == 1)
+    }
+
+    /// The refusal of a budget that cannot hold boxes of `th x tw`, with its arithmetic.
+    fn too_small(&self, th: u64, tw: u64) -> BudgetError {
+        let (req, depth, hr, hc) = (self.req, self.depth, self.hr, self.hc);
+        let mut arithmetic = format!(
+            "{depth} staging slots × ({} of input window{} + {} of output) for a {th}x{tw} tile",
+            fmt_bytes(window_bytes(req, th, tw)),
+            if hr + hc > 0 {
+                format!(" with a halo of {hr} rows and {hc} columns")
+            } else {
+                String::new()
+            },
+            fmt_bytes(th * tw * req.out_bytes)
+        );
+        let sc = req.scratch.bytes(th, tw, hr, hc);
+        if sc > 0 {
+            arithmetic.push_str(&format!(" + {} of compute scratch", fmt_bytes(sc)));
+        }
+        if req.resident_bytes > 0 {
+            arithmetic.push_str(&format!(
+                " + {} of {}",
+                fmt_bytes(req.resident_bytes),
+                req.resident_what
+            ));
+        }
+        if let Some(c) = &req.out_chunks {
+            arithmetic.push_str(&format!(
+                " + {} of {}",
+                fmt_bytes(self.encoder(th, tw)),
+                c.what
+            ));
+        }
+        BudgetError::TooSmall {
+            what: req.what.clone(),
+            arithmetic,
+            needed: self.cost(th, tw),
+            limit: req.budget,
+        }
+    }
+
+    /// The boxes the planner chooses: full-width row blocks when `prefer_rows` and a
+    /// block of a few rows fits, else square-ish boxes; along the output's chunks when
+    /// it is encoded as written.
+    fn auto_cuts(&self, prefer_rows: bool) -> std::result::Result<AutoCuts, BudgetError> {
+        let req = self.req;
+        let [_, h, w] = req.dims;
+        let (hh, ww) = (h as u64, w as u64);
+        // the smallest box: one element, or one row a chunk wide when the boxes must
+        // complete the output's chunks
+        let least_w = req
+            .out_chunks
+            .as_ref()
+            .map_or(1, |c| (c.cols as u64).min(ww));
+        if self.cost(1, least_w) > req.budget {
+            return Err(self.too_small(1, least_w));
+        }
+        let full_rows = largest(hh, &|th| self.ok(th, ww));
+        // with an output's chunks to cut along, at least a row of them
+        let chunk_rows = req.out_chunks.as_ref().map_or(1, |c| c.rows as u64);
+        let want_rows = hh.min((2 * self.hr).max(8).max(chunk_rows));
+        let (th, tw) = if prefer_rows && self.ok(full_rows, ww) && full_rows >= want_rows {
+            (full_rows, ww)
+        } else {
+            let s = largest(hh.max(ww), &|s| self.ok(s.min(hh), s.min(ww)));
+            (s.min(hh), s.min(ww))
+        };
+        Ok(match &req.out_chunks {
+            // boxes along the output's chunk grid (when at least a chunk fits)
+            Some(c) if th >= (c.rows as u64).min(hh) && tw >= (c.cols as u64).min(ww) => (
+                aligned_cuts(hh, th, c.rows as u64, c.row_offset as u64),
+                aligned_cuts(ww, tw, c.cols as u64, 0),
+                Vec::new(),
+            ),
+            // else boxes one chunk wide cut within each row of chunks, the pieces of a
+            // chunk visited one after another (when a piece fits)
+            Some(c) => {
+                let (r, cw) = ((c.rows as u64).min(hh), (c.cols as u64).min(ww));
+                if self.ok(1, cw) {
+                    let piece = largest(r, &|t| self.ok(t, cw));
+                    let (rows, groups) =
+                        within_chunks(hh, c.rows as u64, c.row_offset as u64, piece);
+                    (rows, aligned_cuts(ww, cw, c.cols as u64, 0), groups)
+                } else if self.cost(1, cw) > req.budget {
+                    // the smallest box that completes chunks: one row, a chunk wide
+                    return Err(self.too_small(1, cw));
+                } else {
+                    // (a tile cap below a chunk's width: not cut along them)
+                    (even_cuts(hh, th), even_cuts(ww, tw), Vec::new())
+                }
+            }
+            None => (even_cuts(hh, th), even_cuts(ww, tw), Vec::new()),
+        })
+    }
+}
+
+/// The largest `x` in `[1, hi]` with `pred(x)`, `pred` monotone decreasing (1 when none).
+fn largest(hi: u64, pred: &dyn Fn(u64) -> bool) -> u64 {
+    let (mut lo, mut hi) = (1u64, hi);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if pred(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    lo
 }
