@@ -49,122 +49,23 @@ impl Engine {
     /// # Errors
     /// As [`Engine::bind`]; [`Error::Invalid`] for a nodata value the output type does
     /// not hold, or masked inputs and an integer output with no nodata value to give them.
-    #[allow(clippy::float_cmp)] // nodata values are exact
     pub(crate) fn bind_map<'a>(
         src: &str,
         inputs: &[(&str, &'a TensorFile)],
         dtype: Option<DType>,
         rule: &MapNodata,
     ) -> Result<BoundMap<'a>> {
-        use crate::format::tiff::{nodata_as, nodata_text};
+        use crate::format::tiff::nodata_text;
         let e = Self::parse_expr(src)?;
         let (program, streams, shape, default) = Self::bind_expr(src, &e, inputs)?;
         let od = dtype.unwrap_or(default);
-        // nodata given by name: for inputs there are, once each
-        let known: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
-        for (k, (name, _)) in rule.inputs.iter().enumerate() {
-            if !known.contains(&name.as_str()) {
-                return Err(Error::invalid(format!(
-                    "nodata given for input '{}', which is not one (inputs: {})",
-                    crate::format::npy::shown(name),
-                    known.join(", ")
-                )));
-            }
-            if rule.inputs[..k].iter().any(|(m, _)| m == name) {
-                return Err(Error::invalid(format!(
-                    "nodata given twice for input '{}': give it once",
-                    crate::format::npy::shown(name)
-                )));
-            }
-        }
-        let label = |r: &expr::InputRef| match r.index {
-            Some(i) => format!("{}[{i}]", r.name),
-            None => r.name.clone(),
+        check_named(rule, inputs)?;
+        let masks = if rule.ignore_inputs {
+            Vec::new()
+        } else {
+            input_masks(&program.streams, &streams, rule)?
         };
-        // the streams that can be nodata, and the value their pixels have there
-        let mut masks: Vec<(expr::InputRef, f64)> = Vec::new();
-        if !rule.ignore_inputs {
-            for (r, st) in program.streams.iter().zip(&streams) {
-                let given = rule
-                    .inputs
-                    .iter()
-                    .find(|(n, _)| *n == r.name)
-                    .map(|(_, t)| {
-                        t.as_deref()
-                            .filter(|t| !t.trim().eq_ignore_ascii_case("none"))
-                    });
-                let v = match given {
-                    // given: a value the input's type holds, or refused
-                    Some(Some(t)) => match nodata_as(st.file.dtype(), t) {
-                        Some(v) => v,
-                        None => {
-                            return Err(Error::invalid(format!(
-                                "input {} is {}, which holds no nodata value '{}': give \
-                                 one of its values",
-                                label(r),
-                                st.file.dtype(),
-                                crate::format::npy::shown(t.trim())
-                            )));
-                        }
-                    },
-                    Some(None) => continue,
-                    // the file's, when its type holds it
-                    None => match st.file.nodata() {
-                        Some((_, v)) => v,
-                        None => continue,
-                    },
-                };
-                // map computes in f64, where a 64-bit integer beyond 2^53 is not itself
-                if v.abs() >= 2f64.powi(53) && matches!(st.file.dtype(), DType::I64 | DType::U64) {
-                    return Err(Error::invalid(format!(
-                        "input {} has nodata {}, 2^53 or more from 0, which f64 arithmetic \
-                         cannot tell from its neighbours: compute those pixels like any \
-                         other (--ignore-nodata)",
-                        label(r),
-                        nodata_text(v)
-                    )));
-                }
-                masks.push((r.clone(), v));
-            }
-        }
-        let value = match &rule.value {
-            Some(text) => Some(output_nodata(text, od)?),
-            None if masks.is_empty() => None,
-            None if od.is_float() => Some(f64::NAN),
-            None => {
-                // an integer output: the inputs' nodata value, when they share one it holds
-                let v = masks[0].1;
-                let shared = masks.iter().all(|m| m.1 == v);
-                match nodata_as(od, &nodata_text(v)) {
-                    Some(held) if shared && held == v => Some(v),
-                    _ => {
-                        let what: Vec<String> = masks
-                            .iter()
-                            .map(|(r, v)| format!("{} {}", label(r), nodata_text(*v)))
-                            .collect();
-                        return Err(Error::invalid(format!(
-                            "the pixels where an input is nodata ({}) take the output's \
-                             nodata value, and a {od} output holds no such shared value: give \
-                             one with --nodata VALUE (`nodata` in Python and pipelines), a \
-                             float --dtype (NaN there), or --ignore-nodata to compute those \
-                             pixels like any other",
-                            what.join(", ")
-                        )));
-                    }
-                }
-            }
-        };
-        if let Some(v) = value
-            && !masks.is_empty()
-            && v.abs() >= 2f64.powi(53)
-            && matches!(od, DType::I64 | DType::U64)
-        {
-            return Err(Error::invalid(format!(
-                "nodata {} is 2^53 or more from 0, which f64 arithmetic cannot give the \
-                 masked pixels of a {od} output exactly: give a value nearer 0",
-                nodata_text(v)
-            )));
-        }
+        let value = output_value(rule, od, &masks)?;
         let mut bound = BoundMap {
             program,
             streams,
@@ -181,30 +82,170 @@ impl Engine {
             masked: masks.iter().map(|(r, _)| label(r)).collect(),
         };
         if let (Some(v), false) = (value, masks.is_empty()) {
-            // where(any input is nodata, value, e): the same streams, one pass
-            let cond = masks
-                .iter()
-                .map(|(r, nd)| {
-                    let var = Box::new(Expr::Var {
-                        name: r.name.clone(),
-                        index: r.index,
-                        column: r.column,
-                    });
-                    if nd.is_nan() {
-                        Expr::Unary(UnOp::IsNan, var)
-                    } else {
-                        Expr::Binary(BinOp::Eq, var, Box::new(Expr::Num(*nd)))
-                    }
-                })
-                .reduce(|a, b| Expr::Binary(BinOp::Add, Box::new(a), Box::new(b)))
-                .ok_or_else(|| Error::Internal("no mask".into()))?;
-            let masked = Expr::Where(Box::new(cond), Box::new(Expr::Num(v)), Box::new(e));
+            let masked = masked_expr(&masks, v, e)?;
             let (program, streams, _, _) = Self::bind_expr(src, &masked, inputs)?;
             bound.program = program;
             bound.streams = streams;
         }
         Ok(bound)
     }
+}
+
+/// An input as a mask names it: `name`, or `name[i]` for a plane of it.
+fn label(r: &expr::InputRef) -> String {
+    match r.index {
+        Some(i) => format!("{}[{i}]", r.name),
+        None => r.name.clone(),
+    }
+}
+
+/// Refuses nodata values given by name for an input there is not, or twice.
+fn check_named(rule: &MapNodata, inputs: &[(&str, &TensorFile)]) -> Result<()> {
+    let known: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
+    for (k, (name, _)) in rule.inputs.iter().enumerate() {
+        if !known.contains(&name.as_str()) {
+            return Err(Error::invalid(format!(
+                "nodata given for input '{}', which is not one (inputs: {})",
+                crate::format::npy::shown(name),
+                known.join(", ")
+            )));
+        }
+        if rule.inputs[..k].iter().any(|(m, _)| m == name) {
+            return Err(Error::invalid(format!(
+                "nodata given twice for input '{}': give it once",
+                crate::format::npy::shown(name)
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The streams that can be nodata, and the value their pixels have there: given by
+/// `rule` (a value the input's type holds, or refused; `none` for none), else the file's.
+fn input_masks(
+    refs: &[expr::InputRef],
+    streams: &[InputStream<'_>],
+    rule: &MapNodata,
+) -> Result<Vec<(expr::InputRef, f64)>> {
+    use crate::format::tiff::{nodata_as, nodata_text};
+    let mut masks = Vec::new();
+    for (r, st) in refs.iter().zip(streams) {
+        let given = rule
+            .inputs
+            .iter()
+            .find(|(n, _)| *n == r.name)
+            .map(|(_, t)| {
+                t.as_deref()
+                    .filter(|t| !t.trim().eq_ignore_ascii_case("none"))
+            });
+        let v = match given {
+            Some(Some(t)) => match nodata_as(st.file.dtype(), t) {
+                Some(v) => v,
+                None => {
+                    return Err(Error::invalid(format!(
+                        "input {} is {}, which holds no nodata value '{}': give one of its \
+                         values",
+                        label(r),
+                        st.file.dtype(),
+                        crate::format::npy::shown(t.trim())
+                    )));
+                }
+            },
+            Some(None) => continue,
+            None => match st.file.nodata() {
+                Some((_, v)) => v,
+                None => continue,
+            },
+        };
+        // map computes in f64, where a 64-bit integer beyond 2^53 is not itself
+        if v.abs() >= 2f64.powi(53) && matches!(st.file.dtype(), DType::I64 | DType::U64) {
+            return Err(Error::invalid(format!(
+                "input {} has nodata {}, 2^53 or more from 0, which f64 arithmetic cannot \
+                 tell from its neighbours: compute those pixels like any other \
+                 (--ignore-nodata)",
+                label(r),
+                nodata_text(v)
+            )));
+        }
+        masks.push((r.clone(), v));
+    }
+    Ok(masks)
+}
+
+/// The value the masked pixels of an `od` output take: `rule`'s, NaN for a float
+/// output, or the inputs' shared nodata value an integer output holds; `None` when no
+/// pixel is masked.
+#[allow(clippy::float_cmp)] // nodata values are exact: equal, or not the same value
+fn output_value(
+    rule: &MapNodata,
+    od: DType,
+    masks: &[(expr::InputRef, f64)],
+) -> Result<Option<f64>> {
+    use crate::format::tiff::{nodata_as, nodata_text};
+    let value = match &rule.value {
+        Some(text) => Some(output_nodata(text, od)?),
+        None if masks.is_empty() => None,
+        None if od.is_float() => Some(f64::NAN),
+        None => {
+            // an integer output: the inputs' nodata value, when they share one it holds
+            let v = masks[0].1;
+            let shared = masks.iter().all(|m| m.1 == v);
+            match nodata_as(od, &nodata_text(v)) {
+                Some(held) if shared && held == v => Some(v),
+                _ => {
+                    let what: Vec<String> = masks
+                        .iter()
+                        .map(|(r, v)| format!("{} {}", label(r), nodata_text(*v)))
+                        .collect();
+                    return Err(Error::invalid(format!(
+                        "the pixels where an input is nodata ({}) take the output's nodata \
+                         value, and a {od} output holds no such shared value: give one with \
+                         --nodata VALUE (`nodata` in Python and pipelines), a float --dtype \
+                         (NaN there), or --ignore-nodata to compute those pixels like any \
+                         other",
+                        what.join(", ")
+                    )));
+                }
+            }
+        }
+    };
+    if let Some(v) = value
+        && !masks.is_empty()
+        && v.abs() >= 2f64.powi(53)
+        && matches!(od, DType::I64 | DType::U64)
+    {
+        return Err(Error::invalid(format!(
+            "nodata {} is 2^53 or more from 0, which f64 arithmetic cannot give the masked \
+             pixels of a {od} output exactly: give a value nearer 0",
+            nodata_text(v)
+        )));
+    }
+    Ok(value)
+}
+
+/// `where(any input is nodata, v, e)`: the same streams, one pass.
+fn masked_expr(masks: &[(expr::InputRef, f64)], v: f64, e: Expr) -> Result<Expr> {
+    let cond = masks
+        .iter()
+        .map(|(r, nd)| {
+            let var = Box::new(Expr::Var {
+                name: r.name.clone(),
+                index: r.index,
+                column: r.column,
+            });
+            if nd.is_nan() {
+                Expr::Unary(UnOp::IsNan, var)
+            } else {
+                Expr::Binary(BinOp::Eq, var, Box::new(Expr::Num(*nd)))
+            }
+        })
+        .reduce(|a, b| Expr::Binary(BinOp::Add, Box::new(a), Box::new(b)))
+        .ok_or_else(|| Error::Internal("no mask".into()))?;
+    Ok(Expr::Where(
+        Box::new(cond),
+        Box::new(Expr::Num(v)),
+        Box::new(e),
+    ))
 }
 
 /// What [`Engine::map_with`] does with the pixels where an input is nodata: those of a
