@@ -1,7 +1,7 @@
 //! The `tilestream` command: streams operations over on-disk arrays under a memory budget.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,7 @@ use tilestream::budget::fmt_bytes;
 use tilestream::format::tiff::TiffWriteOptions;
 use tilestream::format::tiff::cog::CogOptions;
 use tilestream::format::zarr::ZarrWriteOptions;
-use tilestream::format::{Format, fmt_shape, parse_shape};
+use tilestream::format::parse_shape;
 use tilestream::spec::{
     AffineSpec, CastSpec, ClipSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
     StandardizeSpec, StencilSpec, TilesSpec, TransposeSpec,
@@ -21,6 +21,8 @@ use tilestream::spec::{
 use tilestream::workflow::Workflow;
 #[path = "main/args.rs"]
 mod args;
+#[path = "main/info.rs"]
+mod info;
 
 use args::{Cli, Cmd, Common, DEFAULT_MEMORY, Op, RawSpec};
 use tilestream::{
@@ -431,167 +433,10 @@ fn devices(json: bool) {
     }
 }
 
-fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
-    let t = open(path, raw)?;
-    let i = t.info();
-    let format = match i.format {
-        Format::Npy { version: (a, b) } => format!("npy {a}.{b}"),
-        Format::Raw => "raw".into(),
-        Format::GeoTiff => match t.tiff() {
-            Some((l, _)) if l.bigtiff => "geotiff (BigTIFF)".into(),
-            _ => "geotiff".into(),
-        },
-        Format::Zarr => "zarr v3".into(),
-    };
-    // layout of a chunked format: chunks, compression, bands, georeferencing
-    let mut layout = serde_json::Map::new();
-    if let Some((l, g)) = t.tiff() {
-        layout.insert(
-            "chunks".into(),
-            serde_json::json!({
-                "kind": if l.tiled { "tiles" } else { "strips" },
-                "width": l.chunk.0, "height": l.chunk.1,
-                "count": l.offsets.len(),
-            }),
-        );
-        layout.insert("compression".into(), l.compression.clone().into());
-        layout.insert("predictor".into(), l.predictor.into());
-        layout.insert("bands".into(), l.bands.into());
-        layout.insert(
-            "interleave".into(),
-            if l.planar || l.bands == 1 {
-                "band"
-            } else {
-                "pixel"
-            }
-            .into(),
-        );
-        layout.insert(
-            "access".into(),
-            if t.chunked().is_some() {
-                "decoded chunks"
-            } else {
-                "memory-mapped"
-            }
-            .into(),
-        );
-        if !g.is_empty() {
-            layout.insert(
-                "georef".into(),
-                serde_json::json!({
-                    "geotransform": g.geotransform(), "epsg": g.epsg(),
-                    "nodata": g.nodata, "citation": g.geo_ascii,
-                }),
-            );
-        }
-    }
-    if let Some(z) = t.zarr() {
-        layout.insert(
-            "chunks".into(),
-            serde_json::json!({
-                "kind": if z.inner_chunks.is_some() { "shards" } else { "chunks" },
-                "shape": z.chunk_shape, "inner": z.inner_chunks,
-            }),
-        );
-        layout.insert("codecs".into(), serde_json::json!(z.codecs));
-        layout.insert("fill_value".into(), z.fill_value.clone().into());
-    }
-    if json {
-        let mut v = serde_json::json!({
-            "path": path, "format": format, "shape": i.shape, "dtype": i.dtype.name(),
-            "elements": i.len(), "bytes": i.nbytes(), "data_offset": i.data_offset,
-        });
-        if let Some(o) = v.as_object_mut() {
-            o.extend(layout);
-        }
-        println!("{v}");
-    } else {
-        println!("{}", path.display());
-        println!("  format:      {format}");
-        println!(
-            "  shape:       {} (rank {})",
-            fmt_shape(&i.shape),
-            i.shape.len()
-        );
-        println!("  dtype:       {}", i.dtype);
-        println!("  elements:    {}", i.len());
-        if t.chunked().is_some() {
-            println!(
-                "  data:        {} bytes ({}) decoded",
-                i.nbytes(),
-                tilestream::budget::fmt_bytes(i.nbytes())
-            );
-        } else {
-            println!(
-                "  data:        {} bytes ({}) at offset {}",
-                i.nbytes(),
-                tilestream::budget::fmt_bytes(i.nbytes()),
-                i.data_offset
-            );
-        }
-        if let Some(z) = t.zarr() {
-            match &z.inner_chunks {
-                Some(inner) => println!(
-                    "  layout:      shards {} of chunks {}, decoded shard by shard",
-                    fmt_shape(&z.chunk_shape),
-                    fmt_shape(inner)
-                ),
-                None => println!(
-                    "  layout:      chunks {}, decoded chunk by chunk",
-                    fmt_shape(&z.chunk_shape)
-                ),
-            }
-            println!("  codecs:      {}", z.codecs.join(", "));
-            println!("  fill value:  {}", z.fill_value);
-        }
-        if let Some((l, g)) = t.tiff() {
-            println!(
-                "  layout:      {} {}x{} ({} of them), {} interleave, {}",
-                if l.tiled { "tiles" } else { "strips" },
-                l.chunk.0,
-                l.chunk.1,
-                l.offsets.len(),
-                if l.planar || l.bands == 1 {
-                    "band"
-                } else {
-                    "pixel"
-                },
-                if t.chunked().is_some() {
-                    "decoded chunk by chunk"
-                } else {
-                    "memory-mapped"
-                }
-            );
-            let pred = match l.predictor {
-                2 => ", horizontal predictor",
-                3 => ", floating-point predictor",
-                _ => "",
-            };
-            println!("  compression: {}{pred}", l.compression);
-            println!("  bands:       {}", l.bands);
-            match g.geotransform() {
-                Some(gt) => println!(
-                    "  georef:      origin ({}, {}), pixel {} x {}{}",
-                    gt[0],
-                    gt[3],
-                    gt[1],
-                    gt[5],
-                    g.epsg().map_or(String::new(), |c| format!(", EPSG:{c}"))
-                ),
-                None => println!("  georef:      none"),
-            }
-            if let Some(n) = &g.nodata {
-                println!("  nodata:      {n}");
-            }
-        }
-    }
-    Ok(())
-}
-
 fn main_inner(cli: Cli) -> Result<()> {
     let common = &cli.common;
     match cli.cmd {
-        Cmd::Info { input, raw, json } => info(&input, &raw, json),
+        Cmd::Info { input, raw, json } => info::info(&input, &raw, json),
         Cmd::Devices { json } => {
             devices(json);
             Ok(())

@@ -1,0 +1,196 @@
+//! `tilestream info`: what a file holds (format, shape, dtype, bytes) and how (chunks,
+//! compression, bands, georeferencing), as text or JSON.
+
+use std::path::{Path, PathBuf};
+
+use tilestream::format::{Format, fmt_shape};
+use tilestream::{Result, TensorFile};
+
+use crate::args::RawSpec;
+
+/// Prints what the file at `path` holds (a raw file read with `raw`), as JSON with `json`.
+pub(crate) fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
+    let t = crate::open(path, raw)?;
+    let format = format_of(&t);
+    if json {
+        let i = t.info();
+        let mut v = serde_json::json!({
+            "path": path, "format": format, "shape": i.shape, "dtype": i.dtype.name(),
+            "elements": i.len(), "bytes": i.nbytes(), "data_offset": i.data_offset,
+        });
+        if let Some(o) = v.as_object_mut() {
+            o.extend(layout(&t));
+        }
+        println!("{v}");
+    } else {
+        print_text(path, &t, &format);
+    }
+    Ok(())
+}
+
+/// The format's name, with its version or variant.
+fn format_of(t: &TensorFile) -> String {
+    match t.info().format {
+        Format::Npy { version: (a, b) } => format!("npy {a}.{b}"),
+        Format::Raw => "raw".into(),
+        Format::GeoTiff => match t.tiff() {
+            Some((l, _)) if l.bigtiff => "geotiff (BigTIFF)".into(),
+            _ => "geotiff".into(),
+        },
+        Format::Zarr => "zarr v3".into(),
+    }
+}
+
+/// The layout of a chunked format, for `--json`: chunks, compression, bands,
+/// georeferencing.
+fn layout(t: &TensorFile) -> serde_json::Map<String, serde_json::Value> {
+    let mut layout = serde_json::Map::new();
+    if let Some((l, g)) = t.tiff() {
+        layout.insert(
+            "chunks".into(),
+            serde_json::json!({
+                "kind": if l.tiled { "tiles" } else { "strips" },
+                "width": l.chunk.0, "height": l.chunk.1,
+                "count": l.offsets.len(),
+            }),
+        );
+        layout.insert("compression".into(), l.compression.clone().into());
+        layout.insert("predictor".into(), l.predictor.into());
+        layout.insert("bands".into(), l.bands.into());
+        layout.insert(
+            "interleave".into(),
+            if l.planar || l.bands == 1 {
+                "band"
+            } else {
+                "pixel"
+            }
+            .into(),
+        );
+        layout.insert(
+            "access".into(),
+            if t.chunked().is_some() {
+                "decoded chunks"
+            } else {
+                "memory-mapped"
+            }
+            .into(),
+        );
+        if !g.is_empty() {
+            layout.insert(
+                "georef".into(),
+                serde_json::json!({
+                    "geotransform": g.geotransform(), "epsg": g.epsg(),
+                    "nodata": g.nodata, "citation": g.geo_ascii,
+                }),
+            );
+        }
+    }
+    if let Some(z) = t.zarr() {
+        layout.insert(
+            "chunks".into(),
+            serde_json::json!({
+                "kind": if z.inner_chunks.is_some() { "shards" } else { "chunks" },
+                "shape": z.chunk_shape, "inner": z.inner_chunks,
+            }),
+        );
+        layout.insert("codecs".into(), serde_json::json!(z.codecs));
+        layout.insert("fill_value".into(), z.fill_value.clone().into());
+    }
+    layout
+}
+
+/// The text `tilestream info` prints.
+fn print_text(path: &Path, t: &TensorFile, format: &str) {
+    let i = t.info();
+    println!("{}", path.display());
+    println!("  format:      {format}");
+    println!(
+        "  shape:       {} (rank {})",
+        fmt_shape(&i.shape),
+        i.shape.len()
+    );
+    println!("  dtype:       {}", i.dtype);
+    println!("  elements:    {}", i.len());
+    if t.chunked().is_some() {
+        println!(
+            "  data:        {} bytes ({}) decoded",
+            i.nbytes(),
+            tilestream::budget::fmt_bytes(i.nbytes())
+        );
+    } else {
+        println!(
+            "  data:        {} bytes ({}) at offset {}",
+            i.nbytes(),
+            tilestream::budget::fmt_bytes(i.nbytes()),
+            i.data_offset
+        );
+    }
+    if let Some(z) = t.zarr() {
+        print_zarr(z);
+    }
+    if t.tiff().is_some() {
+        print_tiff(t);
+    }
+}
+
+/// The lines of a Zarr store's layout.
+fn print_zarr(z: &tilestream::format::zarr::ZarrLayout) {
+    match &z.inner_chunks {
+        Some(inner) => println!(
+            "  layout:      shards {} of chunks {}, decoded shard by shard",
+            fmt_shape(&z.chunk_shape),
+            fmt_shape(inner)
+        ),
+        None => println!(
+            "  layout:      chunks {}, decoded chunk by chunk",
+            fmt_shape(&z.chunk_shape)
+        ),
+    }
+    println!("  codecs:      {}", z.codecs.join(", "));
+    println!("  fill value:  {}", z.fill_value);
+}
+
+/// The lines of a GeoTIFF's layout and georeferencing.
+fn print_tiff(t: &TensorFile) {
+    let Some((l, g)) = t.tiff() else {
+        return;
+    };
+    println!(
+        "  layout:      {} {}x{} ({} of them), {} interleave, {}",
+        if l.tiled { "tiles" } else { "strips" },
+        l.chunk.0,
+        l.chunk.1,
+        l.offsets.len(),
+        if l.planar || l.bands == 1 {
+            "band"
+        } else {
+            "pixel"
+        },
+        if t.chunked().is_some() {
+            "decoded chunk by chunk"
+        } else {
+            "memory-mapped"
+        }
+    );
+    let pred = match l.predictor {
+        2 => ", horizontal predictor",
+        3 => ", floating-point predictor",
+        _ => "",
+    };
+    println!("  compression: {}{pred}", l.compression);
+    println!("  bands:       {}", l.bands);
+    match g.geotransform() {
+        Some(gt) => println!(
+            "  georef:      origin ({}, {}), pixel {} x {}{}",
+            gt[0],
+            gt[3],
+            gt[1],
+            gt[5],
+            g.epsg().map_or(String::new(), |c| format!(", EPSG:{c}"))
+        ),
+        None => println!("  georef:      none"),
+    }
+    if let Some(n) = &g.nodata {
+        println!("  nodata:      {n}");
+    }
+}
