@@ -10,10 +10,10 @@ use std::time::Instant;
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tilestream::budget::fmt_bytes;
+use tilestream::format::parse_shape;
 use tilestream::format::tiff::TiffWriteOptions;
 use tilestream::format::tiff::cog::CogOptions;
 use tilestream::format::zarr::ZarrWriteOptions;
-use tilestream::format::parse_shape;
 use tilestream::spec::{
     AffineSpec, CastSpec, ClipSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
     StandardizeSpec, StencilSpec, TilesSpec, TransposeSpec,
