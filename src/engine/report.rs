@@ -4,8 +4,14 @@ use std::fmt;
 
 use serde::Serialize;
 
+use super::Engine;
+use crate::backend::Family;
 use crate::budget::fmt_bytes;
+use crate::device::DeviceRequest;
+use crate::dtype::DType;
 use crate::format::fmt_shape;
+use crate::plan::Plan;
+use crate::scheduler::StageTimes;
 
 /// What a run did: tiles, bytes, time per stage, memory.
 #[derive(Clone, Debug, Serialize)]
@@ -128,6 +134,135 @@ pub fn peak_rss() -> u64 {
             ru.ru_maxrss as u64 * 1024
         } else {
             0
+        }
+    }
+}
+
+/// An operation as its run report names it: its kernel family, what it did, and
+/// whether a GPU kernel ran its tiles (the dispatch's own answer, not a guess from a name).
+pub(crate) struct Ran {
+    family: Family,
+    what: String,
+    gpu: bool,
+}
+
+impl Ran {
+    /// `what`, of `family`, run on the host's cores.
+    pub(crate) fn cpu(family: Family, what: String) -> Self {
+        Ran {
+            family,
+            what,
+            gpu: false,
+        }
+    }
+
+    /// `what`, of `family`, run by a GPU kernel when `gpu`.
+    pub(crate) fn on(family: Family, what: String, gpu: bool) -> Self {
+        Ran { family, what, gpu }
+    }
+}
+
+impl Engine {
+    /// What the GPU that computed is and which CUDA driver and NVRTC ran, for the run
+    /// report (`None` on the CPU).
+    fn gpu_detail(&self, device: &str) -> Option<String> {
+        let dev = self.cuda.as_ref().filter(|_| device.starts_with("cuda"))?;
+        let v = crate::device::versions();
+        let or = |o: Option<String>| o.unwrap_or_else(|| "?".into());
+        Some(format!(
+            "{} ({}), CUDA driver {}, NVRTC {}",
+            dev.info().name,
+            dev.info().arch(),
+            or(v.driver),
+            or(v.nvrtc)
+        ))
+    }
+
+    /// The device compute ran on, and why, for the run report of `op`.
+    fn placement(&self, op: &Ran) -> (String, Option<String>) {
+        let kind = op.family.name();
+        let has_kernel = crate::backend::cuda::has_kernel(op.family);
+        match (self.device, &self.cuda) {
+            (_, Some(dev)) if op.gpu => (format!("cuda:{}", dev.info().ordinal), None),
+            (DeviceRequest::Cpu, _) => ("cpu".into(), None),
+            (DeviceRequest::Cuda(_), Some(dev)) => (
+                "cpu".into(),
+                Some(format!(
+                    "no CUDA kernel for {kind} yet: ran on the CPU, not on cuda:{} ({})",
+                    dev.info().ordinal,
+                    dev.info().name
+                )),
+            ),
+            _ if has_kernel => (
+                "cpu".into(),
+                Some(format!(
+                    "auto: the CUDA kernel for {kind} passed the GPU suite on an H200 but ran slower there than the CPU (docs/gpu.md); --device cuda runs it"
+                )),
+            ),
+            _ => (
+                "cpu".into(),
+                Some(format!("auto: no CUDA kernel for {kind} yet")),
+            ),
+        }
+    }
+
+    /// A run's report from its flat plan.
+    pub(super) fn report(
+        &self,
+        plan: &Plan,
+        op: Ran,
+        input_shape: &[usize],
+        out_shape: &[usize],
+        out_dtype: DType,
+        t: StageTimes,
+    ) -> RunReport {
+        let tiles = (plan.num_tiles, plan.tile_shape.clone(), plan.depth);
+        self.report_tiles(tiles, op, input_shape, out_shape, out_dtype, t)
+    }
+
+    /// A run's report from its tile count, tile shape and depth.
+    pub(super) fn report_tiles(
+        &self,
+        (tiles, tile_shape, depth): (usize, Vec<usize>, usize),
+        op: Ran,
+        input_shape: &[usize],
+        out_shape: &[usize],
+        out_dtype: DType,
+        t: StageTimes,
+    ) -> RunReport {
+        let secs = t.wall.as_secs_f64();
+        let (device, device_note) = self.placement(&op);
+        let gpu = self.gpu_detail(&device);
+        RunReport {
+            op: op.what,
+            backend: self.backend.describe(),
+            input_shape: input_shape.to_vec(),
+            output_shape: out_shape.to_vec(),
+            output_dtype: out_dtype.name().into(),
+            tiles,
+            tile_shape,
+            depth,
+            threads: self.backend.threads(),
+            bytes_read: t.bytes_read,
+            bytes_written: t.bytes_written,
+            wall_s: secs,
+            gb_per_s: if secs > 0.0 {
+                (t.bytes_read + t.bytes_written) as f64 / secs / 1e9
+            } else {
+                0.0
+            },
+            read_busy_s: t.read.as_secs_f64(),
+            compute_busy_s: t.compute.as_secs_f64(),
+            write_busy_s: t.write.as_secs_f64(),
+            budget_bytes: self.budget.limit(),
+            peak_reserved_bytes: self.budget.peak(),
+            peak_rss_bytes: peak_rss(),
+            resumed_tiles: t.resumed_tiles,
+            finish_s: t.finish.as_secs_f64(),
+            device_requested: self.device.to_string(),
+            device,
+            device_note,
+            gpu,
         }
     }
 }
