@@ -22,6 +22,7 @@ use crate::budget::MemoryBudget;
 use crate::device::DeviceRequest;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
+use crate::format::encoding::Room;
 use crate::format::tiff::{GeoRef, TiffWriteOptions};
 use crate::format::zarr::ZarrWriteOptions;
 use crate::format::{OutFormat, OutRegion, OutputFile, TensorFile, same_file, window_slack};
@@ -395,7 +396,7 @@ impl Engine {
         out: &Path,
         shape: &[usize],
         dtype: DType,
-        stream_room: Option<outputs::StreamRoom>,
+        stream_room: Option<Room>,
         fill: impl FnOnce(&OutputFile, Option<&Journal>) -> Result<StageTimes>,
     ) -> Result<StageTimes> {
         let format = self.format_of(out);
@@ -516,7 +517,7 @@ impl Engine {
         // only what the plan set aside: the rest of the budget is the pipeline's slack
         let room = Some(plan.output_bytes)
             .filter(|&b| b > 0)
-            .map(|bytes| outputs::StreamRoom {
+            .map(|bytes| Room {
                 bytes,
                 open: None,
                 bands_inner: plan.bands_inner,

@@ -15,10 +15,6 @@ use crate::format::{OutFormat, OutputFile, TensorFile, fmt_shape};
 use crate::plan::Plan;
 use crate::tiling::{BoxPlan, OutChunks};
 
-/// What a run's plan set aside for encoding its output as the run writes it (see
-/// [`Room`]).
-pub(super) type StreamRoom = Room;
-
 /// The room of a box plan, when it is cut along its output's chunks.
 pub(super) fn room_of_box(plan: &BoxPlan) -> Option<Room> {
     plan.cut_along_out_chunks().then(|| Room {
@@ -116,7 +112,7 @@ impl Engine {
         output: OutputFile,
         out: &Path,
         format: OutFormat,
-        stream_room: Option<StreamRoom>,
+        stream_room: Option<Room>,
     ) -> Result<OutputFile> {
         self.check_tiff_output(out, output.shape(), output.dtype())?;
         let tiff = || self.tiff_options(out, output.shape());

@@ -410,7 +410,7 @@ impl Engine {
             .planning_encoding_as(format)
             .and_then(|e| e.pixel_rows(&array.shape, array.dtype))
             .is_some();
-        let room = super::outputs::StreamRoom {
+        let room = crate::format::encoding::Room {
             bytes: free,
             open: None,
             bands_inner: pixel,

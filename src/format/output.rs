@@ -544,11 +544,7 @@ impl OutputFile {
                 self.dest.display()
             )));
         }
-        Self::persist(tmp, &self.dest, self.durable)
-    }
-
-    fn persist(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {
-        finish_file(tmp, dest, durable)
+        finish_file(tmp, &self.dest, self.durable)
     }
 
     /// The open temporary file (used to compare identities of inputs and outputs).

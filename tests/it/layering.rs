@@ -143,10 +143,11 @@ fn code_of(f: &Path) -> String {
         .map(|l| l.split("//").next().unwrap())
         .collect::<Vec<_>>()
         .join("\n");
+    // an inline test module (`#[cfg(test)]` then `mod tests {`) ends the file's code; a
+    // test module in a file of its own (`mod tests;`) is not read anyway
     match text.find("#[cfg(test)]\nmod ") {
-        Some(i) if text[i..].lines().next().is_some() && text[i..].contains('{') => {
-            let inline = text[i..].lines().nth(1).is_some_and(|l| l.ends_with('{'));
-            if inline { text[..i].to_string() } else { text }
+        Some(i) if text[i..].lines().nth(1).is_some_and(|l| l.ends_with('{')) => {
+            text[..i].to_string()
         }
         _ => text,
     }

@@ -145,5 +145,5 @@ pub fn commit_npy(tmp: &Path, dest: &Path, durable: bool) -> Result<()> {
         file,
         tempfile::TempPath::try_from_path(tmp).map_err(|e| Error::io("open", tmp, e))?,
     );
-    OutputFile::persist(tmp, dest, durable)
+    super::finish_file(tmp, dest, durable)
 }

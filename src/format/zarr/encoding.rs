@@ -110,10 +110,14 @@ impl StreamWriter for ZarrStream {
         ZarrStream::keep(self);
     }
 
-    fn finish(&self, tmp: NamedTempFile, _dest: &Path, _durable: bool, _memory: u64) -> Result<()> {
-        // the store is renamed into place; the empty file goes with `tmp`
-        let done = ZarrStream::finish(self);
-        drop(tmp);
-        done
+    fn finish(
+        &self,
+        _tmp: NamedTempFile,
+        _dest: &Path,
+        _durable: bool,
+        _memory: u64,
+    ) -> Result<()> {
+        // the store is renamed into place; the empty file goes with `tmp`, after it
+        ZarrStream::finish(self)
     }
 }

@@ -7,8 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Operation, PipelineStep};
 use crate::spec::{OutputLayout, Source, SpecPlan, georef_from, map_rule};
-use crate::tiling::BoxPlan;
-use crate::{DType, Engine, Plan, Result, RunReport};
+use crate::{DType, Engine, Result, RunReport};
 
 /// `y = scale * x + offset`, cast.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -76,14 +75,8 @@ impl Operation for AffineSpec {
         plan.map(SpecPlan::Flat)
     }
 
-    fn boxes(
-        &self,
-        e: &Engine,
-        flat: &Plan,
-        shape: &[usize],
-        dtype: DType,
-    ) -> Result<Option<BoxPlan>> {
-        e.boxes_of_one(&self.input, flat, &self.output, shape, dtype)
+    fn elementwise_input(&self) -> Option<&Source> {
+        Some(&self.input)
     }
 
     fn run(&self, e: &Engine) -> Result<RunReport> {

@@ -8,8 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Operation, PipelineStep};
 use crate::spec::{OutputLayout, Source, SpecPlan};
-use crate::tiling::BoxPlan;
-use crate::{DType, Engine, Plan, Result, RunReport};
+use crate::{DType, Engine, Result, RunReport};
 
 /// A cast to `dtype`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -47,14 +46,8 @@ impl Operation for CastSpec {
             .map(SpecPlan::Flat)
     }
 
-    fn boxes(
-        &self,
-        e: &Engine,
-        flat: &Plan,
-        shape: &[usize],
-        dtype: DType,
-    ) -> Result<Option<BoxPlan>> {
-        e.boxes_of_one(&self.input, flat, &self.output, shape, dtype)
+    fn elementwise_input(&self) -> Option<&Source> {
+        Some(&self.input)
     }
 
     fn run(&self, e: &Engine) -> Result<RunReport> {

@@ -10,8 +10,7 @@ use serde::{Deserialize, Serialize};
 use super::{Operation, PipelineStep};
 use crate::ops::expr::literal;
 use crate::spec::{OutputLayout, Source, SpecPlan, georef_from};
-use crate::tiling::BoxPlan;
-use crate::{DType, Engine, Error, Plan, Result, RunReport};
+use crate::{DType, Engine, Error, Result, RunReport};
 
 /// Each element limited to `[lo, hi]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -71,14 +70,8 @@ impl Operation for ClipSpec {
             .map(SpecPlan::Flat)
     }
 
-    fn boxes(
-        &self,
-        e: &Engine,
-        flat: &Plan,
-        shape: &[usize],
-        dtype: DType,
-    ) -> Result<Option<BoxPlan>> {
-        e.boxes_of_one(&self.input, flat, &self.output, shape, dtype)
+    fn elementwise_input(&self) -> Option<&Source> {
+        Some(&self.input)
     }
 
     fn run(&self, e: &Engine) -> Result<RunReport> {

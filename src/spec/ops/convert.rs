@@ -7,8 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Operation, PipelineStep};
 use crate::spec::{OutputLayout, Source, SpecPlan};
-use crate::tiling::BoxPlan;
-use crate::{DType, Engine, Plan, Result, RunReport};
+use crate::{DType, Engine, Result, RunReport};
 
 /// A format conversion (and optional cast): the output's format is its name's (or the
 /// engine's output format).
@@ -46,14 +45,8 @@ impl Operation for ConvertSpec {
             .map(SpecPlan::Flat)
     }
 
-    fn boxes(
-        &self,
-        e: &Engine,
-        flat: &Plan,
-        shape: &[usize],
-        dtype: DType,
-    ) -> Result<Option<BoxPlan>> {
-        e.boxes_of_one(&self.input, flat, &self.output, shape, dtype)
+    fn elementwise_input(&self) -> Option<&Source> {
+        Some(&self.input)
     }
 
     fn run(&self, e: &Engine) -> Result<RunReport> {

@@ -14,7 +14,7 @@ use crate::plan::Plan;
 use crate::tiling::BoxPlan;
 use crate::{DType, Engine, Error, Result, RunReport};
 
-use super::{OutputLayout, SpecPlan};
+use super::{OutputLayout, Source, SpecPlan};
 
 mod affine;
 mod cast;
@@ -112,20 +112,30 @@ pub(crate) trait Operation {
     /// Bad parameters, unreadable inputs, a budget too small.
     fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan>;
 
+    /// The one input an element-wise operation reads whole, element for element (its
+    /// boxes are found from it); `None` for the others.
+    fn elementwise_input(&self) -> Option<&Source> {
+        None
+    }
+
     /// The boxes along its output's chunks an element-wise operation runs in when its
     /// flat plan `flat` cannot encode its output of `shape` and `dtype` as it writes it
-    /// ([`Engine::elementwise_boxes`]); `None` for the others.
+    /// ([`Engine::elementwise_boxes`]); `None` for the others. By default, those of its
+    /// [`elementwise_input`](Self::elementwise_input).
     ///
     /// # Errors
     /// Unreadable inputs.
     fn boxes(
         &self,
-        _e: &Engine,
-        _flat: &Plan,
-        _shape: &[usize],
-        _dtype: DType,
+        e: &Engine,
+        flat: &Plan,
+        shape: &[usize],
+        dtype: DType,
     ) -> Result<Option<BoxPlan>> {
-        Ok(None)
+        match self.elementwise_input() {
+            Some(input) => e.boxes_of_one(input, flat, self.output(), shape, dtype),
+            None => Ok(None),
+        }
     }
 
     /// Runs it, with its paths already checked.
