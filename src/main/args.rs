@@ -525,10 +525,10 @@ pub(crate) enum Cmd {
   tilestream run examples/pipeline.toml
   tilestream run pipeline.toml --dry-run          # check everything, print every step's plan
 
-Steps: map, affine, cast, reduce, stencil, transpose, matmul, standardize, with the keys of
-the matching subcommand (expr, input, dtype, scale, offset, reduce, axis, ddof, filter,
-boundary, x, w, nodata, ignore_nodata). Consecutive elementwise steps fuse into one pass; other intermediates go
-to a temporary directory removed at the end. See examples/pipeline.toml.")]
+Steps: op = a subcommand (but convert, gen and tiles), with the keys of its options
+(input = an earlier value's name, filter, dtype, ...). Consecutive elementwise steps fuse
+into one pass; other intermediates go to a temporary directory removed at the end. See
+docs/pipelines.md and examples/pipeline.toml.")]
     Run {
         /// The pipeline file (.toml).
         file: PathBuf,

@@ -22,78 +22,69 @@ pub(super) struct FileSpec {
     pub(super) outputs: BTreeMap<String, Spanned<String>>,
 }
 
+/// One `[[steps]]` table as written: its operation, the name of its result, and the
+/// operation's own keys, checked against the operation's ([`OpSpec::pipeline_keys`])
+/// and read into its spec by the fuser.
+///
+/// [`OpSpec::pipeline_keys`]: crate::spec::OpSpec::pipeline_keys
 #[derive(Deserialize, Clone, Debug)]
-#[serde(deny_unknown_fields)]
 pub(super) struct StepSpec {
     pub(super) op: String,
     pub(super) out: String,
-    pub(super) expr: Option<String>,
-    pub(super) names: Option<BTreeMap<String, String>>,
-    pub(super) input: Option<String>,
-    pub(super) x: Option<String>,
-    pub(super) w: Option<String>,
-    pub(super) dtype: Option<String>,
-    pub(super) scale: Option<f64>,
-    pub(super) offset: Option<f64>,
-    pub(super) reduce: Option<String>,
-    pub(super) axis: Option<usize>,
-    pub(super) ddof: Option<u32>,
-    pub(super) filter: Option<String>,
-    pub(super) boundary: Option<String>,
-    pub(super) nodata: Option<NodataKey>,
-    pub(super) ignore_nodata: Option<bool>,
-}
-
-/// A step's `nodata`: a number (`-9999`, `nan`) or its text (`"nan"`).
-#[derive(Deserialize, Clone, Debug)]
-#[serde(
-    untagged,
-    expecting = "`nodata` must be a number or a string such as \"nan\""
-)]
-pub(super) enum NodataKey {
-    Number(f64),
-    Text(String),
-}
-
-impl StepSpec {
-    /// What an elementwise step does with the pixels where an input is nodata.
-    pub(super) fn nodata_rule(&self) -> crate::MapNodata {
-        crate::MapNodata {
-            value: self.nodata.as_ref().map(|k| match k {
-                NodataKey::Number(v) => crate::format::tiff::nodata_text(*v),
-                NodataKey::Text(t) => t.clone(),
-            }),
-            ignore_inputs: self.ignore_nodata.unwrap_or(false),
-            inputs: Vec::new(),
-        }
-    }
+    #[serde(flatten)]
+    pub(super) keys: toml::Table,
 }
 
 impl StepSpec {
     /// The keys given, besides `op` and `out`.
-    pub(super) fn given(&self) -> Vec<&'static str> {
-        let mut k = Vec::new();
-        let mut add = |name: &'static str, present: bool| {
-            if present {
-                k.push(name);
+    pub(super) fn given(&self) -> Vec<&str> {
+        self.keys.keys().map(String::as_str).collect()
+    }
+
+    /// The string value of `key`, if given.
+    ///
+    /// # Errors
+    /// A message for a value that is not a string.
+    pub(super) fn text(&self, key: &str) -> std::result::Result<Option<&str>, String> {
+        match self.keys.get(key) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s)),
+            Some(v) => Err(format!("`{key}` must be a string, not {}", v.type_str())),
+        }
+    }
+
+    /// What an elementwise step does with the pixels where an input is nodata: its
+    /// `nodata` (a number such as `-9999` or `nan`, or its text `"nan"`) and
+    /// `ignore_nodata` keys.
+    ///
+    /// # Errors
+    /// A message for a value of another type.
+    pub(super) fn nodata_rule(&self) -> std::result::Result<crate::MapNodata, String> {
+        let value = match self.keys.get("nodata") {
+            None => None,
+            Some(toml::Value::Float(v)) => Some(crate::format::tiff::nodata_text(*v)),
+            #[allow(clippy::cast_precision_loss)] // as the number parsed as f64 would be
+            Some(toml::Value::Integer(v)) => Some(crate::format::tiff::nodata_text(*v as f64)),
+            Some(toml::Value::String(t)) => Some(t.clone()),
+            Some(_) => {
+                return Err("`nodata` must be a number or a string such as \"nan\"".into());
             }
         };
-        add("expr", self.expr.is_some());
-        add("names", self.names.is_some());
-        add("input", self.input.is_some());
-        add("x", self.x.is_some());
-        add("w", self.w.is_some());
-        add("dtype", self.dtype.is_some());
-        add("scale", self.scale.is_some());
-        add("offset", self.offset.is_some());
-        add("reduce", self.reduce.is_some());
-        add("axis", self.axis.is_some());
-        add("ddof", self.ddof.is_some());
-        add("filter", self.filter.is_some());
-        add("boundary", self.boundary.is_some());
-        add("nodata", self.nodata.is_some());
-        add("ignore_nodata", self.ignore_nodata.is_some());
-        k
+        let ignore_inputs = match self.keys.get("ignore_nodata") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(v) => {
+                return Err(format!(
+                    "`ignore_nodata` must be true or false, not {}",
+                    v.type_str()
+                ));
+            }
+        };
+        Ok(crate::MapNodata {
+            value,
+            ignore_inputs,
+            inputs: Vec::new(),
+        })
     }
 }
 

@@ -11,10 +11,7 @@ use super::names::{expand_names, expr_names, like_of, paren_depth, substitute, s
 use super::{Job, Planned};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::reduce::Reduce;
-use crate::ops::stencil::{Filter, Stencil};
-use crate::spec::{OpSpec, load_kernel};
-use crate::tiling::Boundary;
+use crate::spec::OpSpec;
 
 /// Longest expression fusion builds (characters): past it, the value about to be
 /// substituted is written to a file instead, so a chain of steps that each use their
@@ -52,14 +49,36 @@ struct At<'s> {
     file: &'s str,
     line: usize,
     step: &'s StepSpec,
+    /// The file's text from its `[[steps]]` line.
+    body: &'s str,
 }
 
 impl At<'_> {
     fn err(&self, msg: impl std::fmt::Display) -> Error {
+        self.err_at(self.line, msg)
+    }
+
+    fn err_at(&self, line: usize, msg: impl std::fmt::Display) -> Error {
         Error::Invalid(format!(
-            "{} line {}: step `{}` -> `{}`: {msg}",
-            self.file, self.line, self.step.op, self.step.out
+            "{} line {line}: step `{}` -> `{}`: {msg}",
+            self.file, self.step.op, self.step.out
         ))
+    }
+
+    /// The line of the step's `key = ...` (its `[[steps]]` line if it cannot be found:
+    /// a key given in an inline table).
+    fn line_of(&self, key: &str) -> usize {
+        self.body
+            .lines()
+            .enumerate()
+            .skip(1)
+            .take_while(|(_, l)| !l.trim_start().starts_with('['))
+            .find(|(_, l)| {
+                l.trim_start()
+                    .strip_prefix(key)
+                    .is_some_and(|rest| rest.trim_start().starts_with('='))
+            })
+            .map_or(self.line, |(i, _)| self.line + i)
     }
 }
 
@@ -83,17 +102,18 @@ impl<'a> Fuser<'a> {
         }
     }
 
-    /// Reads the step `st` (at `line`): checks its op, keys and names, then fuses it or
-    /// adds its job.
+    /// Reads the step `st` (at `line`, its text `body`): checks its op, keys and names,
+    /// then fuses it or adds its job.
     ///
     /// # Errors
     /// [`Error::Invalid`] naming the line.
-    pub(super) fn step(&mut self, st: &StepSpec, line: usize) -> Result<()> {
+    pub(super) fn step(&mut self, st: &StepSpec, line: usize, body: &str) -> Result<()> {
         let file = self.file.clone();
         let at = At {
             file: &file,
             line,
             step: st,
+            body,
         };
         let Some(allowed) = OpSpec::pipeline_keys(&st.op) else {
             let ops: Vec<&str> = OpSpec::NAMES
@@ -109,29 +129,59 @@ impl<'a> Fuser<'a> {
             )));
         };
         if let Some(k) = st.given().into_iter().find(|k| !allowed.contains(k)) {
-            return Err(at.err(format!(
-                "`{k}` does not apply to {} (it takes {})",
-                st.op,
-                allowed.join(", ")
-            )));
+            return Err(at.err_at(
+                at.line_of(k),
+                format!(
+                    "`{k}` does not apply to {} (it takes {})",
+                    st.op,
+                    allowed.join(", ")
+                ),
+            ));
         }
         check_name(&st.out).map_err(|m| at.err(m))?;
         if let Some(l) = self.known.get(&st.out) {
             return Err(at.err(format!("the name `{}` is already used (line {l})", st.out)));
         }
         let dtype = st
-            .dtype
-            .as_deref()
+            .text("dtype")
+            .map_err(|m| at.err(m))?
             .map(str::parse::<DType>)
             .transpose()
             .map_err(|e| at.err(e))?;
-        if let Some(expr) = self.elementwise_expr(&at, dtype)? {
+        if st.op == "map" {
+            // the operation fused steps become: an expression over names
+            let mut expr = st
+                .text("expr")
+                .map_err(|m| at.err(m))?
+                .ok_or_else(|| at.err("give `expr`"))?
+                .to_string();
+            if let Some(names) = st.keys.get("names") {
+                let names: BTreeMap<String, String> = names
+                    .clone()
+                    .try_into()
+                    .map_err(|_| at.err("`names` must map expression names to pipeline names"))?;
+                expr = substitute_all(&expr, |n| names.get(n).cloned());
+            }
             return self.fuse(&at, expr, dtype);
         }
-        let (job, what) = self.job(&at, dtype)?;
+        let (spec, names) = self.spec(&at)?;
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        if let Some(expr) = spec.operation().expression(&refs).map_err(|e| at.err(e))? {
+            return self.fuse(&at, expr, dtype);
+        }
+        // other operations read their inputs from files
+        for name in &names {
+            if self.virt.contains_key(name) {
+                self.materialize(name, line, None);
+            }
+        }
+        let what = format!("{} {}", st.op, describe(st, &names));
         self.known.insert(st.out.clone(), line);
         self.jobs.push(Planned {
-            job,
+            job: Job::Op {
+                spec: Box::new(spec),
+                names,
+            },
             out: st.out.clone(),
             line,
             what,
@@ -139,9 +189,38 @@ impl<'a> Fuser<'a> {
         Ok(())
     }
 
+    /// The step's operation as its spec ([`OpSpec`]): its sources are the names its keys
+    /// give ([`OpSpec::pipeline_names`], each defined above it), which are their paths
+    /// until the pipeline binds them to files; its output, the step's result's name.
+    fn spec(&self, at: &At<'_>) -> Result<(OpSpec, Vec<String>)> {
+        let st = at.step;
+        let mut table = st.keys.clone();
+        // an element-wise step's nodata rule is the fused map's, not its operation's
+        table.remove("nodata");
+        table.remove("ignore_nodata");
+        let mut names = Vec::new();
+        for &key in OpSpec::pipeline_names(&st.op) {
+            let v = st.text(key).map_err(|m| at.err(m))?;
+            let name = self.need(at, key, v)?;
+            let mut source = toml::Table::new();
+            source.insert("path".into(), name.clone().into());
+            table.insert(key.into(), source.into());
+            names.push(name);
+        }
+        table.insert("op".into(), st.op.clone().into());
+        table.insert("output".into(), st.out.clone().into());
+        let mut spec: OpSpec = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| at.err(e.message().trim()))?;
+        spec.operation_mut().relative_to(self.base);
+        Ok((spec, names))
+    }
+
     /// The name the step's `key` gives (`v`), which must be defined above it.
-    fn need(&self, at: &At<'_>, key: &str, v: Option<&String>) -> Result<String> {
-        let v = v.cloned().ok_or_else(|| at.err(format!("give `{key}`")))?;
+    fn need(&self, at: &At<'_>, key: &str, v: Option<&str>) -> Result<String> {
+        let v = v
+            .ok_or_else(|| at.err(format!("give `{key}`")))?
+            .to_string();
         if !self.known.contains_key(&v) {
             return Err(at.err(format!(
                 "`{key} = \"{v}\"` names nothing defined above (known: {})",
@@ -155,37 +234,6 @@ impl<'a> Fuser<'a> {
         self.known.keys().cloned().collect::<Vec<_>>().join(", ")
     }
 
-    /// The expression an element-wise step (`map`, `affine`, `cast`) computes over
-    /// names; `None` for other steps.
-    fn elementwise_expr(&self, at: &At<'_>, dtype: Option<DType>) -> Result<Option<String>> {
-        let st = at.step;
-        Ok(match st.op.as_str() {
-            "map" => {
-                let mut expr = st.expr.clone().ok_or_else(|| at.err("give `expr`"))?;
-                if let Some(names) = &st.names {
-                    expr = substitute_all(&expr, |n| names.get(n).cloned());
-                }
-                Some(expr)
-            }
-            "affine" => {
-                // rounded once, as the affine subcommand computes it
-                let input = self.need(at, "input", st.input.as_ref())?;
-                Some(format!(
-                    "fma({input}, {}, {})",
-                    crate::ops::expr::literal(st.scale.unwrap_or(1.0)),
-                    crate::ops::expr::literal(st.offset.unwrap_or(0.0))
-                ))
-            }
-            "cast" => {
-                if dtype.is_none() {
-                    return Err(at.err("give `dtype`"));
-                }
-                Some(self.need(at, "input", st.input.as_ref())?)
-            }
-            _ => None,
-        })
-    }
-
     /// Fuses the element-wise step's `expr`: the values it reads that are not written
     /// are substituted into it (or written first, when it indexes them, has a nodata rule
     /// of its own, or would grow too long); it is itself written when it has a dtype, is
@@ -195,7 +243,7 @@ impl<'a> Fuser<'a> {
         // a step with a nodata rule of its own is written with it, not fused into the
         // steps after it, and reads the values before it from files: its rule is not
         // theirs
-        let rule = st.nodata_rule();
+        let rule = st.nodata_rule().map_err(|m| at.err(m))?;
         let own_rule = rule != crate::MapNodata::default();
         for (name, indexed) in expr_names(&expr.clone()) {
             if !self.known.contains_key(&name) {
@@ -248,84 +296,6 @@ impl<'a> Fuser<'a> {
         Ok(())
     }
 
-    /// The name the step's `key` gives, written first if it is a fused value: steps
-    /// other than element-wise ones read their inputs from files.
-    fn take(&mut self, at: &At<'_>, key: &str, v: Option<&String>) -> Result<String> {
-        let name = self.need(at, key, v)?;
-        if self.virt.contains_key(&name) {
-            self.materialize(&name, at.line, None);
-        }
-        Ok(name)
-    }
-
-    /// The job of a step that is not element-wise, and what it does in words.
-    fn job(&mut self, at: &At<'_>, dtype: Option<DType>) -> Result<(Job, String)> {
-        let st = at.step;
-        Ok(match st.op.as_str() {
-            "reduce" => {
-                let input = self.take(at, "input", st.input.as_ref())?;
-                let op = Reduce::parse(st.reduce.as_deref().unwrap_or("sum"), st.ddof.unwrap_or(0))
-                    .map_err(|e| at.err(e))?;
-                let what = format!("reduce {} of {input}", op.name());
-                let job = Job::Reduce {
-                    input,
-                    op,
-                    axis: st.axis,
-                    dtype,
-                };
-                (job, what)
-            }
-            "stencil" => {
-                let input = self.take(at, "input", st.input.as_ref())?;
-                let spec = st.filter.clone().ok_or_else(|| at.err("give `filter`"))?;
-                let base = self.base;
-                let filter =
-                    Filter::parse(&spec, |k| load_kernel(&base.join(k))).map_err(|e| at.err(e))?;
-                let boundary: Boundary = st
-                    .boundary
-                    .as_deref()
-                    .unwrap_or("reflect")
-                    .parse()
-                    .map_err(|e: Error| at.err(e))?;
-                let stencil = Box::new(Stencil::new(filter, boundary).map_err(|e| at.err(e))?);
-                let resolved = match spec.strip_prefix("convolve:") {
-                    Some(k) => format!("convolve:{}", base.join(k).display()),
-                    None => spec.clone(),
-                };
-                let what = format!("stencil {spec} of {input}");
-                let job = Job::Stencil {
-                    input,
-                    stencil,
-                    filter: resolved,
-                    boundary: st.boundary.clone().unwrap_or_else(|| "reflect".into()),
-                    dtype,
-                };
-                (job, what)
-            }
-            "transpose" => {
-                let input = self.take(at, "input", st.input.as_ref())?;
-                let what = format!("transpose of {input}");
-                (Job::Transpose { input }, what)
-            }
-            "matmul" => {
-                let x = self.take(at, "x", st.x.as_ref())?;
-                let w = self.take(at, "w", st.w.as_ref())?;
-                let what = format!("matmul {x} @ {w}");
-                (Job::Matmul { x, w, dtype }, what)
-            }
-            _ => {
-                let input = self.take(at, "input", st.input.as_ref())?;
-                let what = format!("standardize {input}");
-                let job = Job::Standardize {
-                    input,
-                    ddof: st.ddof.unwrap_or(0),
-                    dtype,
-                };
-                (job, what)
-            }
-        })
-    }
-
     /// Writes a fused (virtual) value to disk before a step that needs it as a file.
     fn materialize(&mut self, name: &str, line: usize, dtype: Option<DType>) {
         if let Some(expr) = self.virt.remove(name) {
@@ -342,4 +312,16 @@ impl<'a> Fuser<'a> {
             });
         }
     }
+}
+
+/// A step's keys in words, for the plan: `filter = "box:size=3" of x`.
+fn describe(st: &StepSpec, names: &[String]) -> String {
+    let mut words: Vec<String> = st
+        .keys
+        .iter()
+        .filter(|(k, _)| !OpSpec::pipeline_names(&st.op).contains(&k.as_str()))
+        .map(|(k, v)| format!("{k} = {v}"))
+        .collect();
+    words.push(format!("of {}", names.join(" and ")));
+    words.join(" ")
 }

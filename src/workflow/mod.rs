@@ -30,7 +30,11 @@
 //! smooth = "smooth.npy"
 //! ```
 //!
-//! Elementwise steps (`map`, `affine`, `cast`) that follow one another fuse into one
+//! A step is any operation a pipeline runs ([`OpSpec::pipeline_keys`]), with the keys of
+//! its spec; the keys that name its inputs (`input`, matmul's `x` and `w`) give the
+//! names of earlier values, and the step's `out` names its result.
+//!
+//! Elementwise steps (`map`, `affine`, `cast`, `clip`) that follow one another fuse into one
 //! pass: a result that is not an output and has no `dtype` of its own is not written
 //! anywhere — its expression is substituted into the steps that use it (kept in f64 in
 //! between; give a step a `dtype` to round it there). A step with a `nodata` or
@@ -51,8 +55,7 @@ use toml::Spanned;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::reduce::Reduce;
-use crate::ops::stencil::Stencil;
+use crate::spec::OpSpec;
 
 mod file;
 mod fuse;
@@ -76,33 +79,11 @@ enum Job {
         /// What it does where an input is nodata.
         nodata: crate::MapNodata,
     },
-    Reduce {
-        input: String,
-        op: Reduce,
-        axis: Option<usize>,
-        dtype: Option<DType>,
-    },
-    Stencil {
-        input: String,
-        stencil: Box<Stencil>,
-        /// The filter as the spec gives it to the engine (a kernel path resolved against
-        /// the pipeline file's directory) and the boundary.
-        filter: String,
-        boundary: String,
-        dtype: Option<DType>,
-    },
-    Transpose {
-        input: String,
-    },
-    Matmul {
-        x: String,
-        w: String,
-        dtype: Option<DType>,
-    },
-    Standardize {
-        input: String,
-        ddof: u32,
-        dtype: Option<DType>,
+    /// Any other operation: its spec, whose sources' paths are the names of the values
+    /// it reads (`names`, in order) and whose output is bound when it is planned or run.
+    Op {
+        spec: Box<OpSpec>,
+        names: Vec<String>,
     },
 }
 
@@ -193,8 +174,9 @@ impl Workflow {
         for s in &spec.steps {
             // a step's span starts after the table before it: report its `[[steps]]` line
             let start = s.span().start;
-            let line = line_of(&text, start + text[start..].find("[[steps]]").unwrap_or(0));
-            fuser.step(s.get_ref(), line)?;
+            let header = start + text[start..].find("[[steps]]").unwrap_or(0);
+            let body = &text[header..];
+            fuser.step(s.get_ref(), line_of(&text, header), body)?;
         }
         let (known, jobs) = (fuser.known, fuser.jobs);
         let mut outputs = BTreeMap::new();

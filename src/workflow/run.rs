@@ -13,11 +13,7 @@ use crate::engine::{Engine, RunReport};
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
 use crate::io::own_files::{Written as WrittenPath, check_run_paths};
-use crate::ops::reduce::{Reduce, ReduceOver};
-use crate::plan::Plan;
-use crate::spec::{
-    MapSpec, MatmulSpec, OpSpec, ReduceSpec, Source, StandardizeSpec, StencilSpec, TransposeSpec,
-};
+use crate::spec::{MapSpec, OpSpec, RawLayout, Source};
 
 /// The nodata value of each job's result, by the name of the value.
 type Written = BTreeMap<String, Option<String>>;
@@ -58,8 +54,10 @@ impl Workflow {
         let dir =
             tempfile::tempdir().map_err(|e| Error::io("create", "a temporary directory", e))?;
         let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
+        let mut sources: BTreeMap<String, Source> = BTreeMap::new();
         for (name, p) in &self.inputs {
             files.insert(name.clone(), TensorFile::open(p)?);
+            sources.insert(name.clone(), Source::file(p));
         }
         let mut text = String::new();
         let mut written = Written::new();
@@ -67,8 +65,14 @@ impl Workflow {
             // a step writing an output is planned with it: the room for encoding a
             // GeoTIFF or Zarr destination as it is written, a COG's overviews
             let dest = self.outputs.get(&j.out).map(PathBuf::as_path);
+            let held = dir.path().join(format!("{}.npy", j.out));
+            let ctx = Values {
+                files: &files,
+                sources: &sources,
+                written: &written,
+            };
             let (plan, shape, dtype, nodata) =
-                Self::plan_job(engine, j, &files, &written, dest).map_err(|e| self.at(j, e))?;
+                Self::plan_job(engine, j, &ctx, dest, &held).map_err(|e| self.at(j, e))?;
             written.insert(j.out.clone(), nodata);
             let _ = writeln!(
                 text,
@@ -84,6 +88,19 @@ impl Workflow {
             let n: u64 = shape.iter().map(|&d| d as u64).product::<u64>() * dtype.size() as u64;
             f.set_len(n).map_err(|e| Error::io("size", &p, e))?;
             files.insert(j.out.clone(), TensorFile::open_raw(&p, &shape, dtype)?);
+            let layout = RawLayout {
+                shape,
+                dtype,
+                offset: 0,
+            };
+            sources.insert(
+                j.out.clone(),
+                Source {
+                    path: p,
+                    raw: Some(layout),
+                    rows: None,
+                },
+            );
         }
         Ok((text, written))
     }
@@ -103,11 +120,14 @@ impl Workflow {
             .collect();
         let mut reads: Vec<(&str, &Path)> = vec![("pipeline file", &self.path)];
         reads.extend(self.inputs.values().map(|p| ("input", p.as_path())));
+        // what a step reads besides the values it names (a convolution kernel)
         for j in &self.jobs {
-            if let Job::Stencil { filter, .. } = &j.job
-                && let Some(k) = filter.strip_prefix("convolve:")
-            {
-                reads.push(("convolution kernel", Path::new(k)));
+            if let Job::Op { spec, names } = &j.job {
+                for p in spec.inputs() {
+                    if !names.iter().any(|n| Path::new(n) == p) {
+                        reads.push(("file a step reads", p));
+                    }
+                }
             }
         }
         check_run_paths(&writes, &reads)
@@ -141,144 +161,91 @@ impl Workflow {
         }
     }
 
+    /// A job's plan as text, the shape and dtype of its result, and the nodata value of
+    /// its result (what the pixels its map masked hold; a transpose's is that of what
+    /// it moves). `dest` is where it is written if it is an output; `held`, where the
+    /// run would keep it otherwise.
     fn plan_job(
         e: &Engine,
         j: &Planned,
-        files: &BTreeMap<String, TensorFile>,
-        written: &Written,
+        v: &Values<'_>,
         dest: Option<&Path>,
+        held: &Path,
     ) -> Result<(String, Vec<usize>, DType, Option<String>)> {
-        let (mut plan, shape, dtype, nodata) = Self::plan_tiles(e, j, files, written, dest)?;
-        if let Some(d) = dest
-            && let Some(after) = e.cog_after_the_run(d, &shape, dtype)?
+        let Job::Op { spec, names } = &j.job else {
+            let (mut plan, shape, dtype, nodata) = Self::plan_map_job(e, j, v, dest)?;
+            if let Some(d) = dest
+                && let Some(after) = e.cog_after_the_run(d, &shape, dtype)?
+            {
+                plan = format!("{plan}\nafter the run:  {after}");
+            }
+            return Ok((plan, shape, dtype, nodata));
+        };
+        // planned as the command line plans it, on the files of the values it reads
+        let spec = bind(spec, |n| v.sources.get(n).cloned(), dest.unwrap_or(held))?;
+        let plan = e.plan_spec(&spec)?;
+        let op = spec.operation();
+        let (shape, dtype) = op.written()?.ok_or_else(|| {
+            Error::Internal(format!("a pipeline's {} has no result", spec.name()))
+        })?;
+        let mut nodata = None;
+        if op.moves_values()
+            && let Some(input) = names.first()
         {
-            plan = format!("{plan}\nafter the run:  {after}");
+            // values moved, not computed: the nodata value of the value read (a
+            // pipeline input's is its file's)
+            nodata = match v.written.get(input) {
+                Some(nodata) => nodata.clone(),
+                None => v.file(input)?.nodata().map(|(text, _)| text.to_string()),
+            };
         }
-        Ok((plan, shape, dtype, nodata))
+        Ok((plan.to_string(), shape, dtype, nodata))
     }
 
-    /// The tiles of a job's plan (see [`Workflow::plan_job`]), the shape and dtype of its
-    /// result, and the nodata value of its result (what the pixels its map masked hold;
-    /// a transpose's is that of what it moves).
-    fn plan_tiles(
+    /// The plan of a map job (see [`Workflow::plan_job`]), without what runs after it.
+    fn plan_map_job(
         e: &Engine,
         j: &Planned,
-        files: &BTreeMap<String, TensorFile>,
-        written: &Written,
+        v: &Values<'_>,
         dest: Option<&Path>,
     ) -> Result<(String, Vec<usize>, DType, Option<String>)> {
+        let Job::Map {
+            expr,
+            dtype,
+            like,
+            nodata,
+        } = &j.job
+        else {
+            return Err(Error::Internal("not a map job".into()));
+        };
+        let files = v.files;
+        let named = Self::named(expr, files);
+        let refs: Vec<(&str, &TensorFile)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        let dtype = &Self::map_dtype(*dtype, like, files)?;
+        // refused before anything runs, as the run would refuse it
+        let rule = Self::map_rule(nodata, expr, v.written);
+        let bound = Engine::bind_map(expr, &refs, *dtype, &rule)?;
+        let (streams, shape, od) = (bound.streams, bound.shape, bound.dtype);
         // flat plans writing a destination set aside what encoding it takes
-        let flat =
-            |shape: &[usize], dtype: DType, plan: &dyn Fn(&Engine) -> Result<Plan>| match dest {
-                Some(d) => e.plan_writing(d, shape, dtype, plan),
-                None => plan(e),
-            };
-        let f = |n: &str| {
-            files
-                .get(n)
-                .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
+        let plan = |e: &Engine| e.plan_map(expr, &refs, *dtype);
+        let p = match dest {
+            Some(d) => e.plan_writing(d, &shape, od, plan)?,
+            None => plan(e)?,
         };
-        let mut result_nodata = None;
-        let (text, shape, dtype) = match &j.job {
-            Job::Map {
-                expr,
-                dtype,
-                like,
-                nodata,
-            } => {
-                let named = Self::named(expr, files);
-                let refs: Vec<(&str, &TensorFile)> =
-                    named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-                let dtype = &Self::map_dtype(*dtype, like, files)?;
-                // refused before anything runs, as the run would refuse it
-                let rule = Self::map_rule(nodata, expr, written);
-                let bound = Engine::bind_map(expr, &refs, *dtype, &rule)?;
-                result_nodata = bound.nodata;
-                let (streams, shape, od) = (bound.streams, bound.shape, bound.dtype);
-                let p = flat(&shape, od, &|e: &Engine| e.plan_map(expr, &refs, *dtype))?;
-                // as the run: in boxes along the output's chunks when the flat plan cannot
-                // encode it as it writes it, refused when neither can
-                let boxes = match dest {
-                    Some(d) => e.elementwise_boxes(&p, &streams, d, &shape, od)?,
-                    None => None,
-                };
-                let text = match (boxes, dest) {
-                    (Some(b), _) => b.to_string(),
-                    (None, Some(d)) if p.output_bytes == 0 && e.encodes(d) => {
-                        return Err(e.cannot_stream(d, &shape, od, None));
-                    }
-                    (None, _) => p.to_string(),
-                };
-                (text, shape, od)
-            }
-            Job::Reduce {
-                input,
-                op,
-                axis,
-                dtype,
-            } => {
-                let x = f(input)?;
-                let over = ReduceOver::from(*axis);
-                let p = e.plan_reduce(x, *op, over)?;
-                let shape = over.out_shape(x.shape());
-                (
-                    p.to_string(),
-                    shape,
-                    dtype.unwrap_or(op.output_dtype(x.dtype())),
-                )
-            }
-            Job::Stencil {
-                input,
-                stencil,
-                dtype,
-                ..
-            } => {
-                let x = f(input)?;
-                let p = e.plan_stencil_to(x, stencil, *dtype, dest)?;
-                (
-                    p.to_string(),
-                    x.shape().to_vec(),
-                    dtype.unwrap_or(x.dtype()),
-                )
-            }
-            Job::Transpose { input } => {
-                let x = f(input)?;
-                let p = e.plan_transpose_to(x, dest)?;
-                let shape = crate::engine::transposed_shape(x.shape());
-                // values moved, not computed: the nodata value of the value read (a
-                // pipeline input's is its file's)
-                result_nodata = match written.get(input) {
-                    Some(nodata) => nodata.clone(),
-                    None => x.nodata().map(|(text, _)| text.to_string()),
-                };
-                (p.to_string(), shape, x.dtype())
-            }
-            Job::Matmul { x, w, dtype } => {
-                let (xf, wf) = (f(x)?, f(w)?);
-                let c = crate::ops::matmul::compute_dtype(xf.dtype(), wf.dtype());
-                let (shape, od) = (vec![xf.shape()[0], wf.shape()[1]], dtype.unwrap_or(c));
-                let p = flat(&shape, od, &|e: &Engine| e.plan_matmul(xf, wf, *dtype))?;
-                if let Some(d) = dest
-                    && p.output_bytes == 0
-                    && e.encodes(d)
-                {
-                    // refused as the run refuses it (no box fallback for matmul)
-                    return Err(e.cannot_stream(d, &shape, od, None));
-                }
-                (p.to_string(), shape, od)
-            }
-            Job::Standardize { input, dtype, .. } => {
-                let x = f(input)?;
-                let p = e.plan_reduce(x, Reduce::Std { ddof: 0 }, ReduceOver::Axis(0))?;
-                let d = dtype.unwrap_or(if x.dtype() == DType::F64 {
-                    DType::F64
-                } else {
-                    DType::F32
-                });
-                (p.to_string(), x.shape().to_vec(), d)
-            }
+        // as the run: in boxes along the output's chunks when the flat plan cannot
+        // encode it as it writes it, refused when neither can
+        let boxes = match dest {
+            Some(d) => e.elementwise_boxes(&p, &streams, d, &shape, od)?,
+            None => None,
         };
-        Ok((text, shape, dtype, result_nodata))
+        let text = match (boxes, dest) {
+            (Some(b), _) => b.to_string(),
+            (None, Some(d)) if p.output_bytes == 0 && e.encodes(d) => {
+                return Err(e.cannot_stream(d, &shape, od, None));
+            }
+            (None, _) => p.to_string(),
+        };
+        Ok((text, shape, od, bound.nodata))
     }
 
     /// The dtype of a map job: the one given, else (for a job reading values written in
@@ -370,13 +337,6 @@ impl Workflow {
         written: &Written,
         out: &Path,
     ) -> Result<RunReport> {
-        let src = |n: &str| -> Result<Source> {
-            files
-                .get(n)
-                .map(|t| Source::file(t.path()))
-                .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
-        };
-        let output = out.to_path_buf();
         let spec = match &j.job {
             Job::Map {
                 expr,
@@ -389,60 +349,46 @@ impl Workflow {
                     .into_iter()
                     .map(|(n, t)| (n, Source::file(t.path())))
                     .collect(),
-                output,
+                output: out.to_path_buf(),
                 dtype: Self::map_dtype(*dtype, like, files)?,
                 nodata: nodata.value.clone(),
                 ignore_nodata: nodata.ignore_inputs,
                 input_nodata: Self::map_rule(nodata, expr, written).inputs,
             }),
-            Job::Reduce {
-                input,
-                op,
-                axis,
-                dtype,
-            } => OpSpec::Reduce(ReduceSpec {
-                input: src(input)?,
-                output,
-                reduce: op.name().into(),
-                ddof: match *op {
-                    Reduce::Var { ddof } | Reduce::Std { ddof } => ddof,
-                    _ => 0,
-                },
-                axis: *axis,
-                dtype: *dtype,
-            }),
-            Job::Stencil {
-                input,
-                filter,
-                boundary,
-                dtype,
-                ..
-            } => OpSpec::Stencil(StencilSpec {
-                input: src(input)?,
-                output,
-                filter: filter.clone(),
-                boundary: boundary.clone(),
-                dtype: *dtype,
-            }),
-            Job::Transpose { input } => OpSpec::Transpose(TransposeSpec {
-                input: src(input)?,
-                output,
-            }),
-            Job::Matmul { x, w, dtype } => OpSpec::Matmul(MatmulSpec {
-                x: src(x)?,
-                w: src(w)?,
-                output,
-                dtype: *dtype,
-            }),
-            Job::Standardize { input, ddof, dtype } => OpSpec::Standardize(StandardizeSpec {
-                input: src(input)?,
-                output,
-                ddof: *ddof,
-                dtype: *dtype,
-                stats: None,
-                given: None,
-            }),
+            Job::Op { spec, .. } => {
+                bind(spec, |n| files.get(n).map(|t| Source::file(t.path())), out)?
+            }
         };
         e.run_spec(&spec)
     }
+}
+
+/// What the jobs before a job produced: the files of the values by name, their sources
+/// (a dry run's placeholders are raw files), and their nodata values.
+struct Values<'a> {
+    files: &'a BTreeMap<String, TensorFile>,
+    sources: &'a BTreeMap<String, Source>,
+    written: &'a Written,
+}
+
+impl Values<'_> {
+    fn file(&self, name: &str) -> Result<&TensorFile> {
+        self.files
+            .get(name)
+            .ok_or_else(|| Error::Internal(format!("pipeline value `{name}` missing")))
+    }
+}
+
+/// `spec` with each source (a name, see [`Job::Op`]) bound by `source` and its output
+/// set to `output`.
+fn bind(spec: &OpSpec, source: impl Fn(&str) -> Option<Source>, output: &Path) -> Result<OpSpec> {
+    let mut spec = spec.clone();
+    let (sources, out) = spec.operation_mut().paths_mut();
+    for s in sources {
+        let name = s.path.to_string_lossy().into_owned();
+        *s = source(&name)
+            .ok_or_else(|| Error::Internal(format!("pipeline value `{name}` missing")))?;
+    }
+    *out = output.to_path_buf();
+    Ok(spec)
 }

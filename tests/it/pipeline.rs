@@ -804,3 +804,63 @@ fn a_long_chain_of_steps_runs_in_fused_passes() {
         assert_eq!(a.to_bits(), want.to_bits(), "{a} vs {want}");
     }
 }
+
+/// `clip` is a pipeline step because its operation says what expression it is: fused
+/// with the step after it, the result equals the subcommands run one by one (`clip`,
+/// then `affine` in f64 and cast once), and a key of the wrong type names its line.
+#[test]
+fn clip_steps_fuse_like_every_elementwise_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let x = d.join("x.npy");
+    ok(&[
+        "gen",
+        p(&x),
+        "--shape",
+        "40x30",
+        "--seed",
+        "3",
+        "--dtype",
+        "f64",
+    ]);
+    let file = d.join("clip.toml");
+    let text = "[inputs]\nx = \"x.npy\"\n\n[[steps]]\nop = \"clip\"\ninput = \"x\"\nlo = 0.0\n\
+                hi = 0.5\nout = \"c\"\n\n[[steps]]\nop = \"affine\"\ninput = \"c\"\n\
+                scale = 3.0\noffset = -1.0\ndtype = \"f32\"\nout = \"y\"\n\n[outputs]\n\
+                y = \"y.npy\"\n";
+    std::fs::write(&file, text).unwrap();
+    let plan = ok(&["run", p(&file), "--dry-run"]);
+    assert!(
+        plan.contains("map 'fma((clip(x, 0.0, 0.5)), 3.0, -1.0)'"),
+        "{plan}"
+    );
+    ok(&["run", p(&file)]);
+    let (c, want) = (d.join("c.npy"), d.join("want.npy"));
+    ok(&["clip", p(&x), p(&c), "--lo", "0", "--hi", "0.5"]);
+    let args = [
+        p(&c),
+        p(&want),
+        "--scale",
+        "3",
+        "--offset",
+        "-1",
+        "--dtype",
+        "f32",
+    ];
+    ok(&[&["affine"][..], &args[..]].concat());
+    let got = crate::common::read_npy_data(&d.join("y.npy"));
+    assert_eq!(got, crate::common::read_npy_data(&want));
+    let xs = crate::common::read_npy_data(&x);
+    assert!(got.chunks_exact(4).zip(xs.chunks_exact(8)).any(|(g, v)| {
+        let v = f64::from_le_bytes(v.try_into().unwrap());
+        v > 0.5 && f32::from_le_bytes(g.try_into().unwrap()).to_bits() == 0.5f32.to_bits()
+    }));
+    std::fs::write(&file, text.replacen("hi = 0.5", "hi = \"high\"", 1)).unwrap();
+    let o = run(&["run", p(&file), "--dry-run"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("clip.toml line 4") && err.contains("hi"),
+        "{err}"
+    );
+}

@@ -17,9 +17,11 @@ pub struct AffineSpec {
     pub input: Source,
     /// Output file.
     pub output: PathBuf,
-    /// Factor.
+    /// Factor (default 1).
+    #[serde(default = "one")]
     pub scale: f64,
-    /// Term.
+    /// Term (default 0).
+    #[serde(default)]
     pub offset: f64,
     /// Output dtype (default: the input's).
     #[serde(default, with = "crate::spec::opt_dtype_name")]
@@ -31,6 +33,10 @@ pub struct AffineSpec {
     /// out, as [`MapSpec`](super::MapSpec)'s).
     #[serde(default)]
     pub ignore_nodata: bool,
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 impl PipelineStep for AffineSpec {
@@ -51,6 +57,20 @@ impl Operation for AffineSpec {
 
     fn output(&self) -> &Path {
         &self.output
+    }
+
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.input], &mut self.output)
+    }
+
+    fn expression(&self, names: &[&str]) -> Result<Option<String>> {
+        // rounded once, as the affine operation computes it
+        Ok(Some(format!(
+            "fma({}, {}, {})",
+            names[0],
+            crate::ops::expr::literal(self.scale),
+            crate::ops::expr::literal(self.offset)
+        )))
     }
 
     fn output_layout(&self) -> Result<OutputLayout> {

@@ -37,6 +37,14 @@ impl Operation for CastSpec {
         &self.output
     }
 
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.input], &mut self.output)
+    }
+
+    fn expression(&self, names: &[&str]) -> Result<Option<String>> {
+        Ok(Some(names[0].to_string()))
+    }
+
     fn output_layout(&self) -> Result<OutputLayout> {
         OutputLayout::same(&self.input, Some(self.dtype))
     }

@@ -32,6 +32,14 @@ pub struct ClipSpec {
 impl ClipSpec {
     /// The expression it runs, over the input named `x`.
     fn expr(&self) -> Result<String> {
+        self.expr_over("x")
+    }
+
+    /// The expression it runs, over the input named `x`.
+    ///
+    /// # Errors
+    /// Bounds that are not a range.
+    fn expr_over(&self, x: &str) -> Result<String> {
         if self.lo.is_nan() || self.hi.is_nan() || self.lo > self.hi {
             return Err(Error::invalid(format!(
                 "clip: bounds [{}, {}] are not a range: give lo <= hi, neither nan",
@@ -39,15 +47,17 @@ impl ClipSpec {
             )));
         }
         Ok(format!(
-            "clip(x, {}, {})",
+            "clip({x}, {}, {})",
             literal(self.lo),
             literal(self.hi)
         ))
     }
 }
 
-/// Not a pipeline step: a pipeline's `map` writes `clip(x, lo, hi)`.
-impl PipelineStep for ClipSpec {}
+impl PipelineStep for ClipSpec {
+    const KEYS: Option<&'static [&'static str]> =
+        Some(&["input", "lo", "hi", "dtype", "nodata", "ignore_nodata"]);
+}
 
 impl Operation for ClipSpec {
     fn inputs(&self) -> Vec<&Path> {
@@ -56,6 +66,14 @@ impl Operation for ClipSpec {
 
     fn output(&self) -> &Path {
         &self.output
+    }
+
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.input], &mut self.output)
+    }
+
+    fn expression(&self, names: &[&str]) -> Result<Option<String>> {
+        self.expr_over(names[0]).map(Some)
     }
 
     fn output_layout(&self) -> Result<OutputLayout> {

@@ -35,6 +35,10 @@ impl Operation for ConvertSpec {
         &self.output
     }
 
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.input], &mut self.output)
+    }
+
     fn output_layout(&self) -> Result<OutputLayout> {
         OutputLayout::same(&self.input, self.dtype)
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{Operation, PipelineStep};
-use crate::spec::SpecPlan;
+use crate::spec::{Source, SpecPlan};
 use crate::tiling::BoxPlan;
 use crate::{DType, Engine, Plan, Result, RunReport};
 
@@ -57,6 +57,10 @@ impl Operation for GenerateSpec {
 
     fn output(&self) -> &Path {
         &self.output
+    }
+
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (Vec::new(), &mut self.output)
     }
 
     fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {

@@ -52,6 +52,8 @@ fn named(files: &[(String, TensorFile)]) -> Vec<(&str, &TensorFile)> {
 impl PipelineStep for MapSpec {
     const KEYS: Option<&'static [&'static str]> =
         Some(&["expr", "names", "dtype", "nodata", "ignore_nodata"]);
+    /// A pipeline's `map` reads the names its expression uses.
+    const NAMES: &'static [&'static str] = &[];
 }
 
 impl Operation for MapSpec {
@@ -61,6 +63,13 @@ impl Operation for MapSpec {
 
     fn output(&self) -> &Path {
         &self.output
+    }
+
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (
+            self.inputs.iter_mut().map(|(_, s)| s).collect(),
+            &mut self.output,
+        )
     }
 
     fn output_layout(&self) -> Result<OutputLayout> {

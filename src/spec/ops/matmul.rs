@@ -25,6 +25,7 @@ pub struct MatmulSpec {
 
 impl PipelineStep for MatmulSpec {
     const KEYS: Option<&'static [&'static str]> = Some(&["x", "w", "dtype"]);
+    const NAMES: &'static [&'static str] = &["x", "w"];
 }
 
 impl Operation for MatmulSpec {
@@ -34,6 +35,10 @@ impl Operation for MatmulSpec {
 
     fn output(&self) -> &Path {
         &self.output
+    }
+
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.x, &mut self.w], &mut self.output)
     }
 
     fn output_layout(&self) -> Result<OutputLayout> {

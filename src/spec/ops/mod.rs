@@ -7,7 +7,7 @@
 //! Adding an operation is a module here that implements [`Operation`], and one line in
 //! the [`operations!`] call of `src/spec/mod.rs`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::io::own_files::Written;
 use crate::plan::Plan;
@@ -63,6 +63,31 @@ pub(crate) trait Operation {
 
     /// The file (or store, or patch directory) the operation writes.
     fn output(&self) -> &Path;
+
+    /// The sources it reads, in order, and the path it writes, for a front end that
+    /// binds them after the rest is given: a pipeline file's steps read earlier values by
+    /// name, and write where the pipeline says.
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf);
+
+    /// Makes the files its parameters name (a convolution kernel; not its sources or
+    /// output) relative to `base`, a pipeline file's directory.
+    fn relative_to(&mut self, _base: &Path) {}
+
+    /// The element-wise expression (see `ops/expr.rs`) it computes, over its sources
+    /// named `names` in order: a pipeline fuses it into the steps that use it. `None`
+    /// for an operation that is not one expression.
+    ///
+    /// # Errors
+    /// Bad parameters.
+    fn expression(&self, _names: &[&str]) -> Result<Option<String>> {
+        Ok(None)
+    }
+
+    /// Whether its output holds its input's values moved, not computed (a transpose):
+    /// then its nodata value is its input's.
+    fn moves_values(&self) -> bool {
+        false
+    }
 
     /// Every path the operation writes: its output, and files besides it.
     fn writes(&self) -> Vec<Written<'_>> {
@@ -150,6 +175,10 @@ pub(crate) trait Operation {
 pub(crate) trait PipelineStep {
     /// The keys, in the order the error for a wrong one lists them.
     const KEYS: Option<&'static [&'static str]> = None;
+
+    /// Those of the keys that name an earlier value, in the order of
+    /// [`Operation::paths_mut`]'s sources.
+    const NAMES: &'static [&'static str] = &["input"];
 }
 
 /// Lists the operations once: makes [`OpSpec`](super::OpSpec) (serialised with an
@@ -187,7 +216,22 @@ macro_rules! operations {
                 }
             }
 
+            /// The keys of [`OpSpec::pipeline_keys`] that name an earlier value.
+            #[must_use]
+            pub(crate) fn pipeline_names(name: &str) -> &'static [&'static str] {
+                match name {
+                    $($name => <$spec as $crate::spec::ops::PipelineStep>::NAMES,)+
+                    _ => &[],
+                }
+            }
+
             pub(crate) fn operation(&self) -> &dyn $crate::spec::ops::Operation {
+                match self {
+                    $(OpSpec::$variant(o) => o,)+
+                }
+            }
+
+            pub(crate) fn operation_mut(&mut self) -> &mut dyn $crate::spec::ops::Operation {
                 match self {
                     $(OpSpec::$variant(o) => o,)+
                 }

@@ -17,7 +17,8 @@ pub struct ReduceSpec {
     pub input: Source,
     /// Output file.
     pub output: PathBuf,
-    /// The reduction's name.
+    /// The reduction's name (default `sum`).
+    #[serde(default = "sum")]
     pub reduce: String,
     /// Delta degrees of freedom of `var` and `std`.
     #[serde(default)]
@@ -28,6 +29,10 @@ pub struct ReduceSpec {
     /// Output dtype (default: the reduction's).
     #[serde(default, with = "crate::spec::opt_dtype_name")]
     pub dtype: Option<DType>,
+}
+
+fn sum() -> String {
+    "sum".into()
 }
 
 impl PipelineStep for ReduceSpec {
@@ -42,6 +47,10 @@ impl Operation for ReduceSpec {
 
     fn output(&self) -> &Path {
         &self.output
+    }
+
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.input], &mut self.output)
     }
 
     fn tiling(&self) -> Tiling {

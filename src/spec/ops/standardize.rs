@@ -50,6 +50,14 @@ impl Operation for StandardizeSpec {
         &self.output
     }
 
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        let mut v = vec![&mut self.input];
+        if let Some((m, sd)) = &mut self.given {
+            v.extend([m, sd]);
+        }
+        (v, &mut self.output)
+    }
+
     fn writes(&self) -> Vec<Written<'_>> {
         let mut w = vec![Written {
             role: "output",

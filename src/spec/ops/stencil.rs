@@ -50,6 +50,16 @@ impl Operation for StencilSpec {
         &self.output
     }
 
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.input], &mut self.output)
+    }
+
+    fn relative_to(&mut self, base: &Path) {
+        if let Some(k) = self.filter.strip_prefix("convolve:") {
+            self.filter = format!("convolve:{}", base.join(k).display());
+        }
+    }
+
     fn tiling(&self) -> Tiling {
         Tiling::Boxes
     }

@@ -62,6 +62,10 @@ impl Operation for TilesSpec {
         &self.outdir
     }
 
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.input], &mut self.outdir)
+    }
+
     fn writes(&self) -> Vec<Written<'_>> {
         vec![Written {
             role: "output",

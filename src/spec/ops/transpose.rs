@@ -32,6 +32,14 @@ impl Operation for TransposeSpec {
         &self.output
     }
 
+    fn paths_mut(&mut self) -> (Vec<&mut Source>, &mut PathBuf) {
+        (vec![&mut self.input], &mut self.output)
+    }
+
+    fn moves_values(&self) -> bool {
+        true
+    }
+
     fn tiling(&self) -> Tiling {
         Tiling::Boxes
     }
