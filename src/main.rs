@@ -14,20 +14,16 @@ use tilestream::format::parse_shape;
 use tilestream::format::tiff::TiffWriteOptions;
 use tilestream::format::tiff::cog::CogOptions;
 use tilestream::format::zarr::ZarrWriteOptions;
-use tilestream::spec::{
-    AffineSpec, CastSpec, ClipSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
-    StandardizeSpec, StencilSpec, TilesSpec, TransposeSpec,
-};
 use tilestream::workflow::Workflow;
 #[path = "main/args.rs"]
 mod args;
 #[path = "main/info.rs"]
 mod info;
 
-use args::{Cli, Cmd, Common, DEFAULT_MEMORY, Op, RawSpec};
-use tilestream::{
-    DType, Engine, Error, MemoryBudget, OpSpec, Progress, RawLayout, Result, Source, TensorFile,
-};
+use args::{Cli, Cmd, Common, DEFAULT_MEMORY};
+use tilestream::spec::Op;
+use tilestream::spec::cli::RawSpec;
+use tilestream::{Engine, Error, MemoryBudget, Progress, Result, TensorFile};
 
 fn engine(c: &Common) -> Result<Engine> {
     let budget = MemoryBudget::parse(c.memory.as_deref().unwrap_or(DEFAULT_MEMORY))?;
@@ -174,93 +170,8 @@ fn with_progress_bar(e: Engine, mode: &str) -> (Engine, Option<ProgressBar>) {
 }
 
 /// An input given on the command line: a file, raw when `--shape` and `--in-dtype` say so.
-fn source(path: &Path, raw: &RawSpec) -> Result<Source> {
-    Ok(Source {
-        path: path.to_path_buf(),
-        raw: match (&raw.shape, &raw.in_dtype) {
-            (Some(s), Some(d)) => Some(RawLayout {
-                shape: parse_shape(s)?,
-                dtype: d.parse()?,
-                offset: 0,
-            }),
-            (None, None) => None,
-            _ => {
-                return Err(Error::invalid(
-                    "a raw input needs both --shape and --in-dtype",
-                ));
-            }
-        },
-        rows: None,
-    })
-}
-
 fn open(path: &Path, raw: &RawSpec) -> Result<TensorFile> {
-    source(path, raw)?.open()
-}
-
-fn dtype_opt(d: Option<&String>) -> Result<Option<DType>> {
-    d.map(|s| s.parse()).transpose()
-}
-
-/// The `--in NAME=FILE` inputs (the file's path may be any bytes, as paths may).
-fn named_sources(specs: &[std::ffi::OsString], raw: &RawSpec) -> Result<Vec<(String, Source)>> {
-    use std::os::unix::ffi::OsStrExt;
-    specs
-        .iter()
-        .map(|s| {
-            let bytes = s.as_bytes();
-            let bad = || {
-                Error::invalid(format!(
-                    "--in '{}': expected NAME=FILE, e.g. --in x=x.npy",
-                    s.to_string_lossy().escape_debug()
-                ))
-            };
-            let eq = bytes.iter().position(|&b| b == b'=').ok_or_else(bad)?;
-            let (name, path) = (&bytes[..eq], &bytes[eq + 1..]);
-            let name = std::str::from_utf8(name).map_err(|_| bad())?.trim();
-            if name.is_empty() || path.is_empty() {
-                return Err(bad());
-            }
-            let path = Path::new(std::ffi::OsStr::from_bytes(path));
-            Ok((name.to_string(), source(path, raw)?))
-        })
-        .collect()
-}
-
-/// `--in-nodata NAME=VALUE` of `map`: the nodata value of the input NAME in place of
-/// what its file says (`none`: it has none).
-fn input_nodata(
-    specs: &[String],
-    inputs: &[(String, Source)],
-) -> Result<Vec<(String, Option<String>)>> {
-    specs
-        .iter()
-        .map(|s| {
-            let (name, v) = s
-                .split_once('=')
-                .map(|(n, v)| (n.trim(), v.trim()))
-                .filter(|(n, v)| !n.is_empty() && !v.is_empty())
-                .ok_or_else(|| {
-                    Error::invalid(format!(
-                        "--in-nodata '{}': expected NAME=VALUE, e.g. --in-nodata x=-9999",
-                        s.escape_debug()
-                    ))
-                })?;
-            if !inputs.iter().any(|(n, _)| n == name) {
-                let known: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
-                return Err(Error::invalid(format!(
-                    "--in-nodata {}: no input is named {} (inputs: {})",
-                    s.escape_debug(),
-                    name.escape_debug(),
-                    known.join(", ")
-                )));
-            }
-            Ok((
-                name.to_string(),
-                (!v.eq_ignore_ascii_case("none")).then(|| v.to_string()),
-            ))
-        })
-        .collect()
+    tilestream::spec::cli::source(path, raw)?.open()
 }
 
 /// A note when an output's extension names no format tilestream writes (`o.jpg`): the
@@ -282,104 +193,6 @@ fn warn_unknown_extension(out: &Path) {
             out.display()
         );
     }
-}
-
-/// The operation's spec: what the library plans and runs, and what identifies a run for
-/// `--resume`.
-fn spec_of(op: &Op) -> Result<OpSpec> {
-    let dtype = |d: Option<&String>| dtype_opt(d);
-    Ok(match op {
-        Op::Reduce(a) => OpSpec::Reduce(ReduceSpec {
-            input: source(&a.input, &a.raw)?,
-            output: a.output.clone(),
-            reduce: a.op.clone(),
-            ddof: a.ddof,
-            axis: a.axis,
-            dtype: dtype(a.dtype.as_ref())?,
-        }),
-        Op::Affine(a) => OpSpec::Affine(AffineSpec {
-            input: source(&a.input, &a.raw)?,
-            output: a.output.clone(),
-            scale: a.scale,
-            offset: a.offset,
-            dtype: dtype(a.dtype.as_ref())?,
-            nodata: a.nodata.clone(),
-            ignore_nodata: a.ignore_nodata,
-        }),
-        Op::Map(a) => {
-            let inputs = named_sources(&a.inputs, &a.raw)?;
-            OpSpec::Map(MapSpec {
-                expr: a.expr.clone(),
-                input_nodata: input_nodata(&a.in_nodata, &inputs)?,
-                inputs,
-                output: a.output.clone(),
-                dtype: dtype(a.dtype.as_ref())?,
-                nodata: a.nodata.clone(),
-                ignore_nodata: a.ignore_nodata,
-            })
-        }
-        Op::Matmul(a) => OpSpec::Matmul(MatmulSpec {
-            x: Source::file(&a.x),
-            w: Source::file(&a.w),
-            output: a.output.clone(),
-            dtype: dtype(a.dtype.as_ref())?,
-        }),
-        Op::Standardize(a) => OpSpec::Standardize(StandardizeSpec {
-            input: source(&a.input, &a.raw)?,
-            output: a.output.clone(),
-            ddof: a.ddof,
-            dtype: dtype(a.dtype.as_ref())?,
-            stats: a.stats.clone(),
-            given: None,
-        }),
-        Op::Cast(a) => OpSpec::Cast(CastSpec {
-            input: source(&a.input, &a.raw)?,
-            output: a.output.clone(),
-            dtype: a.dtype.parse()?,
-        }),
-        Op::Clip(a) => OpSpec::Clip(ClipSpec {
-            input: source(&a.input, &a.raw)?,
-            output: a.output.clone(),
-            lo: a.lo,
-            hi: a.hi,
-            dtype: dtype(a.dtype.as_ref())?,
-        }),
-        Op::Convert(a) => OpSpec::Convert(ConvertSpec {
-            input: source(&a.input, &a.raw)?,
-            output: a.output.clone(),
-            dtype: dtype(a.dtype.as_ref())?,
-        }),
-        Op::Stencil(a) => OpSpec::Stencil(StencilSpec {
-            input: source(&a.input, &a.raw)?,
-            output: a.output.clone(),
-            filter: a.filter.clone(),
-            boundary: a.boundary.clone(),
-            dtype: dtype(a.dtype.as_ref())?,
-        }),
-        Op::Transpose(a) => OpSpec::Transpose(TransposeSpec {
-            input: source(&a.input, &a.raw)?,
-            output: a.output.clone(),
-        }),
-        Op::Tiles(a) => OpSpec::Tiles(TilesSpec {
-            input: source(&a.input, &a.raw)?,
-            outdir: a.outdir.clone(),
-            size: a.size,
-            overlap: a.overlap,
-            edge: a.edge.clone(),
-            patch_format: a.patch_format.clone(),
-        }),
-        Op::Gen(a) => OpSpec::Generate(GenerateSpec {
-            output: a.output.clone(),
-            shape: parse_shape(&a.shape)?,
-            dtype: a.dtype.parse()?,
-            seed: a.seed,
-            dist: a.dist.clone(),
-            mean: a.mean,
-            std: a.std,
-            low: a.low,
-            high: a.high,
-        }),
-    })
 }
 
 /// `tilestream devices`: the driver's and NVRTC's versions and every GPU the driver
@@ -490,7 +303,7 @@ fn main_inner(cli: Cli) -> Result<()> {
         }
         Cmd::Plan { op } => {
             let e = engine(common)?;
-            let p = e.plan_spec(&spec_of(&op)?)?;
+            let p = e.plan_spec(&op.spec()?)?;
             if common.json {
                 println!("{}", p.json());
             } else {
@@ -500,7 +313,7 @@ fn main_inner(cli: Cli) -> Result<()> {
         }
         Cmd::Op(op) => {
             let mut e = engine(common)?;
-            let spec = spec_of(&op)?;
+            let spec = op.spec()?;
             if common.format.is_none() && !matches!(op, Op::Tiles(_)) {
                 warn_unknown_extension(spec.output());
             }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use tilestream::format::{Format, fmt_shape};
 use tilestream::{Result, TensorFile};
 
-use crate::args::RawSpec;
+use tilestream::spec::cli::RawSpec;
 
 /// Prints what the file at `path` holds (a raw file read with `raw`), as JSON with `json`.
 pub(crate) fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {

@@ -92,34 +92,6 @@ impl Source {
     }
 }
 
-ops::operations! {
-    /// A reduction (`sum`, `mean`, `var`, `std`, `min`, `max`) over one axis or all.
-    Reduce(ReduceSpec) = "reduce",
-    /// `y = scale * x + offset`, cast.
-    Affine(AffineSpec) = "affine",
-    /// A cast to `dtype`.
-    Cast(CastSpec) = "cast",
-    /// A format conversion (and optional cast): the output's format is its name's (or
-    /// the engine's output format).
-    Convert(ConvertSpec) = "convert",
-    /// An elementwise expression over named inputs.
-    Map(MapSpec) = "map",
-    /// `x @ w` with `w` resident.
-    Matmul(MatmulSpec) = "matmul",
-    /// Per-column `(x - mean) / std`.
-    Standardize(StandardizeSpec) = "standardize",
-    /// A neighbourhood filter over halo'd tiles.
-    Stencil(StencilSpec) = "stencil",
-    /// Swaps the last two axes.
-    Transpose(TransposeSpec) = "transpose",
-    /// Cuts an image into patch files and an index.
-    Tiles(TilesSpec) = "tiles",
-    /// `tilestream gen` data, reproducible from the seed.
-    Generate(GenerateSpec) = "generate",
-    /// Each element limited to `[lo, hi]`.
-    Clip(ClipSpec) = "clip",
-}
-
 /// A [`DType`] as its name (`"f32"`).
 pub(crate) mod dtype_name {
     use serde::{Deserialize, Deserializer, Serializer};
@@ -387,10 +359,12 @@ impl OpSpec {
 mod ops;
 mod run;
 
-pub use ops::{
-    AffineSpec, CastSpec, ClipSpec, ConvertSpec, GenerateSpec, MapSpec, MatmulSpec, ReduceSpec,
-    StandardizeSpec, StencilSpec, TilesSpec, TransposeSpec,
-};
+// every operation's spec, and `OpSpec` ([`ops::operations!`] lists them)
+pub use ops::*;
+
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub mod cli;
 
 #[cfg(test)]
 mod tests;

@@ -111,3 +111,59 @@ impl Operation for AffineSpec {
         )
     }
 }
+
+/// The `affine` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Elementwise y = scale * x + offset, cast to --dtype",
+    after_help = "Examples:
+  tilestream affine x.npy y.npy --scale 2 --offset 1 --dtype f16 --memory 512MiB
+  tilestream affine scene.tif refl.tif --scale 0.0001 --dtype f32   # nodata pixels: nan
+
+scale * x + offset is rounded once (a fused multiply-add), then cast. Pixels where the
+input is nodata (a GeoTIFF's GDAL nodata value) become the output's nodata value, as in
+map: --nodata, by default nan for a float output and the input's value for an integer
+one; --ignore-nodata computes them like any other."
+)]
+pub struct AffineArgs {
+    /// Input tensor (.npy, or raw with --shape and --in-dtype).
+    pub input: PathBuf,
+    /// Output file (.npy, or raw for any other extension).
+    pub output: PathBuf,
+    /// Multiplier a in y = a*x + b.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub scale: f64,
+    /// Offset b in y = a*x + b.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub offset: f64,
+    /// Output dtype (default: the input's). Floats round to nearest even; integers
+    /// round toward zero, saturate, and take NaN to 0.
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// The output's nodata value (nan, -9999): given to the pixels where the input is
+    /// nodata, and written to a GeoTIFF output (default: nan for a float output, the
+    /// input's nodata value for an integer one).
+    #[arg(long, value_name = "VALUE", allow_hyphen_values = true)]
+    pub nodata: Option<String>,
+    /// Compute the pixels where the input is nodata like any other (no masking).
+    #[arg(long)]
+    pub ignore_nodata: bool,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for AffineArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Affine(AffineSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            output: self.output.clone(),
+            scale: self.scale,
+            offset: self.offset,
+            dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+            nodata: self.nodata.clone(),
+            ignore_nodata: self.ignore_nodata,
+        }))
+    }
+}

@@ -62,3 +62,38 @@ impl Operation for CastSpec {
         e.cast_to(&self.input.open()?, &self.output, self.dtype)
     }
 }
+
+/// The `cast` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Cast to another dtype",
+    after_help = "Examples:
+  tilestream cast x.npy x16.npy --dtype f16
+  tilestream cast counts.npy c8.npy --dtype u8      # saturates at 0 and 255
+
+Floats to f16/bf16 round to nearest even; floats to integers round toward zero, saturate,
+and take NaN to 0; integers to integers are exact and saturate."
+)]
+pub struct CastArgs {
+    /// Input tensor (.npy, or raw with --shape and --in-dtype).
+    pub input: PathBuf,
+    /// Output file (.npy, or raw for any other extension).
+    pub output: PathBuf,
+    /// Target dtype.
+    #[arg(long)]
+    pub dtype: String,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for CastArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Cast(CastSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            output: self.output.clone(),
+            dtype: self.dtype.parse()?,
+        }))
+    }
+}

@@ -112,3 +112,46 @@ impl Operation for ClipSpec {
         Ok(r)
     }
 }
+
+/// The `clip` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Limit each element to [lo, hi] (numpy's clip)",
+    after_help = "Examples:
+  tilestream clip x.npy y.npy --lo 0 --hi 1
+  tilestream clip scene.tif s.tif --lo 0 --hi 10000      # nodata pixels stay nodata
+
+Runs as the map 'clip(x, lo, hi)': in f64, then cast to --dtype (default: the input's);
+pixels where the input is nodata are masked as map masks them."
+)]
+pub struct ClipArgs {
+    /// Input tensor (.npy, .tif/.tiff, .zarr, or raw with --shape and --in-dtype).
+    pub input: PathBuf,
+    /// Output file (.npy, .tif/.tiff, .zarr, or raw for any other extension).
+    pub output: PathBuf,
+    /// Lower bound.
+    #[arg(long, allow_negative_numbers = true)]
+    pub lo: f64,
+    /// Upper bound (at least --lo).
+    #[arg(long, allow_negative_numbers = true)]
+    pub hi: f64,
+    /// Output dtype (default: the input's).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for ClipArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Clip(ClipSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            output: self.output.clone(),
+            lo: self.lo,
+            hi: self.hi,
+            dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+        }))
+    }
+}

@@ -64,3 +64,42 @@ impl Operation for ConvertSpec {
         Ok(r)
     }
 }
+
+/// The `convert` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Convert between formats (.npy, raw, GeoTIFF, Zarr v3), optionally casting",
+    after_help = "Examples:
+  tilestream convert scene.tif scene.npy --memory 256MiB      # bands x rows x cols
+  tilestream convert scene.npy scene.tif --tiff-compress zstd  # georeferencing: see below
+  tilestream convert x.raw x.npy --shape 1000x512 --in-dtype f32
+  tilestream convert x.npy x.zarr --zarr-chunks 4096x512 --zarr-compress blosc
+
+The format follows the extension: .npy, .tif/.tiff (tiled GeoTIFF, 512x512 Deflate tiles
+by default, BigTIFF above 4 GB), .zarr (Zarr v3 store, zstd chunks), anything else raw. A GeoTIFF input's georeferencing
+(geotransform, CRS, nodata) is copied to a GeoTIFF output (the nodata value where the
+output type holds it)."
+)]
+pub struct ConvertArgs {
+    /// Input tensor (.npy, .tif/.tiff, .zarr, or raw with --shape and --in-dtype).
+    pub input: PathBuf,
+    /// Output file (.npy, .tif/.tiff, .zarr, or raw for any other extension).
+    pub output: PathBuf,
+    /// Cast to this dtype on the way (default: keep the input's).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for ConvertArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Convert(ConvertSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            output: self.output.clone(),
+            dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+        }))
+    }
+}

@@ -88,3 +88,58 @@ impl Operation for GenerateSpec {
         e.generate_dist(&self.output, &self.shape, self.dtype, self.seed, dist)
     }
 }
+
+/// The `gen` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Write a tensor of N(col/100, 1) values, streamed (any size)",
+    after_help = "Example:
+  tilestream gen x.npy --shape 3075200x512 --dtype f32 --seed 1   # 6.3 GB"
+)]
+pub struct GenArgs {
+    /// Output file (.npy, or raw for any other extension).
+    pub output: PathBuf,
+    /// Shape, e.g. 3075200x512.
+    #[arg(long)]
+    pub shape: String,
+    /// Element type.
+    #[arg(long, default_value = "f32")]
+    pub dtype: String,
+    /// Random seed (the values depend only on it, never on budget or threads).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Distribution: demo (N(col/100, 1): each column's mean is its index / 100),
+    /// normal (--mean, --std) or uniform (--low, --high).
+    #[arg(long, default_value = "demo")]
+    pub dist: String,
+    /// Mean of --dist normal [default: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub mean: Option<f64>,
+    /// Standard deviation of --dist normal [default: 1].
+    #[arg(long)]
+    pub std: Option<f64>,
+    /// Smallest value of --dist uniform [default: 0].
+    #[arg(long, allow_negative_numbers = true)]
+    pub low: Option<f64>,
+    /// Bound above of --dist uniform, not reached [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub high: Option<f64>,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for GenArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Generate(GenerateSpec {
+            output: self.output.clone(),
+            shape: crate::format::parse_shape(&self.shape)?,
+            dtype: self.dtype.parse()?,
+            seed: self.seed,
+            dist: self.dist.clone(),
+            mean: self.mean,
+            std: self.std,
+            low: self.low,
+            high: self.high,
+        }))
+    }
+}

@@ -124,3 +124,134 @@ impl Operation for MapSpec {
         )
     }
 }
+
+/// The `map` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Evaluate an elementwise expression over named inputs in one pass",
+    after_help = "Examples:
+  tilestream map '(x*2+1)' y.npy --in x=x.npy --dtype f16
+  tilestream map 'where(a > b, a - b, 0)' d.npy --in a=a.npy --in b=b.npy
+  tilestream map '(s[7] - s[3]) / (s[7] + s[3])' ndvi.npy --in s=scene.npy   # bands of one file
+
+Operators: + - * / ** (right-assoc), unary -, < <= > >= == != (give 1 or 0).
+Functions: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip(x,lo,hi)
+where(cond,a,b) fma(a,b,c) (a*b+c rounded once). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once at the end.
+
+Nodata: where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value), the
+output is the output's nodata value: --nodata, by default nan for a float output and the
+inputs' shared nodata value for an integer one (refused when there is none to give).
+A GeoTIFF output carries that value as its nodata. --in-nodata x=-9999 says an input's
+nodata value where its file cannot (.npy, raw). --ignore-nodata computes those pixels like
+any other: give it to fill them yourself (where(isnan(x), 0, x) is masked again without)."
+)]
+pub struct MapArgs {
+    /// The expression, e.g. '(x*2+1)' or '(s[7] - s[3]) / (s[7] + s[3])'.
+    #[arg(allow_hyphen_values = true)]
+    pub expr: String,
+    /// Output file (.npy, or raw for any other extension).
+    pub output: PathBuf,
+    /// A named input, NAME=FILE (repeatable).
+    #[arg(long = "in", value_name = "NAME=FILE", required = true, value_parser = clap::value_parser!(std::ffi::OsString))]
+    pub inputs: Vec<std::ffi::OsString>,
+    /// Output dtype (default: the widest float input, f64 if there is none).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// The output's nodata value (nan, -9999): given to the pixels where an input is
+    /// nodata, and written to a GeoTIFF output (default: nan for a float output, the
+    /// inputs' nodata value for an integer one).
+    #[arg(long, value_name = "VALUE", allow_hyphen_values = true)]
+    pub nodata: Option<String>,
+    /// Compute the pixels where an input is nodata like any other (no masking).
+    #[arg(long)]
+    pub ignore_nodata: bool,
+    /// The nodata value of input NAME, in place of what its file says (a .npy or raw
+    /// file says none; VALUE none: no nodata). Repeatable.
+    #[arg(long, value_name = "NAME=VALUE", allow_hyphen_values = true)]
+    pub in_nodata: Vec<String>,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for MapArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        let inputs = named_sources(&self.inputs, &self.raw)?;
+        Ok(crate::spec::OpSpec::Map(MapSpec {
+            expr: self.expr.clone(),
+            input_nodata: input_nodata(&self.in_nodata, &inputs)?,
+            inputs,
+            output: self.output.clone(),
+            dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+            nodata: self.nodata.clone(),
+            ignore_nodata: self.ignore_nodata,
+        }))
+    }
+}
+
+/// The `--in NAME=FILE` inputs (the file's path may be any bytes, as paths may).
+#[cfg(feature = "cli")]
+fn named_sources(
+    specs: &[std::ffi::OsString],
+    raw: &crate::spec::cli::RawSpec,
+) -> Result<Vec<(String, Source)>> {
+    use std::os::unix::ffi::OsStrExt;
+    specs
+        .iter()
+        .map(|s| {
+            let bytes = s.as_bytes();
+            let bad = || {
+                crate::Error::invalid(format!(
+                    "--in '{}': expected NAME=FILE, e.g. --in x=x.npy",
+                    s.to_string_lossy().escape_debug()
+                ))
+            };
+            let eq = bytes.iter().position(|&b| b == b'=').ok_or_else(bad)?;
+            let (name, path) = (&bytes[..eq], &bytes[eq + 1..]);
+            let name = std::str::from_utf8(name).map_err(|_| bad())?.trim();
+            if name.is_empty() || path.is_empty() {
+                return Err(bad());
+            }
+            let path = Path::new(std::ffi::OsStr::from_bytes(path));
+            Ok((name.to_string(), crate::spec::cli::source(path, raw)?))
+        })
+        .collect()
+}
+
+/// `--in-nodata NAME=VALUE` of `map`: the nodata value of the input NAME in place of
+/// what its file says (`none`: it has none).
+#[cfg(feature = "cli")]
+fn input_nodata(
+    specs: &[String],
+    inputs: &[(String, Source)],
+) -> Result<Vec<(String, Option<String>)>> {
+    specs
+        .iter()
+        .map(|s| {
+            let (name, v) = s
+                .split_once('=')
+                .map(|(n, v)| (n.trim(), v.trim()))
+                .filter(|(n, v)| !n.is_empty() && !v.is_empty())
+                .ok_or_else(|| {
+                    crate::Error::invalid(format!(
+                        "--in-nodata '{}': expected NAME=VALUE, e.g. --in-nodata x=-9999",
+                        s.escape_debug()
+                    ))
+                })?;
+            if !inputs.iter().any(|(n, _)| n == name) {
+                let known: Vec<&str> = inputs.iter().map(|(n, _)| n.as_str()).collect();
+                return Err(crate::Error::invalid(format!(
+                    "--in-nodata {}: no input is named {} (inputs: {})",
+                    s.escape_debug(),
+                    name.escape_debug(),
+                    known.join(", ")
+                )));
+            }
+            Ok((
+                name.to_string(),
+                (!v.eq_ignore_ascii_case("none")).then(|| v.to_string()),
+            ))
+        })
+        .collect()
+}

@@ -61,3 +61,38 @@ impl Operation for MatmulSpec {
         e.matmul(&self.x.open()?, &self.w.open()?, &self.output, self.dtype)
     }
 }
+
+/// The `matmul` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Matrix product X @ W with X streamed and W resident",
+    after_help = "Example:
+  tilestream matmul x.npy w.npy proj.npy --memory 512MiB    # 3075200x512 @ 512x64
+
+Kernel: matrixmultiply's blocked sgemm/dgemm, rows split across --threads. Computed in f32
+when both operands are exact in f32 (f16, bf16, f32, small integers), else in f64."
+)]
+pub struct MatmulArgs {
+    /// Left operand X (R x K), streamed by row tiles.
+    pub x: PathBuf,
+    /// Right operand W (K x N), held in memory (counts in --memory).
+    pub w: PathBuf,
+    /// Output file (R x N; .npy, or raw for any other extension).
+    pub output: PathBuf,
+    /// Output dtype (default: f32 when both operands are exact in f32, f64 otherwise).
+    #[arg(long)]
+    pub dtype: Option<String>,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for MatmulArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Matmul(MatmulSpec {
+            x: Source::file(&self.x),
+            w: Source::file(&self.w),
+            output: self.output.clone(),
+            dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+        }))
+    }
+}

@@ -4,8 +4,9 @@
 //! it makes [`OpSpec`](super::OpSpec), its dispatch, and the list of names front ends
 //! check against ([`OpSpec::NAMES`](super::OpSpec::NAMES)).
 //!
-//! Adding an operation is a module here that implements [`Operation`], and one line in
-//! the [`operations!`] call of `src/spec/mod.rs`.
+//! Adding an operation is a module here that implements [`Operation`] (with, for the
+//! command line, its subcommand's arguments), and its `mod` line and its entry in the
+//! [`operations!`] call at the end of this file.
 
 use std::path::{Path, PathBuf};
 
@@ -15,32 +16,6 @@ use crate::tiling::BoxPlan;
 use crate::{DType, Engine, Error, Result, RunReport};
 
 use super::{OutputLayout, Source, SpecPlan};
-
-mod affine;
-mod cast;
-mod clip;
-mod convert;
-mod generate;
-mod map;
-mod matmul;
-mod reduce;
-mod standardize;
-mod stencil;
-mod tiles;
-mod transpose;
-
-pub use affine::AffineSpec;
-pub use cast::CastSpec;
-pub use clip::ClipSpec;
-pub use convert::ConvertSpec;
-pub use generate::GenerateSpec;
-pub use map::MapSpec;
-pub use matmul::MatmulSpec;
-pub use reduce::ReduceSpec;
-pub use standardize::StandardizeSpec;
-pub use stencil::StencilSpec;
-pub use tiles::TilesSpec;
-pub use transpose::TransposeSpec;
 
 /// How an operation's tiles are cut.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +145,16 @@ pub(crate) trait Operation {
     fn run(&self, e: &Engine) -> Result<RunReport>;
 }
 
+/// A subcommand's arguments, as the spec of its operation.
+#[cfg(feature = "cli")]
+pub(crate) trait Arguments {
+    /// The spec the arguments give.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for arguments that do not parse (a shape, a dtype, `NAME=FILE`).
+    fn spec(&self) -> Result<OpSpec>;
+}
+
 /// The keys a pipeline file's step of an operation may give besides `op` and `out` (its
 /// inputs by the names of earlier values); `None` for operations pipelines do not run.
 pub(crate) trait PipelineStep {
@@ -181,10 +166,31 @@ pub(crate) trait PipelineStep {
     const NAMES: &'static [&'static str] = &["input"];
 }
 
-/// Lists the operations once: makes [`OpSpec`](super::OpSpec) (serialised with an
-/// `"op"` tag of the variant's snake-case name), its names and its dispatch.
+// each operation's module (declared here rather than by `operations!`, so that rustfmt
+// sees them)
+mod affine;
+mod cast;
+mod clip;
+mod convert;
+mod generate;
+mod map;
+mod matmul;
+mod reduce;
+mod standardize;
+mod stencil;
+mod tiles;
+mod transpose;
+
+/// Lists the operations once: re-exports each one's spec from its module; makes
+/// [`OpSpec`] (serialised with an `"op"` tag of the variant's snake-case name), its names
+/// and its dispatch; and, with the `cli` feature, the command line's subcommands
+/// ([`Op`], named as the operation unless `cli` names it otherwise) from each module's
+/// arguments struct.
 macro_rules! operations {
-    ($($(#[$doc:meta])* $variant:ident($spec:ty) = $name:literal,)+) => {
+    ($($(#[$doc:meta])* $module:ident::$variant:ident($spec:ident, $args:ident) = $name:literal
+        $(, cli $cli:literal)?;)+) => {
+        $(pub use $module::$spec;)+
+
         /// An operation: its inputs, its output and every parameter that changes the
         /// output's bytes. Serialised with an `"op"` tag (`{"op": "reduce", ...}`).
         #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -211,7 +217,7 @@ macro_rules! operations {
             #[must_use]
             pub fn pipeline_keys(name: &str) -> Option<&'static [&'static str]> {
                 match name {
-                    $($name => <$spec as $crate::spec::ops::PipelineStep>::KEYS,)+
+                    $($name => <$spec as PipelineStep>::KEYS,)+
                     _ => None,
                 }
             }
@@ -220,18 +226,18 @@ macro_rules! operations {
             #[must_use]
             pub(crate) fn pipeline_names(name: &str) -> &'static [&'static str] {
                 match name {
-                    $($name => <$spec as $crate::spec::ops::PipelineStep>::NAMES,)+
+                    $($name => <$spec as PipelineStep>::NAMES,)+
                     _ => &[],
                 }
             }
 
-            pub(crate) fn operation(&self) -> &dyn $crate::spec::ops::Operation {
+            pub(crate) fn operation(&self) -> &dyn Operation {
                 match self {
                     $(OpSpec::$variant(o) => o,)+
                 }
             }
 
-            pub(crate) fn operation_mut(&mut self) -> &mut dyn $crate::spec::ops::Operation {
+            pub(crate) fn operation_mut(&mut self) -> &mut dyn Operation {
                 match self {
                     $(OpSpec::$variant(o) => o,)+
                 }
@@ -245,7 +251,54 @@ macro_rules! operations {
                 }
             }
         )+
+
+        /// The command line's subcommands that run an operation, one per operation.
+        #[cfg(feature = "cli")]
+        #[doc(hidden)]
+        #[derive(clap::Subcommand, Clone, Debug)]
+        pub enum Op {
+            $($(#[command(name = $cli)])? $variant($module::$args),)+
+        }
+
+        #[cfg(feature = "cli")]
+        impl Op {
+            /// The spec the subcommand's arguments give.
+            ///
+            /// # Errors
+            /// [`Error::Invalid`] for arguments that do not parse.
+            pub fn spec(&self) -> Result<OpSpec> {
+                match self {
+                    $(Op::$variant(a) => Arguments::spec(a),)+
+                }
+            }
+        }
     };
 }
 
-pub(crate) use operations;
+operations! {
+    /// A reduction (`sum`, `mean`, `var`, `std`, `min`, `max`) over one axis or all.
+    reduce::Reduce(ReduceSpec, ReduceArgs) = "reduce";
+    /// `y = scale * x + offset`, cast.
+    affine::Affine(AffineSpec, AffineArgs) = "affine";
+    /// An elementwise expression over named inputs.
+    map::Map(MapSpec, MapArgs) = "map";
+    /// `x @ w` with `w` resident.
+    matmul::Matmul(MatmulSpec, MatmulArgs) = "matmul";
+    /// Per-column `(x - mean) / std`.
+    standardize::Standardize(StandardizeSpec, StandardizeArgs) = "standardize";
+    /// A format conversion (and optional cast): the output's format is its name's (or
+    /// the engine's output format).
+    convert::Convert(ConvertSpec, ConvertArgs) = "convert";
+    /// A cast to `dtype`.
+    cast::Cast(CastSpec, CastArgs) = "cast";
+    /// Each element limited to `[lo, hi]`.
+    clip::Clip(ClipSpec, ClipArgs) = "clip";
+    /// A neighbourhood filter over halo'd tiles.
+    stencil::Stencil(StencilSpec, StencilArgs) = "stencil";
+    /// Swaps the last two axes.
+    transpose::Transpose(TransposeSpec, TransposeArgs) = "transpose";
+    /// Cuts an image into patch files and an index.
+    tiles::Tiles(TilesSpec, TilesArgs) = "tiles";
+    /// `tilestream gen` data, reproducible from the seed.
+    generate::Generate(GenerateSpec, GenArgs) = "generate", cli "gen";
+}

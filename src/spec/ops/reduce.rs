@@ -78,3 +78,53 @@ impl Operation for ReduceSpec {
         e.reduce_to_file(&x, r, ReduceOver::from(self.axis), &self.output, self.dtype)
     }
 }
+
+/// The `reduce` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Reduce along an axis or over everything: sum, mean, min, max, var, std",
+    after_help = "Examples:
+  tilestream reduce x.npy colmean.npy --op mean --axis 0 --memory 256MiB
+  tilestream reduce x.npy total.npy --op sum
+  tilestream reduce x.raw rowstd.npy --op std --axis 1 --ddof 1 --shape 1000x512 --in-dtype f32
+
+Results: sum is f64 for floats, i64 for signed ints and bool, u64 for unsigned; mean, var
+and std are f64; min and max keep the input dtype. Bit-identical whatever --memory and
+--threads."
+)]
+pub struct ReduceArgs {
+    /// Input tensor (.npy, or raw with --shape and --in-dtype).
+    pub input: PathBuf,
+    /// Output file for the result (.npy, .tif GeoTIFF, .zarr store, or raw for any other
+    /// extension).
+    pub output: PathBuf,
+    /// Reduction: sum, mean, min, max, var, std.
+    #[arg(long, default_value = "sum")]
+    pub op: String,
+    /// Axis to reduce; omit to reduce over all elements.
+    #[arg(long)]
+    pub axis: Option<usize>,
+    /// Delta degrees of freedom for var and std (divisor n - ddof).
+    #[arg(long, default_value_t = 0)]
+    pub ddof: u32,
+    /// Cast the result to this dtype.
+    #[arg(long)]
+    pub dtype: Option<String>,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for ReduceArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Reduce(ReduceSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            output: self.output.clone(),
+            reduce: self.op.clone(),
+            ddof: self.ddof,
+            axis: self.axis,
+            dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+        }))
+    }
+}

@@ -124,3 +124,48 @@ impl Operation for StandardizeSpec {
         Ok(r)
     }
 }
+
+/// The `standardize` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Per-column (x - mean) / std in two passes: statistics, then apply",
+    after_help = "Examples:
+  tilestream standardize x.npy z.npy --memory 512MiB
+  tilestream standardize x.npy z16.npy --dtype f16 --stats stats.npz
+
+Pass 1 computes each column's mean and std in one read (the same arithmetic as reduce
+--op mean / --op std); pass 2 writes (x - mean) / std. A constant column gives inf or NaN,
+as in numpy."
+)]
+pub struct StandardizeArgs {
+    /// Input tensor (rows x columns...; .npy, or raw with --shape and --in-dtype).
+    pub input: PathBuf,
+    /// Output file (.npy, or raw for any other extension).
+    pub output: PathBuf,
+    /// Output dtype (default f32; f64 for f64 input).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Delta degrees of freedom of the std (divisor n - ddof).
+    #[arg(long, default_value_t = 0)]
+    pub ddof: u32,
+    /// Also write the mean and std used to this .npz (`np.load(path)["mean"]`, `["std"]`).
+    #[arg(long)]
+    pub stats: Option<PathBuf>,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for StandardizeArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Standardize(StandardizeSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            output: self.output.clone(),
+            ddof: self.ddof,
+            dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+            stats: self.stats.clone(),
+            given: None,
+        }))
+    }
+}

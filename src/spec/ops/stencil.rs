@@ -105,3 +105,53 @@ impl Operation for StencilSpec {
         georef_from(e, &x, None).stencil(&x, &self.output, &stencil, self.dtype)
     }
 }
+
+/// The `stencil` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Neighbourhood filter over each band of an image, tiled with halos (no seams)",
+    after_help = "Examples:
+  tilestream stencil scene.npy blur.npy --filter gaussian:sigma=2 --memory 128MiB
+  tilestream stencil dem.npy edges.npy --filter sobel --boundary nearest --dtype f32
+  tilestream stencil img.npy med.npy --filter median:size=3
+  tilestream stencil img.npy out.npy --filter convolve:kernel.npy --boundary constant:0
+
+Semantics follow scipy.ndimage (gaussian_filter, uniform_filter, sobel, median_filter,
+convolve) applied to each (height, width) plane; `sobel` without an axis is the gradient
+magnitude hypot(sobel axis 0, sobel axis 1). Computed in f32 for inputs of up to 16 bits
+and f32, in f64 otherwise. Tiles are full-width row blocks when a few rows fit the budget,
+else 2-D blocks with halos on both axes."
+)]
+pub struct StencilArgs {
+    /// Input image: (height, width) or (bands, height, width); .npy, or raw with --shape
+    /// and --in-dtype.
+    pub input: PathBuf,
+    /// Output file (same shape; .npy, or raw for any other extension).
+    pub output: PathBuf,
+    /// The filter: gaussian:sigma=S[,truncate=T] | box:size=N | sobel[:axis=0|1] |
+    /// median:size=N | convolve:KERNEL.npy
+    #[arg(long)]
+    pub filter: String,
+    /// Values outside the image: reflect | nearest | wrap | constant:V.
+    #[arg(long, default_value = "reflect")]
+    pub boundary: String,
+    /// Output dtype (default: the input's; integers round toward zero and saturate).
+    #[arg(long)]
+    pub dtype: Option<String>,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for StencilArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Stencil(StencilSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            output: self.output.clone(),
+            filter: self.filter.clone(),
+            boundary: self.boundary.clone(),
+            dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+        }))
+    }
+}

@@ -105,3 +105,53 @@ impl Operation for TilesSpec {
         Ok(r)
     }
 }
+
+/// The `tiles` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Cut an image into patch files with overlap, plus an index.csv",
+    after_help = "Example:
+  tilestream tiles scene.npy patches/ --size 512 --overlap 32
+
+Each patch is written as <stem>_r<row>_c<col>.npy (row, col: its offset in the image; all
+bands of a rank-3 image in one file), or .tif with --patch-format tif: a GeoTIFF georeferenced at
+its own origin, so that GIS tools put each patch where it lies in the scene. index.csv (file,row,col,height,width) is written
+last, after every patch is flushed: a directory with an index.csv is complete."
+)]
+pub struct TilesArgs {
+    /// Input image: (height, width) or (bands, height, width).
+    pub input: PathBuf,
+    /// Directory for the patches and index.csv (created if missing).
+    pub outdir: PathBuf,
+    /// Patch side in pixels.
+    #[arg(long, default_value_t = 512)]
+    pub size: usize,
+    /// Pixels shared by neighbouring patches (stride = size - overlap).
+    #[arg(long, default_value_t = 0)]
+    pub overlap: usize,
+    /// At the right and bottom edges: shift (move the last patch back to end at the edge)
+    /// or pad (keep the stride, pad with zeros).
+    #[arg(long, default_value = "shift")]
+    pub edge: String,
+    /// Patch files: npy, or tif (tiled GeoTIFFs, each with the input's georeferencing
+    /// moved to its own origin; see the --tiff-* options).
+    #[arg(long, default_value = "npy")]
+    pub patch_format: String,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for TilesArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Tiles(TilesSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            outdir: self.outdir.clone(),
+            size: self.size,
+            overlap: self.overlap,
+            edge: self.edge.clone(),
+            patch_format: self.patch_format.clone(),
+        }))
+    }
+}

@@ -69,3 +69,33 @@ impl Operation for TransposeSpec {
         e.transpose(&x, &self.output)
     }
 }
+
+/// The `transpose` subcommand's arguments.
+#[cfg(feature = "cli")]
+#[derive(clap::Args, Clone, Debug)]
+#[command(
+    about = "Out-of-core transpose of a rank-2 array (or of the last two axes of rank 3)",
+    after_help = "Example:
+  tilestream transpose x.npy xt.npy --memory 256MiB
+
+Works in square-ish blocks: each block reads runs of its width from the source rows and
+writes runs of its height into the destination rows."
+)]
+pub struct TransposeArgs {
+    /// Input array (rank 2, or rank 3 to transpose the last two axes of each band).
+    pub input: PathBuf,
+    /// Output file (.npy, or raw for any other extension).
+    pub output: PathBuf,
+    #[command(flatten)]
+    pub raw: crate::spec::cli::RawSpec,
+}
+
+#[cfg(feature = "cli")]
+impl super::Arguments for TransposeArgs {
+    fn spec(&self) -> Result<crate::spec::OpSpec> {
+        Ok(crate::spec::OpSpec::Transpose(TransposeSpec {
+            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            output: self.output.clone(),
+        }))
+    }
+}
