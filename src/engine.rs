@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use crate::backend::cuda::source::Elementwise;
-use crate::backend::cuda::{CudaDevice, CudaElementwise, ElementwiseParams};
+use crate::backend::Kernels;
+use crate::backend::cuda::CudaDevice;
 use crate::backend::{Backend, CpuBackend, Family, OnBackend};
 use crate::budget::MemoryBudget;
 use crate::device::DeviceRequest;
@@ -188,13 +188,23 @@ impl Engine {
         self
     }
 
-    /// The GPU an operation of `family` runs on: the engine's device when it computes on
-    /// one (`--device cuda`) and the CUDA backend has a kernel for the family; `None`
-    /// runs it on the CPU.
-    fn gpu_for(&self, family: Family) -> Option<&Arc<CudaDevice>> {
-        self.cuda
-            .as_ref()
-            .filter(|_| crate::backend::cuda::has_kernel(family))
+    /// The device an operation of `family` runs on, chosen once per operation: the
+    /// engine's GPU when it computes on one (`--device cuda`) and has a kernel for the
+    /// family, else the host backend. The engine asks it for the run's kernel
+    /// ([`Kernels`]) and never names the device's types.
+    fn kernels_for(&self, family: Family) -> &dyn Kernels {
+        match &self.cuda {
+            Some(dev) if dev.has_kernel(family) => dev,
+            _ => &*self.backend,
+        }
+    }
+
+    /// The GPU a reduction runs on, as [`Engine::kernels_for`] chooses it: reductions
+    /// checkpoint their state between tiles, which the host and the device do each their
+    /// own way (`Checkpointed` in `engine/reduce.rs`), so the engine holds the device's
+    /// reduction itself.
+    fn gpu_reduce(&self) -> Option<&Arc<CudaDevice>> {
+        self.cuda.as_ref().filter(|d| d.has_kernel(Family::Reduce))
     }
 
     /// Uses `n` CPU worker threads.
@@ -529,29 +539,11 @@ impl Engine {
             scheduler::run(&stream, kernel)
         })
     }
+}
 
-    /// The CUDA kernel of an elementwise operation, prepared for `plan`, when this
-    /// engine computes on a GPU (`--device cuda`); `None` on the CPU.
-    fn cuda_elementwise(
-        &self,
-        kind: Elementwise,
-        input: DType,
-        output: DType,
-        params: &ElementwiseParams,
-        plan: &Plan,
-    ) -> Result<Option<CudaElementwise>> {
-        let family = match kind {
-            Elementwise::Affine => Family::Affine,
-            Elementwise::Cast => Family::Cast,
-            Elementwise::Standardize => Family::Standardize,
-        };
-        match self.gpu_for(family) {
-            Some(dev) => dev
-                .elementwise(kind, input, output, params, plan.tile_elems, plan.depth)
-                .map(Some),
-            None => Ok(None),
-        }
-    }
+/// Whether `dev` computes on a GPU (what a run report says of an operation's placement).
+pub(crate) fn on_gpu(dev: &dyn Kernels) -> bool {
+    dev.device() != crate::backend::Device::Cpu
 }
 
 /// Marks the journal kept when `e` is an interruption (the run can be resumed).

@@ -11,8 +11,10 @@
 
 pub mod cpu;
 pub mod cuda;
+mod kernels;
 
 pub use cpu::{CpuBackend, max_threads};
+pub use kernels::{BlockAt, BoxKernel, ElementwiseParams, Kernels};
 
 use std::fmt;
 
@@ -100,9 +102,10 @@ impl Family {
     }
 }
 
-/// The compute side of the pipeline. Methods are called from the pipeline's compute
-/// thread, one tile at a time, in plan order.
-pub trait Backend: Send + Sync {
+/// The compute side of the pipeline on the host. Methods are called from the pipeline's
+/// compute thread, one tile at a time, in plan order; the [`Kernels`] a host backend
+/// prepares for a run call them.
+pub trait Backend: Kernels + Send + Sync {
     /// One line saying what this backend is (`cpu (rayon, 8 threads)`).
     fn describe(&self) -> String;
 

@@ -6,9 +6,8 @@ use std::path::Path;
 
 use super::nodata::{BoundMap, MapNodata};
 use super::{Engine, Ran, RunReport, check_not_input, decode_scratch, hold};
+use crate::backend::ElementwiseParams;
 use crate::backend::Family;
-use crate::backend::cuda::ElementwiseParams;
-use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape, window_slack};
@@ -120,23 +119,10 @@ impl Engine {
             return Ok(self.report_boxes(&boxes, Ran::cpu(Family::Affine, op), shape, od, times));
         }
         let params = ElementwiseParams::Affine { scale, offset };
-        let cuda = self.cuda_elementwise(Elementwise::Affine, input.dtype(), od, &params, &plan)?;
-        let gpu = cuda.is_some();
-        let times = match cuda {
-            Some(k) => self.run_to_file(&plan, &inputs, out, shape, od, 1, k),
-            None => self.run_to_file(
-                &plan,
-                &inputs,
-                out,
-                shape,
-                od,
-                1,
-                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
-                    backend.affine(ins[0], input.dtype(), o, od, scale, offset)
-                }),
-            ),
-        }?;
-        let op = Ran::on(Family::Affine, op, gpu);
+        let dev = self.kernels_for(Family::Affine);
+        let k = dev.elementwise_kernel(&params, input.dtype(), od, &plan)?;
+        let times = self.run_to_file(&plan, &inputs, out, shape, od, 1, k)?;
+        let op = Ran::on(Family::Affine, op, super::on_gpu(dev));
         Ok(self.report(&plan, op, input.shape(), input.shape(), od, times))
     }
 
@@ -184,28 +170,10 @@ impl Engine {
                 })?;
             return Ok(self.report_boxes(&boxes, Ran::cpu(Family::Cast, op), shape, dtype, times));
         }
-        let cuda = self.cuda_elementwise(
-            Elementwise::Cast,
-            input.dtype(),
-            dtype,
-            &ElementwiseParams::Cast,
-            &plan,
-        )?;
-        let op = Ran::on(Family::Cast, op, cuda.is_some());
-        let times = match cuda {
-            Some(k) => self.run_to_file(&plan, &inputs, out, shape, dtype, 1, k),
-            None => self.run_to_file(
-                &plan,
-                &inputs,
-                out,
-                shape,
-                dtype,
-                1,
-                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
-                    backend.cast(ins[0], input.dtype(), o, dtype)
-                }),
-            ),
-        }?;
+        let dev = self.kernels_for(Family::Cast);
+        let k = dev.elementwise_kernel(&ElementwiseParams::Cast, input.dtype(), dtype, &plan)?;
+        let op = Ran::on(Family::Cast, op, super::on_gpu(dev));
+        let times = self.run_to_file(&plan, &inputs, out, shape, dtype, 1, k)?;
         Ok(self.report(&plan, op, input.shape(), input.shape(), dtype, times))
     }
 
@@ -416,25 +384,10 @@ impl Engine {
             )?;
             return Ok(this.report_boxes(&boxes, Ran::cpu(Family::Map, op), &shape, od, times));
         }
-        let cuda = match this.gpu_for(Family::Map) {
-            Some(dev) => Some(dev.map(&program, &dtypes, od, plan.tile_elems, plan.depth)?),
-            None => None,
-        };
-        let op = Ran::on(Family::Map, op, cuda.is_some());
-        let times = match cuda {
-            Some(k) => this.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, k),
-            None => this.run_to_file(
-                &plan,
-                &streams,
-                out.as_ref(),
-                &shape,
-                od,
-                1,
-                this.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
-                    backend.map(&program, ins, &dtypes, o, od)
-                }),
-            ),
-        }?;
+        let dev = this.kernels_for(Family::Map);
+        let k = dev.map_kernel(&program, &dtypes, od, &plan)?;
+        let op = Ran::on(Family::Map, op, super::on_gpu(dev));
+        let times = this.run_to_file(&plan, &streams, out.as_ref(), &shape, od, 1, k)?;
         Ok(this.report(&plan, op, &shape, &shape, od, times))
     }
 
@@ -554,31 +507,12 @@ impl Engine {
             base: 0,
             per_item: k as u64,
         }];
-        let backend = &self.backend;
-        let xd = x.dtype();
-        let cuda = match self.gpu_for(Family::Matmul) {
-            Some(dev) => Some(dev.matmul(&resident, xd, od, k, n, plan.tile_elems, plan.depth)?),
-            None => None,
-        };
-        let gpu = cuda.is_some();
-        let times = match cuda {
-            Some(kernel) => {
-                self.run_to_file(&plan, &inputs, out.as_ref(), &[r, n], od, n as u64, kernel)
-            }
-            None => self.run_to_file(
-                &plan,
-                &inputs,
-                out.as_ref(),
-                &[r, n],
-                od,
-                n as u64,
-                self.kernel(|_, ins: &[&[u8]], o: &mut [u8]| {
-                    backend.matmul(ins[0], xd, &resident, k, n, o, od)
-                }),
-            ),
-        }?;
+        let dev = self.kernels_for(Family::Matmul);
+        let kernel = dev.matmul_kernel(&resident, x.dtype(), od, k, n, &plan)?;
+        let times =
+            self.run_to_file(&plan, &inputs, out.as_ref(), &[r, n], od, n as u64, kernel)?;
         let op = format!("matmul {} @ {}", x.path().display(), w.path().display());
-        let op = Ran::on(Family::Matmul, op, gpu);
+        let op = Ran::on(Family::Matmul, op, super::on_gpu(dev));
         Ok(self.report(&plan, op, x.shape(), &[r, n], od, times))
     }
 
@@ -662,25 +596,10 @@ impl Engine {
             let op = Ran::cpu(Family::Generate, op);
             return Ok(self.report_boxes(&boxes, op, shape, dtype, times));
         }
-        let gpu = self.gpu_for(Family::Generate);
-        let op = Ran::on(Family::Generate, op, gpu.is_some());
-        let times = match gpu {
-            Some(dev) => {
-                let k = dev.generate(&dist, dtype, seed, last, plan.tile_elems, plan.depth)?;
-                self.run_to_file(&plan, &[], out.as_ref(), shape, dtype, 1, k)
-            }
-            None => self.run_to_file(
-                &plan,
-                &[],
-                out.as_ref(),
-                shape,
-                dtype,
-                1,
-                self.kernel(|tile: crate::plan::Tile, _: &[&[u8]], o: &mut [u8]| {
-                    backend.generate(o, dtype, tile.start, last, seed, dist)
-                }),
-            ),
-        }?;
+        let dev = self.kernels_for(Family::Generate);
+        let op = Ran::on(Family::Generate, op, super::on_gpu(dev));
+        let k = dev.generate_kernel(dist, dtype, seed, last, &plan)?;
+        let times = self.run_to_file(&plan, &[], out.as_ref(), shape, dtype, 1, k)?;
         Ok(self.report(&plan, op, shape, shape, dtype, times))
     }
 }

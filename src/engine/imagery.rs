@@ -13,7 +13,7 @@ use crate::backend::cuda::stencil::StencilProgram;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
-use crate::ops::stencil::{Stencil, TileJob};
+use crate::ops::stencil::Stencil;
 use crate::scheduler::{self, Hooks, Layout, TileKernel};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
 
@@ -265,42 +265,16 @@ impl Engine {
             "filter scratch and kernel",
             plan.scratch_bytes + plan.resident_bytes - input.read_scratch_bytes(),
         )?;
-        let backend = &self.backend;
-        let mut arena = Vec::new();
         let family = match stencil.filter {
             crate::ops::stencil::Filter::Median { size } => Family::Median { side: size },
             _ => Family::Stencil,
         };
-        let program = self
-            .gpu_for(family)
-            .and_then(|dev| Some((dev, StencilProgram::new(stencil, &plan, input.dtype(), od)?)));
-        let gpu = program.is_some();
-        let times = match program {
-            // on a GPU the page-locked buffer the host gathers each box into replaces
-            // the CPU's scratch: the same reservation pays for it
-            Some((dev, program)) => {
-                let kernel = dev.stencil(program, stencil, &plan, input.dtype(), scratch)?;
-                self.run_box(&plan, input, out.as_ref(), input.shape(), od, kernel)
-            }
-            None => self.run_box(
-                &plan,
-                input,
-                out.as_ref(),
-                input.shape(),
-                od,
-                self.kernel(|tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
-                    let job = TileJob {
-                        stencil,
-                        plan: &plan,
-                        tile: &tile,
-                        windows,
-                        in_dtype: input.dtype(),
-                        out_dtype: od,
-                    };
-                    backend.stencil(&job, &mut arena, o)
-                }),
-            ),
-        }?;
+        // on a GPU the page-locked buffer the host gathers each box into replaces the
+        // CPU's scratch: the same reservation pays for it
+        let dev = self.kernels_for(family);
+        let gpu = super::on_gpu(dev);
+        let kernel = dev.stencil_kernel(stencil, &plan, input.dtype(), od, scratch)?;
+        let times = self.run_box(&plan, input, out.as_ref(), input.shape(), od, kernel)?;
         let op = format!(
             "stencil {} ({} boundary) of {}",
             stencil.filter,
@@ -380,7 +354,6 @@ impl Engine {
             vec![bands, w, h]
         };
         self.budget.reset_peak();
-        let backend = &self.backend;
         let es = input.dtype().size();
         // where a tile's block lies in its window: the window's row length and the
         // block's first column within a row
@@ -388,38 +361,22 @@ impl Engine {
             let src = plan.sources(tile);
             (src.row_len(), src.col_pos(tile.c0 as usize).unwrap_or(0))
         };
-        let gpu = self.gpu_for(Family::Transpose);
-        let on_gpu = gpu.is_some();
-        let times = match gpu {
-            Some(dev) => {
-                let out_bytes = plan.out_slot_elems() * es as u64;
-                let kernel =
-                    dev.transpose(es, plan.window_bytes(), out_bytes, plan.depth, Box::new(at))?;
-                self.run_box(
-                    &plan,
-                    input,
-                    out.as_ref(),
-                    &out_shape,
-                    input.dtype(),
-                    kernel,
-                )
-            }
-            None => self.run_box(
-                &plan,
-                input,
-                out.as_ref(),
-                &out_shape,
-                input.dtype(),
-                self.kernel(|tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
-                    let (row_len, c0) = at(&tile);
-                    backend.transpose(windows[0], row_len, c0, tile.rows(), tile.cols(), es, o)
-                }),
-            ),
-        }?;
+        let dev = self.kernels_for(Family::Transpose);
+        let out_bytes = plan.out_slot_elems() * es as u64;
+        let kernel =
+            dev.transpose_kernel(es, plan.window_bytes(), out_bytes, plan.depth, Box::new(at))?;
+        let times = self.run_box(
+            &plan,
+            input,
+            out.as_ref(),
+            &out_shape,
+            input.dtype(),
+            kernel,
+        )?;
         let op = format!("transpose of {}", input.path().display());
         Ok(self.report_tiles(
             (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth),
-            Ran::on(Family::Transpose, op, on_gpu),
+            Ran::on(Family::Transpose, op, super::on_gpu(dev)),
             input.shape(),
             &out_shape,
             input.dtype(),

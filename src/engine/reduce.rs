@@ -136,7 +136,7 @@ impl Engine {
             plan.resident_bytes - input.read_scratch_bytes(),
         )?;
         let reducer = self.backend.reducer(op, input.dtype(), g)?;
-        let gpu = self.gpu_for(Family::Reduce).is_some();
+        let gpu = self.gpu_reduce().is_some();
         let (mut reducer, times) =
             self.stream_reducer(input, &plan, op, g, reducer, journal, gpu)?;
         // a pass resumed with every tile done never called the closure
@@ -171,7 +171,7 @@ impl Engine {
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(plan, &inputs, None);
         stream.journal = journal;
-        let times = match self.gpu_for(Family::Reduce) {
+        let times = match self.gpu_reduce() {
             Some(dev) if device => {
                 let mut k = dev.reduce(op, input.dtype(), g, plan, reducer)?;
                 let times = scheduler::run(

@@ -7,9 +7,8 @@ use std::path::Path;
 use super::array::{npz_beside, persist_npz};
 use super::reduce::{checkpoint_reducers, restore_reducers};
 use super::{Array, Engine, Ran, RunReport, check_not_input, hold, kept_if_interrupted};
+use crate::backend::ElementwiseParams;
 use crate::backend::Family;
-use crate::backend::cuda::ElementwiseParams;
-use crate::backend::cuda::source::Elementwise;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
@@ -280,23 +279,10 @@ impl Engine {
             mean: m.to_vec(),
             sd: sd.to_vec(),
         };
-        let cuda = self.cuda_elementwise(Elementwise::Standardize, xd, od, &params, plan)?;
-        let op = Ran::on(Family::Standardize, op, cuda.is_some());
-        let times = match cuda {
-            Some(k) => self.run_to_file_with(journal, plan, &inputs, out, shape, od, 1, k),
-            None => self.run_to_file_with(
-                journal,
-                plan,
-                &inputs,
-                out,
-                shape,
-                od,
-                1,
-                self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], o: &mut [u8]| {
-                    backend.standardize(ins[0], xd, tile.start, m, sd, o, od)
-                }),
-            ),
-        }?;
+        let dev = self.kernels_for(Family::Standardize);
+        let k = dev.elementwise_kernel(&params, xd, od, plan)?;
+        let op = Ran::on(Family::Standardize, op, super::on_gpu(dev));
+        let times = self.run_to_file_with(journal, plan, &inputs, out, shape, od, 1, k)?;
         Ok(self.report(plan, op, input.shape(), input.shape(), od, times))
     }
 }

@@ -6,6 +6,7 @@
 pub mod elementwise;
 pub mod expr;
 pub mod generate;
+mod kernels;
 pub mod matmul;
 pub mod reduce;
 pub mod stencil;

@@ -6,8 +6,11 @@
 //! them and no method can panic (memmap2's stub pattern). Device discovery and NVRTC
 //! live in [`crate::device`].
 
+mod kernels;
 pub mod source;
 pub mod stencil;
+
+pub use crate::backend::{BlockAt, ElementwiseParams};
 
 #[cfg(feature = "cuda")]
 mod reduce;
@@ -24,12 +27,12 @@ pub use runtime::{CudaDevice, CudaElementwise};
 #[cfg(feature = "cuda")]
 pub use stencil_runtime::CudaStencil;
 #[cfg(feature = "cuda")]
-pub use transpose::{BlockAt, CudaTranspose};
+pub use transpose::CudaTranspose;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{BlockAt, CudaDevice, CudaElementwise, CudaReduce, CudaStencil, CudaTranspose};
+pub use stub::{CudaDevice, CudaElementwise, CudaReduce, CudaStencil, CudaTranspose};
 
 /// Whether the CUDA backend has a kernel for `family`: every family but patches and the
 /// column statistics of `standardize` (its first pass), and
@@ -52,25 +55,4 @@ pub fn has_kernel(family: crate::backend::Family) -> bool {
         | Family::Stencil
         | Family::Transpose => true,
     }
-}
-
-/// The parameters of an elementwise kernel.
-#[derive(Clone, Debug)]
-pub enum ElementwiseParams {
-    /// `y = cast(fma(x, scale, offset))`.
-    Affine {
-        /// Multiplier.
-        scale: f64,
-        /// Added after multiplying.
-        offset: f64,
-    },
-    /// `y = cast(x)`.
-    Cast,
-    /// `y = cast((x - mean[c]) / sd[c])`, `c` the flat index modulo the columns.
-    Standardize {
-        /// Per-column means.
-        mean: Vec<f64>,
-        /// Per-column standard deviations.
-        sd: Vec<f64>,
-    },
 }

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use super::ElementwiseParams;
 use super::source::Elementwise;
+use super::{BlockAt, ElementwiseParams};
 use crate::budget::{MemoryBudget, Reservation};
 use crate::device::{DeviceError, GpuInfo};
 use crate::dtype::DType;
@@ -180,9 +180,6 @@ impl TileKernel<Tile> for CudaElementwise {
         match *self {}
     }
 }
-
-/// Where a tile's block lies in its staged window (as in the CUDA build).
-pub type BlockAt<'a> = Box<dyn Fn(&BoxTile) -> (usize, usize) + Send + 'a>;
 
 /// A transpose on a device; none exists without CUDA support.
 pub struct CudaTranspose<'a> {

@@ -8,16 +8,13 @@ use std::sync::Arc;
 
 use cudarc::driver::CudaFunction;
 
+use super::BlockAt;
 use super::runtime::{ArgValue, CudaDevice, Lane, Launch, drain, queue_tile};
 use super::source::{transpose_kernel_name, transpose_source};
 use crate::budget::Reservation;
 use crate::error::{Error, Result};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::BoxTile;
-
-/// Where a tile's block lies in its staged window: `(elements per window row, position
-/// of the block's first column within a row)`.
-pub type BlockAt<'a> = Box<dyn Fn(&BoxTile) -> (usize, usize) + Send + 'a>;
 
 /// The transpose prepared on a device: box tiles in, transposed blocks out.
 pub struct CudaTranspose<'a> {

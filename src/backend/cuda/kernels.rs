@@ -1,0 +1,127 @@
+//! The CUDA device's [`Kernels`]: each family's kernel prepared on the device (compiled
+//! with NVRTC, resident operands uploaded, page-locked slots and streams set up) by the
+//! `CudaDevice` methods of `runtime.rs`, `reduce.rs`, `stencil_runtime.rs` and
+//! `transpose.rs`. In a build without the `cuda` feature `CudaDevice` is uninhabited, so
+//! this impl exists there too and no method of it can be reached.
+
+use std::sync::Arc;
+
+use super::source::Elementwise;
+use super::stencil::StencilProgram;
+use super::{BlockAt, CudaDevice, ElementwiseParams};
+use crate::backend::{BoxKernel, Device, Family, Kernels};
+use crate::budget::Reservation;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::ops::expr::Program;
+use crate::ops::generate::Dist;
+use crate::ops::matmul::Resident;
+use crate::ops::stencil::Stencil;
+use crate::plan::{Plan, Tile};
+use crate::tiling::{BoxPlan, BoxTile};
+
+impl Kernels for Arc<CudaDevice> {
+    fn device(&self) -> Device {
+        Device::Cuda(self.info().ordinal)
+    }
+
+    fn has_kernel(&self, family: Family) -> bool {
+        super::has_kernel(family)
+    }
+
+    fn elementwise_kernel<'a>(
+        &'a self,
+        params: &'a ElementwiseParams,
+        input: DType,
+        output: DType,
+        plan: &Plan,
+    ) -> Result<BoxKernel<'a, Tile>> {
+        let kind = match params {
+            ElementwiseParams::Affine { .. } => Elementwise::Affine,
+            ElementwiseParams::Cast => Elementwise::Cast,
+            ElementwiseParams::Standardize { .. } => Elementwise::Standardize,
+        };
+        let k = CudaDevice::elementwise(
+            self,
+            kind,
+            input,
+            output,
+            params,
+            plan.tile_elems,
+            plan.depth,
+        )?;
+        Ok(Box::new(k))
+    }
+
+    fn map_kernel<'a>(
+        &'a self,
+        program: &'a Program,
+        inputs: &'a [DType],
+        output: DType,
+        plan: &Plan,
+    ) -> Result<BoxKernel<'a, Tile>> {
+        let k = CudaDevice::map(self, program, inputs, output, plan.tile_elems, plan.depth)?;
+        Ok(Box::new(k))
+    }
+
+    fn matmul_kernel<'a>(
+        &'a self,
+        w: &'a Resident,
+        x: DType,
+        output: DType,
+        k: usize,
+        n: usize,
+        plan: &Plan,
+    ) -> Result<BoxKernel<'a, Tile>> {
+        let kernel = CudaDevice::matmul(self, w, x, output, k, n, plan.tile_elems, plan.depth)?;
+        Ok(Box::new(kernel))
+    }
+
+    fn generate_kernel<'a>(
+        &'a self,
+        dist: Dist,
+        output: DType,
+        seed: u64,
+        last_dim: u64,
+        plan: &Plan,
+    ) -> Result<BoxKernel<'a, Tile>> {
+        let k = CudaDevice::generate(
+            self,
+            &dist,
+            output,
+            seed,
+            last_dim,
+            plan.tile_elems,
+            plan.depth,
+        )?;
+        Ok(Box::new(k))
+    }
+
+    fn stencil_kernel<'a>(
+        &'a self,
+        stencil: &'a Stencil,
+        plan: &'a BoxPlan,
+        input: DType,
+        output: DType,
+        scratch: Reservation,
+    ) -> Result<BoxKernel<'a, BoxTile>> {
+        // has_kernel(Family::Median { side }) refused the medians it has no program for
+        let program = StencilProgram::new(stencil, plan, input, output).ok_or_else(|| {
+            Error::Internal(format!("no GPU program for the filter {}", stencil.filter))
+        })?;
+        let k = CudaDevice::stencil(self, program, stencil, plan, input, scratch)?;
+        Ok(Box::new(k))
+    }
+
+    fn transpose_kernel<'a>(
+        &'a self,
+        es: usize,
+        window_bytes: u64,
+        out_bytes: u64,
+        lanes: usize,
+        at: BlockAt<'a>,
+    ) -> Result<BoxKernel<'a, BoxTile>> {
+        let k = CudaDevice::transpose(self, es, window_bytes, out_bytes, lanes, at)?;
+        Ok(Box::new(k))
+    }
+}
