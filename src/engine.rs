@@ -199,14 +199,6 @@ impl Engine {
         }
     }
 
-    /// The GPU a reduction runs on, as [`Engine::kernels_for`] chooses it: reductions
-    /// checkpoint their state between tiles, which the host and the device do each their
-    /// own way (`Checkpointed` in `engine/reduce.rs`), so the engine holds the device's
-    /// reduction itself.
-    fn gpu_reduce(&self) -> Option<&Arc<CudaDevice>> {
-        self.cuda.as_ref().filter(|d| d.has_kernel(Family::Reduce))
-    }
-
     /// Uses `n` CPU worker threads.
     ///
     /// # Errors

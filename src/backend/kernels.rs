@@ -12,6 +12,7 @@ use crate::error::Result;
 use crate::ops::expr::Program;
 use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
+use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::ops::stencil::Stencil;
 use crate::plan::{Plan, Tile};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
@@ -57,6 +58,40 @@ impl ElementwiseParams {
             ElementwiseParams::Standardize { .. } => Family::Standardize,
         }
     }
+}
+
+/// A streaming reduction a device prepared: fed tile after tile in plan order, its
+/// state checkpointed between tiles and restored on resume (the engine's journal does
+/// both through the host reducer), the host reducer holding the result once every tile
+/// ran.
+pub trait ReduceKernel: TileKernel<Tile> {
+    /// The reducer on the host: its state is what a checkpoint saves and what a resumed
+    /// run restores.
+    fn host_mut(&mut self) -> &mut Box<dyn TileReducer>;
+
+    /// Makes the kernel's state the host reducer's (after a resume restored it).
+    ///
+    /// # Errors
+    /// If the state cannot be copied to the device.
+    fn upload_state(&mut self) -> Result<()>;
+
+    /// Waits for the tiles in flight and brings the kernel's state into the host
+    /// reducer (before a checkpoint saves it).
+    ///
+    /// # Errors
+    /// If a tile failed or the state cannot be copied back.
+    fn sync(&mut self) -> Result<()>;
+
+    /// The least seconds between two checkpoints: 0 for a state at hand on the host
+    /// (the journal's own rule), more for a device's, which must stop its pipeline to
+    /// bring its state back.
+    fn checkpoint_secs(&self) -> f64;
+
+    /// The host reducer holding the result, once every tile ran.
+    ///
+    /// # Errors
+    /// If a tile failed.
+    fn finish(self: Box<Self>) -> Result<Box<dyn TileReducer>>;
 }
 
 /// The kernels of each family a device prepares for a run. Every method gives a kernel
@@ -123,6 +158,21 @@ pub trait Kernels: Send + Sync {
         last_dim: u64,
         plan: &Plan,
     ) -> Result<BoxKernel<'a, Tile>>;
+
+    /// A reduction `op` over `geometry` of `dtype` elements, for the tiles of `plan`,
+    /// accumulating into `reducer` (made by the host backend,
+    /// [`super::Backend::reducer`]).
+    ///
+    /// # Errors
+    /// As [`Kernels::elementwise_kernel`].
+    fn reduce_kernel<'a>(
+        &'a self,
+        op: Reduce,
+        dtype: DType,
+        geometry: Geometry,
+        plan: &Plan,
+        reducer: Box<dyn TileReducer>,
+    ) -> Result<Box<dyn ReduceKernel + 'a>>;
 
     /// A neighbourhood filter over the boxes of `plan`; `scratch` pays for its working
     /// memory (the host's arena, or the page-locked buffer a device gathers boxes into)

@@ -14,7 +14,7 @@ pub mod cuda;
 mod kernels;
 
 pub use cpu::{CpuBackend, max_threads};
-pub use kernels::{BlockAt, BoxKernel, ElementwiseParams, Kernels};
+pub use kernels::{BlockAt, BoxKernel, ElementwiseParams, Kernels, ReduceKernel};
 
 use std::fmt;
 

@@ -4,8 +4,7 @@
 use std::path::Path;
 
 use super::{Array, Engine, Ran, RunReport, check_not_input, hold, kept_if_interrupted};
-use crate::backend::Family;
-use crate::backend::cuda::CudaReduce;
+use crate::backend::{Family, Kernels, ReduceKernel};
 use crate::budget::Reservation;
 use crate::budget::fmt_bytes;
 use crate::dtype::DType;
@@ -136,7 +135,7 @@ impl Engine {
             plan.resident_bytes - input.read_scratch_bytes(),
         )?;
         let reducer = self.backend.reducer(op, input.dtype(), g)?;
-        let gpu = self.gpu_reduce().is_some();
+        let gpu = super::on_gpu(self.kernels_for(Family::Reduce));
         let (mut reducer, times) =
             self.stream_reducer(input, &plan, op, g, reducer, journal, gpu)?;
         // a pass resumed with every tile done never called the closure
@@ -164,37 +163,28 @@ impl Engine {
         plan: &Plan,
         op: Reduce,
         g: Geometry,
-        mut reducer: Box<dyn TileReducer>,
+        reducer: Box<dyn TileReducer>,
         journal: Option<&Journal>,
         device: bool,
     ) -> Result<(Box<dyn TileReducer>, scheduler::StageTimes)> {
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(plan, &inputs, None);
         stream.journal = journal;
-        let times = match self.gpu_reduce() {
-            Some(dev) if device => {
-                let mut k = dev.reduce(op, input.dtype(), g, plan, reducer)?;
-                let times = scheduler::run(
-                    &stream,
-                    Checkpointed {
-                        k: &mut k,
-                        journal,
-                        restored: false,
-                    },
-                )?;
-                reducer = k.finish()?;
-                times
-            }
-            _ => scheduler::run(
-                &stream,
-                self.kernel(|tile: crate::plan::Tile, ins: &[&[u8]], _: &mut [u8]| {
-                    restore_reducers(journal, &mut [&mut reducer])?;
-                    reducer.feed_bytes(tile.start, ins[0]);
-                    checkpoint_reducers(journal, tile.index, &[reducer.as_ref()])
-                }),
-            )?,
+        let dev: &dyn Kernels = if device {
+            self.kernels_for(Family::Reduce)
+        } else {
+            &*self.backend
         };
-        Ok((reducer, times))
+        let mut k = dev.reduce_kernel(op, input.dtype(), g, plan, reducer)?;
+        let times = scheduler::run(
+            &stream,
+            Checkpointed {
+                k: &mut *k,
+                journal,
+                restored: false,
+            },
+        )?;
+        Ok((k.finish()?, times))
     }
 
     /// Reduces the rows `rows` of `input` (the whole tensor) into a [`Partial`]: what
@@ -438,23 +428,21 @@ impl Engine {
         Ok(report)
     }
 }
-/// How often a resumable reduction on a device brings its state back to checkpoint it.
-const DEVICE_CHECKPOINT_SECS: f64 = 1.0;
-
-/// A reduction on a device, resumable: the state a resumed pass found is restored
-/// before the first tile, and once a second ([`DEVICE_CHECKPOINT_SECS`]) the device's
-/// state is brought back after a tile and checkpointed. Bringing it back waits for the
-/// tile, so the pipeline stops only then (a CPU reduction checkpoints a small state
-/// after every tile; a resumed device run redoes at most a second of tiles).
-struct Checkpointed<'a> {
-    k: &'a mut CudaReduce,
+/// A reduction's kernel, resumable: the state a resumed pass found is restored before
+/// the first tile, and after a tile the state is checkpointed when the journal says one
+/// is due at the kernel's pace ([`ReduceKernel::checkpoint_secs`]): after every tile for
+/// a small state on the host, at most once a second on a device, whose state is brought
+/// back first (which waits for the tile, so its pipeline stops only then; a resumed
+/// device run redoes at most a second of tiles).
+struct Checkpointed<'a, 'k> {
+    k: &'a mut (dyn ReduceKernel + 'k),
     journal: Option<&'a Journal>,
     restored: bool,
 }
 
-impl TileKernel<crate::plan::Tile> for Checkpointed<'_> {
+impl TileKernel<crate::plan::Tile> for Checkpointed<'_, '_> {
     fn staged_inputs(&self) -> bool {
-        true
+        self.k.staged_inputs()
     }
 
     fn alloc_slot(&self, len: usize, reservation: Reservation) -> Result<Slot> {
@@ -463,7 +451,7 @@ impl TileKernel<crate::plan::Tile> for Checkpointed<'_> {
 
     fn submit(&mut self, m: Morsel<crate::plan::Tile>) -> Result<Pending<crate::plan::Tile>> {
         let Some(j) = self.journal else {
-            return (&mut *self.k).submit(m);
+            return self.k.submit(m);
         };
         if !self.restored {
             self.restored = true;
@@ -471,9 +459,9 @@ impl TileKernel<crate::plan::Tile> for Checkpointed<'_> {
             self.k.upload_state()?;
         }
         let index = m.tile().index;
-        let pending = (&mut *self.k).submit(m)?;
+        let pending = self.k.submit(m)?;
         let size = self.k.host_mut().state_len();
-        if j.checkpoint_due(size, DEVICE_CHECKPOINT_SECS)? {
+        if j.checkpoint_due(size, self.k.checkpoint_secs())? {
             self.k.sync()?;
             let host = self.k.host_mut();
             j.save_checkpoint(j.pass(), index, &host.state_parts())?;

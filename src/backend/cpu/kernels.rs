@@ -5,6 +5,7 @@
 use super::CpuBackend;
 use crate::backend::{
     Backend, BlockAt, BoxKernel, Device, ElementwiseParams, Family, Kernels, OnBackend,
+    ReduceKernel,
 };
 use crate::budget::Reservation;
 use crate::dtype::DType;
@@ -12,8 +13,10 @@ use crate::error::Result;
 use crate::ops::expr::Program;
 use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
+use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::ops::stencil::{Stencil, TileJob};
 use crate::plan::{Plan, Tile};
+use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::{BoxPlan, BoxTile};
 
 impl Kernels for CpuBackend {
@@ -100,6 +103,20 @@ impl Kernels for CpuBackend {
         )))
     }
 
+    fn reduce_kernel<'a>(
+        &'a self,
+        _op: Reduce,
+        _dtype: DType,
+        _geometry: Geometry,
+        _plan: &Plan,
+        reducer: Box<dyn TileReducer>,
+    ) -> Result<Box<dyn ReduceKernel + 'a>> {
+        Ok(Box::new(HostReduce {
+            backend: self,
+            reducer,
+        }))
+    }
+
     fn stencil_kernel<'a>(
         &'a self,
         stencil: &'a Stencil,
@@ -151,5 +168,46 @@ impl Kernels for CpuBackend {
                 )
             },
         )))
+    }
+}
+
+/// A reduction on the host: each tile fed to the reducer where it lies.
+struct HostReduce<'a> {
+    backend: &'a CpuBackend,
+    reducer: Box<dyn TileReducer>,
+}
+
+impl TileKernel<Tile> for HostReduce<'_> {
+    fn alloc_slot(&self, len: usize, reservation: Reservation) -> Result<Slot> {
+        self.backend.alloc_slot(len, reservation)
+    }
+
+    fn submit(&mut self, mut m: Morsel<Tile>) -> Result<Pending<Tile>> {
+        let tile = m.tile();
+        let (ins, _) = m.io();
+        self.reducer.feed_bytes(tile.start, ins[0]);
+        Ok(Pending::Ready(m))
+    }
+}
+
+impl ReduceKernel for HostReduce<'_> {
+    fn host_mut(&mut self) -> &mut Box<dyn TileReducer> {
+        &mut self.reducer
+    }
+
+    fn upload_state(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn checkpoint_secs(&self) -> f64 {
+        0.0
+    }
+
+    fn finish(self: Box<Self>) -> Result<Box<dyn TileReducer>> {
+        Ok(self.reducer)
     }
 }

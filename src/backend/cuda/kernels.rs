@@ -8,16 +8,18 @@ use std::sync::Arc;
 
 use super::source::Elementwise;
 use super::stencil::StencilProgram;
-use super::{BlockAt, CudaDevice, ElementwiseParams};
-use crate::backend::{BoxKernel, Device, Family, Kernels};
+use super::{BlockAt, CudaDevice, CudaReduce, ElementwiseParams};
+use crate::backend::{BoxKernel, Device, Family, Kernels, ReduceKernel};
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::expr::Program;
 use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
+use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::ops::stencil::Stencil;
 use crate::plan::{Plan, Tile};
+use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::{BoxPlan, BoxTile};
 
 impl Kernels for Arc<CudaDevice> {
@@ -97,6 +99,18 @@ impl Kernels for Arc<CudaDevice> {
         Ok(Box::new(k))
     }
 
+    fn reduce_kernel<'a>(
+        &'a self,
+        op: Reduce,
+        dtype: DType,
+        geometry: Geometry,
+        plan: &Plan,
+        reducer: Box<dyn TileReducer>,
+    ) -> Result<Box<dyn ReduceKernel + 'a>> {
+        let k = CudaDevice::reduce(self, op, dtype, geometry, plan, reducer)?;
+        Ok(Box::new(DeviceReduce(k)))
+    }
+
     fn stencil_kernel<'a>(
         &'a self,
         stencil: &'a Stencil,
@@ -123,5 +137,49 @@ impl Kernels for Arc<CudaDevice> {
     ) -> Result<BoxKernel<'a, BoxTile>> {
         let k = CudaDevice::transpose(self, es, window_bytes, out_bytes, lanes, at)?;
         Ok(Box::new(k))
+    }
+}
+
+/// How often a reduction on the device checkpoints at most: bringing its state back
+/// stops the device's pipeline, so once a second costs little, every tile most of the
+/// overlap.
+const DEVICE_CHECKPOINT_SECS: f64 = 1.0;
+
+/// A reduction on the device, as a [`ReduceKernel`].
+struct DeviceReduce(CudaReduce);
+
+impl TileKernel<Tile> for DeviceReduce {
+    fn staged_inputs(&self) -> bool {
+        true
+    }
+
+    fn alloc_slot(&self, len: usize, reservation: Reservation) -> Result<Slot> {
+        self.0.alloc_slot(len, reservation)
+    }
+
+    fn submit(&mut self, m: Morsel<Tile>) -> Result<Pending<Tile>> {
+        (&mut self.0).submit(m)
+    }
+}
+
+impl ReduceKernel for DeviceReduce {
+    fn host_mut(&mut self) -> &mut Box<dyn TileReducer> {
+        self.0.host_mut()
+    }
+
+    fn upload_state(&mut self) -> Result<()> {
+        self.0.upload_state()
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.0.sync()
+    }
+
+    fn checkpoint_secs(&self) -> f64 {
+        DEVICE_CHECKPOINT_SECS
+    }
+
+    fn finish(self: Box<Self>) -> Result<Box<dyn TileReducer>> {
+        self.0.finish()
     }
 }
