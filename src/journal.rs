@@ -41,7 +41,6 @@
 //! Passes are numbered in the order the operation runs them (standardize: statistics,
 //! then apply), so each resumes separately.
 
-use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -55,9 +54,13 @@ use crate::error::{Error, Result};
 use crate::format::chunk_assembly::ChunkRun;
 use crate::format::{OutputFile, TEMP_SUFFIX, clean_stale, dir_and_name, lock};
 use crate::io::own_files;
-use crate::layout::{Layout, Write};
+use crate::layout::Layout;
 
-const HEADER: &str = "tilestream-journal 2";
+mod records;
+mod resume;
+
+use records::{HEADER, Prev, parse, seal};
+use resume::{check_same_job, file_crc, first_needed, open_slot, verify};
 
 /// What a run is: the operation in words and the identity of every input, as the caller
 /// states them. A journal written for one key is refused by a run with another.
@@ -100,26 +103,6 @@ impl JobKey {
     }
 }
 
-/// What the interrupted run recorded.
-#[derive(Debug, Default)]
-struct Prev {
-    op: Option<String>,
-    inputs: Vec<(String, String)>,
-    out: Option<String>,
-    passes: HashMap<usize, PrevPass>,
-}
-
-#[derive(Debug, Default)]
-struct PrevPass {
-    fingerprint: String,
-    tiles: BTreeMap<usize, u32>,
-    /// (tile, slot, length, crc) of the latest state checkpoint.
-    state: Option<(usize, usize, u64, u32)>,
-    /// Runs of chunks of a streamed GeoTIFF output or Zarr store, in the order they were
-    /// written.
-    runs: Vec<ChunkRun>,
-}
-
 /// Where a pass starts, as [`Journal::begin_pass`] found it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PassStart {
@@ -146,97 +129,6 @@ pub struct Journal {
     state: Mutex<Option<(usize, u64)>>,
     last_checkpoint: Mutex<Option<Instant>>,
     keep: AtomicBool,
-}
-
-fn seal(text: &str) -> String {
-    format!("{text} *{:08x}\n", crc32fast::hash(text.as_bytes()))
-}
-
-/// The records of a journal's text, up to the first torn or unreadable line.
-fn records(text: &str) -> Vec<&str> {
-    let mut out = Vec::new();
-    for line in text.split_inclusive('\n') {
-        let Some(line) = line.strip_suffix('\n') else {
-            break; // the last line was cut short
-        };
-        let Some((body, crc)) = line.rsplit_once(" *") else {
-            break;
-        };
-        if u32::from_str_radix(crc, 16).ok() != Some(crc32fast::hash(body.as_bytes())) {
-            break;
-        }
-        out.push(body);
-    }
-    out
-}
-
-fn parse(text: &str) -> Option<Prev> {
-    let recs = records(text);
-    if recs.first() != Some(&HEADER) {
-        return None;
-    }
-    let mut p = Prev::default();
-    for r in &recs[1..] {
-        let (kind, rest) = r.split_once(' ').unwrap_or((r, ""));
-        let mut f = rest.split(' ');
-        let mut num = || f.next().and_then(|s| s.parse::<u64>().ok());
-        match kind {
-            "op" => p.op = Some(rest.to_string()),
-            "input" => {
-                // size mtime dev ino path (the path may hold spaces)
-                let parts: Vec<&str> = rest.splitn(5, ' ').collect();
-                if parts.len() == 5 {
-                    p.inputs.push((parts[4].to_string(), parts[..4].join(" ")));
-                }
-            }
-            "out" => p.out = Some(rest.to_string()),
-            "pass" => {
-                let (k, fp) = rest.split_once(' ')?;
-                let k: usize = k.parse().ok()?;
-                let e = p.passes.entry(k).or_default();
-                e.fingerprint = fp.to_string();
-            }
-            "tile" => {
-                let (k, i) = (num()? as usize, num()? as usize);
-                let crc = u32::from_str_radix(f.next()?, 16).ok()?;
-                p.passes.entry(k).or_default().tiles.insert(i, crc);
-            }
-            "chunks" => {
-                let (k, first, offset) = (num()? as usize, num()? as usize, num()?);
-                let crc = u32::from_str_radix(f.next()?, 16).ok()?;
-                let counts = f
-                    .next()?
-                    .split(',')
-                    .map(|c| c.parse::<u64>().ok())
-                    .collect::<Option<Vec<u64>>>()?;
-                // a resumed run records again from the first run of chunks it redid:
-                // later records win over those they overlap and all after them
-                let runs = &mut p.passes.entry(k).or_default().runs;
-                let end = first.saturating_add(counts.len());
-                if let Some(i) = runs
-                    .iter()
-                    .position(|d| d.first < end && first < d.first + d.counts.len())
-                {
-                    runs.truncate(i);
-                }
-                runs.push(ChunkRun {
-                    first,
-                    offset,
-                    counts,
-                    crc,
-                });
-            }
-            "state" => {
-                let (k, i, slot, len) = (num()? as usize, num()? as usize, num()?, num()?);
-                let crc = u32::from_str_radix(f.next()?, 16).ok()?;
-                if slot < 2 {
-                    p.passes.entry(k).or_default().state = Some((i, slot as usize, len, crc));
-                }
-            }
-            _ => return None,
-        }
-    }
-    Some(p)
 }
 
 pub use crate::fault::crash_point;
@@ -629,111 +521,4 @@ impl Drop for Journal {
             self.remove_files();
         }
     }
-}
-
-/// The length and CRC-32 of a state slot, read in 1 MiB pieces and at most `max + 1`
-/// bytes: the slot is opened as [`open_slot`] does, so a FIFO or a link to a device planted under its name
-/// neither blocks the run nor feeds it without end.
-fn file_crc(path: &Path, max: u64) -> std::io::Result<(u64, u32)> {
-    let mut f = open_slot(path)?.take(max + 1);
-    let mut buf = vec![0u8; 1 << 20];
-    let mut h = crc32fast::Hasher::new();
-    let mut len = 0u64;
-    loop {
-        match f.read(&mut buf)? {
-            0 => break,
-            n => {
-                h.update(&buf[..n]);
-                len += n as u64;
-            }
-        }
-    }
-    Ok((len, h.finalize()))
-}
-
-/// Opens a state slot for reading: never through a symbolic link, never blocking on a
-/// FIFO, and only if it is a regular file.
-fn open_slot(path: &Path) -> std::io::Result<File> {
-    let f = own_files::open_own_read(path)?;
-    if f.metadata()?.file_type().is_file() {
-        Ok(f)
-    } else {
-        Err(std::io::Error::other("not a regular file"))
-    }
-}
-
-fn check_same_job(dest: &Path, key: &JobKey, p: &Prev) -> Result<()> {
-    if p.op.as_deref() != Some(key.op.as_str()) {
-        return Err(Error::invalid(format!(
-            "cannot resume {}: the interrupted run was another operation ({}); run without --resume to start over",
-            dest.display(),
-            p.op.as_deref().unwrap_or("unknown")
-        )));
-    }
-    for (path, id) in &key.inputs {
-        match p.inputs.iter().find(|(q, _)| q == path) {
-            None => {
-                return Err(Error::invalid(format!(
-                    "cannot resume {}: the interrupted run did not read {path}; run without --resume to start over",
-                    dest.display()
-                )));
-            }
-            Some((_, old)) if old != id => {
-                return Err(Error::invalid(format!(
-                    "cannot resume {}: input {path} changed since the interrupted run (size, time or inode differ); run without --resume to start over",
-                    dest.display()
-                )));
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(())
-}
-
-/// The first tile of `layout` that writes an element of `out` not yet in a chunk the
-/// stream kept (the number of tiles if none does): where a resumed streamed output
-/// starts again. Every tile before it writes only kept chunks; every chunk not kept gets
-/// all its elements from this tile on.
-fn first_needed<L: Layout>(layout: &L, out: &OutputFile) -> usize {
-    let mut writes: Vec<Write> = Vec::new();
-    (0..layout.num_tiles())
-        .find(|&i| {
-            writes.clear();
-            layout.writes(&layout.tile(i), &mut writes);
-            writes.iter().any(|w| !out.covered(w.file_elem, w.len))
-        })
-        .unwrap_or(layout.num_tiles())
-}
-
-/// Reads back the journaled tiles of a pass from `out`, in order, and returns how many
-/// match their checksums (the first that does not ends the count).
-fn verify<L: Layout>(
-    layout: &L,
-    out: &OutputFile,
-    tiles: &BTreeMap<usize, u32>,
-    budget: &MemoryBudget,
-) -> Result<usize> {
-    let es = out.dtype().size() as u64;
-    let cap = layout.out_slot_elems() * es;
-    let _r = budget.reserve("reading back the tiles of an interrupted run", cap)?;
-    let mut buf = vec![0u8; usize::try_from(cap).unwrap_or(usize::MAX)];
-    let mut writes: Vec<Write> = Vec::new();
-    let mut good = 0;
-    for i in 0..layout.num_tiles() {
-        let Some(&want) = tiles.get(&i) else { break };
-        writes.clear();
-        layout.writes(&layout.tile(i), &mut writes);
-        let mut h = crc32fast::Hasher::new();
-        for w in &writes {
-            let n = (w.len * es) as usize;
-            let b = &mut buf[..n];
-            out.read_at(w.file_elem, b)?;
-            h.update(b);
-        }
-        if h.finalize() != want {
-            break;
-        }
-        good = i + 1;
-    }
-    Ok(good)
 }

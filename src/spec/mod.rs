@@ -14,9 +14,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::io::own_files::{Written, check_run_paths};
-use crate::ops::stencil::{Filter, Stencil};
 use crate::shape::fmt_shape;
-use crate::tiling::{Boundary, BoxPlan};
+use crate::tiling::BoxPlan;
 use crate::{DType, Engine, Error, JobKey, Plan, Result, RunReport, TensorFile};
 
 /// Where an operation reads a tensor from: a file, and for a raw (headerless) file its
@@ -267,13 +266,6 @@ fn read_small(source: &Source) -> Result<crate::Array> {
     }
     let w = t.map_window(0, t.info().len())?;
     crate::Array::from_bytes(t.dtype(), t.shape().to_vec(), w.bytes().to_vec())
-}
-
-fn stencil_of(filter: &str, boundary: &str) -> Result<Stencil> {
-    Stencil::new(
-        Filter::parse(filter, |k| load_kernel(Path::new(k)))?,
-        boundary.parse::<Boundary>()?,
-    )
 }
 
 fn open_named(inputs: &[(String, Source)]) -> Result<Vec<(String, TensorFile)>> {

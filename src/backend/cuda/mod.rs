@@ -13,6 +13,8 @@ pub mod stencil;
 pub use crate::backend::{BlockAt, ElementwiseParams};
 
 #[cfg(feature = "cuda")]
+mod queue;
+#[cfg(feature = "cuda")]
 mod reduce;
 #[cfg(feature = "cuda")]
 mod runtime;

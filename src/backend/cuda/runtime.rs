@@ -12,17 +12,18 @@
 use std::sync::Arc;
 
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
-    PinnedHostSlice, PushKernelArg, result, sys,
+    CudaContext, CudaFunction, CudaSlice, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    result, sys,
 };
 
 use super::ElementwiseParams;
+pub(super) use super::queue::{ArgValue, Drain, InFlight, Lane, Launch, drain, driver, record_now};
 use super::source::{
     Elementwise, elementwise_source, gen_dist_name, gen_kernel_name, gen_params, gen_source,
     map_kernel_name, map_source, matmul_kernel_name, matmul_source,
 };
 use crate::budget::{MemoryBudget, Reservation};
-use crate::device::{self, DeviceError, GpuInfo};
+use crate::device::{self, GpuInfo};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::ops::expr::Program;
@@ -33,15 +34,6 @@ use crate::scheduler::{Morsel, Pending, Slot, SlotMemory, TileKernel};
 
 /// Threads per block of the elementwise kernels.
 const BLOCK: u32 = 256;
-
-pub(super) fn driver(action: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
-    move |e| {
-        Error::Device(DeviceError::Driver {
-            action,
-            msg: e.to_string(),
-        })
-    }
-}
 
 /// A CUDA device opened for an engine's runs, with its memory budget.
 pub struct CudaDevice {
@@ -479,14 +471,6 @@ impl SlotMemory for Pinned {
     }
 }
 
-/// One stream of a prepared kernel and the device buffers its tiles use.
-pub(super) struct Lane {
-    pub(super) stream: Arc<CudaStream>,
-    inputs: Vec<CudaSlice<u8>>,
-    output: CudaSlice<u8>,
-    _reservation: Reservation,
-}
-
 /// An operation whose tiles map item for item from input to output (affine, cast,
 /// standardize, a fused `map`: elements; matmul: rows) prepared on a device: tiles in,
 /// tiles out, on a ring of streams.
@@ -503,69 +487,49 @@ pub struct CudaElementwise {
     _resident: Vec<Reservation>,
 }
 
-/// An argument's value for one launch.
-pub(super) enum ArgValue {
-    F64(f64),
-    U64(u64),
-}
-
-/// An event recorded on `stream` now (the work queued so far). On failure the stream is
-/// waited for first, so nothing queued still reads memory the caller frees on error.
-///
-/// # Errors
-/// [`Error::Device`] if the event cannot be created or recorded.
-pub(super) fn record_now(ctx: &Arc<CudaContext>, stream: &CudaStream) -> Result<CudaEvent> {
-    // blocking sync: the write stage waiting on a tile sleeps instead of spinning a core
-    // the read stage (and a filter's host gather) could use
-    ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC))
-        .and_then(|e| e.record(stream).map(|()| e))
-        .map_err(|e| {
-            let _ = stream.synchronize();
-            driver("record an event")(e)
-        })
-}
-
-/// A tile in flight: waiting synchronizes its event; dropped unwaited (a panic), it
-/// still waits before its slots are freed, so no copy lands in freed memory.
-pub(super) struct InFlight<T> {
-    event: Arc<CudaEvent>,
-    morsel: Option<Morsel<T>>,
-}
-
-impl<T: Send + 'static> InFlight<T> {
-    /// The pending handle of tile `morsel`, done when `event` is.
-    pub(super) fn pending(event: Arc<CudaEvent>, morsel: Morsel<T>) -> Pending<T> {
-        let flight = InFlight {
-            event,
-            morsel: Some(morsel),
-        };
-        Pending::Later(Box::new(move || flight.finish()))
-    }
-
-    fn finish(mut self) -> Result<Morsel<T>> {
-        self.event
-            .synchronize()
-            .map_err(driver("run a tile on the device"))?;
-        self.morsel
-            .take()
-            .ok_or_else(|| Error::Internal("a device tile was finished twice".into()))
-    }
-}
-
-impl<T> Drop for InFlight<T> {
+impl Drop for CudaElementwise {
     fn drop(&mut self) {
-        if self.morsel.is_some() {
-            let _ = self.event.synchronize();
-        }
+        drain(self.lanes.iter().map(|l| Arc::clone(&l.stream)));
     }
 }
 
-/// One launch of a tile: how many threads, and the arguments after the buffers.
-pub(super) struct Launch {
-    /// Threads the kernel needs (one per output element).
-    pub(super) threads: u64,
-    /// Arguments after the buffers.
-    pub(super) args: Vec<ArgValue>,
+impl TileKernel<Tile> for CudaElementwise {
+    fn staged_inputs(&self) -> bool {
+        true
+    }
+
+    fn alloc_slot(&self, len: usize, reservation: Reservation) -> Result<Slot> {
+        self.dev.alloc_slot(len, reservation)
+    }
+
+    fn submit(&mut self, m: Morsel<Tile>) -> Result<Pending<Tile>> {
+        let tile = m.tile();
+        let n = tile.len as usize;
+        let lane = &self.lanes[m.seq() % self.lanes.len()];
+        let in_lens: Vec<usize> = self.in_es.iter().map(|&es| n * es).collect();
+        let launch_of = |lane: &Lane| {
+            let mut args = vec![ArgValue::U64(n as u64)];
+            args.extend(self.args.iter().map(|a| match a {
+                Arg::F64(v) => ArgValue::F64(*v),
+                Arg::U64(v) => ArgValue::U64(*v),
+                Arg::TileStart => ArgValue::U64(tile.start),
+                Arg::Buffer(b) => ArgValue::U64(b.device_ptr(&lane.stream).0),
+            }));
+            Launch {
+                threads: n as u64 * self.threads,
+                args,
+            }
+        };
+        queue_tile(
+            &self.dev,
+            &self.func,
+            lane,
+            m,
+            &in_lens,
+            n * self.out_es,
+            launch_of,
+        )
+    }
 }
 
 /// Queues tile `m` on `lane`: its staged inputs copied to the lane's input buffers, the
@@ -648,70 +612,4 @@ pub(super) fn queue_tile<T: Copy + Send + 'static>(
     }
     let event = record_now(&dev.ctx, &lane.stream)?;
     Ok(InFlight::pending(Arc::new(event), m))
-}
-
-/// Waits for everything queued on `lanes`: a prepared kernel is dropped by the compute
-/// stage once it has submitted its last tile (or stopped on an error), while tiles may
-/// still run; its device buffers, resident operands and module are freed only after
-/// this. (cudarc frees device memory on the default stream, which is not ordered with
-/// the lanes' non-blocking streams.)
-pub(super) fn drain(lanes: impl IntoIterator<Item = Arc<CudaStream>>) {
-    for stream in lanes {
-        let _ = stream.synchronize();
-    }
-}
-
-/// Waits for its streams when dropped: the first field of a prepared kernel whose other
-/// fields must outlive the work queued on them (see [`drain`]).
-pub(super) struct Drain(pub(super) Vec<Arc<CudaStream>>);
-
-impl Drop for Drain {
-    fn drop(&mut self) {
-        drain(self.0.iter().cloned());
-    }
-}
-
-impl Drop for CudaElementwise {
-    fn drop(&mut self) {
-        drain(self.lanes.iter().map(|l| Arc::clone(&l.stream)));
-    }
-}
-
-impl TileKernel<Tile> for CudaElementwise {
-    fn staged_inputs(&self) -> bool {
-        true
-    }
-
-    fn alloc_slot(&self, len: usize, reservation: Reservation) -> Result<Slot> {
-        self.dev.alloc_slot(len, reservation)
-    }
-
-    fn submit(&mut self, m: Morsel<Tile>) -> Result<Pending<Tile>> {
-        let tile = m.tile();
-        let n = tile.len as usize;
-        let lane = &self.lanes[m.seq() % self.lanes.len()];
-        let in_lens: Vec<usize> = self.in_es.iter().map(|&es| n * es).collect();
-        let launch_of = |lane: &Lane| {
-            let mut args = vec![ArgValue::U64(n as u64)];
-            args.extend(self.args.iter().map(|a| match a {
-                Arg::F64(v) => ArgValue::F64(*v),
-                Arg::U64(v) => ArgValue::U64(*v),
-                Arg::TileStart => ArgValue::U64(tile.start),
-                Arg::Buffer(b) => ArgValue::U64(b.device_ptr(&lane.stream).0),
-            }));
-            Launch {
-                threads: n as u64 * self.threads,
-                args,
-            }
-        };
-        queue_tile(
-            &self.dev,
-            &self.func,
-            lane,
-            m,
-            &in_lens,
-            n * self.out_es,
-            launch_of,
-        )
-    }
 }

@@ -17,6 +17,7 @@
 //! parallel, planar or pixel-interleaved, BigTIFF when the data could pass 4 GB, with
 //! the georeferencing tags of an input copied verbatim.
 
+mod chunks;
 pub mod cog;
 #[doc(hidden)]
 pub mod decode;
@@ -30,15 +31,15 @@ pub mod write;
 use std::fs::File;
 use std::io::BufReader;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use tiff::decoder::{ChunkType, Decoder, Limits};
 use tiff::tags::Tag;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result, TiffError};
-use crate::format::chunked::ChunkSource;
-use decode::{ChunkRows, Codec};
+pub use chunks::TiffChunks;
+use decode::Codec;
 
 /// GeoTIFF tags that place an image on the earth, kept as they are in the file so that
 /// an output carries exactly the input's georeferencing.
@@ -523,54 +524,6 @@ fn decoder(path: &Path, file: File) -> Result<Decoder<BufReader<File>>> {
         .with_limits(Limits::unlimited()))
 }
 
-/// Decodes the strips or tiles of a TIFF for [`Chunked`](crate::format::chunked::Chunked): each
-/// chunk's stored bytes are read with one positioned read and decoded by
-/// [`decode`], exactly as GDAL reads them.
-#[derive(Debug)]
-pub struct TiffChunks {
-    path: PathBuf,
-    file: File,
-    file_len: u64,
-    layout: TiffLayout,
-    chunk_shape: Vec<usize>,
-    /// One sample of the value a sparse chunk (offset and byte count 0) reads as: the
-    /// nodata value when the file has one that the sample type holds, else zero (GDAL's
-    /// rule).
-    sparse: Vec<u8>,
-}
-
-impl TiffChunks {
-    /// A chunk source for the TIFF at `path` with the given layout; `nodata` is the
-    /// file's `GDAL_NODATA` text, which sparse chunks read as.
-    ///
-    /// # Errors
-    /// [`Error::Io`] if the file cannot be opened.
-    pub fn new(path: &Path, layout: TiffLayout, nodata: Option<&str>) -> Result<Self> {
-        let (cw, ch) = layout.chunk;
-        let chunk_shape = match (layout.bands, layout.planar) {
-            (1, _) => vec![ch, cw],
-            (_, true) => vec![1, ch, cw],
-            (b, false) => vec![b, ch, cw],
-        };
-        let file = crate::io::own_files::open_input(path)?;
-        let file_len = file
-            .metadata()
-            .map_err(|e| Error::io("read the size of", path, e))?
-            .len();
-        let sparse = nodata
-            .and_then(|t| nodata_sample(layout.dtype, t))
-            .unwrap_or_else(|| vec![0; layout.dtype.size()]);
-        Ok(TiffChunks {
-            path: path.to_path_buf(),
-            file,
-            file_len,
-            layout,
-            chunk_shape,
-            sparse,
-        })
-    }
-}
-
 /// A `GDAL_NODATA` text, refused unless it is a plain number (as GDAL writes one:
 /// `-9999`, `1e+20`, `nan`, `inf`; white space around it allowed): GDAL reads what
 /// follows a number's start by prefix (`0x10` as 16, `5\n6` as 5, anything else as 0), and
@@ -667,114 +620,6 @@ fn nodata_sample(dtype: DType, text: &str) -> Option<Vec<u8>> {
     // two's complement, little-endian: the low bytes are the value in the narrower type
     out.copy_from_slice(&n.to_le_bytes()[..dtype.size()]);
     Some(out)
-}
-
-thread_local! {
-    /// Stored bytes of the chunk being decoded, and the decoded pixel-interleaved chunk,
-    /// reused across the chunks a decode thread handles.
-    static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
-}
-
-impl ChunkSource for TiffChunks {
-    fn chunk_shape(&self) -> &[usize] {
-        &self.chunk_shape
-    }
-
-    fn resident_bytes(&self) -> u64 {
-        8 * (self.layout.offsets.len() + self.layout.byte_counts.len()) as u64
-    }
-
-    fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
-        let l = &self.layout;
-        let (band, cy, cx) = match pos.len() {
-            2 => (0, pos[0], pos[1]),
-            _ => (pos[0], pos[1], pos[2]),
-        };
-        let index = band * l.chunks_per_plane() + cy * l.chunks_across() + cx;
-        let es = l.dtype.size();
-        let (cw, ch) = l.chunk;
-        let spp = if l.planar { 1 } else { l.bands };
-        // a tile is stored whole (padding included); a strip at the bottom holds only
-        // the rows left
-        let rows = if l.tiled {
-            ch
-        } else {
-            ch.min(l.height - cy * ch)
-        };
-        let geometry = ChunkRows {
-            rows,
-            row_bytes: cw * spp * es,
-            spp,
-            es,
-        };
-        let what = format!("TIFF chunk {index} (band {band}, row {cy}, column {cx})");
-        let (offset, count) = (l.offsets[index], l.byte_counts[index]);
-        let need = geometry.bytes();
-        if offset == 0 && count == 0 {
-            // a sparse chunk (GDAL's SPARSE_OK): nodata, or zeros
-            for s in out.chunks_exact_mut(es) {
-                s.copy_from_slice(&self.sparse);
-            }
-            return Ok(());
-        }
-        // stored bytes beyond twice the decoded size (plus a margin) cannot be a chunk of
-        // any of the codecs read here; refusing them bounds the read buffer
-        let limit = 2 * need as u64 + 4096;
-        if count > limit || offset.checked_add(count).is_none_or(|e| e > self.file_len) {
-            return Err(Error::tiff(
-                &self.path,
-                TiffError::Corrupt,
-                format!(
-                    "{what} claims {count} bytes at offset {offset}, but the file has {} bytes and the chunk decodes to {need}: the file is truncated or corrupt",
-                    self.file_len
-                ),
-            ));
-        }
-        SCRATCH.with_borrow_mut(|(stored, decoded)| {
-            stored.resize(count as usize, 0);
-            self.file
-                .read_exact_at(stored, offset)
-                .map_err(|e| Error::io("read", &self.path, e))?;
-            let target: &mut [u8] = if spp == 1 {
-                // one band per chunk: decode straight into the chunk's rows
-                &mut out[..need]
-            } else {
-                decoded.resize(need, 0);
-                decoded
-            };
-            decode::decompress(&self.path, &what, l.codec, stored, target)?;
-            decode::unpredict(&geometry, l.little_endian, l.predictor, target);
-            if spp > 1 {
-                // pixel-interleaved: gather each band's samples into its plane
-                let stride = geometry.row_bytes;
-                for y in 0..rows {
-                    let row = &decoded[y * stride..(y + 1) * stride];
-                    for b in 0..spp {
-                        let at = (b * ch + y) * cw * es;
-                        let dst = &mut out[at..at + cw * es];
-                        match es {
-                            1 => gather::<1>(row, spp, b, dst),
-                            2 => gather::<2>(row, spp, b, dst),
-                            4 => gather::<4>(row, spp, b, dst),
-                            _ => gather::<8>(row, spp, b, dst),
-                        }
-                    }
-                }
-            }
-            Ok(())
-        })
-    }
-}
-
-/// Copies sample `b` of every `spp`-sample pixel of `row` (samples of `N` bytes) into
-/// `dst`, one after another.
-fn gather<const N: usize>(row: &[u8], spp: usize, b: usize, dst: &mut [u8]) {
-    let src: &[[u8; N]] = bytemuck::cast_slice(row);
-    let dst: &mut [[u8; N]] = bytemuck::cast_slice_mut(dst);
-    for (x, d) in dst.iter_mut().enumerate() {
-        *d = src[x * spp + b];
-    }
 }
 
 /// True if the path names a TIFF (`.tif` or `.tiff`, case-insensitive).

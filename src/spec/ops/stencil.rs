@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{Operation, PipelineStep, Tiling};
-use crate::spec::{OutputLayout, Source, SpecPlan, georef_from, stencil_of};
+use crate::ops::stencil::{Filter, Stencil};
+use crate::spec::{OutputLayout, Source, SpecPlan, georef_from, load_kernel};
 use crate::tiling::Boundary;
 use crate::{DType, Engine, Error, Result, RunReport};
 
@@ -27,6 +28,14 @@ pub struct StencilSpec {
     /// Output dtype.
     #[serde(default, with = "crate::spec::opt_dtype_name")]
     pub dtype: Option<DType>,
+}
+
+/// The filter `filter` with the boundary mode `boundary`, as the spec gives them.
+fn stencil_of(filter: &str, boundary: &str) -> Result<Stencil> {
+    Stencil::new(
+        Filter::parse(filter, |k| load_kernel(Path::new(k)))?,
+        boundary.parse::<Boundary>()?,
+    )
 }
 
 fn default_boundary() -> String {
