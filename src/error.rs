@@ -52,30 +52,227 @@ pub enum NpyError {
     Dtype(String),
 }
 
-/// Why a TIFF file is not read. The kind says what a caller can do about it; the message
-/// (one line, without the file name, which [`Error::Tiff`] adds) names the tag, value or
-/// chunk at fault.
+/// What kind of problem a TIFF or Zarr error is: what a caller can do about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FormatErrorKind {
+    /// The metadata is not valid for the format (bad JSON, a missing or malformed field).
+    Metadata,
+    /// Valid data that tilestream does not decode exactly, refused rather than read
+    /// approximately: convert the file (the message says how).
+    Unsupported,
+    /// More than tilestream reads at once (tag counts, chunk tables, a shard index over
+    /// its bound), refused before it is parsed.
+    TooLarge,
+    /// The file is truncated or corrupt.
+    Corrupt,
+}
+
+/// Why a TIFF file is not read. The variant names the tag, value or chunk at fault with
+/// its figures as fields (zarrs' `array_errors.rs` is the model); [`TiffError::kind`]
+/// says what a caller can do about it. Messages are one line, without the file name,
+/// which [`Error::Tiff`] adds.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum TiffError {
-    /// Valid TIFF that tilestream does not decode exactly (a photometric interpretation,
-    /// codec, predictor, bit depth...): refused rather than read approximately; the
-    /// message says how to convert the file.
+    /// A tag whose value tilestream does not decode exactly (a photometric
+    /// interpretation, codec, fill order, predictor, bit depth).
+    #[error("{tag} {value} {reason}")]
+    UnsupportedTag {
+        /// The tag's name (`Compression`).
+        tag: &'static str,
+        /// Its value, with its name where it has one (`7 (JPEG)`).
+        value: String,
+        /// What tilestream reads instead, and how to convert the file.
+        reason: String,
+    },
+    /// Chunk tables (offsets, byte counts) shorter than the image needs.
+    #[error(
+        "the file lists {offsets} chunk offsets and {byte_counts} byte counts; its \
+         {width}x{height} image in {chunk_width}x{chunk_height} chunks needs {expected}"
+    )]
+    ChunkTables {
+        /// Offsets listed.
+        offsets: usize,
+        /// Byte counts listed.
+        byte_counts: usize,
+        /// Image width.
+        width: u32,
+        /// Image height.
+        height: u32,
+        /// Chunk width.
+        chunk_width: u32,
+        /// Chunk height.
+        chunk_height: u32,
+        /// Entries the image needs.
+        expected: usize,
+    },
+    /// A chunk whose stored bytes lie past the end of the file, or are more than any
+    /// encoding of its decoded size.
+    #[error(
+        "{chunk} claims {stored} bytes at offset {offset}, but the file has {file_len} bytes \
+         and the chunk decodes to {decoded}: the file is truncated or corrupt"
+    )]
+    ChunkOutside {
+        /// The chunk (`tile 3 of band 0`).
+        chunk: String,
+        /// Where its bytes start.
+        offset: u64,
+        /// Its stored bytes.
+        stored: u64,
+        /// The file's length.
+        file_len: u64,
+        /// Its decoded bytes.
+        decoded: usize,
+    },
+    /// A chunk that decodes to fewer or more bytes than the layout needs.
+    #[error(
+        "{chunk} decodes to {found} bytes, but the layout needs {expected}: the file is \
+         truncated or corrupt"
+    )]
+    ChunkSize {
+        /// The chunk.
+        chunk: String,
+        /// Bytes the layout needs.
+        expected: usize,
+        /// Bytes it decoded to.
+        found: usize,
+    },
+    /// A chunk its codec fails on.
+    #[error("cannot decode {chunk}: {reason}")]
+    Decode {
+        /// The chunk.
+        chunk: String,
+        /// The codec's error.
+        reason: String,
+    },
+    /// Other valid TIFF that tilestream does not decode exactly (old-style LZW, bands of
+    /// different depths, what the `tiff` crate refuses): the message says how to convert
+    /// the file.
     #[error("{0}")]
     Unsupported(String),
-    /// Metadata larger than tilestream reads (tag counts, strip or tile tables), refused
-    /// before it is parsed.
+    /// Other metadata larger than tilestream reads (tag counts, strip or tile tables),
+    /// refused before it is parsed.
     #[error("{0}")]
     TooLarge(String),
-    /// The file is truncated or corrupt: tables that do not match the image, a chunk past
-    /// the end of the file or one that does not decode to its size.
+    /// Other corruption: a tag that contradicts the samples, what the `tiff` crate finds.
     #[error("{0}")]
     Corrupt(String),
 }
 
-/// Why a Zarr store is not read. As [`TiffError`]: the kind for callers, the message
-/// (without the path, which [`Error::Zarr`] adds) for people.
+impl TiffError {
+    /// What kind of problem it is.
+    #[must_use]
+    pub fn kind(&self) -> FormatErrorKind {
+        match self {
+            TiffError::UnsupportedTag { .. } | TiffError::Unsupported(_) => {
+                FormatErrorKind::Unsupported
+            }
+            TiffError::TooLarge(_) => FormatErrorKind::TooLarge,
+            TiffError::ChunkTables { .. }
+            | TiffError::ChunkOutside { .. }
+            | TiffError::ChunkSize { .. }
+            | TiffError::Decode { .. }
+            | TiffError::Corrupt(_) => FormatErrorKind::Corrupt,
+        }
+    }
+}
+
+/// Why a Zarr store is not read. As [`TiffError`]: typed fields for the chunk or shard
+/// at fault, [`ZarrError::kind`] for callers, the message (without the path, which
+/// [`Error::Zarr`] adds) for people.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ZarrError {
+    /// A chunk stored in more bytes than any encoding of its size takes.
+    #[error(
+        "{chunk} is stored in {stored} bytes, more than a chunk of {chunk_size} can take \
+         ({max}): the store is corrupt"
+    )]
+    StoredTooLarge {
+        /// The chunk (`chunk [0, 3]`, `inner chunk [1, 2] of shard [0, 0]`).
+        chunk: String,
+        /// Its stored bytes.
+        stored: u64,
+        /// Its decoded size, as people read it (`1.0 MiB`).
+        chunk_size: String,
+        /// The most any encoding of it takes.
+        max: u64,
+    },
+    /// A shard index entry giving an inner chunk more bytes than any encoding takes.
+    #[error(
+        "the index gives {chunk} {stored} bytes, more than it can take ({max}): the shard is \
+         corrupt"
+    )]
+    IndexEntryTooLarge {
+        /// The inner chunk.
+        chunk: String,
+        /// The bytes the index gives it.
+        stored: u64,
+        /// The most any encoding of it takes.
+        max: u64,
+    },
+    /// A shard shorter than its own index.
+    #[error(
+        "shard {shard:?} is {len} bytes, shorter than its {index_bytes}-byte index: it is truncated"
+    )]
+    ShardTruncated {
+        /// The shard's position in the grid of shards.
+        shard: Vec<usize>,
+        /// Its length.
+        len: u64,
+        /// Its index's bytes.
+        index_bytes: u64,
+    },
+    /// A shard index whose crc32c does not match.
+    #[error("the index of shard {shard:?} fails its crc32c checksum")]
+    IndexChecksum {
+        /// The shard's position in the grid of shards.
+        shard: Vec<usize>,
+    },
+    /// A shard index placing an inner chunk past the shard's end.
+    #[error(
+        "the index of shard {shard:?} puts inner chunk {inner} at bytes {offset}+{stored}, \
+         past the shard's {len} bytes: it is corrupt"
+    )]
+    IndexPastEnd {
+        /// The shard's position in the grid of shards.
+        shard: Vec<usize>,
+        /// The inner chunk's number within the shard.
+        inner: usize,
+        /// Where the index says it starts.
+        offset: u64,
+        /// Its bytes.
+        stored: u64,
+        /// The shard's length.
+        len: u64,
+    },
+    /// A chunk that decodes to other than a chunk's bytes.
+    #[error("{chunk} decodes to {found} bytes, but a chunk is {expected}: the store is corrupt")]
+    ChunkSize {
+        /// The chunk.
+        chunk: String,
+        /// A chunk's bytes.
+        expected: usize,
+        /// Bytes it decoded to.
+        found: usize,
+    },
+    /// A chunk that decodes to more than its chunk can be (stopped there).
+    #[error(
+        "{chunk} decodes to more than the {limit} bytes its chunk can be: the store is \
+         corrupt (or a decompression bomb)"
+    )]
+    DecodesPast {
+        /// The chunk.
+        chunk: String,
+        /// The most it can decode to.
+        limit: usize,
+    },
+    /// A chunk a codec fails on.
+    #[error("cannot decode {chunk}: {reason}")]
+    Decode {
+        /// The chunk.
+        chunk: String,
+        /// The codec's error.
+        reason: String,
+    },
     /// The metadata is not valid Zarr v3 (bad JSON, a missing or malformed field).
     #[error("{0}")]
     Metadata(String),
@@ -83,14 +280,33 @@ pub enum ZarrError {
     /// grid or key encoding), refused in one line naming it.
     #[error("{0}")]
     Unsupported(String),
-    /// More than tilestream reads at once (a shard index over its bound, a stored chunk
-    /// larger than any encoding of its size).
+    /// More than tilestream reads at once (a shard index over its bound).
     #[error("{0}")]
     TooLarge(String),
-    /// A chunk or shard that is truncated, fails its checksum or does not decode to its
-    /// size.
+    /// Other corruption (a shard that disappeared while it was read).
     #[error("{0}")]
     Corrupt(String),
+}
+
+impl ZarrError {
+    /// What kind of problem it is.
+    #[must_use]
+    pub fn kind(&self) -> FormatErrorKind {
+        match self {
+            ZarrError::Metadata(_) => FormatErrorKind::Metadata,
+            ZarrError::Unsupported(_) => FormatErrorKind::Unsupported,
+            ZarrError::TooLarge(_) => FormatErrorKind::TooLarge,
+            ZarrError::StoredTooLarge { .. }
+            | ZarrError::IndexEntryTooLarge { .. }
+            | ZarrError::ShardTruncated { .. }
+            | ZarrError::IndexChecksum { .. }
+            | ZarrError::IndexPastEnd { .. }
+            | ZarrError::ChunkSize { .. }
+            | ZarrError::DecodesPast { .. }
+            | ZarrError::Decode { .. }
+            | ZarrError::Corrupt(_) => FormatErrorKind::Corrupt,
+        }
+    }
 }
 
 /// Result alias used across the crate.
@@ -209,6 +425,22 @@ impl Error {
         Error::Zarr {
             path: path.as_ref().to_path_buf(),
             source: kind(msg.into()),
+        }
+    }
+
+    /// An [`Error::Tiff`] of `path`.
+    pub fn tiff_at(path: impl AsRef<Path>, source: TiffError) -> Self {
+        Error::Tiff {
+            path: path.as_ref().to_path_buf(),
+            source,
+        }
+    }
+
+    /// An [`Error::Zarr`] of `path`.
+    pub fn zarr_at(path: impl AsRef<Path>, source: ZarrError) -> Self {
+        Error::Zarr {
+            path: path.as_ref().to_path_buf(),
+            source,
         }
     }
 

@@ -113,7 +113,7 @@ pub use engine::{
     Array, Edge, Engine, MapNodata, PatchFormat, PatchSpec, RunReport, merge_partials, peak_rss,
     write_npz,
 };
-pub use error::{Error, NpyError, Result, TiffError, ZarrError};
+pub use error::{Error, FormatErrorKind, NpyError, Result, TiffError, ZarrError};
 pub use format::tiff::cog::{CogOptions, Overviews, Resampling};
 pub use format::tiff::{GeoRef, TiffCompression, TiffPredictor, TiffWriteOptions};
 pub use format::zarr::{ZarrCompression, ZarrWriteOptions};

@@ -112,13 +112,15 @@ impl ChunkSource for TiffChunks {
         // any of the codecs read here; refusing them bounds the read buffer
         let limit = 2 * need as u64 + 4096;
         if count > limit || offset.checked_add(count).is_none_or(|e| e > self.file_len) {
-            return Err(Error::tiff(
+            return Err(Error::tiff_at(
                 &self.path,
-                TiffError::Corrupt,
-                format!(
-                    "{what} claims {count} bytes at offset {offset}, but the file has {} bytes and the chunk decodes to {need}: the file is truncated or corrupt",
-                    self.file_len
-                ),
+                TiffError::ChunkOutside {
+                    chunk: what,
+                    offset,
+                    stored: count,
+                    file_len: self.file_len,
+                    decoded: need,
+                },
             ));
         }
         SCRATCH.with_borrow_mut(|(stored, decoded)| {

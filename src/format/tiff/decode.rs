@@ -104,15 +104,16 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
     if let Some(p) = t.photometric
         && !matches!(p, 0..=3)
     {
-        return Err(Error::tiff(
+        return Err(Error::tiff_at(
             path,
-            TiffError::Unsupported,
-            format!(
-                "PhotometricInterpretation {p} ({}) is not read by tilestream (it reads \
-                 MinIsBlack, MinIsWhite, RGB with any extra samples, and Palette indices); \
-                 convert with gdal_translate -co PHOTOMETRIC=MINISBLACK first",
-                photometric_name(p)
-            ),
+            TiffError::UnsupportedTag {
+                tag: "PhotometricInterpretation",
+                value: format!("{p} ({})", photometric_name(p)),
+                reason: "is not read by tilestream (it reads MinIsBlack, MinIsWhite, RGB with \
+                         any extra samples, and Palette indices); convert with gdal_translate \
+                         -co PHOTOMETRIC=MINISBLACK first"
+                    .into(),
+            },
         ));
     }
     let Some(codec) = Codec::from_tag(t.compression) else {
@@ -121,26 +122,26 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
         } else {
             ""
         };
-        return Err(Error::tiff(
+        return Err(Error::tiff_at(
             path,
-            TiffError::Unsupported,
-            format!(
-                "Compression {} ({}) is not decoded by tilestream ({hint}it decodes none, LZW, \
-                 Deflate, PackBits and ZSTD); convert with gdal_translate -co COMPRESS=DEFLATE \
-                 first",
-                t.compression,
-                compression_label(t.compression)
-            ),
+            TiffError::UnsupportedTag {
+                tag: "Compression",
+                value: format!("{} ({})", t.compression, compression_label(t.compression)),
+                reason: format!(
+                    "is not decoded by tilestream ({hint}it decodes none, LZW, Deflate, PackBits \
+                     and ZSTD); convert with gdal_translate -co COMPRESS=DEFLATE first"
+                ),
+            },
         ));
     };
     if t.fill_order != 1 {
-        return Err(Error::tiff(
+        return Err(Error::tiff_at(
             path,
-            TiffError::Unsupported,
-            format!(
-                "FillOrder {} (bits of each byte reversed) is not read by tilestream",
-                t.fill_order
-            ),
+            TiffError::UnsupportedTag {
+                tag: "FillOrder",
+                value: format!("{} (bits of each byte reversed)", t.fill_order),
+                reason: "is not read by tilestream".into(),
+            },
         ));
     }
     if codec.uses_predictor() {
@@ -159,10 +160,13 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 ));
             }
             p => {
-                return Err(Error::tiff(
+                return Err(Error::tiff_at(
                     path,
-                    TiffError::Unsupported,
-                    format!("Predictor {p} is not read by tilestream (it reads 1, 2 and 3)"),
+                    TiffError::UnsupportedTag {
+                        tag: "Predictor",
+                        value: p.to_string(),
+                        reason: "is not read by tilestream (it reads 1, 2 and 3)".into(),
+                    },
                 ));
             }
         }
@@ -222,21 +226,23 @@ impl ChunkRows {
 /// [`Error::Tiff`] for a corrupt or short stream, naming the chunk `what`.
 pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [u8]) -> Result<()> {
     let need = out.len();
-    let short = |got: usize| {
-        Error::tiff(
+    let short = |found: usize| {
+        Error::tiff_at(
             path,
-            TiffError::Corrupt,
-            format!(
-                "{what} decodes to {got} bytes, but the layout needs {need}: the file is \
-                 truncated or corrupt"
-            ),
+            TiffError::ChunkSize {
+                chunk: what.to_string(),
+                expected: need,
+                found,
+            },
         )
     };
     let corrupt = |e: &dyn std::fmt::Display| {
-        Error::tiff(
+        Error::tiff_at(
             path,
-            TiffError::Corrupt,
-            format!("cannot decode {what}: {e}"),
+            TiffError::Decode {
+                chunk: what.to_string(),
+                reason: e.to_string(),
+            },
         )
     };
     match codec {

@@ -342,19 +342,17 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         per_plane
     };
     if layout.offsets.len() < want || layout.byte_counts.len() < want {
-        return Err(Error::tiff(
+        return Err(Error::tiff_at(
             path,
-            TiffError::Corrupt,
-            format!(
-                "the file lists {} chunk offsets and {} byte counts; its {}x{} image in {}x{} \
-                 chunks needs {want}",
-                layout.offsets.len(),
-                layout.byte_counts.len(),
+            TiffError::ChunkTables {
+                offsets: layout.offsets.len(),
+                byte_counts: layout.byte_counts.len(),
                 width,
                 height,
-                cw,
-                ch
-            ),
+                chunk_width: cw,
+                chunk_height: ch,
+                expected: want,
+            },
         ));
     }
     Ok((layout, georef))

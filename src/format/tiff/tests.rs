@@ -67,3 +67,36 @@ fn nodata_samples_are_the_exact_value_or_none() {
         assert_eq!(nodata_sample(d, t), want, "{d} {t}");
     }
 }
+
+/// A chunk's errors carry its figures as fields (what a caller matches on), and the
+/// message a person reads says the same.
+#[test]
+fn chunk_errors_carry_their_figures() {
+    let mut out = vec![0u8; 16];
+    let path = Path::new("x.tif");
+    let e = decode::decompress(path, "tile 0", decode::Codec::None, &[1, 2, 3], &mut out)
+        .expect_err("short");
+    assert!(
+        matches!(
+            &e,
+            Error::Tiff {
+                source: TiffError::ChunkSize {
+                    expected: 16,
+                    found: 3,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .contains("tile 0 decodes to 3 bytes, but the layout needs 16"),
+        "{e}"
+    );
+    let Error::Tiff { source, .. } = &e else {
+        unreachable!()
+    };
+    assert_eq!(source.kind(), crate::error::FormatErrorKind::Corrupt);
+}

@@ -201,14 +201,14 @@ impl ZarrDecoder {
                             .len();
                         let max = chain.max_stored(self.unit_bytes());
                         if len > max {
-                            return Err(Error::zarr(
+                            return Err(Error::zarr_at(
                                 &path,
-                                ZarrError::Corrupt,
-                                format!(
-                                    "{what} is stored in {len} bytes, more than a chunk of {} \
-                                     can take ({max}): the store is corrupt",
-                                    crate::budget::fmt_bytes(self.unit_bytes())
-                                ),
+                                ZarrError::StoredTooLarge {
+                                    chunk: what,
+                                    stored: len,
+                                    chunk_size: crate::budget::fmt_bytes(self.unit_bytes()),
+                                    max,
+                                },
                             ));
                         }
                         Some((read_at(&f, &path, 0, len)?, path, what))
@@ -232,13 +232,13 @@ impl ZarrDecoder {
                         } else {
                             let max = self.chain().max_stored(self.unit_bytes());
                             if n > max {
-                                return Err(Error::zarr(
+                                return Err(Error::zarr_at(
                                     &path,
-                                    ZarrError::Corrupt,
-                                    format!(
-                                        "the index gives {what} {n} bytes, more than it can \
-                                         take ({max}): the shard is corrupt"
-                                    ),
+                                    ZarrError::IndexEntryTooLarge {
+                                        chunk: what,
+                                        stored: n,
+                                        max,
+                                    },
                                 ));
                             }
                             let f = open_chunk(&path)?.ok_or_else(|| {
@@ -293,23 +293,24 @@ impl ZarrDecoder {
                 let entries = self.index_bytes();
                 let size = entries + if *index_crc { 4 } else { 0 };
                 if len < size {
-                    return Err(Error::zarr(
+                    return Err(Error::zarr_at(
                         path,
-                        ZarrError::Corrupt,
-                        format!(
-                            "shard {shard:?} is {len} bytes, shorter than its {size}-byte \
-                             index: it is truncated"
-                        ),
+                        ZarrError::ShardTruncated {
+                            shard: shard.to_vec(),
+                            len,
+                            index_bytes: size,
+                        },
                     ));
                 }
                 let at = if *index_at_start { 0 } else { len - size };
                 let raw = read_at(&f, path, at, size)?;
                 let (body, crc) = raw.split_at(entries as usize);
                 if *index_crc && crc32c::crc32c(body).to_le_bytes() != crc {
-                    return Err(Error::zarr(
+                    return Err(Error::zarr_at(
                         path,
-                        ZarrError::Corrupt,
-                        format!("the index of shard {shard:?} fails its crc32c checksum"),
+                        ZarrError::IndexChecksum {
+                            shard: shard.to_vec(),
+                        },
                     ));
                 }
                 let v: Vec<u64> = body
@@ -329,13 +330,15 @@ impl ZarrDecoder {
                     if (off, n) != (u64::MAX, u64::MAX)
                         && off.checked_add(n).is_none_or(|end| end > len)
                     {
-                        return Err(Error::zarr(
+                        return Err(Error::zarr_at(
                             path,
-                            ZarrError::Corrupt,
-                            format!(
-                                "the index of shard {shard:?} puts inner chunk {k} at bytes \
-                                 {off}+{n}, past the shard's {len} bytes: it is corrupt"
-                            ),
+                            ZarrError::IndexPastEnd {
+                                shard: shard.to_vec(),
+                                inner: k,
+                                offset: off,
+                                stored: n,
+                                len,
+                            },
                         ));
                     }
                 }
@@ -408,13 +411,13 @@ impl ZarrDecoder {
             data = undo(path, what, *c, &data, size as usize, exact)?;
         }
         if data.len() != need {
-            return Err(Error::zarr(
+            return Err(Error::zarr_at(
                 path,
-                ZarrError::Corrupt,
-                format!(
-                    "{what} decodes to {} bytes, but a chunk is {need}: the store is corrupt",
-                    data.len()
-                ),
+                ZarrError::ChunkSize {
+                    chunk: what.to_string(),
+                    expected: need,
+                    found: data.len(),
+                },
             ));
         }
         let es = self.dtype.size();
@@ -476,20 +479,21 @@ fn undo(
     exact: bool,
 ) -> Result<Vec<u8>> {
     let corrupt = |e: &dyn std::fmt::Display| {
-        Error::zarr(
+        Error::zarr_at(
             path,
-            ZarrError::Corrupt,
-            format!("cannot decode {what}: {e}"),
+            ZarrError::Decode {
+                chunk: what.to_string(),
+                reason: e.to_string(),
+            },
         )
     };
     let over = || {
-        Error::zarr(
+        Error::zarr_at(
             path,
-            ZarrError::Corrupt,
-            format!(
-                "{what} decodes to more than the {size} bytes its chunk can be: the store is \
-                 corrupt (or a decompression bomb)"
-            ),
+            ZarrError::DecodesPast {
+                chunk: what.to_string(),
+                limit: size,
+            },
         )
     };
     match c {
