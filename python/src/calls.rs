@@ -152,6 +152,22 @@ pub(crate) fn merge_partials(
     ))
 }
 
+/// The name of every operation, as a spec's `"op"` tag spells it (the library's list,
+/// which `tilestream._specs.SPECS` mirrors).
+#[pyfunction]
+pub(crate) fn op_names() -> Vec<&'static str> {
+    tilestream::OpSpec::NAMES.to_vec()
+}
+
+/// The operation `spec` (JSON) as the library reads it, written back whole (defaults
+/// filled in): refused as a run refuses it for an unknown operation or key, a missing
+/// one or a value of the wrong type.
+#[pyfunction]
+pub(crate) fn normalize_spec(spec: &str) -> PyResult<String> {
+    let spec = parse_spec(spec)?;
+    serde_json::to_string(&spec).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
 /// What the operation `spec` (JSON) writes: its shape, dtype and halo rows (JSON).
 #[pyfunction]
 pub(crate) fn output_layout(py: Python<'_>, spec: &str) -> PyResult<String> {

@@ -44,6 +44,8 @@ fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(calls::merge_partials, m)?)?;
     m.add_function(wrap_pyfunction!(calls::row_step, m)?)?;
     m.add_function(wrap_pyfunction!(calls::output_layout, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::op_names, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::normalize_spec, m)?)?;
     m.add_function(wrap_pyfunction!(files::create_npy_for_rows, m)?)?;
     m.add_function(wrap_pyfunction!(files::commit_npy, m)?)?;
     m.add_function(wrap_pyfunction!(files::zarr_chunk_rows, m)?)?;

@@ -42,6 +42,7 @@ from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
+from . import _specs
 from . import _tilestream as _ts
 
 __version__ = _ts.version()
@@ -552,14 +553,9 @@ def map(
     computes those pixels like any other: give it to fill them yourself
     (``where(isnan(x), 0, x)`` is masked again without it)."""
     _check_kw("map", kw)
-    spec = {
-        "op": "map",
-        "expr": expr,
-        "inputs": [[k, _source(v)] for k, v in inputs.items()],
-        "output": os.fspath(out),
-        "dtype": _ts_dtype(dtype),
-        **_nodata_spec(nodata, ignore_nodata, input_nodata),
-    }
+    spec = _specs.map(expr, [(k, _source(v)) for k, v in inputs.items()], os.fspath(out),
+                      dtype=_ts_dtype(dtype),
+                      nodata=_nodata_spec(nodata, ignore_nodata, input_nodata))
     return _execute(spec, out, kw)
 
 
@@ -594,8 +590,7 @@ def _nodata_spec(nodata: Any, ignore_nodata: Any,
 def cast(t: Any, out: PathLike, dtype: Any, **kw: Any) -> Any:
     """Casts ``t`` to ``dtype`` into ``out`` (round to nearest even; integers saturate)."""
     _check_kw("cast", kw)
-    spec = {"op": "cast", "input": _source(t), "output": os.fspath(out), "dtype": _ts_dtype(dtype)}
-    return _execute(spec, out, kw)
+    return _execute(_specs.cast(_source(t), os.fspath(out), _ts_dtype(dtype)), out, kw)
 
 
 def affine(t: Any, out: PathLike, scale: float = 1.0, offset: float = 0.0, *, dtype: Any = None,
@@ -603,9 +598,8 @@ def affine(t: Any, out: PathLike, scale: float = 1.0, offset: float = 0.0, *, dt
     """``scale * t + offset`` (rounded once) into ``out``. Pixels where ``t`` is nodata are
     masked as in :func:`map` (``nodata=``, ``ignore_nodata=``)."""
     _check_kw("affine", kw)
-    spec = {"op": "affine", "input": _source(t), "output": os.fspath(out),
-            "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype),
-            **_nodata_spec(nodata, ignore_nodata)}
+    spec = _specs.affine(_source(t), os.fspath(out), scale, offset, dtype=_ts_dtype(dtype),
+                         nodata=_nodata_spec(nodata, ignore_nodata))
     return _execute(spec, out, kw)
 
 
@@ -613,8 +607,7 @@ def clip(t: Any, out: PathLike, lo: float, hi: float, *, dtype: Any = None, **kw
     """Limits each element of ``t`` to ``[lo, hi]`` into ``out`` (``np.clip``), in ``t``'s
     dtype unless ``dtype=`` says otherwise. Pixels where ``t`` is nodata stay nodata."""
     _check_kw("clip", kw)
-    spec = {"op": "clip", "input": _source(t), "output": os.fspath(out),
-            "lo": float(lo), "hi": float(hi), "dtype": _ts_dtype(dtype)}
+    spec = _specs.clip(_source(t), os.fspath(out), lo, hi, dtype=_ts_dtype(dtype))
     return _execute(spec, out, kw)
 
 
@@ -622,7 +615,7 @@ def convert(t: Any, out: PathLike, *, dtype: Any = None, **kw: Any) -> Any:
     """Converts ``t`` to the format of ``out``'s name (``.npy``, ``.tif``, ``.zarr``, raw)
     or ``format=``, optionally casting."""
     _check_kw("convert", kw)
-    spec = {"op": "convert", "input": _source(t), "output": os.fspath(out), "dtype": _ts_dtype(dtype)}
+    spec = _specs.convert(_source(t), os.fspath(out), dtype=_ts_dtype(dtype))
     return _execute(spec, out, kw)
 
 
@@ -631,16 +624,15 @@ def standardize(t: Any, out: PathLike, *, ddof: int = 0, dtype: Any = None,
     """Per-column ``(t - mean) / std`` of a 2-D ``t`` into ``out`` (two passes); the
     statistics go to ``stats`` (``.npz``) if given."""
     _check_kw("standardize", kw)
-    spec = {"op": "standardize", "input": _source(t), "output": os.fspath(out), "ddof": ddof,
-            "dtype": _ts_dtype(dtype), "stats": None if stats is None else os.fspath(stats)}
+    spec = _specs.standardize(_source(t), os.fspath(out), ddof=ddof, dtype=_ts_dtype(dtype),
+                              stats=None if stats is None else os.fspath(stats))
     return _execute(spec, out, kw)
 
 
 def matmul(x: Any, w: Any, out: PathLike, *, dtype: Any = None, **kw: Any) -> Any:
     """``x @ w`` into ``out``, ``x`` streamed by rows and ``w`` held in memory."""
     _check_kw("matmul", kw)
-    spec = {"op": "matmul", "x": _source(x), "w": _source(w), "output": os.fspath(out),
-            "dtype": _ts_dtype(dtype)}
+    spec = _specs.matmul(_source(x), _source(w), os.fspath(out), dtype=_ts_dtype(dtype))
     return _execute(spec, out, kw)
 
 
@@ -650,15 +642,15 @@ def stencil(t: Any, out: PathLike, filter: str, *, boundary: str = "reflect",
     ``median:size=3``, ``convolve:KERNEL.npy``) over the last two axes, with halo'd
     tiles, into ``out``."""
     _check_kw("stencil", kw)
-    spec = {"op": "stencil", "input": _source(t), "output": os.fspath(out), "filter": filter,
-            "boundary": boundary, "dtype": _ts_dtype(dtype)}
+    spec = _specs.stencil(_source(t), os.fspath(out), filter, boundary=boundary,
+                          dtype=_ts_dtype(dtype))
     return _execute(spec, out, kw)
 
 
 def transpose(t: Any, out: PathLike, **kw: Any) -> Any:
     """Swaps the last two axes of ``t`` into ``out``."""
     _check_kw("transpose", kw)
-    return _execute({"op": "transpose", "input": _source(t), "output": os.fspath(out)}, out, kw)
+    return _execute(_specs.transpose(_source(t), os.fspath(out)), out, kw)
 
 
 def tiles(t: Any, outdir: PathLike, size: int, *, overlap: int = 0, edge: str = "shift",
@@ -666,8 +658,8 @@ def tiles(t: Any, outdir: PathLike, size: int, *, overlap: int = 0, edge: str = 
     """Cuts an image into ``size`` x ``size`` patch files (and ``index.csv``) in
     ``outdir``. Returns the RunReport."""
     _check_kw("tiles", kw)
-    spec = {"op": "tiles", "input": _source(t), "outdir": os.fspath(outdir), "size": int(size),
-            "overlap": int(overlap), "edge": edge, "patch_format": patch_format}
+    spec = _specs.tiles(_source(t), os.fspath(outdir), size, overlap=overlap, edge=edge,
+                        patch_format=patch_format)
     return _execute(spec, None, kw)
 
 
@@ -681,12 +673,8 @@ def gen(out: PathLike, shape: tuple, dtype: Any = "f32", *, seed: int = 0, dist:
     distribution, never on the budget, the threads or the device (``device="cuda"``
     writes the same bytes). Returns the RunReport."""
     _check_kw("gen", kw)
-    spec: Dict[str, Any] = {"op": "generate", "output": os.fspath(out),
-                            "shape": [int(s) for s in shape], "dtype": _ts_dtype(dtype),
-                            "seed": int(seed), "dist": str(dist)}
-    for name, value in (("mean", mean), ("std", std), ("low", low), ("high", high)):
-        if value is not None:
-            spec[name] = float(value)
+    spec = _specs.generate(os.fspath(out), list(shape), _ts_dtype(dtype), seed=seed, dist=dist,
+                           mean=mean, std=std, low=low, high=high)
     return _execute(spec, out, kw)
 
 
@@ -703,8 +691,8 @@ def plan(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
             axis = axis % open(_source(t)["path"]).ndim if not isinstance(t, Tensor) else axis % t.ndim
         # the result is an array: the plan is made for a .npy that does not exist
         with tempfile.TemporaryDirectory() as d:
-            spec = {"op": "reduce", "input": _source(t), "output": os.path.join(d, "result.npy"),
-                    "reduce": op, "ddof": ddof, "axis": axis}
+            spec = _specs.reduce(_source(t), os.path.join(d, "result.npy"), op, ddof=ddof,
+                                 axis=axis)
             return _execute(spec, None, dict(kwargs, _plan=True))
     return fn(*args, _plan=True, **kwargs)
 

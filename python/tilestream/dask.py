@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, T
 
 import numpy as np
 
-from . import _nodata_spec, _np_dtype, _opts, _source, _ts, _ts_dtype, open as _open
+from . import _nodata_spec, _np_dtype, _opts, _source, _specs, _ts, _ts_dtype, open as _open
 
 __all__ = [
     "affine",
@@ -327,9 +327,8 @@ def affine(path: Any, out: Any, scale: float = 1.0, offset: float = 0.0, *, dtyp
     Zarr store written chunk rows by chunk rows for a name ending in ``.zarr``, with
     ``zarr_chunks=``, ``zarr_shard=``, ``zarr_compress=`` as in :func:`tilestream.affine`;
     ``nodata`` and ``ignore_nodata`` as there)."""
-    spec = {"op": "affine", "input": _src(path), "output": os.path.abspath(out),
-            "scale": float(scale), "offset": float(offset), "dtype": _ts_dtype(dtype),
-            **_nodata_spec(nodata, ignore_nodata)}
+    spec = _specs.affine(_src(path), os.path.abspath(out), scale, offset,
+                         dtype=_ts_dtype(dtype), nodata=_nodata_spec(nodata, ignore_nodata))
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("affine", kw))
 
@@ -339,8 +338,7 @@ def cast(path: Any, out: Any, dtype: Any, *, client: Any = None,
          threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
          **kw: Any) -> Any:
     """:func:`tilestream.cast` on the cluster, by row ranges of ``out`` (as :func:`affine`)."""
-    spec = {"op": "cast", "input": _src(path), "output": os.path.abspath(out),
-            "dtype": _ts_dtype(dtype)}
+    spec = _specs.cast(_src(path), os.path.abspath(out), _ts_dtype(dtype))
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("cast", kw))
 
@@ -352,9 +350,9 @@ def map(expr: str, out: Any, inputs: Mapping[str, Any], *, dtype: Any = None,
         **kw: Any) -> Any:
     """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (as :func:`affine`);
     ``nodata``, ``ignore_nodata`` and ``input_nodata`` as in :func:`tilestream.map`."""
-    spec = {"op": "map", "expr": expr, "inputs": [[k, _src(v)] for k, v in inputs.items()],
-            "output": os.path.abspath(out), "dtype": _ts_dtype(dtype),
-            **_nodata_spec(nodata, ignore_nodata, input_nodata)}
+    spec = _specs.map(expr, [(k, _src(v)) for k, v in inputs.items()], os.path.abspath(out),
+                      dtype=_ts_dtype(dtype),
+                      nodata=_nodata_spec(nodata, ignore_nodata, input_nodata))
     return _run_rows(spec, ["inputs"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("map", kw))
 
@@ -365,8 +363,7 @@ def matmul(x: Any, w: Any, out: Any, *, dtype: Any = None, client: Any = None,
            **kw: Any) -> Any:
     """:func:`tilestream.matmul` on the cluster: each task multiplies its rows of ``x``
     by the whole ``w`` (outputs as :func:`affine`)."""
-    spec = {"op": "matmul", "x": _src(x), "w": _src(w), "output": os.path.abspath(out),
-            "dtype": _ts_dtype(dtype)}
+    spec = _specs.matmul(_src(x), _src(w), os.path.abspath(out), dtype=_ts_dtype(dtype))
     return _run_rows(spec, ["x"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("matmul", kw))
 
@@ -380,8 +377,8 @@ def stencil(path: Any, out: Any, filter: str, *, boundary: str = "reflect", dtyp
     as :func:`affine`)."""
     if filter.startswith("convolve:"):
         filter = "convolve:" + os.path.abspath(filter[len("convolve:"):])
-    spec = {"op": "stencil", "input": _src(path), "output": os.path.abspath(out),
-            "filter": filter, "boundary": boundary, "dtype": _ts_dtype(dtype)}
+    spec = _specs.stencil(_src(path), os.path.abspath(out), filter, boundary=boundary,
+                          dtype=_ts_dtype(dtype))
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("stencil", kw))
 
@@ -412,9 +409,8 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
             np.save(f, a)
             f.flush()
-        spec = {"op": "standardize", "input": src, "output": dest, "ddof": ddof,
-                "dtype": _ts_dtype(dtype), "stats": None,
-                "given": [{"path": paths[0]}, {"path": paths[1]}]}
+        spec = _specs.standardize(src, dest, ddof=ddof, dtype=_ts_dtype(dtype),
+                                  given=({"path": paths[0]}, {"path": paths[1]}))
         return _run_rows(spec, ["input"], out, c, block_rows, memory, threads, _hook,
                          _zarr_kw("standardize", kw))
     finally:

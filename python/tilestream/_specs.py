@@ -1,0 +1,256 @@
+"""The operation vocabulary on the Python side: one ``TypedDict`` per operation mirroring
+its spec in the Rust library (``src/spec/ops/<op>.rs``, serialised with an ``"op"`` tag),
+and one builder per operation that the package's functions and :mod:`tilestream.dask`
+both call, so a spec is written in one place (as pydantic-core's ``core_schema.py``
+does). :data:`SPECS` lists them by the operation's name; ``python/tests/test_specs.py``
+checks it against the library's own list and each builder's output against the
+library's reading of it.
+"""
+
+from typing import Dict, List, Literal, Optional, Tuple, Type, TypedDict, Union
+
+
+class RawLayout(TypedDict, total=False):
+    """Shape and dtype of a raw (headerless) input; ``offset`` where the data starts."""
+
+    shape: List[int]
+    dtype: str
+    offset: int
+
+
+class _SourceBase(TypedDict):
+    path: str
+
+
+class Source(_SourceBase, total=False):
+    """Where an operation reads a tensor: a file, a raw file's layout, the rows of a
+    cluster task's share."""
+
+    raw: RawLayout
+    rows: Tuple[int, int]
+
+
+class ReduceSpec(TypedDict):
+    op: Literal["reduce"]
+    input: Source
+    output: str
+    reduce: str
+    ddof: int
+    axis: Optional[int]
+    dtype: Optional[str]
+
+
+class _AffineBase(TypedDict):
+    op: Literal["affine"]
+    input: Source
+    output: str
+    scale: float
+    offset: float
+    dtype: Optional[str]
+    ignore_nodata: bool
+
+
+class AffineSpec(_AffineBase, total=False):
+    nodata: str
+
+
+class CastSpec(TypedDict):
+    op: Literal["cast"]
+    input: Source
+    output: str
+    dtype: str
+
+
+class ConvertSpec(TypedDict):
+    op: Literal["convert"]
+    input: Source
+    output: str
+    dtype: Optional[str]
+
+
+class _MapBase(TypedDict):
+    op: Literal["map"]
+    expr: str
+    inputs: List[Tuple[str, Source]]
+    output: str
+    dtype: Optional[str]
+    ignore_nodata: bool
+
+
+class MapSpec(_MapBase, total=False):
+    nodata: str
+    input_nodata: List[Tuple[str, Optional[str]]]
+
+
+class MatmulSpec(TypedDict):
+    op: Literal["matmul"]
+    x: Source
+    w: Source
+    output: str
+    dtype: Optional[str]
+
+
+class _StandardizeBase(TypedDict):
+    op: Literal["standardize"]
+    input: Source
+    output: str
+    ddof: int
+    dtype: Optional[str]
+    stats: Optional[str]
+
+
+class StandardizeSpec(_StandardizeBase, total=False):
+    given: Tuple[Source, Source]
+
+
+class StencilSpec(TypedDict):
+    op: Literal["stencil"]
+    input: Source
+    output: str
+    filter: str
+    boundary: str
+    dtype: Optional[str]
+
+
+class TransposeSpec(TypedDict):
+    op: Literal["transpose"]
+    input: Source
+    output: str
+
+
+class TilesSpec(TypedDict):
+    op: Literal["tiles"]
+    input: Source
+    outdir: str
+    size: int
+    overlap: int
+    edge: str
+    patch_format: str
+
+
+class _GenerateBase(TypedDict):
+    op: Literal["generate"]
+    output: str
+    shape: List[int]
+    dtype: str
+    seed: int
+    dist: str
+
+
+class GenerateSpec(_GenerateBase, total=False):
+    mean: Optional[float]
+    std: Optional[float]
+    low: Optional[float]
+    high: Optional[float]
+
+
+class ClipSpec(TypedDict):
+    op: Literal["clip"]
+    input: Source
+    output: str
+    lo: float
+    hi: float
+    dtype: Optional[str]
+
+
+OpSpec = Union[ReduceSpec, AffineSpec, CastSpec, ConvertSpec, MapSpec, MatmulSpec,
+               StandardizeSpec, StencilSpec, TransposeSpec, TilesSpec, GenerateSpec, ClipSpec]
+
+#: Every operation's spec type, by its ``"op"`` name.
+SPECS: Dict[str, Type] = {
+    "reduce": ReduceSpec,
+    "affine": AffineSpec,
+    "cast": CastSpec,
+    "convert": ConvertSpec,
+    "map": MapSpec,
+    "matmul": MatmulSpec,
+    "standardize": StandardizeSpec,
+    "stencil": StencilSpec,
+    "transpose": TransposeSpec,
+    "tiles": TilesSpec,
+    "generate": GenerateSpec,
+    "clip": ClipSpec,
+}
+
+
+def _with_nodata(spec: dict, nodata: Dict[str, object]) -> dict:
+    spec.update(nodata)
+    return spec
+
+
+def reduce(input: Source, output: str, reduce: str, *, ddof: int = 0,
+           axis: Optional[int] = None, dtype: Optional[str] = None) -> ReduceSpec:
+    return {"op": "reduce", "input": input, "output": output, "reduce": reduce,
+            "ddof": int(ddof), "axis": axis, "dtype": dtype}
+
+
+def affine(input: Source, output: str, scale: float, offset: float, *,
+           dtype: Optional[str] = None, nodata: Optional[Dict[str, object]] = None
+           ) -> AffineSpec:
+    """``nodata``: the ``nodata``/``ignore_nodata`` keys of the call's nodata rule."""
+    spec = {"op": "affine", "input": input, "output": output, "scale": float(scale),
+            "offset": float(offset), "dtype": dtype, "ignore_nodata": False}
+    return _with_nodata(spec, nodata or {})  # type: ignore[return-value]
+
+
+def cast(input: Source, output: str, dtype: str) -> CastSpec:
+    return {"op": "cast", "input": input, "output": output, "dtype": dtype}
+
+
+def convert(input: Source, output: str, *, dtype: Optional[str] = None) -> ConvertSpec:
+    return {"op": "convert", "input": input, "output": output, "dtype": dtype}
+
+
+def map(expr: str, inputs: List[Tuple[str, Source]], output: str, *,
+        dtype: Optional[str] = None, nodata: Optional[Dict[str, object]] = None) -> MapSpec:
+    """``nodata``: the ``nodata``/``ignore_nodata``/``input_nodata`` keys of the rule."""
+    spec = {"op": "map", "expr": expr, "inputs": [[n, s] for n, s in inputs],
+            "output": output, "dtype": dtype, "ignore_nodata": False}
+    return _with_nodata(spec, nodata or {})  # type: ignore[return-value]
+
+
+def matmul(x: Source, w: Source, output: str, *, dtype: Optional[str] = None) -> MatmulSpec:
+    return {"op": "matmul", "x": x, "w": w, "output": output, "dtype": dtype}
+
+
+def standardize(input: Source, output: str, *, ddof: int = 0, dtype: Optional[str] = None,
+                stats: Optional[str] = None,
+                given: Optional[Tuple[Source, Source]] = None) -> StandardizeSpec:
+    spec: dict = {"op": "standardize", "input": input, "output": output, "ddof": int(ddof),
+                  "dtype": dtype, "stats": stats}
+    if given is not None:
+        spec["given"] = [given[0], given[1]]
+    return spec  # type: ignore[return-value]
+
+
+def stencil(input: Source, output: str, filter: str, *, boundary: str = "reflect",
+            dtype: Optional[str] = None) -> StencilSpec:
+    return {"op": "stencil", "input": input, "output": output, "filter": filter,
+            "boundary": boundary, "dtype": dtype}
+
+
+def transpose(input: Source, output: str) -> TransposeSpec:
+    return {"op": "transpose", "input": input, "output": output}
+
+
+def tiles(input: Source, outdir: str, size: int, *, overlap: int = 0, edge: str = "shift",
+          patch_format: str = "npy") -> TilesSpec:
+    return {"op": "tiles", "input": input, "outdir": outdir, "size": int(size),
+            "overlap": int(overlap), "edge": edge, "patch_format": patch_format}
+
+
+def generate(output: str, shape: List[int], dtype: str, *, seed: int = 0, dist: str = "demo",
+             mean: Optional[float] = None, std: Optional[float] = None,
+             low: Optional[float] = None, high: Optional[float] = None) -> GenerateSpec:
+    spec: dict = {"op": "generate", "output": output, "shape": [int(s) for s in shape],
+                  "dtype": dtype, "seed": int(seed), "dist": str(dist)}
+    for name, value in (("mean", mean), ("std", std), ("low", low), ("high", high)):
+        if value is not None:
+            spec[name] = float(value)
+    return spec  # type: ignore[return-value]
+
+
+def clip(input: Source, output: str, lo: float, hi: float, *,
+         dtype: Optional[str] = None) -> ClipSpec:
+    return {"op": "clip", "input": input, "output": output, "lo": float(lo), "hi": float(hi),
+            "dtype": dtype}
