@@ -27,7 +27,7 @@ pub enum BudgetError {
     Parse(String),
     /// A reservation did not fit in what is left of the budget.
     #[error(
-        "memory budget exhausted: {what} needs {} but {} of the {} budget is already reserved ({} free); raise --memory to at least {}",
+        "memory budget exhausted: {what} needs {} but {} of the {} budget is already reserved ({} free); raise `memory` to at least {}",
         fmt_bytes(*requested), fmt_bytes(*held), fmt_bytes(*limit), fmt_bytes(limit.saturating_sub(*held)), fmt_bytes(held + requested)
     )]
     Exhausted {
@@ -42,7 +42,7 @@ pub enum BudgetError {
     },
     /// The planner cannot fit even the smallest tile.
     #[error(
-        "memory budget {} is too small for {what}: {arithmetic} = {}; the smallest budget that works is {} (--memory {})",
+        "memory budget {} is too small for {what}: {arithmetic} = {}; the smallest budget that works is {} (`memory={}`)",
         fmt_bytes(*limit), fmt_bytes(*needed), fmt_bytes(*needed), suggest(*needed)
     )]
     TooSmall {
@@ -59,7 +59,7 @@ pub enum BudgetError {
     /// in flight) the budget cannot hold beside the run's tiles: outputs are encoded as
     /// they are written or refused, never staged raw to be encoded after the run.
     #[error(
-        "memory budget {} is too small to encode {what} as it is written: {arithmetic}; outputs are not staged raw to be encoded later: raise --memory above {} or write smaller {chunks}",
+        "memory budget {} is too small to encode {what} as it is written: {arithmetic}; outputs are not staged raw to be encoded later: raise `memory` above {} or write smaller {chunks}",
         fmt_bytes(*limit), fmt_bytes(*least)
     )]
     CannotEncode {
@@ -77,7 +77,7 @@ pub enum BudgetError {
     },
     /// The device's memory cannot hold the buffers of even the smallest tile.
     #[error(
-        "device memory budget {} is too small for {what}: {arithmetic} = {}; the smallest that works is {} (--gpu-memory {})",
+        "device memory budget {} is too small for {what}: {arithmetic} = {}; the smallest that works is {} (`gpu_memory={}`)",
         fmt_bytes(*limit), fmt_bytes(*needed), fmt_bytes(*needed), suggest(*needed)
     )]
     DeviceTooSmall {

@@ -102,12 +102,12 @@ pub enum DeviceError {
     Unknown(String),
     /// This binary was built without the `cuda` feature.
     #[error(
-        "this tilestream was built without CUDA support (the `cuda` feature): use --device cpu or auto"
+        "this tilestream was built without CUDA support (the `cuda` feature): use `device=cpu` or `device=auto`"
     )]
     NotBuilt,
     /// The CUDA driver library could not be loaded.
     #[error(
-        "no CUDA driver found (libcuda.so could not be loaded): install the NVIDIA driver, or use --device cpu or auto"
+        "no CUDA driver found (libcuda.so could not be loaded): install the NVIDIA driver, or use `device=cpu` or `device=auto`"
     )]
     NoDriver,
     /// The driver is there but the requested device is not.
@@ -120,7 +120,7 @@ pub enum DeviceError {
     },
     /// NVRTC, the runtime compiler of the kernels, could not be loaded.
     #[error(
-        "NVRTC not found (libnvrtc.so is on neither LD_LIBRARY_PATH, $CUDA_HOME/lib64, /usr/local/cuda/lib64 nor TILESTREAM_NVRTC_DIRS): install the CUDA toolkit or the nvidia-cuda-nvrtc wheel and name its lib folder in one of those, or use --device cpu"
+        "NVRTC not found (libnvrtc.so is on neither LD_LIBRARY_PATH, $CUDA_HOME/lib64, /usr/local/cuda/lib64 nor TILESTREAM_NVRTC_DIRS): install the CUDA toolkit or the nvidia-cuda-nvrtc wheel and name its lib folder in one of those, or use `device=cpu`"
     )]
     NoNvrtc,
     /// A kernel did not compile (a bug in tilestream's kernels: please report it).
@@ -145,7 +145,7 @@ pub enum DeviceError {
 
 fn no_device(requested: usize, count: usize) -> String {
     if count == 0 {
-        "the CUDA driver reports no GPU on this machine: use --device cpu or auto".into()
+        "the CUDA driver reports no GPU on this machine: use `device=cpu` or `device=auto`".into()
     } else {
         format!(
             "no CUDA device {requested}: this machine has {count} (cuda:0..cuda:{})",

@@ -309,6 +309,93 @@ impl ZarrError {
     }
 }
 
+/// Where an argument a message names is given.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgKind {
+    /// An option of every run (the budget, the device, output formats): a command-line
+    /// option of every command, a keyword of every Python call, a pipeline file's key.
+    Option,
+    /// A parameter of one operation: its subcommand's option, its Python function's
+    /// keyword, its pipeline step's key.
+    Parameter,
+}
+
+/// The arguments the library's messages name, by their library names (the Python
+/// keywords and pipeline keys; the command line's flags are these with `--` and dashes).
+/// A message names one in backticks, alone (`` `memory` ``) or with a value
+/// (`` `memory=512MiB` ``), and each front end writes it its own way
+/// ([`render_arguments`]): `--memory 512MiB` on the command line, `memory="512MiB"` in
+/// Python. Text in backticks that is not one of these is left as it is.
+pub const ARGUMENTS: &[(&str, ArgKind)] = &[
+    ("memory", ArgKind::Option),
+    ("gpu_memory", ArgKind::Option),
+    ("threads", ArgKind::Option),
+    ("depth", ArgKind::Option),
+    ("resume", ArgKind::Option),
+    ("device", ArgKind::Option),
+    ("format", ArgKind::Option),
+    ("tiff_tile", ArgKind::Option),
+    ("tiff_compress", ArgKind::Option),
+    ("tiff_predictor", ArgKind::Option),
+    ("tiff_bigtiff", ArgKind::Option),
+    ("cog", ArgKind::Option),
+    ("overviews", ArgKind::Option),
+    ("zarr_chunks", ArgKind::Option),
+    ("zarr_shard", ArgKind::Option),
+    ("dtype", ArgKind::Parameter),
+    ("dist", ArgKind::Parameter),
+    ("edge", ArgKind::Parameter),
+    ("size", ArgKind::Parameter),
+    ("in", ArgKind::Parameter),
+    ("shape", ArgKind::Parameter),
+    ("in_dtype", ArgKind::Parameter),
+    ("nodata", ArgKind::Parameter),
+    ("ignore_nodata", ArgKind::Parameter),
+];
+
+/// `msg` with every argument it names (see [`ARGUMENTS`]) written by `write(name, kind,
+/// value)`; an argument for which `write` gives `None` keeps its library form.
+#[must_use]
+pub fn render_arguments(
+    msg: &str,
+    write: impl Fn(&str, ArgKind, Option<&str>) -> Option<String>,
+) -> String {
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(open) = rest.find('`') {
+        let Some(len) = rest[open + 1..].find('`') else {
+            break;
+        };
+        let inner = &rest[open + 1..open + 1 + len];
+        let (name, value) = match inner.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (inner, None),
+        };
+        let written = ARGUMENTS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|&(n, kind)| write(n, kind, value));
+        out.push_str(&rest[..open]);
+        match written {
+            Some(w) => out.push_str(&w),
+            None => out.push_str(&rest[open..open + len + 2]),
+        }
+        rest = &rest[open + len + 2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// An argument as the command line gives it: `--name-with-dashes` and its value.
+#[must_use]
+pub fn command_line_flag(name: &str, value: Option<&str>) -> String {
+    let flag = format!("--{}", name.replace('_', "-"));
+    match value {
+        Some(v) => format!("{flag} {v}"),
+        None => flag,
+    }
+}
+
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -374,7 +461,7 @@ pub enum Error {
     /// The run was stopped on request (Ctrl-C, or [`crate::Engine::cancel_token`]).
     #[error(
         "interrupted after {done} of {total} tiles: the output was not written{}",
-        if *resumable { "; run the same command with --resume to continue" } else { "" }
+        if *resumable { "; run it again with `resume` to continue" } else { "" }
     )]
     Interrupted {
         /// Tiles completed.
@@ -494,4 +581,27 @@ pub(crate) fn shown(s: &str) -> String {
         out.push_str("...");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ArgKind, command_line_flag, render_arguments};
+
+    /// The library names arguments by its own names; the command line writes its flags
+    /// in their place, and text in backticks that names no argument stays as it is.
+    #[test]
+    fn messages_name_arguments_as_each_front_end_takes_them() {
+        let msg = "raise `memory` to at least 1 MiB (`memory=1MiB`), or `resume`; \
+                   `zarr_chunks=64x64` is too big; `colour` is no argument; `half";
+        let cli = render_arguments(msg, |n, _, v| Some(command_line_flag(n, v)));
+        assert_eq!(
+            cli,
+            "raise --memory to at least 1 MiB (--memory 1MiB), or --resume; \
+             --zarr-chunks 64x64 is too big; `colour` is no argument; `half"
+        );
+        let options_only = render_arguments("`memory` and `dtype=u8`", |n, k, v| {
+            (k == ArgKind::Option).then(|| command_line_flag(n, v))
+        });
+        assert_eq!(options_only, "--memory and `dtype=u8`");
+    }
 }

@@ -165,8 +165,8 @@ impl Journal {
             if size > max_bytes {
                 return Err(Error::invalid(format!(
                     "cannot resume {}: the interrupted run's journal is {}, more than this \
-                     run reads of one (half of --memory, {}); run without --resume to \
-                     start over, or give the --memory of the interrupted run",
+                     run reads of one (half of `memory`, {}); run without `resume` to start \
+                     over, or give the `memory` of the interrupted run",
                     dest.display(),
                     crate::budget::fmt_bytes(size),
                     crate::budget::fmt_bytes(max_bytes)
@@ -253,7 +253,7 @@ impl Journal {
                 return Err(Error::invalid(format!(
                     "{}: the journal of the interrupted run names `{name}` as its temporary \
                      output, which is not a name this output's runs make; run without \
-                     --resume (or tilestream clean) to start over",
+                     `resume` (or clean the directory) to start over",
                     self.dest.display()
                 )));
             }
@@ -307,7 +307,7 @@ impl Journal {
                 // a refusal: what the interrupted run left stays for the right command
                 self.keep();
                 return Err(Error::invalid(format!(
-                    "cannot resume {}: the interrupted run planned this pass as {fp}, now it is {fingerprint}; give the same --memory and --depth, or run without --resume to start over",
+                    "cannot resume {}: the interrupted run planned this pass as {fp}, now it is {fingerprint}; give the same `memory` and `depth`, or run without `resume` to start over",
                     self.dest.display()
                 )));
             }

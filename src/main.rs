@@ -452,10 +452,20 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(&e),
     };
+    // a pipeline file's errors speak of its keys, which are the library's names
+    let pipeline = matches!(cli.cmd, Cmd::Run { .. });
     match main_inner(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("tilestream: error: {}", e.one_line());
+            let msg = e.one_line();
+            let msg = if pipeline {
+                msg
+            } else {
+                tilestream::error::render_arguments(&msg, |name, _, value| {
+                    Some(tilestream::error::command_line_flag(name, value))
+                })
+            };
+            eprintln!("tilestream: error: {msg}");
             ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(1))
         }
     }

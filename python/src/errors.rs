@@ -19,7 +19,7 @@ create_exception!(
 /// An error of the engine as the Python exception a Python user expects: see the
 /// package's documentation for the mapping.
 pub(crate) fn to_py(e: Error) -> PyErr {
-    let msg = e.one_line();
+    let msg = for_python(&e.one_line());
     match e {
         Error::Budget(b) => {
             let parse = matches!(b, TsBudgetError::Parse(_));
@@ -48,6 +48,27 @@ pub(crate) fn to_py(e: Error) -> PyErr {
         Error::Internal(_) | Error::Device(_) => PyRuntimeError::new_err(msg),
         _ => PyValueError::new_err(msg),
     }
+}
+
+/// A message with the arguments it names as Python's keywords: the library's names,
+/// but for the few the package calls otherwise (`in` is a key of `inputs=`, a raw file's
+/// `in_dtype` is `dtype=` of `tilestream.open`).
+fn for_python(msg: &str) -> String {
+    tilestream::error::render_arguments(msg, |name, _, value| {
+        Some(match (name, value) {
+            ("in", Some(v)) => match v.split_once('=') {
+                Some((n, f)) => format!("`inputs={{\"{n}\": {f}}}`"),
+                None => "`inputs`".to_string(),
+            },
+            ("in", None) => "`inputs`".to_string(),
+            ("in_dtype", v) => match v {
+                Some(v) => format!("`dtype={v}`"),
+                None => "`dtype`".to_string(),
+            },
+            (n, Some(v)) => format!("`{n}={v}`"),
+            (n, None) => format!("`{n}`"),
+        })
+    })
 }
 
 pub(crate) fn bad_json(e: &serde_json::Error) -> PyErr {

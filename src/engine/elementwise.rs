@@ -204,7 +204,7 @@ impl Engine {
         let program = Program::compile(e);
         if program.streams.is_empty() {
             return Err(Error::invalid(format!(
-                "expression '{src}' uses no input: name one given with --in NAME=FILE"
+                "expression '{src}' uses no input: name one given with `in=NAME=FILE`"
             )));
         }
         let mut streams = Vec::new();
@@ -213,7 +213,7 @@ impl Engine {
             let Some(&(_, file)) = inputs.iter().find(|(n, _)| *n == r.name) else {
                 let known: Vec<&str> = inputs.iter().map(|(n, _)| *n).collect();
                 return Err(Error::invalid(format!(
-                    "expression '{src}' at column {}: unknown input '{}' (inputs given: {}); add --in {}=FILE",
+                    "expression '{src}' at column {}: unknown input '{}' (inputs given: {}); add `in={}=FILE`",
                     r.column,
                     r.name,
                     if known.is_empty() {

@@ -415,7 +415,7 @@ fn along_out_chunks(
                 refused = Some(crate::Error::invalid(format!(
                     "{}: a box one output chunk wide ({cols} columns) is larger than the \
                      largest tile the device's buffers take here ({} by {}); the {what} \
-                     needs such boxes: raise --gpu-memory or write smaller chunks",
+                     needs such boxes: raise `gpu_memory` or write smaller chunks",
                     p.what, p.tile.0, p.tile.1
                 )));
             }
@@ -525,6 +525,6 @@ mod tests {
             "{e:?}"
         );
         let msg = e.to_string();
-        assert!(msg.contains("--gpu-memory") && !msg.contains('\n'), "{msg}");
+        assert!(msg.contains("`gpu_memory=") && !msg.contains('\n'), "{msg}");
     }
 }

@@ -162,7 +162,7 @@ fn input_masks(
             return Err(Error::invalid(format!(
                 "input {} has nodata {}, 2^53 or more from 0, which f64 arithmetic cannot \
                  tell from its neighbours: compute those pixels like any other \
-                 (--ignore-nodata)",
+                 (`ignore_nodata`)",
                 label(r),
                 nodata_text(v)
             )));
@@ -200,9 +200,8 @@ fn output_value(
                     return Err(Error::invalid(format!(
                         "the pixels where an input is nodata ({}) take the output's nodata \
                          value, and a {od} output holds no such shared value: give one with \
-                         --nodata VALUE (`nodata` in Python and pipelines), a float --dtype \
-                         (NaN there), or --ignore-nodata to compute those pixels like any \
-                         other",
+                         `nodata=VALUE`, a float `dtype` (NaN there), or `ignore_nodata` to \
+                         compute those pixels like any other",
                         what.join(", ")
                     )));
                 }

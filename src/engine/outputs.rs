@@ -422,7 +422,7 @@ impl Engine {
         if format != OutFormat::GeoTiff {
             if self.tiff_out.cog.is_some() {
                 return Err(crate::Error::invalid(format!(
-                    "--cog (or --format cog) writes Cloud-Optimized GeoTIFFs, but {} is \
+                    "`cog` (or `format=cog`) writes Cloud-Optimized GeoTIFFs, but {} is \
                      written as {}: name it .tif",
                     out.display(),
                     format!("{format:?}").to_lowercase()

@@ -77,8 +77,8 @@ fn patch_starts(n: usize, spec: PatchSpec, axis: &str) -> Result<Vec<(i64, usize
     let stride = spec.size - spec.overlap;
     if n < spec.size && spec.edge == Edge::Shift {
         return Err(Error::Invalid(format!(
-            "the image has {n} {axis}, fewer than the patch size {}: use --edge pad or a \
-             smaller --size",
+            "the image has {n} {axis}, fewer than the patch size {}: use `edge=pad` or a \
+             smaller `size`",
             spec.size
         )));
     }
@@ -160,7 +160,7 @@ impl Engine {
         if count.is_none_or(|n| n.saturating_mul(96) > self.budget.limit()) {
             return Err(Error::Invalid(format!(
                 "{} patches of {}x{} from {}: their index alone (96 bytes a patch) passes the \
-                 {} budget; use larger patches or a larger --memory",
+                 {} budget; use larger patches or a larger `memory`",
                 count.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string()),
                 spec.size,
                 spec.size,
@@ -254,8 +254,8 @@ impl Engine {
         }
         if self.tiff_out.cog.is_some() {
             return Err(Error::invalid(
-                "--cog makes whole images Cloud-Optimized; patches are small tiled GeoTIFFs \
-                 without overviews: leave --cog out",
+                "`cog` makes whole images Cloud-Optimized; patches are small tiled GeoTIFFs \
+                 without overviews: leave `cog` out",
             ));
         }
         let plan = self.plan_patches_as(input, spec, format)?;
@@ -392,8 +392,8 @@ fn clear_earlier_patches(outdir: &Path, input: &Path, index_max: u64) -> Result<
         && m.len() > index_max
     {
         return Err(Error::Invalid(format!(
-            "{}: the index of an earlier run is {}, more than a quarter of --memory ({}) \
-             may hold to check it; give a new directory for the patches, or more --memory",
+            "{}: the index of an earlier run is {}, more than a quarter of `memory` ({}) \
+             may hold to check it; give a new directory for the patches, or more `memory`",
             index_path.display(),
             crate::budget::fmt_bytes(m.len()),
             crate::budget::fmt_bytes(index_max)

@@ -184,7 +184,7 @@ impl TensorFile {
                 _ => {
                     return Err(Error::invalid(format!(
                         "{}: not a .npy, TIFF or Zarr v3 file; for raw binary data give its \
-                         --shape and --in-dtype",
+                         `shape` and `in_dtype`",
                         path.display()
                     )));
                 }
@@ -429,7 +429,7 @@ impl TensorFile {
         let nbytes = checked_nbytes(path, shape, dtype)?;
         let refusal = match offset {
             None if len != nbytes => Some(format!(
-                "size mismatch: --shape {} --in-dtype {dtype} needs {nbytes} bytes, file holds {len}",
+                "size mismatch: `shape={}` `in_dtype={dtype}` needs {nbytes} bytes, file holds {len}",
                 fmt_shape(shape)
             )),
             Some(at) if at.checked_add(nbytes).is_none_or(|end| end > len) => Some(format!(

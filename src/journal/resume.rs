@@ -47,7 +47,7 @@ pub(super) fn open_slot(path: &Path) -> std::io::Result<File> {
 pub(super) fn check_same_job(dest: &Path, key: &JobKey, p: &Prev) -> Result<()> {
     if p.op.as_deref() != Some(key.op.as_str()) {
         return Err(Error::invalid(format!(
-            "cannot resume {}: the interrupted run was another operation ({}); run without --resume to start over",
+            "cannot resume {}: the interrupted run was another operation ({}); run without `resume` to start over",
             dest.display(),
             p.op.as_deref().unwrap_or("unknown")
         )));
@@ -56,13 +56,13 @@ pub(super) fn check_same_job(dest: &Path, key: &JobKey, p: &Prev) -> Result<()> 
         match p.inputs.iter().find(|(q, _)| q == path) {
             None => {
                 return Err(Error::invalid(format!(
-                    "cannot resume {}: the interrupted run did not read {path}; run without --resume to start over",
+                    "cannot resume {}: the interrupted run did not read {path}; run without `resume` to start over",
                     dest.display()
                 )));
             }
             Some((_, old)) if old != id => {
                 return Err(Error::invalid(format!(
-                    "cannot resume {}: input {path} changed since the interrupted run (size, time or inode differ); run without --resume to start over",
+                    "cannot resume {}: input {path} changed since the interrupted run (size, time or inode differ); run without `resume` to start over",
                     dest.display()
                 )));
             }

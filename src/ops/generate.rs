@@ -317,7 +317,7 @@ impl Dist {
     ) -> Result<Self> {
         let refuse = |what: &str, dist: &str| {
             Err(Error::invalid(format!(
-                "{what} is a parameter of another distribution, not of {dist}: use --dist normal for mean and std, --dist uniform for low and high"
+                "{what} is a parameter of another distribution, not of {dist}: use `dist=normal` for mean and std, `dist=uniform` for low and high"
             )))
         };
         match name.trim().to_ascii_lowercase().as_str() {

@@ -182,7 +182,7 @@ fn tiles_shrink_for_the_device_budget_and_a_small_one_is_refused_in_its_terms() 
         "{msg}"
     );
     assert!(
-        msg.contains("--gpu-memory") && !msg.contains("--memory"),
+        msg.contains("`gpu_memory=") && !msg.contains("`memory"),
         "{msg}"
     );
 }

@@ -39,11 +39,9 @@ impl Engine {
         Err(Error::invalid(format!(
             "{}: its nodata value {text} is not exactly representable in {dtype} ({why}), so \
              its nodata pixels would become data in {}; cast to a type that holds it, or give \
-             them a value with map (`tilestream map x {} --in x={} --dtype {dtype} --nodata V`)",
+             them a value with the map `x` (`dtype={dtype}`, `nodata=V`)",
             x.path().display(),
             output.display(),
-            output.display(),
-            x.path().display()
         )))
     }
 

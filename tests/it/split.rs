@@ -537,7 +537,7 @@ fn element_wise_tasks_below_a_slab_of_chunks_stream_their_rows_in_boxes() {
     };
     let msg = task(64 << 10, (0, 128)).unwrap_err().to_string();
     assert!(
-        msg.contains("too small") && msg.contains("--memory"),
+        msg.contains("too small") && msg.contains("`memory"),
         "{msg}"
     );
     for cut in [(128u64, 200u64), (0, 128)] {

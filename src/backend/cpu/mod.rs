@@ -39,7 +39,7 @@ impl CpuBackend {
     pub fn new(threads: Option<usize>) -> Result<Self> {
         let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
         let n = match threads {
-            Some(0) => return Err(Error::invalid("--threads must be at least 1")),
+            Some(0) => return Err(Error::invalid("`threads` must be at least 1")),
             // more threads than this only queue behind each other (and thousands bring
             // a machine to a crawl)
             Some(n) => n.min(max_threads()),

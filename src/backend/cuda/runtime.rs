@@ -67,7 +67,7 @@ impl CudaDevice {
         let limit = match memory {
             Some(m) if m > info.free_bytes => {
                 return Err(Error::invalid(format!(
-                    "--gpu-memory {} is more than cuda:{ordinal} has free ({})",
+                    "`gpu_memory={}` is more than cuda:{ordinal} has free ({})",
                     crate::budget::fmt_bytes(m),
                     crate::budget::fmt_bytes(info.free_bytes)
                 )));

@@ -63,7 +63,7 @@ impl Encoding for TiffEncoding {
             filling,
             one,
             unit: format!("{t}x{t} tile"),
-            chunks: "tiles (--tiff-tile)",
+            chunks: "tiles (`tiff_tile`)",
         }))
     }
 

@@ -81,15 +81,15 @@ impl TiffPredictor {
         match (self, compression) {
             (TiffPredictor::Auto, TiffCompression::None) | (TiffPredictor::None, _) => Ok(1),
             (_, TiffCompression::None) => Err(Error::invalid(
-                "a GeoTIFF predictor only helps compressed tiles: drop --tiff-predictor, or \
-                 give --tiff-compress deflate or zstd",
+                "a GeoTIFF predictor only helps compressed tiles: drop `tiff_predictor`, or \
+                 give `tiff_compress=deflate` or `tiff_compress=zstd`",
             )),
             (TiffPredictor::Auto, _) => Ok(if float { 3 } else { 1 }),
             (TiffPredictor::Horizontal, _) => Ok(2),
             (TiffPredictor::Float, _) if float => Ok(3),
             (TiffPredictor::Float, _) => Err(Error::invalid(format!(
                 "the floating-point GeoTIFF predictor is for f16, f32 and f64 outputs; this \
-                 output is {dtype}: give --tiff-predictor horizontal or none"
+                 output is {dtype}: give `tiff_predictor=horizontal` or `tiff_predictor=none`"
             ))),
         }
     }
@@ -174,7 +174,7 @@ impl std::str::FromStr for Overviews {
         }
         s.parse::<usize>().map(Overviews::Count).map_err(|_| {
             Error::invalid(format!(
-                "--overviews `{s}` is neither auto nor a number of levels (0, 1, 2...)"
+                "`overviews={s}` is neither auto nor a number of levels (0, 1, 2...)"
             ))
         })
     }

@@ -63,7 +63,7 @@ pub fn tiff_sample(dtype: DType) -> Result<(u16, u16)> {
         DType::F16 | DType::F32 | DType::F64 => (3, bits),
         DType::Bool | DType::BF16 => {
             return Err(Error::invalid(format!(
-                "a GeoTIFF cannot hold {dtype}: give --dtype u8 (for bool) or f32 (for bf16)"
+                "a GeoTIFF cannot hold {dtype}: give `dtype=u8` (for bool) or `dtype=f32` (for bf16)"
             )));
         }
     })
@@ -409,7 +409,7 @@ impl TiledLayout {
         if !big && pos > u64::from(u32::MAX) - (1 << 20) {
             return Err(Error::invalid(format!(
                 "{}: the compressed tiles pass 4 GiB, more than a classic TIFF can address; \
-                 write it as BigTIFF (--tiff-bigtiff yes)",
+                 write it as BigTIFF (`tiff_bigtiff=yes`)",
                 dest_path.display()
             )));
         }

@@ -54,7 +54,7 @@ impl Encoding for ZarrEncoding<'_> {
                 filling,
                 one,
                 unit: "chunk".to_string(),
-                chunks: "chunks (--zarr-chunks)",
+                chunks: "chunks (`zarr_chunks`)",
             }),
         )
     }

@@ -380,7 +380,7 @@ pub fn chunk_shapes(
         if bytes.is_none_or(|b| b > memory) {
             return Err(Error::invalid(format!(
                 "{what} {}: one chunk of {} is {}, more than the {} the encoder may hold; give \
-                 smaller chunks or a larger --memory",
+                 smaller chunks or a larger `memory`",
                 crate::format::fmt_shape(c),
                 dtype.name(),
                 bytes.map_or_else(|| "over 16 EiB".to_string(), crate::budget::fmt_bytes),
@@ -389,17 +389,17 @@ pub fn chunk_shapes(
         }
         Ok(())
     };
-    check("--zarr-chunks", &inner)?;
+    check("`zarr_chunks`", &inner)?;
     let outer = match &opts.shard {
         Some(s) => {
             if s.len() == rank && s.iter().zip(&inner).any(|(s, c)| *c == 0 || s % c != 0) {
                 return Err(Error::invalid(format!(
-                    "--zarr-shard {} is not a multiple of the chunk shape {}",
+                    "`zarr_shard={}` is not a multiple of the chunk shape {}",
                     crate::format::fmt_shape(s),
                     crate::format::fmt_shape(&inner)
                 )));
             }
-            check("--zarr-shard", s)?;
+            check("`zarr_shard`", s)?;
             s.clone()
         }
         None => inner.clone(),

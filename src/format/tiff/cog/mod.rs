@@ -78,7 +78,7 @@ pub fn overview_sizes(
         }
         if w.max(h) <= 1 {
             return Err(Error::invalid(format!(
-                "--overviews {}: a {width}x{height} image has {} overview levels at most \
+                "`overviews={}`: a {width}x{height} image has {} overview levels at most \
                  (the last one 1x1)",
                 out.len() + 1,
                 out.len()
@@ -137,8 +137,8 @@ pub fn check_budget(
         let (_, h, w) = crate::format::tiff::write::image_dims(shape)?;
         return Err(Error::invalid(format!(
             "building the overviews of a {w}x{h} COG in {t}-pixel tiles needs {} (a row of \
-             tiles of the image and of each level), more than the {} budget: give --memory {}MiB \
-             or more, or smaller tiles (--tiff-tile)",
+             tiles of the image and of each level), more than the {} budget: give `memory={}MiB` \
+             or more, or smaller tiles (`tiff_tile`)",
             fmt_bytes(need),
             fmt_bytes(budget),
             need.div_ceil(1 << 20),
@@ -328,7 +328,7 @@ fn assemble(
     if !big && data_len > u64::from(u32::MAX) - (64 << 20) {
         return Err(Error::invalid(format!(
             "{}: the COG's tiles pass 4 GiB, more than a classic TIFF can address; write it \
-             as BigTIFF (--tiff-bigtiff yes)",
+             as BigTIFF (`tiff_bigtiff=yes`)",
             dest_path.display()
         )));
     }
