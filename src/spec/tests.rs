@@ -124,3 +124,25 @@ fn every_name_of_the_vocabulary_is_an_op_tag_and_nothing_else_is() {
     assert_eq!(OpSpec::pipeline_keys("tiles"), None);
     assert_eq!(OpSpec::pipeline_keys("paint"), None);
 }
+
+/// What a spec serialises to is what `--resume` matches an interrupted run by (the
+/// journal's job key): the defaults pipelines brought to `affine` and `reduce` are read
+/// when a key is missing, and never change what is written.
+#[test]
+fn specs_serialise_as_the_journal_keys_of_earlier_runs() {
+    let affine: OpSpec =
+        serde_json::from_str(r#"{"op": "affine", "input": {"path": "x.npy"}, "output": "y.npy"}"#)
+            .expect("defaults");
+    assert_eq!(
+        serde_json::to_string(&affine).expect("json"),
+        r#"{"op":"affine","input":{"path":"x.npy"},"output":"y.npy","scale":1.0,"offset":0.0,"dtype":null,"ignore_nodata":false}"#
+    );
+    let reduce: OpSpec = serde_json::from_str(
+        r#"{"op": "reduce", "input": {"path": "x.npy"}, "output": "m.npy", "axis": 0}"#,
+    )
+    .expect("defaults");
+    assert_eq!(
+        serde_json::to_string(&reduce).expect("json"),
+        r#"{"op":"reduce","input":{"path":"x.npy"},"output":"m.npy","reduce":"sum","ddof":0,"axis":0,"dtype":null}"#
+    );
+}
