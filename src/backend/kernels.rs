@@ -48,18 +48,6 @@ pub enum ElementwiseParams {
     },
 }
 
-impl ElementwiseParams {
-    /// The family of the operation these parameters are of.
-    #[must_use]
-    pub fn family(&self) -> Family {
-        match self {
-            ElementwiseParams::Affine { .. } => Family::Affine,
-            ElementwiseParams::Cast => Family::Cast,
-            ElementwiseParams::Standardize { .. } => Family::Standardize,
-        }
-    }
-}
-
 /// A streaming reduction a device prepared: fed tile after tile in plan order, its
 /// state checkpointed between tiles and restored on resume (the engine's journal does
 /// both through the host reducer), the host reducer holding the result once every tile

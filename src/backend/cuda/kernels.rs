@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use super::source::Elementwise;
 use super::stencil::StencilProgram;
 use super::{BlockAt, CudaDevice, CudaReduce, ElementwiseParams};
 use crate::backend::{BoxKernel, Device, Family, Kernels, ReduceKernel};
@@ -38,20 +37,7 @@ impl Kernels for Arc<CudaDevice> {
         output: DType,
         plan: &Plan,
     ) -> Result<BoxKernel<'a, Tile>> {
-        let kind = match params {
-            ElementwiseParams::Affine { .. } => Elementwise::Affine,
-            ElementwiseParams::Cast => Elementwise::Cast,
-            ElementwiseParams::Standardize { .. } => Elementwise::Standardize,
-        };
-        let k = CudaDevice::elementwise(
-            self,
-            kind,
-            input,
-            output,
-            params,
-            plan.tile_elems,
-            plan.depth,
-        )?;
+        let k = CudaDevice::elementwise(self, input, output, params, plan.tile_elems, plan.depth)?;
         Ok(Box::new(k))
     }
 

@@ -112,7 +112,7 @@ impl CudaDevice {
         Ok(Slot::new(Box::new(Pinned { mem, ptr, len }), reservation))
     }
 
-    /// Prepares an elementwise kernel (`kind` from `input` to `output` dtype) for tiles
+    /// Prepares the elementwise kernel `params` say (from `input` to `output` dtype) for tiles
     /// of at most `tile_elems` elements on `lanes` streams: compiles it for this device,
     /// uploads its resident operands (`mean` and `sd` for standardize) and allocates
     /// every device buffer the run needs, from the device budget.
@@ -122,40 +122,36 @@ impl CudaDevice {
     /// arithmetic), [`Error::Device`] when compiling or a driver call fails.
     pub fn elementwise(
         self: &Arc<Self>,
-        kind: Elementwise,
         input: DType,
         output: DType,
         params: &ElementwiseParams,
         tile_elems: u64,
         lanes: usize,
     ) -> Result<CudaElementwise> {
-        let name = kind.kernel_name(input, output);
-        let src = elementwise_source(&[(kind, input, output)]);
         let mut resident = Vec::new();
-        let args = match (kind, params) {
-            (Elementwise::Affine, ElementwiseParams::Affine { scale, offset }) => {
-                vec![Arg::F64(*scale), Arg::F64(*offset)]
-            }
-            (Elementwise::Cast, ElementwiseParams::Cast) => Vec::new(),
-            (Elementwise::Standardize, ElementwiseParams::Standardize { mean, sd }) => {
+        let (kind, args) = match params {
+            ElementwiseParams::Affine { scale, offset } => (
+                Elementwise::Affine,
+                vec![Arg::F64(*scale), Arg::F64(*offset)],
+            ),
+            ElementwiseParams::Cast => (Elementwise::Cast, Vec::new()),
+            ElementwiseParams::Standardize { mean, sd } => {
                 let bytes = (mean.len() + sd.len()) as u64 * 8;
                 resident.push(
                     self.budget
                         .reserve("standardize statistics on the device", bytes)?,
                 );
-                vec![
+                let args = vec![
                     Arg::TileStart,
                     Arg::Buffer(self.upload("upload the statistics", bytemuck::cast_slice(mean))?),
                     Arg::Buffer(self.upload("upload the statistics", bytemuck::cast_slice(sd))?),
                     Arg::U64(mean.len() as u64),
-                ]
-            }
-            _ => {
-                return Err(Error::Internal(
-                    "elementwise kernel asked for with parameters of another kind".into(),
-                ));
+                ];
+                (Elementwise::Standardize, args)
             }
         };
+        let name = kind.kernel_name(input, output);
+        let src = elementwise_source(&[(kind, input, output)]);
         self.prepare(
             &name,
             &src,

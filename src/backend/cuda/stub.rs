@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use super::source::Elementwise;
 use super::{BlockAt, ElementwiseParams};
 use crate::budget::{MemoryBudget, Reservation};
 use crate::device::{DeviceError, GpuInfo};
@@ -47,7 +46,6 @@ impl CudaDevice {
     /// None: no device exists to call this on.
     pub fn elementwise(
         self: &Arc<Self>,
-        _kind: Elementwise,
         _input: DType,
         _output: DType,
         _params: &ElementwiseParams,
