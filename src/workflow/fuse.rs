@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::file::{StepSpec, check_name};
 use super::names::{expand_names, expr_names, like_of, paren_depth, substitute, substitute_all};
-use super::{Job, Planned};
+use super::{FusedMap, Job, Planned};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::spec::OpSpec;
@@ -281,12 +281,12 @@ impl<'a> Fuser<'a> {
         if keep {
             self.jobs.push(Planned {
                 what: format!("map '{expr}'"),
-                job: Job::Map {
+                job: Job::Map(FusedMap {
                     like: like_of(&expr, &self.proxy),
                     expr,
                     dtype,
                     nodata: rule,
-                },
+                }),
                 out: st.out.clone(),
                 line,
             });
@@ -301,12 +301,12 @@ impl<'a> Fuser<'a> {
         if let Some(expr) = self.virt.remove(name) {
             self.jobs.push(Planned {
                 what: format!("map '{expr}'"),
-                job: Job::Map {
+                job: Job::Map(FusedMap {
                     like: like_of(&expr, &self.proxy),
                     expr,
                     dtype,
                     nodata: crate::MapNodata::default(),
-                },
+                }),
                 out: name.to_string(),
                 line,
             });

@@ -65,20 +65,24 @@ use file::{check_name, line_of, parse_file};
 use fuse::Fuser;
 pub(crate) use names::expr_names;
 
+/// An elementwise pass (fused steps): an expression over named pipeline values.
+#[derive(Clone, Debug)]
+struct FusedMap {
+    expr: String,
+    dtype: Option<DType>,
+    /// Names whose dtypes decide the default output dtype, when the expression reads
+    /// values written in f64 only because fusing them grew too long (empty: the
+    /// expression's own names).
+    like: Vec<String>,
+    /// What it does where an input is nodata.
+    nodata: crate::MapNodata,
+}
+
 /// One job a pipeline runs.
 #[derive(Clone, Debug)]
 enum Job {
-    /// An elementwise pass (fused steps): expression over named pipeline values.
-    Map {
-        expr: String,
-        dtype: Option<DType>,
-        /// Names whose dtypes decide the default output dtype, when the expression
-        /// reads values written in f64 only because fusing them grew too long (empty:
-        /// the expression's own names).
-        like: Vec<String>,
-        /// What it does where an input is nodata.
-        nodata: crate::MapNodata,
-    },
+    /// Fused element-wise steps.
+    Map(FusedMap),
     /// Any other operation: its spec, whose sources' paths are the names of the values
     /// it reads (`names`, in order) and whose output is bound when it is planned or run.
     Op {

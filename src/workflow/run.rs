@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use super::{Job, Planned, Workflow, expr_names};
+use super::{FusedMap, Job, Planned, Workflow, expr_names};
 use crate::MapNodata;
 use crate::dtype::DType;
 use crate::engine::{Engine, RunReport};
@@ -53,27 +53,16 @@ impl Workflow {
         self.check_paths()?;
         let dir =
             tempfile::tempdir().map_err(|e| Error::io("create", "a temporary directory", e))?;
-        let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
-        let mut sources: BTreeMap<String, Source> = BTreeMap::new();
-        for (name, p) in &self.inputs {
-            files.insert(name.clone(), TensorFile::open(p)?);
-            sources.insert(name.clone(), Source::file(p));
-        }
+        let mut v = self.input_values()?;
         let mut text = String::new();
-        let mut written = Written::new();
         for (i, j) in self.jobs.iter().enumerate() {
             // a step writing an output is planned with it: the room for encoding a
             // GeoTIFF or Zarr destination as it is written, a COG's overviews
             let dest = self.outputs.get(&j.out).map(PathBuf::as_path);
             let held = dir.path().join(format!("{}.npy", j.out));
-            let ctx = Values {
-                files: &files,
-                sources: &sources,
-                written: &written,
-            };
             let (plan, shape, dtype, nodata) =
-                Self::plan_job(engine, j, &ctx, dest, &held).map_err(|e| self.at(j, e))?;
-            written.insert(j.out.clone(), nodata);
+                Self::plan_job(engine, j, &v, dest, &held).map_err(|e| self.at(j, e))?;
+            v.written.insert(j.out.clone(), nodata);
             let _ = writeln!(
                 text,
                 "step {} (line {}): {} -> {} {} {dtype}\n{plan}\n",
@@ -87,22 +76,28 @@ impl Workflow {
             let f = std::fs::File::create(&p).map_err(|e| Error::io("create", &p, e))?;
             let n: u64 = shape.iter().map(|&d| d as u64).product::<u64>() * dtype.size() as u64;
             f.set_len(n).map_err(|e| Error::io("size", &p, e))?;
-            files.insert(j.out.clone(), TensorFile::open_raw(&p, &shape, dtype)?);
             let layout = RawLayout {
                 shape,
                 dtype,
                 offset: 0,
             };
-            sources.insert(
-                j.out.clone(),
-                Source {
-                    path: p,
-                    raw: Some(layout),
-                    rows: None,
-                },
-            );
+            let placeholder = Source {
+                path: p,
+                raw: Some(layout),
+                rows: None,
+            };
+            v.add(&j.out, placeholder)?;
         }
-        Ok((text, written))
+        Ok((text, v.written))
+    }
+
+    /// The pipeline's inputs, as the first values its jobs read.
+    fn input_values(&self) -> Result<Values> {
+        let mut v = Values::default();
+        for (name, p) in &self.inputs {
+            v.add(name, Source::file(p))?;
+        }
+        Ok(v)
     }
 
     /// The destination policy over the whole pipeline ([`check_run_paths`]): no output
@@ -168,21 +163,24 @@ impl Workflow {
     fn plan_job(
         e: &Engine,
         j: &Planned,
-        v: &Values<'_>,
+        v: &Values,
         dest: Option<&Path>,
         held: &Path,
     ) -> Result<(String, Vec<usize>, DType, Option<String>)> {
-        let Job::Op { spec, names } = &j.job else {
-            let (mut plan, shape, dtype, nodata) = Self::plan_map_job(e, j, v, dest)?;
-            if let Some(d) = dest
-                && let Some(after) = e.cog_after_the_run(d, &shape, dtype)?
-            {
-                plan = format!("{plan}\nafter the run:  {after}");
+        let (spec, names) = match &j.job {
+            Job::Map(m) => {
+                let (mut plan, shape, dtype, nodata) = Self::plan_map_job(e, m, v, dest)?;
+                if let Some(d) = dest
+                    && let Some(after) = e.cog_after_the_run(d, &shape, dtype)?
+                {
+                    plan = format!("{plan}\nafter the run:  {after}");
+                }
+                return Ok((plan, shape, dtype, nodata));
             }
-            return Ok((plan, shape, dtype, nodata));
+            Job::Op { spec, names } => (spec, names),
         };
         // planned as the command line plans it, on the files of the values it reads
-        let spec = bind(spec, |n| v.sources.get(n).cloned(), dest.unwrap_or(held))?;
+        let spec = v.bind(spec, dest.unwrap_or(held))?;
         let plan = e.plan_spec(&spec)?;
         let op = spec.operation();
         let (shape, dtype) = op.written()?.ok_or_else(|| {
@@ -205,25 +203,16 @@ impl Workflow {
     /// The plan of a map job (see [`Workflow::plan_job`]), without what runs after it.
     fn plan_map_job(
         e: &Engine,
-        j: &Planned,
-        v: &Values<'_>,
+        m: &FusedMap,
+        v: &Values,
         dest: Option<&Path>,
     ) -> Result<(String, Vec<usize>, DType, Option<String>)> {
-        let Job::Map {
-            expr,
-            dtype,
-            like,
-            nodata,
-        } = &j.job
-        else {
-            return Err(Error::Internal("not a map job".into()));
-        };
-        let files = v.files;
-        let named = Self::named(expr, files);
+        let expr = &m.expr;
+        let named = Self::named(expr, &v.files);
         let refs: Vec<(&str, &TensorFile)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-        let dtype = &Self::map_dtype(*dtype, like, files)?;
+        let dtype = &Self::map_dtype(m.dtype, &m.like, &v.files)?;
         // refused before anything runs, as the run would refuse it
-        let rule = Self::map_rule(nodata, expr, v.written);
+        let rule = Self::map_rule(&m.nodata, expr, &v.written);
         let bound = Engine::bind_map(expr, &refs, *dtype, &rule)?;
         let (streams, shape, od) = (bound.streams, bound.shape, bound.dtype);
         // flat plans writing a destination set aside what encoding it takes
@@ -295,6 +284,8 @@ impl Workflow {
     /// The first failing step's error, naming its line.
     pub fn run(&self, engine: &Engine) -> Result<Vec<RunReport>> {
         let (_, written) = self.plan_all(engine)?;
+        let mut v = self.input_values()?;
+        v.written = written;
         let first = self.outputs.values().next().cloned().unwrap_or_default();
         let parent = first
             .parent()
@@ -309,10 +300,6 @@ impl Workflow {
         let lock_file =
             std::fs::File::create(&lock_path).map_err(|e| Error::io("create", &lock_path, e))?;
         let _held = crate::format::lock(&lock_file);
-        let mut files: BTreeMap<String, TensorFile> = BTreeMap::new();
-        for (name, p) in &self.inputs {
-            files.insert(name.clone(), TensorFile::open(p)?);
-        }
         let mut reports = Vec::new();
         for (i, j) in self.jobs.iter().enumerate() {
             tracing::info!(step = i + 1, line = j.line, what = %j.what, out = %j.out, "pipeline step");
@@ -321,74 +308,73 @@ impl Workflow {
                 .get(&j.out)
                 .cloned()
                 .unwrap_or_else(|| tmp.path().join(format!("{}.npy", j.out)));
-            let r = Self::run_job(engine, j, &files, &written, &out).map_err(|e| self.at(j, e))?;
+            let r = Self::run_job(engine, j, &v, &out).map_err(|e| self.at(j, e))?;
             reports.push(r);
-            files.insert(j.out.clone(), TensorFile::open(&out)?);
+            v.add(&j.out, Source::file(&out))?;
         }
         Ok(reports)
     }
 
     /// Runs one job: its [`OpSpec`], over the files of the values it names, through
     /// [`Engine::run_spec`] like every other front end.
-    fn run_job(
-        e: &Engine,
-        j: &Planned,
-        files: &BTreeMap<String, TensorFile>,
-        written: &Written,
-        out: &Path,
-    ) -> Result<RunReport> {
+    fn run_job(e: &Engine, j: &Planned, v: &Values, out: &Path) -> Result<RunReport> {
         let spec = match &j.job {
-            Job::Map {
-                expr,
-                dtype,
-                like,
-                nodata,
-            } => OpSpec::Map(MapSpec {
-                expr: expr.clone(),
-                inputs: Self::named(expr, files)
+            Job::Map(m) => OpSpec::Map(MapSpec {
+                expr: m.expr.clone(),
+                inputs: Self::named(&m.expr, &v.files)
                     .into_iter()
                     .map(|(n, t)| (n, Source::file(t.path())))
                     .collect(),
                 output: out.to_path_buf(),
-                dtype: Self::map_dtype(*dtype, like, files)?,
-                nodata: nodata.value.clone(),
-                ignore_nodata: nodata.ignore_inputs,
-                input_nodata: Self::map_rule(nodata, expr, written).inputs,
+                dtype: Self::map_dtype(m.dtype, &m.like, &v.files)?,
+                nodata: m.nodata.value.clone(),
+                ignore_nodata: m.nodata.ignore_inputs,
+                input_nodata: Self::map_rule(&m.nodata, &m.expr, &v.written).inputs,
             }),
-            Job::Op { spec, .. } => {
-                bind(spec, |n| files.get(n).map(|t| Source::file(t.path())), out)?
-            }
+            Job::Op { spec, .. } => v.bind(spec, out)?,
         };
         e.run_spec(&spec)
     }
 }
 
-/// What the jobs before a job produced: the files of the values by name, their sources
-/// (a dry run's placeholders are raw files), and their nodata values.
-struct Values<'a> {
-    files: &'a BTreeMap<String, TensorFile>,
-    sources: &'a BTreeMap<String, Source>,
-    written: &'a Written,
+/// The values a pipeline's jobs read, by name: how each is read (a dry run's
+/// placeholders are raw files) and its opened file, and the nodata value each job's
+/// result was given.
+#[derive(Default)]
+struct Values {
+    sources: BTreeMap<String, Source>,
+    files: BTreeMap<String, TensorFile>,
+    written: Written,
 }
 
-impl Values<'_> {
+impl Values {
+    /// Adds the value `name`, read from `source`.
+    fn add(&mut self, name: &str, source: Source) -> Result<()> {
+        self.files.insert(name.to_string(), source.open()?);
+        self.sources.insert(name.to_string(), source);
+        Ok(())
+    }
+
     fn file(&self, name: &str) -> Result<&TensorFile> {
         self.files
             .get(name)
             .ok_or_else(|| Error::Internal(format!("pipeline value `{name}` missing")))
     }
-}
 
-/// `spec` with each source (a name, see [`Job::Op`]) bound by `source` and its output
-/// set to `output`.
-fn bind(spec: &OpSpec, source: impl Fn(&str) -> Option<Source>, output: &Path) -> Result<OpSpec> {
-    let mut spec = spec.clone();
-    let (sources, out) = spec.operation_mut().paths_mut();
-    for s in sources {
-        let name = s.path.to_string_lossy().into_owned();
-        *s = source(&name)
-            .ok_or_else(|| Error::Internal(format!("pipeline value `{name}` missing")))?;
+    /// `spec` with each source (a name, see [`Job::Op`]) bound to that value's source
+    /// and its output set to `output`.
+    fn bind(&self, spec: &OpSpec, output: &Path) -> Result<OpSpec> {
+        let mut spec = spec.clone();
+        let (sources, out) = spec.operation_mut().paths_mut();
+        for s in sources {
+            let name = s.path.to_string_lossy().into_owned();
+            *s = self
+                .sources
+                .get(&name)
+                .cloned()
+                .ok_or_else(|| Error::Internal(format!("pipeline value `{name}` missing")))?;
+        }
+        *out = output.to_path_buf();
+        Ok(spec)
     }
-    *out = output.to_path_buf();
-    Ok(spec)
 }
