@@ -18,7 +18,8 @@ use cudarc::driver::{
     PushKernelArg, result,
 };
 
-use super::runtime::{CudaDevice, Drain, InFlight, driver, record_now};
+use super::queue::{Drain, InFlight, driver, record_now};
+use super::runtime::CudaDevice;
 use super::source::{ReduceTile, Reduction, reduce_source};
 use crate::budget::Reservation;
 use crate::dtype::DType;

@@ -17,7 +17,7 @@ use cudarc::driver::{
 };
 
 use super::ElementwiseParams;
-pub(super) use super::queue::{ArgValue, Drain, InFlight, Lane, Launch, drain, driver, record_now};
+use super::queue::{ArgValue, InFlight, Lane, Launch, drain, driver, record_now};
 use super::source::{
     Elementwise, elementwise_source, gen_dist_name, gen_kernel_name, gen_params, gen_source,
     map_kernel_name, map_source, matmul_kernel_name, matmul_source,

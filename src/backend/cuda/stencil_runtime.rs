@@ -15,7 +15,8 @@ use cudarc::driver::{
     result,
 };
 
-use super::runtime::{CudaDevice, InFlight, drain, driver, record_now};
+use super::queue::{InFlight, drain, driver, record_now};
+use super::runtime::CudaDevice;
 use super::stencil::{Buf, StencilProgram, Val};
 use crate::backend::cpu::stencil::gather;
 use crate::budget::Reservation;

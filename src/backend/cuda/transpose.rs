@@ -9,7 +9,8 @@ use std::sync::Arc;
 use cudarc::driver::CudaFunction;
 
 use super::BlockAt;
-use super::runtime::{ArgValue, CudaDevice, Lane, Launch, drain, queue_tile};
+use super::queue::{ArgValue, Lane, Launch, drain};
+use super::runtime::{CudaDevice, queue_tile};
 use super::source::{transpose_kernel_name, transpose_source};
 use crate::budget::Reservation;
 use crate::error::{Error, Result};
