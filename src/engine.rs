@@ -34,6 +34,7 @@ use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 
 mod array;
+mod blocks;
 mod boxed;
 mod elementwise;
 mod imagery;
@@ -45,6 +46,9 @@ mod report;
 mod standardize;
 
 pub use array::{Array, write_npz};
+pub use blocks::{
+    Block, BlockFn, BlockInput, BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan, Working,
+};
 pub(crate) use imagery::transposed_shape;
 pub use nodata::MapNodata;
 pub use patches::{Edge, PatchFormat, PatchSpec};

@@ -455,6 +455,15 @@ pub enum Error {
     /// The request itself is wrong (bad axis, shape mismatch, unknown dtype...): a usage error.
     #[error("{0}")]
     Invalid(String),
+    /// A user's function over blocks failed on a block (the run stopped there and
+    /// nothing was left at the output).
+    #[error("the function failed on block {block}: {message}")]
+    Function {
+        /// Index of the block, in plan order.
+        block: usize,
+        /// What it said.
+        message: String,
+    },
     /// A pipeline worker thread panicked (a bug: please report it).
     #[error("internal error: {0}")]
     Internal(String),
@@ -567,6 +576,7 @@ impl Error {
             | Error::Npy { .. }
             | Error::Tiff { .. }
             | Error::Zarr { .. }
+            | Error::Function { .. }
             | Error::Internal(_) => 1,
             Error::Interrupted { .. } => 130,
         }

@@ -110,7 +110,8 @@ pub use budget::{BudgetError, MemoryBudget, Reservation, fmt_bytes, parse_size};
 pub use device::{DeviceError, DeviceRequest};
 pub use dtype::{DType, Element};
 pub use engine::{
-    Array, Edge, Engine, MapNodata, PatchFormat, PatchSpec, RunReport, merge_partials, peak_rss,
+    Array, Block, BlockFn, BlockInput, BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan, Edge,
+    Engine, MapNodata, PatchFormat, PatchSpec, RunReport, Working, merge_partials, peak_rss,
     write_npz,
 };
 pub use error::{Error, FormatErrorKind, NpyError, Result, TiffError, ZarrError};
@@ -131,7 +132,7 @@ pub use shape::{fmt_shape, parse_shape};
 // the spec of each operation is in `spec` (`spec::ReduceSpec`...), beside the list of
 // them: adding an operation does not touch this file
 pub use spec::{OpSpec, OutputLayout, RawLayout, Source, SpecPlan};
-pub use tiling::{Boundary, BoxPlan};
+pub use tiling::{Boundary, BoxPlan, Edges};
 pub use workflow::Workflow;
 
 /// Reduces the `.npy` file at `path` under `budget`, with all cores: the everyday call.

@@ -80,6 +80,8 @@ pub enum Family {
     },
     /// Transposes of matrices and band stacks.
     Transpose,
+    /// A user's own function over blocks (`map_blocks`, `map_overlap`, `reduce_blocks`).
+    Blocks,
 }
 
 impl Family {
@@ -98,6 +100,7 @@ impl Family {
             Family::Standardize => "standardize",
             Family::Stencil | Family::Median { .. } => "stencil",
             Family::Transpose => "transpose",
+            Family::Blocks => "a function over blocks",
         }
     }
 }

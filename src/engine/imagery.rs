@@ -393,7 +393,7 @@ impl Engine {
 /// # Errors
 /// What `plan` returns; when no candidate fits, the refusal of the last (the smallest
 /// encoder): outputs are encoded as they are written, never staged raw.
-fn along_out_chunks(
+pub(super) fn along_out_chunks(
     req: BoxRequest,
     out_chunks: Vec<crate::tiling::OutChunks>,
     plan: impl Fn(BoxRequest) -> std::result::Result<BoxPlan, crate::budget::BudgetError>,

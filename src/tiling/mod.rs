@@ -282,10 +282,12 @@ pub struct BoxRequest {
 
 mod box_plan;
 mod cuts;
+mod gather;
 mod layout;
 
 pub use box_plan::{BoxPlan, BoxTile, Sources};
 use cuts::{aligned_cuts, even_cuts, held_chunks, within_chunks};
+pub use gather::{Edges, PaddedBox, gather_box};
 #[cfg(test)]
 use {crate::budget::BudgetError, box_plan::runs, cuts::chunk_runs};
 

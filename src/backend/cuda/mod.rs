@@ -45,7 +45,7 @@ pub use stub::{CudaDevice, CudaElementwise, CudaReduce, CudaStencil, CudaTranspo
 pub fn has_kernel(family: crate::backend::Family) -> bool {
     use crate::backend::Family;
     match family {
-        Family::Patches | Family::ColumnStats => false,
+        Family::Patches | Family::ColumnStats | Family::Blocks => false,
         Family::Median { side } => side <= stencil::MAX_GPU_MEDIAN,
         Family::Affine
         | Family::Cast

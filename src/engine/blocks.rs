@@ -1,0 +1,725 @@
+//! A user's own function over the blocks of arrays larger than memory: the engine plans
+//! blocks that fit the budget with the function's working memory counted, reads each
+//! block (with its halo, made up at the edges by the boundary mode) while the function
+//! runs on the one before, and writes what the function returns, exactly as it does for
+//! its built-in operations. `map_blocks`, `map_overlap` and `reduce_blocks` of the
+//! Python package are this, with a Python callable as the function.
+//!
+//! Blocks are cut along the last two axes (rows and columns); a leading axis (the bands
+//! of a `(bands, rows, columns)` image) is whole in every block, so a function sees all
+//! the bands of a position, and may return another number of them (a model mapping 4
+//! bands to 10 class scores). A one-dimensional array is cut along its one axis. Several
+//! inputs share the rows and columns and are cut alike.
+
+use std::fmt;
+use std::path::Path;
+
+use super::{Engine, Ran, RunReport};
+use crate::backend::Family;
+use crate::budget::fmt_bytes;
+use crate::dtype::{DType, Element, store_f64};
+use crate::error::{Error, Result};
+use crate::format::{TensorFile, fmt_shape, page_size};
+use crate::io::own_files::{Written, check_run_paths};
+use crate::layout::{Layout, Read, Write};
+use crate::scheduler::{self, Hooks, Morsel, Pending, TileKernel};
+use crate::tiling::{
+    BoxPlan, BoxRequest, BoxTile, Cuts, Edges, Halo, OutMap, PaddedBox, Scratch, gather_box,
+};
+
+/// What a function over blocks needs besides its blocks, counted in the plan: a multiple
+/// of the bytes of the blocks it is given (its temporaries and its result), and a fixed
+/// number of bytes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Working {
+    /// Bytes per byte of the padded input blocks (all inputs together).
+    pub per_block: f64,
+    /// Bytes per byte of the output tile (a copy the caller makes of the result).
+    pub per_out: f64,
+    /// Bytes whatever the block.
+    pub bytes: u64,
+}
+
+impl Default for Working {
+    /// As much again as the blocks: a function returning an array the size of its input.
+    fn default() -> Self {
+        Working {
+            per_block: 1.0,
+            per_out: 0.0,
+            bytes: 0,
+        }
+    }
+}
+
+/// How the blocks are cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockShape {
+    /// As large as the budget allows (full rows when a few rows fit).
+    Auto,
+    /// `rows × columns` blocks (the last ones cut at the edges): a model's input size, or
+    /// a grid fixed by the data's shape alone (a reduction's).
+    Fixed(usize, usize),
+    /// One block of `rows × columns` at the origin only (to measure a function).
+    First(usize, usize),
+}
+
+/// A run of a function over blocks: the halo read around each block, what the halo
+/// holds at the edges, how blocks are cut and what the function needs.
+#[derive(Clone, Debug)]
+pub struct Blocks {
+    /// Halo rows and columns on each side of a block.
+    pub halo: (usize, usize),
+    /// What the halo holds past the image's edges.
+    pub edges: Edges,
+    /// How blocks are cut.
+    pub shape: BlockShape,
+    /// The function's working memory.
+    pub working: Working,
+    /// The function, in plans and reports (`scipy.ndimage.gaussian_filter`).
+    pub what: String,
+}
+
+/// Where a function's results go: a new file of `shape` and `dtype`. Its last axes are
+/// the inputs' rows and columns (its only axis for one-dimensional inputs); a leading
+/// axis, if any, is the number of bands the function returns.
+#[derive(Clone, Debug)]
+pub struct BlocksOut<'a> {
+    /// The output file.
+    pub path: &'a Path,
+    /// Its shape.
+    pub shape: Vec<usize>,
+    /// Its element type.
+    pub dtype: DType,
+}
+
+/// One input's block as the function gets it: its bytes (C order, the input's element
+/// type), and its shape in the input's rank: `(rows,)`, `(rows, cols)` or
+/// `(bands, rows, cols)`.
+#[derive(Debug)]
+pub struct BlockInput<'a> {
+    /// The elements.
+    pub data: &'a [u8],
+    /// Their type.
+    pub dtype: DType,
+    /// The block's shape.
+    pub shape: Vec<usize>,
+}
+
+impl BlockInput<'_> {
+    /// The elements as `T`.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if the input's type is not `T`.
+    pub fn as_slice<T: Element + bytemuck::Pod>(&self) -> Result<&[T]> {
+        if T::DTYPE != self.dtype {
+            return Err(Error::invalid(format!(
+                "a block of {} read as {}",
+                self.dtype,
+                T::DTYPE
+            )));
+        }
+        bytemuck::try_cast_slice(self.data)
+            .map_err(|e| Error::Internal(format!("a block's bytes as {}: {e}", T::DTYPE)))
+    }
+}
+
+/// A block handed to the function: where it is, and each input's padded block.
+#[derive(Debug)]
+pub struct Block<'a> {
+    /// Index of the block in plan order (rows of blocks, then columns).
+    pub index: usize,
+    /// Number of blocks.
+    pub count: usize,
+    /// The rows and columns of the block the function's result is kept for, in the image:
+    /// `[first row, end row)`, `[first column, end column)`.
+    pub tile: ((usize, usize), (usize, usize)),
+    /// Where that block lies in the padded blocks the function is given: rows and
+    /// columns of halo before it (`map_overlap` trims a result of the padded block's
+    /// size to the block).
+    pub inner: (usize, usize),
+    /// The padded blocks, one per input.
+    pub inputs: Vec<BlockInput<'a>>,
+}
+
+/// Where the function writes a block's result: the block's (not the padded block's)
+/// elements in the output's type, C order, of `shape` (the output's rank).
+#[derive(Debug)]
+pub struct BlockOut<'a> {
+    /// The bytes to fill.
+    pub bytes: &'a mut [u8],
+    /// Their type.
+    pub dtype: DType,
+    /// The block's shape in the output.
+    pub shape: Vec<usize>,
+}
+
+/// A user's function over blocks: given each block in plan order, it writes the
+/// block's result into `out` (when the run has an output). A closure
+/// `FnMut(&Block, Option<BlockOut>) -> Result<()>` is one.
+pub trait BlockFn: Send {
+    /// Computes one block.
+    ///
+    /// # Errors
+    /// Whatever the function fails with: the run stops, nothing is left at the output.
+    fn call(&mut self, block: &Block<'_>, out: Option<BlockOut<'_>>) -> Result<()>;
+}
+
+impl<F> BlockFn for F
+where
+    F: FnMut(&Block<'_>, Option<BlockOut<'_>>) -> Result<()> + Send,
+{
+    fn call(&mut self, block: &Block<'_>, out: Option<BlockOut<'_>>) -> Result<()> {
+        self(block, out)
+    }
+}
+
+/// One input as the plan reads it: its bands, element type and rank.
+#[derive(Clone, Copy, Debug)]
+struct InputOf {
+    bands: usize,
+    dtype: DType,
+    rank: usize,
+}
+
+/// The plan of a function over blocks: a box plan over the inputs' rows and columns
+/// (every band of every input in each box), and what the function is given and returns.
+#[derive(Clone, Debug)]
+pub struct BlocksPlan {
+    /// The boxes (its `dims` are `[1, rows, cols]`; its element bytes those of every
+    /// band of every input together).
+    pub boxes: BoxPlan,
+    inputs: Vec<InputOf>,
+    /// Bands of the output (1 without a leading axis), 0 without an output.
+    out_bands: usize,
+    out_dtype: Option<DType>,
+    out_rank: usize,
+    edges: Edges,
+    working: Working,
+}
+
+impl BlocksPlan {
+    /// Number of blocks.
+    #[must_use]
+    pub fn num_blocks(&self) -> usize {
+        self.boxes.num_tiles
+    }
+
+    /// The largest block, `rows × cols` (halo excluded).
+    #[must_use]
+    pub fn block(&self) -> (usize, usize) {
+        self.boxes.tile
+    }
+
+    /// Bytes the run reserves at most.
+    #[must_use]
+    pub fn reserved_bytes(&self) -> u64 {
+        self.boxes.reserved_bytes
+    }
+
+    /// The budget.
+    #[must_use]
+    pub fn budget(&self) -> u64 {
+        self.boxes.budget
+    }
+
+    /// Bytes of the largest padded block, all inputs together (what the function's
+    /// working memory is a multiple of).
+    #[must_use]
+    pub fn block_bytes(&self) -> u64 {
+        let (th, tw) = self.boxes.tile;
+        let (hr, hc) = (self.boxes.halo_rows.total(), self.boxes.halo_cols.total());
+        ((th + hr) * (tw + hc)) as u64 * self.boxes.in_bytes
+    }
+
+    /// The function's working memory the plan holds for the largest block.
+    #[must_use]
+    pub fn working_bytes(&self) -> u64 {
+        let (th, tw) = self.boxes.tile;
+        (self.working.per_block * self.block_bytes() as f64).ceil() as u64
+            + (self.working.per_out * (th * tw) as f64 * self.boxes.out_bytes as f64).ceil() as u64
+            + self.working.bytes
+    }
+
+    /// The plan as JSON (what the Python package shows).
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "op": "blocks",
+            "tiles": self.num_blocks(),
+            "tile_shape": [self.boxes.tile.0, self.boxes.tile.1],
+            "halo": [self.boxes.halo_rows.before, self.boxes.halo_cols.before],
+            "depth": self.boxes.depth,
+            "block_bytes": self.block_bytes(),
+            "working_bytes": self.working_bytes(),
+            "reserved_bytes": self.reserved_bytes(),
+            "budget_bytes": self.budget(),
+        })
+    }
+}
+
+impl Layout for BlocksPlan {
+    type Tile = BoxTile;
+    fn num_tiles(&self) -> usize {
+        self.boxes.num_tiles
+    }
+    fn tile(&self, i: usize) -> BoxTile {
+        self.boxes.box_tile(i)
+    }
+    fn reads(&self, t: &BoxTile, out: &mut Vec<Read>) {
+        let [_, h, w] = self.boxes.dims;
+        let mut one = Vec::new();
+        self.boxes.reads(t, &mut one);
+        for (k, input) in self.inputs.iter().enumerate() {
+            for b in 0..input.bands {
+                out.extend(one.iter().map(|r| Read {
+                    input: k,
+                    start: r.start + (b * h * w) as u64,
+                    ..*r
+                }));
+            }
+        }
+    }
+    fn out_elems(&self, t: &BoxTile) -> u64 {
+        (self.out_bands * t.rows() * t.cols()) as u64
+    }
+    fn writes(&self, t: &BoxTile, out: &mut Vec<Write>) {
+        let [_, h, w] = self.boxes.dims;
+        let mut one = Vec::new();
+        self.boxes.writes(t, &mut one);
+        let plane = (t.rows() * t.cols()) as u64;
+        for b in 0..self.out_bands as u64 {
+            out.extend(one.iter().map(|x| Write {
+                file_elem: x.file_elem + b * (h * w) as u64,
+                buf_elem: x.buf_elem + b * plane,
+                len: x.len,
+            }));
+        }
+    }
+    fn depth(&self) -> usize {
+        self.boxes.depth
+    }
+    fn window_bytes(&self) -> u64 {
+        // the page slack of the other windows is held with the scratch (the plan's
+        // resident bytes)
+        self.boxes.window_bytes
+    }
+    fn out_slot_elems(&self) -> u64 {
+        self.out_bands as u64 * self.boxes.out_slot_elems
+    }
+}
+
+impl fmt::Display for BlocksPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.boxes)?;
+        writeln!(
+            f,
+            "function:       {} of working memory for a block of {} ({:.2}x its padded blocks{})",
+            fmt_bytes(self.working_bytes()),
+            fmt_bytes(self.block_bytes()),
+            self.working.per_block,
+            if self.working.bytes > 0 {
+                format!(" + {}", fmt_bytes(self.working.bytes))
+            } else {
+                String::new()
+            }
+        )
+    }
+}
+
+/// The rows and columns of an input, and its bands: `(N,)` is `N` rows of one column.
+fn grid_of(f: &TensorFile) -> Result<(usize, usize, usize)> {
+    match *f.shape() {
+        [n] => Ok((1, n, 1)),
+        [h, w] => Ok((1, h, w)),
+        [b, h, w] => Ok((b, h, w)),
+        _ => Err(Error::invalid(format!(
+            "a function over blocks takes arrays of rank 1 to 3 (rows, (rows, columns) or \
+             (bands, rows, columns)); {} has shape {}",
+            f.path().display(),
+            fmt_shape(f.shape())
+        ))),
+    }
+}
+
+/// Cuts of `n` positions into pieces of `k` (the last one shorter).
+fn fixed_cuts(n: usize, k: usize) -> Vec<(i64, usize)> {
+    (0..n)
+        .step_by(k.max(1))
+        .map(|a| (a as i64, k.max(1).min(n - a)))
+        .collect()
+}
+
+impl Engine {
+    /// Plans a function over the blocks of `inputs` (see [`Engine::run_blocks`]) without
+    /// running it.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for inputs whose rows and columns differ, of rank over 3, or an
+    /// output whose shape does not end with them; [`Error::Budget`] when not even the
+    /// smallest block (or the given one) fits with the function's working memory.
+    pub fn plan_blocks(
+        &self,
+        inputs: &[&TensorFile],
+        req: &Blocks,
+        out: Option<&BlocksOut<'_>>,
+    ) -> Result<BlocksPlan> {
+        let Some(first) = inputs.first() else {
+            return Err(Error::invalid(
+                "a function over blocks needs at least one input",
+            ));
+        };
+        let (_, h, w) = grid_of(first)?;
+        let rank1 = first.shape().len() == 1;
+        let mut ins = Vec::with_capacity(inputs.len());
+        for f in inputs {
+            let (bands, fh, fw) = grid_of(f)?;
+            if (fh, fw) != (h, w) || (f.shape().len() == 1) != rank1 {
+                return Err(Error::invalid(format!(
+                    "the inputs of a function over blocks share their rows and columns: {} \
+                     has shape {}, {} has {}",
+                    first.path().display(),
+                    fmt_shape(first.shape()),
+                    f.path().display(),
+                    fmt_shape(f.shape())
+                )));
+            }
+            ins.push(InputOf {
+                bands,
+                dtype: f.dtype(),
+                rank: f.shape().len(),
+            });
+        }
+        let (out_bands, out_dtype, out_rank) = match out {
+            None => (0, None, 0),
+            Some(o) => {
+                let bands = match (rank1, o.shape.as_slice()) {
+                    (true, &[n]) if n == h => 1,
+                    (false, &[oh, ow]) if (oh, ow) == (h, w) => 1,
+                    (false, &[b, oh, ow]) if (oh, ow) == (h, w) => b,
+                    _ => {
+                        return Err(Error::invalid(format!(
+                            "the output of a function over blocks of {} ends with their {}: \
+                             {} was asked for",
+                            fmt_shape(first.shape()),
+                            if rank1 {
+                                format!("length ({h},)")
+                            } else {
+                                format!("rows and columns ({h}, {w})")
+                            },
+                            fmt_shape(&o.shape)
+                        )));
+                    }
+                };
+                (bands, Some(o.dtype), o.shape.len())
+            }
+        };
+        let (hr, hc) = req.halo;
+        let hc = if rank1 { 0 } else { hc };
+        let in_bytes: u64 = ins.iter().map(|i| (i.bands * i.dtype.size()) as u64).sum();
+        let out_bytes = out.map_or(0, |o| (out_bands * o.dtype.size()) as u64);
+        // the gathered blocks, the function's working memory on them, and its copy of
+        // the result
+        let scratch = Scratch {
+            padded: in_bytes + (req.working.per_block * in_bytes as f64).ceil() as u64,
+            row_pass: 0,
+            tile: (req.working.per_out * out_bytes as f64).ceil() as u64,
+        };
+        // each band of each input is read as up to three windows of its own: the box
+        // planner counts the page slack of three in all
+        let windows = ins.iter().map(|i| i.bands).sum::<usize>() as u64;
+        let extra_window = windows.saturating_sub(1) * 3 * 2 * page_size();
+        let cuts = match req.shape {
+            BlockShape::Auto => Cuts::Auto { prefer_rows: true },
+            BlockShape::Fixed(r, c) => Cuts::Given {
+                rows: fixed_cuts(h, r),
+                cols: fixed_cuts(w, if rank1 { 1 } else { c }),
+            },
+            BlockShape::First(r, c) => Cuts::Given {
+                rows: vec![(0, r.clamp(1, h.max(1)).min(h))],
+                cols: vec![(0, c.clamp(1, w.max(1)).min(w))],
+            },
+        };
+        let files: Vec<&TensorFile> = inputs.to_vec();
+        let out_chunks = match out {
+            Some(o) => self
+                .box_out_chunks(o.path, &o.shape, o.dtype, false)
+                .into_iter()
+                .map(|mut c| {
+                    // every band of a box is written in one tile: its chunks stay open
+                    // across the box, all their stacks of bands
+                    let stacks = out_bands.div_ceil(c.planes.max(1));
+                    c.planes = c.planes.max(1) * stacks;
+                    c
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let attempt = |scratch_limit: u64| {
+            let (decode, decode_what) = super::decode_scratch(scratch_limit, &files);
+            let (mut resident, mut resident_what) = (decode, decode_what);
+            if extra_window > 0 {
+                super::hold(
+                    &mut resident,
+                    &mut resident_what,
+                    self.depth.max(1) as u64 * extra_window,
+                    "page slack of each band's windows".to_string(),
+                );
+            }
+            if req.working.bytes > 0 {
+                super::hold(
+                    &mut resident,
+                    &mut resident_what,
+                    req.working.bytes,
+                    "the function's fixed working memory".to_string(),
+                );
+            }
+            let base = BoxRequest {
+                what: format!(
+                    "{} over blocks of {} {}{}",
+                    req.what,
+                    fmt_shape(first.shape()),
+                    first.dtype(),
+                    match inputs.len() {
+                        1 => String::new(),
+                        n => format!(" and {} more input{}", n - 1, if n == 2 { "" } else { "s" }),
+                    }
+                ),
+                dims: [1, h, if rank1 { 1 } else { w }],
+                in_bytes,
+                out_bytes,
+                halo_rows: Halo::symmetric(hr),
+                halo_cols: Halo::symmetric(hc),
+                boundary: req.edges.reading(),
+                scratch,
+                resident_bytes: resident,
+                resident_what,
+                depth: self.depth,
+                budget: self.budget.limit(),
+                max_tile_bytes: self.max_tile_bytes,
+                cuts: cuts.clone(),
+                out: if out.is_some() {
+                    OutMap::Same
+                } else {
+                    OutMap::None
+                },
+                out_chunks: None,
+            };
+            super::imagery::along_out_chunks(base, out_chunks.clone(), |r| BoxPlan::new(&r))
+        };
+        let encoded = !out_chunks.is_empty();
+        let mut planned = attempt(self.budget.limit());
+        for less in self.scratch_fallbacks(&files, encoded) {
+            if planned.is_ok() {
+                break;
+            }
+            planned = attempt(less);
+        }
+        Ok(BlocksPlan {
+            boxes: planned?,
+            inputs: ins,
+            out_bands,
+            out_dtype,
+            out_rank,
+            edges: req.edges,
+            working: req.working,
+        })
+    }
+
+    /// Runs `f` over the blocks of `inputs` (arrays of rank 1 to 3 sharing their rows and
+    /// columns), each block read with `req.halo` rows and columns around it, and writes
+    /// what `f` puts in each block's [`BlockOut`] into `out` (none: `f` keeps what it
+    /// computes, a reduction). Blocks arrive in plan order, one at a time, while the next
+    /// ones are read; the budget holds the staging, the padded blocks and the working
+    /// memory `req.working` declares. The result does not depend on the budget when `f`
+    /// computes each block's positions from the padded block alone (its halo wide
+    /// enough).
+    ///
+    /// # Errors
+    /// As [`Engine::plan_blocks`]; what `f` returns (the run stops after that block and
+    /// nothing is left at `out`); I/O errors.
+    pub fn run_blocks(
+        &self,
+        inputs: &[&TensorFile],
+        req: &Blocks,
+        out: Option<&BlocksOut<'_>>,
+        f: impl BlockFn,
+    ) -> Result<RunReport> {
+        if let Some(o) = out {
+            let reads: Vec<(&str, &Path)> = inputs.iter().map(|i| ("input", i.path())).collect();
+            check_run_paths(
+                &[Written {
+                    role: "output",
+                    path: o.path,
+                    dir: false,
+                }],
+                &reads,
+            )?;
+        }
+        let plan = self.plan_blocks(inputs, req, out)?;
+        self.budget.reset_peak();
+        let read_scratch: u64 = inputs.iter().map(|i| i.read_scratch_bytes()).sum();
+        let _scratch = self.budget.reserve(
+            "the padded blocks and the function's working memory",
+            (plan.boxes.scratch_bytes + plan.boxes.resident_bytes).saturating_sub(read_scratch),
+        )?;
+        let kernel = BlockKernel::new(&plan, f);
+        let first = inputs[0];
+        let times = match out {
+            Some(o) => {
+                let journal = self.open_journal(o.path)?;
+                let room = super::outputs::room_of_box(&plan.boxes).map(|mut r| {
+                    // the stream counts chunks of its own bands: every stack of them is
+                    // open across a box
+                    let planes = plan.boxes.out_chunks.as_ref().map_or(1, |c| c.planes);
+                    r.open = r
+                        .open
+                        .map(|n| n * plan.out_bands.div_ceil(planes.max(1)).max(1));
+                    r.bands_inner = true;
+                    r
+                });
+                self.to_file_with(
+                    journal,
+                    o.path,
+                    &o.shape,
+                    o.dtype,
+                    room,
+                    |output, journal| {
+                        let hooks = Hooks {
+                            journal,
+                            ..self.hooks()
+                        };
+                        scheduler::run_layout(
+                            &plan,
+                            inputs,
+                            &self.budget,
+                            Some(output),
+                            hooks,
+                            kernel,
+                        )
+                    },
+                )?
+            }
+            None => scheduler::run_layout(&plan, inputs, &self.budget, None, self.hooks(), kernel)?,
+        };
+        let (shape, dtype) =
+            out.map_or((Vec::new(), first.dtype()), |o| (o.shape.clone(), o.dtype));
+        Ok(self.report_tiles(
+            (
+                plan.num_blocks(),
+                vec![plan.boxes.tile.0, plan.boxes.tile.1],
+                plan.boxes.depth,
+            ),
+            Ran::cpu(
+                Family::Blocks,
+                format!("{} over blocks of {}", req.what, first.path().display()),
+            ),
+            first.shape(),
+            &shape,
+            dtype,
+            times,
+        ))
+    }
+}
+
+/// The compute stage of a function over blocks: gathers each input's padded block,
+/// then calls the function.
+struct BlockKernel<'p, F> {
+    plan: &'p BlocksPlan,
+    f: F,
+    edges: Edges,
+    /// Each input's padded block (8-byte words, so any element type is aligned).
+    bufs: Vec<Vec<u64>>,
+    /// Each input's constant for positions past the edges, in its type.
+    cvals: Vec<Vec<u8>>,
+}
+
+impl<'p, F: BlockFn> BlockKernel<'p, F> {
+    fn new(plan: &'p BlocksPlan, f: F) -> Self {
+        let cval = match plan.boxes.boundary {
+            crate::tiling::Boundary::Constant(v) => v,
+            _ => 0.0,
+        };
+        let cvals = plan
+            .inputs
+            .iter()
+            .map(|i| {
+                let mut b = vec![0u8; i.dtype.size()];
+                store_f64(&[cval], &mut b, i.dtype);
+                b
+            })
+            .collect();
+        BlockKernel {
+            plan,
+            f,
+            edges: plan.edges,
+            bufs: vec![Vec::new(); plan.inputs.len()],
+            cvals,
+        }
+    }
+}
+
+impl<F: BlockFn> TileKernel<BoxTile> for BlockKernel<'_, F> {
+    fn submit(&mut self, mut m: Morsel<BoxTile>) -> Result<Pending<BoxTile>> {
+        let t = m.tile();
+        let plan = self.plan;
+        let bx = PaddedBox::of(&plan.boxes, &t, self.edges);
+        let per_band = plan.boxes.sources(&t).rows.len();
+        let (ins, out) = m.io();
+        let mut at = 0;
+        for (k, input) in plan.inputs.iter().enumerate() {
+            let es = input.dtype.size();
+            let plane = bx.len() * es;
+            let buf = &mut self.bufs[k];
+            let words = (input.bands * plane).div_ceil(8);
+            if buf.len() < words {
+                buf.resize(words, 0);
+            }
+            let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..input.bands * plane];
+            for (b, dst) in bytes
+                .chunks_exact_mut(plane.max(1))
+                .enumerate()
+                .take(input.bands)
+            {
+                let windows = ins
+                    .get(at + b * per_band..at + (b + 1) * per_band)
+                    .ok_or_else(|| {
+                        Error::Internal(format!("block {}: fewer windows than its reads", t.index))
+                    })?;
+                gather_box(&plan.boxes, &t, bx, windows, (es, &self.cvals[k]), dst)?;
+            }
+            at += input.bands * per_band;
+        }
+        let spatial = |rows: usize, cols: usize, bands: usize, rank: usize| match rank {
+            1 => vec![rows],
+            2 => vec![rows, cols],
+            _ => vec![bands, rows, cols],
+        };
+        let inputs = plan
+            .inputs
+            .iter()
+            .zip(&self.bufs)
+            .map(|(i, buf)| BlockInput {
+                data: &bytemuck::cast_slice::<u64, u8>(buf)[..i.bands * bx.len() * i.dtype.size()],
+                dtype: i.dtype,
+                shape: spatial(bx.rows, bx.cols, i.bands, i.rank),
+            })
+            .collect();
+        let block = Block {
+            index: t.index,
+            count: plan.boxes.num_tiles,
+            tile: (
+                (t.r0 as usize, t.r1 as usize),
+                (t.c0 as usize, t.c1 as usize),
+            ),
+            inner: ((t.r0 - bx.row) as usize, (t.c0 - bx.col) as usize),
+            inputs,
+        };
+        let out = plan.out_dtype.map(|dtype| BlockOut {
+            bytes: out,
+            dtype,
+            shape: spatial(t.rows(), t.cols(), plan.out_bands, plan.out_rank),
+        });
+        self.f.call(&block, out)?;
+        Ok(Pending::Ready(m))
+    }
+}
