@@ -16,6 +16,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+mod blocks;
 mod calls;
 mod errors;
 mod files;
@@ -38,6 +39,8 @@ fn version() -> &'static str {
 #[pymodule]
 fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(calls::run_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(blocks::run_blocks, m)?)?;
+    m.add_function(wrap_pyfunction!(blocks::plan_blocks, m)?)?;
     m.add_function(wrap_pyfunction!(calls::plan_spec, m)?)?;
     m.add_function(wrap_pyfunction!(calls::reduce, m)?)?;
     m.add_function(wrap_pyfunction!(calls::reduce_partials, m)?)?;

@@ -59,11 +59,14 @@ __all__ = [
     "gen",
     "iter_tiles",
     "map",
+    "map_blocks",
+    "map_overlap",
     "matmul",
     "open",
     "plan",
     "read",
     "reduce",
+    "reduce_blocks",
     "run",
     "set_options",
     "standardize",
@@ -778,3 +781,9 @@ def iter_tiles(t: Any, *, memory: Any = None) -> Iterator[tuple]:
             read(t, slice(start, stop), view)
         yield i, slice(start, stop), view
         del view
+
+
+# ---------------------------------------------------------------------------------------
+# your own functions over blocks (defined in _blocks.py, which uses the helpers above)
+
+from ._blocks import map_blocks, map_overlap, reduce_blocks  # noqa: E402

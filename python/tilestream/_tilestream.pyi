@@ -7,6 +7,16 @@ class BudgetError(MemoryError):
 
 def run_spec(spec: str, opts: str, progress: Optional[Callable[[dict], Any]] = None) -> str: ...
 def plan_spec(spec: str, opts: str) -> str: ...
+def run_blocks(
+    sources: list[str],
+    req: str,
+    out: str,
+    callback: Callable[..., Optional[bytes]],
+    opts: str,
+    progress: Optional[Callable[[dict], Any]] = None,
+    key: Optional[str] = None,
+) -> str: ...
+def plan_blocks(sources: list[str], req: str, out: str, opts: str) -> str: ...
 def reduce(
     source: str,
     op: str,

@@ -24,7 +24,8 @@ use crate::io::own_files::{Written, check_run_paths};
 use crate::layout::{Layout, Read, Write};
 use crate::scheduler::{self, Hooks, Morsel, Pending, TileKernel};
 use crate::tiling::{
-    BoxPlan, BoxRequest, BoxTile, Cuts, Edges, Halo, OutMap, PaddedBox, Scratch, gather_box,
+    BoxPlan, BoxRequest, BoxTile, Cuts, Edges, Halo, OutChunks, OutMap, PaddedBox, Scratch,
+    gather_box,
 };
 
 /// What a function over blocks needs besides its blocks, counted in the plan: a multiple
@@ -349,6 +350,36 @@ fn fixed_cuts(n: usize, k: usize) -> Vec<(i64, usize)> {
         .collect()
 }
 
+/// The output chunk grids fixed blocks can be cut along (blocks that are multiples of
+/// the chunks, or whole along an axis): all of them for blocks the planner chooses.
+///
+/// # Errors
+/// [`Error::Invalid`] when fixed blocks fit none of them.
+fn aligned_chunks(
+    chunks: Vec<OutChunks>,
+    shape: BlockShape,
+    (h, w): (usize, usize),
+) -> Result<Vec<OutChunks>> {
+    let BlockShape::Fixed(r, c) = shape else {
+        return Ok(chunks);
+    };
+    let fits = |n: usize, k: usize, of: usize| n >= of || n.is_multiple_of(k.max(1));
+    let Some(first) = chunks.first() else {
+        return Ok(chunks);
+    };
+    let (what, rows, cols) = (first.what.clone(), first.rows, first.cols);
+    let kept: Vec<OutChunks> = chunks
+        .into_iter()
+        .filter(|k| fits(r, k.rows, h) && fits(c, k.cols, w))
+        .collect();
+    if kept.is_empty() {
+        return Err(Error::invalid(format!(
+            "blocks of {r}x{c} do not fit the chunks of the {what} ({rows}x{cols}): give              `block` a multiple of them, or write a .npy or raw output"
+        )));
+    }
+    Ok(kept)
+}
+
 impl Engine {
     /// Plans a function over the blocks of `inputs` (see [`Engine::run_blocks`]) without
     /// running it.
@@ -454,6 +485,7 @@ impl Engine {
                 .collect(),
             None => Vec::new(),
         };
+        let out_chunks = aligned_chunks(out_chunks, req.shape, (h, w))?;
         let attempt = |scratch_limit: u64| {
             let (decode, decode_what) = super::decode_scratch(scratch_limit, &files);
             let (mut resident, mut resident_what) = (decode, decode_what);

@@ -381,6 +381,26 @@ fn bad_requests_are_refused_in_one_line() {
         )
         .unwrap_err();
     assert!(err.to_string().contains("also an input"), "{err}");
+    // fixed blocks across an encoded output's chunks: refused, naming what to give
+    let tif = dir.path().join("o.tif");
+    let fixed = Blocks {
+        shape: BlockShape::Fixed(3, 5),
+        ..req.clone()
+    };
+    let o = BlocksOut {
+        path: &tif,
+        shape: vec![10, 12],
+        dtype: DType::F32,
+    };
+    let err = e
+        .with_tiff_output(tilestream::TiffWriteOptions {
+            tile: 16,
+            ..Default::default()
+        })
+        .plan_blocks(&[&fp], &fixed, Some(&o))
+        .unwrap_err();
+    assert!(err.to_string().contains("do not fit the chunks"), "{err}");
+    let e = engine(1 << 20);
     // a working memory the budget cannot hold, even for the smallest block
     let heavy = Blocks {
         working: Working {

@@ -1,0 +1,247 @@
+//! A Python callable over blocks (`map_blocks`, `map_overlap`, `reduce_blocks`): the
+//! engine's `run_blocks` with a function that takes the GIL for the call alone. Reading,
+//! halo assembly and writing run on the engine's threads without it.
+//!
+//! The callable gets each block as `(index, count, tile, inner, inputs, out_shape)`:
+//! `tile` the block's rows and columns in the image, `inner` where the block lies in the
+//! padded blocks, `inputs` a list of `(bytes, dtype name, shape)` (the bytes are the
+//! block's own copy, which the Python side wraps read-only with numpy), `out_shape` the
+//! shape its result must have (`None` without an output). It returns the result's bytes
+//! (C order, the output's dtype), or `None` without an output. An exception it raises
+//! stops the run after that block and reaches the caller unchanged.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyTuple};
+use serde_json::Value;
+use tilestream::{
+    Block, BlockOut, BlockShape, Blocks, BlocksOut, Boundary, DType, Edges, Engine, Error, JobKey,
+    Source, TensorFile, Working,
+};
+
+use crate::errors::{bad_json, to_py};
+use crate::options::{engine, parse_opts};
+use crate::worker::run_on_worker;
+
+/// What `req` (JSON) asks: `halo` `[rows, cols]`, `edges` (`reflect`, `nearest`, `wrap`,
+/// `constant`, `none`), `cval`, `block` `[rows, cols]` or null, `first` (one block at the
+/// origin only), `working` `{per_block, per_out, bytes}`, `what`.
+fn blocks_of(req: &Value) -> Result<Blocks, Error> {
+    let pair = |v: &Value| -> Option<(usize, usize)> {
+        let a = v.as_array()?;
+        Some((
+            usize::try_from(a.first()?.as_u64()?).ok()?,
+            usize::try_from(a.get(1)?.as_u64()?).ok()?,
+        ))
+    };
+    let halo = pair(&req["halo"]).unwrap_or((0, 0));
+    let edges = match req["edges"].as_str().unwrap_or("reflect") {
+        "reflect" => Edges::Pad(Boundary::Reflect),
+        "nearest" => Edges::Pad(Boundary::Nearest),
+        "wrap" => Edges::Pad(Boundary::Wrap),
+        "constant" => Edges::Pad(Boundary::Constant(req["cval"].as_f64().unwrap_or(0.0))),
+        "none" => Edges::Clip,
+        other => {
+            return Err(Error::invalid(format!(
+                "boundary={other:?} is not one of \"reflect\", \"nearest\", \"constant\", \
+                 \"wrap\", \"none\""
+            )));
+        }
+    };
+    let shape = match (pair(&req["block"]), req["first"].as_bool().unwrap_or(false)) {
+        (Some((r, c)), true) => BlockShape::First(r, c),
+        (Some((r, c)), false) if r > 0 && c > 0 => BlockShape::Fixed(r, c),
+        (Some(_), false) => return Err(Error::invalid("a block shape of 0 holds nothing")),
+        (None, _) => BlockShape::Auto,
+    };
+    let w = &req["working"];
+    let working = Working {
+        per_block: w["per_block"].as_f64().unwrap_or(1.0).max(0.0),
+        per_out: w["per_out"].as_f64().unwrap_or(0.0).max(0.0),
+        bytes: w["bytes"].as_u64().unwrap_or(0),
+    };
+    Ok(Blocks {
+        halo,
+        edges,
+        shape,
+        working,
+        what: req["what"].as_str().unwrap_or("function").to_string(),
+    })
+}
+
+/// The output `out` (JSON: `path`, `shape`, `dtype`) asks for.
+fn out_of(out: &Value) -> Result<Option<(PathBuf, Vec<usize>, DType)>, Error> {
+    if out.is_null() {
+        return Ok(None);
+    }
+    let path = out["path"]
+        .as_str()
+        .ok_or_else(|| Error::invalid("an output needs a path"))?;
+    let shape = out["shape"]
+        .as_array()
+        .and_then(|a| {
+            a.iter()
+                .map(|v| v.as_u64().and_then(|n| usize::try_from(n).ok()))
+                .collect::<Option<Vec<usize>>>()
+        })
+        .ok_or_else(|| Error::invalid("an output needs a shape"))?;
+    let dtype: DType = out["dtype"]
+        .as_str()
+        .ok_or_else(|| Error::invalid("an output needs a dtype"))?
+        .parse()?;
+    Ok(Some((PathBuf::from(path), shape, dtype)))
+}
+
+fn open_all(sources: &[String]) -> Result<Vec<TensorFile>, Error> {
+    sources
+        .iter()
+        .map(|s| {
+            let src: Source = serde_json::from_str(s)
+                .map_err(|e| Error::invalid(format!("bad input description: {e}")))?;
+            src.open()
+        })
+        .collect()
+}
+
+fn parse(s: &str) -> PyResult<Value> {
+    serde_json::from_str(s).map_err(|e| bad_json(&e))
+}
+
+/// Plans `callback` over the blocks of `sources` (each a `Source` as JSON); returns the
+/// plan as JSON, with its text under `text`.
+#[pyfunction]
+pub(crate) fn plan_blocks(
+    py: Python<'_>,
+    sources: Vec<String>,
+    req: &str,
+    out: &str,
+    opts: &str,
+) -> PyResult<String> {
+    let (req, out, opts) = (parse(req)?, parse(out)?, parse_opts(opts)?);
+    py.detach(|| -> Result<String, Error> {
+        let blocks = blocks_of(&req)?;
+        let out = out_of(&out)?;
+        let files = open_all(&sources)?;
+        let refs: Vec<&TensorFile> = files.iter().collect();
+        let e = engine(&opts)?;
+        let o = out.as_ref().map(|(path, shape, dtype)| BlocksOut {
+            path,
+            shape: shape.clone(),
+            dtype: *dtype,
+        });
+        let plan = e.plan_blocks(&refs, &blocks, o.as_ref())?;
+        let mut j = plan.json();
+        j["text"] = Value::String(plan.to_string());
+        Ok(j.to_string())
+    })
+    .map_err(to_py)
+}
+
+/// Runs `callback` over the blocks of `sources` (each a `Source` as JSON) as `req`
+/// (JSON) says, writing `out` (JSON, or `null` for none); `key` makes the run resumable
+/// (the journal's description of the job, with the inputs' identities added). Returns
+/// the run report as JSON.
+#[pyfunction]
+#[pyo3(signature = (sources, req, out, callback, opts, progress=None, key=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_blocks(
+    py: Python<'_>,
+    sources: Vec<String>,
+    req: &str,
+    out: &str,
+    callback: Py<PyAny>,
+    opts: &str,
+    progress: Option<Py<PyAny>>,
+    key: Option<String>,
+) -> PyResult<String> {
+    let (req, out, opts) = (parse(req)?, parse(out)?, parse_opts(opts)?);
+    let blocks = blocks_of(&req).map_err(to_py)?;
+    let out = out_of(&out).map_err(to_py)?;
+    let mut e = engine(&opts).map_err(to_py)?;
+    let resume = opts["resume"].as_bool().unwrap_or(false);
+    match (&key, &out) {
+        (Some(k), Some(_)) => {
+            let mut jk = JobKey::new(k.clone());
+            for s in &sources {
+                let src: Source = serde_json::from_str(s).map_err(|e| bad_json(&e))?;
+                jk = jk.input(&src.path).map_err(to_py)?;
+            }
+            e = e.with_journal(jk, resume);
+        }
+        _ if resume => {
+            return Err(PyValueError::new_err(
+                "tilestream: resume needs an output to continue writing",
+            ));
+        }
+        _ => {}
+    }
+    let raised: Arc<Mutex<Option<PyErr>>> = Arc::default();
+    let slot = Arc::clone(&raised);
+    let result = run_on_worker(py, e, progress, move |e: &Engine| {
+        let files = open_all(&sources)?;
+        let refs: Vec<&TensorFile> = files.iter().collect();
+        let o = out.as_ref().map(|(path, shape, dtype)| BlocksOut {
+            path,
+            shape: shape.clone(),
+            dtype: *dtype,
+        });
+        let f = move |b: &Block<'_>, o: Option<BlockOut<'_>>| -> Result<(), Error> {
+            Python::attach(|py| match call(py, &callback, b, o) {
+                Ok(()) => Ok(()),
+                Err(err) => {
+                    let message = err.to_string();
+                    if let Ok(mut s) = slot.lock() {
+                        *s = Some(err);
+                    }
+                    Err(Error::Function {
+                        block: b.index,
+                        message,
+                    })
+                }
+            })
+        };
+        e.run_blocks(&refs, &blocks, o.as_ref(), f)
+    });
+    // the function's own exception, unchanged, before what the engine made of it
+    if let Some(err) = raised.lock().ok().and_then(|mut s| s.take()) {
+        return Err(err);
+    }
+    let report = result?;
+    serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Calls the Python side for block `b` and copies what it returns into `out`.
+fn call(py: Python<'_>, cb: &Py<PyAny>, b: &Block<'_>, out: Option<BlockOut<'_>>) -> PyResult<()> {
+    let inputs = PyList::empty(py);
+    for i in &b.inputs {
+        let shape = PyTuple::new(py, &i.shape)?;
+        inputs.append((PyBytes::new(py, i.data), i.dtype.name(), shape))?;
+    }
+    let out_shape = match &out {
+        Some(o) => Some(PyTuple::new(py, &o.shape)?),
+        None => None,
+    };
+    let got = cb.call1(py, (b.index, b.count, b.tile, b.inner, inputs, out_shape))?;
+    match out {
+        None => Ok(()),
+        Some(o) => {
+            let bytes = got.bind(py).cast::<PyBytes>().map_err(|_| {
+                PyRuntimeError::new_err("tilestream: the block callback returned no bytes")
+            })?;
+            let data = bytes.as_bytes();
+            if data.len() != o.bytes.len() {
+                return Err(PyRuntimeError::new_err(format!(
+                    "tilestream: block {}: {} bytes for a result of {} bytes",
+                    b.index,
+                    data.len(),
+                    o.bytes.len()
+                )));
+            }
+            o.bytes.copy_from_slice(data);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,537 @@
+"""Your own function over arrays larger than memory: ``map_blocks``, ``map_overlap`` and
+``reduce_blocks``.
+
+The engine cuts the inputs' rows and columns into blocks that fit the budget with the
+function's working memory counted, reads each block (with its halo) on its own threads
+while the function runs on the one before, and writes what the function returns, under
+the same guarantees as the built-in operations: atomic outputs, ``resume=True`` after a
+crash, Ctrl-C, progress. The function is called with the GIL held, one block at a time,
+in plan order; everything else runs without it.
+
+**Working memory.** ``working=`` declares what the function allocates besides its
+blocks: a number is a multiple of the bytes of the padded blocks it is given (all
+inputs together), a size (``"64MiB"`` or an int) a fixed amount. Left out, the function
+is first called on a small block while ``tracemalloc`` measures what it allocated
+(numpy's arrays are counted; memory a library allocates outside Python's allocators,
+such as PyTorch's, is not), and the run is planned with that multiple. Each call is
+measured the same way during the run: a block that allocates more than the plan holds
+for it stops the run after that block with a :class:`BudgetError` naming the figure to
+declare, and nothing is written at the output.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tracemalloc
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _tilestream as _ts
+
+#: The most a first, measured block holds along each axis.
+_PROBE_SIDE = 256
+#: The safety factor on a measured working memory.
+_MARGIN = 1.25
+#: Default bytes of input of one block of ``reduce_blocks`` (the grid depends on the
+#: data's shape alone, never on the budget).
+_LEAF_BYTES = 256 << 10
+#: Partials combined at once by ``reduce_blocks``.
+_GROUP = 16
+#: Bytes a call may allocate besides what scales with its block (Python's own objects,
+#: a library's small buffers): held in every plan, so a measurement's noise never stops a
+#: run.
+_SLACK = 64 << 10
+
+_BOUNDARIES = ("reflect", "nearest", "constant", "wrap", "none")
+
+
+def _name(fn: Any) -> str:
+    mod = getattr(fn, "__module__", None) or ""
+    qual = getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+    return f"{mod}.{qual}" if mod and mod != "builtins" else str(qual)
+
+
+def _measured(fn: Callable[..., Any], args: Sequence[Any]) -> Tuple[Any, int]:
+    """Calls ``fn(*args)``; returns its result and the peak bytes allocated through
+    Python's allocators during the call (numpy's arrays included)."""
+    was = tracemalloc.is_tracing()
+    if was:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+    else:
+        base = 0
+        tracemalloc.start()
+    try:
+        res = fn(*args)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        if not was:
+            tracemalloc.stop()
+    return res, max(0, int(peak))
+
+
+def _arrays(inputs: list) -> list:
+    """The blocks as read-only numpy arrays over their bytes (no copy)."""
+    from . import _np_dtype
+
+    return [np.frombuffer(b, dtype=_np_dtype(d)).reshape(s) for b, d, s in inputs]
+
+
+def _note(e: BaseException, index: int, tile: tuple) -> None:
+    (r0, r1), (c0, c1) = tile
+    if hasattr(e, "add_note"):
+        e.add_note(f"tilestream: raised on block {index} (rows {r0}:{r1}, columns {c0}:{c1})")
+
+
+class _Inputs:
+    """The inputs of a call: their sources, shapes, dtypes and the grid they share."""
+
+    def __init__(self, inputs: Sequence[Any]) -> None:
+        from . import Tensor, _source, open as ts_open
+
+        if not inputs:
+            raise TypeError("tilestream: give at least one input array")
+        self.sources = [_source(x) for x in inputs]
+        self.tensors = [x if isinstance(x, Tensor) else ts_open(x) if not isinstance(x, np.memmap)
+                        else Tensor(s, json.loads(_ts.info(json.dumps(s))))
+                        for x, s in zip(inputs, self.sources)]
+        t0 = self.tensors[0]
+        if not 1 <= t0.ndim <= 3:
+            raise ValueError(
+                f"tilestream: a function over blocks takes arrays of rank 1 to 3; {t0.path} "
+                f"has shape {t0.shape}"
+            )
+        self.ndim = t0.ndim
+        self.grid = (t0.shape[0], 1) if t0.ndim == 1 else tuple(t0.shape[-2:])
+        # bytes of one position (one row of a 1-D array), every band of every input
+        self.pixel = sum(
+            (t.shape[0] if t.ndim == 3 else 1) * t.dtype.itemsize for t in self.tensors
+        )
+
+    def json(self) -> List[str]:
+        return [json.dumps(s) for s in self.sources]
+
+    def halo(self, halo: Any) -> Tuple[int, int]:
+        """``halo=`` as (rows, columns): an int for every spatial axis, or one per axis."""
+        if isinstance(halo, (int, np.integer)) and not isinstance(halo, bool):
+            h = int(halo)
+            hs = (h, 0) if self.ndim == 1 else (h, h)
+        else:
+            try:
+                seq = [int(h) for h in halo]
+            except TypeError:
+                raise TypeError(
+                    f"tilestream: halo must be an int or one int per axis, not {halo!r}"
+                ) from None
+            if len(seq) != self.ndim:
+                raise ValueError(
+                    f"tilestream: halo={tuple(seq)} gives {len(seq)} axes for arrays of "
+                    f"{self.ndim}"
+                )
+            if self.ndim == 3 and seq[0] != 0:
+                raise ValueError(
+                    "tilestream: the leading (bands) axis is whole in every block: its halo "
+                    "is 0"
+                )
+            hs = (seq[0], 0) if self.ndim == 1 else (seq[-2], seq[-1])
+        if min(hs) < 0:
+            raise ValueError(f"tilestream: halo={halo!r} is negative")
+        return hs
+
+    def probe_side(self, halo: Tuple[int, int], budget: int) -> Tuple[int, int]:
+        """The first block to measure the function on: at most 256 x 256, small enough
+        that eight times its padded bytes fit in the budget."""
+        side = _PROBE_SIDE
+        while side > 8 and (side + 2 * halo[0]) * (side + 2 * halo[1]) * self.pixel * 8 > budget:
+            side //= 2
+        rows = min(self.grid[0], side)
+        cols = 1 if self.ndim == 1 else min(self.grid[1], side)
+        return max(rows, 1), max(cols, 1)
+
+
+def _working(working: Any) -> Optional[dict]:
+    """``working=`` as the engine's figures, or None to measure it."""
+    if working is None:
+        return None
+    if isinstance(working, bool):
+        raise TypeError("tilestream: working must be a multiple of the block or a size")
+    if isinstance(working, float):
+        if not math.isfinite(working) or working < 0:
+            raise ValueError(f"tilestream: working={working!r} is not a multiple of the block")
+        return {"per_block": 1.0 + working, "per_out": 2.0, "bytes": _SLACK}
+    if isinstance(working, (int, np.integer)):
+        if working < 0:
+            raise ValueError(f"tilestream: working={working!r} is negative")
+        return {"per_block": 1.0, "per_out": 2.0, "bytes": int(working) + _SLACK}
+    if isinstance(working, str):
+        return {"per_block": 1.0, "per_out": 2.0, "bytes": _ts.parse_size(working) + _SLACK}
+    raise TypeError(
+        f"tilestream: working must be a multiple of the block (a float) or a size, not "
+        f"{working!r}"
+    )
+
+
+def _allowed(working: dict, block_bytes: int) -> int:
+    """What the plan holds for the function on a block of ``block_bytes`` (its padded
+    inputs): the declared or measured multiple (less the copy the engine hands over,
+    which the function does not allocate) and the fixed bytes."""
+    return int((working["per_block"] - 1.0) * block_bytes) + working["bytes"]
+
+
+def _too_much(name: str, used: int, block_bytes: int, index: Any, declared: Any) -> str:
+    need = used / max(block_bytes, 1)
+    what = f"declares (working={declared!r})" if declared is not None else \
+        "was measured at on the first block"
+    return (
+        f"tilestream: {name} allocated {used} bytes on block {index}, {need:.1f}x its padded "
+        f"blocks of {block_bytes} bytes, more than the plan {what}: declare "
+        f"working={math.ceil(need * _MARGIN * 10) / 10} (or a size in bytes)"
+    )
+
+
+def _result(a: np.ndarray, index: int, name: str, dtype: np.dtype, want: tuple,
+            keep: tuple) -> np.ndarray:
+    """The block's part (``keep``, the halo trimmed) of the function's result ``a`` as
+    ``dtype``, ``a`` being of shape ``want``: a cast numpy calls same-kind is made;
+    anything else is refused."""
+    if a.shape != tuple(want):
+        raise ValueError(
+            f"tilestream: {name} returned shape {a.shape} for block {index}; the block needs "
+            f"{tuple(want)}"
+        )
+    a = a[(Ellipsis,) + keep]
+    if a.dtype != dtype:
+        if not np.can_cast(a.dtype, dtype, "same_kind"):
+            raise TypeError(
+                f"tilestream: {name} returned {a.dtype} for block {index}, which does not "
+                f"cast to the output's {dtype}: give dtype= or return {dtype}"
+            )
+        a = a.astype(dtype)
+    return a
+
+
+class _Call:
+    """The callback the engine calls for each block, for a map: runs the function under
+    the memory watch, checks its result, trims the halo and hands back the bytes."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, working: dict, declared: Any,
+                 out_dtype: np.dtype, lead: tuple, probe: bool = False) -> None:
+        self.fn, self.name, self.working, self.declared = fn, name, working, declared
+        self.out_dtype, self.lead, self.probe = out_dtype, lead, probe
+        self.first: Optional[tuple] = None
+
+    def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
+                 out_shape: Optional[tuple]) -> Optional[bytes]:
+        arrays = _arrays(inputs)
+        block_bytes = sum(a.nbytes for a in arrays)
+        try:
+            res, used = _measured(self.fn, arrays)
+        except BaseException as e:
+            _note(e, index, tile)
+            raise
+        if self.probe:
+            self.first = (res, used, block_bytes, arrays[0].shape)
+            return None
+        if used > _allowed(self.working, block_bytes):
+            from . import BudgetError
+
+            raise BudgetError(_too_much(self.name, used, block_bytes, index, self.declared))
+        (r0, r1), (c0, c1) = tile
+        iy, ix = inner
+        padded = arrays[0].shape[-1:] if len(arrays[0].shape) == 1 else arrays[0].shape[-2:]
+        a = np.asarray(res)
+        a = _result(a, index, self.name, self.out_dtype, self.lead + tuple(padded),
+                    (slice(iy, iy + (r1 - r0)),) if len(padded) == 1
+                    else (slice(iy, iy + (r1 - r0)), slice(ix, ix + (c1 - c0))))
+        return a.tobytes()
+
+
+def _opts_of(memory: Any, threads: Any, resume: bool, kw: dict) -> str:
+    from . import _opts
+
+    return _opts(memory, threads, None, resume=resume, **kw)
+
+
+def _budget_of(opts: str) -> int:
+    from . import _budget_bytes
+
+    return _budget_bytes(json.loads(opts)["memory"])
+
+
+def _probe(fn: Callable[..., Any], name: str, ins: _Inputs, req: dict, opts: str,
+           side: Tuple[int, int]) -> tuple:
+    """Calls ``fn`` on one block of ``side`` at the origin, through the engine (the same
+    padding as the run): its result, the bytes it allocated, the padded bytes it was
+    given and their shape."""
+    probe = _Call(fn, name, {}, None, np.dtype("u1"), (), probe=True)
+    first = dict(req, block=list(side), first=True,
+                 working={"per_block": 0.0, "per_out": 0.0, "bytes": 0})
+    _ts.run_blocks(ins.json(), json.dumps(first), "null", probe, opts)
+    if probe.first is None:
+        raise ValueError("tilestream: the inputs are empty: there is no block to run")
+    return probe.first
+
+
+def _measure(fn: Callable[..., Any], name: str, ins: _Inputs, req: dict,
+             opts: str) -> Tuple[Any, dict, int, int, tuple]:
+    """Measures ``fn`` on a first block and on one a quarter of its size: its result on
+    the first, the working memory fitted to both (a multiple of the padded block and a
+    fixed part, each with a margin), and what the first block used and was given."""
+    side = ins.probe_side(tuple(req["halo"]), _budget_of(opts))
+    opts = json.dumps(dict(json.loads(opts), resume=False))
+    res, used, block_bytes, shape = _probe(fn, name, ins, req, opts, side)
+    small = (max(1, side[0] // 2), max(1, side[1] // 2))
+    per, fixed = used / max(block_bytes, 1), 0.0
+    if small != side:
+        _, used2, bytes2, _ = _probe(fn, name, ins, req, opts, small)
+        if block_bytes > bytes2:
+            per = max(0.0, (used - used2) / (block_bytes - bytes2))
+            fixed = max(0.0, used - per * block_bytes, used2 - per * bytes2)
+    work = {"per_block": 1.0 + per * _MARGIN, "per_out": 2.0,
+            "bytes": int(fixed * _MARGIN) + _SLACK}
+    return res, work, used, block_bytes, shape
+
+
+def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, boundary: str,
+         cval: float, dtype: Any, shape: Any, block: Any, working: Any, memory: Any,
+         threads: Any, resume: bool, progress: Any, kw: dict) -> Any:
+    from . import RunReport, _progress, _ts_dtype, _np_dtype, Plan, BudgetError
+    from . import open as ts_open
+
+    plan_only = kw.pop("_plan", False)
+    if not callable(fn):
+        raise TypeError(f"tilestream: fn must be callable, not {type(fn).__name__}")
+    if out is None:
+        raise TypeError("tilestream: give out=, the file the results are written to")
+    if boundary not in _BOUNDARIES:
+        raise ValueError(
+            f"tilestream: boundary={boundary!r} is not one of {', '.join(map(repr, _BOUNDARIES))}"
+        )
+    ins = _Inputs(inputs)
+    name = _name(fn)
+    hr, hc = ins.halo(halo)
+    req = {"halo": [hr, hc], "edges": boundary, "cval": float(cval), "what": name,
+           "block": None, "first": False}
+    if block is not None:
+        b = [int(x) for x in (block if not isinstance(block, int) else (block, block))]
+        b = b[-2:] if ins.ndim > 1 else [b[0], 1]
+        req["block"] = b
+    opts = _opts_of(memory, threads, resume, kw)
+    declared = working
+    work = _working(working)
+    res, measured, used, block_bytes, in_shape = _measure(fn, name, ins, req, opts)
+    if work is None:
+        work = measured
+    elif used > _allowed(work, block_bytes):
+        raise BudgetError(_too_much(name, used, block_bytes, 0, declared))
+    # the output: the function's dtype and band count unless declared
+    first = np.asarray(res)
+    padded = in_shape[-1:] if ins.ndim == 1 else in_shape[-2:]
+    if first.shape[-len(padded):] != tuple(padded) or first.ndim > len(padded) + 1:
+        raise ValueError(
+            f"tilestream: {name} returned shape {first.shape} for a block of "
+            f"{tuple(in_shape)}: a map keeps the blocks' "
+            f"{'length' if ins.ndim == 1 else 'rows and columns'} (a leading axis of bands "
+            f"may change)"
+        )
+    lead = tuple(first.shape[:-len(padded)])
+    out_dtype = np.dtype(dtype) if dtype is not None else first.dtype
+    grid = (ins.grid[0],) if ins.ndim == 1 else ins.grid
+    out_shape = tuple(int(s) for s in shape) if shape is not None else lead + tuple(grid)
+    if tuple(out_shape[-len(grid):]) != tuple(grid) or len(out_shape) > len(grid) + 1:
+        raise ValueError(
+            f"tilestream: shape={out_shape} must end with the inputs' "
+            f"{'length' if ins.ndim == 1 else 'rows and columns'} {tuple(grid)}"
+        )
+    if shape is not None and tuple(out_shape[:-len(grid)]) != lead:
+        raise ValueError(
+            f"tilestream: shape={out_shape} but {name} returned {lead + tuple(padded)} for "
+            f"a block of {tuple(in_shape)}"
+        )
+    ts_name = _ts_dtype(out_dtype)
+    out_dtype = _np_dtype(ts_name)
+    o = json.dumps({"path": os.fspath(out), "shape": list(out_shape), "dtype": ts_name})
+    req["working"] = work
+    if plan_only:
+        try:
+            fields = json.loads(_ts.plan_blocks(ins.json(), json.dumps(req), o, opts))
+        except BudgetError as e:
+            return Plan({"fits": False, "text": str(e), "smallest": e.smallest,
+                         "budget_bytes": _budget_of(opts)})
+        fields["fits"] = True
+        return Plan(fields)
+    call = _Call(fn, name, work, declared, out_dtype, lead)
+    key = json.dumps({"fn": name, "req": {k: v for k, v in req.items() if k != "working"},
+                      "out": json.loads(o)}, sort_keys=True)
+    report = RunReport(json.loads(
+        _ts.run_blocks(ins.json(), json.dumps(req), o, call, opts, _progress(progress), key)
+    ))
+    t = ts_open(out)
+    t.report = report
+    return t
+
+
+def map_blocks(fn: Callable[..., Any], *inputs: Any, out: Any = None, dtype: Any = None,
+               shape: Optional[tuple] = None, block: Any = None, memory: Any = None,
+               threads: Optional[int] = None, resume: bool = False, progress: Any = None,
+               working: Any = None, **kw: Any) -> Any:
+    """Calls ``fn(*blocks)`` on aligned blocks of ``inputs`` (on-disk arrays of rank 1 to
+    3 sharing their rows and columns; each block a read-only numpy array, every band of a
+    ``(bands, rows, cols)`` input) and writes what it returns into ``out`` (any format
+    tilestream writes). The output has the inputs' rows and columns, ``fn``'s dtype and
+    leading axis unless ``dtype=``/``shape=`` say otherwise (a model mapping a
+    ``(4, H, W)`` scene to ``(10, H, W)`` class scores). ``block=(rows, cols)`` fixes the
+    block shape; otherwise the planner chooses from ``memory``. ``working=`` is the
+    function's working memory (see the module's notes). Returns the output Tensor."""
+    return _map(fn, inputs, out, 0, "reflect", 0.0, dtype, shape, block, working, memory,
+                threads, resume, progress, kw)
+
+
+def map_overlap(fn: Callable[..., Any], *inputs: Any, out: Any = None, halo: Any = 1,
+                boundary: str = "reflect", cval: float = 0.0, dtype: Any = None,
+                shape: Optional[tuple] = None, block: Any = None, memory: Any = None,
+                threads: Optional[int] = None, resume: bool = False, progress: Any = None,
+                working: Any = None, **kw: Any) -> Any:
+    """:func:`map_blocks` with ``halo`` rows and columns read around each block (an int,
+    or one per axis) and trimmed from what ``fn`` returns, so that the output equals
+    ``fn`` on the whole array wherever ``fn`` looks at most ``halo`` positions away.
+    Past the edges the halo is made up as ``scipy.ndimage`` names it (``"reflect"``,
+    ``"nearest"``, ``"constant"`` with ``cval``, ``"wrap"``), or left out (``"none"``:
+    blocks at the edges are smaller)::
+
+        ts.map_overlap(lambda b: scipy.ndimage.gaussian_filter(b, 2), "scene.tif",
+                       out="smooth.tif", halo=8, memory="256MiB")
+    """
+    return _map(fn, inputs, out, halo, boundary, cval, dtype, shape, block, working, memory,
+                threads, resume, progress, kw)
+
+
+def _leaf(ins: _Inputs, axes: set, block: Any) -> List[int]:
+    """The grid of ``reduce_blocks``: from the data's shape (and ``block=``) alone."""
+    h, w = ins.grid
+    rows_axis, cols_axis = (0, None) if ins.ndim == 1 else (ins.ndim - 2, ins.ndim - 1)
+    cut_rows = rows_axis in axes
+    cut_cols = cols_axis is not None and cols_axis in axes
+    if block is not None:
+        b = [int(x) for x in (block if not isinstance(block, int) else (block, block))]
+        r, c = (b[0], 1) if ins.ndim == 1 else (b[-2], b[-1])
+        if (not cut_rows and r < h) or (not cut_cols and c < w):
+            raise ValueError(
+                f"tilestream: block={tuple(b)} cuts an axis the reduction keeps: blocks are "
+                f"whole along the axes not in axis="
+            )
+        return [max(1, r), max(1, c)]
+    row = w * ins.pixel
+    if not cut_rows:
+        return [h, w if not cut_cols or row <= _LEAF_BYTES else max(1, _LEAF_BYTES // ins.pixel)]
+    if row <= _LEAF_BYTES or not cut_cols:
+        return [max(1, _LEAF_BYTES // max(row, 1)), w]
+    return [1, max(1, _LEAF_BYTES // ins.pixel)]
+
+
+class _Reducer:
+    """The callback of ``reduce_blocks``: ``chunk`` on each block, the partials combined
+    in groups of 16 consecutive ones, level by level: a tree fixed by the number of
+    blocks, so by the data's shape."""
+
+    def __init__(self, chunk: Callable[..., Any], combine: Callable[[list], Any], name: str,
+                 working: dict, declared: Any) -> None:
+        self.chunk, self.combine, self.name = chunk, combine, name
+        self.working, self.declared = working, declared
+        self.levels: List[list] = [[]]
+
+    def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
+                 out_shape: Optional[tuple]) -> None:
+        arrays = _arrays(inputs)
+        block_bytes = sum(a.nbytes for a in arrays)
+        try:
+            part, used = _measured(self.chunk, arrays)
+        except BaseException as e:
+            _note(e, index, tile)
+            raise
+        if used > _allowed(self.working, block_bytes):
+            from . import BudgetError
+
+            raise BudgetError(_too_much(self.name, used, block_bytes, index, self.declared))
+        self._push(0, part)
+        return None
+
+    def _push(self, level: int, part: Any) -> None:
+        while len(self.levels) <= level:
+            self.levels.append([])
+        self.levels[level].append(part)
+        if len(self.levels[level]) == _GROUP:
+            group, self.levels[level] = self.levels[level], []
+            self._push(level + 1, self.combine(group))
+
+    def result(self) -> Any:
+        carried: list = []
+        for level in self.levels:
+            # what a lower level left holds later blocks than this level's
+            group = level + carried
+            carried = [self.combine(group)] if group else []
+        if not carried:
+            raise ValueError("tilestream: the inputs are empty: there is nothing to reduce")
+        return carried[0]
+
+
+def reduce_blocks(chunk: Callable[..., Any], combine: Callable[[list], Any], *inputs: Any,
+                  axis: Any = None, block: Any = None, memory: Any = None,
+                  threads: Optional[int] = None, progress: Any = None, working: Any = None,
+                  **kw: Any) -> Any:
+    """Reduces ``inputs`` with your own functions: ``chunk(*blocks) -> partial`` on each
+    block, ``combine(partials) -> partial`` on lists of consecutive partials (a tree of
+    groups of 16, level by level), and returns the last ``combine``'s result. Blocks are
+    whole along the axes not in ``axis`` (None: every axis is reduced, blocks are cut
+    anyhow) and are cut by the data's shape alone (about 256 KiB of input each, or
+    ``block=``), never by the budget or the threads: the result is the same at any
+    ``memory=``::
+
+        hist = ts.reduce_blocks(lambda b: np.histogram(b, 64, (0, 1))[0], sum, "x.npy")
+    """
+    from . import BudgetError
+
+    plan_only = kw.pop("_plan", False)
+    if not callable(chunk) or not callable(combine):
+        raise TypeError("tilestream: chunk and combine must be callable")
+    ins = _Inputs(inputs)
+    if axis is None:
+        axes = set(range(ins.ndim))
+    else:
+        raw = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+        axes = set()
+        for a in raw:
+            if not -ins.ndim <= int(a) < ins.ndim:
+                raise ValueError(f"tilestream: axis {a} is out of range for {ins.ndim} dimensions")
+            axes.add(int(a) % ins.ndim)
+    name = _name(chunk)
+    req = {"halo": [0, 0], "edges": "reflect", "cval": 0.0, "what": name,
+           "block": _leaf(ins, axes, block), "first": False}
+    opts = _opts_of(memory, threads, False, kw)
+    declared = working
+    work = _working(working)
+    if work is None or not plan_only:
+        _, measured, used, block_bytes, _ = _measure(chunk, name, ins, req, opts)
+        if work is None:
+            work = dict(measured, per_out=0.0)
+        elif used > _allowed(work, block_bytes):
+            raise BudgetError(_too_much(name, used, block_bytes, 0, declared))
+    req["working"] = work
+    if plan_only:
+        from . import Plan
+
+        try:
+            fields = json.loads(_ts.plan_blocks(ins.json(), json.dumps(req), "null", opts))
+        except BudgetError as e:
+            return Plan({"fits": False, "text": str(e), "smallest": e.smallest,
+                         "budget_bytes": _budget_of(opts)})
+        fields["fits"] = True
+        return Plan(fields)
+    from . import _progress
+
+    reducer = _Reducer(chunk, combine, name, work, declared)
+    _ts.run_blocks(ins.json(), json.dumps(req), "null", reducer, opts, _progress(progress))
+    return reducer.result()
