@@ -329,3 +329,12 @@ def test_bad_arguments_are_refused_in_one_line(tmp_path):
     with pytest.raises(TypeError, match="out="):
         ts.map_blocks(lambda b: b, tmp_path / "a.npy")
     assert sorted(os.listdir(tmp_path)) == ["a.npy", "b.npy"]
+
+
+def test_the_blocks_example_runs_and_checks_itself():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "blocks.py"), "1024"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "every result equals the same code on the whole scene" in r.stdout
+    assert "\nfunction:" in r.stdout  # the plan's own line

@@ -311,7 +311,8 @@ impl Layout for BlocksPlan {
 
 impl fmt::Display for BlocksPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.boxes)?;
+        // the box plan's lines, the last one ended here
+        writeln!(f, "{}", self.boxes.to_string().trim_end())?;
         writeln!(
             f,
             "function:       {} of working memory for a block of {} ({:.2}x its padded blocks{})",
