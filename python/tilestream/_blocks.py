@@ -95,9 +95,7 @@ class _Inputs:
         if not inputs:
             raise TypeError("tilestream: give at least one input array")
         self.sources = [_source(x) for x in inputs]
-        self.tensors = [x if isinstance(x, Tensor) else ts_open(x) if not isinstance(x, np.memmap)
-                        else Tensor(s, json.loads(_ts.info(json.dumps(s))))
-                        for x, s in zip(inputs, self.sources)]
+        self.tensors = [x if isinstance(x, Tensor) else ts_open(x) for x in inputs]
         t0 = self.tensors[0]
         if not 1 <= t0.ndim <= 3:
             raise ValueError(
@@ -181,15 +179,36 @@ def _allowed(working: dict, block_bytes: int) -> int:
     return int((working["per_block"] - 1.0) * block_bytes) + working["bytes"]
 
 
-def _too_much(name: str, used: int, block_bytes: int, index: Any, declared: Any) -> str:
+def _check_working(name: str, used: int, block_bytes: int, working: dict, index: Any,
+                   declared: Any) -> None:
+    """Refuses a call that allocated more than the plan holds for its block, naming the
+    ``working=`` to declare."""
+    if used <= _allowed(working, block_bytes):
+        return
+    from . import BudgetError
+
     need = used / max(block_bytes, 1)
     what = f"declares (working={declared!r})" if declared is not None else \
         "was measured at on the first block"
-    return (
+    raise BudgetError(
         f"tilestream: {name} allocated {used} bytes on block {index}, {need:.1f}x its padded "
         f"blocks of {block_bytes} bytes, more than the plan {what}: declare "
         f"working={math.ceil(need * _MARGIN * 10) / 10} (or a size in bytes)"
     )
+
+
+def _call_block(fn: Callable[..., Any], inputs: list, index: int,
+                tile: tuple) -> Tuple[list, Any, int, int]:
+    """Calls ``fn`` on a block as the engine hands it over: the arrays, what ``fn``
+    returned, the bytes it allocated and the bytes it was given. An exception gets a
+    note naming the block."""
+    arrays = _arrays(inputs)
+    try:
+        res, used = _measured(fn, arrays)
+    except BaseException as e:
+        _note(e, index, tile)
+        raise
+    return arrays, res, used, sum(a.nbytes for a in arrays)
 
 
 def _result(a: np.ndarray, index: int, name: str, dtype: np.dtype, want: tuple,
@@ -225,20 +244,11 @@ class _Call:
 
     def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
                  out_shape: Optional[tuple]) -> Optional[bytes]:
-        arrays = _arrays(inputs)
-        block_bytes = sum(a.nbytes for a in arrays)
-        try:
-            res, used = _measured(self.fn, arrays)
-        except BaseException as e:
-            _note(e, index, tile)
-            raise
+        arrays, res, used, block_bytes = _call_block(self.fn, inputs, index, tile)
         if self.probe:
             self.first = (res, used, block_bytes, arrays[0].shape)
             return None
-        if used > _allowed(self.working, block_bytes):
-            from . import BudgetError
-
-            raise BudgetError(_too_much(self.name, used, block_bytes, index, self.declared))
+        _check_working(self.name, used, block_bytes, self.working, index, self.declared)
         (r0, r1), (c0, c1) = tile
         iy, ix = inner
         padded = arrays[0].shape[-1:] if len(arrays[0].shape) == 1 else arrays[0].shape[-2:]
@@ -325,8 +335,7 @@ def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, bou
     res, measured, used, block_bytes, in_shape = _measure(fn, name, ins, req, opts)
     if work is None:
         work = measured
-    elif used > _allowed(work, block_bytes):
-        raise BudgetError(_too_much(name, used, block_bytes, 0, declared))
+    _check_working(name, used, block_bytes, work, 0, declared)
     # the output: the function's dtype and band count unless declared
     first = np.asarray(res)
     padded = in_shape[-1:] if ins.ndim == 1 else in_shape[-2:]
@@ -445,17 +454,8 @@ class _Reducer:
 
     def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
                  out_shape: Optional[tuple]) -> None:
-        arrays = _arrays(inputs)
-        block_bytes = sum(a.nbytes for a in arrays)
-        try:
-            part, used = _measured(self.chunk, arrays)
-        except BaseException as e:
-            _note(e, index, tile)
-            raise
-        if used > _allowed(self.working, block_bytes):
-            from . import BudgetError
-
-            raise BudgetError(_too_much(self.name, used, block_bytes, index, self.declared))
+        _, part, used, block_bytes = _call_block(self.chunk, inputs, index, tile)
+        _check_working(self.name, used, block_bytes, self.working, index, self.declared)
         self._push(0, part)
         return None
 
@@ -517,8 +517,7 @@ def reduce_blocks(chunk: Callable[..., Any], combine: Callable[[list], Any], *in
         _, measured, used, block_bytes, _ = _measure(chunk, name, ins, req, opts)
         if work is None:
             work = dict(measured, per_out=0.0)
-        elif used > _allowed(work, block_bytes):
-            raise BudgetError(_too_much(name, used, block_bytes, 0, declared))
+        _check_working(name, used, block_bytes, work, 0, declared)
     req["working"] = work
     if plan_only:
         from . import Plan

@@ -25,7 +25,7 @@ use crate::layout::{Layout, Read, Write};
 use crate::scheduler::{self, Hooks, Morsel, Pending, TileKernel};
 use crate::tiling::{
     BoxPlan, BoxRequest, BoxTile, Cuts, Edges, Halo, OutChunks, OutMap, PaddedBox, Scratch,
-    gather_box,
+    fixed_cuts, gather_box,
 };
 
 /// What a function over blocks needs besides its blocks, counted in the plan: a multiple
@@ -343,14 +343,6 @@ fn grid_of(f: &TensorFile) -> Result<(usize, usize, usize)> {
     }
 }
 
-/// Cuts of `n` positions into pieces of `k` (the last one shorter).
-fn fixed_cuts(n: usize, k: usize) -> Vec<(i64, usize)> {
-    (0..n)
-        .step_by(k.max(1))
-        .map(|a| (a as i64, k.max(1).min(n - a)))
-        .collect()
-}
-
 /// The output chunk grids fixed blocks can be cut along (blocks that are multiples of
 /// the chunks, or whole along an axis): all of them for blocks the planner chooses.
 ///
@@ -539,16 +531,9 @@ impl Engine {
             };
             super::imagery::along_out_chunks(base, out_chunks.clone(), |r| BoxPlan::new(&r))
         };
-        let encoded = !out_chunks.is_empty();
-        let mut planned = attempt(self.budget.limit());
-        for less in self.scratch_fallbacks(&files, encoded) {
-            if planned.is_ok() {
-                break;
-            }
-            planned = attempt(less);
-        }
+        let boxes = self.scratch_giving_way(&files, !out_chunks.is_empty(), attempt)?;
         Ok(BlocksPlan {
-            boxes: planned?,
+            boxes,
             inputs: ins,
             out_bands,
             out_dtype,

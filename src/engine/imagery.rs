@@ -80,7 +80,7 @@ impl Engine {
         }
     }
 
-    /// The plan `attempt` makes with the compressed input's decode scratch sized from
+    /// The plan `attempt` makes with the compressed inputs' decode scratch sized from
     /// the budget; when that is refused and the run encodes its output as it writes it
     /// (`encoded`), from a quarter of the budget, then the least (one chunk at a time, no
     /// cache), so that the encoder has room: the first that plans (the file keeps that
@@ -88,14 +88,14 @@ impl Engine {
     ///
     /// # Errors
     /// What `attempt` returns with the least scratch.
-    fn scratch_giving_way(
+    pub(super) fn scratch_giving_way(
         &self,
-        input: &TensorFile,
+        inputs: &[&TensorFile],
         encoded: bool,
         attempt: impl Fn(u64) -> Result<BoxPlan>,
     ) -> Result<BoxPlan> {
         let mut planned = attempt(self.budget.limit());
-        for less in self.scratch_fallbacks(&[input], encoded) {
+        for less in self.scratch_fallbacks(inputs, encoded) {
             if planned.is_ok() {
                 break;
             }
@@ -240,7 +240,7 @@ impl Engine {
                 })
             })
         };
-        self.scratch_giving_way(input, !out_chunks.is_empty(), attempt)
+        self.scratch_giving_way(&[input], !out_chunks.is_empty(), attempt)
     }
 
     /// Filters each band of a rank-2 `(H, W)` or rank-3 `(bands, H, W)` image with
@@ -335,7 +335,7 @@ impl Engine {
                 })
             })
         };
-        self.scratch_giving_way(input, !out_chunks.is_empty(), attempt)
+        self.scratch_giving_way(&[input], !out_chunks.is_empty(), attempt)
     }
 
     /// Writes the transpose of the last two axes of a rank-2 or rank-3 array to `out`,

@@ -75,6 +75,17 @@ pub(super) fn within_chunks(n: u64, a: u64, o: u64, k: u64) -> (Vec<(i64, usize)
     (cuts, groups)
 }
 
+/// Cuts `n` positions into pieces of `k` from the start (the last one shorter): a grid
+/// fixed by `k` alone, as [`Cuts::Given`](super::Cuts::Given) takes it.
+#[must_use]
+pub fn fixed_cuts(n: usize, k: usize) -> Vec<(i64, usize)> {
+    let k = k.max(1);
+    (0..n)
+        .step_by(k)
+        .map(|a| (a as i64, k.min(n - a)))
+        .collect()
+}
+
 /// Cuts `n` into pieces of at most `k`, evened out so they differ by at most one.
 pub(super) fn even_cuts(n: u64, k: u64) -> Vec<(i64, usize)> {
     let pieces = n.div_ceil(k.max(1));

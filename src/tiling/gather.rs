@@ -164,16 +164,10 @@ pub fn gather_box(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tiling::{BoxRequest, Cuts, Halo, OutMap, Scratch};
+    use crate::tiling::{BoxRequest, Cuts, Halo, OutMap, Scratch, fixed_cuts};
 
     /// A plan of `h x w` u16 cut into boxes of `th x tw` with a halo of `halo`.
     fn plan(h: usize, w: usize, (th, tw): (usize, usize), halo: usize, b: Boundary) -> BoxPlan {
-        let cuts = |n: usize, t: usize| {
-            (0..n)
-                .step_by(t)
-                .map(|a| (a as i64, t.min(n - a)))
-                .collect()
-        };
         BoxPlan::new(&BoxRequest {
             what: "test".into(),
             dims: [1, h, w],
@@ -189,8 +183,8 @@ mod tests {
             budget: 1 << 30,
             max_tile_bytes: 1 << 30,
             cuts: Cuts::Given {
-                rows: cuts(h, th),
-                cols: cuts(w, tw),
+                rows: fixed_cuts(h, th),
+                cols: fixed_cuts(w, tw),
             },
             out: OutMap::Same,
             out_chunks: None,

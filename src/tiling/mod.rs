@@ -286,6 +286,7 @@ mod gather;
 mod layout;
 
 pub use box_plan::{BoxPlan, BoxTile, Sources};
+pub use cuts::fixed_cuts;
 use cuts::{aligned_cuts, even_cuts, held_chunks, within_chunks};
 pub use gather::{Edges, PaddedBox, gather_box};
 #[cfg(test)]

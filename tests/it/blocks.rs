@@ -1,13 +1,14 @@
 //! A user's function over blocks (`Engine::run_blocks`) against whole-array oracles: the
 //! function here is a neighbourhood sum written over the padded block it is given, the
 //! oracle the same sum over the whole image with the boundary resolved by walking (see
-//! `stencil.rs`); both in f64, so equal bytes mean every block saw the right halo. The
+//! `stencil.rs`, whose `walk` it uses); both in f64, so equal bytes mean every block saw the right halo. The
 //! results must be identical at every budget.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc, clippy::float_cmp)]
 
 use std::path::Path;
 
 use crate::common::{Lcg, read_npy_data, write_npy};
+use crate::stencil::walk;
 use tilestream::tiling::Boundary;
 use tilestream::{
     Block, BlockOut, BlockShape, Blocks, BlocksOut, DType, Edges, Engine, Error, MemoryBudget,
@@ -16,33 +17,6 @@ use tilestream::{
 
 fn engine(budget: u64) -> Engine {
     Engine::new(MemoryBudget::new(budget)).unwrap()
-}
-
-/// Source index of `i` along an axis of `n` by walking, `None` outside for a constant
-/// boundary (and for no boundary: the position is left out).
-fn walk(mode: Boundary, mut i: i64, n: i64) -> Option<usize> {
-    match mode {
-        Boundary::Constant(_) => (0..n).contains(&i).then_some(i as usize),
-        Boundary::Nearest => Some(i.clamp(0, n - 1) as usize),
-        Boundary::Wrap => {
-            while i < 0 {
-                i += n;
-            }
-            while i >= n {
-                i -= n;
-            }
-            Some(i as usize)
-        }
-        Boundary::Reflect => loop {
-            if i < 0 {
-                i = -1 - i;
-            } else if i >= n {
-                i = 2 * n - 1 - i;
-            } else {
-                return Some(i as usize);
-            }
-        },
-    }
 }
 
 /// The weighted neighbourhood sum of each pixel of each band within `r`, over the whole

@@ -24,7 +24,7 @@ fn golden(name: &str) -> PathBuf {
 
 /// Source index of `i` along an axis of `n`, by walking (independent of the library's
 /// modular formula).
-fn walk(mode: Boundary, mut i: i64, n: i64) -> Option<usize> {
+pub(crate) fn walk(mode: Boundary, mut i: i64, n: i64) -> Option<usize> {
     match mode {
         Boundary::Constant(_) => (0..n).contains(&i).then_some(i as usize),
         Boundary::Nearest => Some(i.clamp(0, n - 1) as usize),
