@@ -28,7 +28,8 @@ use crate::worker::run_on_worker;
 
 /// What `req` (JSON) asks: `halo` `[rows, cols]`, `edges` (`reflect`, `nearest`, `wrap`,
 /// `constant`, `none`), `cval`, `block` `[rows, cols]` or null, `first` (one block at the
-/// origin only), `working` `{per_block, per_out, bytes}`, `what`.
+/// origin only), `working` `{per_block, per_out, bytes}`, `what`, `calls` (of the
+/// function at once).
 fn blocks_of(req: &Value) -> Result<Blocks, Error> {
     let pair = |v: &Value| -> Option<(usize, usize)> {
         let a = v.as_array()?;
@@ -69,6 +70,11 @@ fn blocks_of(req: &Value) -> Result<Blocks, Error> {
         shape,
         working,
         what: req["what"].as_str().unwrap_or("function").to_string(),
+        calls: req["calls"]
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(1)
+            .max(1),
     })
 }
 
@@ -178,7 +184,8 @@ pub(crate) fn run_blocks(
         }
         _ => {}
     }
-    let raised: Arc<Mutex<Option<PyErr>>> = Arc::default();
+    // the exception of the first block that raised (calls at once may raise out of order)
+    let raised: Arc<Mutex<Option<(usize, PyErr)>>> = Arc::default();
     let slot = Arc::clone(&raised);
     let result = run_on_worker(py, e, progress, move |e: &Engine| {
         let files = open_all(&sources)?;
@@ -193,8 +200,10 @@ pub(crate) fn run_blocks(
                 Ok(()) => Ok(()),
                 Err(err) => {
                     let message = err.to_string();
-                    if let Ok(mut s) = slot.lock() {
-                        *s = Some(err);
+                    if let Ok(mut s) = slot.lock()
+                        && s.as_ref().is_none_or(|(first, _)| b.index < *first)
+                    {
+                        *s = Some((b.index, err));
                     }
                     Err(Error::Function {
                         block: b.index,
@@ -206,7 +215,7 @@ pub(crate) fn run_blocks(
         e.run_blocks(&refs, &blocks, o.as_ref(), f)
     });
     // the function's own exception, unchanged, before what the engine made of it
-    if let Some(err) = raised.lock().ok().and_then(|mut s| s.take()) {
+    if let Some((_, err)) = raised.lock().ok().and_then(|mut s| s.take()) {
         return Err(err);
     }
     let report = result?;

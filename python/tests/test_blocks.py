@@ -315,6 +315,69 @@ def test_ctrl_c_and_resume_give_the_same_bytes(tmp_path):
                       block=(40, 200), memory="1MiB", resume=True)
 
 
+def test_several_calls_at_once_run_together_and_give_the_same_bytes(tmp_path):
+    import threading
+
+    a = image((600, 200), "float32", 12)
+    np.save(tmp_path / "a.npy", a)
+    want = ndi.gaussian_filter(a, 2, mode="nearest")
+    # a first call of the run waits until another has started: only calls at once can
+    started = []
+    lock, other = threading.Lock(), threading.Event()
+
+    def f(b):
+        with lock:
+            started.append(b.shape)
+            n = len(started)
+        if n == 3:  # two calls measured the function; this is the run's first
+            assert other.wait(60), "no other call ran beside the first"
+        elif n > 3:
+            other.set()
+        return ndi.gaussian_filter(b, 2, mode="nearest")
+
+    one = ts.map_overlap(lambda b: ndi.gaussian_filter(b, 2, mode="nearest"),
+                         tmp_path / "a.npy", out=tmp_path / "one.npy", halo=8,
+                         boundary="nearest", memory="1MiB")
+    three = ts.map_overlap(f, tmp_path / "a.npy", out=tmp_path / "three.npy", halo=8,
+                           boundary="nearest", memory="1MiB", threads=3)
+    assert other.is_set() and one.report.tiles > 3
+    got = np.load(tmp_path / "three.npy")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(got, np.load(tmp_path / "one.npy"))
+    plan = ts.plan(ts.map_overlap, f, tmp_path / "a.npy", out=tmp_path / "p.npy", halo=8,
+                   memory="1MiB", threads=3)
+    assert plan.calls == 3 and "3 at once" in str(plan)
+    # each call holds its own padded block and working memory: smaller blocks
+    single = ts.plan(ts.map_overlap, f, tmp_path / "a.npy", out=tmp_path / "p.npy", halo=8,
+                     memory="1MiB")
+    assert plan.tile_shape[0] * plan.tile_shape[1] < single.tile_shape[0] * single.tile_shape[1]
+    # a reduction's partials are combined in block order whatever order the calls end in
+    sums = [ts.reduce_blocks(lambda b: b.astype(np.float64).sum(0), lambda ps: np.sum(ps, 0),
+                             tmp_path / "a.npy", threads=t, memory="8MiB").tobytes()
+            for t in (None, 2, 4)]
+    assert sums[0] == sums[1] == sums[2]
+
+
+def test_an_exception_among_calls_at_once_reaches_the_caller(tmp_path):
+    a = image((400, 30))
+    np.save(tmp_path / "a.npy", a)
+
+    class Boom(Exception):
+        pass
+
+    def f(b):
+        if b[0, 0] == a[100, 0]:  # the block of rows 100:120
+            raise Boom("bad block")
+        return b
+
+    with pytest.raises(Boom, match="bad block"):
+        ts.map_blocks(f, tmp_path / "a.npy", out=tmp_path / "o.npy", block=(20, 30),
+                      threads=3, memory="1MiB")
+    assert sorted(os.listdir(tmp_path)) == ["a.npy"]
+    with pytest.raises(ValueError, match="threads=0"):
+        ts.map_blocks(f, tmp_path / "a.npy", out=tmp_path / "o.npy", threads=0)
+
+
 def test_bad_arguments_are_refused_in_one_line(tmp_path):
     np.save(tmp_path / "a.npy", image((20, 20)))
     np.save(tmp_path / "b.npy", image((20, 21)))

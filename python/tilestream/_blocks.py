@@ -5,8 +5,17 @@ The engine cuts the inputs' rows and columns into blocks that fit the budget wit
 function's working memory counted, reads each block (with its halo) on its own threads
 while the function runs on the one before, and writes what the function returns, under
 the same guarantees as the built-in operations: atomic outputs, ``resume=True`` after a
-crash, Ctrl-C, progress. The function is called with the GIL held, one block at a time,
-in plan order; everything else runs without it.
+crash, Ctrl-C, progress. The function is called with the GIL held; everything else runs
+without it.
+
+**Calls at once.** ``threads=None`` (the default) calls the function on one block at a
+time, in plan order: right for a function that holds the GIL (pure Python, most of
+scipy.ndimage), which gains nothing from more. ``threads=n`` runs ``n`` calls at once,
+each on its own block, and as many engine threads: worth it for a function that spends
+its time with the GIL released (numpy on large arrays, numba ``nogil``, PyTorch). The
+plan then holds ``n`` padded blocks and ``n`` working memories, so the blocks are
+smaller; results are written in plan order and partials of ``reduce_blocks`` combined in
+block order, so the output is the same with any ``threads``.
 
 **Working memory.** ``working=`` declares what the function allocates besides its
 blocks: a number is a multiple of the bytes of the padded blocks it is given (all
@@ -24,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 import tracemalloc
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -71,6 +81,58 @@ def _measured(fn: Callable[..., Any], args: Sequence[Any]) -> Tuple[Any, int]:
         if not was:
             tracemalloc.stop()
     return res, max(0, int(peak))
+
+
+class _Watch:
+    """Measures what the function allocates: on each call when calls run one at a time;
+    when several run at once (tracemalloc counts the whole process), over each stretch
+    of time in which any runs, against what the plan holds for all of them. A watch of
+    several calls is entered around the whole run: tracemalloc is started before the
+    first call and stopped after the last, never while a call may be freeing memory on
+    another thread (CPython's tracemalloc is not safe against that)."""
+
+    def __init__(self, calls: int) -> None:
+        self.calls = calls
+        self.lock = threading.Lock()
+        self.active = 0
+        self.base = 0
+        self.started = False
+
+    def __enter__(self) -> "_Watch":
+        if self.calls > 1 and not tracemalloc.is_tracing():
+            tracemalloc.start()
+            self.started = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.started:
+            tracemalloc.stop()
+            self.started = False
+
+    def run(self, fn: Callable[..., Any], args: Sequence[Any]) -> Tuple[Any, int]:
+        if self.calls == 1:
+            return _measured(fn, args)
+        with self.lock:
+            if self.active == 0:
+                self.base = tracemalloc.get_traced_memory()[0]
+                tracemalloc.reset_peak()
+            self.active += 1
+        try:
+            res = fn(*args)
+        finally:
+            with self.lock:
+                peak = tracemalloc.get_traced_memory()[1] - self.base
+                self.active -= 1
+        return res, max(0, int(peak))
+
+
+def _calls(threads: Any) -> int:
+    """The calls of the function at once ``threads=`` asks for (None: one)."""
+    if threads is None:
+        return 1
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"tilestream: threads={threads!r} is not a number of threads (1 or more)")
+    return int(threads)
 
 
 def _arrays(inputs: list) -> list:
@@ -180,31 +242,41 @@ def _allowed(working: dict, block_bytes: int) -> int:
 
 
 def _check_working(name: str, used: int, block_bytes: int, working: dict, index: Any,
-                   declared: Any) -> None:
+                   declared: Any, calls: int = 1, out_bytes: int = 0) -> None:
     """Refuses a call that allocated more than the plan holds for its block, naming the
-    ``working=`` to declare."""
-    if used <= _allowed(working, block_bytes):
+    ``working=`` to declare. With ``calls`` at once, ``used`` is what they allocated
+    together (the blocks handed over and the results copied back included), held
+    against ``calls`` times what the plan holds for one."""
+    if calls > 1:
+        one = _allowed(working, block_bytes) + block_bytes + int(working["per_out"] * out_bytes)
+        if used <= calls * one:
+            return
+        used //= calls
+    elif used <= _allowed(working, block_bytes):
         return
     from . import BudgetError
 
     need = used / max(block_bytes, 1)
     what = f"declares (working={declared!r})" if declared is not None else \
         "was measured at on the first block"
+    if calls > 1:
+        need = (used - block_bytes - working["per_out"] * out_bytes) / max(block_bytes, 1)
     raise BudgetError(
-        f"tilestream: {name} allocated {used} bytes on block {index}, {need:.1f}x its padded "
+        f"tilestream: {name} allocated {used} bytes on block {index}"
+        f"{f' (each of {calls} calls at once)' if calls > 1 else ''}, {need:.1f}x its padded "
         f"blocks of {block_bytes} bytes, more than the plan {what}: declare "
         f"working={math.ceil(need * _MARGIN * 10) / 10} (or a size in bytes)"
     )
 
 
-def _call_block(fn: Callable[..., Any], inputs: list, index: int,
+def _call_block(watch: _Watch, fn: Callable[..., Any], inputs: list, index: int,
                 tile: tuple) -> Tuple[list, Any, int, int]:
     """Calls ``fn`` on a block as the engine hands it over: the arrays, what ``fn``
-    returned, the bytes it allocated and the bytes it was given. An exception gets a
-    note naming the block."""
+    returned, the bytes it allocated (as ``watch`` measures) and the bytes it was given.
+    An exception gets a note naming the block."""
     arrays = _arrays(inputs)
     try:
-        res, used = _measured(fn, arrays)
+        res, used = watch.run(fn, arrays)
     except BaseException as e:
         _note(e, index, tile)
         raise
@@ -237,18 +309,21 @@ class _Call:
     the memory watch, checks its result, trims the halo and hands back the bytes."""
 
     def __init__(self, fn: Callable[..., Any], name: str, working: dict, declared: Any,
-                 out_dtype: np.dtype, lead: tuple, probe: bool = False) -> None:
+                 out_dtype: np.dtype, lead: tuple, probe: bool = False, calls: int = 1) -> None:
         self.fn, self.name, self.working, self.declared = fn, name, working, declared
         self.out_dtype, self.lead, self.probe = out_dtype, lead, probe
+        self.watch = _Watch(calls)
         self.first: Optional[tuple] = None
 
     def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
                  out_shape: Optional[tuple]) -> Optional[bytes]:
-        arrays, res, used, block_bytes = _call_block(self.fn, inputs, index, tile)
+        arrays, res, used, block_bytes = _call_block(self.watch, self.fn, inputs, index, tile)
         if self.probe:
             self.first = (res, used, block_bytes, arrays[0].shape)
             return None
-        _check_working(self.name, used, block_bytes, self.working, index, self.declared)
+        out_bytes = math.prod(out_shape or ()) * self.out_dtype.itemsize
+        _check_working(self.name, used, block_bytes, self.working, index, self.declared,
+                       self.watch.calls, out_bytes)
         (r0, r1), (c0, c1) = tile
         iy, ix = inner
         padded = arrays[0].shape[-1:] if len(arrays[0].shape) == 1 else arrays[0].shape[-2:]
@@ -277,7 +352,7 @@ def _probe(fn: Callable[..., Any], name: str, ins: _Inputs, req: dict, opts: str
     padding as the run): its result, the bytes it allocated, the padded bytes it was
     given and their shape."""
     probe = _Call(fn, name, {}, None, np.dtype("u1"), (), probe=True)
-    first = dict(req, block=list(side), first=True,
+    first = dict(req, block=list(side), first=True, calls=1,
                  working={"per_block": 0.0, "per_out": 0.0, "bytes": 0})
     _ts.run_blocks(ins.json(), json.dumps(first), "null", probe, opts)
     if probe.first is None:
@@ -323,8 +398,9 @@ def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, bou
     ins = _Inputs(inputs)
     name = _name(fn)
     hr, hc = ins.halo(halo)
+    calls = _calls(threads)
     req = {"halo": [hr, hc], "edges": boundary, "cval": float(cval), "what": name,
-           "block": None, "first": False}
+           "block": None, "first": False, "calls": calls}
     if block is not None:
         b = [int(x) for x in (block if not isinstance(block, int) else (block, block))]
         b = b[-2:] if ins.ndim > 1 else [b[0], 1]
@@ -372,12 +448,14 @@ def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, bou
                          "budget_bytes": _budget_of(opts)})
         fields["fits"] = True
         return Plan(fields)
-    call = _Call(fn, name, work, declared, out_dtype, lead)
-    key = json.dumps({"fn": name, "req": {k: v for k, v in req.items() if k != "working"},
+    call = _Call(fn, name, work, declared, out_dtype, lead, calls=calls)
+    key = json.dumps({"fn": name, "req": {k: v for k, v in req.items()
+                                          if k not in ("working", "calls")},
                       "out": json.loads(o)}, sort_keys=True)
-    report = RunReport(json.loads(
-        _ts.run_blocks(ins.json(), json.dumps(req), o, call, opts, _progress(progress), key)
-    ))
+    with call.watch:
+        report = RunReport(json.loads(
+            _ts.run_blocks(ins.json(), json.dumps(req), o, call, opts, _progress(progress), key)
+        ))
     t = ts_open(out)
     t.report = report
     return t
@@ -444,19 +522,29 @@ def _leaf(ins: _Inputs, axes: set, block: Any) -> List[int]:
 class _Reducer:
     """The callback of ``reduce_blocks``: ``chunk`` on each block, the partials combined
     in groups of 16 consecutive ones, level by level: a tree fixed by the number of
-    blocks, so by the data's shape."""
+    blocks, so by the data's shape. Partials of calls at once that end out of order wait
+    for the ones before them."""
 
     def __init__(self, chunk: Callable[..., Any], combine: Callable[[list], Any], name: str,
-                 working: dict, declared: Any) -> None:
+                 working: dict, declared: Any, calls: int = 1) -> None:
         self.chunk, self.combine, self.name = chunk, combine, name
         self.working, self.declared = working, declared
+        self.watch = _Watch(calls)
         self.levels: List[list] = [[]]
+        self.lock = threading.Lock()
+        self.next = 0
+        self.early: dict = {}
 
     def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
                  out_shape: Optional[tuple]) -> None:
-        _, part, used, block_bytes = _call_block(self.chunk, inputs, index, tile)
-        _check_working(self.name, used, block_bytes, self.working, index, self.declared)
-        self._push(0, part)
+        _, part, used, block_bytes = _call_block(self.watch, self.chunk, inputs, index, tile)
+        _check_working(self.name, used, block_bytes, self.working, index, self.declared,
+                       self.watch.calls)
+        with self.lock:
+            self.early[index] = part
+            while self.next in self.early:
+                self._push(0, self.early.pop(self.next))
+                self.next += 1
         return None
 
     def _push(self, level: int, part: Any) -> None:
@@ -508,8 +596,9 @@ def reduce_blocks(chunk: Callable[..., Any], combine: Callable[[list], Any], *in
                 raise ValueError(f"tilestream: axis {a} is out of range for {ins.ndim} dimensions")
             axes.add(int(a) % ins.ndim)
     name = _name(chunk)
+    calls = _calls(threads)
     req = {"halo": [0, 0], "edges": "reflect", "cval": 0.0, "what": name,
-           "block": _leaf(ins, axes, block), "first": False}
+           "block": _leaf(ins, axes, block), "first": False, "calls": calls}
     opts = _opts_of(memory, threads, False, kw)
     declared = working
     work = _working(working)
@@ -531,6 +620,7 @@ def reduce_blocks(chunk: Callable[..., Any], combine: Callable[[list], Any], *in
         return Plan(fields)
     from . import _progress
 
-    reducer = _Reducer(chunk, combine, name, work, declared)
-    _ts.run_blocks(ins.json(), json.dumps(req), "null", reducer, opts, _progress(progress))
+    reducer = _Reducer(chunk, combine, name, work, declared, calls)
+    with reducer.watch:
+        _ts.run_blocks(ins.json(), json.dumps(req), "null", reducer, opts, _progress(progress))
     return reducer.result()

@@ -13,6 +13,7 @@
 
 use std::fmt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{Engine, Ran, RunReport};
 use crate::backend::Family;
@@ -22,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape, page_size};
 use crate::io::own_files::{Written, check_run_paths};
 use crate::layout::{Layout, Read, Write};
-use crate::scheduler::{self, Hooks, Morsel, Pending, TileKernel};
+use crate::scheduler::{self, Hooks, Morsel, Pending, StageTimes, TileKernel};
 use crate::tiling::{
     BoxPlan, BoxRequest, BoxTile, Cuts, Edges, Halo, OutChunks, OutMap, PaddedBox, Scratch,
     fixed_cuts, gather_box,
@@ -78,6 +79,12 @@ pub struct Blocks {
     pub working: Working,
     /// The function, in plans and reports (`scipy.ndimage.gaussian_filter`).
     pub what: String,
+    /// Calls of the function run at once, each on its own block (at least 1): worth more
+    /// than 1 for a function that spends its time outside a lock (a Python function
+    /// that releases the GIL). The plan holds a padded block and the working memory for
+    /// each, so blocks are smaller; results are written in plan order whatever order the
+    /// calls end in.
+    pub calls: usize,
 }
 
 /// Where a function's results go: a new file of `shape` and `dtype`. Its last axes are
@@ -154,22 +161,25 @@ pub struct BlockOut<'a> {
     pub shape: Vec<usize>,
 }
 
-/// A user's function over blocks: given each block in plan order, it writes the
-/// block's result into `out` (when the run has an output). A closure
-/// `FnMut(&Block, Option<BlockOut>) -> Result<()>` is one.
-pub trait BlockFn: Send {
+/// A user's function over blocks: given a block, it writes the block's result into
+/// `out` (when the run has an output). A closure
+/// `Fn(&Block, Option<BlockOut>) -> Result<()> + Send + Sync` is one. It may be called on
+/// several blocks at once ([`Blocks::calls`]), from the engine's threads, so what it
+/// gathers across blocks sits behind a lock (or an atomic), keyed by [`Block::index`]
+/// where the order matters.
+pub trait BlockFn: Send + Sync {
     /// Computes one block.
     ///
     /// # Errors
     /// Whatever the function fails with: the run stops, nothing is left at the output.
-    fn call(&mut self, block: &Block<'_>, out: Option<BlockOut<'_>>) -> Result<()>;
+    fn call(&self, block: &Block<'_>, out: Option<BlockOut<'_>>) -> Result<()>;
 }
 
 impl<F> BlockFn for F
 where
-    F: FnMut(&Block<'_>, Option<BlockOut<'_>>) -> Result<()> + Send,
+    F: Fn(&Block<'_>, Option<BlockOut<'_>>) -> Result<()> + Send + Sync,
 {
-    fn call(&mut self, block: &Block<'_>, out: Option<BlockOut<'_>>) -> Result<()> {
+    fn call(&self, block: &Block<'_>, out: Option<BlockOut<'_>>) -> Result<()> {
         self(block, out)
     }
 }
@@ -196,6 +206,8 @@ pub struct BlocksPlan {
     out_rank: usize,
     edges: Edges,
     working: Working,
+    /// Calls of the function at once.
+    calls: usize,
 }
 
 impl BlocksPlan {
@@ -232,7 +244,14 @@ impl BlocksPlan {
         ((th + hr) * (tw + hc)) as u64 * self.boxes.in_bytes
     }
 
-    /// The function's working memory the plan holds for the largest block.
+    /// Calls of the function the plan runs at once.
+    #[must_use]
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    /// The function's working memory the plan holds for the largest block (for one
+    /// call).
     #[must_use]
     pub fn working_bytes(&self) -> u64 {
         let (th, tw) = self.boxes.tile;
@@ -252,6 +271,7 @@ impl BlocksPlan {
             "depth": self.boxes.depth,
             "block_bytes": self.block_bytes(),
             "working_bytes": self.working_bytes(),
+            "calls": self.calls,
             "reserved_bytes": self.reserved_bytes(),
             "budget_bytes": self.budget(),
         })
@@ -324,7 +344,15 @@ impl fmt::Display for BlocksPlan {
             } else {
                 String::new()
             }
-        )
+        )?;
+        if self.calls > 1 {
+            writeln!(
+                f,
+                "calls:          {} at once, each with its padded blocks and working memory",
+                self.calls
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -441,13 +469,17 @@ impl Engine {
         let hc = if rank1 { 0 } else { hc };
         let in_bytes: u64 = ins.iter().map(|i| (i.bands * i.dtype.size()) as u64).sum();
         let out_bytes = out.map_or(0, |o| (out_bands * o.dtype.size()) as u64);
+        let calls = req.calls.max(1);
         // the gathered blocks, the function's working memory on them, and its copy of
-        // the result
+        // the result, for each call running at once
         let scratch = Scratch {
-            padded: in_bytes + (req.working.per_block * in_bytes as f64).ceil() as u64,
+            padded: calls as u64
+                * (in_bytes + (req.working.per_block * in_bytes as f64).ceil() as u64),
             row_pass: 0,
-            tile: (req.working.per_out * out_bytes as f64).ceil() as u64,
+            tile: calls as u64 * (req.working.per_out * out_bytes as f64).ceil() as u64,
         };
+        // a block in the function for each call, one being read and one being written
+        let depth = self.depth.max(calls + 1);
         // each band of each input is read as up to three windows of its own: the box
         // planner counts the page slack of three in all
         let windows = ins.iter().map(|i| i.bands).sum::<usize>() as u64;
@@ -486,7 +518,7 @@ impl Engine {
                 super::hold(
                     &mut resident,
                     &mut resident_what,
-                    self.depth.max(1) as u64 * extra_window,
+                    depth as u64 * extra_window,
                     "page slack of each band's windows".to_string(),
                 );
             }
@@ -494,7 +526,7 @@ impl Engine {
                 super::hold(
                     &mut resident,
                     &mut resident_what,
-                    req.working.bytes,
+                    calls as u64 * req.working.bytes,
                     "the function's fixed working memory".to_string(),
                 );
             }
@@ -518,7 +550,7 @@ impl Engine {
                 scratch,
                 resident_bytes: resident,
                 resident_what,
-                depth: self.depth,
+                depth,
                 budget: self.budget.limit(),
                 max_tile_bytes: self.max_tile_bytes,
                 cuts: cuts.clone(),
@@ -540,6 +572,7 @@ impl Engine {
             out_rank,
             edges: req.edges,
             working: req.working,
+            calls,
         })
     }
 
@@ -555,6 +588,9 @@ impl Engine {
     /// # Errors
     /// As [`Engine::plan_blocks`]; what `f` returns (the run stops after that block and
     /// nothing is left at `out`); I/O errors.
+    // the closure is taken by value, as rayon's `for_each` takes it: callers pass one
+    // written in place
+    #[allow(clippy::needless_pass_by_value)]
     pub fn run_blocks(
         &self,
         inputs: &[&TensorFile],
@@ -580,9 +616,79 @@ impl Engine {
             "the padded blocks and the function's working memory",
             (plan.boxes.scratch_bytes + plan.boxes.resident_bytes).saturating_sub(read_scratch),
         )?;
-        let kernel = BlockKernel::new(&plan, f);
+        let times = if plan.calls == 1 {
+            self.stream_blocks(
+                &plan,
+                inputs,
+                out,
+                Serial {
+                    gather: Gather::new(&plan),
+                    plan: &plan,
+                    f: &f,
+                },
+            )?
+        } else {
+            let failed = AtomicBool::new(false);
+            std::thread::scope(|s| {
+                let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
+                for k in 0..plan.calls {
+                    let (queue, plan, f, failed) = (queue.clone(), &plan, &f, &failed);
+                    std::thread::Builder::new()
+                        .name(format!("tilestream-call-{k}"))
+                        .spawn_scoped(s, move || {
+                            let mut gather = Gather::new(plan);
+                            for (mut m, done) in queue {
+                                // after a block failed, the ones behind it are not run
+                                let r = if failed.load(Ordering::Acquire) {
+                                    Err(Error::Internal(
+                                        "a block after a failed one was not run".into(),
+                                    ))
+                                } else {
+                                    gather.call(plan, f, &mut m)
+                                };
+                                if r.is_err() {
+                                    failed.store(true, Ordering::Release);
+                                }
+                                let _ = done.send(r.map(|()| m));
+                            }
+                        })
+                        .map_err(|e| {
+                            Error::Internal(format!("cannot start a thread for the calls: {e}"))
+                        })?;
+                }
+                drop(queue);
+                self.stream_blocks(&plan, inputs, out, Calls { jobs })
+            })?
+        };
         let first = inputs[0];
-        let times = match out {
+        let (shape, dtype) =
+            out.map_or((Vec::new(), first.dtype()), |o| (o.shape.clone(), o.dtype));
+        Ok(self.report_tiles(
+            (
+                plan.num_blocks(),
+                vec![plan.boxes.tile.0, plan.boxes.tile.1],
+                plan.boxes.depth,
+            ),
+            Ran::cpu(
+                Family::Blocks,
+                format!("{} over blocks of {}", req.what, first.path().display()),
+            ),
+            first.shape(),
+            &shape,
+            dtype,
+            times,
+        ))
+    }
+
+    /// Streams the blocks of `plan` through `kernel` into `out` (or nowhere).
+    fn stream_blocks<K: TileKernel<BoxTile>>(
+        &self,
+        plan: &BlocksPlan,
+        inputs: &[&TensorFile],
+        out: Option<&BlocksOut<'_>>,
+        kernel: K,
+    ) -> Result<StageTimes> {
+        match out {
             Some(o) => {
                 let journal = self.open_journal(o.path)?;
                 let room = super::outputs::room_of_box(&plan.boxes).map(|mut r| {
@@ -607,7 +713,7 @@ impl Engine {
                             ..self.hooks()
                         };
                         scheduler::run_layout(
-                            &plan,
+                            plan,
                             inputs,
                             &self.budget,
                             Some(output),
@@ -615,35 +721,16 @@ impl Engine {
                             kernel,
                         )
                     },
-                )?
+                )
             }
-            None => scheduler::run_layout(&plan, inputs, &self.budget, None, self.hooks(), kernel)?,
-        };
-        let (shape, dtype) =
-            out.map_or((Vec::new(), first.dtype()), |o| (o.shape.clone(), o.dtype));
-        Ok(self.report_tiles(
-            (
-                plan.num_blocks(),
-                vec![plan.boxes.tile.0, plan.boxes.tile.1],
-                plan.boxes.depth,
-            ),
-            Ran::cpu(
-                Family::Blocks,
-                format!("{} over blocks of {}", req.what, first.path().display()),
-            ),
-            first.shape(),
-            &shape,
-            dtype,
-            times,
-        ))
+            None => scheduler::run_layout(plan, inputs, &self.budget, None, self.hooks(), kernel),
+        }
     }
 }
 
-/// The compute stage of a function over blocks: gathers each input's padded block,
-/// then calls the function.
-struct BlockKernel<'p, F> {
-    plan: &'p BlocksPlan,
-    f: F,
+/// What gathers each input's padded block of a tile and calls the function on it: one
+/// per call running at once, each with its own buffers.
+struct Gather {
     edges: Edges,
     /// Each input's padded block (8-byte words, so any element type is aligned).
     bufs: Vec<Vec<u64>>,
@@ -651,8 +738,8 @@ struct BlockKernel<'p, F> {
     cvals: Vec<Vec<u8>>,
 }
 
-impl<'p, F: BlockFn> BlockKernel<'p, F> {
-    fn new(plan: &'p BlocksPlan, f: F) -> Self {
+impl Gather {
+    fn new(plan: &BlocksPlan) -> Self {
         let cval = match plan.boxes.boundary {
             crate::tiling::Boundary::Constant(v) => v,
             _ => 0.0,
@@ -666,20 +753,22 @@ impl<'p, F: BlockFn> BlockKernel<'p, F> {
                 b
             })
             .collect();
-        BlockKernel {
-            plan,
-            f,
+        Gather {
             edges: plan.edges,
             bufs: vec![Vec::new(); plan.inputs.len()],
             cvals,
         }
     }
-}
 
-impl<F: BlockFn> TileKernel<BoxTile> for BlockKernel<'_, F> {
-    fn submit(&mut self, mut m: Morsel<BoxTile>) -> Result<Pending<BoxTile>> {
+    /// Gathers the padded blocks of tile `m` and calls `f` on them, its result going to
+    /// `m`'s output slot.
+    fn call<F: BlockFn>(
+        &mut self,
+        plan: &BlocksPlan,
+        f: &F,
+        m: &mut Morsel<BoxTile>,
+    ) -> Result<()> {
         let t = m.tile();
-        let plan = self.plan;
         let bx = PaddedBox::of(&plan.boxes, &t, self.edges);
         let per_band = plan.boxes.sources(&t).rows.len();
         let (ins, out) = m.io();
@@ -737,7 +826,46 @@ impl<F: BlockFn> TileKernel<BoxTile> for BlockKernel<'_, F> {
             dtype,
             shape: spatial(t.rows(), t.cols(), plan.out_bands, plan.out_rank),
         });
-        self.f.call(&block, out)?;
+        f.call(&block, out)
+    }
+}
+
+/// The compute stage calling the function on each block in turn, on its own thread.
+struct Serial<'p, F> {
+    gather: Gather,
+    plan: &'p BlocksPlan,
+    f: &'p F,
+}
+
+impl<F: BlockFn> TileKernel<BoxTile> for Serial<'_, F> {
+    fn submit(&mut self, mut m: Morsel<BoxTile>) -> Result<Pending<BoxTile>> {
+        self.gather.call(self.plan, self.f, &mut m)?;
         Ok(Pending::Ready(m))
+    }
+}
+
+/// A block handed to a thread calling the function, and where its result goes.
+type Job = (
+    Morsel<BoxTile>,
+    std::sync::mpsc::SyncSender<Result<Morsel<BoxTile>>>,
+);
+
+/// The compute stage handing each block to the threads calling the function; the write
+/// stage waits for the blocks in plan order.
+struct Calls {
+    jobs: crossbeam_channel::Sender<Job>,
+}
+
+impl TileKernel<BoxTile> for Calls {
+    fn submit(&mut self, m: Morsel<BoxTile>) -> Result<Pending<BoxTile>> {
+        let (done, result) = std::sync::mpsc::sync_channel(1);
+        self.jobs
+            .send((m, done))
+            .map_err(|_| Error::Internal("the threads calling the function stopped".into()))?;
+        Ok(Pending::Later(Box::new(move || {
+            result
+                .recv()
+                .map_err(|_| Error::Internal("a block's call ended without a result".into()))?
+        })))
     }
 }

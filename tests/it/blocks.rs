@@ -6,6 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc, clippy::float_cmp)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
 
 use crate::common::{Lcg, read_npy_data, write_npy};
 use crate::stencil::walk;
@@ -115,7 +118,7 @@ fn a_neighbourhood_function_over_padded_blocks_equals_the_whole_image_at_every_b
     ] {
         let want = oracle(&img, dims, r as i64, edges);
         let mut seen_tiles = Vec::new();
-        for budget in [160 << 10, 256 << 10, 1 << 20, 64 << 20] {
+        for (budget, calls) in [(160 << 10, 1), (256 << 10, 3), (1 << 20, 1), (64 << 20, 2)] {
             let out = dir.path().join("out.npy");
             let req = Blocks {
                 halo: (r, r),
@@ -123,6 +126,7 @@ fn a_neighbourhood_function_over_padded_blocks_equals_the_whole_image_at_every_b
                 shape: BlockShape::Auto,
                 working: Working::default(),
                 what: "sum".into(),
+                calls,
             };
             let o = BlocksOut {
                 path: &out,
@@ -141,7 +145,7 @@ fn a_neighbourhood_function_over_padded_blocks_equals_the_whole_image_at_every_b
             let got: Vec<f64> = bytemuck::pod_collect_to_vec(&read_npy_data(&out));
             assert_eq!(
                 got, want,
-                "{edges:?} at {budget} bytes ({} blocks)",
+                "{edges:?} at {budget} bytes, {calls} calls at once ({} blocks)",
                 rep.tiles
             );
         }
@@ -164,13 +168,14 @@ fn fixed_blocks_a_different_output_band_count_and_a_typed_closure() {
     write_npy(&p, DType::U16, &[3, h, w], bytemuck::cast_slice(&v));
     let input = TensorFile::open(&p).unwrap();
     let out = dir.path().join("o.npy");
-    let mut shapes = Vec::new();
+    let shapes = Mutex::new(Vec::new());
     let req = Blocks {
         halo: (0, 0),
         edges: Edges::Pad(Boundary::Reflect),
         shape: BlockShape::Fixed(8, 10),
         working: Working::default(),
         what: "bands".into(),
+        calls: 1,
     };
     engine(1 << 20)
         .run_blocks(
@@ -183,7 +188,7 @@ fn fixed_blocks_a_different_output_band_count_and_a_typed_closure() {
             }),
             |b: &Block<'_>, o: Option<BlockOut<'_>>| {
                 let x = b.inputs[0].as_slice::<u16>()?;
-                shapes.push(b.inputs[0].shape.clone());
+                shapes.lock().unwrap().push(b.inputs[0].shape.clone());
                 let o = o.unwrap();
                 let n = o.shape[1] * o.shape[2];
                 let res: &mut [f32] = bytemuck::cast_slice_mut(o.bytes);
@@ -195,6 +200,7 @@ fn fixed_blocks_a_different_output_band_count_and_a_typed_closure() {
             },
         )
         .unwrap();
+    let shapes = shapes.into_inner().unwrap();
     assert_eq!(shapes.len(), 3 * 3, "8x10 blocks of 20x23");
     assert_eq!(shapes[0], vec![3, 8, 10]);
     assert_eq!(
@@ -230,14 +236,15 @@ fn a_reduction_over_fixed_blocks_is_identical_at_every_budget_and_several_inputs
         TensorFile::open(&pb).unwrap(),
     );
     let mut results = Vec::new();
-    for budget in [200 << 10, 512 << 10, 8 << 20] {
-        let mut partials = Vec::new();
+    for (budget, calls) in [(200 << 10, 1), (512 << 10, 4), (8 << 20, 2)] {
+        let partials = Mutex::new(Vec::new());
         let req = Blocks {
             halo: (0, 0),
             edges: Edges::Pad(Boundary::Reflect),
             shape: BlockShape::Fixed(7, 31),
             working: Working::default(),
             what: "dot".into(),
+            calls,
         };
         engine(budget)
             .run_blocks(
@@ -250,15 +257,22 @@ fn a_reduction_over_fixed_blocks_is_identical_at_every_budget_and_several_inputs
                         blk.inputs[0].as_slice::<f64>()?,
                         blk.inputs[1].as_slice::<f64>()?,
                     );
-                    partials.push((blk.index, x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>()));
+                    let dot = x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+                    partials.lock().unwrap().push((blk.index, dot));
                     Ok(())
                 },
             )
             .unwrap();
-        assert!(
-            partials.windows(2).all(|p| p[0].0 + 1 == p[1].0),
-            "blocks in order"
-        );
+        let mut partials = partials.into_inner().unwrap();
+        if calls == 1 {
+            assert!(
+                partials.windows(2).all(|p| p[0].0 + 1 == p[1].0),
+                "one call at a time: blocks in order"
+            );
+        }
+        // several at once end in any order: the partials are summed in block order
+        partials.sort_by_key(|p| p.0);
+        assert_eq!(partials.len(), 8, "7-row blocks of 50 rows, {calls} calls");
         results.push(partials.iter().map(|p| p.1).sum::<f64>().to_bits());
     }
     assert!(results.windows(2).all(|r| r[0] == r[1]), "{results:?}");
@@ -278,8 +292,9 @@ fn a_failing_function_stops_the_run_and_leaves_nothing_at_the_output() {
         shape: BlockShape::Fixed(8, 16),
         working: Working::default(),
         what: "failing".into(),
+        calls: 1,
     };
-    let mut calls = 0;
+    let calls = AtomicUsize::new(0);
     let err = engine(1 << 20)
         .run_blocks(
             &[&input],
@@ -290,7 +305,7 @@ fn a_failing_function_stops_the_run_and_leaves_nothing_at_the_output() {
                 dtype: DType::F64,
             }),
             |b: &Block<'_>, _: Option<BlockOut<'_>>| {
-                calls += 1;
+                calls.fetch_add(1, Ordering::Relaxed);
                 if b.index == 3 {
                     Err(Error::Function {
                         block: b.index,
@@ -303,7 +318,70 @@ fn a_failing_function_stops_the_run_and_leaves_nothing_at_the_output() {
         )
         .unwrap_err();
     assert!(matches!(err, Error::Function { block: 3, .. }), "{err}");
-    assert_eq!(calls, 4, "stopped at the failing block");
+    assert_eq!(
+        calls.load(Ordering::Relaxed),
+        4,
+        "stopped at the failing block"
+    );
+    assert!(!out.exists());
+    let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(left.len(), 1, "only the input is left: {left:?}");
+}
+
+#[test]
+fn several_calls_at_once_overlap_and_a_failure_among_them_leaves_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, _) = image(dir.path(), (1, 64, 16), 5);
+    let input = TensorFile::open(&p).unwrap();
+    let out = dir.path().join("never.npy");
+    let req = Blocks {
+        halo: (1, 1),
+        edges: Edges::Pad(Boundary::Reflect),
+        shape: BlockShape::Fixed(8, 16),
+        working: Working::default(),
+        what: "waiting".into(),
+        calls: 2,
+    };
+    let plan = engine(1 << 20).plan_blocks(&[&input], &req, None).unwrap();
+    assert_eq!(plan.calls(), 2);
+    assert!(plan.to_string().contains("2 at once"), "{plan}");
+    // block 0 waits until block 1's call has started: it can only if two run at once
+    let started = (Mutex::new(0usize), Condvar::new());
+    let o = BlocksOut {
+        path: &out,
+        shape: vec![64, 16],
+        dtype: DType::F64,
+    };
+    let err = engine(1 << 20)
+        .run_blocks(
+            &[&input],
+            &req,
+            Some(&o),
+            |b: &Block<'_>, _: Option<BlockOut<'_>>| {
+                let (n, cv) = &started;
+                *n.lock().unwrap() += 1;
+                cv.notify_all();
+                if b.index == 0 {
+                    let (g, timeout) = cv
+                        .wait_timeout_while(n.lock().unwrap(), Duration::from_secs(60), |n| *n < 2)
+                        .unwrap();
+                    assert!(
+                        !timeout.timed_out(),
+                        "block 1 never ran beside block 0 ({})",
+                        *g
+                    );
+                }
+                if b.index == 5 {
+                    return Err(Error::Function {
+                        block: 5,
+                        message: "no".into(),
+                    });
+                }
+                Ok(())
+            },
+        )
+        .unwrap_err();
+    assert!(matches!(err, Error::Function { block: 5, .. }), "{err}");
     assert!(!out.exists());
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
     assert_eq!(left.len(), 1, "only the input is left: {left:?}");
@@ -321,6 +399,7 @@ fn bad_requests_are_refused_in_one_line() {
         shape: BlockShape::Auto,
         working: Working::default(),
         what: "f".into(),
+        calls: 1,
     };
     let e = engine(1 << 20);
     let err = e.plan_blocks(&[&fp, &fq], &req, None).unwrap_err();
@@ -404,6 +483,7 @@ fn encoded_outputs_of_several_bands_equal_the_npy_output() {
             shape: BlockShape::Auto,
             working: Working::default(),
             what: "sum".into(),
+            calls: 1,
         };
         let e = engine(1 << 20)
             .with_tiff_output(tilestream::TiffWriteOptions {
