@@ -2,12 +2,13 @@
 //! engine's `run_blocks` with a function that takes the GIL for the call alone. Reading,
 //! halo assembly and writing run on the engine's threads without it.
 //!
-//! The callable gets each block as `(index, count, tile, inner, inputs, out_shape)`:
+//! The callable gets each block as `(index, count, tile, inner, inputs, out_shape, out)`:
 //! `tile` the block's rows and columns in the image, `inner` where the block lies in the
-//! padded blocks, `inputs` a list of `(bytes, dtype name, shape)` (the bytes are the
-//! block's own copy, which the Python side wraps read-only with numpy), `out_shape` the
-//! shape its result must have (`None` without an output). It returns the result's bytes
-//! (C order, the output's dtype), or `None` without an output. An exception it raises
+//! padded blocks, `inputs` a list of `(memory, dtype name, shape)` (the engine's gathered
+//! blocks, read-only, which the Python side wraps with numpy without a copy), `out_shape`
+//! the shape its result must have and `out` the writable memory of the result's place in
+//! the output slot (C order, the output's dtype), which it fills; both `None` without an
+//! output. The memory is valid for the call only (see `views.rs`). An exception it raises
 //! stops the run after that block and reaches the caller unchanged.
 
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 use serde_json::Value;
 use tilestream::{
     Block, BlockOut, BlockShape, Blocks, BlocksOut, Boundary, DType, Edges, Engine, Error, JobKey,
@@ -24,6 +25,7 @@ use tilestream::{
 
 use crate::errors::{bad_json, to_py};
 use crate::options::{engine, parse_opts};
+use crate::views::View;
 use crate::worker::run_on_worker;
 
 /// What `req` (JSON) asks: `halo` `[rows, cols]`, `edges` (`reflect`, `nearest`, `wrap`,
@@ -222,35 +224,55 @@ pub(crate) fn run_blocks(
     serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
-/// Calls the Python side for block `b` and copies what it returns into `out`.
+/// Calls the Python side for block `b`: its padded blocks as read-only [`View`]s of the
+/// engine's buffers, and the result's place in the output slot as a writable one that
+/// the Python side fills; all end with the call. An input still referenced then (an array
+/// over it that the function kept, or a traceback's frame) leaves that buffer to Python
+/// for good, and stops the run.
 fn call(py: Python<'_>, cb: &Py<PyAny>, b: &Block<'_>, out: Option<BlockOut<'_>>) -> PyResult<()> {
+    let views = b
+        .inputs
+        .iter()
+        .map(|i| View::read(py, i.data))
+        .collect::<PyResult<Vec<_>>>()?;
     let inputs = PyList::empty(py);
-    for i in &b.inputs {
-        let shape = PyTuple::new(py, &i.shape)?;
-        inputs.append((PyBytes::new(py, i.data), i.dtype.name(), shape))?;
+    for (i, v) in b.inputs.iter().zip(&views) {
+        inputs.append((v.as_any(), i.dtype.name(), PyTuple::new(py, &i.shape)?))?;
     }
-    let out_shape = match &out {
-        Some(o) => Some(PyTuple::new(py, &o.shape)?),
-        None => None,
+    let (out_shape, out_view) = match out {
+        Some(o) => (
+            Some(PyTuple::new(py, &o.shape)?),
+            Some(View::write(py, o.bytes)?),
+        ),
+        None => (None, None),
     };
-    let got = cb.call1(py, (b.index, b.count, b.tile, b.inner, inputs, out_shape))?;
-    match out {
-        None => Ok(()),
-        Some(o) => {
-            let bytes = got.bind(py).cast::<PyBytes>().map_err(|_| {
-                PyRuntimeError::new_err("tilestream: the block callback returned no bytes")
-            })?;
-            let data = bytes.as_bytes();
-            if data.len() != o.bytes.len() {
-                return Err(PyRuntimeError::new_err(format!(
-                    "tilestream: block {}: {} bytes for a result of {} bytes",
-                    b.index,
-                    data.len(),
-                    o.bytes.len()
-                )));
-            }
-            o.bytes.copy_from_slice(data);
-            Ok(())
-        }
+    let got = cb.call1(
+        py,
+        (
+            b.index,
+            b.count,
+            b.tile,
+            b.inner,
+            inputs,
+            out_shape,
+            out_view.as_ref().map(View::as_any),
+        ),
+    );
+    if let Some(v) = &out_view {
+        v.end();
     }
+    let mut kept = false;
+    for v in views {
+        kept |= !v.released()?;
+    }
+    if kept {
+        b.keep_inputs();
+        got?;
+        return Err(PyRuntimeError::new_err(format!(
+            "tilestream: the function kept block {}'s input arrays past its call (a view of \
+             them in what it returned or stored): return or keep copies (`b.copy()`)",
+            b.index
+        )));
+    }
+    got.map(|_| ())
 }

@@ -22,6 +22,7 @@ mod errors;
 mod files;
 mod options;
 mod pipeline;
+mod views;
 mod worker;
 
 /// Bytes of a memory size written as on the command line (`512MiB`, `2GB`, `1048576`).

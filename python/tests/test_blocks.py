@@ -378,6 +378,43 @@ def test_an_exception_among_calls_at_once_reaches_the_caller(tmp_path):
         ts.map_blocks(f, tmp_path / "a.npy", out=tmp_path / "o.npy", threads=0)
 
 
+def test_blocks_are_views_of_the_engines_buffers_and_one_kept_past_its_call_stops_the_run(
+        tmp_path):
+    a = image((300, 40), seed=13)
+    np.save(tmp_path / "a.npy", a)
+    seen = []
+
+    def look(b):
+        seen.append((b.flags.writeable, b.flags.owndata))
+        return b * 2
+
+    ts.map_blocks(look, tmp_path / "a.npy", out=tmp_path / "o.npy", memory="1MiB")
+    assert np.array_equal(np.load(tmp_path / "o.npy"), a * 2)
+    assert set(seen) == {(False, False)}, "read-only views, no copy of their own"
+    # the identity: the result is the block itself, copied into the output, never kept
+    ts.map_blocks(lambda b: b, tmp_path / "a.npy", out=tmp_path / "i.npy", memory="1MiB")
+    assert np.array_equal(np.load(tmp_path / "i.npy"), a)
+    # a function keeping its block: refused after that block, the kept array still valid
+    kept = []
+
+    def keep(b):
+        kept.append(b)
+        return b
+
+    with pytest.raises(RuntimeError, match=r"kept block \d+'s input arrays.*b\.copy\(\)"):
+        ts.map_blocks(keep, tmp_path / "a.npy", out=tmp_path / "k.npy", block=(50, 40),
+                      memory="1MiB")
+    assert not (tmp_path / "k.npy").exists()
+    last = kept[-1]
+    assert np.array_equal(last, a[:last.shape[0]]) or any(
+        np.array_equal(last, a[r:r + last.shape[0]]) for r in range(0, 300, 50))
+    # a reduction whose partials are views of the blocks: the same
+    with pytest.raises(RuntimeError, match="b.copy()"):
+        ts.reduce_blocks(lambda b: b[0], lambda ps: ps[0], tmp_path / "a.npy")
+    assert ts.reduce_blocks(lambda b: b[0].copy(), lambda ps: ps[0], tmp_path / "a.npy") \
+        .tolist() == a[0].tolist()
+
+
 def test_bad_arguments_are_refused_in_one_line(tmp_path):
     np.save(tmp_path / "a.npy", image((20, 20)))
     np.save(tmp_path / "b.npy", image((20, 21)))

@@ -136,10 +136,12 @@ def _calls(threads: Any) -> int:
 
 
 def _arrays(inputs: list) -> list:
-    """The blocks as read-only numpy arrays over their bytes (no copy)."""
+    """The blocks as read-only numpy arrays over the engine's buffers (no copy). They are
+    valid for the call only: a function that keeps one (or a view of one) past its call
+    stops the run, and is told to keep a copy."""
     from . import _np_dtype
 
-    return [np.frombuffer(b, dtype=_np_dtype(d)).reshape(s) for b, d, s in inputs]
+    return [np.asarray(m).view(_np_dtype(d)).reshape(s) for m, d, s in inputs]
 
 
 def _note(e: BaseException, index: int, tile: tuple) -> None:
@@ -285,28 +287,26 @@ def _call_block(watch: _Watch, fn: Callable[..., Any], inputs: list, index: int,
 
 def _result(a: np.ndarray, index: int, name: str, dtype: np.dtype, want: tuple,
             keep: tuple) -> np.ndarray:
-    """The block's part (``keep``, the halo trimmed) of the function's result ``a`` as
-    ``dtype``, ``a`` being of shape ``want``: a cast numpy calls same-kind is made;
-    anything else is refused."""
+    """The block's part (``keep``, the halo trimmed) of the function's result ``a``, ``a``
+    being of shape ``want`` and of a dtype that casts to ``dtype`` as numpy calls
+    same-kind; anything else is refused."""
     if a.shape != tuple(want):
         raise ValueError(
             f"tilestream: {name} returned shape {a.shape} for block {index}; the block needs "
             f"{tuple(want)}"
         )
-    a = a[(Ellipsis,) + keep]
-    if a.dtype != dtype:
-        if not np.can_cast(a.dtype, dtype, "same_kind"):
-            raise TypeError(
-                f"tilestream: {name} returned {a.dtype} for block {index}, which does not "
-                f"cast to the output's {dtype}: give dtype= or return {dtype}"
-            )
-        a = a.astype(dtype)
-    return a
+    if a.dtype != dtype and not np.can_cast(a.dtype, dtype, "same_kind"):
+        raise TypeError(
+            f"tilestream: {name} returned {a.dtype} for block {index}, which does not "
+            f"cast to the output's {dtype}: give dtype= or return {dtype}"
+        )
+    return a[(Ellipsis,) + keep]
 
 
 class _Call:
     """The callback the engine calls for each block, for a map: runs the function under
-    the memory watch, checks its result, trims the halo and hands back the bytes."""
+    the memory watch, checks its result, trims the halo and writes it into the output
+    slot's view."""
 
     def __init__(self, fn: Callable[..., Any], name: str, working: dict, declared: Any,
                  out_dtype: np.dtype, lead: tuple, probe: bool = False, calls: int = 1) -> None:
@@ -316,10 +316,16 @@ class _Call:
         self.first: Optional[tuple] = None
 
     def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
-                 out_shape: Optional[tuple]) -> Optional[bytes]:
+                 out_shape: Optional[tuple], out: Any = None) -> None:
         arrays, res, used, block_bytes = _call_block(self.watch, self.fn, inputs, index, tile)
         if self.probe:
-            self.first = (res, used, block_bytes, arrays[0].shape)
+            # what the result is, never the result: it may be a view of the block
+            try:
+                a = np.asarray(res)
+                meta = (a.shape, a.dtype)
+            except (ValueError, TypeError):  # a reduction's partial need not be an array
+                meta = (None, None)
+            self.first = (meta, used, block_bytes, arrays[0].shape)
             return None
         out_bytes = math.prod(out_shape or ()) * self.out_dtype.itemsize
         _check_working(self.name, used, block_bytes, self.working, index, self.declared,
@@ -327,11 +333,16 @@ class _Call:
         (r0, r1), (c0, c1) = tile
         iy, ix = inner
         padded = arrays[0].shape[-1:] if len(arrays[0].shape) == 1 else arrays[0].shape[-2:]
-        a = np.asarray(res)
-        a = _result(a, index, self.name, self.out_dtype, self.lead + tuple(padded),
+        a = _result(np.asarray(res), index, self.name, self.out_dtype,
+                    self.lead + tuple(padded),
                     (slice(iy, iy + (r1 - r0)),) if len(padded) == 1
                     else (slice(iy, iy + (r1 - r0)), slice(ix, ix + (c1 - c0))))
-        return a.tobytes()
+        dst = np.asarray(out).view(self.out_dtype).reshape(out_shape)
+        try:
+            np.copyto(dst, a, casting="unsafe")  # the cast was checked by _result
+        finally:
+            del dst  # the view ends with the call, even when the copy raised
+        return None
 
 
 def _opts_of(memory: Any, threads: Any, resume: bool, kw: dict) -> str:
@@ -362,8 +373,8 @@ def _probe(fn: Callable[..., Any], name: str, ins: _Inputs, req: dict, opts: str
 
 def _measure(fn: Callable[..., Any], name: str, ins: _Inputs, req: dict,
              opts: str) -> Tuple[Any, dict, int, int, tuple]:
-    """Measures ``fn`` on a first block and on one a quarter of its size: its result on
-    the first, the working memory fitted to both (a multiple of the padded block and a
+    """Measures ``fn`` on a first block and on one a quarter of its size: the shape and
+    dtype of its result on the first, the working memory fitted to both (a multiple of the padded block and a
     fixed part, each with a margin), and what the first block used and was given."""
     side = ins.probe_side(tuple(req["halo"]), _budget_of(opts))
     opts = json.dumps(dict(json.loads(opts), resume=False))
@@ -413,17 +424,19 @@ def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, bou
         work = measured
     _check_working(name, used, block_bytes, work, 0, declared)
     # the output: the function's dtype and band count unless declared
-    first = np.asarray(res)
+    first_shape, first_dtype = res
+    if first_shape is None:
+        raise TypeError(f"tilestream: {name} returned what numpy cannot make an array of")
     padded = in_shape[-1:] if ins.ndim == 1 else in_shape[-2:]
-    if first.shape[-len(padded):] != tuple(padded) or first.ndim > len(padded) + 1:
+    if first_shape[-len(padded):] != tuple(padded) or len(first_shape) > len(padded) + 1:
         raise ValueError(
-            f"tilestream: {name} returned shape {first.shape} for a block of "
+            f"tilestream: {name} returned shape {first_shape} for a block of "
             f"{tuple(in_shape)}: a map keeps the blocks' "
             f"{'length' if ins.ndim == 1 else 'rows and columns'} (a leading axis of bands "
             f"may change)"
         )
-    lead = tuple(first.shape[:-len(padded)])
-    out_dtype = np.dtype(dtype) if dtype is not None else first.dtype
+    lead = tuple(first_shape[:-len(padded)])
+    out_dtype = np.dtype(dtype) if dtype is not None else first_dtype
     grid = (ins.grid[0],) if ins.ndim == 1 else ins.grid
     out_shape = tuple(int(s) for s in shape) if shape is not None else lead + tuple(grid)
     if tuple(out_shape[-len(grid):]) != tuple(grid) or len(out_shape) > len(grid) + 1:
@@ -536,7 +549,7 @@ class _Reducer:
         self.early: dict = {}
 
     def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
-                 out_shape: Optional[tuple]) -> None:
+                 out_shape: Optional[tuple], out: Any = None) -> None:
         _, part, used, block_bytes = _call_block(self.watch, self.chunk, inputs, index, tile)
         _check_working(self.name, used, block_bytes, self.working, index, self.declared,
                        self.watch.calls)

@@ -147,6 +147,20 @@ pub struct Block<'a> {
     pub inner: (usize, usize),
     /// The padded blocks, one per input.
     pub inputs: Vec<BlockInput<'a>>,
+    /// Set by [`Block::keep_inputs`].
+    kept: std::cell::Cell<bool>,
+}
+
+impl Block<'_> {
+    /// Tells the engine that something outside the function's call still points into the
+    /// inputs' bytes (a view handed to another runtime that outlives the call, such as
+    /// a numpy array a Python function kept): their buffers are then never freed nor
+    /// reused, and the next block is gathered into new ones. What is kept is leaked, so
+    /// a function calls this only when it cannot release what points there (and then
+    /// usually stops the run).
+    pub fn keep_inputs(&self) {
+        self.kept.set(true);
+    }
 }
 
 /// Where the function writes a block's result: the block's (not the padded block's)
@@ -820,13 +834,22 @@ impl Gather {
             ),
             inner: ((t.r0 - bx.row) as usize, (t.c0 - bx.col) as usize),
             inputs,
+            kept: std::cell::Cell::new(false),
         };
         let out = plan.out_dtype.map(|dtype| BlockOut {
             bytes: out,
             dtype,
             shape: spatial(t.rows(), t.cols(), plan.out_bands, plan.out_rank),
         });
-        f.call(&block, out)
+        let r = f.call(&block, out);
+        if block.kept.get() {
+            drop(block);
+            for buf in &mut self.bufs {
+                // something outside still points here: the buffer is never freed
+                let _ = std::mem::take(buf).leak();
+            }
+        }
+        r
     }
 }
 
