@@ -31,7 +31,7 @@ use crate::worker::run_on_worker;
 /// What `req` (JSON) asks: `halo` `[rows, cols]`, `edges` (`reflect`, `nearest`, `wrap`,
 /// `constant`, `none`), `cval`, `block` `[rows, cols]` or null, `first` (one block at the
 /// origin only), `working` `{per_block, per_out, bytes}`, `what`, `calls` (of the
-/// function at once).
+/// function at once), `rows` `[first, end)` (a share of the image) or null.
 fn blocks_of(req: &Value) -> Result<Blocks, Error> {
     let pair = |v: &Value| -> Option<(usize, usize)> {
         let a = v.as_array()?;
@@ -77,6 +77,7 @@ fn blocks_of(req: &Value) -> Result<Blocks, Error> {
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(1)
             .max(1),
+        rows: pair(&req["rows"]),
     })
 }
 

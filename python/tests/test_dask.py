@@ -205,6 +205,58 @@ def test_map_files_runs_a_pipeline_per_file(client, tmp_path):
         ts.run(pipe, inputs={"nope": scenes[0]})
 
 
+@pytest.mark.parametrize("rows", [None, 1, 7])
+def test_your_own_function_by_shares_of_rows_equals_one_process(client, tmp_path, rows):
+    import scipy.ndimage as ndi
+
+    img = data((60, 45), "float32", 30)
+    np.save(tmp_path / "img.npy", img)
+    smooth = lambda b: ndi.gaussian_filter(b, 1.5, mode="wrap")  # noqa: E731
+    ts.map_overlap(smooth, tmp_path / "img.npy", out=tmp_path / "one.npy", halo=6,
+                   boundary="wrap", memory="1MiB")
+    t = tsd.map_overlap(smooth, tmp_path / "img.npy", out=tmp_path / "split.npy", halo=6,
+                        boundary="wrap", client=client, block_rows=rows, memory="1MiB")
+    assert t.shape == img.shape
+    assert same_file(tmp_path / "one.npy", tmp_path / "split.npy"), rows
+    np.testing.assert_allclose(np.load(tmp_path / "split.npy"),
+                               ndi.gaussian_filter(img, 1.5, mode="wrap"), rtol=1e-6)
+    # bands whole in every block, another number of them out, two inputs aligned
+    scene = data((4, 30, 20), "uint16", 31)
+    mask = data((30, 20), "uint8", 32) > 100
+    np.save(tmp_path / "scene.npy", scene)
+    np.save(tmp_path / "mask.npy", mask)
+    w = np.arange(8, dtype=np.float32).reshape(2, 4)
+
+    def model(b, m):
+        return np.einsum("kb,bhw->khw", w, b.astype(np.float32)) * m
+
+    ts.map_blocks(model, tmp_path / "scene.npy", tmp_path / "mask.npy",
+                  out=tmp_path / "one2.npy", memory="1MiB")
+    tsd.map_blocks(model, tmp_path / "scene.npy", tmp_path / "mask.npy",
+                   out=tmp_path / "split2.npy", client=client, block_rows=rows, memory="1MiB")
+    assert same_file(tmp_path / "one2.npy", tmp_path / "split2.npy"), rows
+    assert np.load(tmp_path / "split2.npy").shape == (2, 30, 20)
+
+
+def test_your_own_function_failing_on_the_cluster_leaves_nothing(client, tmp_path):
+    np.save(tmp_path / "x.npy", data((40, 8), "float32"))
+
+    here = os.getpid()
+
+    def bad(b):  # measured here, fails on the workers
+        if os.getpid() != here:
+            raise ZeroDivisionError("no luck")
+        return b
+
+    with pytest.raises(ZeroDivisionError, match="no luck"):
+        tsd.map_blocks(bad, tmp_path / "x.npy", out=tmp_path / "o.npy", client=client,
+                       memory="1MiB")
+    with pytest.raises(ValueError, match="write a .npy output"):
+        tsd.map_blocks(lambda b: b, tmp_path / "x.npy", out=tmp_path / "o.tif",
+                       client=client)
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["x.npy"]
+
+
 def test_bad_arguments_are_refused_in_one_line(client, tmp_path):
     p = tmp_path / "x.npy"
     np.save(p, data((100, 4), "float32"))

@@ -391,13 +391,27 @@ def _measure(fn: Callable[..., Any], name: str, ins: _Inputs, req: dict,
     return res, work, used, block_bytes, shape
 
 
-def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, boundary: str,
-         cval: float, dtype: Any, shape: Any, block: Any, working: Any, memory: Any,
-         threads: Any, resume: bool, progress: Any, kw: dict) -> Any:
-    from . import RunReport, _progress, _ts_dtype, _np_dtype, Plan, BudgetError
-    from . import open as ts_open
+class _Prepared:
+    """A map ready to run: the inputs, the request to the engine (the working memory
+    measured or declared), the output's JSON, and the callback's figures."""
 
-    plan_only = kw.pop("_plan", False)
+    def __init__(self, ins: _Inputs, name: str, req: dict, opts: str, declared: Any,
+                 out_dtype: np.dtype, lead: tuple, out: dict) -> None:
+        self.ins, self.name, self.req, self.opts = ins, name, req, opts
+        self.declared, self.out_dtype, self.lead, self.out = declared, out_dtype, lead, out
+
+    def call(self, fn: Callable[..., Any]) -> "_Call":
+        return _Call(fn, self.name, self.req["working"], self.declared, self.out_dtype,
+                     self.lead, calls=self.req["calls"])
+
+
+def _prepare(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any,
+             boundary: str, cval: float, dtype: Any, shape: Any, block: Any, working: Any,
+             memory: Any, threads: Any, resume: bool, kw: dict) -> _Prepared:
+    """Checks a map's arguments, measures ``fn`` on a first block (unless ``working=``
+    says), and works out the output's shape and dtype."""
+    from . import _ts_dtype, _np_dtype
+
     if not callable(fn):
         raise TypeError(f"tilestream: fn must be callable, not {type(fn).__name__}")
     if out is None:
@@ -450,24 +464,37 @@ def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, bou
             f"a block of {tuple(in_shape)}"
         )
     ts_name = _ts_dtype(out_dtype)
-    out_dtype = _np_dtype(ts_name)
-    o = json.dumps({"path": os.fspath(out), "shape": list(out_shape), "dtype": ts_name})
     req["working"] = work
+    o = {"path": os.fspath(out), "shape": list(out_shape), "dtype": ts_name}
+    return _Prepared(ins, name, req, opts, declared, _np_dtype(ts_name), lead, o)
+
+
+def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, boundary: str,
+         cval: float, dtype: Any, shape: Any, block: Any, working: Any, memory: Any,
+         threads: Any, resume: bool, progress: Any, kw: dict) -> Any:
+    from . import RunReport, _progress, Plan, BudgetError
+    from . import open as ts_open
+
+    plan_only = kw.pop("_plan", False)
+    p = _prepare(fn, inputs, out, halo, boundary, cval, dtype, shape, block, working, memory,
+                 threads, resume, kw)
+    o = json.dumps(p.out)
     if plan_only:
         try:
-            fields = json.loads(_ts.plan_blocks(ins.json(), json.dumps(req), o, opts))
+            fields = json.loads(_ts.plan_blocks(p.ins.json(), json.dumps(p.req), o, p.opts))
         except BudgetError as e:
             return Plan({"fits": False, "text": str(e), "smallest": e.smallest,
-                         "budget_bytes": _budget_of(opts)})
+                         "budget_bytes": _budget_of(p.opts)})
         fields["fits"] = True
         return Plan(fields)
-    call = _Call(fn, name, work, declared, out_dtype, lead, calls=calls)
-    key = json.dumps({"fn": name, "req": {k: v for k, v in req.items()
-                                          if k not in ("working", "calls")},
-                      "out": json.loads(o)}, sort_keys=True)
+    call = p.call(fn)
+    key = json.dumps({"fn": p.name, "req": {k: v for k, v in p.req.items()
+                                            if k not in ("working", "calls")},
+                      "out": p.out}, sort_keys=True)
     with call.watch:
         report = RunReport(json.loads(
-            _ts.run_blocks(ins.json(), json.dumps(req), o, call, opts, _progress(progress), key)
+            _ts.run_blocks(p.ins.json(), json.dumps(p.req), o, call, p.opts,
+                           _progress(progress), key)
         ))
     t = ts_open(out)
     t.report = report

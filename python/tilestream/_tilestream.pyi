@@ -11,7 +11,7 @@ def run_blocks(
     sources: list[str],
     req: str,
     out: str,
-    callback: Callable[..., Optional[bytes]],
+    callback: Callable[..., None],
     opts: str,
     progress: Optional[Callable[[dict], Any]] = None,
     key: Optional[str] = None,

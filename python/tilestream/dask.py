@@ -25,6 +25,11 @@ How the results stay the bytes of one run:
   the neighbouring shares. The file is renamed onto the destination when every task
   has succeeded, so nothing appears at the path before the end, and a failed job
   leaves nothing. A task Dask retries after its worker died rewrites exactly its rows.
+* ``map_blocks`` and ``map_overlap`` run your function by shares of the image's rows:
+  the function is measured once on the client, the output (a ``.npy``) made whole
+  beforehand, and each task calls the function on the blocks of its rows (reading their
+  halo from the rows around them) and writes them in place. The output equals one
+  process's wherever the function's result depends on its halo alone.
 * ``map_files`` runs one tilestream call per file (thousands of scenes): each output
   appears atomically, as with one process.
 
@@ -53,7 +58,9 @@ __all__ = [
     "affine",
     "cast",
     "map",
+    "map_blocks",
     "map_files",
+    "map_overlap",
     "matmul",
     "reduce",
     "standardize",
@@ -421,6 +428,103 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client
                 os.unlink(p)
             except FileNotFoundError:
                 pass
+
+
+# ---------------------------------------------------------------------------------------
+# your own function over blocks
+
+
+def _blocks_task(fn: Callable[..., Any], p: Any, sources: List[str], tmp: str,
+                 share: Tuple[int, int], memory: Any, threads: Optional[int],
+                 hook: Optional[Callable[[], Any]]) -> dict:
+    """Calls ``fn`` on the blocks of rows ``share`` and writes them into ``tmp``."""
+    if hook is not None:
+        hook()
+    req = dict(p.req, rows=list(share))
+    out = dict(p.out, path=tmp)
+    opts = _task_opts(memory, threads,
+                      out_region={"at_row": 0, "skip_rows": 0, "rows": None})
+    call = p.call(fn)
+    with call.watch:
+        return json.loads(_ts.run_blocks(sources, json.dumps(req), json.dumps(out), call,
+                                         opts))
+
+
+def _map_rows(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any,
+              boundary: str, cval: float, dtype: Any, shape: Any, block: Any, working: Any,
+              client: Any, block_rows: Optional[int], memory: Any, threads: Optional[int],
+              hook: Optional[Callable[[], Any]]) -> Any:
+    from ._blocks import _prepare
+
+    c = _client(client)
+    if out is None:
+        raise TypeError("tilestream: give out=, the file the results are written to")
+    dest = os.path.abspath(out)
+    if not dest.lower().endswith(".npy"):
+        raise ValueError(
+            f"tilestream.dask: map_blocks and map_overlap write a .npy output, not {out}: "
+            "convert it afterwards (tilestream.convert) for another format"
+        )
+    sources = [json.dumps(_src(x)) for x in inputs]
+    # measured once, here: every task plans with the same working memory
+    probe_memory = "256MiB" if memory == "auto" else memory
+    p = _prepare(fn, inputs, dest, halo, boundary, cval, dtype, shape, block, working,
+                 probe_memory, threads, False, {})
+    rows = p.ins.grid[0]
+    p.ins = None  # the tasks take the sources' JSON, not the opened inputs
+    tmp = _ts.create_npy_for_rows(dest, p.out["shape"], p.out["dtype"])
+    held = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        job = uuid.uuid4().hex
+        futures = [
+            c.submit(_blocks_task, fn, p, sources, tmp, s, memory, threads, hook,
+                     key=f"tilestream-blocks-{job}-{i}", pure=False)
+            for i, s in enumerate(_shares(rows, 1, block_rows, c))
+        ]
+        try:
+            c.gather(futures)
+        except BaseException:
+            c.cancel(futures)
+            raise
+        _ts.commit_npy(tmp, dest, True)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    finally:
+        os.close(held)
+    return _open(dest)
+
+
+def map_blocks(fn: Callable[..., Any], *inputs: Any, out: Any = None, dtype: Any = None,
+               shape: Optional[tuple] = None, block: Any = None, working: Any = None,
+               client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
+               threads: Optional[int] = None,
+               _hook: Optional[Callable[[], Any]] = None) -> Any:
+    """:func:`tilestream.map_blocks` on the cluster, by shares of the inputs' rows
+    (``block_rows`` rows each; default: four tasks per worker thread), each task under
+    its own budget (``memory``, as for every function here); ``out`` is a ``.npy``,
+    made whole beforehand and put in place when every task has succeeded. ``fn`` is
+    measured once on the client (unless ``working=``) and sent to the workers, so it must
+    pickle (cloudpickle takes lambdas and closures)."""
+    return _map_rows(fn, inputs, out, 0, "reflect", 0.0, dtype, shape, block, working,
+                     client, block_rows, memory, threads, _hook)
+
+
+def map_overlap(fn: Callable[..., Any], *inputs: Any, out: Any = None, halo: Any = 1,
+                boundary: str = "reflect", cval: float = 0.0, dtype: Any = None,
+                shape: Optional[tuple] = None, block: Any = None, working: Any = None,
+                client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
+                threads: Optional[int] = None,
+                _hook: Optional[Callable[[], Any]] = None) -> Any:
+    """:func:`tilestream.map_overlap` on the cluster, as :func:`map_blocks`: each task
+    reads the halo of its blocks from the rows around its share, so the output equals
+    one process's wherever ``fn`` looks at most ``halo`` positions away."""
+    return _map_rows(fn, inputs, out, halo, boundary, cval, dtype, shape, block, working,
+                     client, block_rows, memory, threads, _hook)
 
 
 # ---------------------------------------------------------------------------------------

@@ -85,6 +85,11 @@ pub struct Blocks {
     /// each, so blocks are smaller; results are written in plan order whatever order the
     /// calls end in.
     pub calls: usize,
+    /// Only the blocks of these rows `[first, end)` of the image, their halo read from
+    /// the rows around them (the boundary only at the image's edges): a share of a job
+    /// split over a cluster, each writing its rows of one output made beforehand
+    /// ([`Engine::with_output_region`]). `None` for all of them.
+    pub rows: Option<(usize, usize)>,
 }
 
 /// Where a function's results go: a new file of `shape` and `dtype`. Its last axes are
@@ -525,7 +530,7 @@ impl Engine {
             None => Vec::new(),
         };
         let out_chunks = aligned_chunks(out_chunks, req.shape, (h, w))?;
-        let attempt = |scratch_limit: u64| {
+        let attempt = |scratch_limit: u64, cuts: &Cuts| {
             let (decode, decode_what) = super::decode_scratch(scratch_limit, &files);
             let (mut resident, mut resident_what) = (decode, decode_what);
             if extra_window > 0 {
@@ -577,7 +582,28 @@ impl Engine {
             };
             super::imagery::along_out_chunks(base, out_chunks.clone(), |r| BoxPlan::new(&r))
         };
-        let boxes = self.scratch_giving_way(&files, !out_chunks.is_empty(), attempt)?;
+        let mut boxes =
+            self.scratch_giving_way(&files, !out_chunks.is_empty(), |s| attempt(s, &cuts))?;
+        if let Some((a, b)) = req.rows {
+            if a >= b || b > h {
+                return Err(Error::invalid(format!(
+                    "rows {a}..{b} of an image of {h} rows hold no block"
+                )));
+            }
+            // the whole image's blocks, those of the share only, cut evenly by its rows
+            let th = boxes.tile.0.max(1);
+            let pieces = (b - a).div_ceil(th);
+            let step = (b - a).div_ceil(pieces);
+            let share = Cuts::Given {
+                rows: fixed_cuts(b - a, step)
+                    .into_iter()
+                    .map(|(r, n)| (r + a as i64, n))
+                    .collect(),
+                cols: boxes.col_cuts.clone(),
+            };
+            boxes =
+                self.scratch_giving_way(&files, !out_chunks.is_empty(), |s| attempt(s, &share))?;
+        }
         Ok(BlocksPlan {
             boxes,
             inputs: ins,

@@ -127,6 +127,7 @@ fn a_neighbourhood_function_over_padded_blocks_equals_the_whole_image_at_every_b
                 working: Working::default(),
                 what: "sum".into(),
                 calls,
+                rows: None,
             };
             let o = BlocksOut {
                 path: &out,
@@ -176,6 +177,7 @@ fn fixed_blocks_a_different_output_band_count_and_a_typed_closure() {
         working: Working::default(),
         what: "bands".into(),
         calls: 1,
+        rows: None,
     };
     engine(1 << 20)
         .run_blocks(
@@ -245,6 +247,7 @@ fn a_reduction_over_fixed_blocks_is_identical_at_every_budget_and_several_inputs
             working: Working::default(),
             what: "dot".into(),
             calls,
+            rows: None,
         };
         engine(budget)
             .run_blocks(
@@ -293,6 +296,7 @@ fn a_failing_function_stops_the_run_and_leaves_nothing_at_the_output() {
         working: Working::default(),
         what: "failing".into(),
         calls: 1,
+        rows: None,
     };
     let calls = AtomicUsize::new(0);
     let err = engine(1 << 20)
@@ -341,6 +345,7 @@ fn several_calls_at_once_overlap_and_a_failure_among_them_leaves_nothing() {
         working: Working::default(),
         what: "waiting".into(),
         calls: 2,
+        rows: None,
     };
     let plan = engine(1 << 20).plan_blocks(&[&input], &req, None).unwrap();
     assert_eq!(plan.calls(), 2);
@@ -388,6 +393,80 @@ fn several_calls_at_once_overlap_and_a_failure_among_them_leaves_nothing() {
 }
 
 #[test]
+fn shares_of_the_rows_written_into_one_output_equal_the_whole_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = (2, 41, 23);
+    let (p, img) = image(dir.path(), dims, 21);
+    let input = TensorFile::open(&p).unwrap();
+    let r = 3;
+    let edges = Edges::Pad(Boundary::Reflect);
+    let want = oracle(&img, dims, r as i64, edges);
+    let dest = dir.path().join("o.npy");
+    let tmp = tilestream::create_npy_for_rows(&dest, &[2, 41, 23], DType::F64).unwrap();
+    // three shares of uneven rows, each under its own small budget, as cluster tasks
+    for (share, budget) in [
+        ((0, 10), 160 << 10),
+        ((10, 11), 256 << 10),
+        ((11, 41), 1 << 20),
+    ] {
+        let req = Blocks {
+            halo: (r, r),
+            edges,
+            shape: BlockShape::Auto,
+            working: Working::default(),
+            what: "sum".into(),
+            calls: 1,
+            rows: Some(share),
+        };
+        let plan = engine(budget).plan_blocks(&[&input], &req, None).unwrap();
+        let rows: usize = (0..plan.num_blocks())
+            .map(|i| {
+                let t = plan.boxes.box_tile(i);
+                assert!(
+                    t.r0 as usize >= share.0 && t.r1 as usize <= share.1,
+                    "{t:?}"
+                );
+                if t.c0 == 0 { t.rows() } else { 0 }
+            })
+            .sum();
+        assert_eq!(rows, share.1 - share.0, "the share's rows, each once");
+        engine(budget)
+            .with_output_region(Some(tilestream::OutRegion {
+                at_row: 0,
+                skip_rows: 0,
+                rows: None,
+            }))
+            .run_blocks(
+                &[&input],
+                &req,
+                Some(&BlocksOut {
+                    path: &tmp,
+                    shape: vec![2, 41, 23],
+                    dtype: DType::F64,
+                }),
+                |b: &Block<'_>, o: Option<BlockOut<'_>>| block_sum(b, o, r as i64),
+            )
+            .unwrap();
+    }
+    tilestream::commit_npy(&tmp, &dest, false).unwrap();
+    let got: Vec<f64> = bytemuck::pod_collect_to_vec(&read_npy_data(&dest));
+    assert_eq!(got, want);
+    let req = Blocks {
+        halo: (0, 0),
+        edges,
+        shape: BlockShape::Auto,
+        working: Working::default(),
+        what: "sum".into(),
+        calls: 1,
+        rows: Some((30, 30)),
+    };
+    let err = engine(1 << 20)
+        .plan_blocks(&[&input], &req, None)
+        .unwrap_err();
+    assert!(err.to_string().contains("hold no block"), "{err}");
+}
+
+#[test]
 fn bad_requests_are_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
     let (p, _) = image(dir.path(), (1, 10, 12), 1);
@@ -400,6 +479,7 @@ fn bad_requests_are_refused_in_one_line() {
         working: Working::default(),
         what: "f".into(),
         calls: 1,
+        rows: None,
     };
     let e = engine(1 << 20);
     let err = e.plan_blocks(&[&fp, &fq], &req, None).unwrap_err();
@@ -484,6 +564,7 @@ fn encoded_outputs_of_several_bands_equal_the_npy_output() {
             working: Working::default(),
             what: "sum".into(),
             calls: 1,
+            rows: None,
         };
         let e = engine(1 << 20)
             .with_tiff_output(tilestream::TiffWriteOptions {
