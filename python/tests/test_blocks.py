@@ -247,17 +247,21 @@ def test_a_function_that_needs_8x_its_block_is_replanned_or_refused(tmp_path):
     assert "declare working=1" in str(e.value) and not (tmp_path / "p.npy").exists()
 
 
-def test_a_block_that_allocates_more_than_measured_stops_the_run(tmp_path):
+@pytest.mark.parametrize("k, stop", [(100, 2), (20, 3)])
+def test_a_block_that_allocates_more_than_measured_stops_the_run(tmp_path, k, stop):
+    # blocks of 50 x 64 f32 (12.8 KB): 100 of them go more than 1 MiB past the plan and
+    # stop the run at once; 20 go less far, which other threads' allocations could
+    # explain once, and stop it on the second block in a row
     np.save(tmp_path / "a.npy", image((400, 64), seed=11))
     calls = []
 
     def grows(b):
         calls.append(1)
-        k = 1 if len(calls) < 5 else 20  # light on the measured blocks, heavy later
-        tmp = np.ones((k,) + b.shape, b.dtype)
+        n = 1 if len(calls) < 5 else k  # light on the measured blocks, heavy later
+        tmp = np.ones((n,) + b.shape, b.dtype)
         return b + tmp[-1] - 1
 
-    with pytest.raises(ts.BudgetError, match=r"block 2.*declare working=") as e:
+    with pytest.raises(ts.BudgetError, match=rf"block {stop},.*declare working=") as e:
         ts.map_blocks(grows, tmp_path / "a.npy", out=tmp_path / "o.npy", block=(50, 64),
                       memory="4MiB")
     assert "measured" in str(e.value)

@@ -54,6 +54,9 @@ _GROUP = 16
 #: a library's small buffers): held in every plan, so a measurement's noise never stops a
 #: run.
 _SLACK = 64 << 10
+#: The most a call may go past the plan once (see ``_Over``): what other threads of the
+#: process allocate while it runs.
+_NOISE = 1 << 20
 
 _BOUNDARIES = ("reflect", "nearest", "constant", "wrap", "none")
 
@@ -243,18 +246,37 @@ def _allowed(working: dict, block_bytes: int) -> int:
     return int((working["per_block"] - 1.0) * block_bytes) + working["bytes"]
 
 
+class _Over:
+    """Which calls went past what the plan holds for them. tracemalloc counts the whole
+    process, so what other threads allocate while the function runs (a Dask client's,
+    a notebook's) counts too: a call past the plan by at most ``_NOISE`` stops the run
+    only when the call before it went past it as well; by more, at once."""
+
+    def __init__(self) -> None:
+        self.last = False
+
+    def fits(self, excess: int) -> bool:
+        if excess <= 0:
+            self.last = False
+            return True
+        if excess <= _NOISE and not self.last:
+            self.last = True
+            return True
+        return False
+
+
 def _check_working(name: str, used: int, block_bytes: int, working: dict, index: Any,
-                   declared: Any, calls: int = 1, out_bytes: int = 0) -> None:
-    """Refuses a call that allocated more than the plan holds for its block, naming the
-    ``working=`` to declare. With ``calls`` at once, ``used`` is what they allocated
-    together (the blocks handed over and the results copied back included), held
-    against ``calls`` times what the plan holds for one."""
+                   declared: Any, over: _Over, calls: int = 1, out_bytes: int = 0) -> None:
+    """Refuses a call that allocated more than the plan holds for its block (as ``over``
+    rules), naming the ``working=`` to declare. With ``calls`` at once, ``used`` is what
+    they allocated together (the blocks handed over and the results copied back
+    included), held against ``calls`` times what the plan holds for one."""
     if calls > 1:
         one = _allowed(working, block_bytes) + block_bytes + int(working["per_out"] * out_bytes)
-        if used <= calls * one:
+        if over.fits(used - calls * one):
             return
         used //= calls
-    elif used <= _allowed(working, block_bytes):
+    elif over.fits(used - _allowed(working, block_bytes)):
         return
     from . import BudgetError
 
@@ -313,6 +335,7 @@ class _Call:
         self.fn, self.name, self.working, self.declared = fn, name, working, declared
         self.out_dtype, self.lead, self.probe = out_dtype, lead, probe
         self.watch = _Watch(calls)
+        self.over = _Over()
         self.first: Optional[tuple] = None
 
     def __call__(self, index: int, count: int, tile: tuple, inner: tuple, inputs: list,
@@ -329,7 +352,7 @@ class _Call:
             return None
         out_bytes = math.prod(out_shape or ()) * self.out_dtype.itemsize
         _check_working(self.name, used, block_bytes, self.working, index, self.declared,
-                       self.watch.calls, out_bytes)
+                       self.over, self.watch.calls, out_bytes)
         (r0, r1), (c0, c1) = tile
         iy, ix = inner
         padded = arrays[0].shape[-1:] if len(arrays[0].shape) == 1 else arrays[0].shape[-2:]
@@ -400,9 +423,9 @@ class _Prepared:
         self.ins, self.name, self.req, self.opts = ins, name, req, opts
         self.declared, self.out_dtype, self.lead, self.out = declared, out_dtype, lead, out
 
-    def call(self, fn: Callable[..., Any]) -> "_Call":
+    def call(self, fn: Callable[..., Any], probe: bool = False) -> "_Call":
         return _Call(fn, self.name, self.req["working"], self.declared, self.out_dtype,
-                     self.lead, calls=self.req["calls"])
+                     self.lead, probe=probe, calls=self.req["calls"])
 
 
 def _prepare(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any,
@@ -436,7 +459,7 @@ def _prepare(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any,
     res, measured, used, block_bytes, in_shape = _measure(fn, name, ins, req, opts)
     if work is None:
         work = measured
-    _check_working(name, used, block_bytes, work, 0, declared)
+    _check_working(name, used, block_bytes, work, 0, declared, _Over())
     # the output: the function's dtype and band count unless declared
     first_shape, first_dtype = res
     if first_shape is None:
@@ -570,6 +593,7 @@ class _Reducer:
         self.chunk, self.combine, self.name = chunk, combine, name
         self.working, self.declared = working, declared
         self.watch = _Watch(calls)
+        self.over = _Over()
         self.levels: List[list] = [[]]
         self.lock = threading.Lock()
         self.next = 0
@@ -579,7 +603,7 @@ class _Reducer:
                  out_shape: Optional[tuple], out: Any = None) -> None:
         _, part, used, block_bytes = _call_block(self.watch, self.chunk, inputs, index, tile)
         _check_working(self.name, used, block_bytes, self.working, index, self.declared,
-                       self.watch.calls)
+                       self.over, self.watch.calls)
         with self.lock:
             self.early[index] = part
             while self.next in self.early:
@@ -646,7 +670,7 @@ def reduce_blocks(chunk: Callable[..., Any], combine: Callable[[list], Any], *in
         _, measured, used, block_bytes, _ = _measure(chunk, name, ins, req, opts)
         if work is None:
             work = dict(measured, per_out=0.0)
-        _check_working(name, used, block_bytes, work, 0, declared)
+        _check_working(name, used, block_bytes, work, 0, declared, _Over())
     req["working"] = work
     if plan_only:
         from . import Plan

@@ -440,6 +440,13 @@ def _blocks_task(fn: Callable[..., Any], p: Any, sources: List[str], tmp: str,
     """Calls ``fn`` on the blocks of rows ``share`` and writes them into ``tmp``."""
     if hook is not None:
         hook()
+    # a function's first call in a process allocates what stays (imports, caches), which
+    # is not its working memory: it is made here, on a small block, before the run's
+    # memory watch
+    warm = dict(p.req, block=[16, 16], first=True, calls=1,
+                working={"per_block": 0.0, "per_out": 0.0, "bytes": 0})
+    _ts.run_blocks(sources, json.dumps(warm), "null", p.call(fn, probe=True),
+                   _task_opts(memory, threads))
     req = dict(p.req, rows=list(share))
     out = dict(p.out, path=tmp)
     opts = _task_opts(memory, threads,
