@@ -375,14 +375,6 @@ impl fmt::Display for BlocksPlan {
     }
 }
 
-/// Positions computed for each position kept by the largest block of `b`, less one: the
-/// share of the function's work its halo takes.
-fn halo_share(b: &BoxPlan) -> f64 {
-    let (th, tw) = b.tile;
-    let (ph, pw) = (th + b.halo_rows.total(), tw + b.halo_cols.total());
-    (ph * pw) as f64 / (th * tw).max(1) as f64 - 1.0
-}
-
 /// The rows and columns of an input, and its bands: `(N,)` is `N` rows of one column.
 fn grid_of(f: &TensorFile) -> Result<(usize, usize, usize)> {
     match *f.shape() {
@@ -592,17 +584,6 @@ impl Engine {
         };
         let mut boxes =
             self.scratch_giving_way(&files, !out_chunks.is_empty(), |s| attempt(s, &cuts))?;
-        if req.shape == BlockShape::Auto && (hr > 0 || hc > 0) && boxes.tile.1 >= w {
-            // blocks of full rows carry 2 x halo rows each: when squarer blocks carry
-            // markedly less halo for each position kept, the function's time is less
-            let square = Cuts::Auto { prefer_rows: false };
-            if let Ok(sq) =
-                self.scratch_giving_way(&files, !out_chunks.is_empty(), |s| attempt(s, &square))
-                && halo_share(&sq) < 0.8 * halo_share(&boxes)
-            {
-                boxes = sq;
-            }
-        }
         if let Some((a, b)) = req.rows {
             if a >= b || b > h {
                 return Err(Error::invalid(format!(
