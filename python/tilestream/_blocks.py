@@ -280,11 +280,11 @@ def _check_working(name: str, used: int, block_bytes: int, working: dict, index:
         return
     from . import BudgetError
 
-    need = used / max(block_bytes, 1)
+    # the function's own part of a call: at once, less the block and result handed over
+    own = used - block_bytes - working["per_out"] * out_bytes if calls > 1 else used
+    need = own / max(block_bytes, 1)
     what = f"declares (working={declared!r})" if declared is not None else \
         "was measured at on the first block"
-    if calls > 1:
-        need = (used - block_bytes - working["per_out"] * out_bytes) / max(block_bytes, 1)
     raise BudgetError(
         f"tilestream: {name} allocated {used} bytes on block {index}"
         f"{f' (each of {calls} calls at once)' if calls > 1 else ''}, {need:.1f}x its padded "

@@ -285,24 +285,31 @@ def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
         zopts = json.dumps(zarr)
         step = _ts.zarr_chunk_rows(shape, dtype, zopts)
         tmp = _ts.create_zarr_for_rows(dest, shape, dtype, zopts)
-        lock_path = os.path.join(tmp, ".lock")
     else:
         if zarr:
             raise ValueError("tilestream.dask: zarr_* options need an output named *.zarr")
         step = 1
         tmp = _ts.create_npy_for_rows(dest, shape, dtype)
-        lock_path = tmp
+    return _fill(c, dest, tmp, is_zarr, (n, step, block_rows), spec["op"],
+                 lambda s, key: c.submit(_rows_task, spec, inputs, s, halo, n, tmp, memory,
+                                         threads, hook, zarr, key=key, pure=False))
+
+
+def _fill(c: Any, dest: str, tmp: str, is_zarr: bool, rows: Tuple[int, int, Optional[int]],
+          name: str, submit: Callable[[Tuple[int, int], str], Any]) -> Any:
+    """Runs the tasks ``submit(share, key)`` starts, one per share of ``rows`` (the rows,
+    the step and the ``block_rows`` of :func:`_shares`), each writing its rows of ``tmp``
+    (the temporary ``.npy`` or Zarr store of ``dest``, locked for the job), then puts
+    ``tmp`` in place, or removes it if anything failed."""
+    lock_path = os.path.join(tmp, ".lock") if is_zarr else tmp
     # held for the job: `tilestream clean` leaves a locked temporary output alone
     held = os.open(lock_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        shares = _shares(n, step, block_rows, c)
+        n, step, block_rows = rows
         job = uuid.uuid4().hex
-        futures = [
-            c.submit(_rows_task, spec, inputs, s, halo, n, tmp, memory, threads, hook, zarr,
-                     key=f"tilestream-{spec['op']}-{job}-{i}", pure=False)
-            for i, s in enumerate(shares)
-        ]
+        futures = [submit(s, f"tilestream-{name}-{job}-{i}")
+                   for i, s in enumerate(_shares(n, step, block_rows, c))]
         try:
             c.gather(futures)
         except BaseException:
@@ -480,30 +487,9 @@ def _map_rows(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any
     rows = p.ins.grid[0]
     p.ins = None  # the tasks take the sources' JSON, not the opened inputs
     tmp = _ts.create_npy_for_rows(dest, p.out["shape"], p.out["dtype"])
-    held = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        job = uuid.uuid4().hex
-        futures = [
-            c.submit(_blocks_task, fn, p, sources, tmp, s, memory, threads, hook,
-                     key=f"tilestream-blocks-{job}-{i}", pure=False)
-            for i, s in enumerate(_shares(rows, 1, block_rows, c))
-        ]
-        try:
-            c.gather(futures)
-        except BaseException:
-            c.cancel(futures)
-            raise
-        _ts.commit_npy(tmp, dest, True)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    finally:
-        os.close(held)
-    return _open(dest)
+    return _fill(c, dest, tmp, False, (rows, 1, block_rows), "blocks",
+                 lambda s, key: c.submit(_blocks_task, fn, p, sources, tmp, s, memory,
+                                         threads, hook, key=key, pure=False))
 
 
 def map_blocks(fn: Callable[..., Any], *inputs: Any, out: Any = None, dtype: Any = None,

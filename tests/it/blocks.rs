@@ -22,6 +22,20 @@ fn engine(budget: u64) -> Engine {
     Engine::new(MemoryBudget::new(budget)).unwrap()
 }
 
+/// A run of `what` over blocks of `shape` with `halo` around them: the default working
+/// memory, one call at a time, every row.
+fn blocks(halo: (usize, usize), edges: Edges, shape: BlockShape, what: &str) -> Blocks {
+    Blocks {
+        halo,
+        edges,
+        shape,
+        working: Working::default(),
+        what: what.into(),
+        calls: 1,
+        rows: None,
+    }
+}
+
 /// The weighted neighbourhood sum of each pixel of each band within `r`, over the whole
 /// image: weight `1 + 3|dy| + |dx|` (not symmetric, so a misplaced halo shows).
 fn oracle(img: &[f64], (b, h, w): (usize, usize, usize), r: i64, edges: Edges) -> Vec<f64> {
@@ -121,13 +135,8 @@ fn a_neighbourhood_function_over_padded_blocks_equals_the_whole_image_at_every_b
         for (budget, calls) in [(160 << 10, 1), (256 << 10, 3), (1 << 20, 1), (64 << 20, 2)] {
             let out = dir.path().join("out.npy");
             let req = Blocks {
-                halo: (r, r),
-                edges,
-                shape: BlockShape::Auto,
-                working: Working::default(),
-                what: "sum".into(),
                 calls,
-                rows: None,
+                ..blocks((r, r), edges, BlockShape::Auto, "sum")
             };
             let o = BlocksOut {
                 path: &out,
@@ -170,15 +179,12 @@ fn fixed_blocks_a_different_output_band_count_and_a_typed_closure() {
     let input = TensorFile::open(&p).unwrap();
     let out = dir.path().join("o.npy");
     let shapes = Mutex::new(Vec::new());
-    let req = Blocks {
-        halo: (0, 0),
-        edges: Edges::Pad(Boundary::Reflect),
-        shape: BlockShape::Fixed(8, 10),
-        working: Working::default(),
-        what: "bands".into(),
-        calls: 1,
-        rows: None,
-    };
+    let req = blocks(
+        (0, 0),
+        Edges::Pad(Boundary::Reflect),
+        BlockShape::Fixed(8, 10),
+        "bands",
+    );
     engine(1 << 20)
         .run_blocks(
             &[&input],
@@ -241,13 +247,13 @@ fn a_reduction_over_fixed_blocks_is_identical_at_every_budget_and_several_inputs
     for (budget, calls) in [(200 << 10, 1), (512 << 10, 4), (8 << 20, 2)] {
         let partials = Mutex::new(Vec::new());
         let req = Blocks {
-            halo: (0, 0),
-            edges: Edges::Pad(Boundary::Reflect),
-            shape: BlockShape::Fixed(7, 31),
-            working: Working::default(),
-            what: "dot".into(),
             calls,
-            rows: None,
+            ..blocks(
+                (0, 0),
+                Edges::Pad(Boundary::Reflect),
+                BlockShape::Fixed(7, 31),
+                "dot",
+            )
         };
         engine(budget)
             .run_blocks(
@@ -289,15 +295,12 @@ fn a_failing_function_stops_the_run_and_leaves_nothing_at_the_output() {
     let (p, _) = image(dir.path(), (1, 64, 16), 5);
     let input = TensorFile::open(&p).unwrap();
     let out = dir.path().join("never.npy");
-    let req = Blocks {
-        halo: (1, 1),
-        edges: Edges::Pad(Boundary::Reflect),
-        shape: BlockShape::Fixed(8, 16),
-        working: Working::default(),
-        what: "failing".into(),
-        calls: 1,
-        rows: None,
-    };
+    let req = blocks(
+        (1, 1),
+        Edges::Pad(Boundary::Reflect),
+        BlockShape::Fixed(8, 16),
+        "failing",
+    );
     let calls = AtomicUsize::new(0);
     let err = engine(1 << 20)
         .run_blocks(
@@ -339,13 +342,13 @@ fn several_calls_at_once_overlap_and_a_failure_among_them_leaves_nothing() {
     let input = TensorFile::open(&p).unwrap();
     let out = dir.path().join("never.npy");
     let req = Blocks {
-        halo: (1, 1),
-        edges: Edges::Pad(Boundary::Reflect),
-        shape: BlockShape::Fixed(8, 16),
-        working: Working::default(),
-        what: "waiting".into(),
         calls: 2,
-        rows: None,
+        ..blocks(
+            (1, 1),
+            Edges::Pad(Boundary::Reflect),
+            BlockShape::Fixed(8, 16),
+            "waiting",
+        )
     };
     let plan = engine(1 << 20).plan_blocks(&[&input], &req, None).unwrap();
     assert_eq!(plan.calls(), 2);
@@ -410,13 +413,8 @@ fn shares_of_the_rows_written_into_one_output_equal_the_whole_run() {
         ((11, 41), 1 << 20),
     ] {
         let req = Blocks {
-            halo: (r, r),
-            edges,
-            shape: BlockShape::Auto,
-            working: Working::default(),
-            what: "sum".into(),
-            calls: 1,
             rows: Some(share),
+            ..blocks((r, r), edges, BlockShape::Auto, "sum")
         };
         let plan = engine(budget).plan_blocks(&[&input], &req, None).unwrap();
         let rows: usize = (0..plan.num_blocks())
@@ -452,13 +450,8 @@ fn shares_of_the_rows_written_into_one_output_equal_the_whole_run() {
     let got: Vec<f64> = bytemuck::pod_collect_to_vec(&read_npy_data(&dest));
     assert_eq!(got, want);
     let req = Blocks {
-        halo: (0, 0),
-        edges,
-        shape: BlockShape::Auto,
-        working: Working::default(),
-        what: "sum".into(),
-        calls: 1,
         rows: Some((30, 30)),
+        ..blocks((0, 0), edges, BlockShape::Auto, "sum")
     };
     let err = engine(1 << 20)
         .plan_blocks(&[&input], &req, None)
@@ -472,15 +465,7 @@ fn bad_requests_are_refused_in_one_line() {
     let (p, _) = image(dir.path(), (1, 10, 12), 1);
     let (q, _) = image(dir.path(), (1, 10, 13), 2);
     let (fp, fq) = (TensorFile::open(&p).unwrap(), TensorFile::open(&q).unwrap());
-    let req = Blocks {
-        halo: (0, 0),
-        edges: Edges::Clip,
-        shape: BlockShape::Auto,
-        working: Working::default(),
-        what: "f".into(),
-        calls: 1,
-        rows: None,
-    };
+    let req = blocks((0, 0), Edges::Clip, BlockShape::Auto, "f");
     let e = engine(1 << 20);
     let err = e.plan_blocks(&[&fp, &fq], &req, None).unwrap_err();
     assert!(
@@ -557,15 +542,12 @@ fn encoded_outputs_of_several_bands_equal_the_npy_output() {
     let want: Vec<f32> = want.iter().map(|&v| v as f32).collect();
     for name in ["o.tif", "o.zarr"] {
         let out = dir.path().join(name);
-        let req = Blocks {
-            halo: (1, 1),
-            edges: Edges::Pad(Boundary::Nearest),
-            shape: BlockShape::Auto,
-            working: Working::default(),
-            what: "sum".into(),
-            calls: 1,
-            rows: None,
-        };
+        let req = blocks(
+            (1, 1),
+            Edges::Pad(Boundary::Nearest),
+            BlockShape::Auto,
+            "sum",
+        );
         let e = engine(1 << 20)
             .with_tiff_output(tilestream::TiffWriteOptions {
                 tile: 32,
