@@ -488,7 +488,7 @@ def suite(a, o, bin_, env):
         o.fail("target/gpu/it missing: run benches/gpu/build.sh here and carry target/gpu")
         return
     env = dict(env, TILESTREAM_REQUIRE_GPU="1", TILESTREAM_REQUIRE_NVRTC="1", RUST_BACKTRACE="1")
-    filters = ["gpu::", "cuda_kernels::", "map_oracle::", "standardize::", "matmul::", "reduce_oracle::"]
+    filters = ["gpu::", "cuda_kernels::", "map_oracle::", "standardize::", "matmul::", "reduce_oracle::", "blocks::page_locked"]
     threads = str(a.threads or min(8, os.cpu_count() or 1))
     rc, wall, out, err = run([str(it)] + filters + ["--test-threads", threads, "--nocapture"], env, a.timeout,
                                   o.dir / "suite.log")

@@ -78,6 +78,7 @@ fn blocks_of(req: &Value) -> Result<Blocks, Error> {
             .unwrap_or(1)
             .max(1),
         rows: pair(&req["rows"]),
+        pinned: req["pinned"].as_u64().and_then(|n| usize::try_from(n).ok()),
     })
 }
 

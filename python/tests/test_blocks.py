@@ -442,3 +442,47 @@ def test_the_blocks_example_runs_and_checks_itself():
     assert r.returncode == 0, r.stderr
     assert "every result equals the same code on the whole scene" in r.stdout
     assert "\nfunction:" in r.stdout  # the plan's own line
+
+
+def test_pinned_blocks_equal_plain_ones_or_are_refused_in_one_line(tmp_path):
+    a = image((96, 64))
+    np.save(tmp_path / "a.npy", a)
+
+    def smooth(b):
+        return ndi.gaussian_filter(b, 1.5, mode="wrap")
+
+    plain = ts.map_overlap(smooth, tmp_path / "a.npy", out=tmp_path / "plain.npy", halo=6,
+                           boundary="wrap", memory="256KiB")
+    plan = ts.plan(ts.map_overlap, smooth, tmp_path / "a.npy", out=tmp_path / "p.npy", halo=6,
+                   boundary="wrap", memory="256KiB", pinned="cuda:0")
+    assert "page-locked:    the padded blocks, by cuda:0's driver" in str(plan)
+    assert plan.pinned == "cuda:0"
+    for threads in (None, 2):
+        try:
+            locked = ts.map_overlap(smooth, tmp_path / "a.npy", out=tmp_path / "locked.npy",
+                                    halo=6, boundary="wrap", memory="256KiB", pinned=True,
+                                    threads=threads)
+        except ValueError as e:  # no GPU here: refused before a block is read
+            msg = str(e)
+            assert msg.startswith("pinned=cuda:0 asks for the blocks in page-locked memory")
+            assert msg.endswith("leave `pinned` out where no GPU is used") and "\n" not in msg
+            assert not (tmp_path / "locked.npy").exists()
+        else:
+            assert np.array_equal(np.asarray(locked), np.asarray(plain))
+            os.remove(tmp_path / "locked.npy")
+    assert np.array_equal(np.asarray(plain), smooth(a))
+    for bad in ("gpu0", -1, 1.5, "cuda:x"):
+        with pytest.raises(ValueError, match="pinned="):
+            ts.map_blocks(lambda b: b, tmp_path / "a.npy", out=tmp_path / "o.npy", pinned=bad)
+    assert sorted(os.listdir(tmp_path)) == ["a.npy", "plain.npy"]
+
+
+def test_the_gpu_model_example_runs_on_a_gpu():
+    torch = pytest.importorskip("torch", reason="the GPU model example needs PyTorch")
+    if not torch.cuda.is_available():
+        pytest.skip("the GPU model example needs a CUDA GPU: none here")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "gpu_model.py"), "2048"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "equal the model's on the whole scene" in r.stdout

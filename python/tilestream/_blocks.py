@@ -26,6 +26,17 @@ such as PyTorch's, is not), and the run is planned with that multiple. Each call
 measured the same way during the run: a block that allocates more than the plan holds
 for it stops the run after that block with a :class:`BudgetError` naming the figure to
 declare, and nothing is written at the output.
+
+**GPU functions.** ``pinned=True`` (or ``"cuda:N"``) gathers the blocks into page-locked
+host memory of that device's driver, so that a function copying its block to the GPU
+(``torch.from_numpy(b).to("cuda", non_blocking=True)``, ``cupy.asarray`` on a stream) makes
+a real asynchronous copy at the bus's full rate. The memory is the padded blocks' the plan
+holds anyway, allocated once when the run starts, visible to every CUDA context of the
+process; tilestream allocates no device memory, so the framework's allocator has the GPU
+to itself. The block's memory is reused when the function returns: a function must not
+return before its copies from the block are done (returning a host array, as
+``t.cpu().numpy()`` does, waits for them). Refused in one line where no CUDA device can be
+used.
 """
 
 from __future__ import annotations
@@ -136,6 +147,26 @@ def _calls(threads: Any) -> int:
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"tilestream: threads={threads!r} is not a number of threads (1 or more)")
     return int(threads)
+
+
+def _pinned(pinned: Any) -> Optional[int]:
+    """The CUDA device whose driver page-locks the blocks ``pinned=`` asks for (None: plain
+    memory)."""
+    if pinned is None or pinned is False:
+        return None
+    if pinned is True:
+        return 0
+    if isinstance(pinned, (int, np.integer)) and not isinstance(pinned, bool) and pinned >= 0:
+        return int(pinned)
+    if isinstance(pinned, str):
+        s = pinned.strip().lower()
+        if s in ("cuda", "gpu"):
+            return 0
+        if s.startswith("cuda:") and s[5:].isdigit():
+            return int(s[5:])
+    raise ValueError(
+        f"tilestream: pinned={pinned!r} is not True, False, a device number or \"cuda:N\""
+    )
 
 
 def _arrays(inputs: list) -> list:
@@ -386,7 +417,8 @@ def _probe(fn: Callable[..., Any], name: str, ins: _Inputs, req: dict, opts: str
     padding as the run): its result, the bytes it allocated, the padded bytes it was
     given and their shape."""
     probe = _Call(fn, name, {}, None, np.dtype("u1"), (), probe=True)
-    first = dict(req, block=list(side), first=True, calls=1,
+    # plain memory: a measurement needs no GPU (a Dask client measures for its workers)
+    first = dict(req, block=list(side), first=True, calls=1, pinned=None,
                  working={"per_block": 0.0, "per_out": 0.0, "bytes": 0})
     _ts.run_blocks(ins.json(), json.dumps(first), "null", probe, opts)
     if probe.first is None:
@@ -430,7 +462,7 @@ class _Prepared:
 
 def _prepare(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any,
              boundary: str, cval: float, dtype: Any, shape: Any, block: Any, working: Any,
-             memory: Any, threads: Any, resume: bool, kw: dict) -> _Prepared:
+             memory: Any, threads: Any, resume: bool, pinned: Any, kw: dict) -> _Prepared:
     """Checks a map's arguments, measures ``fn`` on a first block (unless ``working=``
     says), and works out the output's shape and dtype."""
     from . import _ts_dtype, _np_dtype
@@ -448,7 +480,7 @@ def _prepare(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any,
     hr, hc = ins.halo(halo)
     calls = _calls(threads)
     req = {"halo": [hr, hc], "edges": boundary, "cval": float(cval), "what": name,
-           "block": None, "first": False, "calls": calls}
+           "block": None, "first": False, "calls": calls, "pinned": _pinned(pinned)}
     if block is not None:
         b = [int(x) for x in (block if not isinstance(block, int) else (block, block))]
         b = b[-2:] if ins.ndim > 1 else [b[0], 1]
@@ -494,13 +526,13 @@ def _prepare(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any,
 
 def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, boundary: str,
          cval: float, dtype: Any, shape: Any, block: Any, working: Any, memory: Any,
-         threads: Any, resume: bool, progress: Any, kw: dict) -> Any:
+         threads: Any, resume: bool, progress: Any, pinned: Any, kw: dict) -> Any:
     from . import RunReport, _progress, Plan, BudgetError
     from . import open as ts_open
 
     plan_only = kw.pop("_plan", False)
     p = _prepare(fn, inputs, out, halo, boundary, cval, dtype, shape, block, working, memory,
-                 threads, resume, kw)
+                 threads, resume, pinned, kw)
     o = json.dumps(p.out)
     if plan_only:
         try:
@@ -512,7 +544,7 @@ def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, bou
         return Plan(fields)
     call = p.call(fn)
     key = json.dumps({"fn": p.name, "req": {k: v for k, v in p.req.items()
-                                            if k not in ("working", "calls")},
+                                            if k not in ("working", "calls", "pinned")},
                       "out": p.out}, sort_keys=True)
     with call.watch:
         report = RunReport(json.loads(
@@ -527,7 +559,7 @@ def _map(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any, bou
 def map_blocks(fn: Callable[..., Any], *inputs: Any, out: Any = None, dtype: Any = None,
                shape: Optional[tuple] = None, block: Any = None, memory: Any = None,
                threads: Optional[int] = None, resume: bool = False, progress: Any = None,
-               working: Any = None, **kw: Any) -> Any:
+               working: Any = None, pinned: Any = False, **kw: Any) -> Any:
     """Calls ``fn(*blocks)`` on aligned blocks of ``inputs`` (on-disk arrays of rank 1 to
     3 sharing their rows and columns; each block a read-only numpy array, every band of a
     ``(bands, rows, cols)`` input) and writes what it returns into ``out`` (any format
@@ -535,16 +567,18 @@ def map_blocks(fn: Callable[..., Any], *inputs: Any, out: Any = None, dtype: Any
     leading axis unless ``dtype=``/``shape=`` say otherwise (a model mapping a
     ``(4, H, W)`` scene to ``(10, H, W)`` class scores). ``block=(rows, cols)`` fixes the
     block shape; otherwise the planner chooses from ``memory``. ``working=`` is the
-    function's working memory (see the module's notes). Returns the output Tensor."""
+    function's working memory (see the module's notes); ``pinned=True`` (or ``"cuda:N"``)
+    gives the blocks in page-locked memory for a function that copies them to a GPU (see
+    the module's notes). Returns the output Tensor."""
     return _map(fn, inputs, out, 0, "reflect", 0.0, dtype, shape, block, working, memory,
-                threads, resume, progress, kw)
+                threads, resume, progress, pinned, kw)
 
 
 def map_overlap(fn: Callable[..., Any], *inputs: Any, out: Any = None, halo: Any = 1,
                 boundary: str = "reflect", cval: float = 0.0, dtype: Any = None,
                 shape: Optional[tuple] = None, block: Any = None, memory: Any = None,
                 threads: Optional[int] = None, resume: bool = False, progress: Any = None,
-                working: Any = None, **kw: Any) -> Any:
+                working: Any = None, pinned: Any = False, **kw: Any) -> Any:
     """:func:`map_blocks` with ``halo`` rows and columns read around each block (an int,
     or one per axis) and trimmed from what ``fn`` returns, so that the output equals
     ``fn`` on the whole array wherever ``fn`` looks at most ``halo`` positions away.
@@ -556,7 +590,7 @@ def map_overlap(fn: Callable[..., Any], *inputs: Any, out: Any = None, halo: Any
                        out="smooth.tif", halo=8, memory="256MiB")
     """
     return _map(fn, inputs, out, halo, boundary, cval, dtype, shape, block, working, memory,
-                threads, resume, progress, kw)
+                threads, resume, progress, pinned, kw)
 
 
 def _leaf(ins: _Inputs, axes: set, block: Any) -> List[int]:
@@ -633,7 +667,7 @@ class _Reducer:
 def reduce_blocks(chunk: Callable[..., Any], combine: Callable[[list], Any], *inputs: Any,
                   axis: Any = None, block: Any = None, memory: Any = None,
                   threads: Optional[int] = None, progress: Any = None, working: Any = None,
-                  **kw: Any) -> Any:
+                  pinned: Any = False, **kw: Any) -> Any:
     """Reduces ``inputs`` with your own functions: ``chunk(*blocks) -> partial`` on each
     block, ``combine(partials) -> partial`` on lists of consecutive partials (a tree of
     groups of 16, level by level), and returns the last ``combine``'s result. Blocks are
@@ -662,7 +696,8 @@ def reduce_blocks(chunk: Callable[..., Any], combine: Callable[[list], Any], *in
     name = _name(chunk)
     calls = _calls(threads)
     req = {"halo": [0, 0], "edges": "reflect", "cval": 0.0, "what": name,
-           "block": _leaf(ins, axes, block), "first": False, "calls": calls}
+           "block": _leaf(ins, axes, block), "first": False, "calls": calls,
+           "pinned": _pinned(pinned)}
     opts = _opts_of(memory, threads, False, kw)
     declared = working
     work = _working(working)

@@ -467,7 +467,7 @@ def _blocks_task(fn: Callable[..., Any], p: Any, sources: List[str], tmp: str,
 def _map_rows(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any,
               boundary: str, cval: float, dtype: Any, shape: Any, block: Any, working: Any,
               client: Any, block_rows: Optional[int], memory: Any, threads: Optional[int],
-              hook: Optional[Callable[[], Any]]) -> Any:
+              pinned: Any, hook: Optional[Callable[[], Any]]) -> Any:
     from ._blocks import _prepare
 
     c = _client(client)
@@ -483,7 +483,7 @@ def _map_rows(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any
     # measured once, here: every task plans with the same working memory
     probe_memory = "256MiB" if memory == "auto" else memory
     p = _prepare(fn, inputs, dest, halo, boundary, cval, dtype, shape, block, working,
-                 probe_memory, threads, False, {})
+                 probe_memory, threads, False, pinned, {})
     rows = p.ins.grid[0]
     p.ins = None  # the tasks take the sources' JSON, not the opened inputs
     tmp = _ts.create_npy_for_rows(dest, p.out["shape"], p.out["dtype"])
@@ -495,29 +495,31 @@ def _map_rows(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any
 def map_blocks(fn: Callable[..., Any], *inputs: Any, out: Any = None, dtype: Any = None,
                shape: Optional[tuple] = None, block: Any = None, working: Any = None,
                client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
-               threads: Optional[int] = None,
+               threads: Optional[int] = None, pinned: Any = False,
                _hook: Optional[Callable[[], Any]] = None) -> Any:
     """:func:`tilestream.map_blocks` on the cluster, by shares of the inputs' rows
     (``block_rows`` rows each; default: four tasks per worker thread), each task under
     its own budget (``memory``, as for every function here); ``out`` is a ``.npy``,
     made whole beforehand and put in place when every task has succeeded. ``fn`` is
     measured once on the client (unless ``working=``) and sent to the workers, so it must
-    pickle (cloudpickle takes lambdas and closures)."""
+    pickle (cloudpickle takes lambdas and closures). ``pinned=`` page-locks the blocks on
+    the workers (their GPUs), as :func:`tilestream.map_blocks` does; the client measures
+    ``fn`` on plain memory, so it needs no GPU."""
     return _map_rows(fn, inputs, out, 0, "reflect", 0.0, dtype, shape, block, working,
-                     client, block_rows, memory, threads, _hook)
+                     client, block_rows, memory, threads, pinned, _hook)
 
 
 def map_overlap(fn: Callable[..., Any], *inputs: Any, out: Any = None, halo: Any = 1,
                 boundary: str = "reflect", cval: float = 0.0, dtype: Any = None,
                 shape: Optional[tuple] = None, block: Any = None, working: Any = None,
                 client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
-                threads: Optional[int] = None,
+                threads: Optional[int] = None, pinned: Any = False,
                 _hook: Optional[Callable[[], Any]] = None) -> Any:
     """:func:`tilestream.map_overlap` on the cluster, as :func:`map_blocks`: each task
     reads the halo of its blocks from the rows around its share, so the output equals
     one process's wherever ``fn`` looks at most ``halo`` positions away."""
     return _map_rows(fn, inputs, out, halo, boundary, cval, dtype, shape, block, working,
-                     client, block_rows, memory, threads, _hook)
+                     client, block_rows, memory, threads, pinned, _hook)
 
 
 # ---------------------------------------------------------------------------------------

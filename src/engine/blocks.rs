@@ -23,7 +23,7 @@ use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape, page_size};
 use crate::io::own_files::{Written, check_run_paths};
 use crate::layout::{Layout, Read, Write};
-use crate::scheduler::{self, Hooks, Morsel, Pending, StageTimes, TileKernel};
+use crate::scheduler::{self, Hooks, Morsel, Pending, SlotMemory, StageTimes, TileKernel};
 use crate::tiling::{
     BoxPlan, BoxRequest, BoxTile, Cuts, Edges, Halo, OutChunks, OutMap, PaddedBox, Scratch,
     fixed_cuts, gather_box,
@@ -90,6 +90,13 @@ pub struct Blocks {
     /// split over a cluster, each writing its rows of one output made beforehand
     /// ([`Engine::with_output_region`]). `None` for all of them.
     pub rows: Option<(usize, usize)>,
+    /// Gather the padded blocks into page-locked host memory of CUDA device `n`'s driver
+    /// (`Some(n)`), for a function that copies its blocks to that GPU itself
+    /// (`torch.from_numpy(b).to("cuda", non_blocking=True)` is then a real asynchronous
+    /// copy). The memory is the padded blocks' the plan already holds, allocated once per
+    /// call when the run starts; no device memory is allocated. Refused in one line where
+    /// no CUDA driver or device can be used.
+    pub pinned: Option<usize>,
 }
 
 /// Where a function's results go: a new file of `shape` and `dtype`. Its last axes are
@@ -227,6 +234,8 @@ pub struct BlocksPlan {
     working: Working,
     /// Calls of the function at once.
     calls: usize,
+    /// Blocks gathered into page-locked memory of this CUDA device's driver.
+    pinned: Option<usize>,
 }
 
 impl BlocksPlan {
@@ -291,6 +300,7 @@ impl BlocksPlan {
             "block_bytes": self.block_bytes(),
             "working_bytes": self.working_bytes(),
             "calls": self.calls,
+            "pinned": self.pinned.map(|n| format!("cuda:{n}")),
             "reserved_bytes": self.reserved_bytes(),
             "budget_bytes": self.budget(),
         })
@@ -350,8 +360,15 @@ impl Layout for BlocksPlan {
 
 impl fmt::Display for BlocksPlan {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // the box plan's lines, the last one ended here
-        writeln!(f, "{}", self.boxes.to_string().trim_end())?;
+        // the box plan's lines, the last one ended here; its element is every band of
+        // every input at a position, which it counts as one band
+        let bands: usize = self.inputs.iter().map(|i| i.bands).sum();
+        let text = self.boxes.to_string().replacen(
+            "; 1 band of ",
+            &format!("; {bands} band{} of ", if bands == 1 { "" } else { "s" }),
+            1,
+        );
+        writeln!(f, "{}", text.trim_end())?;
         writeln!(
             f,
             "function:       {} of working memory for a block of {} ({:.2}x its padded blocks{})",
@@ -369,6 +386,12 @@ impl fmt::Display for BlocksPlan {
                 f,
                 "calls:          {} at once, each with its padded blocks and working memory",
                 self.calls
+            )?;
+        }
+        if let Some(n) = self.pinned {
+            writeln!(
+                f,
+                "page-locked:    the padded blocks, by cuda:{n}'s driver (no device memory)"
             )?;
         }
         Ok(())
@@ -613,6 +636,7 @@ impl Engine {
             edges: req.edges,
             working: req.working,
             calls,
+            pinned: req.pinned,
         })
     }
 
@@ -662,21 +686,24 @@ impl Engine {
                 inputs,
                 out,
                 Serial {
-                    gather: Gather::new(&plan),
+                    gather: Gather::new(&plan)?,
                     plan: &plan,
                     f: &f,
                 },
             )?
         } else {
             let failed = AtomicBool::new(false);
+            // every call's buffers first: a refusal (no page-locked memory) starts nothing
+            let gathers = (0..plan.calls)
+                .map(|_| Gather::new(&plan))
+                .collect::<Result<Vec<_>>>()?;
             std::thread::scope(|s| {
                 let (jobs, queue) = crossbeam_channel::unbounded::<Job>();
-                for k in 0..plan.calls {
+                for (k, mut gather) in gathers.into_iter().enumerate() {
                     let (queue, plan, f, failed) = (queue.clone(), &plan, &f, &failed);
                     std::thread::Builder::new()
                         .name(format!("tilestream-call-{k}"))
                         .spawn_scoped(s, move || {
-                            let mut gather = Gather::new(plan);
                             for (mut m, done) in queue {
                                 // after a block failed, the ones behind it are not run
                                 let r = if failed.load(Ordering::Acquire) {
@@ -772,14 +799,71 @@ impl Engine {
 /// per call running at once, each with its own buffers.
 struct Gather {
     edges: Edges,
-    /// Each input's padded block (8-byte words, so any element type is aligned).
-    bufs: Vec<Vec<u64>>,
+    /// Each input's padded block.
+    bufs: Vec<GatherBuf>,
     /// Each input's constant for positions past the edges, in its type.
     cvals: Vec<Vec<u8>>,
 }
 
+/// Where one input's padded blocks are gathered.
+enum GatherBuf {
+    /// Heap memory grown to the largest block so far (8-byte words, so any element type
+    /// is aligned).
+    Heap(Vec<u64>),
+    /// Page-locked memory (page-aligned) of the largest block, allocated up front.
+    Locked(Box<dyn SlotMemory>),
+    /// Handed to the function's caller for good ([`Block::keep_inputs`]).
+    Kept,
+}
+
+impl GatherBuf {
+    /// The first `len` bytes, to fill.
+    fn bytes_mut(&mut self, len: usize) -> Result<&mut [u8]> {
+        match self {
+            GatherBuf::Heap(words) => {
+                if words.len() < len.div_ceil(8) {
+                    words.resize(len.div_ceil(8), 0);
+                }
+                Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(words)[..len])
+            }
+            GatherBuf::Locked(mem) => mem.as_bytes_mut().get_mut(..len).ok_or_else(|| {
+                Error::Internal(format!(
+                    "a padded block of {len} bytes past its page-locked buffer"
+                ))
+            }),
+            GatherBuf::Kept => Err(Error::Internal(
+                "a block's buffer was kept by the function".into(),
+            )),
+        }
+    }
+
+    /// The first `len` bytes, filled.
+    fn bytes(&self, len: usize) -> &[u8] {
+        match self {
+            GatherBuf::Heap(words) => &bytemuck::cast_slice::<u64, u8>(words)[..len],
+            GatherBuf::Locked(mem) => &mem.as_bytes()[..len],
+            GatherBuf::Kept => &[],
+        }
+    }
+
+    /// Leaves the memory to whoever still points into it: it is never freed.
+    fn leak(&mut self) {
+        match std::mem::replace(self, GatherBuf::Kept) {
+            GatherBuf::Heap(words) => {
+                let _ = words.leak();
+            }
+            GatherBuf::Locked(mem) => {
+                let _ = Box::leak(mem);
+            }
+            GatherBuf::Kept => {}
+        }
+    }
+}
+
 impl Gather {
-    fn new(plan: &BlocksPlan) -> Self {
+    /// Buffers for `plan`'s blocks: on the heap, or page-locked by its device's driver at
+    /// the size of the largest padded block.
+    fn new(plan: &BlocksPlan) -> Result<Self> {
         let cval = match plan.boxes.boundary {
             crate::tiling::Boundary::Constant(v) => v,
             _ => 0.0,
@@ -793,11 +877,23 @@ impl Gather {
                 b
             })
             .collect();
-        Gather {
+        let (th, tw) = plan.boxes.tile;
+        let padded = (th + plan.boxes.halo_rows.total()) * (tw + plan.boxes.halo_cols.total());
+        let bufs = plan
+            .inputs
+            .iter()
+            .map(|i| match plan.pinned {
+                None => Ok(GatherBuf::Heap(Vec::new())),
+                Some(n) => crate::backend::cuda::page_locked(n, padded * i.bands * i.dtype.size())
+                    .map(GatherBuf::Locked)
+                    .map_err(|e| pinned_refused(n, e)),
+            })
+            .collect::<Result<_>>()?;
+        Ok(Gather {
             edges: plan.edges,
-            bufs: vec![Vec::new(); plan.inputs.len()],
+            bufs,
             cvals,
-        }
+        })
     }
 
     /// Gathers the padded blocks of tile `m` and calls `f` on them, its result going to
@@ -816,12 +912,7 @@ impl Gather {
         for (k, input) in plan.inputs.iter().enumerate() {
             let es = input.dtype.size();
             let plane = bx.len() * es;
-            let buf = &mut self.bufs[k];
-            let words = (input.bands * plane).div_ceil(8);
-            if buf.len() < words {
-                buf.resize(words, 0);
-            }
-            let bytes = &mut bytemuck::cast_slice_mut::<u64, u8>(buf)[..input.bands * plane];
+            let bytes = self.bufs[k].bytes_mut(input.bands * plane)?;
             for (b, dst) in bytes
                 .chunks_exact_mut(plane.max(1))
                 .enumerate()
@@ -846,7 +937,7 @@ impl Gather {
             .iter()
             .zip(&self.bufs)
             .map(|(i, buf)| BlockInput {
-                data: &bytemuck::cast_slice::<u64, u8>(buf)[..i.bands * bx.len() * i.dtype.size()],
+                data: buf.bytes(i.bands * bx.len() * i.dtype.size()),
                 dtype: i.dtype,
                 shape: spatial(bx.rows, bx.cols, i.bands, i.rank),
             })
@@ -872,11 +963,33 @@ impl Gather {
             drop(block);
             for buf in &mut self.bufs {
                 // something outside still points here: the buffer is never freed
-                let _ = std::mem::take(buf).leak();
+                buf.leak();
             }
         }
         r
     }
+}
+
+/// The one line refusing page-locked blocks from device `n`, with why (`e`) but without
+/// the advice of a device error, which is about `device=`.
+fn pinned_refused(n: usize, e: Error) -> Error {
+    use crate::device::DeviceError;
+    let why = match e {
+        Error::Device(DeviceError::NotBuilt) => {
+            "this tilestream was built without CUDA support".to_string()
+        }
+        Error::Device(DeviceError::NoDriver) => {
+            "no CUDA driver was found (libcuda.so could not be loaded)".to_string()
+        }
+        Error::Device(DeviceError::NoDevice { count: 0, .. }) => {
+            "the CUDA driver reports no GPU on this machine".to_string()
+        }
+        other => other.to_string(),
+    };
+    Error::invalid(format!(
+        "pinned=cuda:{n} asks for the blocks in page-locked memory of CUDA device {n}, but \
+         {why}: leave `pinned` out where no GPU is used"
+    ))
 }
 
 /// The compute stage calling the function on each block in turn, on its own thread.

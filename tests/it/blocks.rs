@@ -33,6 +33,7 @@ fn blocks(halo: (usize, usize), edges: Edges, shape: BlockShape, what: &str) -> 
         what: what.into(),
         calls: 1,
         rows: None,
+        pinned: None,
     }
 }
 
@@ -590,5 +591,95 @@ fn encoded_outputs_of_several_bands_equal_the_npy_output() {
         let got: Vec<f32> =
             bytemuck::pod_collect_to_vec(back.map_window(0, want.len() as u64).unwrap().bytes());
         assert_eq!(got, want, "{name}");
+    }
+}
+
+/// Whether `p` points into page-locked memory the CUDA driver allocated.
+#[cfg(feature = "cuda")]
+fn page_locked(p: *const u8) -> bool {
+    let mut flags = 0u32;
+    // SAFETY: cuMemHostGetFlags only looks the pointer up in the driver's table of
+    // page-locked allocations; it reads and writes nothing through it. The driver is
+    // loaded: this runs only after a device was probed.
+    let r = unsafe { cudarc::driver::sys::cuMemHostGetFlags(&raw mut flags, p as *mut _) };
+    r == cudarc::driver::sys::CUresult::CUDA_SUCCESS
+}
+
+#[test]
+fn page_locked_blocks_equal_plain_ones_on_a_gpu_and_are_refused_in_one_line_without() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, _) = image(dir.path(), (2, 40, 24), 9);
+    let input = TensorFile::open(&p).unwrap();
+    let plain = blocks((2, 2), Edges::Pad(Boundary::Wrap), BlockShape::Auto, "sum");
+    let (a, b) = (dir.path().join("plain.npy"), dir.path().join("locked.npy"));
+    let out = |path| BlocksOut {
+        path,
+        shape: vec![2, 40, 24],
+        dtype: DType::F64,
+    };
+    engine(96 << 10)
+        .run_blocks(
+            &[&input],
+            &plain,
+            Some(&out(&a)),
+            |b: &Block<'_>, o: Option<BlockOut<'_>>| block_sum(b, o, 2),
+        )
+        .unwrap();
+    for calls in [1, 2] {
+        let locked = Blocks {
+            pinned: Some(0),
+            calls,
+            ..plain.clone()
+        };
+        let plan = engine(96 << 10)
+            .plan_blocks(&[&input], &locked, None)
+            .unwrap();
+        assert!(
+            plan.to_string()
+                .contains("page-locked:    the padded blocks, by cuda:0"),
+            "{plan}"
+        );
+        // every band of the input is in each block
+        assert!(plan.to_string().contains("; 2 bands of 40x24)"), "{plan}");
+        let seen = AtomicUsize::new(0);
+        let run = engine(96 << 10).run_blocks(
+            &[&input],
+            &locked,
+            Some(&out(&b)),
+            |blk: &Block<'_>, o: Option<BlockOut<'_>>| {
+                #[cfg(feature = "cuda")]
+                assert!(
+                    page_locked(blk.inputs[0].data.as_ptr()),
+                    "block {} is not page-locked",
+                    blk.index
+                );
+                seen.fetch_add(1, Ordering::Relaxed);
+                block_sum(blk, o, 2)
+            },
+        );
+        // a GPU where one can be used (required by the GPU kit's suite)
+        match tilestream::device::probe(0).map(|_| crate::common::backends()) {
+            Ok(_) => {
+                run.unwrap();
+                assert!(seen.load(Ordering::Relaxed) > 1);
+                assert_eq!(std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+                std::fs::remove_file(&b).unwrap();
+            }
+            Err(why) => {
+                assert_eq!(crate::common::backends().len(), 1);
+                eprintln!("page-locked blocks: refused without a GPU ({why})");
+                let e = run.unwrap_err().to_string();
+                assert!(
+                    e.starts_with("pinned=cuda:0 asks for the blocks in page-locked memory"),
+                    "{e}"
+                );
+                assert!(
+                    e.ends_with("leave `pinned` out where no GPU is used") && !e.contains('\n'),
+                    "{e}"
+                );
+                assert_eq!(seen.load(Ordering::Relaxed), 0, "no block ran");
+                assert!(!b.exists());
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ mod transpose;
 #[cfg(feature = "cuda")]
 pub use reduce::CudaReduce;
 #[cfg(feature = "cuda")]
-pub use runtime::{CudaDevice, CudaElementwise};
+pub use runtime::{CudaDevice, CudaElementwise, page_locked};
 #[cfg(feature = "cuda")]
 pub use stencil_runtime::CudaStencil;
 #[cfg(feature = "cuda")]
@@ -34,7 +34,7 @@ pub use transpose::CudaTranspose;
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaDevice, CudaElementwise, CudaReduce, CudaStencil, CudaTranspose};
+pub use stub::{CudaDevice, CudaElementwise, CudaReduce, CudaStencil, CudaTranspose, page_locked};
 
 /// Whether the CUDA backend has a kernel for `family`: every family but patches and the
 /// column statistics of `standardize` (its first pass), and

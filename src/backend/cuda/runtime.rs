@@ -432,6 +432,28 @@ impl Items {
     }
 }
 
+/// `len` bytes of page-locked host memory from device `ordinal`'s driver, for a user's
+/// function over blocks that copies its blocks to a GPU itself (a `PyTorch` or `CuPy`
+/// function): `CU_MEMHOSTALLOC_PORTABLE`, so every context of the process (the
+/// framework's) sees it as page-locked and copies from it asynchronously. It allocates
+/// no device memory: the framework's allocator has the device to itself. The context is
+/// the device's primary one, the one the CUDA runtime (and so `PyTorch` and `CuPy`) uses.
+///
+/// # Errors
+/// As [`device::probe`] when no device can be used; [`Error::Device`] if the driver
+/// cannot page-lock that much memory.
+pub fn page_locked(ordinal: usize, len: usize) -> Result<Box<dyn SlotMemory>> {
+    let ctx = device::context(ordinal)?;
+    // SAFETY: u8 is valid for any bits; the caller fills the memory before reading it.
+    let mut mem =
+        unsafe { ctx.alloc_pinned_with_flags::<u8>(len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE) }
+            .map_err(driver("allocate page-locked memory"))?;
+    let ptr = mem
+        .as_mut_ptr()
+        .map_err(driver("allocate page-locked memory"))?;
+    Ok(Box::new(Pinned { mem, ptr, len }))
+}
+
 /// A kernel argument after `(inputs.., output, n)`.
 enum Arg {
     F64(f64),

@@ -15,6 +15,14 @@ use crate::plan::{Plan, Tile};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::BoxTile;
 
+/// Page-locked host memory: never, in a build without CUDA support.
+///
+/// # Errors
+/// [`DeviceError::NotBuilt`].
+pub fn page_locked(_ordinal: usize, _len: usize) -> Result<Box<dyn crate::scheduler::SlotMemory>> {
+    Err(DeviceError::NotBuilt.into())
+}
+
 /// A CUDA device; none can be opened in a build without CUDA support.
 #[derive(Debug)]
 pub enum CudaDevice {}
