@@ -47,7 +47,8 @@ mod standardize;
 
 pub use array::{Array, write_npz};
 pub use blocks::{
-    Block, BlockFn, BlockInput, BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan, Working,
+    Block, BlockFn, BlockInput, BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan,
+    FunctionRunner, Working,
 };
 pub(crate) use imagery::transposed_shape;
 pub use nodata::MapNodata;
@@ -86,6 +87,8 @@ pub struct Engine {
     /// What plans made with this engine set aside for encoding their output (only on
     /// the engine [`Engine::plan_writing`] hands its planner).
     out_reserve: Option<OutReserve>,
+    /// What runs the functions pipeline steps name (set by the Python package).
+    functions: Option<Arc<dyn FunctionRunner>>,
 }
 
 /// Bytes a plan sets aside for encoding a GeoTIFF or Zarr output as the run writes it,
@@ -136,6 +139,7 @@ impl Engine {
             cuda: None,
             out_region: None,
             out_reserve: None,
+            functions: None,
         })
     }
 

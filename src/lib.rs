@@ -111,8 +111,8 @@ pub use device::{DeviceError, DeviceRequest};
 pub use dtype::{DType, Element};
 pub use engine::{
     Array, Block, BlockFn, BlockInput, BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan, Edge,
-    Engine, MapNodata, PatchFormat, PatchSpec, RunReport, Working, merge_partials, peak_rss,
-    write_npz,
+    Engine, FunctionRunner, MapNodata, PatchFormat, PatchSpec, RunReport, Working, merge_partials,
+    peak_rss, write_npz,
 };
 pub use error::{Error, FormatErrorKind, NpyError, Result, TiffError, ZarrError};
 pub use format::tiff::cog::{CogOptions, Overviews, Resampling};

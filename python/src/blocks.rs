@@ -189,7 +189,7 @@ pub(crate) fn run_blocks(
         _ => {}
     }
     // the exception of the first block that raised (calls at once may raise out of order)
-    let raised: Arc<Mutex<Option<(usize, PyErr)>>> = Arc::default();
+    let raised: Raised = Arc::default();
     let slot = Arc::clone(&raised);
     let result = run_on_worker(py, e, progress, move |e: &Engine| {
         let files = open_all(&sources)?;
@@ -199,24 +199,7 @@ pub(crate) fn run_blocks(
             shape: shape.clone(),
             dtype: *dtype,
         });
-        let f = move |b: &Block<'_>, o: Option<BlockOut<'_>>| -> Result<(), Error> {
-            Python::attach(|py| match call(py, &callback, b, o) {
-                Ok(()) => Ok(()),
-                Err(err) => {
-                    let message = err.to_string();
-                    if let Ok(mut s) = slot.lock()
-                        && s.as_ref().is_none_or(|(first, _)| b.index < *first)
-                    {
-                        *s = Some((b.index, err));
-                    }
-                    Err(Error::Function {
-                        block: b.index,
-                        message,
-                    })
-                }
-            })
-        };
-        e.run_blocks(&refs, &blocks, o.as_ref(), f)
+        e.run_blocks(&refs, &blocks, o.as_ref(), block_fn(callback, slot))
     });
     // the function's own exception, unchanged, before what the engine made of it
     if let Some((_, err)) = raised.lock().ok().and_then(|mut s| s.take()) {
@@ -224,6 +207,153 @@ pub(crate) fn run_blocks(
     }
     let report = result?;
     serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// The exception of the first block that raised, with its index, kept to be raised
+/// unchanged once the run has stopped.
+type Raised = Arc<Mutex<Option<(usize, PyErr)>>>;
+
+/// The engine's function for the Python callable `callback`: the GIL taken for each call;
+/// an exception kept in `slot` (the lowest block's) and the run stopped.
+fn block_fn(
+    callback: Py<PyAny>,
+    slot: Raised,
+) -> impl Fn(&Block<'_>, Option<BlockOut<'_>>) -> Result<(), Error> + Send + Sync {
+    move |b: &Block<'_>, o: Option<BlockOut<'_>>| -> Result<(), Error> {
+        Python::attach(|py| match call(py, &callback, b, o) {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                let message = err.to_string();
+                keep(&slot, b.index, err);
+                Err(Error::Function {
+                    block: b.index,
+                    message,
+                })
+            }
+        })
+    }
+}
+
+/// Keeps `err` in `slot` unless an exception of an earlier block is there.
+fn keep(slot: &Raised, index: usize, err: PyErr) {
+    if let Ok(mut s) = slot.lock()
+        && s.as_ref().is_none_or(|(first, _)| index < *first)
+    {
+        *s = Some((index, err));
+    }
+}
+
+/// The runner of a pipeline's `function` steps (`module:function`) on the engines of
+/// `tilestream.run`: `tilestream._blocks._step` resolves the name and measures the
+/// function as `map_overlap` does (once per step and inputs: the plan of the pipeline
+/// and its run share what it found), and the engine of the pipeline runs it, so its
+/// budget, threads, progress and Ctrl-C apply. An exception the function (or the import
+/// of its module) raised is kept, and raised unchanged by the pipeline's call.
+pub(crate) struct PyFunctions {
+    /// Step (JSON) -> what `_step` returned, for this pipeline call only: a function
+    /// edited between two calls is measured again.
+    cache: Py<pyo3::types::PyDict>,
+    /// The first exception raised.
+    pub(crate) raised: Raised,
+}
+
+impl PyFunctions {
+    pub(crate) fn new(py: Python<'_>) -> Self {
+        PyFunctions {
+            cache: pyo3::types::PyDict::new(py).unbind(),
+            raised: Arc::default(),
+        }
+    }
+
+    /// `_step`'s answer for `step`: the blocks request and the output (JSON), and the
+    /// callback.
+    fn step(&self, py: Python<'_>, e: &Engine, step: &Value) -> Result<Step, Error> {
+        let got = (|| -> PyResult<(String, String, Py<PyAny>)> {
+            py.import("tilestream._blocks")?
+                .getattr("_step")?
+                .call1((step.to_string(), e.budget().limit(), self.cache.bind(py)))?
+                .extract()
+        })();
+        let (req, out, callback) = got.map_err(|err| {
+            let message = err.to_string();
+            keep(&self.raised, usize::MAX, err);
+            Error::invalid(message)
+        })?;
+        let blocks =
+            blocks_of(&serde_json::from_str(&req).map_err(|e| Error::Internal(e.to_string()))?)?;
+        let (_, shape, dtype) =
+            out_of(&serde_json::from_str(&out).map_err(|e| Error::Internal(e.to_string()))?)?
+                .ok_or_else(|| Error::Internal("a function step without an output".into()))?;
+        Ok(Step {
+            blocks,
+            shape,
+            dtype,
+            callback,
+        })
+    }
+
+    /// What a step raised, unchanged, with the pipeline's error `e` (naming the step's
+    /// line) as a note; `e` when no step raised.
+    pub(crate) fn raise(&self, py: Python<'_>, e: PyErr) -> PyErr {
+        match self.raised.lock().ok().and_then(|mut s| s.take()) {
+            Some((_, raised)) => {
+                let value = raised.value(py);
+                let note = e.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+                if value.hasattr("add_note").unwrap_or(false) {
+                    let _ = value.call_method1("add_note", (format!("tilestream: {note}"),));
+                }
+                raised
+            }
+            None => e,
+        }
+    }
+}
+
+/// A `function` step made ready: the blocks request, the output's shape and dtype, and
+/// the callback calling the function on each block.
+struct Step {
+    blocks: Blocks,
+    shape: Vec<usize>,
+    dtype: DType,
+    callback: Py<PyAny>,
+}
+
+impl tilestream::FunctionRunner for PyFunctions {
+    fn prepare(&self, e: &Engine, step: &Value) -> Result<(Blocks, Vec<usize>, DType), Error> {
+        Python::attach(|py| self.step(py, e, step).map(|s| (s.blocks, s.shape, s.dtype)))
+    }
+
+    fn run(
+        &self,
+        e: &Engine,
+        step: &Value,
+        inputs: &[&TensorFile],
+        blocks: &Blocks,
+        out: &BlocksOut<'_>,
+    ) -> Result<tilestream::RunReport, Error> {
+        // the function's memory is watched for the whole run, as map_overlap watches it
+        let (callback, watch) = Python::attach(|py| {
+            let callback = self.step(py, e, step)?.callback;
+            let watch = callback
+                .getattr(py, "watch")
+                .and_then(|w| w.call_method0(py, "__enter__").map(|_| w))
+                .map_err(|err| Error::Internal(format!("the memory watch: {err}")))?;
+            Ok::<_, Error>((callback, watch))
+        })?;
+        let r = e.run_blocks(
+            inputs,
+            blocks,
+            Some(out),
+            block_fn(callback, Arc::clone(&self.raised)),
+        );
+        Python::attach(|py| {
+            watch
+                .call_method1(py, "__exit__", (py.None(), py.None(), py.None()))
+                .map(|_| ())
+                .map_err(|err| Error::Internal(format!("the memory watch: {err}")))
+        })?;
+        r
+    }
 }
 
 /// Calls the Python side for block `b`: its padded blocks as read-only [`View`]s of the

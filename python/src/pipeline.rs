@@ -6,6 +6,9 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use serde_json::Value;
 
+use std::sync::Arc;
+
+use crate::blocks::PyFunctions;
 use crate::errors::to_py;
 use crate::options::{engine, parse_opts};
 use crate::worker::run_on_worker;
@@ -53,10 +56,18 @@ pub(crate) fn run_pipeline(
     {
         opts["device"] = Value::String(d.to_string());
     }
-    let e = engine(&opts).map_err(to_py)?;
+    // `function` steps call Python functions through it
+    let functions = Arc::new(PyFunctions::new(py));
+    let e = engine(&opts)
+        .map_err(to_py)?
+        .with_functions(Arc::clone(&functions) as Arc<dyn tilestream::FunctionRunner>);
     if dry_run {
-        return py.detach(|| wf.plan(&e)).map_err(to_py);
+        return py
+            .detach(|| wf.plan(&e))
+            .map_err(|e| functions.raise(py, to_py(e)));
     }
-    let reports = run_on_worker(py, e, progress, move |e| wf.run(e))?;
+    // a function's exception, unchanged, before what the engine made of it
+    let reports =
+        run_on_worker(py, e, progress, move |e| wf.run(e)).map_err(|e| functions.raise(py, e))?;
     serde_json::to_string(&reports).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }

@@ -28,6 +28,8 @@ BUILT = {
     "tiles": _specs.tiles(SRC, "patches", 256, overlap=16),
     "generate": _specs.generate("o.npy", [4, 5], "f32", dist="normal", mean=1.0),
     "clip": _specs.clip(SRC, "o.npy", 0.0, 1.0),
+    "function": _specs.function([SRC, {"path": "m.npy"}], "o.npy", "filters:smooth",
+                                halo=[8, 8], boundary="wrap", working="64MiB"),
 }
 
 

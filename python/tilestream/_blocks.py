@@ -723,3 +723,62 @@ def reduce_blocks(chunk: Callable[..., Any], combine: Callable[[list], Any], *in
     with reducer.watch:
         _ts.run_blocks(ins.json(), json.dumps(req), "null", reducer, opts, _progress(progress))
     return reducer.result()
+
+
+# ---------------------------------------------------------------------------------------
+# a pipeline's `function` steps
+
+
+def _resolve(name: str) -> Callable[..., Any]:
+    """The function ``module:function`` names (``function`` may be dotted:
+    ``module:Class.method``)."""
+    import importlib
+
+    module, sep, attr = name.partition(":")
+    if not sep or not module or not attr:
+        raise ValueError(
+            f"tilestream: function = {name!r} is not module:function (say \"filters:smooth\")"
+        )
+    fn: Any = importlib.import_module(module)
+    for part in attr.split("."):
+        try:
+            fn = getattr(fn, part)
+        except AttributeError:
+            raise ValueError(
+                f"tilestream: function = {name!r}: module {module} has no {attr}"
+            ) from None
+    if not callable(fn):
+        raise TypeError(f"tilestream: function = {name!r} is not callable")
+    return fn
+
+
+def _step(step_json: str, budget: int, cache: dict) -> Tuple[str, str, Any]:
+    """A pipeline's ``function`` step (its spec's JSON, inputs bound to files) made ready
+    as ``map_overlap`` makes a call: the function resolved and measured (unless the step
+    declares ``working``) on the engine's budget; returns the blocks request and the
+    output (JSON) and the callback. Kept in ``cache`` (one pipeline call's) by the step,
+    so the pipeline's plan and its run measure once."""
+    from . import _np_dtype, open as ts_open
+
+    if step_json in cache:
+        return cache[step_json]
+    step = json.loads(step_json)
+    fn = _resolve(step["function"])
+    inputs = [
+        ts_open(s["path"], shape=s["raw"]["shape"], dtype=_np_dtype(s["raw"]["dtype"]),
+                offset=s["raw"].get("offset", 0))
+        if s.get("raw") else ts_open(s["path"])
+        for s in step["input"]
+    ]
+    halo = step.get("halo") or [0]
+    halo = halo[0] if len(halo) == 1 else halo
+    dtype = _np_dtype(step["dtype"]) if step.get("dtype") else None
+    w = step.get("working")
+    p = _prepare(fn, inputs, step["output"], halo, step.get("boundary", "reflect"),
+                 float(step.get("cval", 0.0)), dtype, step.get("shape"), step.get("block"),
+                 w, int(budget), step.get("threads"), False, None, {})
+    # what the run is known by in reports and errors: the name the step gives
+    p.req["what"] = step["function"]
+    got = (json.dumps(p.req), json.dumps(p.out), p.call(fn))
+    cache[step_json] = got
+    return got

@@ -153,8 +153,30 @@ class ClipSpec(TypedDict):
     dtype: Optional[str]
 
 
+class _FunctionBase(TypedDict):
+    op: Literal["function"]
+    input: List[Source]
+    output: str
+    function: str
+
+
+class FunctionSpec(_FunctionBase, total=False):
+    """A function of your own over blocks, named ``module:function`` (a pipeline's
+    ``function`` step, which ``tilestream.run`` calls)."""
+
+    halo: List[int]
+    boundary: str
+    cval: float
+    dtype: Optional[str]
+    shape: Optional[List[int]]
+    block: Optional[List[int]]
+    working: Optional[Union[float, str]]
+    threads: Optional[int]
+
+
 OpSpec = Union[ReduceSpec, AffineSpec, CastSpec, ConvertSpec, MapSpec, MatmulSpec,
-               StandardizeSpec, StencilSpec, TransposeSpec, TilesSpec, GenerateSpec, ClipSpec]
+               StandardizeSpec, StencilSpec, TransposeSpec, TilesSpec, GenerateSpec, ClipSpec,
+               FunctionSpec]
 
 #: Every operation's spec type, by its ``"op"`` name.
 SPECS: Dict[str, Type] = {
@@ -170,6 +192,7 @@ SPECS: Dict[str, Type] = {
     "tiles": TilesSpec,
     "generate": GenerateSpec,
     "clip": ClipSpec,
+    "function": FunctionSpec,
 }
 
 
@@ -254,3 +277,15 @@ def clip(input: Source, output: str, lo: float, hi: float, *,
          dtype: Optional[str] = None) -> ClipSpec:
     return {"op": "clip", "input": input, "output": output, "lo": float(lo), "hi": float(hi),
             "dtype": dtype}
+
+
+def function(inputs: List[Source], output: str, function: str, *,
+             halo: Optional[List[int]] = None, boundary: str = "reflect", cval: float = 0.0,
+             dtype: Optional[str] = None, shape: Optional[List[int]] = None,
+             block: Optional[List[int]] = None, working: Optional[Union[float, str]] = None,
+             threads: Optional[int] = None) -> FunctionSpec:
+    return {"op": "function", "input": list(inputs), "output": output, "function": function,
+            "halo": [int(h) for h in (halo or [])], "boundary": boundary, "cval": float(cval),
+            "dtype": dtype, "shape": None if shape is None else [int(s) for s in shape],
+            "block": None if block is None else [int(b) for b in block],
+            "working": working, "threads": threads}

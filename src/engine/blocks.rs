@@ -218,6 +218,52 @@ struct InputOf {
     rank: usize,
 }
 
+/// What runs a function a pipeline step names by text (`module:function`, a
+/// [`FunctionSpec`](crate::spec::FunctionSpec)): the Python package sets one on the
+/// engines of its pipeline runs ([`Engine::with_functions`]), which resolves the name,
+/// measures the function and calls it on each block; the command line has none, and
+/// refuses such steps. The step is given as its spec's JSON, with its inputs bound to
+/// files.
+pub trait FunctionRunner: Send + Sync {
+    /// The blocks request for the step `step` and its output's shape and dtype, the
+    /// function measured on a first block unless the step declares its working memory;
+    /// `e` is the engine it will run on (its budget sizes that block).
+    ///
+    /// # Errors
+    /// A name that resolves to no function, bad parameters, or the function failing on
+    /// its first block.
+    fn prepare(&self, e: &Engine, step: &serde_json::Value) -> Result<(Blocks, Vec<usize>, DType)>;
+
+    /// Runs the step over `inputs` with `e` ([`Engine::run_blocks`]), as `blocks` says,
+    /// into `out`.
+    ///
+    /// # Errors
+    /// As [`Engine::run_blocks`].
+    fn run(
+        &self,
+        e: &Engine,
+        step: &serde_json::Value,
+        inputs: &[&TensorFile],
+        blocks: &Blocks,
+        out: &BlocksOut<'_>,
+    ) -> Result<RunReport>;
+}
+
+impl Engine {
+    /// Runs the functions pipeline steps name with `runner` (see [`FunctionRunner`]).
+    #[must_use]
+    pub fn with_functions(mut self, runner: std::sync::Arc<dyn FunctionRunner>) -> Self {
+        self.functions = Some(runner);
+        self
+    }
+
+    /// What runs the functions pipeline steps name, if this engine has one.
+    #[must_use]
+    pub fn functions(&self) -> Option<&std::sync::Arc<dyn FunctionRunner>> {
+        self.functions.as_ref()
+    }
+}
+
 /// The plan of a function over blocks: a box plan over the inputs' rows and columns
 /// (every band of every input in each box), and what the function is given and returns.
 #[derive(Clone, Debug)]

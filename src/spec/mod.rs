@@ -136,6 +136,8 @@ pub enum SpecPlan {
     Flat(Plan),
     /// Box-shaped tiles (filters, transpose, patches).
     Box(BoxPlan),
+    /// A user's function over blocks (a pipeline's `function` step).
+    Blocks(crate::engine::BlocksPlan),
 }
 
 impl SpecPlan {
@@ -159,6 +161,12 @@ impl SpecPlan {
                 "resident_bytes": p.resident_bytes, "reserved_bytes": p.reserved_bytes,
                 "budget_bytes": p.budget, "after": p.after,
             }),
+            SpecPlan::Blocks(p) => {
+                let mut j = p.json();
+                j["what"] = p.boxes.what.clone().into();
+                j["after"] = serde_json::json!(p.boxes.after);
+                j
+            }
         }
     }
 }
@@ -168,6 +176,7 @@ impl std::fmt::Display for SpecPlan {
         match self {
             SpecPlan::Flat(p) => p.fmt(f),
             SpecPlan::Box(p) => p.fmt(f),
+            SpecPlan::Blocks(p) => p.fmt(f),
         }
     }
 }

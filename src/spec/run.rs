@@ -100,6 +100,7 @@ impl Engine {
             match &mut plan {
                 SpecPlan::Flat(p) => p.after = Some(after),
                 SpecPlan::Box(p) => p.after = Some(after),
+                SpecPlan::Blocks(p) => p.boxes.after = Some(after),
             }
         }
         Ok(plan)
@@ -107,7 +108,7 @@ impl Engine {
 
     /// What runs after the tiles of `spec` ([`Engine::cog_after_the_run`]).
     fn after_the_run(&self, spec: &OpSpec) -> Result<Option<String>> {
-        match spec.operation().written()? {
+        match spec.operation().written(self)? {
             Some((shape, dtype)) => self.cog_after_the_run(spec.output(), &shape, dtype),
             None => Ok(None),
         }
@@ -120,7 +121,7 @@ impl Engine {
         let op = spec.operation();
         let flat = |e: &Engine| match op.plan_tiles(e)? {
             SpecPlan::Flat(p) => Ok(p),
-            SpecPlan::Box(_) => Err(crate::Error::Internal(
+            SpecPlan::Box(_) | SpecPlan::Blocks(_) => Err(crate::Error::Internal(
                 "a box plan for a flat operation".into(),
             )),
         };
@@ -128,7 +129,7 @@ impl Engine {
             Tiling::Boxes => op.plan_tiles(self),
             Tiling::FlatResult => Ok(SpecPlan::Flat(flat(self)?)),
             Tiling::FlatWriting => {
-                let Some((shape, dtype)) = op.written()? else {
+                let Some((shape, dtype)) = op.written(self)? else {
                     return Ok(SpecPlan::Flat(flat(self)?));
                 };
                 let p = self.plan_writing(spec.output(), &shape, dtype, flat)?;

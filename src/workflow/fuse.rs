@@ -199,12 +199,26 @@ impl<'a> Fuser<'a> {
         table.remove("nodata");
         table.remove("ignore_nodata");
         let mut names = Vec::new();
+        let source = |name: &str| {
+            let mut source = toml::Table::new();
+            source.insert("path".into(), name.into());
+            toml::Value::Table(source)
+        };
         for &key in OpSpec::pipeline_names(&st.op) {
+            // a list of names (a function of several inputs), or one
+            if let Some(toml::Value::Array(list)) = st.keys.get(key) {
+                let mut sources = Vec::new();
+                for v in list {
+                    let name = self.need(at, key, v.as_str())?;
+                    sources.push(source(&name));
+                    names.push(name);
+                }
+                table.insert(key.into(), sources.into());
+                continue;
+            }
             let v = st.text(key).map_err(|m| at.err(m))?;
             let name = self.need(at, key, v)?;
-            let mut source = toml::Table::new();
-            source.insert("path".into(), name.clone().into());
-            table.insert(key.into(), source.into());
+            table.insert(key.into(), source(&name));
             names.push(name);
         }
         table.insert("op".into(), st.op.clone().into());

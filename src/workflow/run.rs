@@ -183,7 +183,7 @@ impl Workflow {
         let spec = v.bind(spec, dest.unwrap_or(held))?;
         let plan = e.plan_spec(&spec)?;
         let op = spec.operation();
-        let (shape, dtype) = op.written()?.ok_or_else(|| {
+        let (shape, dtype) = op.written(e)?.ok_or_else(|| {
             Error::Internal(format!("a pipeline's {} has no result", spec.name()))
         })?;
         let mut nodata = None;

@@ -138,7 +138,7 @@ fn invalid_pipelines_name_the_line() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     setup(d);
-    let cases: [(&str, &str, &str); 8] = [
+    let cases: [(&str, &str, &str); 9] = [
         // (replace, with, expected in the error)
         (
             "out = \"shifted\"",
@@ -156,6 +156,13 @@ fn invalid_pipelines_name_the_line() {
         ("memory = \"16MiB\"", "memory = \"20KiB\"", "too small"),
         ("filter = \"box:size=3\"", "filter = \"blur\"", "line 34"),
         ("[[steps]]\nop = \"map\"", "[[steps]\nop = \"map\"", "line"),
+        // a Python function: only the Python package can call it
+        (
+            "op = \"stencil\"\ninput = \"proj\"\nfilter = \"box:size=3\"",
+            "op = \"function\"\ninput = \"proj\"\nfunction = \"filters:smooth\"\nhalo = 1",
+            "function = \"filters:smooth\" names a Python function: run this pipeline from \
+             Python (tilestream.run)",
+        ),
     ];
     for (from, to, want) in cases {
         let text = VALID.replacen(from, to, 1);

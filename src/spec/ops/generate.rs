@@ -63,7 +63,7 @@ impl Operation for GenerateSpec {
         (Vec::new(), &mut self.output)
     }
 
-    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+    fn written(&self, _e: &Engine) -> Result<Option<(Vec<usize>, DType)>> {
         Ok(Some((self.shape.clone(), self.dtype)))
     }
 

@@ -89,7 +89,7 @@ pub(crate) trait Operation {
     ///
     /// # Errors
     /// Bad parameters; I/O errors opening the inputs.
-    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+    fn written(&self, _e: &Engine) -> Result<Option<(Vec<usize>, DType)>> {
         Ok(self.output_layout().ok().map(|l| (l.shape, l.dtype)))
     }
 
@@ -172,6 +172,7 @@ mod affine;
 mod cast;
 mod clip;
 mod convert;
+mod function;
 mod generate;
 mod map;
 mod matmul;
@@ -181,15 +182,18 @@ mod stencil;
 mod tiles;
 mod transpose;
 
-/// Lists the operations once: re-exports each one's spec from its module; makes
+/// Lists the operations once (those with a subcommand under `commands`, those without
+/// one under `library`): re-exports each one's spec from its module; makes
 /// [`OpSpec`] (serialised with an `"op"` tag of the variant's snake-case name), its names
 /// and its dispatch; and, with the `cli` feature, the command line's subcommands
 /// ([`Op`], named as the operation unless `cli` names it otherwise) from each module's
 /// arguments struct.
 macro_rules! operations {
-    ($($(#[$doc:meta])* $module:ident::$variant:ident($spec:ident, $args:ident) = $name:literal
-        $(, cli $cli:literal)?;)+) => {
+    (commands { $($(#[$doc:meta])* $module:ident::$variant:ident($spec:ident, $args:ident) = $name:literal
+        $(, cli $cli:literal)?;)+ }
+     library { $($(#[$ldoc:meta])* $lmodule:ident::$lvariant:ident($lspec:ident) = $lname:literal;)* }) => {
         $(pub use $module::$spec;)+
+        $(pub use $lmodule::$lspec;)*
 
         /// An operation: its inputs, its output and every parameter that changes the
         /// output's bytes. Serialised with an `"op"` tag (`{"op": "reduce", ...}`).
@@ -197,17 +201,19 @@ macro_rules! operations {
         #[serde(tag = "op", rename_all = "snake_case")]
         pub enum OpSpec {
             $($(#[$doc])* $variant($spec),)+
+            $($(#[$ldoc])* $lvariant($lspec),)*
         }
 
         impl OpSpec {
             /// The name of every operation, as its `"op"` tag spells it.
-            pub const NAMES: &'static [&'static str] = &[$($name),+];
+            pub const NAMES: &'static [&'static str] = &[$($name,)+ $($lname,)*];
 
             /// The operation's name (its `"op"` tag).
             #[must_use]
             pub fn name(&self) -> &'static str {
                 match self {
                     $(OpSpec::$variant(_) => $name,)+
+                    $(OpSpec::$lvariant(_) => $lname,)*
                 }
             }
 
@@ -218,6 +224,7 @@ macro_rules! operations {
             pub fn pipeline_keys(name: &str) -> Option<&'static [&'static str]> {
                 match name {
                     $($name => <$spec as PipelineStep>::KEYS,)+
+                    $($lname => <$lspec as PipelineStep>::KEYS,)*
                     _ => None,
                 }
             }
@@ -227,6 +234,7 @@ macro_rules! operations {
             pub(crate) fn pipeline_names(name: &str) -> &'static [&'static str] {
                 match name {
                     $($name => <$spec as PipelineStep>::NAMES,)+
+                    $($lname => <$lspec as PipelineStep>::NAMES,)*
                     _ => &[],
                 }
             }
@@ -234,12 +242,14 @@ macro_rules! operations {
             pub(crate) fn operation(&self) -> &dyn Operation {
                 match self {
                     $(OpSpec::$variant(o) => o,)+
+                    $(OpSpec::$lvariant(o) => o,)*
                 }
             }
 
             pub(crate) fn operation_mut(&mut self) -> &mut dyn Operation {
                 match self {
                     $(OpSpec::$variant(o) => o,)+
+                    $(OpSpec::$lvariant(o) => o,)*
                 }
             }
         }
@@ -251,6 +261,13 @@ macro_rules! operations {
                 }
             }
         )+
+        $(
+            impl From<$lspec> for OpSpec {
+                fn from(o: $lspec) -> Self {
+                    OpSpec::$lvariant(o)
+                }
+            }
+        )*
 
         /// The command line's subcommands that run an operation, one per operation.
         #[cfg(feature = "cli")]
@@ -276,6 +293,7 @@ macro_rules! operations {
 }
 
 operations! {
+    commands {
     /// A reduction (`sum`, `mean`, `var`, `std`, `min`, `max`) over one axis or all.
     reduce::Reduce(ReduceSpec, ReduceArgs) = "reduce";
     /// `y = scale * x + offset`, cast.
@@ -301,4 +319,11 @@ operations! {
     tiles::Tiles(TilesSpec, TilesArgs) = "tiles";
     /// `tilestream gen` data, reproducible from the seed.
     generate::Generate(GenerateSpec, GenArgs) = "generate", cli "gen";
+    }
+    // operations a library front end runs, with no subcommand: a pipeline's `function`
+    // step is a Python function, which only the Python package can call
+    library {
+    /// A user's function over blocks, named `module:function` (pipelines run from Python).
+    function::Function(FunctionSpec) = "function";
+    }
 }

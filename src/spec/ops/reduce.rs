@@ -57,7 +57,7 @@ impl Operation for ReduceSpec {
         Tiling::FlatResult
     }
 
-    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+    fn written(&self, _e: &Engine) -> Result<Option<(Vec<usize>, DType)>> {
         let x = self.input.open()?;
         let r = Reduce::parse(&self.reduce, self.ddof)?;
         Ok(Some((

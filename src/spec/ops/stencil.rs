@@ -73,7 +73,7 @@ impl Operation for StencilSpec {
         Tiling::Boxes
     }
 
-    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+    fn written(&self, _e: &Engine) -> Result<Option<(Vec<usize>, DType)>> {
         // a filter's output is its input's shape (output_layout refuses the 2-D wrap
         // boundary, which is planned whole)
         let x = self.input.open()?;

@@ -82,7 +82,7 @@ impl Operation for TilesSpec {
         Tiling::Boxes
     }
 
-    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+    fn written(&self, _e: &Engine) -> Result<Option<(Vec<usize>, DType)>> {
         // many files, none of them a COG
         Ok(None)
     }

@@ -44,7 +44,7 @@ impl Operation for TransposeSpec {
         Tiling::Boxes
     }
 
-    fn written(&self) -> Result<Option<(Vec<usize>, DType)>> {
+    fn written(&self, _e: &Engine) -> Result<Option<(Vec<usize>, DType)>> {
         let x = self.input.open()?;
         Ok(Some((
             crate::engine::transposed_shape(x.shape()),
