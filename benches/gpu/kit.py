@@ -506,6 +506,31 @@ def suite(a, o, bin_, env):
     o.say(f"suite: exit {rc} in {wall:.0f}s with {threads} test threads")
     if rc != 0 or not backends or "cuda" not in backends[0]:
         o.fail("the GPU suite did not pass with CUDA running")
+    python_on_gpu(a, o, env)
+
+
+def python_on_gpu(a, o, env):
+    """The Python package's GPU path: examples/gpu_model.py (a PyTorch model over blocks
+    in page-locked memory, checked against the model on the whole scene), with the wheel
+    benches/gpu/build.sh built, installed into the work folder."""
+    wheels = sorted((ROOT / "target/gpu").glob("tilestream-*.whl"))
+    if not wheels:
+        o.say("python: no wheel in target/gpu (benches/gpu/build.sh builds one): not run")
+        return
+    site = Path(a.work) / "site"
+    rc, _, out, err = run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                           "--target", str(site), str(wheels[-1])], env, 300, o.dir / "pip.log")
+    if rc != 0:
+        o.fail(f"python: the wheel did not install: {(err or out).strip().splitlines()[-1:]}")
+        return
+    penv = dict(env, PYTHONPATH=str(site))
+    rc, wall, out, err = run([sys.executable, str(ROOT / "examples/gpu_model.py"), "4096"], penv,
+                             a.timeout, o.dir / "gpu_model.log")
+    last = (out.strip().splitlines() or ["(no output)"])[-1]
+    o.say(f"python: examples/gpu_model.py 4096: exit {rc} in {wall:.0f}s: {last}")
+    if rc != 0 or "equal the model's" not in out:
+        o.fail("python: the GPU model example did not pass"
+               + (f": {err.strip().splitlines()[-1]}" if err.strip() else ""))
 
 
 # --- bench ------------------------------------------------------------------------------
