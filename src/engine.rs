@@ -34,9 +34,11 @@ use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 
 mod array;
+mod batches;
 mod blocks;
 mod boxed;
 mod elementwise;
+mod host;
 mod imagery;
 mod nodata;
 mod outputs;
@@ -46,6 +48,9 @@ mod report;
 mod standardize;
 
 pub use array::{Array, write_npz};
+pub use batches::{
+    Batch, BatchPart, BatchPlan, BatchRequest, BatchStream, Next, Shuffle, ShuffleWindow,
+};
 pub use blocks::{
     Block, BlockFn, BlockInput, BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan,
     FunctionRunner, Working,

@@ -110,8 +110,9 @@ pub use budget::{BudgetError, MemoryBudget, Reservation, fmt_bytes, parse_size};
 pub use device::{DeviceError, DeviceRequest};
 pub use dtype::{DType, Element};
 pub use engine::{
-    Array, Block, BlockFn, BlockInput, BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan, Edge,
-    Engine, FunctionRunner, MapNodata, PatchFormat, PatchSpec, RunReport, Working, merge_partials,
+    Array, Batch, BatchPart, BatchPlan, BatchRequest, BatchStream, Block, BlockFn, BlockInput,
+    BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan, Edge, Engine, FunctionRunner, MapNodata,
+    Next, PatchFormat, PatchSpec, RunReport, Shuffle, ShuffleWindow, Working, merge_partials,
     peak_rss, write_npz,
 };
 pub use error::{Error, FormatErrorKind, NpyError, Result, TiffError, ZarrError};

@@ -105,7 +105,7 @@ fn out_of(out: &Value) -> Result<Option<(PathBuf, Vec<usize>, DType)>, Error> {
     Ok(Some((PathBuf::from(path), shape, dtype)))
 }
 
-fn open_all(sources: &[String]) -> Result<Vec<TensorFile>, Error> {
+pub(crate) fn open_all(sources: &[String]) -> Result<Vec<TensorFile>, Error> {
     sources
         .iter()
         .map(|s| {

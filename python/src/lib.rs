@@ -16,6 +16,7 @@
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
+mod batches;
 mod blocks;
 mod calls;
 mod errors;
@@ -41,6 +42,10 @@ fn version() -> &'static str {
 fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(calls::run_spec, m)?)?;
     m.add_function(wrap_pyfunction!(blocks::run_blocks, m)?)?;
+    m.add_function(wrap_pyfunction!(batches::open_batches, m)?)?;
+    m.add_function(wrap_pyfunction!(batches::plan_batches, m)?)?;
+    m.add_class::<batches::Batches>()?;
+    m.add_class::<batches::BatchMemory>()?;
     m.add_function(wrap_pyfunction!(blocks::plan_blocks, m)?)?;
     m.add_function(wrap_pyfunction!(calls::plan_spec, m)?)?;
     m.add_function(wrap_pyfunction!(calls::reduce, m)?)?;

@@ -48,11 +48,13 @@ from . import _tilestream as _ts
 __version__ = _ts.version()
 
 __all__ = [
+    "Batches",
     "BudgetError",
     "Plan",
     "RunReport",
     "Tensor",
     "affine",
+    "batches",
     "cast",
     "clip",
     "convert",
@@ -787,3 +789,7 @@ def iter_tiles(t: Any, *, memory: Any = None) -> Iterator[tuple]:
 # your own functions over blocks (defined in _blocks.py, which uses the helpers above)
 
 from ._blocks import map_blocks, map_overlap, reduce_blocks  # noqa: E402
+
+# batches for a training loop (defined in _batches.py)
+
+from ._batches import Batches, batches  # noqa: E402

@@ -15,6 +15,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use super::host::HostBuf;
 use super::{Engine, Ran, RunReport};
 use crate::backend::Family;
 use crate::budget::fmt_bytes;
@@ -23,7 +24,7 @@ use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape, page_size};
 use crate::io::own_files::{Written, check_run_paths};
 use crate::layout::{Layout, Read, Write};
-use crate::scheduler::{self, Hooks, Morsel, Pending, SlotMemory, StageTimes, TileKernel};
+use crate::scheduler::{self, Hooks, Morsel, Pending, StageTimes, TileKernel};
 use crate::tiling::{
     BoxPlan, BoxRequest, BoxTile, Cuts, Edges, Halo, OutChunks, OutMap, PaddedBox, Scratch,
     fixed_cuts, gather_box,
@@ -846,64 +847,9 @@ impl Engine {
 struct Gather {
     edges: Edges,
     /// Each input's padded block.
-    bufs: Vec<GatherBuf>,
+    bufs: Vec<HostBuf>,
     /// Each input's constant for positions past the edges, in its type.
     cvals: Vec<Vec<u8>>,
-}
-
-/// Where one input's padded blocks are gathered.
-enum GatherBuf {
-    /// Heap memory grown to the largest block so far (8-byte words, so any element type
-    /// is aligned).
-    Heap(Vec<u64>),
-    /// Page-locked memory (page-aligned) of the largest block, allocated up front.
-    Locked(Box<dyn SlotMemory>),
-    /// Handed to the function's caller for good ([`Block::keep_inputs`]).
-    Kept,
-}
-
-impl GatherBuf {
-    /// The first `len` bytes, to fill.
-    fn bytes_mut(&mut self, len: usize) -> Result<&mut [u8]> {
-        match self {
-            GatherBuf::Heap(words) => {
-                if words.len() < len.div_ceil(8) {
-                    words.resize(len.div_ceil(8), 0);
-                }
-                Ok(&mut bytemuck::cast_slice_mut::<u64, u8>(words)[..len])
-            }
-            GatherBuf::Locked(mem) => mem.as_bytes_mut().get_mut(..len).ok_or_else(|| {
-                Error::Internal(format!(
-                    "a padded block of {len} bytes past its page-locked buffer"
-                ))
-            }),
-            GatherBuf::Kept => Err(Error::Internal(
-                "a block's buffer was kept by the function".into(),
-            )),
-        }
-    }
-
-    /// The first `len` bytes, filled.
-    fn bytes(&self, len: usize) -> &[u8] {
-        match self {
-            GatherBuf::Heap(words) => &bytemuck::cast_slice::<u64, u8>(words)[..len],
-            GatherBuf::Locked(mem) => &mem.as_bytes()[..len],
-            GatherBuf::Kept => &[],
-        }
-    }
-
-    /// Leaves the memory to whoever still points into it: it is never freed.
-    fn leak(&mut self) {
-        match std::mem::replace(self, GatherBuf::Kept) {
-            GatherBuf::Heap(words) => {
-                let _ = words.leak();
-            }
-            GatherBuf::Locked(mem) => {
-                let _ = Box::leak(mem);
-            }
-            GatherBuf::Kept => {}
-        }
-    }
 }
 
 impl Gather {
@@ -929,9 +875,9 @@ impl Gather {
             .inputs
             .iter()
             .map(|i| match plan.pinned {
-                None => Ok(GatherBuf::Heap(Vec::new())),
+                None => Ok(HostBuf::Heap(Vec::new())),
                 Some(n) => crate::backend::cuda::page_locked(n, padded * i.bands * i.dtype.size())
-                    .map(GatherBuf::Locked)
+                    .map(HostBuf::Locked)
                     .map_err(|e| pinned_refused(n, e)),
             })
             .collect::<Result<_>>()?;

@@ -5,6 +5,7 @@
 //! and measure through a relay (`tests/it/common/peak.rs`): a child starts with its
 //! parent's resident-memory high-water mark, which this binary's in-process tests raise.
 
+mod batches;
 mod blocks;
 mod cog;
 mod common;

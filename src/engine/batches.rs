@@ -1,0 +1,932 @@
+//! Batches of rows for a training loop: the rows of one or more arrays that share their
+//! leading axis (features and labels), handed out batch by batch from a fixed ring of
+//! buffers drawn from the budget, read ahead on the engine's threads while the loop
+//! trains on the batches before.
+//!
+//! **The ring.** A batch lives in one of `ring` buffers (page-locked when asked, for a
+//! loop that copies it to a GPU). The caller holds a [`Batch`]; the buffer goes back to
+//! the ring only when the batch (and everything made over its memory) is dropped, so a
+//! buffer is never refilled while something still points into it. A caller holding
+//! every buffer at once is told so by [`BatchStream::next`] instead of waiting forever.
+//!
+//! **Shuffling without reading at random.** With [`Shuffle`] the rows are cut into
+//! blocks of `block_rows` consecutive rows; each epoch takes the blocks in a random
+//! order, groups them `window_blocks` at a time into windows, and shuffles the rows
+//! within each window. Every read is a whole block, contiguous on disk; each batch draws
+//! its rows from `window_blocks` blocks spread over the whole array. The order is a
+//! function of `(seed, epoch)` and the two sizes alone ([`Shuffle::epoch`]): never of
+//! the budget, the threads or the time reads take.
+//!
+//! **Workers.** `part = (k, n)` gives worker `k` of `n` (a `PyTorch` `DataLoader`'s) the
+//! windows `k, k + n, ...` of each epoch (batches `k, k + n, ...` without shuffling):
+//! the workers together deliver every row once per epoch, each reading only its share.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::Engine;
+use super::host::HostBuf;
+use crate::budget::{Reservation, fmt_bytes};
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::format::{TensorFile, Touch, fmt_shape};
+use crate::ops::generate::philox4x32_10;
+
+/// How a stream of batches shuffles its rows (see the module's notes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shuffle {
+    /// The seed: the order is a function of it, the epoch and the two sizes below.
+    pub seed: u64,
+    /// Rows of a block (the unit of reading: consecutive rows).
+    pub block_rows: u64,
+    /// Blocks of a window (the rows shuffled together).
+    pub window_blocks: u64,
+}
+
+impl Shuffle {
+    /// Blocks of about 1 MiB of rows of `row_bytes` (all inputs together), 64 to a
+    /// window: a window of about 64 MiB, each batch drawn from 64 places of the array.
+    /// Depends on the rows' size alone, never on a budget.
+    #[must_use]
+    pub fn for_rows(seed: u64, row_bytes: u64) -> Self {
+        Shuffle {
+            seed,
+            block_rows: ((1u64 << 20) / row_bytes.max(1)).max(1),
+            window_blocks: 64,
+        }
+    }
+
+    /// The windows of epoch `epoch` over `n` rows, each the row ranges of its blocks in
+    /// the order their rows are concatenated ([`ShuffleWindow::order`] gives the order the
+    /// rows are delivered in).
+    #[must_use]
+    pub fn epoch(&self, n: u64, epoch: u64) -> Vec<ShuffleWindow> {
+        let block = self.block_rows.max(1);
+        let blocks = n.div_ceil(block);
+        let order = permutation(blocks, [self.seed, epoch, u64::MAX]);
+        order
+            .chunks(self.window_blocks.max(1) as usize)
+            .enumerate()
+            .map(|(w, ids)| ShuffleWindow {
+                index: w as u64,
+                epoch,
+                seed: self.seed,
+                ranges: ids
+                    .iter()
+                    .map(|&b| (b * block, block.min(n - b * block)))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// One window of an epoch ([`Shuffle::epoch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShuffleWindow {
+    /// Its number in the epoch.
+    pub index: u64,
+    /// The epoch.
+    pub epoch: u64,
+    seed: u64,
+    /// The row ranges `(start, rows)` it reads, in order.
+    pub ranges: Vec<(u64, u64)>,
+}
+
+impl ShuffleWindow {
+    /// Rows it holds.
+    #[must_use]
+    pub fn rows(&self) -> u64 {
+        self.ranges.iter().map(|r| r.1).sum()
+    }
+
+    /// Its rows in the order they are delivered: indices into its ranges' rows.
+    #[must_use]
+    pub fn order(&self) -> Vec<u64> {
+        permutation(self.rows(), [self.seed, self.epoch, self.index])
+    }
+}
+
+/// 64 random bits, a function of `key` and `i` alone (Philox-4x32-10, the generator of
+/// `gen`): counter `(i, key[1], key[2])`, key `key[0]`.
+fn random(key: [u64; 3], i: u64) -> u64 {
+    let [a, b, _, _] = philox4x32_10(
+        [
+            i as u32,
+            (i >> 32) as u32,
+            key[1] as u32 ^ (key[2] as u32).rotate_left(16),
+            (key[1] >> 32) as u32 ^ (key[2] >> 32) as u32 ^ (key[2] as u32),
+        ],
+        [key[0] as u32, (key[0] >> 32) as u32],
+    );
+    (u64::from(a) << 32) | u64::from(b)
+}
+
+/// A permutation of `0..n` drawn from `key` (Fisher-Yates, each draw Lemire's
+/// multiply-shift of 64 random bits onto `0..=i`: a bias under `n / 2^64`).
+fn permutation(n: u64, key: [u64; 3]) -> Vec<u64> {
+    let mut p: Vec<u64> = (0..n).collect();
+    for i in (1..n).rev() {
+        let j = ((u128::from(random(key, i)) * u128::from(i + 1)) >> 64) as u64;
+        p.swap(i as usize, j as usize);
+    }
+    p
+}
+
+/// What a stream of batches is asked for.
+#[derive(Clone, Debug)]
+pub struct BatchRequest {
+    /// Rows of a batch.
+    pub batch: u64,
+    /// How rows are shuffled; `None` for their order in the file.
+    pub shuffle: Option<Shuffle>,
+    /// Whether an epoch's last batch is left out when it is short.
+    pub drop_last: bool,
+    /// Passes over the rows.
+    pub epochs: u64,
+    /// The first epoch's number (the shuffle of epoch `e` is the same in any run).
+    pub first_epoch: u64,
+    /// Buffers in the ring (at least 2: one held by the loop, one being filled).
+    pub ring: usize,
+    /// Page-locked buffers, by CUDA device `n`'s driver.
+    pub pinned: Option<usize>,
+    /// This worker's share: worker `k` of `n` (see the module's notes).
+    pub part: (usize, usize),
+}
+
+impl Default for BatchRequest {
+    fn default() -> Self {
+        BatchRequest {
+            batch: 1,
+            shuffle: None,
+            drop_last: false,
+            epochs: 1,
+            first_epoch: 0,
+            ring: 4,
+            pinned: None,
+            part: (0, 1),
+        }
+    }
+}
+
+/// One input as the stream reads it.
+#[derive(Clone, Debug)]
+struct Input {
+    dtype: DType,
+    /// Elements of a row.
+    row_elems: u64,
+    /// A row's shape (the array's shape after its leading axis).
+    row_shape: Vec<usize>,
+}
+
+impl Input {
+    fn row_bytes(&self) -> u64 {
+        self.row_elems * self.dtype.size() as u64
+    }
+}
+
+/// The plan of a stream of batches: what it holds and that it fits the budget.
+#[derive(Clone, Debug)]
+pub struct BatchPlan {
+    /// Rows of the inputs.
+    pub rows: u64,
+    /// Rows of a batch.
+    pub batch: u64,
+    /// Bytes of one batch, all inputs together.
+    pub batch_bytes: u64,
+    /// Buffers in the ring.
+    pub ring: usize,
+    /// Bytes of a window (0 without shuffling).
+    pub window_bytes: u64,
+    /// Windows held at once: one being read, and up to two a batch is drawn from.
+    pub windows: u64,
+    /// Decode scratch of compressed inputs.
+    pub read_scratch: u64,
+    /// Batches an epoch gives this worker.
+    pub batches_per_epoch: u64,
+    /// Bytes reserved from the budget.
+    pub reserved_bytes: u64,
+    /// The budget.
+    pub budget: u64,
+    shuffle: Option<Shuffle>,
+    pinned: Option<usize>,
+    inputs: Vec<Input>,
+}
+
+impl BatchPlan {
+    /// The plan as JSON (what the Python package shows).
+    #[must_use]
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "op": "batches",
+            "rows": self.rows,
+            "batch": self.batch,
+            "batch_bytes": self.batch_bytes,
+            "ring": self.ring,
+            "window_bytes": self.window_bytes,
+            "window_rows": self.shuffle.map(|s| s.block_rows * s.window_blocks),
+            "block_rows": self.shuffle.map(|s| s.block_rows),
+            "batches_per_epoch": self.batches_per_epoch,
+            "pinned": self.pinned.map(|n| format!("cuda:{n}")),
+            "reserved_bytes": self.reserved_bytes,
+            "budget_bytes": self.budget,
+        })
+    }
+}
+
+impl fmt::Display for BatchPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let shapes: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|i| {
+                let mut s = vec![self.batch as usize];
+                s.extend(&i.row_shape);
+                format!("{} {}", fmt_shape(&s), i.dtype)
+            })
+            .collect();
+        writeln!(
+            f,
+            "plan:           batches of {} rows of {} rows ({})",
+            self.batch,
+            self.rows,
+            shapes.join(" + ")
+        )?;
+        writeln!(
+            f,
+            "batches:        {} an epoch, each {}",
+            self.batches_per_epoch,
+            fmt_bytes(self.batch_bytes)
+        )?;
+        writeln!(
+            f,
+            "ring:           {} buffers of a batch{}",
+            self.ring,
+            match self.pinned {
+                Some(n) => format!(", page-locked by cuda:{n}'s driver"),
+                None => String::new(),
+            }
+        )?;
+        match self.shuffle {
+            Some(s) => writeln!(
+                f,
+                "shuffle:        windows of {} blocks of {} rows ({} each, {} held at once), seed {}",
+                s.window_blocks,
+                s.block_rows,
+                fmt_bytes(self.window_bytes),
+                self.windows,
+                s.seed
+            )?,
+            None => writeln!(f, "shuffle:        none (rows in file order)")?,
+        }
+        if self.read_scratch > 0 {
+            writeln!(f, "decode:         {}", fmt_bytes(self.read_scratch))?;
+        }
+        writeln!(
+            f,
+            "reserved:       {} of {} budget ({:.1}%)",
+            fmt_bytes(self.reserved_bytes),
+            fmt_bytes(self.budget),
+            self.reserved_bytes as f64 / self.budget.max(1) as f64 * 100.0
+        )
+    }
+}
+
+impl Engine {
+    /// Plans a stream of batches of `req` over `inputs` (arrays sharing their leading
+    /// axis): what it holds, refused with the arithmetic when that passes the budget.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for inputs of different lengths or a bad request;
+    /// [`Error::Budget`] when the ring and the windows do not fit.
+    pub fn plan_batches(&self, inputs: &[&TensorFile], req: &BatchRequest) -> Result<BatchPlan> {
+        let first = inputs
+            .first()
+            .ok_or_else(|| Error::invalid("batches need at least one input"))?;
+        let rows = first.shape().first().copied().unwrap_or(1) as u64;
+        let mut ins = Vec::new();
+        for t in inputs {
+            let n = t.shape().first().copied().unwrap_or(1) as u64;
+            if n != rows {
+                return Err(Error::invalid(format!(
+                    "batches take inputs of as many rows each: {} has {rows}, {} has {n}",
+                    first.path().display(),
+                    t.path().display()
+                )));
+            }
+            let row_shape = t.shape().get(1..).unwrap_or(&[]).to_vec();
+            ins.push(Input {
+                dtype: t.dtype(),
+                row_elems: row_shape.iter().map(|&d| d as u64).product(),
+                row_shape,
+            });
+        }
+        if req.batch == 0 {
+            return Err(Error::invalid("a batch of 0 rows holds nothing"));
+        }
+        if req.ring < 2 {
+            return Err(Error::invalid(
+                "a ring of batches needs at least 2 buffers (one held, one being filled)",
+            ));
+        }
+        let (k, parts) = req.part;
+        if parts == 0 || k >= parts {
+            return Err(Error::invalid(format!(
+                "worker {k} of {parts} does not exist"
+            )));
+        }
+        let row_bytes: u64 = ins.iter().map(Input::row_bytes).sum();
+        let batch_bytes = req.batch * row_bytes;
+        let (window_bytes, windows) = match req.shuffle {
+            Some(s) if s.block_rows == 0 || s.window_blocks == 0 => {
+                return Err(Error::invalid("a shuffle window of 0 rows holds nothing"));
+            }
+            Some(s) => ((s.block_rows * s.window_blocks).min(rows) * row_bytes, 3),
+            None => (0, 0),
+        };
+        let read_scratch: u64 = inputs.iter().map(|t| t.read_scratch_bytes()).sum();
+        let ring_bytes = req.ring as u64 * batch_bytes;
+        let reserved = ring_bytes + windows * window_bytes + read_scratch;
+        let budget = self.budget.limit();
+        if reserved > budget {
+            let mut parts_text = vec![format!(
+                "{} buffers × {} for a batch of {} rows",
+                req.ring,
+                fmt_bytes(batch_bytes),
+                req.batch
+            )];
+            if windows > 0 {
+                parts_text.push(format!(
+                    "{windows} shuffle windows × {}",
+                    fmt_bytes(window_bytes)
+                ));
+            }
+            if read_scratch > 0 {
+                parts_text.push(format!("{} of decode scratch", fmt_bytes(read_scratch)));
+            }
+            return Err(Error::invalid(format!(
+                "memory budget {} is too small for batches of {} rows: {} = {}; give \
+                 memory={} or more, or smaller batches{}",
+                fmt_bytes(budget),
+                req.batch,
+                parts_text.join(" + "),
+                fmt_bytes(reserved),
+                if reserved >= 1 << 20 {
+                    format!("{}MiB", reserved.div_ceil(1 << 20))
+                } else {
+                    format!("{}KiB", reserved.div_ceil(1 << 10))
+                },
+                if windows > 0 {
+                    " or a smaller shuffle window"
+                } else {
+                    ""
+                }
+            )));
+        }
+        let per_epoch = epoch_batches(rows, req);
+        Ok(BatchPlan {
+            rows,
+            batch: req.batch,
+            batch_bytes,
+            ring: req.ring,
+            window_bytes,
+            windows,
+            read_scratch,
+            batches_per_epoch: per_epoch,
+            reserved_bytes: reserved,
+            budget,
+            shuffle: req.shuffle,
+            pinned: req.pinned,
+            inputs: ins,
+        })
+    }
+
+    /// Starts a stream of batches of `req` over `inputs` (see the module's notes): the
+    /// ring is allocated (page-locked if asked) and the first batches are read at once,
+    /// on threads of its own.
+    ///
+    /// # Errors
+    /// As [`Engine::plan_batches`]; page-locked memory refused.
+    pub fn batches(&self, inputs: Vec<TensorFile>, req: &BatchRequest) -> Result<BatchStream> {
+        let refs: Vec<&TensorFile> = inputs.iter().collect();
+        let plan = self.plan_batches(&refs, req)?;
+        let reservation = self.budget.reserve("batches", plan.reserved_bytes)?;
+        let mut free = Vec::new();
+        for _ in 0..plan.ring {
+            let bufs = plan
+                .inputs
+                .iter()
+                .map(|i| {
+                    let len = (plan.batch * i.row_bytes()) as usize;
+                    match plan.pinned {
+                        None => Ok(HostBuf::Heap(vec![0u64; len.div_ceil(8)])),
+                        Some(n) => crate::backend::cuda::page_locked(n, len)
+                            .map(HostBuf::Locked)
+                            .map_err(|e| Error::invalid(format!(
+                                "pinned=cuda:{n}: the ring of batches cannot be page-locked: {e}"
+                            ))),
+                    }
+                })
+                .collect::<Result<Vec<_>>>()?;
+            free.push(SlotBufs(bufs));
+        }
+        let ring = Arc::new(Ring {
+            free: Mutex::new(free),
+            returned: Condvar::new(),
+            stop: AtomicBool::new(false),
+            lent: AtomicUsize::new(0),
+        });
+        let (tx, rx) = crossbeam_channel::bounded::<Result<Batch>>(plan.ring);
+        let producer = {
+            let ring = Arc::clone(&ring);
+            let plan = plan.clone();
+            let req = req.clone();
+            std::thread::Builder::new()
+                .name("tilestream-batches".into())
+                .spawn(move || {
+                    if let Err(e) = produce(&inputs, &plan, &req, &ring, &tx) {
+                        let _ = tx.send(Err(e));
+                    }
+                })
+                .map_err(|e| Error::Internal(format!("cannot start the batch reader: {e}")))?
+        };
+        Ok(BatchStream {
+            ready: rx,
+            ring,
+            producer: Some(producer),
+            plan,
+            _reservation: reservation,
+        })
+    }
+}
+
+/// Batches epoch `req.first_epoch` gives worker `req.part` over `rows` rows (with
+/// several workers and shuffling, each epoch's count may differ by one: the short block
+/// falls in another worker's window).
+fn epoch_batches(rows: u64, req: &BatchRequest) -> u64 {
+    let count = |n: u64| {
+        if req.drop_last {
+            n / req.batch
+        } else {
+            n.div_ceil(req.batch)
+        }
+    };
+    let (k, parts) = (req.part.0 as u64, req.part.1 as u64);
+    match req.shuffle {
+        Some(s) => count(
+            s.epoch(rows, req.first_epoch)
+                .iter()
+                .filter(|w| w.index % parts == k)
+                .map(ShuffleWindow::rows)
+                .sum(),
+        ),
+        None => {
+            let all = count(rows);
+            all / parts + u64::from(all % parts > k)
+        }
+    }
+}
+
+/// The buffers of one batch, one per input.
+struct SlotBufs(Vec<HostBuf>);
+
+/// The ring's free buffers, and how the producer waits for one.
+struct Ring {
+    free: Mutex<Vec<SlotBufs>>,
+    returned: Condvar,
+    stop: AtomicBool,
+    /// Batches the caller holds (handed out and not dropped yet).
+    lent: AtomicUsize,
+}
+
+impl Ring {
+    /// A free buffer, waiting for the caller to drop a batch; `None` once stopped.
+    fn take(&self) -> Option<SlotBufs> {
+        let mut free = self
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                return None;
+            }
+            if let Some(b) = free.pop() {
+                return Some(b);
+            }
+            free = self
+                .returned
+                .wait_timeout(free, Duration::from_millis(200))
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    fn give_back(&self, b: SlotBufs) {
+        self.free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(b);
+        self.returned.notify_all();
+    }
+}
+
+/// A batch: its rows of each input, in a buffer of the ring that goes back to it when
+/// the batch is dropped.
+pub struct Batch {
+    /// Its number in the stream (from 0, across epochs).
+    pub index: u64,
+    /// Its epoch.
+    pub epoch: u64,
+    /// Rows it holds (the batch size, or fewer for an epoch's last).
+    pub rows: usize,
+    parts: Vec<BatchPart>,
+    bufs: Option<SlotBufs>,
+    ring: Arc<Ring>,
+    /// Handed to the caller (counted in [`Ring::lent`]), not only read ahead.
+    delivered: bool,
+}
+
+/// One input's rows in a [`Batch`].
+#[derive(Clone, Debug)]
+pub struct BatchPart {
+    /// Their type.
+    pub dtype: DType,
+    /// Their shape: `(rows, ...the input's row shape)`.
+    pub shape: Vec<usize>,
+    addr: usize,
+    len: usize,
+}
+
+impl BatchPart {
+    /// Where the rows are (C order) and their length in bytes: valid, and written by
+    /// nothing but the holder of the batch, for as long as the [`Batch`] lives.
+    #[must_use]
+    pub fn memory(&self) -> (usize, usize) {
+        (self.addr, self.len)
+    }
+}
+
+impl Batch {
+    /// Each input's rows.
+    #[must_use]
+    pub fn parts(&self) -> &[BatchPart] {
+        &self.parts
+    }
+
+    /// Input `k`'s rows as bytes.
+    #[must_use]
+    pub fn bytes(&self, k: usize) -> &[u8] {
+        match (&self.bufs, self.parts.get(k)) {
+            (Some(b), Some(p)) => b.0[k].bytes(p.len),
+            _ => &[],
+        }
+    }
+}
+
+impl fmt::Debug for Batch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batch")
+            .field("index", &self.index)
+            .field("epoch", &self.epoch)
+            .field("rows", &self.rows)
+            .field("parts", &self.parts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if let Some(b) = self.bufs.take() {
+            if self.delivered {
+                self.ring.lent.fetch_sub(1, Ordering::AcqRel);
+            }
+            self.ring.give_back(b);
+        }
+    }
+}
+
+/// A running stream of batches ([`Engine::batches`]): the reader stops when it is
+/// dropped.
+pub struct BatchStream {
+    ready: crossbeam_channel::Receiver<Result<Batch>>,
+    ring: Arc<Ring>,
+    producer: Option<std::thread::JoinHandle<()>>,
+    plan: BatchPlan,
+    _reservation: Reservation,
+}
+
+/// What waiting for a batch gave.
+#[derive(Debug)]
+pub enum Next {
+    /// The next batch.
+    Batch(Batch),
+    /// The stream is over.
+    End,
+    /// None yet: the wait timed out (so a caller can check for signals and wait again).
+    NotYet,
+}
+
+impl BatchStream {
+    /// The plan it runs.
+    #[must_use]
+    pub fn plan(&self) -> &BatchPlan {
+        &self.plan
+    }
+
+    /// Waits up to `timeout` for the next batch.
+    ///
+    /// # Errors
+    /// A read that failed; [`Error::Invalid`] when the caller holds every buffer of the
+    /// ring (none can be filled until it drops a batch).
+    pub fn next(&self, timeout: Duration) -> Result<Next> {
+        let deliver = |b: Result<Batch>| {
+            b.map(|mut b| {
+                b.delivered = true;
+                self.ring.lent.fetch_add(1, Ordering::AcqRel);
+                Next::Batch(b)
+            })
+        };
+        match self.ready.try_recv() {
+            Ok(b) => return deliver(b),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return Ok(Next::End),
+            Err(crossbeam_channel::TryRecvError::Empty) => {}
+        }
+        let held = self.ring.lent.load(Ordering::Acquire);
+        if held >= self.plan.ring {
+            return Err(Error::invalid(format!(
+                "the loop holds all {held} batches of the ring, so no buffer is free for the \
+                 next one: keep copies of batches you keep (`b.copy()`, `t.clone()`), or give \
+                 a larger ring"
+            )));
+        }
+        match self.ready.recv_timeout(timeout) {
+            Ok(b) => deliver(b),
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => Ok(Next::NotYet),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => Ok(Next::End),
+        }
+    }
+
+    /// Batches the caller holds now.
+    #[must_use]
+    pub fn held(&self) -> usize {
+        self.ring.lent.load(Ordering::Acquire)
+    }
+}
+
+impl Drop for BatchStream {
+    fn drop(&mut self) {
+        self.ring.stop.store(true, Ordering::Release);
+        self.ring.returned.notify_all();
+        // batches read ahead are dropped (their buffers go back to the ring), so the
+        // reader is not left waiting to hand one over
+        while self.ready.try_recv().is_ok() {}
+        if let Some(p) = self.producer.take() {
+            // it sees `stop` within one read or one wait
+            let _ = p.join();
+        }
+    }
+}
+
+/// The reader: fills the ring's buffers batch by batch, in order, until the epochs are
+/// done or the stream is dropped.
+fn produce(
+    inputs: &[TensorFile],
+    plan: &BatchPlan,
+    req: &BatchRequest,
+    ring: &Arc<Ring>,
+    tx: &crossbeam_channel::Sender<Result<Batch>>,
+) -> Result<()> {
+    let mut index = 0u64;
+    let (k, parts) = (req.part.0 as u64, req.part.1 as u64);
+    let send = |b: Batch| tx.send(Ok(b)).is_ok();
+    for epoch in req.first_epoch..req.first_epoch + req.epochs {
+        let more = match req.shuffle {
+            None => {
+                let total = if req.drop_last {
+                    plan.rows / req.batch
+                } else {
+                    plan.rows.div_ceil(req.batch)
+                };
+                let mut more = true;
+                for b in (k..total).step_by(parts as usize) {
+                    let start = b * req.batch;
+                    let rows = req.batch.min(plan.rows - start);
+                    let Some(mut bufs) = ring.take() else {
+                        more = false;
+                        break;
+                    };
+                    let parts = fill(&mut bufs, plan, |i, dst| {
+                        read_rows(&inputs[i], &plan.inputs[i], start, rows, dst)
+                    })?;
+                    if !send(lend(ring, bufs, parts, index, epoch, rows)) {
+                        more = false;
+                        break;
+                    }
+                    index += 1;
+                }
+                more
+            }
+            Some(s) => {
+                let windows: Vec<ShuffleWindow> = s
+                    .epoch(plan.rows, epoch)
+                    .into_iter()
+                    .filter(|w| w.index % parts == k)
+                    .collect();
+                shuffled_epoch(inputs, plan, req, ring, &windows, &mut index, &send)?
+            }
+        };
+        if !more {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Hands a filled buffer to the caller as a batch.
+fn lend(
+    ring: &Arc<Ring>,
+    bufs: SlotBufs,
+    parts: Vec<BatchPart>,
+    index: u64,
+    epoch: u64,
+    rows: u64,
+) -> Batch {
+    Batch {
+        delivered: false,
+        index,
+        epoch,
+        rows: rows as usize,
+        parts,
+        bufs: Some(bufs),
+        ring: Arc::clone(ring),
+    }
+}
+
+/// Fills each input's buffer of `bufs` with `f(input, bytes)` (which returns the rows it
+/// wrote), and describes them.
+fn fill(
+    bufs: &mut SlotBufs,
+    plan: &BatchPlan,
+    mut f: impl FnMut(usize, &mut [u8]) -> Result<u64>,
+) -> Result<Vec<BatchPart>> {
+    let mut parts = Vec::new();
+    for (k, (buf, input)) in bufs.0.iter_mut().zip(&plan.inputs).enumerate() {
+        let full = (plan.batch * input.row_bytes()) as usize;
+        let dst = buf.bytes_mut(full)?;
+        let rows = f(k, dst)?;
+        let len = (rows * input.row_bytes()) as usize;
+        let mut shape = vec![rows as usize];
+        shape.extend(&input.row_shape);
+        parts.push(BatchPart {
+            dtype: input.dtype,
+            shape,
+            // the address of memory this thread may write, handed to the batch's holder,
+            // who alone may write it while the batch lives
+            addr: dst.as_mut_ptr() as usize,
+            len,
+        });
+    }
+    Ok(parts)
+}
+
+/// Reads rows `[start, start + rows)` of `t` into the front of `dst`; returns `rows`.
+fn read_rows(t: &TensorFile, input: &Input, start: u64, rows: u64, dst: &mut [u8]) -> Result<u64> {
+    let (first, count) = (start * input.row_elems, rows * input.row_elems);
+    let len = (count * input.dtype.size() as u64) as usize;
+    let dst = dst
+        .get_mut(..len)
+        .ok_or_else(|| Error::Internal("a batch's rows past its buffer".into()))?;
+    if t.read_into(first, count, Touch::All, dst)?.is_none() {
+        // a compressed input: its chunks decoded
+        let w = t.map_window(first, count)?;
+        dst.copy_from_slice(w.bytes());
+    }
+    Ok(rows)
+}
+
+/// A window read: each input's rows (its ranges' rows one after another) and the order
+/// they are delivered in.
+type ReadWindow = (Vec<Vec<u8>>, Vec<u64>);
+
+/// Reads window `w` of every input, its ranges in parallel.
+fn read_window(inputs: &[TensorFile], plan: &BatchPlan, w: &ShuffleWindow) -> Result<ReadWindow> {
+    use rayon::prelude::*;
+    let bufs = inputs
+        .iter()
+        .zip(&plan.inputs)
+        .map(|(t, i)| {
+            let rb = i.row_bytes() as usize;
+            let mut buf = vec![0u8; w.rows() as usize * rb];
+            // each range's place in the window
+            let mut pieces = Vec::with_capacity(w.ranges.len());
+            let mut rest = buf.as_mut_slice();
+            for &(start, rows) in &w.ranges {
+                let (piece, tail) = rest.split_at_mut(rows as usize * rb);
+                pieces.push((start, rows, piece));
+                rest = tail;
+            }
+            pieces
+                .into_par_iter()
+                .try_for_each(|(start, rows, piece)| {
+                    read_rows(t, i, start, rows, piece).map(|_| ())
+                })?;
+            Ok(buf)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((bufs, w.order()))
+}
+
+/// One epoch's shuffled windows: each read whole on a thread of its own (the next one
+/// while the batches of this one are handed out), its rows delivered in its order,
+/// batches running on from one window into the next. At most three windows are held: two
+/// a batch is drawn from, one being read. Returns false when the stream was dropped.
+fn shuffled_epoch(
+    inputs: &[TensorFile],
+    plan: &BatchPlan,
+    req: &BatchRequest,
+    ring: &Arc<Ring>,
+    windows: &[ShuffleWindow],
+    index: &mut u64,
+    send: &dyn Fn(Batch) -> bool,
+) -> Result<bool> {
+    let (wtx, wrx) = crossbeam_channel::bounded::<Result<ReadWindow>>(0);
+    let total: u64 = windows.iter().map(ShuffleWindow::rows).sum();
+    let batches = if req.drop_last {
+        total / req.batch
+    } else {
+        total.div_ceil(req.batch)
+    };
+    std::thread::scope(|s| -> Result<bool> {
+        let reader = s.spawn(move || {
+            for w in windows {
+                if ring.stop.load(Ordering::Acquire) {
+                    return;
+                }
+                let read = read_window(inputs, plan, w);
+                let failed = read.is_err();
+                if wtx.send(read).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        let result = (|| -> Result<bool> {
+            // the windows the next batch is drawn from, and the rows of the first one
+            // already delivered
+            let mut held: VecDeque<ReadWindow> = VecDeque::new();
+            let mut pos = 0usize;
+            let mut delivered = 0u64;
+            for _ in 0..batches {
+                let rows = req.batch.min(total - delivered) as usize;
+                while held.iter().map(|h| h.1.len()).sum::<usize>() - pos < rows {
+                    match wrx.recv() {
+                        Ok(w) => held.push_back(w?),
+                        Err(_) => return Ok(false),
+                    }
+                }
+                let Some(mut bufs) = ring.take() else {
+                    return Ok(false);
+                };
+                let parts = fill(&mut bufs, plan, |k, dst| {
+                    let rb = plan.inputs[k].row_bytes() as usize;
+                    let (mut wi, mut p) = (0usize, pos);
+                    for r in 0..rows {
+                        while p >= held[wi].1.len() {
+                            p -= held[wi].1.len();
+                            wi += 1;
+                        }
+                        let at = held[wi].1[p] as usize * rb;
+                        dst[r * rb..(r + 1) * rb].copy_from_slice(&held[wi].0[k][at..at + rb]);
+                        p += 1;
+                    }
+                    Ok(rows as u64)
+                })?;
+                pos += rows;
+                delivered += rows as u64;
+                while let Some(front) = held.front() {
+                    if pos < front.1.len() {
+                        break;
+                    }
+                    pos -= front.1.len();
+                    held.pop_front();
+                }
+                if !send(lend(
+                    ring,
+                    bufs,
+                    parts,
+                    *index,
+                    windows[0].epoch,
+                    rows as u64,
+                )) {
+                    return Ok(false);
+                }
+                *index += 1;
+            }
+            Ok(true)
+        })();
+        drop(wrx);
+        let _ = reader.join();
+        result
+    })
+}
