@@ -439,6 +439,14 @@ impl Engine {
             lent: AtomicUsize::new(0),
         });
         let (tx, rx) = crossbeam_channel::bounded::<Result<Batch>>(plan.ring);
+        // a pool of the stream's own, made now: a stream started in a process forked from
+        // one that had used rayon's global pool (a DataLoader's worker) would wait
+        // forever on the parent's threads, which the child does not have
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(self.backend.threads().max(1))
+            .thread_name(|k| format!("tilestream-batches-read-{k}"))
+            .build()
+            .map_err(|e| Error::Internal(format!("cannot start the batch readers: {e}")))?;
         let producer = {
             let ring = Arc::clone(&ring);
             let plan = plan.clone();
@@ -446,7 +454,7 @@ impl Engine {
             std::thread::Builder::new()
                 .name("tilestream-batches".into())
                 .spawn(move || {
-                    if let Err(e) = produce(&inputs, &plan, &req, &ring, &tx) {
+                    if let Err(e) = produce(&inputs, &plan, &req, &ring, &tx, &pool) {
                         let _ = tx.send(Err(e));
                     }
                 })
@@ -697,6 +705,7 @@ fn produce(
     req: &BatchRequest,
     ring: &Arc<Ring>,
     tx: &crossbeam_channel::Sender<Result<Batch>>,
+    pool: &rayon::ThreadPool,
 ) -> Result<()> {
     let mut index = 0u64;
     let (k, parts) = (req.part.0 as u64, req.part.1 as u64);
@@ -718,7 +727,7 @@ fn produce(
                         break;
                     };
                     let parts = fill(&mut bufs, plan, |i, dst| {
-                        read_rows(&inputs[i], &plan.inputs[i], start, rows, dst)
+                        pool.install(|| read_rows(&inputs[i], &plan.inputs[i], start, rows, dst))
                     })?;
                     if !send(lend(ring, bufs, parts, index, epoch, rows)) {
                         more = false;
@@ -734,7 +743,14 @@ fn produce(
                     .into_iter()
                     .filter(|w| w.index % parts == k)
                     .collect();
-                shuffled_epoch(inputs, plan, req, ring, &windows, &mut index, &send)?
+                let ctx = Reader {
+                    inputs,
+                    plan,
+                    req,
+                    ring,
+                    pool,
+                };
+                shuffled_epoch(&ctx, &windows, &mut index, &send)?
             }
         };
         if !more {
@@ -806,6 +822,16 @@ fn read_rows(t: &TensorFile, input: &Input, start: u64, rows: u64, dst: &mut [u8
     Ok(rows)
 }
 
+/// What the reader reads with.
+#[derive(Clone, Copy)]
+struct Reader<'a> {
+    inputs: &'a [TensorFile],
+    plan: &'a BatchPlan,
+    req: &'a BatchRequest,
+    ring: &'a Arc<Ring>,
+    pool: &'a rayon::ThreadPool,
+}
+
 /// A window read: each input's rows (its ranges' rows one after another) and the order
 /// they are delivered in.
 type ReadWindow = (Vec<Vec<u8>>, Vec<u64>);
@@ -840,17 +866,22 @@ fn read_window(inputs: &[TensorFile], plan: &BatchPlan, w: &ShuffleWindow) -> Re
 
 /// One epoch's shuffled windows: each read whole on a thread of its own (the next one
 /// while the batches of this one are handed out), its rows delivered in its order,
-/// batches running on from one window into the next. At most three windows are held: two
+/// batches running on from one window into the next (reads in `pool`). At most three
+/// windows are held: two
 /// a batch is drawn from, one being read. Returns false when the stream was dropped.
 fn shuffled_epoch(
-    inputs: &[TensorFile],
-    plan: &BatchPlan,
-    req: &BatchRequest,
-    ring: &Arc<Ring>,
+    ctx: &Reader<'_>,
     windows: &[ShuffleWindow],
     index: &mut u64,
     send: &dyn Fn(Batch) -> bool,
 ) -> Result<bool> {
+    let Reader {
+        inputs,
+        plan,
+        req,
+        ring,
+        pool,
+    } = *ctx;
     let (wtx, wrx) = crossbeam_channel::bounded::<Result<ReadWindow>>(0);
     let total: u64 = windows.iter().map(ShuffleWindow::rows).sum();
     let batches = if req.drop_last {
@@ -864,7 +895,7 @@ fn shuffled_epoch(
                 if ring.stop.load(Ordering::Acquire) {
                     return;
                 }
-                let read = read_window(inputs, plan, w);
+                let read = pool.install(|| read_window(inputs, plan, w));
                 let failed = read.is_err();
                 if wtx.send(read).is_err() || failed {
                     return;
