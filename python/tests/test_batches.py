@@ -90,7 +90,10 @@ def test_batches_kept_are_never_overwritten_and_holding_the_ring_is_refused(tmp_
     assert np.array_equal(kept[0], x[10:20]) and np.array_equal(view, x[22:25])
     kept[0][:] = -1  # a batch is the loop's to write
     assert it.held == 3
-    del b, view
+    # DLPack: numpy (and any framework) takes a batch as it is, without a copy
+    d = np.from_dlpack(b)
+    assert np.shares_memory(d, b) and np.array_equal(d, x[30:40])
+    del b, view, d
     assert it.held == 1
     it.close()
     assert np.all(kept[0] == -1)

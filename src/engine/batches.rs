@@ -124,12 +124,21 @@ fn random(key: [u64; 3], i: u64) -> u64 {
     (u64::from(a) << 32) | u64::from(b)
 }
 
-/// A permutation of `0..n` drawn from `key` (Fisher-Yates, each draw Lemire's
-/// multiply-shift of 64 random bits onto `0..=i`: a bias under `n / 2^64`).
+/// A permutation of `0..n` drawn from `key` (Fisher-Yates; its draws a `SplitMix64`
+/// stream seeded by Philox from `key`, each mapped onto `0..=i` by Lemire's
+/// multiply-shift of 64 bits: a bias under `n / 2^64`).
 fn permutation(n: u64, key: [u64; 3]) -> Vec<u64> {
+    let mut state = random(key, 0);
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
     let mut p: Vec<u64> = (0..n).collect();
     for i in (1..n).rev() {
-        let j = ((u128::from(random(key, i)) * u128::from(i + 1)) >> 64) as u64;
+        let j = ((u128::from(next()) * u128::from(i + 1)) >> 64) as u64;
         p.swap(i as usize, j as usize);
     }
     p
@@ -832,36 +841,49 @@ struct Reader<'a> {
     pool: &'a rayon::ThreadPool,
 }
 
-/// A window read: each input's rows (its ranges' rows one after another) and the order
-/// they are delivered in.
-type ReadWindow = (Vec<Vec<u8>>, Vec<u64>);
+/// A window read: for each input, each of its ranges (mapped in place for `.npy` and raw
+/// files, decoded for compressed ones), where each range starts in the window's rows, and
+/// the order the rows are delivered in.
+struct ReadWindow {
+    ranges: Vec<Vec<crate::format::Window>>,
+    starts: Vec<u64>,
+    order: Vec<u64>,
+}
 
-/// Reads window `w` of every input, its ranges in parallel.
+impl ReadWindow {
+    /// Row `c` of the window (in its ranges' order) of input `k`, `rb` bytes a row.
+    fn row(&self, k: usize, c: u64, rb: usize) -> &[u8] {
+        let r = self.starts.partition_point(|&s| s <= c) - 1;
+        let at = (c - self.starts[r]) as usize * rb;
+        &self.ranges[k][r].bytes()[at..at + rb]
+    }
+}
+
+/// Reads window `w` of every input: each range mapped (decoded for compressed inputs),
+/// the ranges in parallel.
 fn read_window(inputs: &[TensorFile], plan: &BatchPlan, w: &ShuffleWindow) -> Result<ReadWindow> {
     use rayon::prelude::*;
-    let bufs = inputs
+    let ranges = inputs
         .iter()
         .zip(&plan.inputs)
         .map(|(t, i)| {
-            let rb = i.row_bytes() as usize;
-            let mut buf = vec![0u8; w.rows() as usize * rb];
-            // each range's place in the window
-            let mut pieces = Vec::with_capacity(w.ranges.len());
-            let mut rest = buf.as_mut_slice();
-            for &(start, rows) in &w.ranges {
-                let (piece, tail) = rest.split_at_mut(rows as usize * rb);
-                pieces.push((start, rows, piece));
-                rest = tail;
-            }
-            pieces
-                .into_par_iter()
-                .try_for_each(|(start, rows, piece)| {
-                    read_rows(t, i, start, rows, piece).map(|_| ())
-                })?;
-            Ok(buf)
+            w.ranges
+                .par_iter()
+                .map(|&(start, rows)| t.map_window(start * i.row_elems, rows * i.row_elems))
+                .collect::<Result<Vec<_>>>()
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok((bufs, w.order()))
+    let mut starts = Vec::with_capacity(w.ranges.len());
+    let mut at = 0;
+    for &(_, rows) in &w.ranges {
+        starts.push(at);
+        at += rows;
+    }
+    Ok(ReadWindow {
+        ranges,
+        starts,
+        order: w.order(),
+    })
 }
 
 /// One epoch's shuffled windows: each read whole on a thread of its own (the next one
@@ -910,7 +932,7 @@ fn shuffled_epoch(
             let mut delivered = 0u64;
             for _ in 0..batches {
                 let rows = req.batch.min(total - delivered) as usize;
-                while held.iter().map(|h| h.1.len()).sum::<usize>() - pos < rows {
+                while held.iter().map(|h| h.order.len()).sum::<usize>() - pos < rows {
                     match wrx.recv() {
                         Ok(w) => held.push_back(w?),
                         Err(_) => return Ok(false),
@@ -919,27 +941,41 @@ fn shuffled_epoch(
                 let Some(mut bufs) = ring.take() else {
                     return Ok(false);
                 };
-                let parts = fill(&mut bufs, plan, |k, dst| {
-                    let rb = plan.inputs[k].row_bytes() as usize;
-                    let (mut wi, mut p) = (0usize, pos);
-                    for r in 0..rows {
-                        while p >= held[wi].1.len() {
-                            p -= held[wi].1.len();
-                            wi += 1;
-                        }
-                        let at = held[wi].1[p] as usize * rb;
-                        dst[r * rb..(r + 1) * rb].copy_from_slice(&held[wi].0[k][at..at + rb]);
-                        p += 1;
+                // where each row of the batch is: its window, and its row there
+                let mut from = Vec::with_capacity(rows);
+                let (mut wi, mut p) = (0usize, pos);
+                for _ in 0..rows {
+                    while p >= held[wi].order.len() {
+                        p -= held[wi].order.len();
+                        wi += 1;
                     }
+                    from.push((wi, held[wi].order[p]));
+                    p += 1;
+                }
+                let parts = fill(&mut bufs, plan, |k, dst| {
+                    use rayon::prelude::*;
+                    let rb = plan.inputs[k].row_bytes() as usize;
+                    // rows copied in runs of at least 256 KiB a thread
+                    let run = ((256usize << 10) / rb.max(1)).max(1);
+                    pool.install(|| {
+                        dst[..rows * rb]
+                            .par_chunks_mut(run * rb)
+                            .zip(from.par_chunks(run))
+                            .for_each(|(out, src)| {
+                                for (o, &(w, c)) in out.chunks_exact_mut(rb).zip(src) {
+                                    o.copy_from_slice(held[w].row(k, c, rb));
+                                }
+                            });
+                    });
                     Ok(rows as u64)
                 })?;
                 pos += rows;
                 delivered += rows as u64;
                 while let Some(front) = held.front() {
-                    if pos < front.1.len() {
+                    if pos < front.order.len() {
                         break;
                     }
-                    pos -= front.1.len();
+                    pos -= front.order.len();
                     held.pop_front();
                 }
                 if !send(lend(
