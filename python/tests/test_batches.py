@@ -165,3 +165,15 @@ def test_torch_batches_and_the_dataloader_or_a_one_line_refusal_without_torch(tm
             assert sorted(got) == list(range(700)), (workers, epoch)
             orders.append(got)
         assert orders[0] != orders[1]
+
+
+def test_the_training_example_runs_and_learns_the_weights():
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "examples", "train_batches.py"),
+                        "60000"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert "tilestream.batches: one epoch in" in r.stdout and "largest weight error" in r.stdout
+    assert r.stdout.rstrip().endswith("train_batches.py: done")
