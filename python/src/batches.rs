@@ -19,10 +19,12 @@ use crate::blocks::open_all;
 use crate::errors::{bad_json, to_py};
 use crate::options::{engine, parse_opts};
 
-/// What `req` (JSON) asks: `batch`, `shuffle` (`{seed, block_rows, window_blocks}` or
-/// null), `drop_last`, `epochs`, `first_epoch`, `ring`, `pinned` (a device number or
-/// null), `part` `[k, n]`.
-fn request_of(req: &Value) -> Result<BatchRequest, Error> {
+/// The inputs `sources` (each a `Source` as JSON) and what `req` (JSON) asks of them:
+/// `batch`, `shuffle` (`{seed, block_rows, window_blocks}`, the sizes null for
+/// [`Shuffle::for_inputs`]'s; or null), `drop_last`, `epochs`, `first_epoch`, `ring`,
+/// `pinned` (a device number or null), `part` `[k, n]`.
+fn request_of(req: &Value, sources: &[String]) -> Result<(BatchRequest, Vec<TensorFile>), Error> {
+    let files = open_all(sources)?;
     let u = |v: &Value, name: &str| -> Result<u64, Error> {
         v.as_u64()
             .ok_or_else(|| Error::invalid(format!("{name} must be a whole number, not {v}")))
@@ -32,17 +34,25 @@ fn request_of(req: &Value) -> Result<BatchRequest, Error> {
     };
     let shuffle = match &req["shuffle"] {
         Value::Null => None,
-        s => Some(Shuffle {
-            seed: u(&s["seed"], "seed")?,
-            block_rows: u(&s["block_rows"], "block")?,
-            window_blocks: u(&s["window_blocks"], "window")?,
-        }),
+        s => {
+            let refs: Vec<&TensorFile> = files.iter().collect();
+            let default = Shuffle::for_inputs(u(&s["seed"], "seed")?, &refs);
+            let or = |v: &Value, name: &str, d: u64| match v {
+                Value::Null => Ok(d),
+                v => u(v, name),
+            };
+            Some(Shuffle {
+                block_rows: or(&s["block_rows"], "block", default.block_rows)?,
+                window_blocks: or(&s["window_blocks"], "window", default.window_blocks)?,
+                ..default
+            })
+        }
     };
     let part = match req["part"].as_array() {
         Some(p) if p.len() == 2 => (n(&p[0], "part")?, n(&p[1], "part")?),
         _ => (0, 1),
     };
-    Ok(BatchRequest {
+    let req = BatchRequest {
         batch: u(&req["batch"], "batch")?,
         shuffle,
         drop_last: req["drop_last"].as_bool().unwrap_or(false),
@@ -54,7 +64,8 @@ fn request_of(req: &Value) -> Result<BatchRequest, Error> {
             v => Some(n(v, "pinned")?),
         },
         part,
-    })
+    };
+    Ok((req, files))
 }
 
 /// The plan of batches of `req` over `sources` (each a `Source` as JSON), as JSON with
@@ -69,8 +80,7 @@ pub(crate) fn plan_batches(
     let req: Value = serde_json::from_str(req).map_err(|e| bad_json(&e))?;
     let opts = parse_opts(opts)?;
     py.detach(|| -> Result<String, Error> {
-        let req = request_of(&req)?;
-        let files = open_all(&sources)?;
+        let (req, files) = request_of(&req, &sources)?;
         let refs: Vec<&TensorFile> = files.iter().collect();
         let plan = engine(&opts)?.plan_batches(&refs, &req)?;
         let mut j = plan.json();
@@ -92,8 +102,7 @@ pub(crate) fn open_batches(
     let opts = parse_opts(opts)?;
     let stream = py
         .detach(|| -> Result<BatchStream, Error> {
-            let req = request_of(&req)?;
-            let files = open_all(&sources)?;
+            let (req, files) = request_of(&req, &sources)?;
             engine(&opts)?.batches(files, &req)
         })
         .map_err(to_py)?;
@@ -146,8 +155,7 @@ impl Batches {
                 .map_err(|_| PyRuntimeError::new_err("tilestream: a batch used after a panic"))?;
             b.parts()
                 .iter()
-                .enumerate()
-                .map(|(k, p)| {
+                .map(|p| {
                     let (addr, len) = p.memory();
                     let memory = Bound::new(
                         py,
@@ -157,7 +165,6 @@ impl Batches {
                             len,
                         },
                     )?;
-                    let _ = k;
                     Ok((memory, p.dtype.name(), PyTuple::new(py, &p.shape)?))
                 })
                 .collect::<PyResult<Vec<_>>>()?

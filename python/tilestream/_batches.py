@@ -30,8 +30,8 @@ from . import _tilestream as _ts
 
 
 def _request(batch: Any, shuffle: bool, seed: int, drop_last: bool, epochs: int,
-             first_epoch: int, ring: int, pinned: Any, part: Any, window: Any, block: Any,
-             pixel: int) -> dict:
+             first_epoch: int, ring: int, pinned: Any, part: Any, window: Any,
+             block: Any) -> dict:
     from ._blocks import _pinned
 
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
@@ -44,9 +44,11 @@ def _request(batch: Any, shuffle: bool, seed: int, drop_last: bool, epochs: int,
            "first_epoch": int(first_epoch), "ring": int(ring), "pinned": _pinned(pinned),
            "part": list(part) if part is not None else [0, 1], "shuffle": None}
     if shuffle:
-        block_rows = int(block) if block is not None else max(1, (1 << 20) // max(pixel, 1))
-        window_blocks = int(window) if window is not None else 64
-        if block_rows < 1 or window_blocks < 1:
+        # sizes left out are the library's defaults (Shuffle::for_inputs)
+        block_rows = int(block) if block is not None else None
+        window_blocks = int(window) if window is not None else None
+        if (block_rows is not None and block_rows < 1) or \
+                (window_blocks is not None and window_blocks < 1):
             raise ValueError("tilestream: block= and window= are at least 1")
         req["shuffle"] = {"seed": int(seed), "block_rows": block_rows,
                           "window_blocks": window_blocks}
@@ -60,7 +62,7 @@ class Batches:
     its reader on exit. ``plan`` is what it holds; ``len()`` the batches it gives."""
 
     def __init__(self, stream: Any, single: bool, framework: Optional[str],
-                 device: Any) -> None:
+                 device: Any, epochs: int) -> None:
         self._stream = stream
         self._single = single
         self._framework = framework
@@ -70,7 +72,7 @@ class Batches:
         fields = json.loads(stream.plan)
         self.plan = fields["text"]
         self._count = int(fields["batches_per_epoch"])
-        self._epochs = 1
+        self._epochs = epochs
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -162,7 +164,6 @@ def batches(inputs: Any, batch: int, *, shuffle: bool = False, seed: int = 0,
     if not items:
         raise TypeError("tilestream: give at least one input array")
     tensors = [x if isinstance(x, Tensor) else ts_open(x) for x in items]
-    pixel = sum(int(np.prod(t.shape[1:], dtype=np.int64)) * t.dtype.itemsize for t in tensors)
     if device is not None and framework is None:
         framework = "torch"
     if framework not in (None, "numpy", "torch"):
@@ -177,7 +178,7 @@ def batches(inputs: Any, batch: int, *, shuffle: bool = False, seed: int = 0,
     if device is not None and pinned is False:
         pinned = str(device) if str(device).startswith("cuda") else True
     req = _request(batch, shuffle, seed, drop_last, epochs, first_epoch, ring, pinned, part,
-                   window, block, pixel)
+                   window, block)
     sources = [json.dumps(_source(t)) for t in tensors]
     opts = _opts(memory, threads, None)
     if _plan:
@@ -192,6 +193,5 @@ def batches(inputs: Any, batch: int, *, shuffle: bool = False, seed: int = 0,
         fields["fits"] = True
         return Plan(fields)
     stream = _ts.open_batches(sources, json.dumps(req), opts)
-    it = Batches(stream, single, None if framework == "numpy" else framework, device)
-    it._epochs = int(epochs)
-    return it
+    return Batches(stream, single, None if framework == "numpy" else framework, device,
+                   int(epochs))

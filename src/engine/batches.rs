@@ -59,6 +59,19 @@ impl Shuffle {
         }
     }
 
+    /// [`Shuffle::for_rows`] for the rows of `inputs` together.
+    #[must_use]
+    pub fn for_inputs(seed: u64, inputs: &[&TensorFile]) -> Self {
+        let row_bytes = inputs
+            .iter()
+            .map(|t| {
+                let elems: usize = t.shape().get(1..).unwrap_or(&[]).iter().product();
+                (elems * t.dtype().size()) as u64
+            })
+            .sum();
+        Shuffle::for_rows(seed, row_bytes)
+    }
+
     /// The windows of epoch `epoch` over `n` rows, each the row ranges of its blocks in
     /// the order their rows are concatenated ([`ShuffleWindow::order`] gives the order the
     /// rows are delivered in).
@@ -163,6 +176,17 @@ pub struct BatchRequest {
     pub pinned: Option<usize>,
     /// This worker's share: worker `k` of `n` (see the module's notes).
     pub part: (usize, usize),
+}
+
+impl BatchRequest {
+    /// Batches `rows` rows make: the short last one left out with `drop_last`.
+    fn batches_in(&self, rows: u64) -> u64 {
+        if self.drop_last {
+            rows / self.batch
+        } else {
+            rows.div_ceil(self.batch)
+        }
+    }
 }
 
 impl Default for BatchRequest {
@@ -431,11 +455,7 @@ impl Engine {
                     let len = (plan.batch * i.row_bytes()) as usize;
                     match plan.pinned {
                         None => Ok(HostBuf::Heap(vec![0u64; len.div_ceil(8)])),
-                        Some(n) => crate::backend::cuda::page_locked(n, len)
-                            .map(HostBuf::Locked)
-                            .map_err(|e| Error::invalid(format!(
-                                "pinned=cuda:{n}: the ring of batches cannot be page-locked: {e}"
-                            ))),
+                        Some(n) => HostBuf::locked(n, len, "the ring of batches"),
                     }
                 })
                 .collect::<Result<Vec<_>>>()?;
@@ -483,16 +503,9 @@ impl Engine {
 /// several workers and shuffling, each epoch's count may differ by one: the short block
 /// falls in another worker's window).
 fn epoch_batches(rows: u64, req: &BatchRequest) -> u64 {
-    let count = |n: u64| {
-        if req.drop_last {
-            n / req.batch
-        } else {
-            n.div_ceil(req.batch)
-        }
-    };
     let (k, parts) = (req.part.0 as u64, req.part.1 as u64);
     match req.shuffle {
-        Some(s) => count(
+        Some(s) => req.batches_in(
             s.epoch(rows, req.first_epoch)
                 .iter()
                 .filter(|w| w.index % parts == k)
@@ -500,7 +513,7 @@ fn epoch_batches(rows: u64, req: &BatchRequest) -> u64 {
                 .sum(),
         ),
         None => {
-            let all = count(rows);
+            let all = req.batches_in(rows);
             all / parts + u64::from(all % parts > k)
         }
     }
@@ -722,11 +735,7 @@ fn produce(
     for epoch in req.first_epoch..req.first_epoch + req.epochs {
         let more = match req.shuffle {
             None => {
-                let total = if req.drop_last {
-                    plan.rows / req.batch
-                } else {
-                    plan.rows.div_ceil(req.batch)
-                };
+                let total = req.batches_in(plan.rows);
                 let mut more = true;
                 for b in (k..total).step_by(parts as usize) {
                     let start = b * req.batch;
@@ -906,11 +915,7 @@ fn shuffled_epoch(
     } = *ctx;
     let (wtx, wrx) = crossbeam_channel::bounded::<Result<ReadWindow>>(0);
     let total: u64 = windows.iter().map(ShuffleWindow::rows).sum();
-    let batches = if req.drop_last {
-        total / req.batch
-    } else {
-        total.div_ceil(req.batch)
-    };
+    let batches = req.batches_in(total);
     std::thread::scope(|s| -> Result<bool> {
         let reader = s.spawn(move || {
             for w in windows {

@@ -876,9 +876,7 @@ impl Gather {
             .iter()
             .map(|i| match plan.pinned {
                 None => Ok(HostBuf::Heap(Vec::new())),
-                Some(n) => crate::backend::cuda::page_locked(n, padded * i.bands * i.dtype.size())
-                    .map(HostBuf::Locked)
-                    .map_err(|e| pinned_refused(n, e)),
+                Some(n) => HostBuf::locked(n, padded * i.bands * i.dtype.size(), "the blocks"),
             })
             .collect::<Result<_>>()?;
         Ok(Gather {
@@ -960,28 +958,6 @@ impl Gather {
         }
         r
     }
-}
-
-/// The one line refusing page-locked blocks from device `n`, with why (`e`) but without
-/// the advice of a device error, which is about `device=`.
-fn pinned_refused(n: usize, e: Error) -> Error {
-    use crate::device::DeviceError;
-    let why = match e {
-        Error::Device(DeviceError::NotBuilt) => {
-            "this tilestream was built without CUDA support".to_string()
-        }
-        Error::Device(DeviceError::NoDriver) => {
-            "no CUDA driver was found (libcuda.so could not be loaded)".to_string()
-        }
-        Error::Device(DeviceError::NoDevice { count: 0, .. }) => {
-            "the CUDA driver reports no GPU on this machine".to_string()
-        }
-        other => other.to_string(),
-    };
-    Error::invalid(format!(
-        "pinned=cuda:{n} asks for the blocks in page-locked memory of CUDA device {n}, but \
-         {why}: leave `pinned` out where no GPU is used"
-    ))
 }
 
 /// The compute stage calling the function on each block in turn, on its own thread.

@@ -18,6 +18,33 @@ pub(crate) enum HostBuf {
 }
 
 impl HostBuf {
+    /// `len` bytes of page-locked memory of CUDA device `n`'s driver for `what` (`the
+    /// blocks`), or the one line refusing it: why, without a device error's advice,
+    /// which is about `device=`.
+    pub(crate) fn locked(n: usize, len: usize, what: &str) -> Result<Self> {
+        use crate::device::DeviceError;
+        crate::backend::cuda::page_locked(n, len)
+            .map(HostBuf::Locked)
+            .map_err(|e| {
+                let why = match e {
+                    Error::Device(DeviceError::NotBuilt) => {
+                        "this tilestream was built without CUDA support".to_string()
+                    }
+                    Error::Device(DeviceError::NoDriver) => {
+                        "no CUDA driver was found (libcuda.so could not be loaded)".to_string()
+                    }
+                    Error::Device(DeviceError::NoDevice { count: 0, .. }) => {
+                        "the CUDA driver reports no GPU on this machine".to_string()
+                    }
+                    other => other.to_string(),
+                };
+                Error::invalid(format!(
+                    "pinned=cuda:{n} asks for {what} in page-locked memory of CUDA device \
+                     {n}, but {why}: leave `pinned` out where no GPU is used"
+                ))
+            })
+    }
+
     /// The first `len` bytes, to fill.
     pub(crate) fn bytes_mut(&mut self, len: usize) -> Result<&mut [u8]> {
         match self {
