@@ -13,7 +13,9 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use serde_json::Value;
-use tilestream::{Batch, BatchRequest, BatchStream, Error, Next, Shuffle, TensorFile};
+use tilestream::{
+    Batch, BatchRequest, BatchStream, Edge, Error, Next, PatchSpec, Shuffle, TensorFile,
+};
 
 use crate::blocks::open_all;
 use crate::errors::{bad_json, to_py};
@@ -21,8 +23,9 @@ use crate::options::{engine, parse_opts};
 
 /// The inputs `sources` (each a `Source` as JSON) and what `req` (JSON) asks of them:
 /// `batch`, `shuffle` (`{seed, block_rows, window_blocks}`, the sizes null for
-/// [`Shuffle::for_inputs`]'s; or null), `drop_last`, `epochs`, `first_epoch`, `ring`,
-/// `pinned` (a device number or null), `part` `[k, n]`.
+/// [`Shuffle::for_inputs`]'s, or [`Shuffle::for_patches`]'s with patches; or null),
+/// `drop_last`, `epochs`, `first_epoch`, `ring`, `pinned` (a device number or null),
+/// `part` `[k, n]`, `patches` (`{size, overlap, edge}` or null).
 fn request_of(req: &Value, sources: &[String]) -> Result<(BatchRequest, Vec<TensorFile>), Error> {
     let files = open_all(sources)?;
     let u = |v: &Value, name: &str| -> Result<u64, Error> {
@@ -32,11 +35,23 @@ fn request_of(req: &Value, sources: &[String]) -> Result<(BatchRequest, Vec<Tens
     let n = |v: &Value, name: &str| -> Result<usize, Error> {
         usize::try_from(u(v, name)?).map_err(|_| Error::invalid(format!("{name} {v} is too large")))
     };
+    let patches = match &req["patches"] {
+        Value::Null => None,
+        p => Some(PatchSpec {
+            size: n(&p["size"], "patch size")?,
+            overlap: n(&p["overlap"], "patch overlap")?,
+            edge: p["edge"].as_str().unwrap_or("shift").parse::<Edge>()?,
+        }),
+    };
     let shuffle = match &req["shuffle"] {
         Value::Null => None,
         s => {
             let refs: Vec<&TensorFile> = files.iter().collect();
-            let default = Shuffle::for_inputs(u(&s["seed"], "seed")?, &refs);
+            let seed = u(&s["seed"], "seed")?;
+            let default = match patches {
+                None => Shuffle::for_inputs(seed, &refs),
+                Some(p) => Shuffle::for_patches(seed, &refs, p.size),
+            };
             let or = |v: &Value, name: &str, d: u64| match v {
                 Value::Null => Ok(d),
                 v => u(v, name),
@@ -64,6 +79,7 @@ fn request_of(req: &Value, sources: &[String]) -> Result<(BatchRequest, Vec<Tens
             v => Some(n(v, "pinned")?),
         },
         part,
+        patches,
     };
     Ok((req, files))
 }

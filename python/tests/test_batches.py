@@ -165,6 +165,16 @@ def test_torch_batches_and_the_dataloader_or_a_one_line_refusal_without_torch(tm
             assert sorted(got) == list(range(700)), (workers, epoch)
             orders.append(got)
         assert orders[0] != orders[1]
+    # patches of an image through the DataLoader's workers: every patch once
+    img = np.arange(2 * 50 * 40, dtype=np.float32).reshape(2, 50, 40)
+    np.save(tmp_path / "img.npy", img)
+    want = sorted(p.tobytes() for p in numpy_patches(img, 10, 2, "shift"))
+    for workers in (0, 2):
+        dl = tst.loader(tmp_path / "img.npy", batch_size=8, shuffle=True, num_workers=workers,
+                        memory="8MiB", patches=(10, 2))
+        got = [p.numpy().tobytes() for xb in dl for p in xb]
+        assert all(isinstance(xb, torch.Tensor) for xb in dl)
+        assert sorted(got) == want, workers
 
 
 def test_the_training_example_runs_and_learns_the_weights():
@@ -177,3 +187,75 @@ def test_the_training_example_runs_and_learns_the_weights():
     assert r.returncode == 0, r.stderr
     assert "tilestream.batches: one epoch in" in r.stdout and "largest weight error" in r.stdout
     assert r.stdout.rstrip().endswith("train_batches.py: done")
+
+
+def numpy_patches(img, size, overlap, edge):
+    """The patches of a (bands, rows, cols) image as numpy slicing cuts them, row by row
+    over the grid: starts every ``size - overlap``; with ``shift`` the last moved back to
+    end at the edge, with ``pad`` zeros past it."""
+    stride = size - overlap
+    _, rows, cols = img.shape
+
+    def starts(n):
+        count = max(max(n - overlap, 0), 1)
+        count = -(-count // stride)
+        s = [i * stride for i in range(count)]
+        if edge == "shift":
+            s = sorted(set(min(v, n - size) for v in s))
+        return s
+
+    padded = np.zeros((img.shape[0], rows + size, cols + size), img.dtype)
+    padded[:, :rows, :cols] = img
+    return [padded[:, r:r + size, c:c + size] for r in starts(rows) for c in starts(cols)]
+
+
+@pytest.mark.parametrize("edge", ["shift", "pad"])
+def test_patches_of_an_image_and_its_mask_equal_numpy_slicing_and_tiles(tmp_path, edge):
+    rng = np.random.default_rng(5)
+    img = rng.integers(0, 60000, (4, 61, 47), dtype=np.uint16)
+    mask = rng.integers(0, 5, (61, 47), dtype=np.uint8)
+    np.save(tmp_path / "img.npy", img)
+    np.save(tmp_path / "mask.npy", mask)
+    want = numpy_patches(img, 16, 5, edge)
+    want_mask = [p[0] for p in numpy_patches(mask[None], 16, 5, edge)]
+    for memory in ("512KiB", "16MiB"):
+        got, got_mask = [], []
+        it = ts.batches([tmp_path / "img.npy", tmp_path / "mask.npy"], 7,
+                        patches=(16, 5, edge), memory=memory)
+        for xb, mb in it:
+            assert xb.shape[1:] == (4, 16, 16) and mb.shape[1:] == (16, 16)
+            got.extend(xb.copy())
+            got_mask.extend(mb.copy())
+        assert len(got) == len(want) == len(it) * 7 - (-len(want) % 7)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want))
+        assert all(np.array_equal(a, b) for a, b in zip(got_mask, want_mask))
+    # the patches `tiles` writes, the same bytes
+    ts.tiles(tmp_path / "img.npy", tmp_path / "t", 16, overlap=5, edge=edge)
+    index = [line.split(",") for line in (tmp_path / "t" / "index.csv").read_text().split()[1:]]
+    by_place = {(int(r), int(c)): np.load(tmp_path / "t" / f) for f, r, c, _, _ in index}
+    assert all(np.array_equal(by_place[k], p) for k, p in zip(sorted(by_place), want))
+
+
+def test_shuffled_patches_of_a_geotiff_are_those_of_its_npy_every_patch_once(tmp_path):
+    rng = np.random.default_rng(6)
+    img = rng.normal(size=(3, 70, 90)).astype(np.float32)
+    np.save(tmp_path / "img.npy", img)
+    ts.convert(tmp_path / "img.npy", tmp_path / "img.tif")
+    want = numpy_patches(img, 12, 4, "shift")
+    kw = dict(patches=(12, 4), shuffle=True, seed=3, block=2, window=2, epochs=2)
+    a = [b.copy() for b in ts.batches(tmp_path / "img.npy", 9, memory="1MiB", **kw)]
+    b = [b.copy() for b in ts.batches(tmp_path / "img.tif", 9, memory="8MiB", **kw)]
+    assert len(a) == len(b) and all(np.array_equal(p, q) for p, q in zip(a, b))
+    key = lambda p: p.tobytes()  # noqa: E731
+    epoch = len(a) // 2
+    for part in (a[:epoch], a[epoch:]):
+        got = [p for batch in part for p in batch]
+        assert sorted(map(key, got)) == sorted(map(key, want))
+    assert not np.array_equal(a[0], b[epoch])
+    plan = ts.plan(ts.batches, tmp_path / "img.npy", 9, memory="1MiB", **kw)
+    assert plan.fits and "batches of 9 patches" in plan.text, plan.text
+    assert "(12x12, overlap 4: a grid of 9 x 11" in plan.text and "rows of patches" in plan.text
+    with pytest.raises(ValueError, match=r"patch edge 'wrap' is not"):
+        ts.batches(tmp_path / "img.npy", 9, patches=(12, 4, "wrap"))
+    with pytest.raises(ValueError, match="overlap must be smaller than the size"):
+        ts.batches(tmp_path / "img.npy", 9, patches=(12, 12))

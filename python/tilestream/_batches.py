@@ -29,9 +29,28 @@ import numpy as np
 from . import _tilestream as _ts
 
 
+def _patches(patches: Any) -> Optional[dict]:
+    """``patches=`` as the library reads it: ``(size, overlap)`` or ``(size, overlap,
+    edge)``, or a bare size."""
+    if patches is None:
+        return None
+    spec = list(patches) if isinstance(patches, (list, tuple)) else [patches]
+    if not 1 <= len(spec) <= 3:
+        raise ValueError(f"tilestream: patches={patches!r} is not (size, overlap) or "
+                         "(size, overlap, edge)")
+    size, overlap = spec[0], spec[1] if len(spec) > 1 else 0
+    edge = spec[2] if len(spec) > 2 else "shift"
+    for name, v in (("size", size), ("overlap", overlap)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0:
+            raise ValueError(f"tilestream: the patch {name} {v!r} is not a whole number")
+    if edge not in ("shift", "pad"):
+        raise ValueError(f"tilestream: the patch edge {edge!r} is not \"shift\" or \"pad\"")
+    return {"size": int(size), "overlap": int(overlap), "edge": edge}
+
+
 def _request(batch: Any, shuffle: bool, seed: int, drop_last: bool, epochs: int,
              first_epoch: int, ring: int, pinned: Any, part: Any, window: Any,
-             block: Any) -> dict:
+             block: Any, patches: Any = None) -> dict:
     from ._blocks import _pinned
 
     if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
@@ -42,7 +61,8 @@ def _request(batch: Any, shuffle: bool, seed: int, drop_last: bool, epochs: int,
             raise ValueError(f"tilestream: {name}={v!r} is not a whole number")
     req = {"batch": int(batch), "drop_last": bool(drop_last), "epochs": int(epochs),
            "first_epoch": int(first_epoch), "ring": int(ring), "pinned": _pinned(pinned),
-           "part": list(part) if part is not None else [0, 1], "shuffle": None}
+           "part": list(part) if part is not None else [0, 1], "shuffle": None,
+           "patches": _patches(patches)}
     if shuffle:
         # sizes left out are the library's defaults (Shuffle::for_inputs)
         block_rows = int(block) if block is not None else None
@@ -141,7 +161,7 @@ def batches(inputs: Any, batch: int, *, shuffle: bool = False, seed: int = 0,
             device: Any = None, epochs: int = 1, first_epoch: int = 0, ring: int = 4,
             window: Optional[int] = None, block: Optional[int] = None,
             framework: Optional[str] = None, part: Optional[Sequence[int]] = None,
-            threads: Optional[int] = None, _plan: bool = False) -> Any:
+            threads: Optional[int] = None, patches: Any = None, _plan: bool = False) -> Any:
     """Batches of ``batch`` rows of ``inputs`` (an on-disk array, or a list of arrays with
     as many rows each: features and labels), for ``epochs`` passes: an iterator of numpy
     arrays (tuples of them for a list), each over a buffer of a ring of ``ring`` drawn
@@ -156,6 +176,17 @@ def batches(inputs: Any, batch: int, *, shuffle: bool = False, seed: int = 0,
         for x, y in ts.batches(["features.npy", "labels.npy"], 4096, shuffle=True,
                                memory="512MiB"):
             train_step(x, y)
+
+    ``patches=(size, overlap)`` (or ``(size, overlap, "pad")``) gives patches of images
+    instead of rows: each input an image of shape ``(bands, rows, cols)`` or ``(rows,
+    cols)``, all of the same rows and columns, a batch ``(batch, bands, size, size)``
+    (``(batch, size, size)`` for a 2-D image) of the patches ``tilestream.tiles`` cuts,
+    in the order of its grid (row by row) or shuffled; with patches, ``block=`` counts
+    rows of the patch grid::
+
+        for img, mask in ts.batches(["scene.tif", "labels.tif"], 32, patches=(256, 32),
+                                    shuffle=True, memory="512MiB"):
+            train_step(img, mask)
     """
     from . import _opts, _source, Plan, open as ts_open, Tensor
 
@@ -178,7 +209,7 @@ def batches(inputs: Any, batch: int, *, shuffle: bool = False, seed: int = 0,
     if device is not None and pinned is False:
         pinned = str(device) if str(device).startswith("cuda") else True
     req = _request(batch, shuffle, seed, drop_last, epochs, first_epoch, ring, pinned, part,
-                   window, block)
+                   window, block, patches)
     sources = [json.dumps(_source(t)) for t in tensors]
     opts = _opts(memory, threads, None)
     if _plan:

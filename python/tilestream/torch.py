@@ -22,18 +22,19 @@ from ._batches import batches
 
 
 class BatchDataset(IterableDataset):
-    """Batches of ``batch_size`` rows of ``inputs`` (one array or aligned arrays) as
-    tensors; the arguments are :func:`tilestream.batches`'s. ``memory`` is shared between
+    """Batches of ``batch_size`` rows (or ``patches=(size, overlap)``) of ``inputs``
+    (one array or aligned arrays) as tensors; the arguments are :func:`tilestream.batches`'s. ``memory`` is shared between
     the workers of a ``DataLoader``."""
 
     def __init__(self, inputs: Any, batch_size: int, *, shuffle: bool = False, seed: int = 0,
                  drop_last: bool = False, memory: Any = None, window: Optional[int] = None,
-                 block: Optional[int] = None, ring: int = 4) -> None:
+                 block: Optional[int] = None, ring: int = 4, patches: Any = None) -> None:
         super().__init__()
         self.inputs = [str(p) for p in inputs] if isinstance(inputs, (list, tuple)) else str(inputs)
         self.batch_size = int(batch_size)
         self.shuffle, self.seed, self.drop_last = bool(shuffle), int(seed), bool(drop_last)
         self.memory, self.window, self.block, self.ring = memory, window, block, int(ring)
+        self.patches = patches
         self.epoch = 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -48,7 +49,7 @@ class BatchDataset(IterableDataset):
         with batches(self.inputs, self.batch_size, shuffle=self.shuffle, seed=self.seed,
                      drop_last=self.drop_last, memory=max(1, budget // n), first_epoch=self.epoch,
                      part=(k, n), ring=self.ring, framework="torch", threads=1 if n > 1 else None,
-                     **kw) as it:
+                     patches=self.patches, **kw) as it:
             for b in it:
                 yield b
 
@@ -56,12 +57,12 @@ class BatchDataset(IterableDataset):
 def loader(inputs: Any, batch_size: int, *, shuffle: bool = False, seed: int = 0,
            drop_last: bool = False, memory: Any = None, num_workers: int = 0,
            pin_memory: bool = False, window: Optional[int] = None, block: Optional[int] = None,
-           **dataloader_kw: Any) -> DataLoader:
+           patches: Any = None, **dataloader_kw: Any) -> DataLoader:
     """``DataLoader(BatchDataset(...), batch_size=None, ...)``: batches already made by
     tilestream, ``num_workers`` processes each reading its share under its share of
     ``memory``; ``pin_memory`` as ``DataLoader`` does it."""
     ds = BatchDataset(inputs, batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                      memory=memory, window=window, block=block)
+                      memory=memory, window=window, block=block, patches=patches)
     return DataLoader(ds, batch_size=None, num_workers=num_workers, pin_memory=pin_memory,
                       **dataloader_kw)
 

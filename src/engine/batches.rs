@@ -17,6 +17,13 @@
 //! function of `(seed, epoch)` and the two sizes alone ([`Shuffle::epoch`]): never of
 //! the budget, the threads or the time reads take.
 //!
+//! **Patches.** With [`BatchRequest::patches`] the items are `size × size` patches of
+//! the inputs' images (their last two axes, every band of a patch together), cut as
+//! `tilestream tiles` cuts them and listed row by row over the patch grid; aligned inputs
+//! (an image and its label mask) give the patch at the same place. A patch stream reads
+//! strips of the image (a row of the patch grid, `size` rows high) and cuts the patches
+//! out of them; shuffled, a block is a number of such strips.
+//!
 //! **Workers.** `part = (k, n)` gives worker `k` of `n` (a `PyTorch` `DataLoader`'s) the
 //! windows `k, k + n, ...` of each epoch (batches `k, k + n, ...` without shuffling):
 //! the workers together deliver every row once per epoch, each reading only its share.
@@ -29,6 +36,8 @@ use std::time::Duration;
 
 use super::Engine;
 use super::host::HostBuf;
+use super::imagery::image_dims;
+use super::patches::{PatchSpec, patch_starts};
 use crate::budget::{Reservation, fmt_bytes};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -72,6 +81,27 @@ impl Shuffle {
         Shuffle::for_rows(seed, row_bytes)
     }
 
+    /// With patches of `size` ([`BatchRequest::patches`]): blocks of one row of the
+    /// patch grid (a strip `size` rows high), as many to a window as make about 64 MiB
+    /// of strips of `inputs` together (1 to 64). Depends on the shapes alone.
+    #[must_use]
+    pub fn for_patches(seed: u64, inputs: &[&TensorFile], size: usize) -> Self {
+        let strip: u64 = inputs
+            .iter()
+            .map(|t| {
+                let s = t.shape();
+                let cols = s.last().copied().unwrap_or(1);
+                let bands = if s.len() == 3 { s[0] } else { 1 };
+                (size * cols * bands * t.dtype().size()) as u64
+            })
+            .sum();
+        Shuffle {
+            seed,
+            block_rows: 1,
+            window_blocks: ((64u64 << 20) / strip.max(1)).clamp(1, 64),
+        }
+    }
+
     /// The windows of epoch `epoch` over `n` rows, each the row ranges of its blocks in
     /// the order their rows are concatenated ([`ShuffleWindow::order`] gives the order the
     /// rows are delivered in).
@@ -87,6 +117,7 @@ impl Shuffle {
                 index: w as u64,
                 epoch,
                 seed: self.seed,
+                shuffled: true,
                 ranges: ids
                     .iter()
                     .map(|&b| (b * block, block.min(n - b * block)))
@@ -104,6 +135,8 @@ pub struct ShuffleWindow {
     /// The epoch.
     pub epoch: u64,
     seed: u64,
+    /// Whether its rows are shuffled (a patch stream in file order has windows too).
+    shuffled: bool,
     /// The row ranges `(start, rows)` it reads, in order.
     pub ranges: Vec<(u64, u64)>,
 }
@@ -118,7 +151,11 @@ impl ShuffleWindow {
     /// Its rows in the order they are delivered: indices into its ranges' rows.
     #[must_use]
     pub fn order(&self) -> Vec<u64> {
-        permutation(self.rows(), [self.seed, self.epoch, self.index])
+        if self.shuffled {
+            permutation(self.rows(), [self.seed, self.epoch, self.index])
+        } else {
+            (0..self.rows()).collect()
+        }
     }
 }
 
@@ -176,6 +213,9 @@ pub struct BatchRequest {
     pub pinned: Option<usize>,
     /// This worker's share: worker `k` of `n` (see the module's notes).
     pub part: (usize, usize),
+    /// Patches of the inputs' images instead of rows (see the module's notes): a batch
+    /// holds `batch` patches, and a shuffle's `block_rows` counts rows of the patch grid.
+    pub patches: Option<PatchSpec>,
 }
 
 impl BatchRequest {
@@ -200,6 +240,7 @@ impl Default for BatchRequest {
             ring: 4,
             pinned: None,
             part: (0, 1),
+            patches: None,
         }
     }
 }
@@ -208,10 +249,12 @@ impl Default for BatchRequest {
 #[derive(Clone, Debug)]
 struct Input {
     dtype: DType,
-    /// Elements of a row.
+    /// Elements of an item (a row, or a patch of every band).
     row_elems: u64,
-    /// A row's shape (the array's shape after its leading axis).
+    /// An item's shape (the array's shape after its leading axis, or a patch's).
     row_shape: Vec<usize>,
+    /// Bands of its image (patches only; 1 for a rank-2 image).
+    bands: usize,
 }
 
 impl Input {
@@ -220,12 +263,47 @@ impl Input {
     }
 }
 
+/// The patch grid of a patch stream: where patches start, as `tiles` cuts them.
+#[derive(Clone, Debug)]
+struct Grid {
+    spec: PatchSpec,
+    /// The images' rows and columns (every input's the same).
+    rows: usize,
+    cols: usize,
+    /// Rows and columns where the patches of the grid start.
+    row_starts: Vec<usize>,
+    col_starts: Vec<usize>,
+}
+
+impl Grid {
+    /// Patches in a row of the grid.
+    fn per_row(&self) -> u64 {
+        self.col_starts.len() as u64
+    }
+
+    /// The image rows `[r0, r1)` that grid rows `[s0, s1)` cover.
+    fn span(&self, s0: usize, s1: usize) -> (usize, usize) {
+        let r0 = self.row_starts[s0];
+        (
+            r0,
+            (self.row_starts[s1 - 1] + self.spec.size).min(self.rows),
+        )
+    }
+
+    /// At most the image rows `strips` consecutive grid rows cover (a start moved back to
+    /// the edge is never further than the stride from the one before).
+    fn max_span(&self, strips: u64) -> u64 {
+        let stride = (self.spec.size - self.spec.overlap) as u64;
+        (strips.saturating_sub(1) * stride + self.spec.size as u64).min(self.rows as u64)
+    }
+}
+
 /// The plan of a stream of batches: what it holds and that it fits the budget.
 #[derive(Clone, Debug)]
 pub struct BatchPlan {
-    /// Rows of the inputs.
+    /// Items of a pass: rows of the inputs, or patches.
     pub rows: u64,
-    /// Rows of a batch.
+    /// Items of a batch.
     pub batch: u64,
     /// Bytes of one batch, all inputs together.
     pub batch_bytes: u64,
@@ -246,6 +324,7 @@ pub struct BatchPlan {
     shuffle: Option<Shuffle>,
     pinned: Option<usize>,
     inputs: Vec<Input>,
+    grid: Option<Grid>,
 }
 
 impl BatchPlan {
@@ -263,6 +342,11 @@ impl BatchPlan {
             "block_rows": self.shuffle.map(|s| s.block_rows),
             "batches_per_epoch": self.batches_per_epoch,
             "pinned": self.pinned.map(|n| format!("cuda:{n}")),
+            "patches": self.grid.as_ref().map(|g| serde_json::json!({
+                "size": g.spec.size,
+                "overlap": g.spec.overlap,
+                "grid": [g.row_starts.len(), g.col_starts.len()],
+            })),
             "reserved_bytes": self.reserved_bytes,
             "budget_bytes": self.budget,
         })
@@ -280,13 +364,30 @@ impl fmt::Display for BatchPlan {
                 format!("{} {}", fmt_shape(&s), i.dtype)
             })
             .collect();
-        writeln!(
-            f,
-            "plan:           batches of {} rows of {} rows ({})",
-            self.batch,
-            self.rows,
-            shapes.join(" + ")
-        )?;
+        match &self.grid {
+            None => writeln!(
+                f,
+                "plan:           batches of {} rows of {} rows ({})",
+                self.batch,
+                self.rows,
+                shapes.join(" + ")
+            )?,
+            Some(g) => writeln!(
+                f,
+                "plan:           batches of {} patches of {} ({}x{}, overlap {}: a grid of \
+                 {} x {} over {} x {} pixels; {})",
+                self.batch,
+                self.rows,
+                g.spec.size,
+                g.spec.size,
+                g.spec.overlap,
+                g.row_starts.len(),
+                g.col_starts.len(),
+                g.rows,
+                g.cols,
+                shapes.join(" + ")
+            )?,
+        }
         writeln!(
             f,
             "batches:        {} an epoch, each {}",
@@ -302,15 +403,26 @@ impl fmt::Display for BatchPlan {
                 None => String::new(),
             }
         )?;
+        let blocks = if self.grid.is_some() {
+            "rows of patches"
+        } else {
+            "rows"
+        };
         match self.shuffle {
             Some(s) => writeln!(
                 f,
-                "shuffle:        windows of {} blocks of {} rows ({} each, {} held at once), seed {}",
+                "shuffle:        windows of {} blocks of {} {blocks} ({} each, {} held at once), seed {}",
                 s.window_blocks,
                 s.block_rows,
                 fmt_bytes(self.window_bytes),
                 self.windows,
                 s.seed
+            )?,
+            None if self.grid.is_some() => writeln!(
+                f,
+                "shuffle:        none (patches in grid order; strips of {} each, {} held at once)",
+                fmt_bytes(self.window_bytes),
+                self.windows
             )?,
             None => writeln!(f, "shuffle:        none (rows in file order)")?,
         }
@@ -335,29 +447,26 @@ impl Engine {
     /// [`Error::Invalid`] for inputs of different lengths or a bad request;
     /// [`Error::Budget`] when the ring and the windows do not fit.
     pub fn plan_batches(&self, inputs: &[&TensorFile], req: &BatchRequest) -> Result<BatchPlan> {
-        let first = inputs
-            .first()
-            .ok_or_else(|| Error::invalid("batches need at least one input"))?;
-        let rows = first.shape().first().copied().unwrap_or(1) as u64;
-        let mut ins = Vec::new();
-        for t in inputs {
-            let n = t.shape().first().copied().unwrap_or(1) as u64;
-            if n != rows {
-                return Err(Error::invalid(format!(
-                    "batches take inputs of as many rows each: {} has {rows}, {} has {n}",
-                    first.path().display(),
-                    t.path().display()
-                )));
-            }
-            let row_shape = t.shape().get(1..).unwrap_or(&[]).to_vec();
-            ins.push(Input {
-                dtype: t.dtype(),
-                row_elems: row_shape.iter().map(|&d| d as u64).product(),
-                row_shape,
-            });
+        if inputs.is_empty() {
+            return Err(Error::invalid("batches need at least one input"));
         }
+        let (rows, ins, grid) = match req.patches {
+            None => {
+                let (rows, ins) = row_inputs(inputs)?;
+                (rows, ins, None)
+            }
+            Some(spec) => {
+                let (ins, grid) = patch_inputs(inputs, spec)?;
+                (
+                    grid.per_row() * grid.row_starts.len() as u64,
+                    ins,
+                    Some(grid),
+                )
+            }
+        };
+        let unit = if grid.is_some() { "patches" } else { "rows" };
         if req.batch == 0 {
-            return Err(Error::invalid("a batch of 0 rows holds nothing"));
+            return Err(Error::invalid(format!("a batch of 0 {unit} holds nothing")));
         }
         if req.ring < 2 {
             return Err(Error::invalid(
@@ -372,12 +481,24 @@ impl Engine {
         }
         let row_bytes: u64 = ins.iter().map(Input::row_bytes).sum();
         let batch_bytes = req.batch * row_bytes;
-        let (window_bytes, windows) = match req.shuffle {
-            Some(s) if s.block_rows == 0 || s.window_blocks == 0 => {
+        let (window_bytes, windows) = match (req.shuffle, &grid) {
+            (Some(s), _) if s.block_rows == 0 || s.window_blocks == 0 => {
                 return Err(Error::invalid("a shuffle window of 0 rows holds nothing"));
             }
-            Some(s) => ((s.block_rows * s.window_blocks).min(rows) * row_bytes, 3),
-            None => (0, 0),
+            (Some(s), None) => ((s.block_rows * s.window_blocks).min(rows) * row_bytes, 3),
+            (shuffle, Some(g)) => {
+                // a window holds the strips of its blocks, every band of every input
+                let strips = g.row_starts.len() as u64;
+                let (block, per_window) =
+                    shuffle.map_or((1, 1), |s| (s.block_rows.min(strips), s.window_blocks));
+                let blocks = per_window.min(strips.div_ceil(block));
+                let pixels_row: u64 = ins
+                    .iter()
+                    .map(|i| (i.bands * g.cols * i.dtype.size()) as u64)
+                    .sum();
+                (blocks * g.max_span(block) * pixels_row, 3)
+            }
+            (None, None) => (0, 0),
         };
         let read_scratch: u64 = inputs.iter().map(|t| t.read_scratch_bytes()).sum();
         let ring_bytes = req.ring as u64 * batch_bytes;
@@ -385,14 +506,19 @@ impl Engine {
         let budget = self.budget.limit();
         if reserved > budget {
             let mut parts_text = vec![format!(
-                "{} buffers × {} for a batch of {} rows",
+                "{} buffers × {} for a batch of {} {unit}",
                 req.ring,
                 fmt_bytes(batch_bytes),
                 req.batch
             )];
             if windows > 0 {
                 parts_text.push(format!(
-                    "{windows} shuffle windows × {}",
+                    "{windows} {} × {}",
+                    if req.shuffle.is_some() {
+                        "shuffle windows"
+                    } else {
+                        "strips of patches"
+                    },
                     fmt_bytes(window_bytes)
                 ));
             }
@@ -400,7 +526,7 @@ impl Engine {
                 parts_text.push(format!("{} of decode scratch", fmt_bytes(read_scratch)));
             }
             return Err(Error::invalid(format!(
-                "memory budget {} is too small for batches of {} rows: {} = {}; give \
+                "memory budget {} is too small for batches of {} {unit}: {} = {}; give \
                  memory={} or more, or smaller batches{}",
                 fmt_bytes(budget),
                 req.batch,
@@ -411,15 +537,14 @@ impl Engine {
                 } else {
                     format!("{}KiB", reserved.div_ceil(1 << 10))
                 },
-                if windows > 0 {
-                    " or a smaller shuffle window"
-                } else {
-                    ""
+                match (windows > 0, req.shuffle.is_some()) {
+                    (true, true) => " or a smaller shuffle window",
+                    (true, false) => " or smaller patches",
+                    _ => "",
                 }
             )));
         }
-        let per_epoch = epoch_batches(rows, req);
-        Ok(BatchPlan {
+        let mut plan = BatchPlan {
             rows,
             batch: req.batch,
             batch_bytes,
@@ -427,13 +552,16 @@ impl Engine {
             window_bytes,
             windows,
             read_scratch,
-            batches_per_epoch: per_epoch,
+            batches_per_epoch: 0,
             reserved_bytes: reserved,
             budget,
             shuffle: req.shuffle,
             pinned: req.pinned,
             inputs: ins,
-        })
+            grid,
+        };
+        plan.batches_per_epoch = epoch_batches(&plan, req, req.first_epoch);
+        Ok(plan)
     }
 
     /// Starts a stream of batches of `req` over `inputs` (see the module's notes): the
@@ -499,23 +627,132 @@ impl Engine {
     }
 }
 
-/// Batches epoch `req.first_epoch` gives worker `req.part` over `rows` rows (with
-/// several workers and shuffling, each epoch's count may differ by one: the short block
-/// falls in another worker's window).
-fn epoch_batches(rows: u64, req: &BatchRequest) -> u64 {
+/// The inputs of a stream of rows: their common number of rows, and each as read.
+fn row_inputs(inputs: &[&TensorFile]) -> Result<(u64, Vec<Input>)> {
+    let first = inputs[0];
+    let rows = first.shape().first().copied().unwrap_or(1) as u64;
+    let mut ins = Vec::new();
+    for t in inputs {
+        let n = t.shape().first().copied().unwrap_or(1) as u64;
+        if n != rows {
+            return Err(Error::invalid(format!(
+                "batches take inputs of as many rows each: {} has {rows}, {} has {n}",
+                first.path().display(),
+                t.path().display()
+            )));
+        }
+        let row_shape = t.shape().get(1..).unwrap_or(&[]).to_vec();
+        ins.push(Input {
+            dtype: t.dtype(),
+            row_elems: row_shape.iter().map(|&d| d as u64).product(),
+            row_shape,
+            bands: 1,
+        });
+    }
+    Ok((rows, ins))
+}
+
+/// The inputs of a stream of patches (images of the same rows and columns, any number
+/// of bands each) and the patch grid `spec` cuts them into.
+fn patch_inputs(inputs: &[&TensorFile], spec: PatchSpec) -> Result<(Vec<Input>, Grid)> {
+    if spec.size == 0 || spec.overlap >= spec.size {
+        return Err(Error::invalid(format!(
+            "patch size {} with overlap {}: the overlap must be smaller than the size",
+            spec.size, spec.overlap
+        )));
+    }
+    let first = inputs[0];
+    let [_, rows, cols] = image_dims(first, "batches of patches")?;
+    let mut ins = Vec::new();
+    for t in inputs {
+        let [bands, h, w] = image_dims(t, "batches of patches")?;
+        if (h, w) != (rows, cols) {
+            return Err(Error::invalid(format!(
+                "batches of patches take images of as many rows and columns each: {} is \
+                 {rows} x {cols}, {} is {h} x {w}",
+                first.path().display(),
+                t.path().display()
+            )));
+        }
+        let row_shape = if t.shape().len() == 2 {
+            vec![spec.size, spec.size]
+        } else {
+            vec![bands, spec.size, spec.size]
+        };
+        ins.push(Input {
+            dtype: t.dtype(),
+            row_elems: (bands * spec.size * spec.size) as u64,
+            row_shape,
+            bands,
+        });
+    }
+    if rows == 0 || cols == 0 {
+        return Err(Error::invalid(format!(
+            "{} has no pixels, so no patches to cut",
+            first.path().display()
+        )));
+    }
+    let starts = |n, axis| -> Result<Vec<usize>> {
+        Ok(patch_starts(n, spec, axis)?
+            .into_iter()
+            .map(|(s, _)| s as usize)
+            .collect())
+    };
+    let grid = Grid {
+        spec,
+        rows,
+        cols,
+        row_starts: starts(rows, "rows")?,
+        col_starts: starts(cols, "columns")?,
+    };
+    Ok((ins, grid))
+}
+
+/// Whether a stream reads windows (shuffled, or patches): otherwise it reads each batch's
+/// rows straight into its buffer.
+fn windowed(plan: &BatchPlan) -> bool {
+    plan.shuffle.is_some() || plan.grid.is_some()
+}
+
+/// The windows of epoch `epoch` of a windowed stream, every worker's. With patches, a
+/// window's ranges are of patches and cover whole rows of the grid; in grid order (no
+/// shuffle) each window is one row of the grid.
+fn epoch_windows(plan: &BatchPlan, epoch: u64) -> Vec<ShuffleWindow> {
+    match (&plan.grid, plan.shuffle) {
+        (None, Some(s)) => s.epoch(plan.rows, epoch),
+        (Some(g), Some(s)) => Shuffle {
+            block_rows: s.block_rows * g.per_row(),
+            ..s
+        }
+        .epoch(plan.rows, epoch),
+        (Some(g), None) => (0..g.row_starts.len() as u64)
+            .map(|strip| ShuffleWindow {
+                index: strip,
+                epoch,
+                seed: 0,
+                shuffled: false,
+                ranges: vec![(strip * g.per_row(), g.per_row())],
+            })
+            .collect(),
+        (None, None) => Vec::new(),
+    }
+}
+
+/// Batches epoch `epoch` gives worker `req.part` (with several workers and windows, each
+/// epoch's count may differ by one: the short block falls in another worker's window).
+fn epoch_batches(plan: &BatchPlan, req: &BatchRequest, epoch: u64) -> u64 {
     let (k, parts) = (req.part.0 as u64, req.part.1 as u64);
-    match req.shuffle {
-        Some(s) => req.batches_in(
-            s.epoch(rows, req.first_epoch)
+    if windowed(plan) {
+        req.batches_in(
+            epoch_windows(plan, epoch)
                 .iter()
                 .filter(|w| w.index % parts == k)
                 .map(ShuffleWindow::rows)
                 .sum(),
-        ),
-        None => {
-            let all = req.batches_in(rows);
-            all / parts + u64::from(all % parts > k)
-        }
+        )
+    } else {
+        let all = req.batches_in(plan.rows);
+        all / parts + u64::from(all % parts > k)
     }
 }
 
@@ -730,52 +967,64 @@ fn produce(
     pool: &rayon::ThreadPool,
 ) -> Result<()> {
     let mut index = 0u64;
-    let (k, parts) = (req.part.0 as u64, req.part.1 as u64);
+    let k = req.part.0 as u64;
+    let parts = req.part.1 as u64;
     let send = |b: Batch| tx.send(Ok(b)).is_ok();
+    let ctx = Reader {
+        inputs,
+        plan,
+        req,
+        ring,
+        pool,
+    };
     for epoch in req.first_epoch..req.first_epoch + req.epochs {
-        let more = match req.shuffle {
-            None => {
-                let total = req.batches_in(plan.rows);
-                let mut more = true;
-                for b in (k..total).step_by(parts as usize) {
-                    let start = b * req.batch;
-                    let rows = req.batch.min(plan.rows - start);
-                    let Some(mut bufs) = ring.take() else {
-                        more = false;
-                        break;
-                    };
-                    let parts = fill(&mut bufs, plan, |i, dst| {
-                        pool.install(|| read_rows(&inputs[i], &plan.inputs[i], start, rows, dst))
-                    })?;
-                    if !send(lend(ring, bufs, parts, index, epoch, rows)) {
-                        more = false;
-                        break;
-                    }
-                    index += 1;
-                }
-                more
-            }
-            Some(s) => {
-                let windows: Vec<ShuffleWindow> = s
-                    .epoch(plan.rows, epoch)
-                    .into_iter()
-                    .filter(|w| w.index % parts == k)
-                    .collect();
-                let ctx = Reader {
-                    inputs,
-                    plan,
-                    req,
-                    ring,
-                    pool,
-                };
-                shuffled_epoch(&ctx, &windows, &mut index, &send)?
-            }
+        let more = if windowed(plan) {
+            let windows: Vec<ShuffleWindow> = epoch_windows(plan, epoch)
+                .into_iter()
+                .filter(|w| w.index % parts == k)
+                .collect();
+            windowed_epoch(&ctx, &windows, &mut index, &send)?
+        } else {
+            rows_epoch(&ctx, epoch, &mut index, &send)?
         };
         if !more {
             break;
         }
     }
     Ok(())
+}
+
+/// One epoch of rows in file order: each batch's rows read straight into its buffer
+/// (reads in the pool). Returns false when the stream was dropped.
+fn rows_epoch(
+    ctx: &Reader<'_>,
+    epoch: u64,
+    index: &mut u64,
+    send: &dyn Fn(Batch) -> bool,
+) -> Result<bool> {
+    let Reader {
+        inputs,
+        plan,
+        req,
+        ring,
+        pool,
+    } = *ctx;
+    let total = req.batches_in(plan.rows);
+    for b in (req.part.0 as u64..total).step_by(req.part.1) {
+        let start = b * req.batch;
+        let rows = req.batch.min(plan.rows - start);
+        let Some(mut bufs) = ring.take() else {
+            return Ok(false);
+        };
+        let parts = fill(&mut bufs, plan, |i, dst| {
+            pool.install(|| read_rows(&inputs[i], &plan.inputs[i], start, rows, dst))
+        })?;
+        if !send(lend(ring, bufs, parts, *index, epoch, rows)) {
+            return Ok(false);
+        }
+        *index += 1;
+    }
+    Ok(true)
 }
 
 /// Hands a filled buffer to the caller as a batch.
@@ -851,35 +1100,97 @@ struct Reader<'a> {
 }
 
 /// A window read: for each input, each of its ranges (mapped in place for `.npy` and raw
-/// files, decoded for compressed ones), where each range starts in the window's rows, and
-/// the order the rows are delivered in.
+/// files, decoded for compressed ones; with patches, each band of the strips a range
+/// covers), where each range starts in the window's items, and the order the items are
+/// delivered in.
 struct ReadWindow {
     ranges: Vec<Vec<crate::format::Window>>,
     starts: Vec<u64>,
+    /// With patches: each range's first grid row and first image row.
+    strips: Vec<(usize, usize)>,
     order: Vec<u64>,
 }
 
 impl ReadWindow {
-    /// Row `c` of the window (in its ranges' order) of input `k`, `rb` bytes a row.
-    fn row(&self, k: usize, c: u64, rb: usize) -> &[u8] {
+    /// Copies item `c` of the window (in its ranges' order) of input `k` into `out`.
+    fn copy_item(&self, plan: &BatchPlan, k: usize, c: u64, out: &mut [u8]) {
         let r = self.starts.partition_point(|&s| s <= c) - 1;
-        let at = (c - self.starts[r]) as usize * rb;
-        &self.ranges[k][r].bytes()[at..at + rb]
+        let local = (c - self.starts[r]) as usize;
+        let input = &plan.inputs[k];
+        let Some(g) = &plan.grid else {
+            let rb = out.len();
+            out.copy_from_slice(&self.ranges[k][r].bytes()[local * rb..(local + 1) * rb]);
+            return;
+        };
+        let (s0, r0) = self.strips[r];
+        let per_row = g.col_starts.len();
+        let (pr, pc) = (
+            g.row_starts[s0 + local / per_row],
+            g.col_starts[local % per_row],
+        );
+        let (size, es) = (g.spec.size, input.dtype.size());
+        // columns inside the image (past its right edge, a padded patch's zeros)
+        let inside = size.min(g.cols - pc) * es;
+        for (b, plane) in out.chunks_exact_mut(size * size * es).enumerate() {
+            let src = self.ranges[k][r * input.bands + b].bytes();
+            for (y, line) in plane.chunks_exact_mut(size * es).enumerate() {
+                let iy = pr + y;
+                if iy >= g.rows {
+                    line.fill(0);
+                    continue;
+                }
+                let at = ((iy - r0) * g.cols + pc) * es;
+                line[..inside].copy_from_slice(&src[at..at + inside]);
+                line[inside..].fill(0);
+            }
+        }
     }
 }
 
 /// Reads window `w` of every input: each range mapped (decoded for compressed inputs),
-/// the ranges in parallel.
+/// the ranges in parallel; with patches, each band of the image rows its grid rows cover.
 fn read_window(inputs: &[TensorFile], plan: &BatchPlan, w: &ShuffleWindow) -> Result<ReadWindow> {
     use rayon::prelude::*;
+    // with patches, each range's grid rows and the image rows they cover
+    let strips: Vec<(usize, usize, usize)> = match &plan.grid {
+        None => Vec::new(),
+        Some(g) => w
+            .ranges
+            .iter()
+            .map(|&(start, n)| {
+                let s0 = (start / g.per_row()) as usize;
+                let (r0, r1) = g.span(s0, s0 + (n / g.per_row()) as usize);
+                (s0, r0, r1)
+            })
+            .collect(),
+    };
     let ranges = inputs
         .iter()
         .zip(&plan.inputs)
-        .map(|(t, i)| {
-            w.ranges
+        .map(|(t, i)| match &plan.grid {
+            None => w
+                .ranges
                 .par_iter()
                 .map(|&(start, rows)| t.map_window(start * i.row_elems, rows * i.row_elems))
-                .collect::<Result<Vec<_>>>()
+                .collect::<Result<Vec<_>>>(),
+            Some(g) => {
+                let plane = (g.rows * g.cols) as u64;
+                let reads: Vec<(u64, u64)> = strips
+                    .iter()
+                    .flat_map(|&(_, r0, r1)| {
+                        (0..i.bands as u64).map(move |b| {
+                            (
+                                b * plane + (r0 * g.cols) as u64,
+                                ((r1 - r0) * g.cols) as u64,
+                            )
+                        })
+                    })
+                    .collect();
+                reads
+                    .par_iter()
+                    .map(|&(first, count)| t.map_window(first, count))
+                    .collect::<Result<Vec<_>>>()
+            }
         })
         .collect::<Result<Vec<_>>>()?;
     let mut starts = Vec::with_capacity(w.ranges.len());
@@ -891,16 +1202,18 @@ fn read_window(inputs: &[TensorFile], plan: &BatchPlan, w: &ShuffleWindow) -> Re
     Ok(ReadWindow {
         ranges,
         starts,
+        strips: strips.iter().map(|&(s0, r0, _)| (s0, r0)).collect(),
         order: w.order(),
     })
 }
 
-/// One epoch's shuffled windows: each read whole on a thread of its own (the next one
-/// while the batches of this one are handed out), its rows delivered in its order,
+/// One epoch's windows (shuffled, or a patch stream's strips): each read whole on a
+/// thread of its own (the next one while the batches of this one are handed out), its
+/// items delivered in its order,
 /// batches running on from one window into the next (reads in `pool`). At most three
 /// windows are held: two
 /// a batch is drawn from, one being read. Returns false when the stream was dropped.
-fn shuffled_epoch(
+fn windowed_epoch(
     ctx: &Reader<'_>,
     windows: &[ShuffleWindow],
     index: &mut u64,
@@ -968,7 +1281,7 @@ fn shuffled_epoch(
                             .zip(from.par_chunks(run))
                             .for_each(|(out, src)| {
                                 for (o, &(w, c)) in out.chunks_exact_mut(rb).zip(src) {
-                                    o.copy_from_slice(held[w].row(k, c, rb));
+                                    held[w].copy_item(plan, k, c, o);
                                 }
                             });
                     });

@@ -73,7 +73,7 @@ pub struct PatchSpec {
 }
 
 /// Patch starts along an axis of `n` pixels.
-fn patch_starts(n: usize, spec: PatchSpec, axis: &str) -> Result<Vec<(i64, usize)>> {
+pub(super) fn patch_starts(n: usize, spec: PatchSpec, axis: &str) -> Result<Vec<(i64, usize)>> {
     let stride = spec.size - spec.overlap;
     if n < spec.size && spec.edge == Edge::Shift {
         return Err(Error::Invalid(format!(

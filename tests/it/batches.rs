@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::common::write_npy;
-use tilestream::{Batch, BatchRequest, DType, Engine, MemoryBudget, Next, Shuffle, TensorFile};
+use tilestream::{
+    Batch, BatchRequest, DType, Edge, Engine, MemoryBudget, Next, PatchSpec, Shuffle, TensorFile,
+};
 
 fn engine(budget: u64) -> Engine {
     Engine::new(MemoryBudget::new(budget)).unwrap()
@@ -373,4 +375,274 @@ fn compressed_inputs_give_the_batches_of_their_npy() {
     let (a, b) = (read(&px), read(&zarr));
     assert_eq!(a.len(), 8);
     assert_eq!(a, b);
+}
+
+/// A `(bands, rows, cols)` u16 image whose every pixel is distinct (band, row and column
+/// in its value), and its `(rows, cols)` u32 label mask (row and column in its value).
+fn image(dir: &Path, bands: usize, rows: usize, cols: usize) -> (PathBuf, PathBuf) {
+    let img: Vec<u16> = (0..bands * rows * cols)
+        .map(|k| u16::try_from(k % 65_521).unwrap())
+        .collect();
+    let mask: Vec<u32> = (0..rows * cols)
+        .map(|k| u32::try_from(k).unwrap() + 1_000_000)
+        .collect();
+    let (pi, pm) = (dir.join("img.npy"), dir.join("mask.npy"));
+    write_npy(
+        &pi,
+        DType::U16,
+        &[bands, rows, cols],
+        bytemuck::cast_slice(&img),
+    );
+    write_npy(&pm, DType::U32, &[rows, cols], bytemuck::cast_slice(&mask));
+    (pi, pm)
+}
+
+/// `tilestream tiles`' patches of `path` (cut into `out`): `(row, col)` → bytes, in the
+/// order of its `index.csv`.
+fn tiles_of(
+    path: &Path,
+    out: &Path,
+    size: usize,
+    overlap: usize,
+    edge: &str,
+) -> Vec<((usize, usize), Vec<u8>)> {
+    crate::common::ok(&[
+        "tiles",
+        path.to_str().unwrap(),
+        out.to_str().unwrap(),
+        "--size",
+        &size.to_string(),
+        "--overlap",
+        &overlap.to_string(),
+        "--edge",
+        edge,
+    ]);
+    let index = std::fs::read_to_string(out.join("index.csv")).unwrap();
+    index
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            let at = (f[1].parse().unwrap(), f[2].parse().unwrap());
+            (at, crate::common::read_npy_data(&out.join(f[0])))
+        })
+        .collect()
+}
+
+/// Every batch of a patch stream: each batch's patches of each input, as bytes.
+fn patch_batches(e: &Engine, inputs: &[&Path], req: &BatchRequest) -> Vec<Vec<Vec<Vec<u8>>>> {
+    let files = inputs
+        .iter()
+        .map(|p| TensorFile::open(p).unwrap())
+        .collect();
+    let s = e.batches(files, req).unwrap();
+    let mut out = Vec::new();
+    loop {
+        match s.next(Duration::from_secs(60)).unwrap() {
+            Next::Batch(b) => out.push(
+                (0..inputs.len())
+                    .map(|k| {
+                        let part = &b.parts()[k];
+                        assert_eq!(part.shape[0], b.rows);
+                        let per = b.bytes(k).len() / b.rows;
+                        b.bytes(k).chunks(per).map(<[u8]>::to_vec).collect()
+                    })
+                    .collect(),
+            ),
+            Next::End => return out,
+            Next::NotYet => panic!("no batch within a minute"),
+        }
+    }
+}
+
+#[test]
+fn patches_equal_the_patches_tiles_cuts_for_an_image_and_its_mask() {
+    let dir = tempfile::tempdir().unwrap();
+    // prime sizes: the strides land on neither edge
+    let (bands, rows, cols) = (3, 37, 53);
+    let (pi, pm) = image(dir.path(), bands, rows, cols);
+    for (size, overlap, edge) in [
+        (8, 3, Edge::Shift),
+        (8, 3, Edge::Pad),
+        (37, 0, Edge::Shift),
+        (16, 15, Edge::Pad),
+    ] {
+        let name = if edge == Edge::Shift { "shift" } else { "pad" };
+        let what = format!("size {size} overlap {overlap} {name}");
+        let want_img = tiles_of(
+            &pi,
+            &dir.path().join(format!("ti{size}{overlap}{name}")),
+            size,
+            overlap,
+            name,
+        );
+        let want_mask = tiles_of(
+            &pm,
+            &dir.path().join(format!("tm{size}{overlap}{name}")),
+            size,
+            overlap,
+            name,
+        );
+        // the grid in row-major order, as a patch stream lists it
+        let mut img_sorted = want_img.clone();
+        img_sorted.sort_by_key(|(at, _)| *at);
+        let mut mask_sorted = want_mask.clone();
+        mask_sorted.sort_by_key(|(at, _)| *at);
+        assert_eq!(
+            img_sorted.iter().map(|p| p.0).collect::<Vec<_>>(),
+            mask_sorted.iter().map(|p| p.0).collect::<Vec<_>>()
+        );
+        for (budget, batch, ring) in [(256 << 10, 5u64, 2usize), (8 << 20, 64, 4)] {
+            let req = BatchRequest {
+                batch,
+                ring,
+                patches: Some(PatchSpec {
+                    size,
+                    overlap,
+                    edge,
+                }),
+                ..BatchRequest::default()
+            };
+            let got = patch_batches(&engine(budget), &[&pi, &pm], &req);
+            let imgs: Vec<Vec<u8>> = got.iter().flat_map(|b| b[0].clone()).collect();
+            let masks: Vec<Vec<u8>> = got.iter().flat_map(|b| b[1].clone()).collect();
+            assert_eq!(imgs.len(), img_sorted.len(), "{what}");
+            for (k, ((at, want), got)) in img_sorted.iter().zip(&imgs).enumerate() {
+                assert!(want == got, "{what}: image patch {k} at {at:?}");
+            }
+            for (k, ((at, want), got)) in mask_sorted.iter().zip(&masks).enumerate() {
+                assert!(want == got, "{what}: mask patch {k} at {at:?}");
+            }
+            assert!(got.iter().all(|b| b[0].len() as u64 <= batch));
+        }
+    }
+}
+
+#[test]
+fn shuffled_patches_come_once_an_epoch_the_same_at_any_budget_and_split_between_workers() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bands, rows, cols) = (2, 41, 29);
+    let (pi, pm) = image(dir.path(), bands, rows, cols);
+    let spec = PatchSpec {
+        size: 6,
+        overlap: 2,
+        edge: Edge::Pad,
+    };
+    let want = tiles_of(&pi, &dir.path().join("t"), 6, 2, "pad");
+    let mut want: Vec<Vec<u8>> = want.into_iter().map(|p| p.1).collect();
+    want.sort();
+    let shuffle = Shuffle {
+        seed: 9,
+        block_rows: 2,
+        window_blocks: 3,
+    };
+    let req = BatchRequest {
+        batch: 7,
+        shuffle: Some(shuffle),
+        epochs: 2,
+        patches: Some(spec),
+        ..BatchRequest::default()
+    };
+    let first = patch_batches(&engine(8 << 20), &[&pi, &pm], &req);
+    for (budget, ring) in [(300 << 10, 2), (64 << 20, 6)] {
+        assert!(
+            first
+                == patch_batches(
+                    &engine(budget),
+                    &[&pi, &pm],
+                    &BatchRequest {
+                        ring,
+                        ..req.clone()
+                    }
+                ),
+            "budget {budget}"
+        );
+    }
+    let per_epoch = first.len() / 2;
+    let epoch = |bs: &[Vec<Vec<Vec<u8>>>]| {
+        let mut v: Vec<Vec<u8>> = bs.iter().flat_map(|b| b[0].clone()).collect();
+        v.sort();
+        v
+    };
+    // each epoch is every patch once, in another order than the grid's and the other epoch's
+    assert!(epoch(&first[..per_epoch]) == want);
+    assert!(epoch(&first[per_epoch..]) == want);
+    assert!(first[0][0] != first[per_epoch][0]);
+    // the mask's patch stays with its image patch: pixel (r, c) of band 0 is r * cols + c
+    for b in &first {
+        for (img, mask) in b[0].iter().zip(&b[1]) {
+            let i: &[u16] = bytemuck::cast_slice(img);
+            let m: &[u32] = bytemuck::cast_slice(mask);
+            for (a, &v) in i[..36].iter().zip(m) {
+                if v != 0 {
+                    assert_eq!(u32::from(*a), (v - 1_000_000) % 65_521);
+                }
+            }
+        }
+    }
+    // three workers together: every patch once
+    let mut all = Vec::new();
+    for k in 0..3 {
+        let part = BatchRequest {
+            part: (k, 3),
+            epochs: 1,
+            ..req.clone()
+        };
+        all.extend(patch_batches(&engine(4 << 20), &[&pi], &part));
+    }
+    assert!(epoch(&all) == want);
+}
+
+#[test]
+fn patch_streams_refuse_what_they_cannot_cut_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pi, _) = image(dir.path(), 2, 30, 40);
+    let other = dir.path().join("other.npy");
+    write_npy(&other, DType::U8, &[31, 40], &[0u8; 31 * 40]);
+    let flat = dir.path().join("flat.npy");
+    write_npy(&flat, DType::U8, &[1200], &[0u8; 1200]);
+    let open = |p: &Path| TensorFile::open(p).unwrap();
+    let req = |size, overlap| BatchRequest {
+        batch: 4,
+        patches: Some(PatchSpec {
+            size,
+            overlap,
+            edge: Edge::Shift,
+        }),
+        ..BatchRequest::default()
+    };
+    let e = engine(8 << 20);
+    let err = |inputs: &[&TensorFile], r: &BatchRequest| {
+        e.plan_batches(inputs, r).unwrap_err().to_string()
+    };
+    let (i, o, f) = (open(&pi), open(&other), open(&flat));
+    let m = err(&[&i, &o], &req(8, 0));
+    assert!(
+        m.contains("as many rows and columns") && m.contains("30 x 40") && m.contains("31 x 40"),
+        "{m}"
+    );
+    let m = err(&[&f], &req(8, 0));
+    assert!(m.contains("rank-2 (height, width) or rank-3"), "{m}");
+    let m = err(&[&i], &req(8, 8));
+    assert!(m.contains("overlap must be smaller than the size"), "{m}");
+    let m = err(&[&i], &req(31, 0));
+    assert!(
+        m.contains("fewer than the patch size 31") && m.contains("edge=pad"),
+        "{m}"
+    );
+    // a budget that cannot hold the ring and three strips: the arithmetic, and what works
+    // 4 buffers of 4 patches of 2 x 8 x 8 u16 (4096 B) + 3 strips of 8 x 40 x 2 u16 (3840 B)
+    let m = engine(6 << 10)
+        .plan_batches(&[&i], &req(8, 2))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        m.contains("for batches of 4 patches")
+            && m.contains("4 buffers × 1.0 KiB for a batch of 4 patches")
+            && m.contains("3 strips of patches × 1.2 KiB")
+            && m.contains("= 7.8 KiB")
+            && m.contains("memory=8KiB")
+            && !m.contains('\n'),
+        "{m}"
+    );
 }
