@@ -596,9 +596,8 @@ impl Engine {
             lent: AtomicUsize::new(0),
         });
         let (tx, rx) = crossbeam_channel::bounded::<Result<Batch>>(plan.ring);
-        // a pool of the stream's own, made now: a stream started in a process forked from
-        // one that had used rayon's global pool (a DataLoader's worker) would wait
-        // forever on the parent's threads, which the child does not have
+        // a pool of the stream's own, made now and sized by `threads` (never rayon's
+        // global pool: see `crate::io::pool`)
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(self.backend.threads().max(1))
             .thread_name(|k| format!("tilestream-batches-read-{k}"))

@@ -201,7 +201,7 @@ impl Chunked {
     /// The decode scratch for a batch of `batch` chunks: the decoded chunks, and the
     /// working memory of each thread decoding them.
     fn batch_cost(&self, batch: usize) -> u64 {
-        let threads = rayon::current_num_threads().min(batch).max(1);
+        let threads = crate::io::pool::threads().min(batch).max(1);
         batch as u64 * (self.chunk_bytes() + CHUNK_OVERHEAD) + threads as u64 * self.work()
     }
 
@@ -218,7 +218,7 @@ impl Chunked {
     /// consecutive tiles decoded once). Empties the cache.
     pub fn fit_scratch(&self, share: u64) {
         let n_chunks = self.num_chunks().max(1);
-        let threads = rayon::current_num_threads() as u64;
+        let threads = crate::io::pool::threads() as u64;
         let unit = self.chunk_bytes() + CHUNK_OVERHEAD;
         let want_batch = (2 * threads).max(BATCH_TARGET / unit).min(n_chunks).max(1) as usize;
         let avail = share.saturating_sub(self.source.resident_bytes());
@@ -411,22 +411,23 @@ impl Chunked {
         let per_task = (BATCH_TARGET as usize / 8 / chunk_bytes.max(1)).max(1);
         let rank = grid.len();
         for b in missing.chunks(batch) {
-            let decoded: Vec<Result<Vec<u8>>> = b
-                .par_iter()
-                .with_min_len(per_task)
-                .map(|pieces| {
-                    let mut pos = vec![0usize; rank];
-                    let mut rem = pieces[0].key;
-                    for a in (0..rank).rev() {
-                        pos[a] = (rem % grid[a] as u64) as usize;
-                        rem /= grid[a] as u64;
-                    }
-                    let mut buf = vec![0u8; chunk_bytes];
-                    self.source.decode(&pos, &mut buf)?;
-                    self.decoded.fetch_add(1, Ordering::Relaxed);
-                    Ok(buf)
-                })
-                .collect();
+            let decoded: Vec<Result<Vec<u8>>> = crate::io::pool::install(|| {
+                b.par_iter()
+                    .with_min_len(per_task)
+                    .map(|pieces| {
+                        let mut pos = vec![0usize; rank];
+                        let mut rem = pieces[0].key;
+                        for a in (0..rank).rev() {
+                            pos[a] = (rem % grid[a] as u64) as usize;
+                            rem /= grid[a] as u64;
+                        }
+                        let mut buf = vec![0u8; chunk_bytes];
+                        self.source.decode(&pos, &mut buf)?;
+                        self.decoded.fetch_add(1, Ordering::Relaxed);
+                        Ok(buf)
+                    })
+                    .collect()
+            });
             for (pieces, buf) in b.iter().zip(decoded) {
                 let buf = Arc::new(buf?);
                 copy(outs, pieces, &buf);

@@ -2,7 +2,7 @@
 //!
 //! The write stage hands each output chunk to the queue as soon as it is whole
 //! ([`EncodeQueue::submit`]) and goes on with the next tile; the chunk is compressed on
-//! a worker of rayon's global pool while the pipeline computes, and the encoded chunks
+//! a worker of the I/O pool (`crate::io::pool`) while the pipeline computes, and the encoded chunks
 //! are handed to the [`Sink`] (appended to the TIFF being built) in the order they were
 //! submitted, whatever order their compressions end in: the file is the same whatever
 //! the threads do. At most `limit` chunks are in flight (submitted, not yet in the
@@ -127,7 +127,7 @@ impl<S: Sink> EncodeQueue<S> {
         };
         let shared = Arc::clone(&self.shared);
         let encode = Arc::clone(&self.encode);
-        rayon::spawn(move || {
+        crate::io::pool::spawn(move || {
             let done = catch_unwind(AssertUnwindSafe(|| encode(chunk, raw))).unwrap_or_else(|_| {
                 Err(Error::Internal("encoding an output chunk panicked".into()))
             });

@@ -596,14 +596,16 @@ pub(crate) fn par_pieces_of(
 ) -> crate::error::Result<()> {
     use rayon::prelude::*;
     let unit = unit.max(1);
-    let threads = rayon::current_num_threads().max(1);
+    let threads = crate::io::pool::threads().max(1);
     if buf.len() < PAR_IO_MIN || threads == 1 || buf.len() / unit < 2 {
         return f(0, buf);
     }
     let piece = (buf.len().div_ceil(threads).max(1 << 20)).div_ceil(unit) * unit;
-    buf.par_chunks_mut(piece)
-        .enumerate()
-        .try_for_each(|(k, p)| f(k * piece, p))
+    crate::io::pool::install(|| {
+        buf.par_chunks_mut(piece)
+            .enumerate()
+            .try_for_each(|(k, p)| f(k * piece, p))
+    })
 }
 
 /// The encoding of `format`, written with these options (GeoTIFF's made by `tiff` only

@@ -1,9 +1,11 @@
 //! What every format shares with the file system: memory-mapped windows of inputs
 //! ([`window`]), temporary files beside a destination, their names, locks and the
 //! cleaning of what killed runs left ([`temp`]), and the rules for which files a run may
-//! create, lock, replace and delete ([`own_files`]). Nothing here reads or writes a
-//! format's contents; `crate::format` builds on it.
+//! create, lock, replace and delete ([`own_files`]), and the threads formats read and
+//! encode on in parallel ([`pool`]). Nothing here reads or writes a format's contents;
+//! `crate::format` builds on it.
 
 pub mod own_files;
+pub(crate) mod pool;
 pub mod temp;
 pub mod window;

@@ -433,7 +433,7 @@ impl TiledLayout {
 /// least one, at most four per thread.
 pub(crate) fn batch_for(memory: u64, chunk_bytes: usize) -> usize {
     ((memory / (2 * chunk_bytes as u64).max(1)) as usize)
-        .clamp(1, 4 * rayon::current_num_threads().max(1))
+        .clamp(1, 4 * crate::io::pool::threads().max(1))
 }
 
 /// Encodes tiles `tiles` with `encode` in parallel, `batch` at a time, and writes them
@@ -452,7 +452,8 @@ pub(crate) fn append_tiles(
     let all: Vec<usize> = tiles.collect();
     let mut counts = Vec::with_capacity(all.len());
     for group in all.chunks(batch.max(1)) {
-        let done: Vec<Result<Vec<u8>>> = group.par_iter().map(|&k| encode(k)).collect();
+        let done: Vec<Result<Vec<u8>>> =
+            crate::io::pool::install(|| group.par_iter().map(|&k| encode(k)).collect());
         for c in done {
             let c = c?;
             dest.write_all_at(&c, pos)

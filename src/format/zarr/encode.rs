@@ -260,23 +260,25 @@ impl ZarrEncoder {
         let per: Vec<usize> = self.outer.iter().zip(inner).map(|(o, i)| o / i).collect();
         let count: usize = per.iter().product();
         let es = self.dtype.size();
-        let encoded = (0..count)
-            .into_par_iter()
-            .map(|k| {
-                let mut origin = vec![0; rank];
-                let mut rem = k;
-                for a in (0..rank).rev() {
-                    origin[a] = rem % per[a] * inner[a];
-                    rem /= per[a];
-                }
-                let piece = sub_box(raw, &self.outer, &origin, inner, es);
-                if is_fill(&piece) {
-                    Ok(None)
-                } else {
-                    self.encode(&piece, path).map(Some)
-                }
-            })
-            .collect::<Result<Vec<Option<Vec<u8>>>>>()?;
+        let encoded = crate::io::pool::install(|| {
+            (0..count)
+                .into_par_iter()
+                .map(|k| {
+                    let mut origin = vec![0; rank];
+                    let mut rem = k;
+                    for a in (0..rank).rev() {
+                        origin[a] = rem % per[a] * inner[a];
+                        rem /= per[a];
+                    }
+                    let piece = sub_box(raw, &self.outer, &origin, inner, es);
+                    if is_fill(&piece) {
+                        Ok(None)
+                    } else {
+                        self.encode(&piece, path).map(Some)
+                    }
+                })
+                .collect::<Result<Vec<Option<Vec<u8>>>>>()
+        })?;
         if encoded.iter().all(Option::is_none) {
             return Ok(None);
         }

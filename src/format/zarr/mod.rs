@@ -462,7 +462,7 @@ pub(crate) fn encode_chunk_range(
     let chunk_elems: usize = outer.iter().product();
     let chunk_bytes = chunk_elems * es;
     let batch = ((memory / (3 * chunk_bytes as u64).max(1)) as usize)
-        .clamp(1, 4 * rayon::current_num_threads().max(1));
+        .clamp(1, 4 * crate::io::pool::threads().max(1));
     let last = outer[rank - 1];
     let encode = |k: usize| -> Result<()> {
         // grid position of chunk k, C order
@@ -488,7 +488,7 @@ pub(crate) fn encode_chunk_range(
     };
     let all: Vec<usize> = chunks.collect();
     for group in all.chunks(batch) {
-        group.par_iter().try_for_each(|&k| encode(k))?;
+        crate::io::pool::install(|| group.par_iter().try_for_each(|&k| encode(k)))?;
     }
     Ok(())
 }

@@ -230,18 +230,20 @@ fn overview_pass(
             l.restart();
         }
         for ty in 0..h.div_ceil(t) {
-            let tiles: Vec<Vec<u8>> = (0..across)
-                .into_par_iter()
-                .map(|tx| {
-                    let pos = match (layout.bands, sh.pixel) {
-                        (1, _) => vec![ty, tx],
-                        (_, true) => vec![0, ty, tx],
-                        (_, false) => vec![g, ty, tx],
-                    };
-                    let mut buf = vec![0u8; tile_bytes];
-                    chunks.decode(&pos, &mut buf).map(|()| buf)
-                })
-                .collect::<Result<_>>()?;
+            let tiles: Vec<Vec<u8>> = crate::io::pool::install(|| {
+                (0..across)
+                    .into_par_iter()
+                    .map(|tx| {
+                        let pos = match (layout.bands, sh.pixel) {
+                            (1, _) => vec![ty, tx],
+                            (_, true) => vec![0, ty, tx],
+                            (_, false) => vec![g, ty, tx],
+                        };
+                        let mut buf = vec![0u8; tile_bytes];
+                        chunks.decode(&pos, &mut buf).map(|()| buf)
+                    })
+                    .collect::<Result<_>>()
+            })?;
             let mut row = vec![0u8; nb * w * es];
             for y in 0..t.min(h - ty * t) {
                 for b in 0..nb {
