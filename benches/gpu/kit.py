@@ -531,6 +531,16 @@ def python_on_gpu(a, o, env):
     if rc != 0 or "equal the model's" not in out:
         o.fail("python: the GPU model example did not pass"
                + (f": {err.strip().splitlines()[-1]}" if err.strip() else ""))
+    # ts.batches to the GPU (issue 46): the copy overlapped with the reading, and the
+    # device's batches the host's, on the 6.3 GB matrix
+    rc, wall, out, err = run([sys.executable, str(ROOT / "benches/gpu/batches.py"), "3075200",
+                              "--device", "cuda", "--work", str(a.work)], penv, a.timeout,
+                             o.dir / "batches.log")
+    for line in out.strip().splitlines():
+        o.say("python: " + line)
+    if rc != 0 or "batches.py: ok" not in out:
+        o.fail(f"python: benches/gpu/batches.py did not pass (exit {rc} in {wall:.0f}s)"
+               + (f": {err.strip().splitlines()[-1]}" if err.strip() else ""))
 
 
 # --- bench ------------------------------------------------------------------------------

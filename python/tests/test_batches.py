@@ -165,6 +165,17 @@ def test_torch_batches_and_the_dataloader_or_a_one_line_refusal_without_torch(tm
             assert sorted(got) == list(range(700)), (workers, epoch)
             orders.append(got)
         assert orders[0] != orders[1]
+    # the GPU kit's batches measurement, on the CPU here (on a GPU machine the kit runs it
+    # with --device cuda over the 6.3 GB matrix)
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, os.path.join(root, "benches", "gpu", "batches.py"),
+                        "20000", "--device", "cpu", "--work", str(tmp_path / "kit")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("batches.py: ok"), r.stdout + r.stderr
+    assert r.stdout.count("are the host's, byte for byte") == 2
     # patches of an image through the DataLoader's workers: every patch once
     img = np.arange(2 * 50 * 40, dtype=np.float32).reshape(2, 50, 40)
     np.save(tmp_path / "img.npy", img)
