@@ -8,6 +8,15 @@ use pyo3::types::PyBytes;
 use serde_json::Value;
 use tilestream::{Partial, Reduce, ReduceOver, Source};
 
+/// What a reduction over `axis` runs over: every element for `None`, else those axes
+/// (non-negative, as the Python side normalised them).
+fn over_of(axis: Option<Vec<usize>>) -> Result<ReduceOver, tilestream::Error> {
+    match axis {
+        None => Ok(ReduceOver::All),
+        Some(list) => ReduceOver::axes(&list),
+    }
+}
+
 use crate::errors::{bad_json, to_py};
 use crate::options::{engine, parse_opts, parse_spec};
 use crate::worker::run_on_worker;
@@ -69,7 +78,7 @@ pub(crate) fn reduce(
     py: Python<'_>,
     source: &str,
     op: &str,
-    axis: Option<usize>,
+    axis: Option<Vec<usize>>,
     ddof: u32,
     opts: &str,
     progress: Option<Py<PyAny>>,
@@ -77,7 +86,7 @@ pub(crate) fn reduce(
     let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
     let opts = parse_opts(opts)?;
     let reduce = Reduce::parse(op, ddof).map_err(to_py)?;
-    let over = axis.map_or(ReduceOver::All, ReduceOver::Axis);
+    let over = over_of(axis).map_err(to_py)?;
     let e = engine(&opts).map_err(to_py)?;
     let (array, report) = run_on_worker(py, e, progress, move |e| {
         let input = source.open()?;
@@ -102,7 +111,7 @@ pub(crate) fn reduce_partials(
     py: Python<'_>,
     source: &str,
     requested: Vec<(String, u32)>,
-    axis: Option<usize>,
+    axis: Option<Vec<usize>>,
     start: u64,
     end: u64,
     opts: &str,
@@ -114,7 +123,7 @@ pub(crate) fn reduce_partials(
         .map(|(name, ddof)| Reduce::parse(name, *ddof))
         .collect::<Result<Vec<_>, _>>()
         .map_err(to_py)?;
-    let over = axis.map_or(ReduceOver::All, ReduceOver::Axis);
+    let over = over_of(axis).map_err(to_py)?;
     let e = engine(&opts).map_err(to_py)?;
     let (parts, report) = run_on_worker(py, e, None, move |e| {
         let input = source.open_whole()?;
@@ -178,6 +187,6 @@ pub(crate) fn output_layout(py: Python<'_>, spec: &str) -> PyResult<String> {
 
 /// The step in rows on which a reduction of `shape` over `axis` may be split.
 #[pyfunction]
-pub(crate) fn row_step(shape: Vec<usize>, axis: Option<usize>) -> PyResult<u64> {
-    tilestream::row_step(&shape, axis.map_or(ReduceOver::All, ReduceOver::Axis)).map_err(to_py)
+pub(crate) fn row_step(shape: Vec<usize>, axis: Option<Vec<usize>>) -> PyResult<u64> {
+    tilestream::row_step(&shape, over_of(axis).map_err(to_py)?).map_err(to_py)
 }

@@ -1,6 +1,7 @@
 """The Python API against numpy on small data: every dtype, every input format, every
 exception type, Ctrl-C and resume, progress callbacks, threads and fork."""
 
+import itertools
 import os
 import shutil
 import signal
@@ -569,3 +570,52 @@ def test_memmaps_whose_values_are_not_their_files_are_refused(tmp_path):
     w = np.memmap(path, dtype=np.float32, mode="r+", shape=a.shape)
     w[:] = 3.0
     assert ts.reduce(w, "sum") == 3.0 * a.size
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "uint8", "bool"])
+def test_reduce_over_several_axes_equals_numpy_for_every_combination(tmp_path, dtype):
+    a = data((3, 5, 7, 11), dtype)
+    np.save(tmp_path / "a.npy", a)
+    wide = a.astype(np.float64)
+    combos = [c for k in range(1, 5) for c in itertools.combinations(range(4), k)]
+    for axes in combos:
+        firsts = None
+        for memory in ["160KiB", "16MiB"]:
+            got = {op: ts.reduce(tmp_path / "a.npy", op, axis=axes, memory=memory)
+                   for op in ["sum", "mean", "std", "max"]}
+            np.testing.assert_allclose(got["mean"], wide.mean(axis=axes), rtol=1e-12)
+            np.testing.assert_allclose(got["std"], wide.std(axis=axes), rtol=1e-9, atol=1e-12)
+            if dtype != "bool":
+                assert np.array_equal(got["max"], a.max(axis=axes))
+            if a.dtype.kind == "f":
+                np.testing.assert_allclose(got["sum"], wide.sum(axis=axes), rtol=1e-12)
+            else:
+                assert np.array_equal(got["sum"], a.sum(axis=axes))
+            # the same bytes at any budget
+            if firsts is None:
+                firsts = {k: v.tobytes() for k, v in got.items()}
+            assert firsts == {k: v.tobytes() for k, v in got.items()}, (axes, memory)
+    # negative axes, keepdims, and what numpy refuses
+    kept = ts.reduce(tmp_path / "a.npy", "mean", axis=(0, -2, -1), keepdims=True)
+    np.testing.assert_allclose(kept, wide.mean(axis=(0, 2, 3), keepdims=True), rtol=1e-12)
+    assert kept.shape == (1, 5, 1, 1)
+    assert ts.reduce(tmp_path / "a.npy", "sum", keepdims=True).shape == (1, 1, 1, 1)
+    with pytest.raises(ValueError, match="names an axis twice"):
+        ts.reduce(tmp_path / "a.npy", "sum", axis=(1, -3))
+    with pytest.raises(ValueError, match="out of range for 4 dimensions"):
+        ts.reduce(tmp_path / "a.npy", "sum", axis=(0, 4))
+    plan = ts.plan(ts.reduce, tmp_path / "a.npy", "mean", axis=(0, 2, 3), memory="1MiB")
+    assert "axes 0, 2, 3" in plan.text, plan.text
+
+
+def test_a_pipeline_reduces_over_several_axes_with_keepdims(tmp_path):
+    a = data((4, 3, 6, 5), "float32")
+    np.save(tmp_path / "a.npy", a)
+    (tmp_path / "p.toml").write_text(
+        '[inputs]\nx = "a.npy"\n\n[[steps]]\nop = "reduce"\ninput = "x"\nreduce = "std"\n'
+        'axis = [0, 2, 3]\nkeepdims = true\nout = "s"\n\n[outputs]\ns = "s.npy"\n')
+    ts.run(tmp_path / "p.toml", memory="1MiB")
+    got = np.load(tmp_path / "s.npy")
+    np.testing.assert_allclose(got, a.astype(np.float64).std(axis=(0, 2, 3), keepdims=True),
+                               rtol=1e-9)
+    assert got.shape == (1, 3, 1, 1)

@@ -55,7 +55,9 @@ def same_file(a, b):
 @pytest.mark.parametrize("rows", [None, 256, 700])
 def test_reductions_equal_one_process(client, tmp_path, rows):
     cases = [((3000, 96), "float32", 0), ((2000, 77), "float64", None),
-             ((1200, 5, 6), "int16", 2), ((300_000,), "float32", 0)]
+             ((1200, 5, 6), "int16", 2), ((300_000,), "float32", 0),
+             # several axes: per channel of an NCHW batch, and a kept leading axis
+             ((40, 3, 17, 19), "float32", (0, 2, 3)), ((30, 4, 9, 5), "int32", (1, 3))]
     for k, (shape, dtype, axis) in enumerate(cases):
         p = tmp_path / f"x{k}.npy"
         np.save(p, data(shape, dtype, k))

@@ -38,7 +38,7 @@ import mmap
 import os
 import sys
 import tempfile
-from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -503,11 +503,40 @@ def _check_kw(fn: str, kw: dict) -> None:
         raise TypeError(f"tilestream.{fn}() got unexpected keyword argument(s) {sorted(unknown)}")
 
 
+def _axes(axis: Any, ndim: int) -> Optional[List[int]]:
+    """``axis`` (None, an int or a tuple of them, negative counting from the end) as the
+    library takes it: None, or a list of axes in ``0..ndim``."""
+    if axis is None:
+        return None
+    many = isinstance(axis, (tuple, list))
+    axes = list(axis) if many else [axis]
+    out = []
+    for a in axes:
+        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"tilestream: axis {a!r} is not an integer")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"tilestream: axis {a} is out of range for {ndim} dimensions")
+        out.append(int(a) % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"tilestream: axis={axis!r} names an axis twice")
+    if many and not out:
+        raise ValueError("tilestream: axis=() reduces nothing: give axes, or None for all")
+    return out
+
+
+def _keep(shape: Any, axes: Optional[List[int]], ndim: int) -> Tuple[int, ...]:
+    """The result's shape with the reduced axes kept as length 1 (``keepdims=True``)."""
+    reduced = set(range(ndim)) if axes is None else set(axes)
+    it = iter(shape)
+    return tuple(1 if k in reduced else next(it) for k in range(ndim))
+
+
 def reduce(
     t: Any,
     op: str = "sum",
-    axis: Optional[int] = None,
+    axis: Any = None,
     *,
+    keepdims: bool = False,
     ddof: int = 0,
     memory: Any = None,
     threads: Optional[int] = None,
@@ -516,22 +545,22 @@ def reduce(
     report: bool = False,
 ) -> Any:
     """Reduces ``t`` (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``) over
-    ``axis`` (None: every element) under the budget ``memory``. Returns an np.ndarray
-    in the reduction's result dtype (f64 for sums, means, variances of any input; the
-    input's for min and max), exactly the bytes ``tilestream reduce`` writes; with
-    ``report=True``, a pair (array, RunReport)."""
+    ``axis`` (None: every element; an int, or a tuple of them as numpy's
+    ``axis=(0, 2, 3)``) under the budget ``memory``; ``keepdims=True`` keeps the reduced
+    axes as length 1. Returns an np.ndarray in the reduction's result dtype (f64 for
+    sums, means, variances of any input; the input's for min and max), exactly the bytes
+    ``tilestream reduce`` writes; with ``report=True``, a pair (array, RunReport)."""
     src = _source(t)
-    if axis is not None:
-        ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
-        if not -ndim <= axis < ndim:
-            raise ValueError(f"tilestream: axis {axis} is out of range for {ndim} dimensions")
-        axis = axis % ndim
+    ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
+    axes = _axes(axis, ndim)
     if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
         raise ValueError(f"tilestream: ddof={ddof!r} is not a non-negative integer")
     data, name, shape, rep = _ts.reduce(
-        json.dumps(src), op, axis, ddof, _opts(memory, threads, device), _progress(progress)
+        json.dumps(src), op, axes, ddof, _opts(memory, threads, device), _progress(progress)
     )
     a = np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
+    if keepdims:
+        a = a.reshape(_keep(shape, axes, ndim))
     return (a, RunReport(json.loads(rep))) if report else a
 
 
@@ -692,12 +721,13 @@ def plan(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
         axis = args[2] if len(args) > 2 else kwargs.pop("axis", None)
         ddof = kwargs.pop("ddof", 0)
         kwargs.pop("report", None)
-        if axis is not None:
-            axis = axis % open(_source(t)["path"]).ndim if not isinstance(t, Tensor) else axis % t.ndim
+        keepdims = kwargs.pop("keepdims", False)
+        ndim = t.ndim if isinstance(t, Tensor) else open(_source(t)["path"]).ndim
+        axes = _axes(axis, ndim)
         # the result is an array: the plan is made for a .npy that does not exist
         with tempfile.TemporaryDirectory() as d:
             spec = _specs.reduce(_source(t), os.path.join(d, "result.npy"), op, ddof=ddof,
-                                 axis=axis)
+                                 axis=axes, keepdims=keepdims)
             return _execute(spec, None, dict(kwargs, _plan=True))
     return fn(*args, _plan=True, **kwargs)
 

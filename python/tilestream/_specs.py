@@ -36,7 +36,8 @@ class ReduceSpec(TypedDict):
     output: str
     reduce: str
     ddof: int
-    axis: Optional[int]
+    axis: Union[None, int, List[int]]
+    keepdims: bool
     dtype: Optional[str]
 
 
@@ -202,9 +203,13 @@ def _with_nodata(spec: dict, nodata: Dict[str, object]) -> dict:
 
 
 def reduce(input: Source, output: str, reduce: str, *, ddof: int = 0,
-           axis: Optional[int] = None, dtype: Optional[str] = None) -> ReduceSpec:
+           axis: Union[None, int, List[int]] = None, keepdims: bool = False,
+           dtype: Optional[str] = None) -> ReduceSpec:
+    if isinstance(axis, (list, tuple)) and len(axis) == 1:
+        axis = axis[0]
     return {"op": "reduce", "input": input, "output": output, "reduce": reduce,
-            "ddof": int(ddof), "axis": axis, "dtype": dtype}
+            "ddof": int(ddof), "axis": list(axis) if isinstance(axis, tuple) else axis,
+            "keepdims": bool(keepdims), "dtype": dtype}
 
 
 def affine(input: Source, output: str, scale: float, offset: float, *,

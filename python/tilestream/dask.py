@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, T
 
 import numpy as np
 
-from . import _nodata_spec, _np_dtype, _opts, _source, _specs, _ts, _ts_dtype, open as _open
+from . import _axes, _keep, _nodata_spec, _np_dtype, _opts, _source, _specs, _ts, _ts_dtype, open as _open
 
 __all__ = [
     "affine",
@@ -154,7 +154,7 @@ def _src(x: Any) -> dict:
 # reductions
 
 
-def _reduce_task(src: dict, ops: List[Tuple[str, int]], axis: Optional[int],
+def _reduce_task(src: dict, ops: List[Tuple[str, int]], axis: Optional[List[int]],
                  share: Tuple[int, int], memory: Any, threads: Optional[int],
                  hook: Optional[Callable[[], Any]]) -> List[bytes]:
     if hook is not None:
@@ -165,7 +165,7 @@ def _reduce_task(src: dict, ops: List[Tuple[str, int]], axis: Optional[int],
     return parts
 
 
-def _reduce_many(path: Any, ops: List[Tuple[str, int]], axis: Optional[int], client: Any,
+def _reduce_many(path: Any, ops: List[Tuple[str, int]], axis: Any, client: Any,
                  block_rows: Optional[int], memory: Any, threads: Optional[int],
                  hook: Optional[Callable[[], Any]]) -> List[np.ndarray]:
     """The reductions ``ops`` (``(name, ddof)``) of ``path`` over ``axis``, in one pass
@@ -176,10 +176,7 @@ def _reduce_many(path: Any, ops: List[Tuple[str, int]], axis: Optional[int], cli
     ndim = len(info["shape"])
     if ndim == 0:
         raise ValueError("tilestream.dask: a 0-d array has no rows to split")
-    if axis is not None:
-        if not -ndim <= axis < ndim:
-            raise ValueError(f"tilestream: axis {axis} is out of range for {ndim} dimensions")
-        axis = axis % ndim
+    axis = _axes(axis, ndim)
     for op, ddof in ops:
         if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
             raise ValueError(f"tilestream: ddof={ddof!r} is not a non-negative integer")
@@ -206,8 +203,9 @@ def _reduce_many(path: Any, ops: List[Tuple[str, int]], axis: Optional[int], cli
 def reduce(
     path: Any,
     op: str = "sum",
-    axis: Optional[int] = None,
+    axis: Any = None,
     *,
+    keepdims: bool = False,
     ddof: int = 0,
     client: Any = None,
     block_rows: Optional[int] = None,
@@ -217,10 +215,14 @@ def reduce(
 ) -> np.ndarray:
     """Reduces ``path`` (an uncompressed ``.npy``, raw file or ``np.memmap``) over
     ``axis`` on the cluster: the same np.ndarray, byte for byte, as
-    :func:`tilestream.reduce`. ``block_rows`` is the rows per task (rounded up to the
-    reduction's step; default: four tasks per worker thread)."""
-    return _reduce_many(path, [(op, ddof)], axis, client, block_rows, memory, threads,
-                        _hook)[0]
+    :func:`tilestream.reduce` (``axis`` an int or a tuple of them, ``keepdims`` as
+    there). ``block_rows`` is the rows per task (rounded up to the reduction's step;
+    default: four tasks per worker thread)."""
+    a = _reduce_many(path, [(op, ddof)], axis, client, block_rows, memory, threads, _hook)[0]
+    if keepdims:
+        ndim = len(json.loads(_ts.info(json.dumps(_src(path))))["shape"])
+        a = a.reshape(_keep(a.shape, _axes(axis, ndim), ndim))
+    return a
 
 
 # ---------------------------------------------------------------------------------------

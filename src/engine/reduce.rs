@@ -55,10 +55,7 @@ impl Engine {
         let acc = op.acc_bytes(dtype);
         let result = g.outer * g.out_per_outer() * op.output_dtype(dtype).size() as u64;
         let states = (self.backend.threads() as u64 + 1) * g.state_bytes(acc);
-        let over_txt = match over {
-            ReduceOver::All => "all elements".to_string(),
-            ReduceOver::Axis(a) => format!("axis {a}"),
-        };
+        let over_txt = over.describe();
         let mut req = self.request(
             format!(
                 "reduce {} over {over_txt} of {} {dtype}",
@@ -135,7 +132,9 @@ impl Engine {
             plan.resident_bytes - input.read_scratch_bytes(),
         )?;
         let reducer = self.backend.reducer(op, input.dtype(), g)?;
-        let gpu = super::on_gpu(self.kernels_for(Family::Reduce));
+        // columns that fold into outputs (several separated axes) have no CUDA kernel:
+        // the device's shifts are each column's own
+        let gpu = !g.folds() && super::on_gpu(self.kernels_for(Family::Reduce));
         let (mut reducer, times) =
             self.stream_reducer(input, &plan, op, g, reducer, journal, gpu)?;
         // a pass resumed with every tile done never called the closure
@@ -255,10 +254,8 @@ impl Engine {
                 },
                 dtype: input.dtype().name().into(),
                 shape: shape.to_vec(),
-                axis: match over {
-                    ReduceOver::All => None,
-                    ReduceOver::Axis(a) => Some(a),
-                },
+                axis: PartialHeader::axis_fields(over).0,
+                axes: PartialHeader::axis_fields(over).1,
                 rows: (rows.start, rows.end),
                 blocks: Geometry::new(shape, over)?.outer == 1,
             })
@@ -309,7 +306,8 @@ impl Engine {
             let v = Array::from_bytes(input.dtype(), vec![first as usize], w.bytes().to_vec())?
                 .to_f64();
             if g.inner > 1 {
-                v
+                // folding, a column's shift is its output's first column's
+                (0..vc).map(|c| v[g.column_output(c).1 as usize]).collect()
             } else {
                 vec![v[0]; vc as usize]
             }
@@ -368,6 +366,24 @@ impl Engine {
         out: impl AsRef<Path>,
         dtype: Option<DType>,
     ) -> Result<RunReport> {
+        self.reduce_to_file_keeping(input, op, over, out, dtype, false)
+    }
+
+    /// [`Engine::reduce_to_file`], with `keepdims` the reduced axes kept in the written
+    /// shape as length 1 (numpy's `keepdims=True`; the same values).
+    ///
+    /// # Errors
+    /// As [`Engine::reduce_to_file`].
+    pub fn reduce_to_file_keeping(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: impl Into<ReduceOver>,
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+        keepdims: bool,
+    ) -> Result<RunReport> {
+        let over = over.into();
         check_not_input(out.as_ref(), &[input])?;
         if self.out_region.is_some() {
             return Err(Error::invalid(
@@ -377,12 +393,15 @@ impl Engine {
         }
         let journal = self.open_journal(out.as_ref())?;
         let (array, mut report) = self
-            .reduce_with(input, op, over.into(), journal.as_ref())
+            .reduce_with(input, op, over, journal.as_ref())
             .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
-        let array = match dtype {
+        let mut array = match dtype {
             Some(d) => array.cast(d),
             None => array,
         };
+        if keepdims {
+            array.shape = over.out_shape_keeping(input.shape(), true);
+        }
         let out = out.as_ref();
         let format = self.format_of(out);
         let file =
@@ -520,8 +539,8 @@ pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
     let mut next = 0;
     for p in &order {
         let q = &p.header;
-        if (&q.op, q.ddof, &q.dtype, &q.shape, q.axis, q.blocks)
-            != (&h.op, h.ddof, &h.dtype, &h.shape, h.axis, h.blocks)
+        if (&q.op, q.ddof, &q.dtype, &q.shape, q.axis, &q.axes, q.blocks)
+            != (&h.op, h.ddof, &h.dtype, &h.shape, h.axis, &h.axes, h.blocks)
         {
             return Err(Error::invalid(format!(
                 "partials of different reductions: {} of {} {} and {} of {} {}",
@@ -553,7 +572,7 @@ pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
             "rows {next}..{n} are in no partial: each row must be in exactly one"
         )));
     }
-    let (op, over, dtype) = (h.reduce()?, h.over(), h.dtype()?);
+    let (op, over, dtype) = (h.reduce()?, h.over()?, h.dtype()?);
     let out_dtype = op.output_dtype(dtype);
     let out_shape = over.out_shape(&h.shape);
     let g = Geometry::new(&h.shape, over)?;

@@ -1,4 +1,4 @@
-//! Reductions (sum, mean, min, max, var, std) along one axis or over all elements, with a
+//! Reductions (sum, mean, min, max, var, std) along one axis, several or all elements, with a
 //! summation order fixed by the data's shape alone, so the result's bytes do not depend on
 //! the memory budget, the tile size or the number of threads.
 //!
@@ -9,6 +9,14 @@
 //! virtual rows of `vcols` columns: `vcols = inner` when `inner > 1` (each column is one
 //! output), or `vcols = 8` lanes when `inner == 1` (one output whose run is summed in 8
 //! interleaved lanes, so the loop vectorizes; the lanes are combined in a fixed tree).
+//!
+//! Several axes: axes of length 1 are dropped and neighbours of the same kind (reduced or
+//! kept) merged, so `(0, 2, 3)` of `(N, C, H, W)` is seen as `[N][C][H·W]`: reduced, kept,
+//! reduced. The first reduced run is `len`, what comes before it `outer`, and what comes
+//! after it the columns (`inner = C·H·W`), as for one axis; the columns of one output
+//! (one `c`, every `h·w`) are then **folded**: their totals merged in column order when
+//! the outer index ends. A single reduced run (`(2, 3)`: `[N·C][H·W]`) is one axis of
+//! the merged shape. Either way the order of operations is fixed by the shape alone.
 //!
 //! # Order of operations
 //! Each column sums its rows sequentially within fixed **blocks** of `block_rows` rows
@@ -122,21 +130,92 @@ pub enum ReduceOver {
     All,
     /// One axis: the result has that axis removed.
     Axis(usize),
+    /// Several axes, as a mask (bit `a` for axis `a`; made by [`ReduceOver::axes`]): the
+    /// result has them removed.
+    Axes(u64),
 }
 
 impl ReduceOver {
+    /// Several axes at once (numpy's `axis=(0, 2, 3)`): one axis is [`ReduceOver::Axis`].
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for no axis, an axis given twice, or one past 63.
+    pub fn axes(axes: &[usize]) -> Result<Self> {
+        let mut mask = 0u64;
+        for &a in axes {
+            if a >= 64 {
+                return Err(Error::invalid(format!(
+                    "axis {a} is out of range (tensors have at most 64 axes)"
+                )));
+            }
+            if mask & (1 << a) != 0 {
+                return Err(Error::invalid(format!(
+                    "axis {a} is given twice in {axes:?}"
+                )));
+            }
+            mask |= 1 << a;
+        }
+        match axes {
+            [] => Err(Error::invalid(
+                "no axis to reduce: give one or more, or none at all for every element",
+            )),
+            [a] => Ok(ReduceOver::Axis(*a)),
+            _ => Ok(ReduceOver::Axes(mask)),
+        }
+    }
+
+    /// The axes reduced, in increasing order (every axis of a tensor of rank `rank` for
+    /// [`ReduceOver::All`]).
+    #[must_use]
+    pub fn axis_list(self, rank: usize) -> Vec<usize> {
+        match self {
+            ReduceOver::All => (0..rank).collect(),
+            ReduceOver::Axis(a) => vec![a],
+            ReduceOver::Axes(m) => (0..64).filter(|a| m & (1 << a) != 0).collect(),
+        }
+    }
+
+    /// Whether axis `a` is reduced.
+    fn reduces(self, a: usize) -> bool {
+        match self {
+            ReduceOver::All => true,
+            ReduceOver::Axis(b) => a == b,
+            ReduceOver::Axes(m) => a < 64 && m & (1 << a) != 0,
+        }
+    }
+
     /// The shape of the result of reducing a tensor of `shape`: a scalar's (empty), or
-    /// `shape` without the reduced axis.
+    /// `shape` without the reduced axes.
     #[must_use]
     pub fn out_shape(self, shape: &[usize]) -> Vec<usize> {
+        self.out_shape_keeping(shape, false)
+    }
+
+    /// [`ReduceOver::out_shape`], or with `keepdims` the reduced axes kept as length 1
+    /// (numpy's `keepdims=True`).
+    #[must_use]
+    pub fn out_shape_keeping(self, shape: &[usize], keepdims: bool) -> Vec<usize> {
+        shape
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &d)| match (self.reduces(i), keepdims) {
+                (false, _) => Some(d),
+                (true, true) => Some(1),
+                (true, false) => None,
+            })
+            .collect()
+    }
+
+    /// How a run report or a plan names it: `all elements`, `axis 1`, `axes 0, 2, 3`.
+    #[must_use]
+    pub fn describe(self) -> String {
         match self {
-            ReduceOver::All => vec![],
-            ReduceOver::Axis(a) => shape
-                .iter()
-                .enumerate()
-                .filter(|&(i, _)| i != a)
-                .map(|(_, &d)| d)
-                .collect(),
+            ReduceOver::All => "all elements".into(),
+            ReduceOver::Axis(a) => format!("axis {a}"),
+            ReduceOver::Axes(_) => {
+                let list: Vec<String> = self.axis_list(64).iter().map(usize::to_string).collect();
+                format!("axes {}", list.join(", "))
+            }
         }
     }
 }
@@ -161,6 +240,48 @@ pub(crate) const BLOCK_ELEMS: u64 = 1 << 17;
 /// the columns split across threads (no scratch); below, whole blocks run in parallel.
 pub(crate) const WIDE: usize = 1024;
 
+/// Most runs of reduced and kept axes after the first reduced one (see the module's notes).
+const MAX_RUNS: usize = 12;
+
+/// The columns of a reduction over several separated axes: the lengths of the runs of
+/// axes after the first reduced run, alternately kept and reduced (kept first).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Fold {
+    runs: [u64; MAX_RUNS],
+    n: usize,
+}
+
+impl Fold {
+    fn runs(&self) -> &[u64] {
+        &self.runs[..self.n]
+    }
+
+    /// The output (among an outer index's) of column `col`, and the first column of that
+    /// output (its reduced coordinates 0).
+    fn of(&self, col: u64) -> (u64, u64) {
+        let (mut out, mut first) = (0, 0);
+        let mut rem = col;
+        let mut scale = 1;
+        let mut out_scale = 1;
+        for (k, &len) in self.runs().iter().enumerate().rev() {
+            let c = rem % len.max(1);
+            rem /= len.max(1);
+            if k % 2 == 0 {
+                out += c * out_scale;
+                out_scale *= len;
+                first += c * scale;
+            }
+            scale *= len;
+        }
+        (out, first)
+    }
+
+    /// Outputs per outer index: the product of the kept runs.
+    fn outputs(&self) -> u64 {
+        self.runs().iter().step_by(2).product()
+    }
+}
+
 /// The `(outer, len, inner)` view of a reduction and its block layout.
 #[derive(Clone, Copy, Debug)]
 pub struct Geometry {
@@ -174,6 +295,8 @@ pub struct Geometry {
     vcols: usize,
     /// Rows per summation block.
     block_rows: u64,
+    /// With several separated axes, how the columns fold into outputs.
+    fold: Option<Fold>,
 }
 
 impl Geometry {
@@ -183,17 +306,65 @@ impl Geometry {
     /// [`Error::Invalid`] if the axis is out of range or the shape is 0-d.
     pub fn new(shape: &[usize], over: ReduceOver) -> Result<Self> {
         let p = |s: &[usize]| s.iter().map(|&d| d as u64).product::<u64>();
+        let out_of_range = |a: usize| {
+            Error::invalid(format!(
+                "axis {a} is out of range for a tensor of rank {} (axes are 0..{})",
+                shape.len(),
+                shape.len().saturating_sub(1)
+            ))
+        };
+        let mut fold = None;
         let (outer, len, inner) = match over {
             ReduceOver::All => (1, p(shape), 1),
             ReduceOver::Axis(a) => {
                 if a >= shape.len() {
-                    return Err(Error::invalid(format!(
-                        "axis {a} is out of range for a tensor of rank {} (axes are 0..{})",
-                        shape.len(),
-                        shape.len().saturating_sub(1)
-                    )));
+                    return Err(out_of_range(a));
                 }
                 (p(&shape[..a]), shape[a] as u64, p(&shape[a + 1..]))
+            }
+            ReduceOver::Axes(_) => {
+                if let Some(&a) = over.axis_list(64).iter().find(|&&a| a >= shape.len()) {
+                    return Err(out_of_range(a));
+                }
+                // runs of (length, reduced), axes of length 1 dropped but a reduced
+                // leading one (a share of one row of the leading axis must fold as the
+                // whole does: see `row_step`)
+                let mut runs: Vec<(u64, bool)> = Vec::new();
+                for (a, &d) in shape.iter().enumerate() {
+                    let red = over.reduces(a);
+                    match runs.last_mut() {
+                        _ if d == 1 && !(a == 0 && red) => {}
+                        Some((n, r)) if *r == red => *n *= d as u64,
+                        _ => runs.push((d as u64, red)),
+                    }
+                }
+                let lead = usize::from(runs.first().is_some_and(|r| !r.1));
+                match runs.get(lead) {
+                    // every reduced axis has length 1: each output is one element
+                    None => (p(shape), 1, 1),
+                    Some(&(len, _)) => {
+                        let outer = if lead == 1 { runs[0].0 } else { 1 };
+                        let rest = &runs[lead + 1..];
+                        if rest.iter().any(|r| r.1) {
+                            if rest.len() > MAX_RUNS {
+                                return Err(Error::invalid(format!(
+                                    "reducing axes {:?} of shape {shape:?} alternates reduced and \
+                                     kept axes more than {MAX_RUNS} times",
+                                    over.axis_list(64)
+                                )));
+                            }
+                            let mut f = Fold {
+                                runs: [0; MAX_RUNS],
+                                n: rest.len(),
+                            };
+                            for (k, r) in rest.iter().enumerate() {
+                                f.runs[k] = r.0;
+                            }
+                            fold = Some(f);
+                        }
+                        (outer, len, rest.iter().map(|r| r.0).product())
+                    }
+                }
             }
         };
         let vcols = if inner > 1 { inner as usize } else { LANES };
@@ -204,13 +375,35 @@ impl Geometry {
             inner,
             vcols,
             block_rows,
+            fold,
         })
     }
 
     /// Outputs per outer index.
     #[must_use]
     pub fn out_per_outer(&self) -> u64 {
-        self.inner
+        self.fold.map_or(self.inner, |f| f.outputs())
+    }
+
+    /// Whether columns fold into outputs (several separated axes: see the module's notes).
+    #[must_use]
+    pub fn folds(&self) -> bool {
+        self.fold.is_some()
+    }
+
+    /// The output (among an outer index's) that column `col` folds into, and the column
+    /// whose first-row element is `col`'s variance shift: the output's first column, so
+    /// every column of an output shares one shift and their sums merge as they are.
+    /// Without folding, `(col, col)`.
+    #[must_use]
+    pub fn column_output(&self, col: u64) -> (u64, u64) {
+        self.fold.map_or((col, col), |f| f.of(col))
+    }
+
+    /// Elements each output reduces (`len`, times the columns folded into it).
+    #[must_use]
+    pub fn per_output(&self) -> u64 {
+        self.len * (self.inner / self.out_per_outer().max(1))
     }
 
     /// Columns of the virtual matrix each outer index is summed as: `inner`, or 8
@@ -335,8 +528,11 @@ pub struct PartialHeader {
     pub dtype: String,
     /// The whole input's shape.
     pub shape: Vec<usize>,
-    /// The axis reduced; `None` for all elements.
+    /// The axis reduced; `None` for all elements (or several axes).
     pub axis: Option<usize>,
+    /// The axes reduced, when several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub axes: Option<Vec<usize>>,
     /// The rows `[start, end)` of the leading axis this share covers.
     pub rows: (u64, u64),
     /// True if the payload is summation-block partials; false if it is the results of
@@ -354,9 +550,24 @@ impl PartialHeader {
     }
 
     /// What it reduces over.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a bad list of axes.
+    pub fn over(&self) -> Result<ReduceOver> {
+        match &self.axes {
+            Some(axes) => ReduceOver::axes(axes),
+            None => Ok(self.axis.into()),
+        }
+    }
+
+    /// The `axis` and `axes` fields of a reduction over `over`.
     #[must_use]
-    pub fn over(&self) -> ReduceOver {
-        self.axis.into()
+    pub fn axis_fields(over: ReduceOver) -> (Option<usize>, Option<Vec<usize>>) {
+        match over {
+            ReduceOver::All => (None, None),
+            ReduceOver::Axis(a) => (Some(a), None),
+            ReduceOver::Axes(_) => (None, Some(over.axis_list(64))),
+        }
     }
 
     /// The input's dtype.

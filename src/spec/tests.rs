@@ -15,7 +15,8 @@ fn specs_round_trip_through_json_with_defaults() {
             output: "m.npy".into(),
             reduce: "mean".into(),
             ddof: 0,
-            axis: Some(0),
+            axis: Some(Axes::One(0)),
+            keepdims: false,
             dtype: None,
         })
     );

@@ -9,37 +9,44 @@ use proptest::prelude::*;
 use tilestream::device::DeviceRequest;
 use tilestream::{BudgetError, DType, Element, Error, Reduce, ReduceOver, TensorFile};
 
-/// Plain f64 oracle: reduces `x` (row-major `shape`) over `over`.
+/// Plain f64 oracle: reduces `x` (row-major `shape`) over `over`: each output's values
+/// gathered in file order by the kept axes' coordinates, then reduced.
 fn oracle(x: &[f64], shape: &[usize], over: ReduceOver, op: Reduce) -> Vec<f64> {
-    let (outer, len, inner) = match over {
-        ReduceOver::All => (1, x.len(), 1),
-        ReduceOver::Axis(a) => (
-            shape[..a].iter().product(),
-            shape[a],
-            shape[a + 1..].iter().product::<usize>(),
-        ),
-    };
-    let mut out = Vec::with_capacity(outer * inner);
-    for o in 0..outer {
-        for i in 0..inner {
-            let v: Vec<f64> = (0..len)
-                .map(|r| x[o * len * inner + r * inner + i])
-                .collect();
-            let n = len as f64;
+    let reduced = over.axis_list(shape.len());
+    let outputs: usize = (0..shape.len())
+        .filter(|a| !reduced.contains(a))
+        .map(|a| shape[a])
+        .product();
+    let mut groups: Vec<Vec<f64>> = vec![Vec::new(); outputs];
+    for (flat, &v) in x.iter().enumerate() {
+        let (mut rem, mut out, mut scale) = (flat, 0, 1);
+        for a in (0..shape.len()).rev() {
+            let c = rem % shape[a];
+            rem /= shape[a];
+            if !reduced.contains(&a) {
+                out += c * scale;
+                scale *= shape[a];
+            }
+        }
+        groups[out].push(v);
+    }
+    groups
+        .iter()
+        .map(|v| {
+            let n = v.len() as f64;
             let mean = v.iter().sum::<f64>() / n;
             let var =
                 |d: u32| v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - f64::from(d));
-            out.push(match op {
+            match op {
                 Reduce::Sum => v.iter().sum(),
                 Reduce::Mean => mean,
                 Reduce::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
                 Reduce::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
                 Reduce::Var { ddof } => var(ddof),
                 Reduce::Std { ddof } => var(ddof).sqrt(),
-            });
-        }
-    }
-    out
+            }
+        })
+        .collect()
 }
 
 fn random_data(dtype: DType, n: usize, seed: u64) -> (Vec<u8>, Vec<f64>) {
@@ -217,6 +224,91 @@ fn nan_propagates_like_numpy(device) {
         assert!(!v[1].is_nan(), "{op:?}: column 1 has no NaN, got {v:?}");
     }
 }
+}
+
+/// Every non-empty set of axes of `rank` axes, as a reduction runs over it.
+fn axis_sets(rank: usize) -> Vec<ReduceOver> {
+    (1u32..1 << rank)
+        .map(|m| {
+            let axes: Vec<usize> = (0..rank).filter(|a| m & (1 << a) != 0).collect();
+            ReduceOver::axes(&axes).unwrap()
+        })
+        .collect()
+}
+
+on_every_backend! {
+fn several_axes_at_once_every_combination_of_a_4d_array(device) {
+    // prime sizes: no axis divides another, nor the summation blocks
+    for (i, over) in axis_sets(4).into_iter().enumerate() {
+        for op in OPS {
+            check(device, &[3, 5, 7, 11], DType::F32, over, op, 300 + i as u64);
+        }
+    }
+    // axes of length 1 among the reduced and the kept ones, a leading one among them
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[1, 5, 1, 7], &[0, 2]),
+        (&[1, 5, 1, 7], &[0, 3]),
+        (&[4, 1, 6, 1], &[1, 3]),
+        (&[4, 1, 6, 1], &[0, 2]),
+        (&[5, 1, 1, 9], &[0, 3]),
+    ];
+    for (i, &(shape, axes)) in cases.iter().enumerate() {
+        for op in OPS {
+            check(device, shape, DType::F64, ReduceOver::axes(axes).unwrap(), op, 400 + i as u64);
+        }
+    }
+}
+}
+
+on_every_backend! {
+fn several_axes_every_dtype_and_many_tiles(device) {
+    let nchw = ReduceOver::axes(&[0, 2, 3]).unwrap();
+    for (i, d) in DType::ALL.into_iter().enumerate() {
+        for op in OPS {
+            check(device, &[6, 3, 17, 19], d, nchw, op, 500 + i as u64);
+        }
+    }
+    // the per-channel statistics of an NCHW batch in hundreds of tiles, and (1, 3) of a
+    // 4-d array whose columns fold across the summation blocks
+    for op in [Reduce::Mean, Reduce::Std { ddof: 0 }] {
+        check(device, &[37, 3, 41, 43], DType::F32, nchw, op, 600);
+        check(device, &[37, 13, 41, 5], DType::F32, ReduceOver::axes(&[1, 3]).unwrap(), op, 601);
+    }
+}
+}
+
+#[test]
+fn every_axis_at_once_is_a_reduction_over_all_elements_and_bad_axes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.npy");
+    let (bytes, _) = random_data(DType::F32, 3 * 5 * 7, 9);
+    write_npy(&path, DType::F32, &[3, 5, 7], &bytes);
+    let x = TensorFile::open(&path).unwrap();
+    let e = tilestream::Engine::new(tilestream::MemoryBudget::new(1 << 20)).unwrap();
+    for op in OPS {
+        let all = e.reduce(&x, op, ReduceOver::All).unwrap().0;
+        let every = e
+            .reduce(&x, op, ReduceOver::axes(&[2, 0, 1]).unwrap())
+            .unwrap()
+            .0;
+        assert_eq!(all.bytes(), every.bytes(), "{op:?}");
+        assert!(every.shape().is_empty());
+    }
+    assert_eq!(ReduceOver::axes(&[2]).unwrap(), ReduceOver::Axis(2));
+    let bad = |axes: &[usize]| ReduceOver::axes(axes).unwrap_err().to_string();
+    assert!(bad(&[]).contains("no axis to reduce"));
+    assert!(bad(&[1, 2, 1]).contains("axis 1 is given twice"));
+    let e3 = e
+        .reduce(&x, Reduce::Sum, ReduceOver::axes(&[0, 3]).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e3.contains("axis 3 is out of range for a tensor of rank 3"),
+        "{e3}"
+    );
+    let kept = ReduceOver::axes(&[0, 2]).unwrap();
+    assert_eq!(kept.out_shape(&[3, 5, 7]), vec![5]);
+    assert_eq!(kept.out_shape_keeping(&[3, 5, 7], true), vec![1, 5, 1]);
 }
 
 proptest! {

@@ -357,9 +357,15 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
         let vc = g.vcols();
         if K::NEEDS_SHIFT && !st.shift_given {
             if g.inner > 1 {
-                // shift of column j is element (row 0, j)
+                // shift of column j is element (row 0, j), or, folding, that of its
+                // output's first column (at or before j, so already seen)
                 for j in p0..p1.min(vc as u64) {
-                    st.shift[j as usize] = data[(j - p0) as usize].to_f64();
+                    let (_, from) = g.column_output(j);
+                    st.shift[j as usize] = if from == j {
+                        data[(j - p0) as usize].to_f64()
+                    } else {
+                        st.shift[from as usize]
+                    };
                 }
             } else if p0 == 0 {
                 st.shift.fill(data[0].to_f64());
@@ -457,7 +463,18 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
 
     /// Writes the outputs of one outer index from its columns' final totals `t`.
     fn finish_totals(&self, t: &[K::A], out: &mut [K::O]) {
-        if self.g.inner > 1 {
+        if self.g.folds() {
+            // each output's columns merged in column order (they share one shift)
+            let zero = self.k.zero();
+            let mut acc = vec![zero; out.len()];
+            for (c, a) in t.iter().enumerate() {
+                K::merge(&mut acc[self.g.column_output(c as u64).0 as usize], a);
+            }
+            let n = self.g.per_output();
+            for (r, a) in out.iter_mut().zip(&acc) {
+                *r = self.k.finish(a, n);
+            }
+        } else if self.g.inner > 1 {
             for (r, t) in out.iter_mut().zip(t) {
                 *r = self.k.finish(t, self.g.len);
             }

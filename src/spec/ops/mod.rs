@@ -177,6 +177,7 @@ mod generate;
 mod map;
 mod matmul;
 mod reduce;
+pub use reduce::Axes;
 mod standardize;
 mod stencil;
 mod tiles;

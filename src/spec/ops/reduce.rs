@@ -1,5 +1,5 @@
-//! `reduce`: a reduction (`sum`, `mean`, `var`, `std`, `min`, `max`) over one axis or all
-//! elements, written to a small file.
+//! `reduce`: a reduction (`sum`, `mean`, `var`, `std`, `min`, `max`) over one axis,
+//! several or all elements, written to a small file.
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +9,55 @@ use super::{Operation, PipelineStep, Tiling};
 use crate::spec::{Source, SpecPlan};
 use crate::{DType, Engine, Reduce, ReduceOver, Result, RunReport};
 
-/// A reduction over one axis or all elements.
+/// The axes a reduction runs over: one (`"axis": 1`) or several (`"axis": [0, 2, 3]`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Axes {
+    /// One axis.
+    One(usize),
+    /// Several axes (numpy's `axis=(0, 2, 3)`).
+    Many(Vec<usize>),
+}
+
+impl Axes {
+    /// What a reduction over these axes (all elements for `None`) runs over.
+    ///
+    /// # Errors
+    /// [`crate::Error::Invalid`] for no axis or an axis given twice.
+    pub fn over(axes: Option<&Axes>) -> Result<ReduceOver> {
+        match axes {
+            None => Ok(ReduceOver::All),
+            Some(Axes::One(a)) => Ok(ReduceOver::Axis(*a)),
+            Some(Axes::Many(v)) => ReduceOver::axes(v),
+        }
+    }
+
+    /// Parses `1` or `0,2,3` (the command line's `--axis`).
+    ///
+    /// # Errors
+    /// A message naming what is not an axis.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let list = s
+            .split(',')
+            .map(|a| {
+                a.trim().parse::<usize>().map_err(|_| {
+                    format!("`{a}` is not an axis: give a number or a list such as 0,2,3")
+                })
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(match list.as_slice() {
+            [a] => Axes::One(*a),
+            _ => Axes::Many(list),
+        })
+    }
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+/// A reduction over one axis, several or all elements.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReduceSpec {
@@ -23,9 +71,12 @@ pub struct ReduceSpec {
     /// Delta degrees of freedom of `var` and `std`.
     #[serde(default)]
     pub ddof: u32,
-    /// The axis reduced over; `None` for all elements.
+    /// The axis or axes reduced over; `None` for all elements.
     #[serde(default)]
-    pub axis: Option<usize>,
+    pub axis: Option<Axes>,
+    /// Keep the reduced axes in the result's shape, as length 1 (numpy's `keepdims`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub keepdims: bool,
     /// Output dtype (default: the reduction's).
     #[serde(default, with = "crate::spec::opt_dtype_name")]
     pub dtype: Option<DType>,
@@ -37,7 +88,7 @@ fn sum() -> String {
 
 impl PipelineStep for ReduceSpec {
     const KEYS: Option<&'static [&'static str]> =
-        Some(&["input", "reduce", "axis", "ddof", "dtype"]);
+        Some(&["input", "reduce", "axis", "keepdims", "ddof", "dtype"]);
 }
 
 impl Operation for ReduceSpec {
@@ -61,21 +112,22 @@ impl Operation for ReduceSpec {
         let x = self.input.open()?;
         let r = Reduce::parse(&self.reduce, self.ddof)?;
         Ok(Some((
-            ReduceOver::from(self.axis).out_shape(x.shape()),
+            Axes::over(self.axis.as_ref())?.out_shape_keeping(x.shape(), self.keepdims),
             self.dtype.unwrap_or(r.output_dtype(x.dtype())),
         )))
     }
 
     fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
         let op = Reduce::parse(&self.reduce, self.ddof)?;
-        e.plan_reduce(&self.input.open()?, op, ReduceOver::from(self.axis))
+        e.plan_reduce(&self.input.open()?, op, Axes::over(self.axis.as_ref())?)
             .map(SpecPlan::Flat)
     }
 
     fn run(&self, e: &Engine) -> Result<RunReport> {
         let x = self.input.open()?;
         let r = Reduce::parse(&self.reduce, self.ddof)?;
-        e.reduce_to_file(&x, r, ReduceOver::from(self.axis), &self.output, self.dtype)
+        let over = Axes::over(self.axis.as_ref())?;
+        e.reduce_to_file_keeping(&x, r, over, &self.output, self.dtype, self.keepdims)
     }
 }
 
@@ -87,6 +139,7 @@ impl Operation for ReduceSpec {
     after_help = "Examples:
   tilestream reduce x.npy colmean.npy --op mean --axis 0 --memory 256MiB
   tilestream reduce x.npy total.npy --op sum
+  tilestream reduce batch.npy chmean.npy --op mean --axis 0,2,3 --memory 256MiB   # per channel of NCHW
   tilestream reduce x.raw rowstd.npy --op std --axis 1 --ddof 1 --shape 1000x512 --in-dtype f32
 
 Results: sum is f64 for floats, i64 for signed ints and bool, u64 for unsigned; mean, var
@@ -102,9 +155,12 @@ pub struct ReduceArgs {
     /// Reduction: sum, mean, min, max, var, std.
     #[arg(long, default_value = "sum")]
     pub op: String,
-    /// Axis to reduce; omit to reduce over all elements.
+    /// Axis to reduce, or several (`0,2,3`); omit to reduce over all elements.
+    #[arg(long, value_parser = Axes::parse)]
+    pub axis: Option<Axes>,
+    /// Keep the reduced axes in the result's shape, as length 1.
     #[arg(long)]
-    pub axis: Option<usize>,
+    pub keepdims: bool,
     /// Delta degrees of freedom for var and std (divisor n - ddof).
     #[arg(long, default_value_t = 0)]
     pub ddof: u32,
@@ -123,7 +179,8 @@ impl super::Arguments for ReduceArgs {
             output: self.output.clone(),
             reduce: self.op.clone(),
             ddof: self.ddof,
-            axis: self.axis,
+            axis: self.axis.clone(),
+            keepdims: self.keepdims,
             dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
         }))
     }
