@@ -274,6 +274,12 @@ fn several_axes_every_dtype_and_many_tiles(device) {
         check(device, &[37, 3, 41, 43], DType::F32, nchw, op, 600);
         check(device, &[37, 13, 41, 5], DType::F32, ReduceOver::axes(&[1, 3]).unwrap(), op, 601);
     }
+    // rows wider than a summation block (blocks of one row, pushed and merged in one
+    // pass), with and without folding
+    for op in OPS {
+        check(device, &[5, 2, 300, 239], DType::F32, ReduceOver::axes(&[0, 2]).unwrap(), op, 602);
+        check(device, &[4, 140_001], DType::F64, ReduceOver::Axis(0), op, 603);
+    }
 }
 }
 

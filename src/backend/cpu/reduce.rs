@@ -293,6 +293,65 @@ fn accumulate_rows<T: Element, K: Kernel<T>>(
     }
 }
 
+/// A block of one row (`seg` one row that starts a block) pushed onto `zero` and merged
+/// into `total` column by column: the operations of [`accumulate`] then a close, without
+/// the open block's round trip through memory (wide rows, where `block_rows` is 1).
+#[inline]
+fn accumulate_closed<T: Element, K: Kernel<T>>(
+    k: &K,
+    data: &[T],
+    seg: Seg,
+    cols: Range<usize>,
+    total: &mut [K::A],
+    shift: &[f64],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { accumulate_closed_avx2::<T, K>(k, data, seg, cols, total, shift) };
+        return;
+    }
+    accumulate_closed_row::<T, K>(k, data, seg, cols, total, shift);
+}
+
+/// [`accumulate_closed_row`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn accumulate_closed_avx2<T: Element, K: Kernel<T>>(
+    k: &K,
+    data: &[T],
+    seg: Seg,
+    cols: Range<usize>,
+    total: &mut [K::A],
+    shift: &[f64],
+) {
+    accumulate_closed_row::<T, K>(k, data, seg, cols, total, shift);
+}
+
+#[inline(always)]
+#[allow(clippy::inline_always)]
+fn accumulate_closed_row<T: Element, K: Kernel<T>>(
+    k: &K,
+    data: &[T],
+    seg: Seg,
+    cols: Range<usize>,
+    total: &mut [K::A],
+    shift: &[f64],
+) {
+    let zero = k.zero();
+    let at = seg.at + (cols.start - seg.ca);
+    let xs = &data[at..at + cols.len()];
+    let shift = &shift[cols.start..cols.end];
+    for ((t, &x), &s) in total.iter_mut().zip(xs).zip(shift) {
+        let mut a = zero;
+        K::push(&mut a, x, s);
+        K::merge(t, &a);
+    }
+}
+
 /// Streaming reducer: feed it tiles in order, read the result at the end.
 pub(crate) struct Reducer<T: Element, K: Kernel<T>> {
     k: K,
@@ -401,22 +460,56 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
                     continue;
                 }
             }
-            // in place on the open block (which is `zero` where a block starts)
+            // in place on the open block (which is `zero` where a block starts); a block
+            // that ends here is merged into the totals by the thread that summed its
+            // columns (unless its partials are collected), in the same operations
+            let closes = s.rb.is_multiple_of(g.block_rows());
+            let merge_here = closes && st.blocks.is_none();
+            // a whole block of one row: pushed and merged in one pass
+            let one_row = merge_here && s.rb - s.ra == 1 && s.ra.is_multiple_of(g.block_rows());
+            let State {
+                open, total, shift, ..
+            } = &mut *st;
+            let (open, total) = (&mut open[s.ca..s.cb], &mut total[s.ca..s.cb]);
+            let close = |acc: &mut [K::A], tot: &mut [K::A]| {
+                for (t, o) in tot.iter_mut().zip(acc.iter_mut()) {
+                    K::merge(t, o);
+                    *o = zero;
+                }
+            };
             if parallel && wide {
                 let chunk = (s.cb - s.ca).div_ceil(self.threads * 4).max(128);
-                let shift = &st.shift;
-                st.open[s.ca..s.cb]
-                    .par_chunks_mut(chunk)
+                let shift = &*shift;
+                open.par_chunks_mut(chunk)
+                    .zip(total.par_chunks_mut(chunk))
                     .enumerate()
-                    .for_each(|(c, acc)| {
+                    .for_each(|(c, (acc, tot))| {
                         let a = s.ca + c * chunk;
+                        if one_row {
+                            accumulate_closed::<T, K>(
+                                &self.k,
+                                data,
+                                s,
+                                a..a + acc.len(),
+                                tot,
+                                shift,
+                            );
+                            return;
+                        }
                         accumulate::<T, K>(data, vc, s, a..a + acc.len(), acc, shift);
+                        if merge_here {
+                            close(acc, tot);
+                        }
                     });
+            } else if one_row {
+                accumulate_closed::<T, K>(&self.k, data, s, s.ca..s.cb, total, shift);
             } else {
-                let (open, shift) = (&mut st.open, &st.shift);
-                accumulate::<T, K>(data, vc, s, s.ca..s.cb, &mut open[s.ca..s.cb], shift);
+                accumulate::<T, K>(data, vc, s, s.ca..s.cb, open, shift);
+                if merge_here {
+                    close(open, total);
+                }
             }
-            if s.rb.is_multiple_of(g.block_rows()) {
+            if closes && !merge_here {
                 let block = s.rb / g.block_rows() - 1;
                 for c in s.ca..s.cb {
                     let o = std::mem::replace(&mut st.open[c], zero);
