@@ -619,3 +619,48 @@ def test_a_pipeline_reduces_over_several_axes_with_keepdims(tmp_path):
     np.testing.assert_allclose(got, a.astype(np.float64).std(axis=(0, 2, 3), keepdims=True),
                                rtol=1e-9)
     assert got.shape == (1, 3, 1, 1)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "uint8"])
+def test_nan_reductions_equal_numpy_with_nan_inf_and_all_nan_slices(tmp_path, dtype):
+    rng = np.random.default_rng(11)
+    a = (100 + rng.normal(size=(4001, 5)) * 3).astype(dtype)
+    if a.dtype.kind == "f":
+        a[::7, 0] = np.nan
+        a[0, 1] = np.nan           # the first element of a slice
+        a[:, 2] = np.nan           # a slice of NaN alone
+        a[10, 3] = np.inf
+        a[[2047, 2048], 4] = np.nan
+    np.save(tmp_path / "a.npy", a)
+    wide = a.astype(np.float64)
+    fns = {"nansum": np.nansum, "nanmean": np.nanmean, "nanmin": np.nanmin,
+           "nanmax": np.nanmax, "nanvar": np.nanvar, "nanstd": np.nanstd}
+    import warnings
+    for axis in [0, None, (0, 1)]:
+        for name, fn in fns.items():
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # numpy on all-NaN slices
+                want = fn(a if name in ("nanmin", "nanmax") else wide, axis=axis)
+            got = [ts.reduce(tmp_path / "a.npy", name, axis=axis, memory=m)
+                   for m in ("64KiB", "8MiB")]
+            assert got[0].tobytes() == got[1].tobytes(), (name, axis)
+            if name in ("nanmin", "nanmax"):
+                assert got[0].dtype == a.dtype
+                np.testing.assert_array_equal(got[0], want)
+            elif name == "nansum" and a.dtype.kind != "f":
+                assert got[0].dtype == a.sum(axis=axis).dtype
+                np.testing.assert_array_equal(got[0], a.sum(axis=axis))
+            else:
+                assert got[0].dtype == np.float64
+                np.testing.assert_allclose(got[0], want, rtol=1e-7, equal_nan=True)
+        count = ts.reduce(tmp_path / "a.npy", "count", axis=axis)
+        assert count.dtype == np.int64
+        np.testing.assert_array_equal(count, np.count_nonzero(~np.isnan(wide), axis=axis))
+    # an all-NaN slice: NaN (numpy warns; tilestream does not), its sum 0 and count 0
+    if a.dtype.kind == "f":
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            m = ts.reduce(tmp_path / "a.npy", "nanmean", axis=0)
+            s = ts.reduce(tmp_path / "a.npy", "nansum", axis=0)
+            v = ts.reduce(tmp_path / "a.npy", "nanvar", axis=0, ddof=1)
+        assert np.isnan(m[2]) and s[2] == 0 and np.isnan(v[2])

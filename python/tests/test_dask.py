@@ -67,6 +67,18 @@ def test_reductions_equal_one_process(client, tmp_path, rows):
                              memory="3MiB")
             assert got.dtype == one.dtype and got.shape == one.shape
             assert got.tobytes() == one.tobytes(), (shape, dtype, axis, op, rows)
+    # the reductions that leave NaN out, over NaN (a first element among them)
+    x = data((3000, 6), "float32", 9)
+    x[::13, 1] = np.nan
+    x[0, 2] = np.nan
+    x[:, 4] = np.nan
+    p = tmp_path / "nan.npy"
+    np.save(p, x)
+    for axis in (0, None):
+        for op in ["nansum", "nanmean", "nanmax", "nanstd", "count"]:
+            one = ts.reduce(p, op, axis, ddof=1, memory="4MiB")
+            got = tsd.reduce(p, op, axis, ddof=1, client=client, block_rows=rows, memory="3MiB")
+            assert got.tobytes() == one.tobytes(), (axis, op, rows)
 
 
 @pytest.mark.parametrize("rows", [None, 97, 1000])

@@ -544,7 +544,9 @@ def reduce(
     progress: Any = None,
     report: bool = False,
 ) -> Any:
-    """Reduces ``t`` (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``) over
+    """Reduces ``t`` (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``, numpy's
+    ``nansum``, ``nanmean``, ``nanmin``, ``nanmax``, ``nanvar``, ``nanstd``, and
+    ``count`` of the elements that are not NaN) over
     ``axis`` (None: every element; an int, or a tuple of them as numpy's
     ``axis=(0, 2, 3)``) under the budget ``memory``; ``keepdims=True`` keeps the reduced
     axes as length 1. Returns an np.ndarray in the reduction's result dtype (f64 for

@@ -134,7 +134,8 @@ impl Engine {
         let reducer = self.backend.reducer(op, input.dtype(), g)?;
         // columns that fold into outputs (several separated axes) have no CUDA kernel:
         // the device's shifts are each column's own
-        let gpu = !g.folds() && super::on_gpu(self.kernels_for(Family::Reduce));
+        // (nor do the reductions that leave NaN out)
+        let gpu = !g.folds() && op.on_device() && super::on_gpu(self.kernels_for(Family::Reduce));
         let (mut reducer, times) =
             self.stream_reducer(input, &plan, op, g, reducer, journal, gpu)?;
         // a pass resumed with every tile done never called the closure
@@ -248,10 +249,7 @@ impl Engine {
         let header = |op: Reduce| -> Result<PartialHeader> {
             Ok(PartialHeader {
                 op: op.name().into(),
-                ddof: match op {
-                    Reduce::Var { ddof } | Reduce::Std { ddof } => ddof,
-                    _ => 0,
-                },
+                ddof: op.ddof(),
                 dtype: input.dtype().name().into(),
                 shape: shape.to_vec(),
                 axis: PartialHeader::axis_fields(over).0,
@@ -299,7 +297,7 @@ impl Engine {
             plan.resident_bytes - sub.read_scratch_bytes(),
         )?;
         // the variance's shifts are the first row's (all elements: the first element's)
-        let moments = |op: &Reduce| matches!(op, Reduce::Var { .. } | Reduce::Std { .. });
+        let moments = |op: &Reduce| op.is_moments();
         let shift = if ops.iter().any(moments) {
             let first = if g.inner > 1 { vc } else { 1 };
             let w = input.map_window(0, first)?;
@@ -314,10 +312,16 @@ impl Engine {
         } else {
             Vec::new()
         };
+        // a reduction that leaves NaN out takes a NaN shift as 0 (as its kernel does)
+        let nan_free: Vec<f64> = shift
+            .iter()
+            .map(|&v| if v.is_nan() { 0.0 } else { v })
+            .collect();
         let mut reducers = Vec::with_capacity(ops.len());
         for &op in ops {
             let mut r = self.backend.reducer(op, input.dtype(), g)?;
-            r.collect_blocks(moments(&op).then_some(shift.as_slice()));
+            let sh = if op.skips_nan() { &nan_free } else { &shift };
+            r.collect_blocks(moments(&op).then_some(sh.as_slice()));
             reducers.push(r);
         }
         let times = if reducers.len() == 1

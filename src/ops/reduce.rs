@@ -60,10 +60,35 @@ pub enum Reduce {
         /// Delta degrees of freedom: the divisor is `n - ddof`.
         ddof: u32,
     },
+    /// Sum of the elements that are not NaN (numpy's `nansum`; 0 for a slice of NaN
+    /// alone); integers as [`Reduce::Sum`].
+    NanSum,
+    /// Mean of the elements that are not NaN (`nanmean`, f64; NaN for a slice of NaN
+    /// alone).
+    NanMean,
+    /// Minimum of the elements that are not NaN (`nanmin`, input dtype; NaN for a slice
+    /// of NaN alone).
+    NanMin,
+    /// Maximum of the elements that are not NaN (`nanmax`).
+    NanMax,
+    /// Variance of the elements that are not NaN (`nanvar`, f64; NaN where they are
+    /// `ddof` or fewer).
+    NanVar {
+        /// Delta degrees of freedom: the divisor is `n - ddof`, `n` the elements counted.
+        ddof: u32,
+    },
+    /// Standard deviation of the elements that are not NaN (`nanstd`).
+    NanStd {
+        /// Delta degrees of freedom.
+        ddof: u32,
+    },
+    /// How many elements are not NaN (every element of an integer input), i64.
+    Count,
 }
 
 impl Reduce {
-    /// Parses `sum`, `mean`, `min`, `max`, `var`, `std`, with the given `ddof` for the last two.
+    /// Parses `sum`, `mean`, `min`, `max`, `var`, `std`, their `nan` forms (`nansum`,
+    /// ...) and `count`, with the given `ddof` for the variances and deviations.
     ///
     /// # Errors
     /// [`Error::Invalid`] for an unknown name.
@@ -75,9 +100,17 @@ impl Reduce {
             "max" => Reduce::Max,
             "var" => Reduce::Var { ddof },
             "std" => Reduce::Std { ddof },
+            "nansum" => Reduce::NanSum,
+            "nanmean" => Reduce::NanMean,
+            "nanmin" => Reduce::NanMin,
+            "nanmax" => Reduce::NanMax,
+            "nanvar" => Reduce::NanVar { ddof },
+            "nanstd" => Reduce::NanStd { ddof },
+            "count" => Reduce::Count,
             _ => {
                 return Err(Error::invalid(format!(
-                    "unknown reduction '{name}': expected sum, mean, min, max, var or std"
+                    "unknown reduction '{name}': expected sum, mean, min, max, var, std, \
+                     nansum, nanmean, nanmin, nanmax, nanvar, nanstd or count"
                 )));
             }
         })
@@ -93,28 +126,98 @@ impl Reduce {
             Reduce::Max => "max",
             Reduce::Var { .. } => "var",
             Reduce::Std { .. } => "std",
+            Reduce::NanSum => "nansum",
+            Reduce::NanMean => "nanmean",
+            Reduce::NanMin => "nanmin",
+            Reduce::NanMax => "nanmax",
+            Reduce::NanVar { .. } => "nanvar",
+            Reduce::NanStd { .. } => "nanstd",
+            Reduce::Count => "count",
         }
+    }
+
+    /// Its `ddof` (0 for reductions without one).
+    #[must_use]
+    pub fn ddof(self) -> u32 {
+        match self {
+            Reduce::Var { ddof }
+            | Reduce::Std { ddof }
+            | Reduce::NanVar { ddof }
+            | Reduce::NanStd { ddof } => ddof,
+            _ => 0,
+        }
+    }
+
+    /// Whether it sums squares about a shift (variances and deviations).
+    #[must_use]
+    pub fn is_moments(self) -> bool {
+        matches!(
+            self,
+            Reduce::Var { .. } | Reduce::Std { .. } | Reduce::NanVar { .. } | Reduce::NanStd { .. }
+        )
+    }
+
+    /// Whether it leaves NaN out (the `nan` forms and `count`).
+    #[must_use]
+    pub fn skips_nan(self) -> bool {
+        matches!(
+            self,
+            Reduce::NanSum
+                | Reduce::NanMean
+                | Reduce::NanMin
+                | Reduce::NanMax
+                | Reduce::NanVar { .. }
+                | Reduce::NanStd { .. }
+                | Reduce::Count
+        )
+    }
+
+    /// Whether a CUDA kernel computes it (the others run on the CPU on any engine).
+    #[must_use]
+    pub fn on_device(self) -> bool {
+        !self.skips_nan()
     }
 
     /// The dtype of the result for an input of `input` dtype.
     #[must_use]
     pub fn output_dtype(self, input: DType) -> DType {
         match self {
-            Reduce::Min | Reduce::Max => input,
-            Reduce::Sum if input.is_float() => DType::F64,
-            Reduce::Sum if input.is_unsigned() => DType::U64,
-            Reduce::Sum => DType::I64,
-            Reduce::Mean | Reduce::Var { .. } | Reduce::Std { .. } => DType::F64,
+            Reduce::Min | Reduce::Max | Reduce::NanMin | Reduce::NanMax => input,
+            Reduce::Sum | Reduce::NanSum if input.is_float() => DType::F64,
+            Reduce::Sum | Reduce::NanSum if input.is_unsigned() => DType::U64,
+            Reduce::Sum | Reduce::NanSum | Reduce::Count => DType::I64,
+            Reduce::Mean
+            | Reduce::Var { .. }
+            | Reduce::Std { .. }
+            | Reduce::NanMean
+            | Reduce::NanVar { .. }
+            | Reduce::NanStd { .. } => DType::F64,
         }
     }
 
     /// Bytes of one accumulator (for budget accounting).
     #[must_use]
     pub fn acc_bytes(self, input: DType) -> usize {
+        let float = input.is_float();
         match self {
             Reduce::Var { .. } | Reduce::Std { .. } => 16,
+            Reduce::NanVar { .. } | Reduce::NanStd { .. } => {
+                if float {
+                    24
+                } else {
+                    16
+                }
+            }
             Reduce::Min | Reduce::Max => input.size(),
-            Reduce::Sum | Reduce::Mean => 8,
+            Reduce::NanMin | Reduce::NanMax => {
+                if float {
+                    16
+                } else {
+                    input.size()
+                }
+            }
+            Reduce::NanSum | Reduce::NanMean if float => 16,
+            Reduce::Sum | Reduce::Mean | Reduce::NanSum | Reduce::NanMean | Reduce::Count => 8,
         }
     }
 }

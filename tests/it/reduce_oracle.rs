@@ -32,18 +32,39 @@ fn oracle(x: &[f64], shape: &[usize], over: ReduceOver, op: Reduce) -> Vec<f64> 
     }
     groups
         .iter()
-        .map(|v| {
+        .map(|all| {
+            // the nan forms and count see the values that are not NaN
+            let v: Vec<f64> = all
+                .iter()
+                .copied()
+                .filter(|x| !op.skips_nan() || !x.is_nan())
+                .collect();
             let n = v.len() as f64;
             let mean = v.iter().sum::<f64>() / n;
-            let var =
-                |d: u32| v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - f64::from(d));
+            let var = |d: u32| {
+                if n <= f64::from(d) {
+                    f64::NAN
+                } else {
+                    v.iter().map(|a| (a - mean).powi(2)).sum::<f64>() / (n - f64::from(d))
+                }
+            };
+            let extreme = |max: bool| {
+                if v.is_empty() {
+                    f64::NAN
+                } else if max {
+                    v.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                } else {
+                    v.iter().copied().fold(f64::INFINITY, f64::min)
+                }
+            };
             match op {
-                Reduce::Sum => v.iter().sum(),
-                Reduce::Mean => mean,
-                Reduce::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
-                Reduce::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                Reduce::Var { ddof } => var(ddof),
-                Reduce::Std { ddof } => var(ddof).sqrt(),
+                Reduce::Sum | Reduce::NanSum => v.iter().sum(),
+                Reduce::Mean | Reduce::NanMean => mean,
+                Reduce::Min | Reduce::NanMin => extreme(false),
+                Reduce::Max | Reduce::NanMax => extreme(true),
+                Reduce::Var { ddof } | Reduce::NanVar { ddof } => var(ddof),
+                Reduce::Std { ddof } | Reduce::NanStd { ddof } => var(ddof).sqrt(),
+                Reduce::Count => n,
             }
         })
         .collect()
@@ -94,29 +115,50 @@ fn check(
     op: Reduce,
     seed: u64,
 ) {
+    let n: usize = shape.iter().product();
+    let (bytes, vals) = random_data(dtype, n, seed);
+    check_data(device, shape, dtype, &bytes, &vals, over, op);
+}
+
+/// [`check`] of the given data: `bytes` of `dtype`, `vals` their values.
+fn check_data(
+    device: DeviceRequest,
+    shape: &[usize],
+    dtype: DType,
+    bytes: &[u8],
+    vals: &[f64],
+    over: ReduceOver,
+    op: Reduce,
+) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("x.npy");
     let n: usize = shape.iter().product();
-    let (bytes, vals) = random_data(dtype, n, seed);
-    write_npy(&path, dtype, shape, &bytes);
+    write_npy(&path, dtype, shape, bytes);
     let x = TensorFile::open(&path).unwrap();
 
-    let want = oracle(&vals, shape, over, op);
+    let want = oracle(vals, shape, over, op);
     let (base, _) = reduce_at(device, &x, op, over, 1 << 30, 2);
     let got: Vec<f64> = tilestream::dispatch_dtype!(op.output_dtype(dtype), T => {
         bytemuck::pod_collect_to_vec::<u8, T>(&base).into_iter().map(Element::to_f64).collect()
     });
     assert_eq!(got.len(), want.len());
     for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-        let tol = if matches!(op, Reduce::Min | Reduce::Max)
-            || !dtype.is_float() && matches!(op, Reduce::Sum)
+        let tol = if matches!(
+            op,
+            Reduce::Min | Reduce::Max | Reduce::NanMin | Reduce::NanMax
+        ) || !dtype.is_float()
+            && matches!(op, Reduce::Sum | Reduce::NanSum | Reduce::Count)
         {
             0.0
+        } else if op.skips_nan() && op.is_moments() {
+            // a slice whose first element is NaN is summed about 0, not about its first
+            // element: the test data's mean is 400 times its spread (docs/cli.md)
+            1e-7 * w.abs().max(1.0)
         } else {
             1e-9 * w.abs().max(1.0)
         };
         assert!(
-            (g.is_nan() && w.is_nan()) || (g - w).abs() <= tol,
+            (g.is_nan() && w.is_nan()) || g.to_bits() == w.to_bits() || (g - w).abs() <= tol,
             "{shape:?} {dtype} {over:?} {op:?} output {k}: got {g}, oracle {w}"
         );
     }
@@ -315,6 +357,93 @@ fn every_axis_at_once_is_a_reduction_over_all_elements_and_bad_axes_are_refused(
     let kept = ReduceOver::axes(&[0, 2]).unwrap();
     assert_eq!(kept.out_shape(&[3, 5, 7]), vec![5]);
     assert_eq!(kept.out_shape_keeping(&[3, 5, 7], true), vec![1, 5, 1]);
+}
+
+/// `shape` of `dtype` whose values are random but for NaN and infinities set by
+/// `special(flat index, coordinates)`; the bytes and their values.
+fn with_specials(
+    dtype: DType,
+    shape: &[usize],
+    seed: u64,
+    special: impl Fn(usize, &[usize]) -> Option<f64>,
+) -> (Vec<u8>, Vec<f64>) {
+    let n: usize = shape.iter().product();
+    let (_, mut vals) = random_data(dtype, n, seed);
+    let mut coords = vec![0; shape.len()];
+    for (k, v) in vals.iter_mut().enumerate() {
+        let mut rem = k;
+        for a in (0..shape.len()).rev() {
+            coords[a] = rem % shape[a];
+            rem /= shape[a];
+        }
+        if let Some(s) = special(k, &coords) {
+            *v = s;
+        }
+    }
+    let mut bytes = Vec::with_capacity(n * dtype.size());
+    tilestream::dispatch_dtype!(dtype, T => {
+        for v in &mut vals {
+            let t = T::from_f64(*v);
+            *v = t.to_f64();
+            bytes.extend_from_slice(bytemuck::bytes_of(&t));
+        }
+    });
+    (bytes, vals)
+}
+
+const NAN_OPS: [Reduce; 7] = [
+    Reduce::NanSum,
+    Reduce::NanMean,
+    Reduce::NanMin,
+    Reduce::NanMax,
+    Reduce::NanVar { ddof: 1 },
+    Reduce::NanStd { ddof: 0 },
+    Reduce::Count,
+];
+
+on_every_backend! {
+fn nan_reductions_leave_nan_out_at_block_and_tile_boundaries_and_all_nan_slices(device) {
+    // 32768 rows of 4 columns make a summation block: NaN on the first row (the shift),
+    // on both sides of block boundaries and of tiles; column 3 NaN alone; infinities in
+    // column 2 (both signs: NaN sums) and column 1 (+inf alone)
+    let rows = 70_001;
+    let special = |k: usize, c: &[usize]| -> Option<f64> {
+        let (r, col) = (c[0], c[1]);
+        match col {
+            3 => Some(f64::NAN),
+            _ if [0, 1, 32_767, 32_768, 65_535, 65_536, rows - 1].contains(&r) => Some(f64::NAN),
+            2 if r == 100 => Some(f64::INFINITY),
+            2 if r == 40_000 => Some(f64::NEG_INFINITY),
+            1 if r == 5 => Some(f64::INFINITY),
+            _ if k % 4099 == 7 => Some(f64::NAN),
+            _ => None,
+        }
+    };
+    for (i, dtype) in [DType::F32, DType::F64, DType::F16, DType::BF16].into_iter().enumerate() {
+        let (bytes, vals) = with_specials(dtype, &[rows, 4], 700 + i as u64, special);
+        for op in NAN_OPS {
+            for over in [ReduceOver::Axis(0), ReduceOver::All, ReduceOver::Axis(1)] {
+                check_data(device, &[rows, 4], dtype, &bytes, &vals, over, op);
+            }
+        }
+    }
+    // per channel of an NCHW batch: channel 1 NaN alone, channel 0 NaN first
+    let nchw = [6, 3, 17, 19];
+    let (bytes, vals) = with_specials(DType::F32, &nchw, 710, |k, c| match c[1] {
+        1 => Some(f64::NAN),
+        0 if k == 0 || k % 97 == 0 => Some(f64::NAN),
+        _ => None,
+    });
+    for op in NAN_OPS {
+        check_data(device, &nchw, DType::F32, &bytes, &vals, ReduceOver::axes(&[0, 2, 3]).unwrap(), op);
+    }
+    // integers have no NaN: the nan forms are the plain ones, count every element
+    for (i, d) in [DType::I16, DType::U8, DType::I64, DType::Bool].into_iter().enumerate() {
+        for op in NAN_OPS {
+            check(device, &[1031, 7], d, ReduceOver::Axis(0), op, 720 + i as u64);
+        }
+    }
+}
 }
 
 proptest! {

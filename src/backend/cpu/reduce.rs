@@ -16,6 +16,8 @@ pub(crate) trait Kernel<T: Element>: Sync {
     type A: bytemuck::Pod + Send + Sync;
     type O: Element;
     const NEEDS_SHIFT: bool;
+    /// Leaves NaN out: a NaN shift (a slice's first element) is taken as 0 instead.
+    const SKIPS_NAN: bool = false;
     fn zero(&self) -> Self::A;
     fn push(a: &mut Self::A, x: T, shift: f64);
     fn merge(a: &mut Self::A, b: &Self::A);
@@ -116,10 +118,165 @@ impl<T: Element> Kernel<T> for Moments {
             return f64::NAN;
         }
         let nf = n as f64;
-        let var = ((a[1] - a[0] * (a[0] / nf)) / (nf - f64::from(self.ddof))).max(0.0);
-        // NaN inputs must give NaN, which max(0.0) would hide
-        let var = if a[1].is_nan() { f64::NAN } else { var };
+        let raw = (a[1] - a[0] * (a[0] / nf)) / (nf - f64::from(self.ddof));
+        // NaN inputs, and infinities (inf - inf), must give NaN, which max(0.0) would hide
+        let var = if raw.is_nan() || a[1].is_nan() {
+            f64::NAN
+        } else {
+            raw.max(0.0)
+        };
         if self.sqrt { var.sqrt() } else { var }
+    }
+}
+
+/// Sum (or mean) of the elements that are not NaN: `(sum, count)`, NaN adding 0 (numpy's
+/// `nansum` replaces NaN by 0).
+struct NanFloatSum {
+    mean: bool,
+}
+impl<T: Element> Kernel<T> for NanFloatSum {
+    type A = [f64; 2];
+    type O = f64;
+    const NEEDS_SHIFT: bool = false;
+    const SKIPS_NAN: bool = true;
+    fn zero(&self) -> [f64; 2] {
+        [0.0; 2]
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut [f64; 2], x: T, _: f64) {
+        let v = x.to_f64();
+        let ok = !v.is_nan();
+        a[0] += if ok { v } else { 0.0 };
+        a[1] += f64::from(u8::from(ok));
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut [f64; 2], b: &[f64; 2]) {
+        a[0] += b[0];
+        a[1] += b[1];
+    }
+    fn finish(&self, a: &[f64; 2], _: u64) -> f64 {
+        // a slice of NaN alone: its mean is 0 / 0, NaN
+        if self.mean { a[0] / a[1] } else { a[0] }
+    }
+}
+
+/// Variance (or deviation) of the elements that are not NaN: sums of `x - s`, `(x - s)²`
+/// and the count.
+struct NanMoments {
+    ddof: u32,
+    sqrt: bool,
+}
+impl<T: Element> Kernel<T> for NanMoments {
+    type A = [f64; 3];
+    type O = f64;
+    const NEEDS_SHIFT: bool = true;
+    const SKIPS_NAN: bool = true;
+    fn zero(&self) -> [f64; 3] {
+        [0.0; 3]
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut [f64; 3], x: T, shift: f64) {
+        // NaN in the data is left out; inf minus an inf shift is not (NaN, as numpy)
+        let ok = !x.is_nan();
+        let d = x.to_f64() - shift;
+        a[0] += if ok { d } else { 0.0 };
+        a[1] += if ok { d * d } else { 0.0 };
+        a[2] += f64::from(u8::from(ok));
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut [f64; 3], b: &[f64; 3]) {
+        a[0] += b[0];
+        a[1] += b[1];
+        a[2] += b[2];
+    }
+    fn finish(&self, a: &[f64; 3], _: u64) -> f64 {
+        let n = a[2];
+        if n <= f64::from(self.ddof) {
+            return f64::NAN;
+        }
+        let raw = (a[1] - a[0] * (a[0] / n)) / (n - f64::from(self.ddof));
+        let var = if raw.is_nan() || a[1].is_nan() {
+            f64::NAN
+        } else {
+            raw.max(0.0)
+        };
+        if self.sqrt { var.sqrt() } else { var }
+    }
+}
+
+/// Minimum or maximum of the elements that are not NaN, of a float type: `(value,
+/// count)`, NaN for a slice of NaN alone. `MAX` picks the extreme.
+struct NanExtreme<const MAX: bool>;
+impl<const MAX: bool> NanExtreme<MAX> {
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn better(v: f64, than: f64) -> bool {
+        if MAX { v > than } else { v < than }
+    }
+}
+impl<T: Element, const MAX: bool> Kernel<T> for NanExtreme<MAX> {
+    type A = [f64; 2];
+    type O = T;
+    const NEEDS_SHIFT: bool = false;
+    const SKIPS_NAN: bool = true;
+    fn zero(&self) -> [f64; 2] {
+        [
+            if MAX {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            },
+            0.0,
+        ]
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut [f64; 2], x: T, _: f64) {
+        let v = x.to_f64();
+        let ok = !v.is_nan();
+        a[0] = if ok && Self::better(v, a[0]) { v } else { a[0] };
+        a[1] += f64::from(u8::from(ok));
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut [f64; 2], b: &[f64; 2]) {
+        // an empty partial holds the zero (±inf), which is never better
+        if Self::better(b[0], a[0]) {
+            a[0] = b[0];
+        }
+        a[1] += b[1];
+    }
+    fn finish(&self, a: &[f64; 2], _: u64) -> T {
+        T::from_f64(if a[1] == 0.0 { f64::NAN } else { a[0] })
+    }
+}
+
+/// How many elements are not NaN.
+struct CountK;
+impl<T: Element> Kernel<T> for CountK {
+    type A = i64;
+    type O = i64;
+    const NEEDS_SHIFT: bool = false;
+    const SKIPS_NAN: bool = true;
+    fn zero(&self) -> i64 {
+        0
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut i64, x: T, _: f64) {
+        *a += i64::from(!x.is_nan());
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut i64, b: &i64) {
+        *a += *b;
+    }
+    fn finish(&self, a: &i64, _: u64) -> i64 {
+        *a
     }
 }
 
@@ -352,6 +509,14 @@ fn accumulate_closed_row<T: Element, K: Kernel<T>>(
     }
 }
 
+/// The variance shift element `x` gives: its value, or 0 for NaN when the kernel leaves
+/// NaN out (`Engine::reduce_partials` takes shares' shifts by the same rule).
+#[inline]
+fn shift_of<T: Element, K: Kernel<T>>(x: T) -> f64 {
+    let v = x.to_f64();
+    if K::SKIPS_NAN && v.is_nan() { 0.0 } else { v }
+}
+
 /// Streaming reducer: feed it tiles in order, read the result at the end.
 pub(crate) struct Reducer<T: Element, K: Kernel<T>> {
     k: K,
@@ -421,13 +586,13 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
                 for j in p0..p1.min(vc as u64) {
                     let (_, from) = g.column_output(j);
                     st.shift[j as usize] = if from == j {
-                        data[(j - p0) as usize].to_f64()
+                        shift_of::<T, K>(data[(j - p0) as usize])
                     } else {
                         st.shift[from as usize]
                     };
                 }
             } else if p0 == 0 {
-                st.shift.fill(data[0].to_f64());
+                st.shift.fill(shift_of::<T, K>(data[0]));
             }
         }
         let zero = self.k.zero();
@@ -722,6 +887,16 @@ where
 pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn TileReducer> {
     fn int<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
         let unsigned = T::DTYPE.is_unsigned();
+        // integers have no NaN: the `nan` forms are the plain ones
+        let op = match op {
+            Reduce::NanSum => Reduce::Sum,
+            Reduce::NanMean => Reduce::Mean,
+            Reduce::NanMin => Reduce::Min,
+            Reduce::NanMax => Reduce::Max,
+            Reduce::NanVar { ddof } => Reduce::Var { ddof },
+            Reduce::NanStd { ddof } => Reduce::Std { ddof },
+            other => other,
+        };
         match op {
             Reduce::Sum if unsigned => Box::new(Reducer::<T, _>::new(
                 IntSum::<u64> {
@@ -757,6 +932,18 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
         match op {
             Reduce::Sum => Box::new(Reducer::<T, _>::new(FloatSum { mean: false }, g, th)),
             Reduce::Mean => Box::new(Reducer::<T, _>::new(FloatSum { mean: true }, g, th)),
+            Reduce::NanSum => Box::new(Reducer::<T, _>::new(NanFloatSum { mean: false }, g, th)),
+            Reduce::NanMean => Box::new(Reducer::<T, _>::new(NanFloatSum { mean: true }, g, th)),
+            Reduce::NanMin => Box::new(Reducer::<T, _>::new(NanExtreme::<false>, g, th)),
+            Reduce::NanMax => Box::new(Reducer::<T, _>::new(NanExtreme::<true>, g, th)),
+            Reduce::NanVar { ddof } => Box::new(Reducer::<T, _>::new(
+                NanMoments { ddof, sqrt: false },
+                g,
+                th,
+            )),
+            Reduce::NanStd { ddof } => {
+                Box::new(Reducer::<T, _>::new(NanMoments { ddof, sqrt: true }, g, th))
+            }
             _ => common::<T>(op, g, th),
         }
     }
@@ -770,8 +957,16 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
             Reduce::Std { ddof } => {
                 Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: true }, g, th))
             }
-            Reduce::Sum | Reduce::Mean => {
-                unreachable!("sum and mean are dispatched by dtype class")
+            Reduce::Count => Box::new(Reducer::<T, _>::new(CountK, g, th)),
+            Reduce::Sum
+            | Reduce::Mean
+            | Reduce::NanSum
+            | Reduce::NanMean
+            | Reduce::NanMin
+            | Reduce::NanMax
+            | Reduce::NanVar { .. }
+            | Reduce::NanStd { .. } => {
+                unreachable!("sums, means and the nan forms are dispatched by dtype class")
             }
         }
     }

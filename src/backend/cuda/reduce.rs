@@ -96,7 +96,9 @@ impl CudaDevice {
         plan: &Plan,
         host: Box<dyn TileReducer>,
     ) -> Result<CudaReduce> {
-        let family = Reduction::of(op, dtype);
+        let family = Reduction::of(op, dtype).ok_or_else(|| {
+            Error::Internal(format!("no CUDA kernel for the reduction {}", op.name()))
+        })?;
         let (bn, mn) = (family.blocks_name(dtype), family.merge_name(dtype));
         let src = reduce_source(&[(family, dtype)]);
         let mut f = self.functions(&bn, &src, &[&bn, &mn])?;

@@ -285,16 +285,18 @@ impl Reduction {
         Reduction::Max,
     ];
 
-    /// The family that computes `op` over elements of `dtype`.
+    /// The family that computes `op` over elements of `dtype`; `None` for the
+    /// reductions with no CUDA kernel ([`Reduce::on_device`]).
     #[must_use]
-    pub fn of(op: Reduce, dtype: DType) -> Self {
-        match op {
+    pub fn of(op: Reduce, dtype: DType) -> Option<Self> {
+        Some(match op {
             Reduce::Sum | Reduce::Mean if dtype.is_float() => Reduction::FloatSum,
             Reduce::Sum | Reduce::Mean => Reduction::IntSum,
             Reduce::Var { .. } | Reduce::Std { .. } => Reduction::Moments,
             Reduce::Min => Reduction::Min,
             Reduce::Max => Reduction::Max,
-        }
+            _ => return None,
+        })
     }
 
     /// Whether the family runs over elements of `dtype`.

@@ -135,7 +135,7 @@ impl Operation for ReduceSpec {
 #[cfg(feature = "cli")]
 #[derive(clap::Args, Clone, Debug)]
 #[command(
-    about = "Reduce along an axis or over everything: sum, mean, min, max, var, std",
+    about = "Reduce along axes or over everything: sum, mean, min, max, var, std, their nan forms, count",
     after_help = "Examples:
   tilestream reduce x.npy colmean.npy --op mean --axis 0 --memory 256MiB
   tilestream reduce x.npy total.npy --op sum
@@ -143,7 +143,8 @@ impl Operation for ReduceSpec {
   tilestream reduce x.raw rowstd.npy --op std --axis 1 --ddof 1 --shape 1000x512 --in-dtype f32
 
 Results: sum is f64 for floats, i64 for signed ints and bool, u64 for unsigned; mean, var
-and std are f64; min and max keep the input dtype. Bit-identical whatever --memory and
+and std are f64; min and max keep the input dtype; the nan forms (nansum, nanmean, nanmin,
+nanmax, nanvar, nanstd) leave NaN out; count is i64. Bit-identical whatever --memory and
 --threads."
 )]
 pub struct ReduceArgs {
@@ -152,7 +153,8 @@ pub struct ReduceArgs {
     /// Output file for the result (.npy, .tif GeoTIFF, .zarr store, or raw for any other
     /// extension).
     pub output: PathBuf,
-    /// Reduction: sum, mean, min, max, var, std.
+    /// Reduction: sum, mean, min, max, var, std; nansum, nanmean, nanmin, nanmax, nanvar,
+    /// nanstd (NaN left out); count (of the elements that are not NaN).
     #[arg(long, default_value = "sum")]
     pub op: String,
     /// Axis to reduce, or several (`0,2,3`); omit to reduce over all elements.

@@ -16,13 +16,15 @@ fn oracle(x: &[f64], g: &Geometry, op: Reduce) -> Vec<f64> {
             let var = |d: u32| {
                 v.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / (n - f64::from(d))
             };
+            // the data holds no NaN: the nan forms are the plain ones
             out.push(match op {
-                Reduce::Sum => v.iter().sum(),
-                Reduce::Mean => mean,
-                Reduce::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
-                Reduce::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-                Reduce::Var { ddof } => var(ddof),
-                Reduce::Std { ddof } => var(ddof).sqrt(),
+                Reduce::Sum | Reduce::NanSum => v.iter().sum(),
+                Reduce::Mean | Reduce::NanMean => mean,
+                Reduce::Min | Reduce::NanMin => v.iter().copied().fold(f64::INFINITY, f64::min),
+                Reduce::Max | Reduce::NanMax => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                Reduce::Var { ddof } | Reduce::NanVar { ddof } => var(ddof),
+                Reduce::Std { ddof } | Reduce::NanStd { ddof } => var(ddof).sqrt(),
+                Reduce::Count => n,
             });
         }
     }
