@@ -30,15 +30,18 @@ class Source(_SourceBase, total=False):
     rows: Tuple[int, int]
 
 
-class ReduceSpec(TypedDict):
+class _ReduceBase(TypedDict):
     op: Literal["reduce"]
     input: Source
     output: str
     reduce: str
     ddof: int
     axis: Union[None, int, List[int]]
-    keepdims: bool
     dtype: Optional[str]
+
+
+class ReduceSpec(_ReduceBase, total=False):
+    keepdims: bool  # the library writes it only when true
 
 
 class _AffineBase(TypedDict):
