@@ -246,14 +246,15 @@ impl Engine {
         if ops.is_empty() {
             return Err(Error::invalid("no reduction to compute"));
         }
+        let (axis, axes) = PartialHeader::axis_fields(over);
         let header = |op: Reduce| -> Result<PartialHeader> {
             Ok(PartialHeader {
                 op: op.name().into(),
                 ddof: op.ddof(),
                 dtype: input.dtype().name().into(),
                 shape: shape.to_vec(),
-                axis: PartialHeader::axis_fields(over).0,
-                axes: PartialHeader::axis_fields(over).1,
+                axis,
+                axes: axes.clone(),
                 rows: (rows.start, rows.end),
                 blocks: Geometry::new(shape, over)?.outer == 1,
             })
