@@ -621,6 +621,29 @@ def test_a_pipeline_reduces_over_several_axes_with_keepdims(tmp_path):
     assert got.shape == (1, 3, 1, 1)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int64", "uint8", "bool"])
+def test_argmin_and_argmax_equal_numpy_with_ties_and_nan(tmp_path, dtype):
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 6, size=(3, 5, 7, 2003)).astype(dtype)  # ties everywhere
+    if a.dtype.kind == "f":
+        a[1, 2, :, 17] = np.nan
+        a[2, :, 3, [0, 1024]] = np.nan
+        a[0, 0, 0, 5] = np.inf
+        a[0, 1, 6, 2002] = -np.inf
+    np.save(tmp_path / "a.npy", a)
+    for axis in [None, 0, 1, 2, 3, -1]:
+        for name, fn in (("argmin", np.argmin), ("argmax", np.argmax)):
+            got = [ts.reduce(tmp_path / "a.npy", name, axis=axis, memory=m)
+                   for m in ("64KiB", "16MiB")]
+            assert got[0].tobytes() == got[1].tobytes(), (name, axis)
+            assert got[0].dtype == np.int64
+            np.testing.assert_array_equal(got[0], fn(a, axis=axis))
+    kept = ts.reduce(tmp_path / "a.npy", "argmax", axis=2, keepdims=True)
+    np.testing.assert_array_equal(kept, np.argmax(a, axis=2, keepdims=True))
+    with pytest.raises(ValueError, match="argmax takes one axis or none"):
+        ts.reduce(tmp_path / "a.npy", "argmax", axis=(0, 2))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "int32", "uint8"])
 def test_nan_reductions_equal_numpy_with_nan_inf_and_all_nan_slices(tmp_path, dtype):
     rng = np.random.default_rng(11)

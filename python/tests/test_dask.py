@@ -75,7 +75,7 @@ def test_reductions_equal_one_process(client, tmp_path, rows):
     p = tmp_path / "nan.npy"
     np.save(p, x)
     for axis in (0, None):
-        for op in ["nansum", "nanmean", "nanmax", "nanstd", "count"]:
+        for op in ["nansum", "nanmean", "nanmax", "nanstd", "count", "argmin", "argmax"]:
             one = ts.reduce(p, op, axis, ddof=1, memory="4MiB")
             got = tsd.reduce(p, op, axis, ddof=1, client=client, block_rows=rows, memory="3MiB")
             assert got.tobytes() == one.tobytes(), (axis, op, rows)

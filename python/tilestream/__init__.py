@@ -546,11 +546,13 @@ def reduce(
 ) -> Any:
     """Reduces ``t`` (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``, numpy's
     ``nansum``, ``nanmean``, ``nanmin``, ``nanmax``, ``nanvar``, ``nanstd``, and
-    ``count`` of the elements that are not NaN) over
+    ``count`` of the elements that are not NaN; ``argmin`` and ``argmax``, numpy's: where
+    the extreme first occurs, the first NaN if any, along one axis or as a flat index) over
     ``axis`` (None: every element; an int, or a tuple of them as numpy's
     ``axis=(0, 2, 3)``) under the budget ``memory``; ``keepdims=True`` keeps the reduced
     axes as length 1. Returns an np.ndarray in the reduction's result dtype (f64 for
-    sums, means, variances of any input; the input's for min and max), exactly the bytes
+    sums, means, variances of any input; the input's for min and max; int64 for count,
+    argmin and argmax), exactly the bytes
     ``tilestream reduce`` writes; with ``report=True``, a pair (array, RunReport)."""
     src = _source(t)
     ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim

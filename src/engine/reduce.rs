@@ -45,6 +45,7 @@ impl Engine {
         let shape = input.shape();
         let dtype = input.dtype();
         let g = Geometry::new(shape, over)?;
+        op.check_over(over)?;
         if input.info().is_empty() {
             return Err(Error::invalid(format!(
                 "{}: cannot reduce an empty tensor (shape {})",
@@ -245,6 +246,9 @@ impl Engine {
         }
         if ops.is_empty() {
             return Err(Error::invalid("no reduction to compute"));
+        }
+        for &op in ops {
+            op.check_over(over)?;
         }
         let (axis, axes) = PartialHeader::axis_fields(over);
         let header = |op: Reduce| -> Result<PartialHeader> {

@@ -1,4 +1,5 @@
-//! Reductions (sum, mean, min, max, var, std) along one axis, several or all elements, with a
+//! Reductions (sums, means, extremes, moments, counts and positions) along one axis, several
+//! or all elements, with a
 //! summation order fixed by the data's shape alone, so the result's bytes do not depend on
 //! the memory budget, the tile size or the number of threads.
 //!
@@ -33,6 +34,11 @@
 //! cancellation of the naive formula when the mean is large relative to the spread.
 //! Integer sums are exact in wrapping 64-bit arithmetic (i64 for signed and bool, u64 for
 //! unsigned), as numpy does. Min and max propagate NaN, as numpy does.
+//!
+//! # Positions
+//! `argmin` and `argmax` carry the extreme, its position and the elements seen; a later
+//! partial's position is moved by the earlier one's count when they merge (always in
+//! index order), so the first occurrence is found whatever the tiling, as numpy finds it.
 
 use serde::{Deserialize, Serialize};
 
@@ -84,6 +90,11 @@ pub enum Reduce {
     },
     /// How many elements are not NaN (every element of an integer input), i64.
     Count,
+    /// Where the minimum first occurs (numpy's `argmin`, i64): the index along the
+    /// reduced axis, or the flat index over all elements; the first NaN if there is one.
+    ArgMin,
+    /// Where the maximum first occurs (`argmax`), as [`Reduce::ArgMin`].
+    ArgMax,
 }
 
 impl Reduce {
@@ -107,10 +118,12 @@ impl Reduce {
             "nanvar" => Reduce::NanVar { ddof },
             "nanstd" => Reduce::NanStd { ddof },
             "count" => Reduce::Count,
+            "argmin" => Reduce::ArgMin,
+            "argmax" => Reduce::ArgMax,
             _ => {
                 return Err(Error::invalid(format!(
                     "unknown reduction '{name}': expected sum, mean, min, max, var, std, \
-                     nansum, nanmean, nanmin, nanmax, nanvar, nanstd or count"
+                     nansum, nanmean, nanmin, nanmax, nanvar, nanstd, count, argmin or argmax"
                 )));
             }
         })
@@ -133,6 +146,8 @@ impl Reduce {
             Reduce::NanVar { .. } => "nanvar",
             Reduce::NanStd { .. } => "nanstd",
             Reduce::Count => "count",
+            Reduce::ArgMin => "argmin",
+            Reduce::ArgMax => "argmax",
         }
     }
 
@@ -175,7 +190,30 @@ impl Reduce {
     /// Whether a CUDA kernel computes it (the others run on the CPU on any engine).
     #[must_use]
     pub fn on_device(self) -> bool {
-        !self.skips_nan()
+        !self.skips_nan() && !self.is_arg()
+    }
+
+    /// Whether it answers a position (`argmin`, `argmax`).
+    #[must_use]
+    pub fn is_arg(self) -> bool {
+        matches!(self, Reduce::ArgMin | Reduce::ArgMax)
+    }
+
+    /// Checks that it can reduce over `over`: a position is taken along one axis or
+    /// over all elements, as numpy's `argmax` takes them.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for `argmin` or `argmax` over several axes.
+    pub fn check_over(self, over: ReduceOver) -> Result<()> {
+        if self.is_arg() && matches!(over, ReduceOver::Axes(_)) {
+            return Err(Error::invalid(format!(
+                "{} takes one axis or none (every element, a flat index), not {}, as numpy's: \
+                 reshape the input so the axes are one",
+                self.name(),
+                over.describe()
+            )));
+        }
+        Ok(())
     }
 
     /// The dtype of the result for an input of `input` dtype.
@@ -185,7 +223,9 @@ impl Reduce {
             Reduce::Min | Reduce::Max | Reduce::NanMin | Reduce::NanMax => input,
             Reduce::Sum | Reduce::NanSum if input.is_float() => DType::F64,
             Reduce::Sum | Reduce::NanSum if input.is_unsigned() => DType::U64,
-            Reduce::Sum | Reduce::NanSum | Reduce::Count => DType::I64,
+            Reduce::Sum | Reduce::NanSum | Reduce::Count | Reduce::ArgMin | Reduce::ArgMax => {
+                DType::I64
+            }
             Reduce::Mean
             | Reduce::Var { .. }
             | Reduce::Std { .. }
@@ -201,6 +241,7 @@ impl Reduce {
         let float = input.is_float();
         match self {
             Reduce::Var { .. } | Reduce::Std { .. } => 16,
+            Reduce::ArgMin | Reduce::ArgMax => 24,
             Reduce::NanVar { .. } | Reduce::NanStd { .. } => {
                 if float {
                     24

@@ -65,9 +65,25 @@ fn oracle(x: &[f64], shape: &[usize], over: ReduceOver, op: Reduce) -> Vec<f64> 
                 Reduce::Var { ddof } | Reduce::NanVar { ddof } => var(ddof),
                 Reduce::Std { ddof } | Reduce::NanStd { ddof } => var(ddof).sqrt(),
                 Reduce::Count => n,
+                Reduce::ArgMin | Reduce::ArgMax => first_extreme(all, op == Reduce::ArgMax),
             }
         })
         .collect()
+}
+
+/// numpy's `argmin`/`argmax` of `v` (as f64): the first NaN if any, else the first
+/// occurrence of the extreme.
+fn first_extreme(v: &[f64], max: bool) -> f64 {
+    if let Some(i) = v.iter().position(|x| x.is_nan()) {
+        return i as f64;
+    }
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if (max && x > v[best]) || (!max && x < v[best]) {
+            best = i;
+        }
+    }
+    best as f64
 }
 
 fn random_data(dtype: DType, n: usize, seed: u64) -> (Vec<u8>, Vec<f64>) {
@@ -146,8 +162,8 @@ fn check_data(
         let tol = if matches!(
             op,
             Reduce::Min | Reduce::Max | Reduce::NanMin | Reduce::NanMax
-        ) || !dtype.is_float()
-            && matches!(op, Reduce::Sum | Reduce::NanSum | Reduce::Count)
+        ) || op.is_arg()
+            || !dtype.is_float() && matches!(op, Reduce::Sum | Reduce::NanSum | Reduce::Count)
         {
             0.0
         } else if op.skips_nan() && op.is_moments() {
@@ -444,6 +460,68 @@ fn nan_reductions_leave_nan_out_at_block_and_tile_boundaries_and_all_nan_slices(
         }
     }
 }
+}
+
+on_every_backend! {
+fn positions_are_numpys_at_any_budget(device) {
+    // every dtype, with ties (integers over 200 values, f16's coarse steps) along each
+    // axis of 2-D, 4-D with prime sizes, and over every element
+    let shapes: &[(&[usize], ReduceOver)] = &[
+        (&[1031, 7], ReduceOver::Axis(0)),
+        (&[1031, 7], ReduceOver::Axis(1)),
+        (&[1031, 7], ReduceOver::All),
+        (&[3, 5, 7, 11], ReduceOver::Axis(0)),
+        (&[3, 5, 7, 11], ReduceOver::Axis(1)),
+        (&[3, 5, 7, 11], ReduceOver::Axis(2)),
+        (&[3, 5, 7, 11], ReduceOver::Axis(3)),
+    ];
+    for (i, d) in DType::ALL.into_iter().enumerate() {
+        for (j, &(shape, over)) in shapes.iter().enumerate() {
+            for op in [Reduce::ArgMin, Reduce::ArgMax] {
+                check(device, shape, d, over, op, 900 + (i * 16 + j) as u64);
+            }
+        }
+    }
+    // NaN (the first one wins) and infinities at block and tile boundaries: 32768 rows
+    // of 4 columns make a summation block; column 3 NaN alone
+    let rows = 70_001;
+    let special = |k: usize, c: &[usize]| -> Option<f64> {
+        match (c[0], c[1]) {
+            (_, 3) => Some(f64::NAN),
+            (r, 0) if [32_768, 65_535].contains(&r) => Some(f64::NAN),
+            (r, 1) if [5, 65_536].contains(&r) => Some(f64::INFINITY),
+            (r, 1) if [6, 32_767].contains(&r) => Some(f64::NEG_INFINITY),
+            (r, 2) if r == rows - 1 => Some(f64::NAN),
+            _ if k % 40_009 == 7 => Some(f64::NAN),
+            _ => None,
+        }
+    };
+    for (i, dtype) in [DType::F32, DType::F64, DType::F16, DType::BF16].into_iter().enumerate() {
+        let (bytes, vals) = with_specials(dtype, &[rows, 4], 960 + i as u64, special);
+        for op in [Reduce::ArgMin, Reduce::ArgMax] {
+            for over in [ReduceOver::Axis(0), ReduceOver::All, ReduceOver::Axis(1)] {
+                check_data(device, &[rows, 4], dtype, &bytes, &vals, over, op);
+            }
+        }
+    }
+}
+}
+
+#[test]
+fn positions_over_several_axes_are_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("x.npy");
+    let (bytes, _) = random_data(DType::F32, 60, 1);
+    write_npy(&path, DType::F32, &[3, 4, 5], &bytes);
+    let x = TensorFile::open(&path).unwrap();
+    let e = engine_on(DeviceRequest::Cpu, 1 << 20)
+        .reduce(&x, Reduce::ArgMax, ReduceOver::axes(&[0, 2]).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("argmax takes one axis or none") && !e.contains('\n'),
+        "{e}"
+    );
 }
 
 proptest! {

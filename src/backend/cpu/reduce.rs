@@ -22,6 +22,20 @@ pub(crate) trait Kernel<T: Element>: Sync {
     fn push(a: &mut Self::A, x: T, shift: f64);
     fn merge(a: &mut Self::A, b: &Self::A);
     fn finish(&self, a: &Self::A, n: u64) -> Self::O;
+    /// Finishes the one output of a run reduced in 8 interleaved lanes (the reduced run
+    /// is innermost: lane `l` holds elements `l, l + 8, ...`) from the lanes' totals: by
+    /// default merged in a fixed tree.
+    fn finish_lanes(&self, t: &[Self::A], n: u64) -> Self::O {
+        let mut a = [t[0], t[2], t[4], t[6]];
+        for (x, y) in a.iter_mut().zip([t[1], t[3], t[5], t[7]]) {
+            Self::merge(x, &y);
+        }
+        let [mut a01, a23, mut a45, a67] = a;
+        Self::merge(&mut a01, &a23);
+        Self::merge(&mut a45, &a67);
+        Self::merge(&mut a01, &a45);
+        self.finish(&a01, n)
+    }
 }
 
 struct FloatSum {
@@ -327,6 +341,99 @@ impl<T: Element> Kernel<T> for MaxK {
     }
     fn finish(&self, a: &T, _: u64) -> T {
         *a
+    }
+}
+
+/// Where the minimum (`MAX` false) or maximum of a slice first occurs (numpy's `argmin`,
+/// `argmax`: the first occurrence of the extreme; the first NaN if there is one).
+///
+/// The accumulator is `[value's bits, position, elements seen]`, the position counted
+/// from the partial's own first element (`NONE` while it has none). Partials merge in
+/// index order, the later one's position moved by the earlier one's count, so blocks,
+/// tiles and Dask shares give the position of one pass; a column's elements are its rows
+/// (the index along the reduced axis), a lane's are every 8th element
+/// ([`Kernel::finish_lanes`] turns them back into indices).
+struct ArgK<const MAX: bool>;
+impl<const MAX: bool> ArgK<MAX> {
+    const NONE: u64 = u64::MAX;
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn bits<T: Element>(x: T) -> u64 {
+        let mut b = [0u8; 8];
+        let v = bytemuck::bytes_of(&x);
+        b[..v.len()].copy_from_slice(v);
+        u64::from_le_bytes(b)
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn value<T: Element>(bits: u64) -> T {
+        let b = bits.to_le_bytes();
+        bytemuck::pod_read_unaligned(&b[..std::mem::size_of::<T>()])
+    }
+    /// Whether `x` replaces `cur` as the extreme: NaN beats any number, nothing beats NaN,
+    /// and a tie keeps the earlier.
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn better<T: Element>(x: T, cur: T) -> bool {
+        if cur.is_nan() {
+            false
+        } else if x.is_nan() {
+            true
+        } else if MAX {
+            x > cur
+        } else {
+            x < cur
+        }
+    }
+}
+impl<T: Element, const MAX: bool> Kernel<T> for ArgK<MAX> {
+    type A = [u64; 3];
+    type O = i64;
+    const NEEDS_SHIFT: bool = false;
+    fn zero(&self) -> [u64; 3] {
+        [0, Self::NONE, 0]
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(a: &mut [u64; 3], x: T, _: f64) {
+        if a[1] == Self::NONE || Self::better(x, Self::value::<T>(a[0])) {
+            a[0] = Self::bits(x);
+            a[1] = a[2];
+        }
+        a[2] += 1;
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut [u64; 3], b: &[u64; 3]) {
+        // `b` follows `a` in index order
+        if b[1] != Self::NONE
+            && (a[1] == Self::NONE || Self::better(Self::value::<T>(b[0]), Self::value::<T>(a[0])))
+        {
+            a[0] = b[0];
+            a[1] = a[2] + b[1];
+        }
+        a[2] += b[2];
+    }
+    fn finish(&self, a: &[u64; 3], _: u64) -> i64 {
+        // an empty slice is refused before any run (numpy raises too)
+        a[1] as i64
+    }
+    fn finish_lanes(&self, t: &[[u64; 3]], _: u64) -> i64 {
+        // lane `l`'s position `p` is element `8 p + l`: the earliest of equal extremes wins
+        let mut best: Option<(T, u64)> = None;
+        for (l, a) in t.iter().enumerate() {
+            if a[1] == Self::NONE {
+                continue;
+            }
+            let (v, i) = (Self::value::<T>(a[0]), a[1] * t.len() as u64 + l as u64);
+            best = match best {
+                Some((bv, bi)) if !Self::better(v, bv) && (Self::better(bv, v) || bi < i) => {
+                    Some((bv, bi))
+                }
+                _ => Some((v, i)),
+            };
+        }
+        best.map_or(-1, |(_, i)| i as i64)
     }
 }
 
@@ -737,15 +844,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
                 *r = self.k.finish(t, self.g.len);
             }
         } else {
-            let mut a = [t[0], t[2], t[4], t[6]];
-            for (x, y) in a.iter_mut().zip([t[1], t[3], t[5], t[7]]) {
-                K::merge(x, &y);
-            }
-            let [mut a01, a23, mut a45, a67] = a;
-            K::merge(&mut a01, &a23);
-            K::merge(&mut a45, &a67);
-            K::merge(&mut a01, &a45);
-            out[0] = self.k.finish(&a01, self.g.len);
+            out[0] = self.k.finish_lanes(t, self.g.len);
         }
     }
 
@@ -958,6 +1057,8 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
                 Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: true }, g, th))
             }
             Reduce::Count => Box::new(Reducer::<T, _>::new(CountK, g, th)),
+            Reduce::ArgMin => Box::new(Reducer::<T, _>::new(ArgK::<false>, g, th)),
+            Reduce::ArgMax => Box::new(Reducer::<T, _>::new(ArgK::<true>, g, th)),
             Reduce::Sum
             | Reduce::Mean
             | Reduce::NanSum

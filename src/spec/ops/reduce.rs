@@ -135,17 +135,19 @@ impl Operation for ReduceSpec {
 #[cfg(feature = "cli")]
 #[derive(clap::Args, Clone, Debug)]
 #[command(
-    about = "Reduce along axes or over everything: sum, mean, min, max, var, std, their nan forms, count",
+    about = "Reduce along axes or over everything: sum, mean, min, max, var, std, their nan forms, count, argmin, argmax",
     after_help = "Examples:
   tilestream reduce x.npy colmean.npy --op mean --axis 0 --memory 256MiB
   tilestream reduce x.npy total.npy --op sum
   tilestream reduce batch.npy chmean.npy --op mean --axis 0,2,3 --memory 256MiB   # per channel of NCHW
   tilestream reduce x.raw rowstd.npy --op std --axis 1 --ddof 1 --shape 1000x512 --in-dtype f32
+  tilestream reduce x.npy peakrow.npy --op argmax --axis 0   # row of each column's maximum
 
 Results: sum is f64 for floats, i64 for signed ints and bool, u64 for unsigned; mean, var
 and std are f64; min and max keep the input dtype; the nan forms (nansum, nanmean, nanmin,
-nanmax, nanvar, nanstd) leave NaN out; count is i64. Bit-identical whatever --memory and
---threads."
+nanmax, nanvar, nanstd) leave NaN out; count is i64; argmin and argmax are i64 indices
+along the axis (flat over all elements), numpy's: the first occurrence, the first NaN if
+any; one axis or none. Bit-identical whatever --memory and --threads."
 )]
 pub struct ReduceArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
@@ -154,7 +156,8 @@ pub struct ReduceArgs {
     /// extension).
     pub output: PathBuf,
     /// Reduction: sum, mean, min, max, var, std; nansum, nanmean, nanmin, nanmax, nanvar,
-    /// nanstd (NaN left out); count (of the elements that are not NaN).
+    /// nanstd (NaN left out); count (of the elements that are not NaN); argmin, argmax (where
+    /// the extreme first occurs, i64: one axis or none).
     #[arg(long, default_value = "sum")]
     pub op: String,
     /// Axis to reduce, or several (`0,2,3`); omit to reduce over all elements.

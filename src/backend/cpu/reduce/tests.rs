@@ -25,10 +25,25 @@ fn oracle(x: &[f64], g: &Geometry, op: Reduce) -> Vec<f64> {
                 Reduce::Var { ddof } | Reduce::NanVar { ddof } => var(ddof),
                 Reduce::Std { ddof } | Reduce::NanStd { ddof } => var(ddof).sqrt(),
                 Reduce::Count => n,
+                Reduce::ArgMin | Reduce::ArgMax => first_extreme(&v, op == Reduce::ArgMax) as f64,
             });
         }
     }
     out
+}
+
+/// numpy's `argmin`/`argmax` of `v`: the first NaN if any, else the first extreme.
+fn first_extreme(v: &[f64], max: bool) -> usize {
+    if let Some(i) = v.iter().position(|x| x.is_nan()) {
+        return i;
+    }
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if (max && x > v[best]) || (!max && x < v[best]) {
+            best = i;
+        }
+    }
+    best
 }
 
 fn run(shape: &[usize], over: ReduceOver, op: Reduce, x: &[f32], tile: usize) -> Vec<u8> {
@@ -95,5 +110,76 @@ fn matches_oracle_and_is_tiling_invariant() {
                 assert!(same, "{shape:?} {over:?} {op:?}: {a} vs {b}");
             }
         }
+    }
+}
+
+/// argmin and argmax: many ties (the first occurrence must win), NaN at block, lane and
+/// tile boundaries (the first NaN wins), every tiling giving the same bytes.
+#[test]
+fn positions_are_the_first_occurrence_at_any_tiling() {
+    let shapes: &[(&[usize], ReduceOver)] = &[
+        (&[1000, 37], ReduceOver::Axis(0)),
+        (&[1000, 37], ReduceOver::Axis(1)),
+        (&[37, 1000], ReduceOver::Axis(1)),
+        (&[1000, 37], ReduceOver::All),
+        (&[13, 17, 19], ReduceOver::Axis(1)),
+        (&[13, 17, 19], ReduceOver::Axis(2)),
+        (&[7, 40_000, 3], ReduceOver::Axis(1)),
+        (&[300_001], ReduceOver::All),
+        (&[5], ReduceOver::All),
+    ];
+    for &(shape, over) in shapes {
+        let n: usize = shape.iter().product();
+        for nan_at in [
+            None,
+            Some(vec![0usize]),
+            Some(vec![n / 2, 131_072, n - 1, 8, 9]),
+        ] {
+            // values in a small range: every extreme occurs many times
+            let mut x: Vec<f32> = (0..n).map(|i| ((i * 7919 % 1013) % 11) as f32).collect();
+            for &i in nan_at.iter().flatten() {
+                if i < n {
+                    x[i] = f32::NAN;
+                }
+            }
+            let xf: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+            let g = Geometry::new(shape, over).unwrap();
+            for op in [Reduce::ArgMin, Reduce::ArgMax] {
+                let want: Vec<i64> = oracle(&xf, &g, op).iter().map(|&v| v as i64).collect();
+                let base = run(shape, over, op, &x, n);
+                assert_eq!(
+                    bytemuck::cast_slice::<u8, i64>(&base),
+                    want.as_slice(),
+                    "{shape:?} {over:?} {op:?} NaN at {nan_at:?}"
+                );
+                for tile in [1, 7, 1024, 4099, n / 3 + 1] {
+                    if tile == 1 && n > 100_000 {
+                        continue;
+                    }
+                    let got = run(shape, over, op, &x, tile.max(1));
+                    assert_eq!(
+                        got, base,
+                        "{shape:?} {over:?} {op:?} tile {tile}: bytes differ"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Positions of integers beyond 2^53, where f64 would see ties that are not.
+#[test]
+fn positions_of_wide_integers_are_exact() {
+    let big = (1i64 << 60) + 1;
+    let x: Vec<i64> = vec![1 << 60, big, big - 1, big, 1 << 60];
+    let g = Geometry::new(&[5], ReduceOver::All).unwrap();
+    for (op, want) in [(Reduce::ArgMax, 1i64), (Reduce::ArgMin, 0)] {
+        let mut r = reducer(op, DType::I64, g, 1);
+        r.feed_bytes(0, bytemuck::cast_slice(&x));
+        assert_eq!(
+            bytemuck::cast_slice::<u8, i64>(&r.into_bytes()),
+            &[want],
+            "{op:?}"
+        );
     }
 }
