@@ -185,6 +185,22 @@ impl DType {
         }
         Ok(dtype)
     }
+
+    /// Parses a numpy `descr` in either byte order: the dtype, and whether its elements
+    /// are stored big-endian (`'>f4'`; never for one-byte types, whose order is moot).
+    ///
+    /// # Errors
+    /// As [`DType::from_npy_descr`], but for the byte order.
+    pub fn from_npy_descr_any_order(descr: &str) -> Result<(Self, bool), String> {
+        let d = descr.trim();
+        match d.strip_prefix('>') {
+            Some(rest) => {
+                let dtype = Self::from_npy_descr(&format!("<{rest}"))?;
+                Ok((dtype, dtype.size() > 1))
+            }
+            None => Ok((Self::from_npy_descr(d)?, false)),
+        }
+    }
 }
 
 impl fmt::Display for DType {

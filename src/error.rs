@@ -39,11 +39,6 @@ pub enum NpyError {
     /// More dimensions than numpy allows.
     #[error("the .npy header gives {0} dimensions; tilestream reads at most {1} (numpy's limit)")]
     TooManyDims(usize, usize),
-    /// A Fortran-order array with more than one non-trivial axis.
-    #[error(
-        "Fortran-order arrays are not supported: save a C-order copy with numpy `np.save(path, np.ascontiguousarray(a))`"
-    )]
-    FortranOrder,
     /// A structured (record) dtype.
     #[error("structured dtypes are not supported")]
     Structured,

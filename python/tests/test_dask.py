@@ -79,6 +79,14 @@ def test_reductions_equal_one_process(client, tmp_path, rows):
             one = ts.reduce(p, op, axis, ddof=1, memory="4MiB")
             got = tsd.reduce(p, op, axis, ddof=1, client=client, block_rows=rows, memory="3MiB")
             assert got.tobytes() == one.tobytes(), (axis, op, rows)
+    # a file in Fortran order with big-endian elements: each share decodes its rows
+    f = tmp_path / "fortran_be.npy"
+    np.save(f, np.asfortranarray(x).astype(">f4"))
+    for axis in (0, 1, None):
+        for op in ["sum", "std", "argmax"]:
+            one = ts.reduce(p, op, axis, ddof=1, memory="16MiB")
+            got = tsd.reduce(f, op, axis, ddof=1, client=client, block_rows=rows, memory="16MiB")
+            assert got.tobytes() == one.tobytes(), ("fortran_be", axis, op, rows)
 
 
 @pytest.mark.parametrize("rows", [None, 97, 1000])

@@ -150,6 +150,9 @@ pub struct TensorFile {
     tiff: Option<Box<(tiff::TiffLayout, tiff::GeoRef)>>,
     /// Layout of a Zarr input.
     zarr: Option<Box<zarr::ZarrLayout>>,
+    /// How a `.npy` input in Fortran order or with big-endian elements is read (its
+    /// windows are then decoded by `chunked`).
+    npy: Option<Box<npy::chunks::NpyChunks>>,
 }
 
 impl TensorFile {
@@ -239,18 +242,33 @@ impl TensorFile {
                 ),
             ));
         }
+        let npy = if h.fortran || h.big_endian {
+            let src = npy::chunks::NpyChunks::new(
+                path,
+                &file,
+                h.data_offset,
+                &h.shape,
+                h.dtype,
+                h.fortran,
+                h.big_endian,
+            )?;
+            Some(Box::new(src))
+        } else {
+            None
+        };
         Ok(TensorFile {
             path: path.to_path_buf(),
             file,
+            chunked: npy.as_ref().map(|n| n.chunked()).transpose()?,
             info: TensorInfo {
                 format: Format::Npy { version: h.version },
                 dtype: h.dtype,
                 shape: h.shape,
                 data_offset: h.data_offset,
             },
-            chunked: None,
             tiff: None,
             zarr: None,
+            npy,
         })
     }
 
@@ -302,6 +320,7 @@ impl TensorFile {
             chunked,
             tiff: Some(Box::new((layout, georef))),
             zarr: None,
+            npy: None,
         })
     }
 
@@ -330,6 +349,7 @@ impl TensorFile {
             chunked: Some(Arc::new(c)),
             tiff: None,
             zarr: Some(Box::new(layout)),
+            npy: None,
         })
     }
 
@@ -359,6 +379,13 @@ impl TensorFile {
     pub fn nodata(&self) -> Option<(&str, f64)> {
         let text = self.georef()?.nodata.as_deref()?;
         tiff::nodata_as(self.dtype(), text).map(|v| (text, v))
+    }
+
+    /// How a `.npy` input's elements are stored when they are not C order and
+    /// little-endian (`Fortran order`, `big-endian`); `None` for the others.
+    #[must_use]
+    pub fn npy_order(&self) -> Option<String> {
+        self.npy.as_ref().map(|n| n.describe())
     }
 
     /// The chunk decoder of a compressed input (`None` when windows are mapped).
@@ -453,13 +480,14 @@ impl TensorFile {
             chunked: None,
             tiff: None,
             zarr: None,
+            npy: None,
         })
     }
 
     /// The rows `[rows.start, rows.end)` of the leading axis as a tensor of their own, with
     /// no copy: the same file, its data starting `rows.start` rows further in (how a
-    /// cluster task reads its share of an input). Only uncompressed inputs (`.npy`, raw)
-    /// can be cut so; GeoTIFF and Zarr inputs are refused.
+    /// cluster task reads its share of an input). Only uncompressed inputs (`.npy` in any
+    /// order, raw) can be cut so; GeoTIFF and Zarr inputs are refused.
     ///
     /// # Errors
     /// [`Error::Invalid`] for a rank-0 or compressed input or rows out of range;
@@ -472,7 +500,10 @@ impl TensorFile {
                 self.path.display()
             )));
         };
-        if self.chunked.is_some() || self.tiff.is_some() || self.zarr.is_some() {
+        if (self.chunked.is_some() && self.npy.is_none())
+            || self.tiff.is_some()
+            || self.zarr.is_some()
+        {
             return Err(Error::invalid(format!(
                 "{}: rows can be selected only from an uncompressed .npy or raw input, not a \
                  GeoTIFF or Zarr store",
@@ -492,7 +523,14 @@ impl TensorFile {
             shape[1..].iter().map(|&d| d as u64).product::<u64>() * self.info.dtype.size() as u64;
         let mut info = self.info.clone();
         info.shape[0] = (rows.end - rows.start) as usize;
-        info.data_offset += rows.start * row_bytes;
+        let npy = match &self.npy {
+            // Fortran order or big-endian: the same decoding of fewer rows
+            Some(n) => Some(Box::new(n.rows(rows.start, rows.end)?)),
+            None => {
+                info.data_offset += rows.start * row_bytes;
+                None
+            }
+        };
         Ok(TensorFile {
             path: self.path.clone(),
             file: self
@@ -500,9 +538,10 @@ impl TensorFile {
                 .try_clone()
                 .map_err(|e| Error::io("open again", &self.path, e))?,
             info,
-            chunked: None,
+            chunked: npy.as_ref().map(|n| n.chunked()).transpose()?,
             tiff: None,
             zarr: None,
+            npy,
         })
     }
 

@@ -31,7 +31,10 @@ pub(crate) fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
 /// The format's name, with its version or variant.
 fn format_of(t: &TensorFile) -> String {
     match t.info().format {
-        Format::Npy { version: (a, b) } => format!("npy {a}.{b}"),
+        Format::Npy { version: (a, b) } => match t.npy_order() {
+            Some(order) => format!("npy {a}.{b} ({order})"),
+            None => format!("npy {a}.{b}"),
+        },
         Format::Raw => "raw".into(),
         Format::GeoTiff => match t.tiff() {
             Some((l, _)) if l.bigtiff => "geotiff (BigTIFF)".into(),
@@ -111,7 +114,15 @@ fn print_text(path: &Path, t: &TensorFile, format: &str) {
     );
     println!("  dtype:       {}", i.dtype);
     println!("  elements:    {}", i.len());
-    if t.chunked().is_some() {
+    if let Some(order) = t.npy_order() {
+        println!(
+            "  data:        {} bytes ({}) at offset {}, {order}: read in C order, \
+             little-endian, chunk by chunk",
+            i.nbytes(),
+            tilestream::budget::fmt_bytes(i.nbytes()),
+            i.data_offset
+        );
+    } else if t.chunked().is_some() {
         println!(
             "  data:        {} bytes ({}) decoded",
             i.nbytes(),

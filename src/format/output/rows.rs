@@ -42,6 +42,13 @@ impl OutputFile {
                 crate::format::fmt_shape(shape)
             )
         };
+        if let Some(order) = file.npy_order() {
+            return Err(fits(format!(
+                "{} (its elements are stored {order}, where tilestream writes C order, \
+                 little-endian)",
+                out_desc()
+            )));
+        }
         if !matches!(info.format, crate::format::Format::Npy { .. })
             || info.dtype != dtype
             || info.shape.len() != shape.len()

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""A column mean of the same array stored three ways, side by side in one run:
+``tilestream reduce X m.npy --op mean --axis 0 --memory 256MiB`` on
+
+- the C-order, little-endian ``.npy`` (memory-mapped windows);
+- the same values in Fortran order (``np.save(path, a.T)`` of its transpose: read chunk by
+  chunk, each run of rows put in C order);
+- the same values big-endian (``'>f4'``: read chunk by chunk, bytes swapped).
+
+Each run is the command line as a whole process, rounds alternating, warm page cache, the
+median wall time of --runs rounds and the largest peak RSS (each child's own ``ru_maxrss``
+from ``wait4``, what ``/usr/bin/time -v`` reports). The three results must be the same bytes.
+
+    python benches/compare/npy_orders.py --shape 3075200x512 --bin target/release/tilestream
+
+The Fortran-order file is made by ``tilestream transpose`` (whose C-order output holds
+exactly the bytes of the Fortran-order original) with its header rewritten; the
+big-endian one by numpy in blocks of rows. The files live in --work; --clean deletes them.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def run(cmd):
+    """Wall time and peak RSS (this child's own, from wait4) of one command."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    s = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}")
+    return s, usage.ru_maxrss * 1024
+
+
+def fortran_header_over(path, shape, dtype):
+    """Rewrites the header of ``path`` (a C-order file of the reversed shape) to say
+    Fortran order of ``shape``, padded to the same length."""
+    with open(path, "r+b") as f:
+        f.seek(8)
+        hlen = int.from_bytes(f.read(2), "little")
+        d = "{'descr': '%s', 'fortran_order': True, 'shape': (%s), }" % (
+            np.dtype(dtype).str, ", ".join(str(s) for s in shape))
+        head = d.ljust(hlen - 1) + "\n"
+        assert len(head) == hlen, "the new header does not fit the old one's length"
+        f.seek(10)
+        f.write(head.encode())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="3075200x512")
+    ap.add_argument("--memory", default="256MiB")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--bin", default="target/release/tilestream")
+    ap.add_argument("--work", default="target/bench-npy-orders")
+    ap.add_argument("--clean", action="store_true")
+    a = ap.parse_args()
+    rows, cols = (int(d) for d in a.shape.split("x"))
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    c = work / f"c_{a.shape}.npy"
+    f = work / f"f_{a.shape}.npy"
+    b = work / f"be_{a.shape}.npy"
+    if not c.exists():
+        subprocess.run([a.bin, "--memory", "1GiB", "gen", str(c), "--shape", a.shape,
+                        "--dtype", "f32"], check=True, stdout=subprocess.DEVNULL)
+    if not f.exists():
+        t = work / "t.npy"
+        subprocess.run([a.bin, "--memory", "1GiB", "transpose", str(c), str(t)], check=True,
+                       stdout=subprocess.DEVNULL)
+        fortran_header_over(t, (rows, cols), "<f4")
+        os.replace(t, f)
+    if not b.exists():
+        src = np.load(c, mmap_mode="r")
+        out = np.lib.format.open_memmap(b, mode="w+", dtype=">f4", shape=src.shape)
+        step = max(1, (64 << 20) // (cols * 4))
+        for r in range(0, rows, step):
+            out[r:r + step] = src[r:r + step]
+        out.flush()
+        del out
+    nbytes = c.stat().st_size
+    for p in (c, f, b):
+        subprocess.run(["cat", str(p)], stdout=subprocess.DEVNULL, check=True)  # warm
+    print(f"column mean of {a.shape} f32 ({nbytes / 1e9:.2f} GB), --memory {a.memory}, warm, "
+          f"medians of {a.runs} alternating rounds")
+    files = {"C order": c, "Fortran order": f, "big-endian": b}
+    times = {k: [] for k in files}
+    peaks = {k: [] for k in files}
+    for _ in range(a.runs):
+        for name, p in files.items():
+            out = work / f"m_{name.replace(' ', '_')}.npy"
+            s, peak = run([a.bin, "--memory", a.memory, "reduce", str(p), str(out),
+                           "--op", "mean", "--axis", "0"])
+            times[name].append(s)
+            peaks[name].append(peak)
+    ref = (work / "m_C_order.npy").read_bytes()
+    base = statistics.median(times["C order"])
+    for name in files:
+        same = (work / f"m_{name.replace(' ', '_')}.npy").read_bytes() == ref
+        s = statistics.median(times[name])
+        peak = f"{max(peaks[name]) / 2**20:6.0f} MiB"
+        print(f"{name:14} {s:6.2f} s  {nbytes / s / 1e9:5.2f} GB/s  {s / base:4.2f}x  "
+              f"peak RSS {peak}{'' if same else '  RESULT DIFFERS'}")
+    if a.clean:
+        for p in (c, f, b):
+            p.unlink()
+
+
+if __name__ == "__main__":
+    main()

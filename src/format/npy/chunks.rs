@@ -1,0 +1,390 @@
+//! `.npy` files whose bytes are not the C-order, little-endian elements the pipeline takes:
+//! Fortran order (`np.save(path, a.T)`, `np.asfortranarray`) and big-endian elements
+//! (`'>f4'`, files from other machines and tools). Such a file is read as a chunked tensor
+//! ([`crate::format::chunked`]), so its windows come through the same bounded decode
+//! scratch and cache as a GeoTIFF's or a Zarr store's; "decoding" a chunk reads its bytes
+//! with positioned reads, puts them in C order and swaps each element's bytes.
+//!
+//! # Chunks
+//! A chunk is a run of rows of the leading axis, every other axis whole: `(k, d1, ...)`,
+//! about [`TARGET`] bytes, so the row-by-row plans of flat operations decode each chunk
+//! once. In C order (big-endian only) a chunk is one contiguous read; where a row alone
+//! is larger than that, the chunk is cut C-style (`(1, .., c, d_j+1, ..)`, still one
+//! read). In Fortran order the first axis is the file's fastest: a chunk of `k` rows is
+//! one run of `k` elements per position of the other axes (each `d0` elements after the
+//! last), read a batch of runs at a time (as one read when the gaps between them are small,
+//! one read per run when they are large) and transposed into the chunk. A Fortran-order
+//! file whose rows (every axis but the first) hold more than [`ROW_MAX`] bytes is refused:
+//! each of its C-order rows would gather elements from across the whole file.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::budget::fmt_bytes;
+use crate::dtype::DType;
+use crate::error::{Error, Result};
+use crate::format::chunked::{ChunkSource, Chunked};
+
+/// Bytes a chunk aims for: in C order (one read), and in Fortran order (one read per
+/// run of rows, so longer runs for fewer reads).
+pub(crate) const TARGET: u64 = 1 << 20;
+/// See [`TARGET`].
+pub(crate) const TARGET_F: u64 = 4 << 20;
+
+/// Most bytes of one row (every axis but the first) of a Fortran-order file.
+pub(crate) const ROW_MAX: u64 = 16 << 20;
+
+/// Most bytes one read of a Fortran-order chunk brings in (runs and the gaps between
+/// them): the decode's working buffer.
+const READ_MAX: u64 = 1 << 20;
+
+/// A gap between two runs that is read and thrown away rather than skipped with a new
+/// read: a read costs about as much as copying this many bytes.
+const GAP_READ: u64 = 64 << 10;
+
+/// How a non-native `.npy` file's elements are laid out.
+#[derive(Debug)]
+pub(crate) struct NpyChunks {
+    path: PathBuf,
+    file: File,
+    /// Byte offset of the file's element 0.
+    offset: u64,
+    /// The tensor's shape (a selection of rows of the file's, see `row0`).
+    shape: Vec<usize>,
+    /// The file's length along the first axis (the stride of a Fortran-order run).
+    file_rows: u64,
+    /// The first row of the file this tensor starts at.
+    row0: u64,
+    dtype: DType,
+    fortran: bool,
+    swap: bool,
+    chunk: Vec<usize>,
+}
+
+impl NpyChunks {
+    /// The chunk source of the file `path` (open as `file`) whose elements start at byte
+    /// `offset`, of `shape` and `dtype`, in Fortran order and/or big-endian.
+    ///
+    /// # Errors
+    /// [`Error::Format`] for a Fortran-order file whose rows are longer than
+    /// [`ROW_MAX`]; [`Error::Io`] if the file cannot be opened again.
+    pub(crate) fn new(
+        path: &Path,
+        file: &File,
+        offset: u64,
+        shape: &[usize],
+        dtype: DType,
+        fortran: bool,
+        swap: bool,
+    ) -> Result<Self> {
+        let es = dtype.size() as u64;
+        let row: u64 = shape.iter().skip(1).map(|&d| d as u64).product();
+        if fortran && row * es > ROW_MAX {
+            return Err(Error::format(
+                path,
+                format!(
+                    "a Fortran-order .npy whose rows (every axis but the first, {} elements) \
+                     hold {}: tilestream reads Fortran-order files whose rows hold at most {}; \
+                     give the array's transpose instead (np.save(path, a.T) of this file's \
+                     array is C order)",
+                    row,
+                    fmt_bytes(row * es),
+                    fmt_bytes(ROW_MAX)
+                ),
+            ));
+        }
+        // a 0-d array's one element is read as a 1-d array's (windows are flat indices)
+        let shape = if shape.is_empty() { &[1][..] } else { shape };
+        let chunk = chunk_shape(shape, es, fortran);
+        Ok(NpyChunks {
+            path: path.to_path_buf(),
+            file: file
+                .try_clone()
+                .map_err(|e| Error::io("open again", path, e))?,
+            offset,
+            shape: shape.to_vec(),
+            file_rows: shape.first().map_or(1, |&d| d as u64),
+            row0: 0,
+            dtype,
+            fortran,
+            swap,
+            chunk,
+        })
+    }
+
+    /// The chunked tensor whose chunks this source decodes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be opened again.
+    pub(crate) fn chunked(&self) -> Result<Arc<Chunked>> {
+        let me = self.select(self.shape.clone(), 0)?;
+        Ok(Arc::new(Chunked::new(
+            self.shape.clone(),
+            self.dtype,
+            Box::new(me),
+        )))
+    }
+
+    /// The same file's rows `[start, end)` of the leading axis (within this tensor's), as
+    /// a source of its own.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the file cannot be opened again.
+    pub(crate) fn rows(&self, start: u64, end: u64) -> Result<Self> {
+        let mut shape = self.shape.clone();
+        if let Some(d) = shape.first_mut() {
+            *d = (end - start) as usize;
+        }
+        self.select(shape, start)
+    }
+
+    /// This source over `shape`, starting `start` rows further into the file.
+    fn select(&self, shape: Vec<usize>, start: u64) -> Result<Self> {
+        let es = self.dtype.size() as u64;
+        Ok(NpyChunks {
+            path: self.path.clone(),
+            file: self
+                .file
+                .try_clone()
+                .map_err(|e| Error::io("open again", &self.path, e))?,
+            offset: self.offset,
+            chunk: chunk_shape(&shape, es, self.fortran),
+            shape,
+            file_rows: self.file_rows,
+            row0: self.row0 + start,
+            dtype: self.dtype,
+            fortran: self.fortran,
+            swap: self.swap,
+        })
+    }
+
+    /// What the file holds, for a plan or `info`: `Fortran order, big-endian`.
+    pub(crate) fn describe(&self) -> String {
+        match (self.fortran, self.swap) {
+            (true, true) => "Fortran order, big-endian".into(),
+            (true, false) => "Fortran order".into(),
+            _ => "big-endian".into(),
+        }
+    }
+
+    fn read_at(&self, buf: &mut [u8], at: u64) -> Result<()> {
+        self.file.read_exact_at(buf, at).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::format(
+                    &self.path,
+                    "file changed size while in use: it is shorter than its header says",
+                )
+            } else {
+                Error::io("read", &self.path, e)
+            }
+        })
+    }
+
+    /// A C-order chunk: one contiguous read, then each element's bytes swapped.
+    fn decode_c(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
+        let es = self.dtype.size();
+        let (mut flat, mut count) = (0u64, 1u64);
+        for (a, &d) in self.shape.iter().enumerate() {
+            let o = pos[a] * self.chunk[a];
+            let e = self.chunk[a].min(d - o);
+            let d = if a == 0 { self.file_rows } else { d as u64 };
+            let o = if a == 0 {
+                o as u64 + self.row0
+            } else {
+                o as u64
+            };
+            flat = flat * d + o;
+            count *= e as u64;
+        }
+        let bytes = &mut out[..count as usize * es];
+        self.read_at(bytes, self.offset + flat * es as u64)?;
+        if self.swap {
+            for e in bytes.chunks_exact_mut(es) {
+                e.reverse();
+            }
+        }
+        Ok(())
+    }
+
+    /// A Fortran-order chunk of rows `a..a + e`: the run of each position of the other
+    /// axes (in the file's order), read a batch at a time and written into its C-order
+    /// column of the chunk.
+    fn decode_f(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
+        let es = self.dtype.size();
+        let k = self.chunk[0];
+        let a = pos[0] * k;
+        let e = k.min(self.shape[0] - a);
+        let rest = &self.shape[1..];
+        let m: usize = rest.iter().product();
+        let run = (e * es) as u64;
+        let stride = self.file_rows * es as u64;
+        let first = self.offset + (self.row0 + a as u64) * es as u64;
+        // C-order strides of the other axes, to place the file's runs (F order)
+        let mut cstride = vec![1usize; rest.len()];
+        for i in (0..rest.len().saturating_sub(1)).rev() {
+            cstride[i] = cstride[i + 1] * rest[i + 1];
+        }
+        let mut coord = vec![0usize; rest.len()];
+        let mut col = 0usize; // C-order index of the run at `coord`
+        // runs per batch: the gaps read when small, each run its own read when large
+        let gap = stride - run;
+        let together = gap <= GAP_READ;
+        let span = |n: u64| (n - 1) * stride + run;
+        let mut per = (READ_MAX / stride.max(1)).max(1);
+        if !together {
+            per = (READ_MAX / run.max(1)).max(1);
+        }
+        let per = per.min(m as u64) as usize;
+        let mut buf = vec![
+            0u8;
+            if together {
+                span(per as u64)
+            } else {
+                run * per as u64
+            } as usize
+        ];
+        let mut cols = Vec::with_capacity(per);
+        let mut f = 0usize;
+        while f < m {
+            let n = per.min(m - f);
+            let at = first + f as u64 * stride;
+            if together {
+                let len = span(n as u64) as usize;
+                self.read_at(&mut buf[..len], at)?;
+            } else {
+                for r in 0..n {
+                    let s = r * run as usize;
+                    self.read_at(&mut buf[s..s + run as usize], at + r as u64 * stride)?;
+                }
+            }
+            cols.clear();
+            for _ in 0..n {
+                cols.push(col);
+                // next position in F order: the first of the other axes fastest
+                for (i, c) in coord.iter_mut().enumerate() {
+                    *c += 1;
+                    col += cstride[i];
+                    if *c < rest[i] {
+                        break;
+                    }
+                    col -= cstride[i] * *c;
+                    *c = 0;
+                }
+            }
+            let step = if together {
+                stride as usize
+            } else {
+                run as usize
+            };
+            match es {
+                1 => place::<1>(&buf, step, &cols, e, m, self.swap, out),
+                2 => place::<2>(&buf, step, &cols, e, m, self.swap, out),
+                4 => place::<4>(&buf, step, &cols, e, m, self.swap, out),
+                _ => place::<8>(&buf, step, &cols, e, m, self.swap, out),
+            }
+            f += n;
+        }
+        Ok(())
+    }
+}
+
+/// Writes runs of `e` elements (run `r` at byte `r * step` of `buf`) into the C-order
+/// columns `cols[r]` of a chunk `m` elements wide, swapping bytes if asked; row by row,
+/// so the writes of one row of the chunk are close together.
+fn place<const ES: usize>(
+    buf: &[u8],
+    step: usize,
+    cols: &[usize],
+    e: usize,
+    m: usize,
+    swap: bool,
+    out: &mut [u8],
+) {
+    for i in 0..e {
+        let row = &mut out[i * m * ES..(i + 1) * m * ES];
+        for (r, &c) in cols.iter().enumerate() {
+            let s = r * step + i * ES;
+            let mut v: [u8; ES] = buf[s..s + ES].try_into().unwrap_or([0; ES]);
+            if swap {
+                v.reverse();
+            }
+            row[c * ES..(c + 1) * ES].copy_from_slice(&v);
+        }
+    }
+}
+
+/// The chunk shape of a tensor of `shape` with elements of `es` bytes (see the module's
+/// notes).
+fn chunk_shape(shape: &[usize], es: u64, fortran: bool) -> Vec<usize> {
+    if shape.is_empty() {
+        return Vec::new();
+    }
+    let row: u64 = shape[1..].iter().map(|&d| d as u64).product::<u64>() * es;
+    let mut chunk = shape.to_vec();
+    if fortran || row <= TARGET {
+        let target = if fortran { TARGET_F } else { TARGET };
+        chunk[0] = (target / row.max(1)).clamp(1, shape[0].max(1) as u64) as usize;
+        return chunk;
+    }
+    // C order, rows larger than a chunk: the longest suffix of whole axes that fits, and
+    // as much of the axis before it as fits too
+    let mut suffix = es;
+    let mut j = shape.len() - 1;
+    while j > 0 && suffix * shape[j] as u64 <= TARGET {
+        suffix *= shape[j] as u64;
+        j -= 1;
+    }
+    for c in &mut chunk[..j] {
+        *c = 1;
+    }
+    chunk[j] = (TARGET / suffix).clamp(1, shape[j].max(1) as u64) as usize;
+    chunk
+}
+
+impl ChunkSource for NpyChunks {
+    fn chunk_shape(&self) -> &[usize] {
+        &self.chunk
+    }
+
+    fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
+        if self.fortran {
+            self.decode_f(pos, out)
+        } else {
+            self.decode_c(pos, out)
+        }
+    }
+
+    fn work_bytes(&self) -> u64 {
+        // the read buffer: at most READ_MAX, or one run when a run is longer
+        if self.fortran {
+            READ_MAX.max(self.chunk[0] as u64 * self.dtype.size() as u64)
+        } else {
+            0
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_are_runs_of_rows_or_contiguous_cuts() {
+        assert_eq!(chunk_shape(&[3_075_200, 512], 4, true), vec![2048, 512]);
+        assert_eq!(chunk_shape(&[100, 7], 8, false), vec![100, 7]);
+        assert_eq!(chunk_shape(&[100_000, 16], 8, false), vec![8192, 16]);
+        // C-order rows larger than a chunk: cut along the last axes, still contiguous
+        assert_eq!(chunk_shape(&[3, 4, 1 << 21], 4, false), vec![1, 1, 1 << 18]);
+        assert_eq!(
+            chunk_shape(&[3, 16, 1 << 16], 1, false),
+            vec![1, 16, 1 << 16]
+        );
+        assert_eq!(
+            chunk_shape(&[3, 1 << 10, 1 << 13], 1, false),
+            vec![1, 128, 1 << 13]
+        );
+        assert_eq!(chunk_shape(&[], 4, false), Vec::<usize>::new());
+    }
+}
