@@ -43,6 +43,7 @@ mod imagery;
 mod nodata;
 mod outputs;
 mod patches;
+mod quantile;
 mod reduce;
 mod report;
 mod standardize;

@@ -21,10 +21,22 @@ import argparse
 import os
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+
+
+BIG_ENDIAN = """
+import sys
 import numpy as np
+src = np.load(sys.argv[1], mmap_mode="r")
+out = np.lib.format.open_memmap(sys.argv[2], mode="w+", dtype=">f4", shape=src.shape)
+step = max(1, (64 << 20) // (src.shape[1] * 4))
+for r in range(0, src.shape[0], step):
+    out[r:r + step] = src[r:r + step]
+out.flush()
+"""
 
 
 def run(cmd):
@@ -45,7 +57,7 @@ def fortran_header_over(path, shape, dtype):
         f.seek(8)
         hlen = int.from_bytes(f.read(2), "little")
         d = "{'descr': '%s', 'fortran_order': True, 'shape': (%s), }" % (
-            np.dtype(dtype).str, ", ".join(str(s) for s in shape))
+            dtype, ", ".join(str(s) for s in shape))
         head = d.ljust(hlen - 1) + "\n"
         assert len(head) == hlen, "the new header does not fit the old one's length"
         f.seek(10)
@@ -78,13 +90,9 @@ def main():
         fortran_header_over(t, (rows, cols), "<f4")
         os.replace(t, f)
     if not b.exists():
-        src = np.load(c, mmap_mode="r")
-        out = np.lib.format.open_memmap(b, mode="w+", dtype=">f4", shape=src.shape)
-        step = max(1, (64 << 20) // (cols * 4))
-        for r in range(0, rows, step):
-            out[r:r + step] = src[r:r + step]
-        out.flush()
-        del out
+        # in a process of its own: this one stays small, and a child's peak RSS starts
+        # from its parent's at fork
+        subprocess.run([sys.executable, "-c", BIG_ENDIAN, str(c), str(b)], check=True)
     nbytes = c.stat().st_size
     for p in (c, f, b):
         subprocess.run(["cat", str(p)], stdout=subprocess.DEVNULL, check=True)  # warm

@@ -72,8 +72,11 @@ pub(crate) fn plan_spec(py: Python<'_>, spec: &str, opts: &str) -> PyResult<Stri
 
 /// Reduces `source` (a `Source` as JSON) in memory: returns (bytes, dtype name, shape,
 /// report JSON), the bytes exactly those the command line writes.
+///
+/// Quantiles, percentiles and medians take `q` (one number when `q_scalar`) and `method`.
 #[pyfunction]
-#[pyo3(signature = (source, op, axis, ddof, opts, progress=None))]
+#[pyo3(signature = (source, op, axis, ddof, opts, progress=None, q=None, q_scalar=false, method=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn reduce(
     py: Python<'_>,
     source: &str,
@@ -82,15 +85,28 @@ pub(crate) fn reduce(
     ddof: u32,
     opts: &str,
     progress: Option<Py<PyAny>>,
+    q: Option<Vec<f64>>,
+    q_scalar: bool,
+    method: Option<String>,
 ) -> PyResult<(Py<PyBytes>, String, Vec<usize>, String)> {
     let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
     let opts = parse_opts(opts)?;
-    let reduce = Reduce::parse(op, ddof).map_err(to_py)?;
+    let quantiles =
+        tilestream::ops::quantile::Quantiles::parse(op, q.as_deref(), q_scalar, method.as_deref())
+            .map_err(to_py)?;
+    let reduce = match &quantiles {
+        Some(_) => None,
+        None => Some(Reduce::parse(op, ddof).map_err(to_py)?),
+    };
     let over = over_of(axis).map_err(to_py)?;
     let e = engine(&opts).map_err(to_py)?;
     let (array, report) = run_on_worker(py, e, progress, move |e| {
         let input = source.open()?;
-        e.reduce(&input, reduce, over)
+        match (&quantiles, reduce) {
+            (Some(qs), _) => e.quantile(&input, over, qs),
+            (None, Some(r)) => e.reduce(&input, r, over),
+            (None, None) => Err(tilestream::Error::Internal("no reduction".into())),
+        }
     })?;
     let report =
         serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;

@@ -538,6 +538,8 @@ def reduce(
     *,
     keepdims: bool = False,
     ddof: int = 0,
+    q: Any = None,
+    method: Optional[str] = None,
     memory: Any = None,
     threads: Optional[int] = None,
     device: Optional[str] = None,
@@ -553,18 +555,33 @@ def reduce(
     axes as length 1. Returns an np.ndarray in the reduction's result dtype (f64 for
     sums, means, variances of any input; the input's for min and max; int64 for count,
     argmin and argmax), exactly the bytes
-    ``tilestream reduce`` writes; with ``report=True``, a pair (array, RunReport)."""
+    ``tilestream reduce`` writes; with ``report=True``, a pair (array, RunReport).
+
+    ``quantile`` (``q`` in [0, 1]), ``percentile`` (``q`` in [0, 100]), ``median`` and
+    their ``nan`` forms are numpy's, value for value and dtype for dtype: ``q`` a number
+    or a list (the result then has a leading axis of them), ``method`` one of
+    ``linear`` (default), ``lower``, ``higher``, ``nearest``, ``midpoint``. They are
+    exact: each rank's value is selected by counting digits of the values over a few
+    passes of the file (one for 8- and 16-bit data, two for 32-bit, four for 64-bit),
+    never by sorting a copy:
+    ``ts.reduce(scene, "percentile", axis=(1, 2), q=[2, 98])``."""
     src = _source(t)
     ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
     axes = _axes(axis, ndim)
     if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
         raise ValueError(f"tilestream: ddof={ddof!r} is not a non-negative integer")
+    qs, scalar = None, False
+    if q is not None:
+        scalar = np.ndim(q) == 0
+        qs = [float(v) for v in np.atleast_1d(np.asarray(q, dtype=np.float64)).ravel()]
     data, name, shape, rep = _ts.reduce(
-        json.dumps(src), op, axes, ddof, _opts(memory, threads, device), _progress(progress)
+        json.dumps(src), op, axes, ddof, _opts(memory, threads, device), _progress(progress),
+        qs, scalar, method,
     )
     a = np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
     if keepdims:
-        a = a.reshape(_keep(shape, axes, ndim))
+        lead = shape[:1] if qs is not None and not scalar else []
+        a = a.reshape(tuple(lead) + _keep(shape[len(lead):], axes, ndim))
     return (a, RunReport(json.loads(rep))) if report else a
 
 
@@ -726,12 +743,15 @@ def plan(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
         ddof = kwargs.pop("ddof", 0)
         kwargs.pop("report", None)
         keepdims = kwargs.pop("keepdims", False)
+        q, method = kwargs.pop("q", None), kwargs.pop("method", None)
+        if q is not None and np.ndim(q) > 0:
+            q = [float(v) for v in np.asarray(q, dtype=np.float64).ravel()]
         ndim = t.ndim if isinstance(t, Tensor) else open(_source(t)["path"]).ndim
         axes = _axes(axis, ndim)
         # the result is an array: the plan is made for a .npy that does not exist
         with tempfile.TemporaryDirectory() as d:
             spec = _specs.reduce(_source(t), os.path.join(d, "result.npy"), op, ddof=ddof,
-                                 axis=axes, keepdims=keepdims)
+                                 axis=axes, keepdims=keepdims, q=q, method=method)
             return _execute(spec, None, dict(kwargs, _plan=True))
     return fn(*args, _plan=True, **kwargs)
 

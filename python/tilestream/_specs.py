@@ -42,6 +42,8 @@ class _ReduceBase(TypedDict):
 
 class ReduceSpec(_ReduceBase, total=False):
     keepdims: bool  # the library writes it only when true
+    q: Union[float, List[float]]  # quantile, percentile and their nan forms
+    method: str  # linear, lower, higher, nearest, midpoint
 
 
 class _AffineBase(TypedDict):
@@ -207,12 +209,19 @@ def _with_nodata(spec: dict, nodata: Dict[str, object]) -> dict:
 
 def reduce(input: Source, output: str, reduce: str, *, ddof: int = 0,
            axis: Union[None, int, List[int]] = None, keepdims: bool = False,
-           dtype: Optional[str] = None) -> ReduceSpec:
+           dtype: Optional[str] = None, q: Union[None, float, List[float]] = None,
+           method: Optional[str] = None) -> ReduceSpec:
     if isinstance(axis, (list, tuple)) and len(axis) == 1:
         axis = axis[0]
-    return {"op": "reduce", "input": input, "output": output, "reduce": reduce,
-            "ddof": int(ddof), "axis": list(axis) if isinstance(axis, tuple) else axis,
-            "keepdims": bool(keepdims), "dtype": dtype}
+    spec: ReduceSpec = {"op": "reduce", "input": input, "output": output, "reduce": reduce,
+                        "ddof": int(ddof),
+                        "axis": list(axis) if isinstance(axis, tuple) else axis,
+                        "keepdims": bool(keepdims), "dtype": dtype}
+    if q is not None:
+        spec["q"] = [float(v) for v in q] if isinstance(q, (list, tuple)) else float(q)
+    if method is not None:
+        spec["method"] = method
+    return spec
 
 
 def affine(input: Source, output: str, scale: float, offset: float, *,

@@ -158,7 +158,7 @@ impl Engine {
     /// Streams `input` through `reducer` as `plan` says, on the GPU when this engine has
     /// one and `device` allows.
     #[allow(clippy::too_many_arguments)]
-    fn stream_reducer(
+    pub(super) fn stream_reducer(
         &self,
         input: &TensorFile,
         plan: &Plan,
@@ -401,7 +401,7 @@ impl Engine {
             ));
         }
         let journal = self.open_journal(out.as_ref())?;
-        let (array, mut report) = self
+        let (array, report) = self
             .reduce_with(input, op, over, journal.as_ref())
             .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
         let mut array = match dtype {
@@ -411,7 +411,20 @@ impl Engine {
         if keepdims {
             array.shape = over.out_shape_keeping(input.shape(), true);
         }
-        let out = out.as_ref();
+        let report = self.write_reduced(&array, out.as_ref(), report)?;
+        if let Some(j) = journal {
+            j.finish();
+        }
+        Ok(report)
+    }
+
+    /// Writes a reduction's in-memory result `array` to `out` and completes its `report`.
+    pub(super) fn write_reduced(
+        &self,
+        array: &Array,
+        out: &Path,
+        mut report: RunReport,
+    ) -> Result<RunReport> {
         let format = self.format_of(out);
         let file =
             OutputFile::create_as(out, &array.shape, array.dtype, format)?.durable(self.durable);
@@ -449,9 +462,6 @@ impl Engine {
         self.finish_output(file)?;
         report.finish_s = t0.elapsed().as_secs_f64();
         report.wall_s += report.finish_s;
-        if let Some(j) = journal {
-            j.finish();
-        }
         report.output_dtype = array.dtype().name().into();
         Ok(report)
     }

@@ -150,9 +150,12 @@ pub struct TensorFile {
     tiff: Option<Box<(tiff::TiffLayout, tiff::GeoRef)>>,
     /// Layout of a Zarr input.
     zarr: Option<Box<zarr::ZarrLayout>>,
-    /// How a `.npy` input in Fortran order or with big-endian elements is read (its
-    /// windows are then decoded by `chunked`).
+    /// How a `.npy` input in Fortran order is read (its windows are then decoded by
+    /// `chunked`).
     npy: Option<Box<npy::chunks::NpyChunks>>,
+    /// The elements are big-endian (a C-order `.npy` such as `'>f4'`): windows are read
+    /// with positioned reads and their bytes swapped, never mapped.
+    swap: bool,
 }
 
 impl TensorFile {
@@ -242,14 +245,13 @@ impl TensorFile {
                 ),
             ));
         }
-        let npy = if h.fortran || h.big_endian {
+        let npy = if h.fortran {
             let src = npy::chunks::NpyChunks::new(
                 path,
                 &file,
                 h.data_offset,
                 &h.shape,
                 h.dtype,
-                h.fortran,
                 h.big_endian,
             )?;
             Some(Box::new(src))
@@ -268,6 +270,7 @@ impl TensorFile {
             },
             tiff: None,
             zarr: None,
+            swap: h.big_endian && !h.fortran,
             npy,
         })
     }
@@ -321,6 +324,7 @@ impl TensorFile {
             tiff: Some(Box::new((layout, georef))),
             zarr: None,
             npy: None,
+            swap: false,
         })
     }
 
@@ -350,6 +354,7 @@ impl TensorFile {
             tiff: None,
             zarr: Some(Box::new(layout)),
             npy: None,
+            swap: false,
         })
     }
 
@@ -385,7 +390,10 @@ impl TensorFile {
     /// little-endian (`Fortran order`, `big-endian`); `None` for the others.
     #[must_use]
     pub fn npy_order(&self) -> Option<String> {
-        self.npy.as_ref().map(|n| n.describe())
+        match &self.npy {
+            Some(n) => Some(n.describe()),
+            None => self.swap.then(|| "big-endian".to_string()),
+        }
     }
 
     /// The chunk decoder of a compressed input (`None` when windows are mapped).
@@ -481,6 +489,7 @@ impl TensorFile {
             tiff: None,
             zarr: None,
             npy: None,
+            swap: false,
         })
     }
 
@@ -542,6 +551,7 @@ impl TensorFile {
             tiff: None,
             zarr: None,
             npy,
+            swap: self.swap,
         })
     }
 

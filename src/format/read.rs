@@ -43,7 +43,17 @@ impl TensorFile {
                 .ok_or_else(|| Error::Internal("no window decoded".into()));
         }
         if let Touch::Rows { row, runs, nruns } = touch {
-            return self.read_runs(start, count, row, &runs[..nruns]);
+            let mut v = self.runs_vec(start, count, row, &runs[..nruns])?;
+            if self.swap {
+                swap_bytes(&mut v, self.info.dtype.size());
+            }
+            return Ok(Window::owned(v));
+        }
+        if self.swap {
+            // big-endian elements: read (never mapped) and swapped in place
+            let mut v = self.runs_vec(start, count, count.max(1), &[(0, count)])?;
+            swap_bytes(&mut v, self.info.dtype.size());
+            return Ok(Window::owned(v));
         }
         let es = self.info.dtype.size() as u64;
         let begin = self.info.data_offset + start * es;
@@ -82,12 +92,12 @@ impl TensorFile {
 
     /// Reads column runs `(first, count)` of each row of `row` elements in the elements
     /// `[start, start + count)` into a compact buffer.
-    fn read_runs(&self, start: u64, count: u64, row: u64, runs: &[(u64, u64)]) -> Result<Window> {
+    fn runs_vec(&self, start: u64, count: u64, row: u64, runs: &[(u64, u64)]) -> Result<Vec<u8>> {
         let es = self.info.dtype.size() as u64;
         let width: u64 = runs.iter().map(|r| r.1).sum();
         let mut owned = vec![0u8; (count / row.max(1) * width * es) as usize];
         self.pread_runs(start, count, row, runs, &mut owned)?;
-        Ok(Window::owned(owned))
+        Ok(owned)
     }
 
     /// Reads the column runs of each row of `[start, start + count)` (rows of `row`
@@ -179,7 +189,32 @@ impl TensorFile {
                 self.pread_runs(start, count, row, &runs[..nruns], dst)?;
             }
         }
+        if self.swap {
+            swap_bytes(&mut dst[..bytes], self.info.dtype.size());
+        }
         Ok(Some(bytes))
+    }
+}
+
+/// Reverses the bytes of each element of `es` bytes in `buf` (big-endian to native),
+/// across threads when it is large.
+fn swap_bytes(buf: &mut [u8], es: usize) {
+    fn each<const N: usize>(piece: &mut [u8]) {
+        for e in piece.chunks_exact_mut(N) {
+            e.reverse();
+        }
+    }
+    let f: fn(&mut [u8]) = match es {
+        2 => each::<2>,
+        4 => each::<4>,
+        8 => each::<8>,
+        _ => return,
+    };
+    if buf.len() >= 1 << 20 {
+        use rayon::prelude::*;
+        buf.par_chunks_mut(es << 14).for_each(f);
+    } else {
+        f(buf);
     }
 }
 

@@ -116,8 +116,8 @@ fn print_text(path: &Path, t: &TensorFile, format: &str) {
     println!("  elements:    {}", i.len());
     if let Some(order) = t.npy_order() {
         println!(
-            "  data:        {} bytes ({}) at offset {}, {order}: read in C order, \
-             little-endian, chunk by chunk",
+            "  data:        {} bytes ({}) at offset {}, {order}: read as C order, \
+             little-endian",
             i.nbytes(),
             tilestream::budget::fmt_bytes(i.nbytes()),
             i.data_offset

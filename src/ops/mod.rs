@@ -7,6 +7,7 @@
 pub mod expr;
 pub mod generate;
 pub mod matmul;
+pub mod quantile;
 pub mod reduce;
 pub mod stencil;
 

@@ -120,6 +120,13 @@ impl Reduce {
             "count" => Reduce::Count,
             "argmin" => Reduce::ArgMin,
             "argmax" => Reduce::ArgMax,
+            q if crate::ops::quantile::NAMES.contains(&q) => {
+                return Err(Error::invalid(format!(
+                    "{q} is not a one-pass reduction: take it with its q (`tilestream reduce \
+                     --op {q} --q ...`, `ts.reduce(x, \"{q}\", q=...)`) on one machine; \
+                     tilestream.dask and partials do not split it"
+                )));
+            }
             _ => {
                 return Err(Error::invalid(format!(
                     "unknown reduction '{name}': expected sum, mean, min, max, var, std, \

@@ -79,6 +79,20 @@ pub struct StageTimes {
     pub finish: Duration,
 }
 
+impl StageTimes {
+    /// Adds the times and bytes of another run (passes of one job over its input).
+    pub fn add(&mut self, o: &StageTimes) {
+        self.read += o.read;
+        self.compute += o.compute;
+        self.write += o.write;
+        self.wall += o.wall;
+        self.bytes_read += o.bytes_read;
+        self.bytes_written += o.bytes_written;
+        self.resumed_tiles += o.resumed_tiles;
+        self.finish += o.finish;
+    }
+}
+
 /// What a pipeline run streams.
 pub struct Stream<'a> {
     /// The tiles.

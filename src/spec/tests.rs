@@ -18,6 +18,8 @@ fn specs_round_trip_through_json_with_defaults() {
             axis: Some(Axes::One(0)),
             keepdims: false,
             dtype: None,
+            q: None,
+            method: None,
         })
     );
     let raw = OpSpec::Stencil(StencilSpec {

@@ -30,6 +30,7 @@ mod newcomer;
 mod npy_orders;
 mod numpy_interop;
 mod pipeline;
+mod quantile;
 mod readme;
 mod reduce_oracle;
 mod resume;

@@ -1,21 +1,20 @@
-//! `.npy` files whose bytes are not the C-order, little-endian elements the pipeline takes:
-//! Fortran order (`np.save(path, a.T)`, `np.asfortranarray`) and big-endian elements
-//! (`'>f4'`, files from other machines and tools). Such a file is read as a chunked tensor
-//! ([`crate::format::chunked`]), so its windows come through the same bounded decode
-//! scratch and cache as a GeoTIFF's or a Zarr store's; "decoding" a chunk reads its bytes
-//! with positioned reads, puts them in C order and swaps each element's bytes.
+//! `.npy` files in Fortran order (`np.save(path, a.T)`, `np.asfortranarray`), with or
+//! without big-endian elements: read as a chunked tensor ([`crate::format::chunked`]), so
+//! their windows come through the same bounded decode scratch and cache as a GeoTIFF's
+//! or a Zarr store's; "decoding" a chunk reads its bytes with positioned reads, puts them
+//! in C order and swaps each element's bytes where they are big-endian. (A C-order
+//! big-endian file needs no chunks: its windows are read and swapped in place,
+//! `src/format/read.rs`.)
 //!
 //! # Chunks
 //! A chunk is a run of rows of the leading axis, every other axis whole: `(k, d1, ...)`,
-//! about [`TARGET`] bytes, so the row-by-row plans of flat operations decode each chunk
-//! once. In C order (big-endian only) a chunk is one contiguous read; where a row alone
-//! is larger than that, the chunk is cut C-style (`(1, .., c, d_j+1, ..)`, still one
-//! read). In Fortran order the first axis is the file's fastest: a chunk of `k` rows is
-//! one run of `k` elements per position of the other axes (each `d0` elements after the
-//! last), read a batch of runs at a time (as one read when the gaps between them are small,
-//! one read per run when they are large) and transposed into the chunk. A Fortran-order
-//! file whose rows (every axis but the first) hold more than [`ROW_MAX`] bytes is refused:
-//! each of its C-order rows would gather elements from across the whole file.
+//! about [`TARGET_F`] bytes, so the row-by-row plans of flat operations decode each chunk
+//! once. The first axis is the file's fastest: a chunk of `k` rows is one run of `k`
+//! elements per position of the other axes (each `d0` elements after the last), read a
+//! batch of runs at a time (as one read when the gaps between them are small, one read
+//! per run when they are large) and transposed into the chunk. A file whose rows (every
+//! axis but the first) hold more than [`ROW_MAX`] bytes is refused: each of its C-order
+//! rows would gather elements from across the whole file.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -27,10 +26,7 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkSource, Chunked};
 
-/// Bytes a chunk aims for: in C order (one read), and in Fortran order (one read per
-/// run of rows, so longer runs for fewer reads).
-pub(crate) const TARGET: u64 = 1 << 20;
-/// See [`TARGET`].
+/// Bytes a chunk aims for (one read per run of rows: longer runs, fewer reads).
 pub(crate) const TARGET_F: u64 = 4 << 20;
 
 /// Most bytes of one row (every axis but the first) of a Fortran-order file.
@@ -44,7 +40,7 @@ const READ_MAX: u64 = 1 << 20;
 /// read: a read costs about as much as copying this many bytes.
 const GAP_READ: u64 = 64 << 10;
 
-/// How a non-native `.npy` file's elements are laid out.
+/// How a Fortran-order `.npy` file's elements are laid out.
 #[derive(Debug)]
 pub(crate) struct NpyChunks {
     path: PathBuf,
@@ -58,14 +54,13 @@ pub(crate) struct NpyChunks {
     /// The first row of the file this tensor starts at.
     row0: u64,
     dtype: DType,
-    fortran: bool,
     swap: bool,
     chunk: Vec<usize>,
 }
 
 impl NpyChunks {
-    /// The chunk source of the file `path` (open as `file`) whose elements start at byte
-    /// `offset`, of `shape` and `dtype`, in Fortran order and/or big-endian.
+    /// The chunk source of the Fortran-order file `path` (open as `file`) whose elements
+    /// start at byte `offset`, of `shape` and `dtype`, big-endian if `swap`.
     ///
     /// # Errors
     /// [`Error::Format`] for a Fortran-order file whose rows are longer than
@@ -76,12 +71,11 @@ impl NpyChunks {
         offset: u64,
         shape: &[usize],
         dtype: DType,
-        fortran: bool,
         swap: bool,
     ) -> Result<Self> {
         let es = dtype.size() as u64;
         let row: u64 = shape.iter().skip(1).map(|&d| d as u64).product();
-        if fortran && row * es > ROW_MAX {
+        if row * es > ROW_MAX {
             return Err(Error::format(
                 path,
                 format!(
@@ -95,9 +89,7 @@ impl NpyChunks {
                 ),
             ));
         }
-        // a 0-d array's one element is read as a 1-d array's (windows are flat indices)
-        let shape = if shape.is_empty() { &[1][..] } else { shape };
-        let chunk = chunk_shape(shape, es, fortran);
+        let chunk = chunk_shape(shape, es);
         Ok(NpyChunks {
             path: path.to_path_buf(),
             file: file
@@ -108,7 +100,6 @@ impl NpyChunks {
             file_rows: shape.first().map_or(1, |&d| d as u64),
             row0: 0,
             dtype,
-            fortran,
             swap,
             chunk,
         })
@@ -150,22 +141,21 @@ impl NpyChunks {
                 .try_clone()
                 .map_err(|e| Error::io("open again", &self.path, e))?,
             offset: self.offset,
-            chunk: chunk_shape(&shape, es, self.fortran),
+            chunk: chunk_shape(&shape, es),
             shape,
             file_rows: self.file_rows,
             row0: self.row0 + start,
             dtype: self.dtype,
-            fortran: self.fortran,
             swap: self.swap,
         })
     }
 
     /// What the file holds, for a plan or `info`: `Fortran order, big-endian`.
     pub(crate) fn describe(&self) -> String {
-        match (self.fortran, self.swap) {
-            (true, true) => "Fortran order, big-endian".into(),
-            (true, false) => "Fortran order".into(),
-            _ => "big-endian".into(),
+        if self.swap {
+            "Fortran order, big-endian".into()
+        } else {
+            "Fortran order".into()
         }
     }
 
@@ -180,32 +170,6 @@ impl NpyChunks {
                 Error::io("read", &self.path, e)
             }
         })
-    }
-
-    /// A C-order chunk: one contiguous read, then each element's bytes swapped.
-    fn decode_c(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
-        let es = self.dtype.size();
-        let (mut flat, mut count) = (0u64, 1u64);
-        for (a, &d) in self.shape.iter().enumerate() {
-            let o = pos[a] * self.chunk[a];
-            let e = self.chunk[a].min(d - o);
-            let d = if a == 0 { self.file_rows } else { d as u64 };
-            let o = if a == 0 {
-                o as u64 + self.row0
-            } else {
-                o as u64
-            };
-            flat = flat * d + o;
-            count *= e as u64;
-        }
-        let bytes = &mut out[..count as usize * es];
-        self.read_at(bytes, self.offset + flat * es as u64)?;
-        if self.swap {
-            for e in bytes.chunks_exact_mut(es) {
-                e.reverse();
-            }
-        }
-        Ok(())
     }
 
     /// A Fortran-order chunk of rows `a..a + e`: the run of each position of the other
@@ -317,29 +281,12 @@ fn place<const ES: usize>(
 
 /// The chunk shape of a tensor of `shape` with elements of `es` bytes (see the module's
 /// notes).
-fn chunk_shape(shape: &[usize], es: u64, fortran: bool) -> Vec<usize> {
-    if shape.is_empty() {
-        return Vec::new();
-    }
-    let row: u64 = shape[1..].iter().map(|&d| d as u64).product::<u64>() * es;
+fn chunk_shape(shape: &[usize], es: u64) -> Vec<usize> {
     let mut chunk = shape.to_vec();
-    if fortran || row <= TARGET {
-        let target = if fortran { TARGET_F } else { TARGET };
-        chunk[0] = (target / row.max(1)).clamp(1, shape[0].max(1) as u64) as usize;
-        return chunk;
+    if let Some(c) = chunk.first_mut() {
+        let row: u64 = shape[1..].iter().map(|&d| d as u64).product::<u64>() * es;
+        *c = (TARGET_F / row.max(1)).clamp(1, shape[0].max(1) as u64) as usize;
     }
-    // C order, rows larger than a chunk: the longest suffix of whole axes that fits, and
-    // as much of the axis before it as fits too
-    let mut suffix = es;
-    let mut j = shape.len() - 1;
-    while j > 0 && suffix * shape[j] as u64 <= TARGET {
-        suffix *= shape[j] as u64;
-        j -= 1;
-    }
-    for c in &mut chunk[..j] {
-        *c = 1;
-    }
-    chunk[j] = (TARGET / suffix).clamp(1, shape[j].max(1) as u64) as usize;
     chunk
 }
 
@@ -349,20 +296,12 @@ impl ChunkSource for NpyChunks {
     }
 
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
-        if self.fortran {
-            self.decode_f(pos, out)
-        } else {
-            self.decode_c(pos, out)
-        }
+        self.decode_f(pos, out)
     }
 
     fn work_bytes(&self) -> u64 {
         // the read buffer: at most READ_MAX, or one run when a run is longer
-        if self.fortran {
-            READ_MAX.max(self.chunk[0] as u64 * self.dtype.size() as u64)
-        } else {
-            0
-        }
+        READ_MAX.max(self.chunk[0] as u64 * self.dtype.size() as u64)
     }
 }
 
@@ -371,20 +310,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunks_are_runs_of_rows_or_contiguous_cuts() {
-        assert_eq!(chunk_shape(&[3_075_200, 512], 4, true), vec![2048, 512]);
-        assert_eq!(chunk_shape(&[100, 7], 8, false), vec![100, 7]);
-        assert_eq!(chunk_shape(&[100_000, 16], 8, false), vec![8192, 16]);
-        // C-order rows larger than a chunk: cut along the last axes, still contiguous
-        assert_eq!(chunk_shape(&[3, 4, 1 << 21], 4, false), vec![1, 1, 1 << 18]);
-        assert_eq!(
-            chunk_shape(&[3, 16, 1 << 16], 1, false),
-            vec![1, 16, 1 << 16]
-        );
-        assert_eq!(
-            chunk_shape(&[3, 1 << 10, 1 << 13], 1, false),
-            vec![1, 128, 1 << 13]
-        );
-        assert_eq!(chunk_shape(&[], 4, false), Vec::<usize>::new());
+    fn chunks_are_runs_of_rows() {
+        assert_eq!(chunk_shape(&[3_075_200, 512], 4), vec![2048, 512]);
+        assert_eq!(chunk_shape(&[100, 7], 8), vec![100, 7]);
+        assert_eq!(chunk_shape(&[3, 4, 1 << 20], 4), vec![1, 4, 1 << 20]);
+        assert_eq!(chunk_shape(&[], 4), Vec::<usize>::new());
     }
 }

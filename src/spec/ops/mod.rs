@@ -177,7 +177,7 @@ mod generate;
 mod map;
 mod matmul;
 mod reduce;
-pub use reduce::Axes;
+pub use reduce::{Axes, Qs};
 mod standardize;
 mod stencil;
 mod tiles;

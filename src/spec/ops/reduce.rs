@@ -1,13 +1,54 @@
-//! `reduce`: a reduction (`sum`, `mean`, `var`, `std`, `min`, `max`) over one axis,
-//! several or all elements, written to a small file.
+//! `reduce`: a reduction (`sum`, `mean`, `var`, `std`, `min`, `max`, ...; quantiles,
+//! percentiles and medians) over one axis, several or all elements, written to a small
+//! file.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::{Operation, PipelineStep, Tiling};
+use crate::ops::quantile::Quantiles;
 use crate::spec::{Source, SpecPlan};
 use crate::{DType, Engine, Reduce, ReduceOver, Result, RunReport};
+
+/// The `q` of a quantile or percentile: one number (`"q": 0.5`, no axis for it in the
+/// result) or several (`"q": [0.02, 0.98]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Qs {
+    /// One quantile.
+    One(f64),
+    /// Several quantiles.
+    Many(Vec<f64>),
+}
+
+impl Qs {
+    /// Parses `0.5` or `0.02,0.98` (the command line's `--q`).
+    ///
+    /// # Errors
+    /// A message naming what is not a number.
+    pub fn parse(s: &str) -> std::result::Result<Self, String> {
+        let list = s
+            .split(',')
+            .map(|a| {
+                a.trim()
+                    .parse::<f64>()
+                    .map_err(|_| format!("`{a}` is not a number: give q such as 0.5 or 0.02,0.98"))
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()?;
+        Ok(match list.as_slice() {
+            [q] => Qs::One(*q),
+            _ => Qs::Many(list),
+        })
+    }
+
+    fn list(&self) -> (Vec<f64>, bool) {
+        match self {
+            Qs::One(q) => (vec![*q], true),
+            Qs::Many(v) => (v.clone(), false),
+        }
+    }
+}
 
 /// The axes a reduction runs over: one (`"axis": 1`) or several (`"axis": [0, 2, 3]`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -80,15 +121,49 @@ pub struct ReduceSpec {
     /// Output dtype (default: the reduction's).
     #[serde(default, with = "crate::spec::opt_dtype_name")]
     pub dtype: Option<DType>,
+    /// The quantiles of `quantile` (in `[0, 1]`) or percentiles of `percentile` (in
+    /// `[0, 100]`), and their `nan` forms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub q: Option<Qs>,
+    /// How a quantile between two elements is taken: `linear` (default), `lower`,
+    /// `higher`, `nearest` or `midpoint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
 }
 
 fn sum() -> String {
     "sum".into()
 }
 
+impl ReduceSpec {
+    /// The quantiles asked for, when the reduction is a quantile, percentile or median.
+    ///
+    /// # Errors
+    /// As [`Quantiles::parse`]; [`crate::Error::Invalid`] for a `q` or `method` given to
+    /// another reduction.
+    pub fn quantiles(&self) -> Result<Option<Quantiles>> {
+        let (q, scalar) = self.q.as_ref().map(Qs::list).unzip();
+        let found = Quantiles::parse(
+            &self.reduce,
+            q.as_deref(),
+            scalar.unwrap_or(false),
+            self.method.as_deref(),
+        )?;
+        if found.is_none() && (self.q.is_some() || self.method.is_some()) {
+            return Err(crate::Error::invalid(format!(
+                "q and method are for quantile, percentile and median (and their nan forms), \
+                 not {}",
+                self.reduce
+            )));
+        }
+        Ok(found)
+    }
+}
+
 impl PipelineStep for ReduceSpec {
-    const KEYS: Option<&'static [&'static str]> =
-        Some(&["input", "reduce", "axis", "keepdims", "ddof", "dtype"]);
+    const KEYS: Option<&'static [&'static str]> = Some(&[
+        "input", "reduce", "axis", "keepdims", "ddof", "dtype", "q", "method",
+    ]);
 }
 
 impl Operation for ReduceSpec {
@@ -110,6 +185,13 @@ impl Operation for ReduceSpec {
 
     fn written(&self, _e: &Engine) -> Result<Option<(Vec<usize>, DType)>> {
         let x = self.input.open()?;
+        if let Some(q) = self.quantiles()? {
+            let over = Axes::over(self.axis.as_ref())?;
+            return Ok(Some((
+                q.out_shape(&over.out_shape_keeping(x.shape(), self.keepdims)),
+                self.dtype.unwrap_or(q.output_dtype(x.dtype())),
+            )));
+        }
         let r = Reduce::parse(&self.reduce, self.ddof)?;
         Ok(Some((
             Axes::over(self.axis.as_ref())?.out_shape_keeping(x.shape(), self.keepdims),
@@ -118,6 +200,12 @@ impl Operation for ReduceSpec {
     }
 
     fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
+        if let Some(q) = self.quantiles()? {
+            let over = Axes::over(self.axis.as_ref())?;
+            return e
+                .plan_quantile(&self.input.open()?, over, &q)
+                .map(SpecPlan::Flat);
+        }
         let op = Reduce::parse(&self.reduce, self.ddof)?;
         e.plan_reduce(&self.input.open()?, op, Axes::over(self.axis.as_ref())?)
             .map(SpecPlan::Flat)
@@ -125,8 +213,11 @@ impl Operation for ReduceSpec {
 
     fn run(&self, e: &Engine) -> Result<RunReport> {
         let x = self.input.open()?;
-        let r = Reduce::parse(&self.reduce, self.ddof)?;
         let over = Axes::over(self.axis.as_ref())?;
+        if let Some(q) = self.quantiles()? {
+            return e.quantile_to_file(&x, over, &q, &self.output, self.dtype, self.keepdims);
+        }
+        let r = Reduce::parse(&self.reduce, self.ddof)?;
         e.reduce_to_file_keeping(&x, r, over, &self.output, self.dtype, self.keepdims)
     }
 }
@@ -142,12 +233,17 @@ impl Operation for ReduceSpec {
   tilestream reduce batch.npy chmean.npy --op mean --axis 0,2,3 --memory 256MiB   # per channel of NCHW
   tilestream reduce x.raw rowstd.npy --op std --axis 1 --ddof 1 --shape 1000x512 --in-dtype f32
   tilestream reduce x.npy peakrow.npy --op argmax --axis 0   # row of each column's maximum
+  tilestream reduce scene.tif stretch.npy --op percentile --q 2,98 --axis 1,2   # per band
+  tilestream reduce x.npy med.npy --op median --axis 0
 
 Results: sum is f64 for floats, i64 for signed ints and bool, u64 for unsigned; mean, var
 and std are f64; min and max keep the input dtype; the nan forms (nansum, nanmean, nanmin,
 nanmax, nanvar, nanstd) leave NaN out; count is i64; argmin and argmax are i64 indices
 along the axis (flat over all elements), numpy's: the first occurrence, the first NaN if
-any; one axis or none. Bit-identical whatever --memory and --threads."
+any; one axis or none. quantile (--q in [0, 1]), percentile (--q in [0, 100]), median and
+their nan forms are numpy's, exactly (--method linear, lower, higher, nearest, midpoint),
+with a leading axis for --q when it lists several. Bit-identical whatever --memory and
+--threads."
 )]
 pub struct ReduceArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
@@ -157,7 +253,8 @@ pub struct ReduceArgs {
     pub output: PathBuf,
     /// Reduction: sum, mean, min, max, var, std; nansum, nanmean, nanmin, nanmax, nanvar,
     /// nanstd (NaN left out); count (of the elements that are not NaN); argmin, argmax (where
-    /// the extreme first occurs, i64: one axis or none).
+    /// the extreme first occurs, i64: one axis or none); quantile, percentile, median and
+    /// nanquantile, nanpercentile, nanmedian (with --q).
     #[arg(long, default_value = "sum")]
     pub op: String,
     /// Axis to reduce, or several (`0,2,3`); omit to reduce over all elements.
@@ -169,6 +266,14 @@ pub struct ReduceArgs {
     /// Delta degrees of freedom for var and std (divisor n - ddof).
     #[arg(long, default_value_t = 0)]
     pub ddof: u32,
+    /// Quantiles of quantile (in [0, 1]) or percentiles of percentile (in [0, 100]): one,
+    /// or several (`2,98`: the result gets a leading axis of them).
+    #[arg(long, value_parser = Qs::parse, allow_hyphen_values = true)]
+    pub q: Option<Qs>,
+    /// How a quantile between two elements is taken: linear (numpy's default), lower,
+    /// higher, nearest or midpoint.
+    #[arg(long)]
+    pub method: Option<String>,
     /// Cast the result to this dtype.
     #[arg(long)]
     pub dtype: Option<String>,
@@ -187,6 +292,8 @@ impl super::Arguments for ReduceArgs {
             axis: self.axis.clone(),
             keepdims: self.keepdims,
             dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
+            q: self.q.clone(),
+            method: self.method.clone(),
         }))
     }
 }

@@ -1,0 +1,210 @@
+//! Quantiles, percentiles and medians against a sorted oracle: every dtype, one axis,
+//! several and all elements of a prime 4-D shape, NaN at block and tile boundaries and
+//! slices of NaN alone, the same bytes at budgets from a few hundred KiB to 64 MiB and
+//! 1-3 threads. The selected elements (`lower`, `higher`, `nearest`) must equal the
+//! oracle's exactly; numpy's arithmetic between them is checked against numpy itself by
+//! `python/tests/test_quantile.py`.
+
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+use crate::common::{Lcg, engine_on, write_npy};
+use tilestream::device::DeviceRequest;
+use tilestream::ops::quantile::Quantiles;
+use tilestream::{DType, Element, ReduceOver, TensorFile};
+
+/// Each output's values (gathered by the kept axes' coordinates), sorted, NaN left out;
+/// and whether it held NaN.
+fn groups(x: &[f64], shape: &[usize], over: ReduceOver) -> Vec<(Vec<f64>, bool)> {
+    let reduced = over.axis_list(shape.len());
+    let outputs: usize = (0..shape.len())
+        .filter(|a| !reduced.contains(a))
+        .map(|a| shape[a])
+        .product();
+    let mut g: Vec<(Vec<f64>, bool)> = vec![(Vec::new(), false); outputs];
+    for (flat, &v) in x.iter().enumerate() {
+        let (mut rem, mut out, mut scale) = (flat, 0, 1);
+        for a in (0..shape.len()).rev() {
+            let c = rem % shape[a];
+            rem /= shape[a];
+            if !reduced.contains(&a) {
+                out += c * scale;
+                scale *= shape[a];
+            }
+        }
+        if v.is_nan() {
+            g[out].1 = true;
+        } else {
+            g[out].0.push(v);
+        }
+    }
+    for (v, _) in &mut g {
+        v.sort_by(f64::total_cmp);
+    }
+    g
+}
+
+fn data(dtype: DType, n: usize, seed: u64, nan_every: usize) -> (Vec<u8>, Vec<f64>) {
+    let mut rng = Lcg(seed);
+    let mut bytes = Vec::with_capacity(n * dtype.size());
+    let mut vals = Vec::with_capacity(n);
+    for i in 0..n {
+        let u = rng.f64();
+        tilestream::dispatch_dtype!(dtype, T => {
+            // negative and positive values, many ties; NaN where asked (floats)
+            let raw = if dtype.is_float() && nan_every > 0 && i % nan_every == 3 {
+                f64::NAN
+            } else if dtype.is_float() {
+                ((u - 0.5) * 600.0).round() / 4.0
+            } else {
+                (u * 120.0).floor() - if dtype.is_unsigned() || dtype == DType::Bool { 0.0 } else { 60.0 }
+            };
+            let v = T::from_f64(raw);
+            vals.push(v.to_f64());
+            bytes.extend_from_slice(bytemuck::bytes_of(&v));
+        });
+    }
+    (bytes, vals)
+}
+
+fn run(x: &TensorFile, over: ReduceOver, q: &Quantiles, budget: u64, threads: usize) -> Vec<u8> {
+    let e = engine_on(DeviceRequest::Cpu, budget)
+        .with_threads(threads)
+        .unwrap();
+    e.quantile(x, over, q).unwrap().0.bytes().to_vec()
+}
+
+fn check(shape: &[usize], dtype: DType, over: ReduceOver, seed: u64, nan_every: usize) {
+    let n: usize = shape.iter().product();
+    let (bytes, vals) = data(dtype, n, seed, nan_every);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.npy");
+    write_npy(&p, dtype, shape, &bytes);
+    let x = TensorFile::open(&p).unwrap();
+    let g = groups(&vals, shape, over);
+    for method in ["lower", "higher", "nearest"] {
+        for name in ["quantile", "nanquantile"] {
+            let qs = [0.0, 0.02, 0.5, 0.98, 1.0];
+            let q = Quantiles::parse(name, Some(&qs), false, Some(method))
+                .unwrap()
+                .unwrap();
+            let got = run(&x, over, &q, 64 << 20, 2);
+            let got: Vec<f64> = tilestream::dispatch_dtype!(dtype, T => {
+                bytemuck::pod_collect_to_vec::<u8, T>(&got).into_iter().map(Element::to_f64).collect()
+            });
+            assert_eq!(got.len(), qs.len() * g.len());
+            for (k, &qv) in qs.iter().enumerate() {
+                for (o, (v, nan)) in g.iter().enumerate() {
+                    let want = if v.is_empty() || (*nan && name == "quantile") {
+                        f64::NAN
+                    } else {
+                        let h = (v.len() - 1) as f64 * qv;
+                        let r = match method {
+                            "lower" => h.floor(),
+                            "higher" => h.ceil(),
+                            _ => h.round_ties_even(),
+                        };
+                        v[r as usize]
+                    };
+                    let have = got[k * g.len() + o];
+                    assert!(
+                        have.to_bits() == want.to_bits() || (have.is_nan() && want.is_nan()),
+                        "{shape:?} {dtype} {over:?} {name} {method} q {qv} output {o}: \
+                         got {have}, sorted oracle {want}"
+                    );
+                }
+            }
+            // the same bytes at any budget and thread count
+            let base = run(&x, over, &q, 64 << 20, 2);
+            let mut ran = 0;
+            for (budget, threads) in [(300 << 10, 1), (1 << 20, 3), (4 << 20, 1)] {
+                let e = engine_on(DeviceRequest::Cpu, budget)
+                    .with_threads(threads)
+                    .unwrap();
+                let b = match e.quantile(&x, over, &q) {
+                    Ok((a, _)) => a.bytes().to_vec(),
+                    // too many outputs for this budget's counts: refused, not wrong
+                    Err(tilestream::Error::Budget(_)) => continue,
+                    Err(e) => panic!("{e}"),
+                };
+                assert!(
+                    b == base,
+                    "{shape:?} {dtype} {over:?} {name} {method}: bytes differ at {budget}, {threads} threads"
+                );
+                ran += 1;
+            }
+            // narrower digits (more passes) at the small budgets, the same bytes
+            assert!(
+                ran >= 1,
+                "{shape:?} {over:?}: none of the small budgets ran"
+            );
+        }
+    }
+}
+
+#[test]
+fn selection_equals_the_sorted_oracle_every_dtype() {
+    for (i, d) in DType::ALL.into_iter().enumerate() {
+        check(&[1031, 7], d, ReduceOver::Axis(0), 10 + i as u64, 0);
+        check(&[1031, 7], d, ReduceOver::All, 30 + i as u64, 0);
+    }
+}
+
+#[test]
+fn every_axis_combination_of_a_4d_array_with_nan() {
+    let shape = [3, 5, 7, 11];
+    for d in [DType::F32, DType::F64, DType::F16, DType::I16] {
+        for mask in 1u32..16 {
+            let axes: Vec<usize> = (0..4).filter(|a| mask & (1 << a) != 0).collect();
+            let over = ReduceOver::axes(&axes).unwrap();
+            check(&shape, d, over, u64::from(mask), 13);
+        }
+    }
+}
+
+#[test]
+fn many_tiles_and_nan_at_their_boundaries() {
+    // 300 000 elements: hundreds of tiles at the small budgets; NaN every 4096 elements
+    check(&[100_000, 3], DType::F32, ReduceOver::Axis(0), 7, 4096);
+    check(&[300_000], DType::F64, ReduceOver::All, 8, 65_536);
+}
+
+#[test]
+fn a_median_and_linear_quantiles_of_integers() {
+    // numpy: the median of integers is the mean of the two middle ones, in f64; linear
+    // interpolation a + (b - a) * t in f64
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.npy");
+    let v: Vec<i32> = vec![7, -3, 10, 1, 4, 4];
+    write_npy(&p, DType::I32, &[6], bytemuck::cast_slice(&v));
+    let x = TensorFile::open(&p).unwrap();
+    let e = engine_on(DeviceRequest::Cpu, 1 << 20);
+    let m = Quantiles::parse("median", None, false, None)
+        .unwrap()
+        .unwrap();
+    let (a, _) = e.quantile(&x, ReduceOver::All, &m).unwrap();
+    assert_eq!((a.dtype(), a.shape()), (DType::F64, &[][..]));
+    assert_eq!(bytemuck::cast_slice::<u8, f64>(a.bytes()), &[4.0]);
+    // sorted: -3 1 4 4 7 10; q 0.3: h = 1.5, 1 + (4 - 1) * 0.5 = 2.5 (t >= 0.5: 4 - 3 * 0.5)
+    let q = Quantiles::parse("percentile", Some(&[30.0, 100.0]), false, None)
+        .unwrap()
+        .unwrap();
+    let (a, _) = e.quantile(&x, ReduceOver::All, &q).unwrap();
+    assert_eq!(a.shape(), &[2]);
+    assert_eq!(bytemuck::cast_slice::<u8, f64>(a.bytes()), &[2.5, 10.0]);
+}
+
+#[test]
+fn refusals_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.npy");
+    let (bytes, _) = data(DType::F32, 4000, 1, 0);
+    write_npy(&p, DType::F32, &[1000, 4], &bytes);
+    let x = TensorFile::open(&p).unwrap();
+    // a median along the last axis of 1000 rows: 1000 outputs' counts in a tiny budget
+    let m = Quantiles::parse("median", None, false, None)
+        .unwrap()
+        .unwrap();
+    let e = engine_on(DeviceRequest::Cpu, 64 << 10).quantile(&x, ReduceOver::Axis(1), &m);
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("digit counts") && !e.contains('\n'), "{e}");
+}
