@@ -96,6 +96,12 @@ pub(crate) fn reduce(
             .map_err(to_py)?;
     let reduce = match &quantiles {
         Some(_) => None,
+        None if q.is_some() || method.is_some() => {
+            return Err(PyValueError::new_err(format!(
+                "tilestream: q and method are for quantile, percentile and median (and their \
+                 nan forms), not {op}"
+            )));
+        }
         None => Some(Reduce::parse(op, ddof).map_err(to_py)?),
     };
     let over = over_of(axis).map_err(to_py)?;

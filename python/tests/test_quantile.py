@@ -113,7 +113,8 @@ def test_bad_requests_are_refused_in_one_line(tmp_path):
     for kw, match in [(dict(op="quantile", q=1.5), "outside"),
                       (dict(op="quantile"), "needs q"),
                       (dict(op="median", q=0.5), "takes no q"),
-                      (dict(op="quantile", q=0.5, method="cubic"), "unknown quantile method")]:
+                      (dict(op="quantile", q=0.5, method="cubic"), "unknown quantile method"),
+                      (dict(op="sum", q=0.5), "q and method are for")]:
         with pytest.raises(ValueError, match=match) as e:
             ts.reduce(tmp_path / "a.npy", **kw)
         assert "\n" not in str(e.value)

@@ -6,8 +6,9 @@
 //! parser here accepts exactly what numpy writes (and reasonable variations in spacing
 //! and quoting) and refuses anything else with a message.
 //!
-//! A file in Fortran order or with big-endian elements is read through [`chunks`], which
-//! turns its bytes into the C-order native elements the pipeline takes, chunk by chunk.
+//! A file in Fortran order is read chunk by chunk through a chunk source (`chunks.rs`),
+//! which puts its elements in C order; a big-endian one with positioned reads whose bytes
+//! are swapped in place (`src/format/read.rs`).
 
 pub(crate) mod chunks;
 
