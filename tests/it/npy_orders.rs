@@ -122,6 +122,13 @@ fn windows_equal_the_c_order_little_endian_bytes() {
                 let es = d.size();
                 let whole = x.map_windows(&[(0, n as u64, Touch::All)]).unwrap();
                 assert!(whole[0].bytes() == want.as_slice(), "{what}: whole");
+                // straight into a buffer, as a device's staging slot is filled (a
+                // Fortran-order file's chunks must be decoded: None)
+                let mut dst = vec![0u8; n * es];
+                match x.read_into(0, n as u64, Touch::All, &mut dst).unwrap() {
+                    Some(k) => assert!(k == n * es && dst == want, "{what}: read_into"),
+                    None => assert!(fortran, "{what}: read_into refused"),
+                }
                 // windows starting and ending anywhere, several at once
                 let mut rng = Lcg(j as u64 + 99);
                 for _ in 0..20 {
