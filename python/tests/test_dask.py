@@ -285,6 +285,8 @@ def test_bad_arguments_are_refused_in_one_line(client, tmp_path):
     with pytest.raises(ValueError, match="axis 5 is out of range"):
         tsd.reduce(p, "sum", 5, client=client)
     with pytest.raises(ValueError, match="unknown reduction"):
+        tsd.reduce(p, "mode", 0, client=client, memory="1MiB")
+    with pytest.raises(ValueError, match="median is not a one-pass reduction"):
         tsd.reduce(p, "median", 0, client=client, memory="1MiB")
     # a failed job leaves nothing behind
     with pytest.raises(ValueError, match="unknown function|expression"):

@@ -42,6 +42,9 @@ def reduce(
     ddof: int,
     opts: str,
     progress: Optional[Callable[[dict], Any]] = None,
+    q: Optional[list[float]] = None,
+    q_scalar: bool = False,
+    method: Optional[str] = None,
 ) -> tuple[bytes, str, list[int], str]: ...
 def reduce_partials(
     source: str,
