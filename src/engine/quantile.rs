@@ -240,6 +240,7 @@ impl Engine {
                     Vec::new()
                 },
                 parallel: digits.copies > 1,
+                parts: Vec::new(),
                 _t: std::marker::PhantomData,
             };
             let (r, t) =
@@ -355,6 +356,8 @@ struct Pass<T> {
     counts: Vec<u64>,
     nan: Vec<u64>,
     parallel: bool,
+    /// Counting in parallel: each piece's counters and NaN counts, for the whole pass.
+    parts: Vec<(Vec<u64>, Vec<u64>)>,
     _t: std::marker::PhantomData<T>,
 }
 
@@ -434,26 +437,22 @@ impl<T: Element> TileReducer for Pass<T> {
         }
         let outputs = self.groups.starts.len() - 1;
         if self.parallel && data.len() > 1 << 16 {
-            let pieces = rayon::current_num_threads().max(1);
-            let step = data.len().div_ceil(pieces);
-            let parts: Vec<(Vec<u64>, Vec<u64>)> = data
-                .par_chunks(step)
-                .enumerate()
-                .map(|(i, d)| {
-                    let mut c = vec![0u64; size];
-                    let mut n = vec![0u64; if self.first { outputs } else { 0 }];
-                    self.count(start + (i * step) as u64, d, &mut c, &mut n);
-                    (c, n)
-                })
-                .collect();
-            for (c, n) in parts {
-                for (a, b) in self.counts.iter_mut().zip(c) {
-                    *a += b;
-                }
-                for (a, b) in self.nan.iter_mut().zip(n) {
-                    *a += b;
-                }
+            // each piece counts into its own counters, kept for the whole pass and merged
+            // once in `into_bytes`
+            let mut parts = std::mem::take(&mut self.parts);
+            if parts.is_empty() {
+                let nan = if self.first { outputs } else { 0 };
+                parts = (0..rayon::current_num_threads().max(1))
+                    .map(|_| (vec![0u64; size], vec![0u64; nan]))
+                    .collect();
             }
+            let step = data.len().div_ceil(parts.len());
+            let me = &*self;
+            data.par_chunks(step)
+                .zip(parts.par_iter_mut())
+                .enumerate()
+                .for_each(|(i, (d, (c, n)))| me.count(start + (i * step) as u64, d, c, n));
+            self.parts = parts;
         } else {
             let mut counts = std::mem::take(&mut self.counts);
             let mut nan = std::mem::take(&mut self.nan);
@@ -465,20 +464,29 @@ impl<T: Element> TileReducer for Pass<T> {
 
     fn into_bytes(self: Box<Self>) -> Vec<u8> {
         let size = self.groups.prefix.len().max(1) << self.width;
-        let counts = if self.counts.is_empty() {
+        let mut counts = if self.counts.is_empty() {
             vec![0; size]
         } else {
             self.counts
         };
+        let mut nan = self.nan;
+        for (c, n) in self.parts {
+            for (a, b) in counts.iter_mut().zip(c) {
+                *a += b;
+            }
+            for (a, b) in nan.iter_mut().zip(n) {
+                *a += b;
+            }
+        }
         let mut words = vec![
             self.groups.prefix.len() as u64,
             counts.len() as u64,
-            self.nan.len() as u64,
+            nan.len() as u64,
         ];
         words.extend(self.groups.starts.iter().map(|&s| u64::from(s)));
         words.extend_from_slice(&self.groups.prefix);
         words.extend_from_slice(&counts);
-        words.extend_from_slice(&self.nan);
+        words.extend_from_slice(&nan);
         bytemuck::cast_slice(&words).to_vec()
     }
 
