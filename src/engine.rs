@@ -27,9 +27,7 @@ use crate::format::tiff::{GeoRef, TiffWriteOptions};
 use crate::format::zarr::ZarrWriteOptions;
 use crate::format::{OutFormat, OutRegion, OutputFile, TensorFile, same_file, window_slack};
 use crate::journal::{JobKey, Journal};
-use crate::plan::{
-    DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, DEVICE_MAX_TILE_BYTES, Plan, PlanRequest,
-};
+use crate::plan::{DEFAULT_DEPTH, DEFAULT_MAX_TILE_BYTES, Plan, PlanRequest};
 use crate::scheduler::TileKernel;
 use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 
@@ -73,8 +71,8 @@ pub struct Engine {
     backend: Arc<dyn Backend>,
     depth: usize,
     max_tile_bytes: u64,
-    /// Whether the caller set `max_tile_bytes` (else a GPU run takes larger tiles).
-    max_tile_set: bool,
+    /// The CUDA driver's host memory, taken out of the caller's budget (0 on the CPU).
+    driver_bytes: u64,
     progress: Option<ProgressCallback>,
     durable: bool,
     cancel: Arc<AtomicBool>,
@@ -130,7 +128,7 @@ impl Engine {
             backend: Arc::new(CpuBackend::new(None)?),
             depth: DEFAULT_DEPTH,
             max_tile_bytes: DEFAULT_MAX_TILE_BYTES,
-            max_tile_set: false,
+            driver_bytes: 0,
             progress: None,
             durable: true,
             cancel: Arc::new(AtomicBool::new(false)),
@@ -163,14 +161,40 @@ impl Engine {
     /// [`Error::Device`] for `cuda` when the binary has no CUDA support, the driver
     /// cannot be loaded or the device does not exist.
     pub fn with_device(mut self, device: DeviceRequest) -> Result<Self> {
+        // the budget the caller gave, before any driver's share was taken from it
+        let given = self.budget.limit() + self.driver_bytes;
+        let mut driver = 0;
         if let DeviceRequest::Cuda(n) = device {
-            self.cuda = Some(Arc::new(CudaDevice::open(n.unwrap_or(0), self.gpu_memory)?));
-            if !self.max_tile_set {
-                self.max_tile_bytes = DEVICE_MAX_TILE_BYTES;
+            let n = n.unwrap_or(0);
+            self.cuda = Some(Arc::new(CudaDevice::open(n, self.gpu_memory)?));
+            // the driver's own host memory is the process's too: it comes out of the
+            // budget, so that peak RSS stays within it (device::driver_host_bytes)
+            driver = crate::device::driver_host_bytes();
+            let least = driver + (4 << 20);
+            if given < least {
+                return Err(Error::invalid(format!(
+                    "`memory={}` is too small for a run on cuda:{n}: the CUDA driver holds {} \
+                     of host memory of its own in this process, counted in the budget; give \
+                     `memory={}` or more (what the run's tiles need besides), or `device=cpu`",
+                    crate::budget::fmt_bytes(given),
+                    crate::budget::fmt_bytes(driver),
+                    crate::budget::fmt_bytes(least.next_multiple_of(1 << 20))
+                )));
             }
+        }
+        if driver != self.driver_bytes {
+            self.budget = MemoryBudget::new(given - driver);
+            self.driver_bytes = driver;
         }
         self.device = device;
         Ok(self)
+    }
+
+    /// Host memory the CUDA driver holds, taken from the budget for a GPU run (0 on the
+    /// CPU): [`crate::device::driver_host_bytes`] when the device was opened.
+    #[must_use]
+    pub fn driver_bytes(&self) -> u64 {
+        self.driver_bytes
     }
 
     /// Plans every operation as it would on a GPU with a device budget of `memory` bytes,
@@ -270,13 +294,12 @@ impl Engine {
         self
     }
 
-    /// Caps one tile's staging bytes (default 16 MiB on the CPU, where a tile's windows
-    /// stay in the caches; 64 MiB on a GPU, where each tile costs a few launches and
-    /// synchronisations).
+    /// Caps one tile's staging bytes (default 16 MiB on either device: on the CPU a
+    /// tile's windows stay in the caches; on a GPU smaller tiles keep reading, copying
+    /// and the kernels overlapped, and a tile's launches cost far less than its copy).
     #[must_use]
     pub fn with_max_tile_bytes(mut self, bytes: u64) -> Self {
         self.max_tile_bytes = bytes.max(1);
-        self.max_tile_set = true;
         self
     }
 

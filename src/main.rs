@@ -212,10 +212,13 @@ fn devices(json: bool) {
         }
     }
     let cache = tilestream::device::kernel_cache_dir().map(|d| d.display().to_string());
+    // measured as the probe created the contexts: what a GPU run takes from --memory
+    let driver = tilestream::device::driver_host_bytes();
     if json {
         let j = serde_json::json!({
             "driver": v.driver, "nvrtc": v.nvrtc, "nvrtc_path": v.nvrtc_path,
             "kernel_cache": cache, "gpus": gpus, "unavailable": why,
+            "driver_host_bytes": driver,
         });
         println!("{j}");
         return;
@@ -239,6 +242,12 @@ fn devices(json: bool) {
             g.compute_capability.1,
             tilestream::budget::fmt_bytes(g.free_bytes),
             tilestream::budget::fmt_bytes(g.total_bytes)
+        );
+    }
+    if !gpus.is_empty() {
+        println!(
+            "driver host memory: {} in this process (a GPU run counts it in --memory)",
+            tilestream::budget::fmt_bytes(driver)
         );
     }
     if let Some(w) = why {

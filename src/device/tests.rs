@@ -55,3 +55,24 @@ fn logs_are_one_line() {
     assert!(l.len() <= 603);
     assert!(l.starts_with("a b c a b c"));
 }
+
+/// The driver's share of a GPU run's budget is measured from the resident set: the
+/// reading must see memory this process touches, and nothing is charged before a
+/// context exists.
+#[cfg(feature = "cuda")]
+#[test]
+fn the_resident_set_is_read_and_no_context_costs_nothing() {
+    let mut v = vec![0u8; 64 << 20];
+    for i in (0..v.len()).step_by(4096) {
+        v[i] = 1;
+    }
+    // 64 MiB touched and held: resident whatever other tests free meanwhile
+    let now = resident_bytes().unwrap();
+    assert!(now >= 64 << 20, "resident set {now} bytes");
+    assert_eq!(std::hint::black_box(&v)[4096], 1);
+    if counters().contexts == 0 {
+        assert_eq!(driver_host_bytes(), 0);
+    } else {
+        assert!(driver_host_bytes() >= DRIVER_EXTRA_BYTES);
+    }
+}

@@ -170,11 +170,13 @@ impl Engine {
         let v = crate::device::versions();
         let or = |o: Option<String>| o.unwrap_or_else(|| "?".into());
         Some(format!(
-            "{} ({}), CUDA driver {}, NVRTC {}",
+            "{} ({}), CUDA driver {}, NVRTC {}; the driver's own host memory, {}, counted \
+             in the budget",
             dev.info().name,
             dev.info().arch(),
             or(v.driver),
-            or(v.nvrtc)
+            or(v.nvrtc),
+            crate::budget::fmt_bytes(self.driver_bytes)
         ))
     }
 

@@ -66,8 +66,7 @@ pub(crate) struct Common {
     /// Pipeline depth: staging slots in flight.
     #[arg(long, default_value_t = 3, global = true)]
     pub(crate) depth: usize,
-    /// Cap on one tile's staging bytes (e.g. 64MiB) [default: 16MiB on the CPU, 64MiB
-    /// on a GPU]
+    /// Cap on one tile's staging bytes (e.g. 64MiB) [default: 16MiB]
     #[arg(long, global = true)]
     pub(crate) max_tile: Option<String>,
     /// Print the run report as one JSON object on stdout.

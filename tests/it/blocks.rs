@@ -594,15 +594,24 @@ fn encoded_outputs_of_several_bands_equal_the_npy_output() {
     }
 }
 
-/// Whether `p` points into page-locked memory the CUDA driver allocated.
+/// Whether `p` points into page-locked memory the CUDA driver allocated; else the
+/// driver's answer. The block callback runs on a compute thread, where no context is
+/// current (the driver would answer CUDA_ERROR_INVALID_CONTEXT whatever `p` is), so
+/// device 0's primary context, the one the engine allocated in, is bound first.
 #[cfg(feature = "cuda")]
-fn page_locked(p: *const u8) -> bool {
+fn page_locked(p: *const u8) -> Result<(), String> {
+    let ctx = cudarc::driver::CudaContext::new(0).map_err(|e| format!("{e:?}"))?;
+    ctx.bind_to_thread().map_err(|e| format!("{e:?}"))?;
     let mut flags = 0u32;
     // SAFETY: cuMemHostGetFlags only looks the pointer up in the driver's table of
-    // page-locked allocations; it reads and writes nothing through it. The driver is
-    // loaded: this runs only after a device was probed.
+    // page-locked allocations; it reads and writes nothing through it. A context is
+    // current on this thread (bound above).
     let r = unsafe { cudarc::driver::sys::cuMemHostGetFlags(&raw mut flags, p as *mut _) };
-    r == cudarc::driver::sys::CUresult::CUDA_SUCCESS
+    if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(format!("{r:?}"))
+    }
 }
 
 #[test]
@@ -648,11 +657,9 @@ fn page_locked_blocks_equal_plain_ones_on_a_gpu_and_are_refused_in_one_line_with
             Some(&out(&b)),
             |blk: &Block<'_>, o: Option<BlockOut<'_>>| {
                 #[cfg(feature = "cuda")]
-                assert!(
-                    page_locked(blk.inputs[0].data.as_ptr()),
-                    "block {} is not page-locked",
-                    blk.index
-                );
+                if let Err(why) = page_locked(blk.inputs[0].data.as_ptr()) {
+                    panic!("block {} is not page-locked: {why}", blk.index);
+                }
                 seen.fetch_add(1, Ordering::Relaxed);
                 block_sum(blk, o, 2)
             },

@@ -16,10 +16,13 @@ use tilestream::{DType, Engine, MemoryBudget, TensorFile};
 use crate::common::{read_npy_data, write_npy};
 
 fn engine(device: DeviceRequest, budget: &str) -> Engine {
-    Engine::new(MemoryBudget::parse(budget).unwrap())
-        .unwrap()
-        .with_device(device)
-        .unwrap()
+    let budget = tilestream::budget::parse_size(budget).unwrap();
+    Engine::new(MemoryBudget::new(
+        budget + crate::common::driver_share(device),
+    ))
+    .unwrap()
+    .with_device(device)
+    .unwrap()
 }
 
 /// Deterministic bytes for `n` elements of `d`: every bit pattern of floats (NaNs,

@@ -31,9 +31,14 @@ pub fn read_npy_data(path: &Path) -> Vec<u8> {
     b[start..].to_vec()
 }
 
-/// The tilestream binary built by cargo for these tests.
+/// The tilestream binary built by cargo for these tests, or the one `TILESTREAM_BIN`
+/// names: the GPU kit runs this test binary on a machine without the build folder, with
+/// the binary it carried beside it (benches/gpu/kit.py).
 pub fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_tilestream"))
+    match std::env::var_os("TILESTREAM_BIN") {
+        Some(p) => Command::new(p),
+        None => Command::new(env!("CARGO_BIN_EXE_tilestream")),
+    }
 }
 
 /// Runs the binary with `args` and returns its output.
@@ -155,10 +160,24 @@ pub fn backends() -> Vec<tilestream::device::DeviceRequest> {
 
 /// An engine on `device` with a budget of `budget` bytes.
 pub fn engine_on(device: tilestream::device::DeviceRequest, budget: u64) -> tilestream::Engine {
-    tilestream::Engine::new(tilestream::MemoryBudget::new(budget))
+    tilestream::Engine::new(tilestream::MemoryBudget::new(budget + driver_share(device)))
         .unwrap()
         .with_device(device)
         .unwrap()
+}
+
+/// The CUDA driver's host memory a GPU engine takes out of its budget (0 on the CPU), so
+/// that a test's budget is what its tiles get on either device: a GPU test at "256 KiB"
+/// plans the same small tiles as the CPU's.
+pub fn driver_share(device: tilestream::device::DeviceRequest) -> u64 {
+    match device {
+        tilestream::device::DeviceRequest::Cuda(n) => {
+            // the context (and with it the measurement) exists once a device is probed
+            let _ = tilestream::device::probe(n.unwrap_or(0));
+            tilestream::device::driver_host_bytes()
+        }
+        _ => 0,
+    }
 }
 
 /// A test written once and run on every backend of [`backends`]: `$device` is bound to
