@@ -238,6 +238,11 @@ pub const DRIVER_EXTRA_BYTES: u64 = 48 << 20;
 #[cfg(feature = "cuda")]
 const DRIVER_CONTEXT_FALLBACK_BYTES: u64 = 128 << 20;
 
+/// The most [`driver_host_bytes`] takes for one context: the resident set's growth while
+/// it is created includes what other threads allocate meanwhile.
+#[cfg(feature = "cuda")]
+const DRIVER_CONTEXT_MAX_BYTES: u64 = 384 << 20;
+
 /// The process's resident set in bytes (`VmRSS` of `/proc/self/status`), when readable.
 #[cfg(feature = "cuda")]
 fn resident_bytes() -> Option<u64> {
@@ -438,8 +443,10 @@ mod imp {
         }
         let before = super::resident_bytes();
         let ctx = CudaContext::new(ordinal).map_err(driver_err("open the device"))?;
+        // other threads may allocate meanwhile: what they add is counted too (on the
+        // safe side), up to a bound no driver has come near
         let grew = match (before, super::resident_bytes()) {
-            (Some(b), Some(a)) => a.saturating_sub(b),
+            (Some(b), Some(a)) => a.saturating_sub(b).min(super::DRIVER_CONTEXT_MAX_BYTES),
             _ => super::DRIVER_CONTEXT_FALLBACK_BYTES,
         };
         CONTEXT_RESIDENT.fetch_add(grew, Ordering::Relaxed);

@@ -157,9 +157,13 @@ impl Engine {
     /// kernels passed the GPU suite on an H200 but ran slower there than its 16 cores
     /// (docs/gpu.md), and the run report says so too.
     ///
+    /// The CUDA driver's own host memory ([`crate::device::driver_host_bytes`]) is the
+    /// process's too: a CUDA engine takes it out of its budget and plans with the rest.
+    ///
     /// # Errors
     /// [`Error::Device`] for `cuda` when the binary has no CUDA support, the driver
-    /// cannot be loaded or the device does not exist.
+    /// cannot be loaded or the device does not exist; [`Error::Invalid`] when the budget
+    /// does not exceed the driver's own host memory.
     pub fn with_device(mut self, device: DeviceRequest) -> Result<Self> {
         // the budget the caller gave, before any driver's share was taken from it
         let given = self.budget.limit() + self.driver_bytes;
@@ -169,13 +173,14 @@ impl Engine {
             self.cuda = Some(Arc::new(CudaDevice::open(n, self.gpu_memory)?));
             // the driver's own host memory is the process's too: it comes out of the
             // budget, so that peak RSS stays within it (device::driver_host_bytes)
+            // (a budget just above it is the planner's to judge, with its arithmetic)
             driver = crate::device::driver_host_bytes();
-            let least = driver + (4 << 20);
-            if given < least {
+            if given <= driver {
+                let least = driver + (16 << 20);
                 return Err(Error::invalid(format!(
                     "`memory={}` is too small for a run on cuda:{n}: the CUDA driver holds {} \
                      of host memory of its own in this process, counted in the budget; give \
-                     `memory={}` or more (what the run's tiles need besides), or `device=cpu`",
+                     `memory={}` or more (the driver's share and some tiles), or `device=cpu`",
                     crate::budget::fmt_bytes(given),
                     crate::budget::fmt_bytes(driver),
                     crate::budget::fmt_bytes(least.next_multiple_of(1 << 20))

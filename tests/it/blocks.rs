@@ -596,7 +596,7 @@ fn encoded_outputs_of_several_bands_equal_the_npy_output() {
 
 /// Whether `p` points into page-locked memory the CUDA driver allocated; else the
 /// driver's answer. The block callback runs on a compute thread, where no context is
-/// current (the driver would answer CUDA_ERROR_INVALID_CONTEXT whatever `p` is), so
+/// current (the driver would answer `CUDA_ERROR_INVALID_CONTEXT` whatever `p` is), so
 /// device 0's primary context, the one the engine allocated in, is bound first.
 #[cfg(feature = "cuda")]
 fn page_locked(p: *const u8) -> Result<(), String> {
