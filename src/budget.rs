@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Errors of the memory budget.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum BudgetError {
     /// A size string could not be parsed.
     #[error(
@@ -90,6 +90,58 @@ pub enum BudgetError {
         /// The device budget given.
         limit: u64,
     },
+}
+
+impl BudgetError {
+    /// The error as the caller's budget sees it when `bytes` of it are held outside the
+    /// budget the planner was given (`what`: the CUDA driver's own host memory, which a
+    /// GPU run takes out of `memory` before planning): those bytes are added back to the
+    /// budget, to what is held and to what is needed, so that the `memory` the message
+    /// asks for is one that works. Parse errors and device budgets are unchanged.
+    #[must_use]
+    pub fn plus_outside(self, bytes: u64, what: &str) -> Self {
+        if bytes == 0 {
+            return self;
+        }
+        match self {
+            BudgetError::Exhausted {
+                what: w,
+                requested,
+                held,
+                limit,
+            } => BudgetError::Exhausted {
+                what: w,
+                requested,
+                held: held + bytes,
+                limit: limit + bytes,
+            },
+            BudgetError::TooSmall {
+                what: w,
+                arithmetic,
+                needed,
+                limit,
+            } => BudgetError::TooSmall {
+                what: w,
+                arithmetic: format!("{what} {} + ({arithmetic})", fmt_bytes(bytes)),
+                needed: needed + bytes,
+                limit: limit + bytes,
+            },
+            BudgetError::CannotEncode {
+                what: w,
+                arithmetic,
+                least,
+                limit,
+                chunks,
+            } => BudgetError::CannotEncode {
+                what: w,
+                arithmetic: format!("{arithmetic}, beside {what} ({})", fmt_bytes(bytes)),
+                least: least + bytes,
+                limit: limit + bytes,
+                chunks,
+            },
+            other @ (BudgetError::Parse(_) | BudgetError::DeviceTooSmall { .. }) => other,
+        }
+    }
 }
 
 fn suggest(bytes: u64) -> String {
@@ -277,6 +329,56 @@ impl Drop for Reservation {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_held_outside_the_planned_budget_are_added_back_to_what_an_error_asks_for() {
+        let d = 144 << 20;
+        let small = BudgetError::TooSmall {
+            what: "reduce".into(),
+            arithmetic: "3 slots x 1.0 MiB".into(),
+            needed: 3 << 20,
+            limit: 1 << 20,
+        }
+        .plus_outside(d, "the CUDA driver's own host memory");
+        let text = small.to_string();
+        assert!(
+            text.contains("memory budget 145.0 MiB is too small"),
+            "{text}"
+        );
+        assert!(
+            text.contains("the CUDA driver's own host memory 144.0 MiB + (3 slots x 1.0 MiB)"),
+            "{text}"
+        );
+        assert!(text.ends_with("(`memory=147MiB`)"), "{text}");
+        let full = BudgetError::Exhausted {
+            what: "a slot".into(),
+            requested: 4 << 20,
+            held: 2 << 20,
+            limit: 5 << 20,
+        }
+        .plus_outside(d, "the driver");
+        assert!(
+            full.to_string()
+                .ends_with("raise `memory` to at least 150.0 MiB"),
+            "{full}"
+        );
+        let enc = BudgetError::CannotEncode {
+            what: "out.tif".into(),
+            arithmetic: "2 rows of tiles".into(),
+            least: 8 << 20,
+            limit: 4 << 20,
+            chunks: "tiles".into(),
+        }
+        .plus_outside(d, "the driver");
+        assert!(
+            enc.to_string().contains("raise `memory` above 152.0 MiB"),
+            "{enc}"
+        );
+        // nothing outside, a parse error, a device budget: unchanged
+        let p = BudgetError::Parse("x".into());
+        assert_eq!(p.clone().plus_outside(d, "the driver"), p);
+        assert_eq!(small.clone().plus_outside(0, "x"), small);
+    }
 
     #[test]
     fn parses_sizes() {

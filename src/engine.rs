@@ -186,6 +186,9 @@ impl Engine {
                     crate::budget::fmt_bytes(least.next_multiple_of(1 << 20))
                 )));
             }
+        } else {
+            // a CPU engine again: nothing of the device's is used, nor counted
+            self.cuda = None;
         }
         if driver != self.driver_bytes {
             self.budget = MemoryBudget::new(given - driver);
@@ -193,6 +196,18 @@ impl Engine {
         }
         self.device = device;
         Ok(self)
+    }
+
+    /// A budget error as the caller's `memory` sees it: on a GPU engine the planner was
+    /// given the budget less the CUDA driver's share, so the share is added back to the
+    /// figures the message gives ([`crate::budget::BudgetError::plus_outside`]).
+    pub(crate) fn as_given(&self, e: Error) -> Error {
+        match e {
+            Error::Budget(b) if self.driver_bytes > 0 => Error::Budget(
+                b.plus_outside(self.driver_bytes, "the CUDA driver's own host memory"),
+            ),
+            other => other,
+        }
     }
 
     /// Host memory the CUDA driver holds, taken from the budget for a GPU run (0 on the

@@ -201,9 +201,17 @@ fn devices(json: bool) {
     let v = tilestream::device::versions();
     let mut gpus = Vec::new();
     let mut why = None;
+    // what a run on one device takes from --memory: read when the first context exists
+    // (probing the others opens theirs too, which a run does not)
+    let mut driver = 0;
     for n in 0.. {
         match tilestream::device::probe(n) {
-            Ok(g) => gpus.push(g),
+            Ok(g) => {
+                if n == 0 {
+                    driver = tilestream::device::driver_host_bytes();
+                }
+                gpus.push(g);
+            }
             Err(tilestream::device::DeviceError::NoDevice { .. }) if n > 0 => break,
             Err(e) => {
                 why = Some(e.to_string());
@@ -212,8 +220,6 @@ fn devices(json: bool) {
         }
     }
     let cache = tilestream::device::kernel_cache_dir().map(|d| d.display().to_string());
-    // measured as the probe created the contexts: what a GPU run takes from --memory
-    let driver = tilestream::device::driver_host_bytes();
     if json {
         let j = serde_json::json!({
             "driver": v.driver, "nvrtc": v.nvrtc, "nvrtc_path": v.nvrtc_path,
@@ -246,7 +252,7 @@ fn devices(json: bool) {
     }
     if !gpus.is_empty() {
         println!(
-            "driver host memory: {} in this process (a GPU run counts it in --memory)",
+            "driver host memory: {} for one device (a GPU run counts it in --memory)",
             tilestream::budget::fmt_bytes(driver)
         );
     }

@@ -26,8 +26,8 @@ use crate::shape::fmt_shape;
 pub const MIN_TILE_ELEMS: u64 = 1024;
 
 /// Default cap on one tile's staging bytes (inputs + output), on either device. On an
-/// H200 (2026-11-28) 16 MiB tiles ran the GPU benchmark's tasks as fast as or faster
-/// than 64 MiB ones (a column mean's engine time 0.26 s against 0.40 s: smaller tiles
+/// H200 (2026-11-28) 16 MiB tiles ran four of the GPU benchmark's tasks faster than 64
+/// MiB ones and the other two within 1% (a column mean's engine time 0.26 s against 0.40 s: smaller tiles
 /// keep the read stage, the copy and the kernels overlapped; each tile's launches and
 /// synchronisations cost tens of microseconds, under a percent of its copy).
 pub const DEFAULT_MAX_TILE_BYTES: u64 = 16 << 20;

@@ -256,7 +256,8 @@ impl Engine {
             read_busy_s: t.read.as_secs_f64(),
             compute_busy_s: t.compute.as_secs_f64(),
             write_busy_s: t.write.as_secs_f64(),
-            budget_bytes: self.budget.limit(),
+            // the budget the caller gave (a GPU run planned with it less the driver's share)
+            budget_bytes: self.budget.limit() + self.driver_bytes,
             peak_reserved_bytes: self.budget.peak(),
             peak_rss_bytes: peak_rss(),
             resumed_tiles: t.resumed_tiles,

@@ -95,8 +95,8 @@ impl Engine {
     /// budget too small.
     pub fn plan_spec(&self, spec: &OpSpec) -> Result<SpecPlan> {
         spec.check_paths()?;
-        let mut plan = self.plan_spec_tiles(spec)?;
-        if let Some(after) = self.after_the_run(spec)? {
+        let mut plan = self.plan_spec_tiles(spec).map_err(|e| self.as_given(e))?;
+        if let Some(after) = self.after_the_run(spec).map_err(|e| self.as_given(e))? {
             match &mut plan {
                 SpecPlan::Flat(p) => p.after = Some(after),
                 SpecPlan::Box(p) => p.after = Some(after),
@@ -156,6 +156,6 @@ impl Engine {
     /// Whatever the operation returns.
     pub fn run_spec(&self, spec: &OpSpec) -> Result<RunReport> {
         spec.check_paths()?;
-        spec.operation().run(self)
+        spec.operation().run(self).map_err(|e| self.as_given(e))
     }
 }
