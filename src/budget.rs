@@ -99,48 +99,35 @@ impl BudgetError {
     /// budget, to what is held and to what is needed, so that the `memory` the message
     /// asks for is one that works. Parse errors and device budgets are unchanged.
     #[must_use]
-    pub fn plus_outside(self, bytes: u64, what: &str) -> Self {
-        if bytes == 0 {
-            return self;
-        }
-        match self {
-            BudgetError::Exhausted {
-                what: w,
-                requested,
-                held,
-                limit,
-            } => BudgetError::Exhausted {
-                what: w,
-                requested,
-                held: held + bytes,
-                limit: limit + bytes,
-            },
+    pub fn plus_outside(mut self, bytes: u64, what: &str) -> Self {
+        match &mut self {
+            BudgetError::Exhausted { held, limit, .. } => {
+                *held += bytes;
+                *limit += bytes;
+            }
             BudgetError::TooSmall {
-                what: w,
                 arithmetic,
                 needed,
                 limit,
-            } => BudgetError::TooSmall {
-                what: w,
-                arithmetic: format!("{what} {} + ({arithmetic})", fmt_bytes(bytes)),
-                needed: needed + bytes,
-                limit: limit + bytes,
-            },
+                ..
+            } if bytes > 0 => {
+                *arithmetic = format!("{what} {} + ({arithmetic})", fmt_bytes(bytes));
+                *needed += bytes;
+                *limit += bytes;
+            }
             BudgetError::CannotEncode {
-                what: w,
                 arithmetic,
                 least,
                 limit,
-                chunks,
-            } => BudgetError::CannotEncode {
-                what: w,
-                arithmetic: format!("{arithmetic}, beside {what} ({})", fmt_bytes(bytes)),
-                least: least + bytes,
-                limit: limit + bytes,
-                chunks,
-            },
-            other @ (BudgetError::Parse(_) | BudgetError::DeviceTooSmall { .. }) => other,
+                ..
+            } if bytes > 0 => {
+                *arithmetic = format!("{arithmetic}, beside {what} ({})", fmt_bytes(bytes));
+                *least += bytes;
+                *limit += bytes;
+            }
+            _ => {}
         }
+        self
     }
 }
 

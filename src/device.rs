@@ -289,6 +289,7 @@ mod imp {
     static CONTEXTS: AtomicUsize = AtomicUsize::new(0);
     /// What the resident set grew by while this process's contexts were created.
     static CONTEXT_RESIDENT: AtomicU64 = AtomicU64::new(0);
+    static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
 
     pub(super) fn driver_host_bytes() -> u64 {
         if CONTEXTS.load(Ordering::Relaxed) == 0 {
@@ -296,7 +297,6 @@ mod imp {
         }
         CONTEXT_RESIDENT.load(Ordering::Relaxed) + super::DRIVER_EXTRA_BYTES
     }
-    static COMPILATIONS: AtomicUsize = AtomicUsize::new(0);
 
     pub(super) fn counters() -> Counters {
         Counters {

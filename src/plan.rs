@@ -27,9 +27,10 @@ pub const MIN_TILE_ELEMS: u64 = 1024;
 
 /// Default cap on one tile's staging bytes (inputs + output), on either device. On an
 /// H200 (2026-11-28) 16 MiB tiles ran four of the GPU benchmark's tasks faster than 64
-/// MiB ones and the other two within 1% (a column mean's engine time 0.26 s against 0.40 s: smaller tiles
-/// keep the read stage, the copy and the kernels overlapped; each tile's launches and
-/// synchronisations cost tens of microseconds, under a percent of its copy).
+/// MiB ones and the other two within 1% (a column mean's engine time 0.26 s against
+/// 0.40 s: smaller tiles keep the read stage, the copy and the kernels overlapped; each
+/// tile's launches and synchronisations cost tens of microseconds, under a percent of
+/// its copy).
 pub const DEFAULT_MAX_TILE_BYTES: u64 = 16 << 20;
 
 /// Default pipeline depth (staging slots).

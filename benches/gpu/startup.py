@@ -18,7 +18,6 @@ a column mean of a small file on the CPU and on CUDA with the kernel cache warm 
 
 import argparse
 import ctypes
-import os
 import statistics
 import subprocess
 import sys
@@ -26,7 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).parent))
+# NVRTC found as the kit finds it (the cache-off run needs it); the kit's spawner
+from kit import ROOT, nvrtc_env, run_rss  # noqa: E402
 
 
 def rss_mib():
@@ -66,30 +67,17 @@ def driver_steps():
     return steps
 
 
-SPAWN = """
-import os, sys
-out, argv = sys.argv[1], sys.argv[2:]
-pid = os.fork()
-if pid == 0:
-    os.execvp(argv[0], argv)
-_, status, ru = os.wait4(pid, 0)
-open(out, "w").write(str(ru.ru_maxrss))
-sys.exit(os.waitstatus_to_exitcode(status) & 255)
-"""
-
-
 def whole(argv, env, reps=5):
+    """Median wall seconds and largest peak RSS (MiB) of `reps` runs, through the kit's
+    spawner (wait4's rusage of the child alone); or why the run failed."""
     walls, rss = [], []
     with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "rss"
         for _ in range(reps):
-            t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, "-S", "-c", SPAWN, str(f)] + argv, env=env,
-                               capture_output=True, text=True)
-            walls.append(time.perf_counter() - t0)
-            if p.returncode:
-                return None, None, (p.stderr.strip().splitlines() or ["?"])[-1]
-            rss.append(int(f.read_text()) / 1024)
+            rc, wall, peak, _, err = run_rss(argv, env, 120, Path(d) / "log")
+            if rc:
+                return None, None, (err.strip().splitlines() or ["?"])[-1]
+            walls.append(wall)
+            rss.append(peak)
     return statistics.median(walls), max(rss), ""
 
 
@@ -105,9 +93,6 @@ def main():
         steps = []
     for name, s, r in steps:
         print(f"  {name:<26} {s * 1e3:8.1f} ms   VmRSS {r:6.0f} MiB")
-    sys.path.insert(0, str(Path(__file__).parent))
-    from kit import nvrtc_env  # NVRTC found as the kit finds it (the cache-off run needs it)
-
     env = nvrtc_env()
     with tempfile.TemporaryDirectory() as d:
         x = Path(d) / "x.npy"
