@@ -540,6 +540,7 @@ def reduce(
     ddof: int = 0,
     q: Any = None,
     method: Optional[str] = None,
+    nodata: Any = None,
     memory: Any = None,
     threads: Optional[int] = None,
     device: Optional[str] = None,
@@ -564,8 +565,16 @@ def reduce(
     exact: each rank's value is selected by counting digits of the values over a few
     passes of the file (one for 8- and 16-bit data, two for 32-bit, four for 64-bit),
     never by sorting a copy:
-    ``ts.reduce(scene, "percentile", axis=(1, 2), q=[2, 98])``."""
-    src = _source(t)
+    ``ts.reduce(scene, "percentile", axis=(1, 2), q=[2, 98])``.
+
+    Nodata: the ``nan`` forms, ``count`` and the ``nan`` quantiles leave out the input's
+    nodata pixels as they leave out NaN (GDAL's statistics skip them the same way); the
+    plain forms take every element, as numpy does. The nodata value is a GeoTIFF's GDAL
+    nodata tag, or ``nodata=`` (``-9999``, ``"nan"``; ``"none"`` for none) in place of
+    what the file says. An integer input's ``nanmin``/``nanmax`` (and ``lower``,
+    ``higher``, ``nearest`` quantiles) of a slice of nodata alone is the nodata value;
+    float results are NaN there."""
+    src = _with_nodata(_source(t), nodata)
     ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
     axes = _axes(axis, ndim)
     if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
@@ -612,6 +621,14 @@ def map(
                       dtype=_ts_dtype(dtype),
                       nodata=_nodata_spec(nodata, ignore_nodata, input_nodata))
     return _execute(spec, out, kw)
+
+
+def _with_nodata(src: Dict[str, Any], nodata: Any) -> Dict[str, Any]:
+    """``src`` with ``nodata`` (a number, ``"nan"``, ``"none"``) in place of its file's
+    nodata value; unchanged for ``None``."""
+    if nodata is None:
+        return src
+    return {**src, "nodata": _nodata_text(nodata, "nodata")}
 
 
 def _nodata_text(nodata: Any, what: str) -> str:

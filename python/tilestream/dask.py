@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, T
 
 import numpy as np
 
-from . import _axes, _keep, _nodata_spec, _np_dtype, _opts, _source, _specs, _ts, _ts_dtype, open as _open
+from . import _axes, _keep, _nodata_spec, _with_nodata, _np_dtype, _opts, _source, _specs, _ts, _ts_dtype, open as _open
 
 __all__ = [
     "affine",
@@ -167,11 +167,11 @@ def _reduce_task(src: dict, ops: List[Tuple[str, int]], axis: Optional[List[int]
 
 def _reduce_many(path: Any, ops: List[Tuple[str, int]], axis: Any, client: Any,
                  block_rows: Optional[int], memory: Any, threads: Optional[int],
-                 hook: Optional[Callable[[], Any]]) -> List[np.ndarray]:
+                 hook: Optional[Callable[[], Any]], nodata: Any = None) -> List[np.ndarray]:
     """The reductions ``ops`` (``(name, ddof)``) of ``path`` over ``axis``, in one pass
     of tasks over its rows."""
     c = _client(client)
-    src = _src(path)
+    src = _with_nodata(_src(path), nodata)
     info = json.loads(_ts.info(json.dumps(src)))
     ndim = len(info["shape"])
     if ndim == 0:
@@ -207,6 +207,7 @@ def reduce(
     *,
     keepdims: bool = False,
     ddof: int = 0,
+    nodata: Any = None,
     client: Any = None,
     block_rows: Optional[int] = None,
     memory: Any = "auto",
@@ -216,9 +217,11 @@ def reduce(
     """Reduces ``path`` (an uncompressed ``.npy``, raw file or ``np.memmap``) over
     ``axis`` on the cluster: the same np.ndarray, byte for byte, as
     :func:`tilestream.reduce` (``axis`` an int or a tuple of them, ``keepdims`` as
-    there). ``block_rows`` is the rows per task (rounded up to the reduction's step;
-    default: four tasks per worker thread)."""
-    a = _reduce_many(path, [(op, ddof)], axis, client, block_rows, memory, threads, _hook)[0]
+    there; ``nodata`` as there: the value the ``nan`` forms and ``count`` leave out).
+    ``block_rows`` is the rows per task (rounded up to the reduction's step; default: four
+    tasks per worker thread)."""
+    a = _reduce_many(path, [(op, ddof)], axis, client, block_rows, memory, threads, _hook,
+                     nodata)[0]
     if keepdims:
         ndim = len(json.loads(_ts.info(json.dumps(_src(path))))["shape"])
         a = a.reshape(_keep(a.shape, _axes(axis, ndim), ndim))

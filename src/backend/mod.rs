@@ -136,12 +136,18 @@ pub trait Backend: Kernels + Send + Sync {
         None
     }
 
-    /// A streaming reducer for `op` over `geometry` of `dtype` elements.
+    /// A streaming reducer for `op` over `geometry` of `dtype` elements, whose elements
+    /// equal to `nodata` are missing (left out by the `nan` forms and `count`).
     ///
     /// # Errors
     /// If the backend cannot run this reduction.
-    fn reducer(&self, op: Reduce, dtype: DType, geometry: Geometry)
-    -> Result<Box<dyn TileReducer>>;
+    fn reducer(
+        &self,
+        op: Reduce,
+        dtype: DType,
+        geometry: Geometry,
+        nodata: Option<f64>,
+    ) -> Result<Box<dyn TileReducer>>;
 
     /// `out = cast(scale * inp + offset)` for one tile.
     ///

@@ -223,6 +223,9 @@ impl Engine {
         let mut n = vec![0u64; outputs];
         let mut nan = vec![false; outputs];
         let mut done = 0u32;
+        // nodata pixels are missing to the forms that leave NaN out; the others take them
+        // as values, as numpy would (NaN as nodata is NaN already)
+        let missing = input.missing().filter(|v| spec.skip_nan && !v.is_nan());
         while done < kbits {
             let width = digits.width.min(kbits - done);
             let shift = kbits - done - width;
@@ -240,6 +243,7 @@ impl Engine {
                     Vec::new()
                 },
                 parallel: digits.copies > 1,
+                nodata: missing.map(T::from_f64),
                 parts: Vec::new(),
                 _t: std::marker::PhantomData,
             };
@@ -308,7 +312,7 @@ impl Engine {
                     .copied()
                     .unwrap_or_else(|| T::from_f64(f64::NAN))
             };
-            spec.finish::<T>(n[o], nan[o], &at, &mut out);
+            spec.finish::<T>(n[o], nan[o], missing, &at, &mut out);
         }
         Ok((out.concat(), times))
     }
@@ -356,6 +360,8 @@ struct Pass<T> {
     counts: Vec<u64>,
     nan: Vec<u64>,
     parallel: bool,
+    /// The input's nodata value, counted as NaN is (by the `nan` forms alone).
+    nodata: Option<T>,
     /// Counting in parallel: each piece's counters and NaN counts, for the whole pass.
     parts: Vec<(Vec<u64>, Vec<u64>)>,
     _t: std::marker::PhantomData<T>,
@@ -379,7 +385,7 @@ impl<T: Element> Pass<T> {
                     Some(c) => u64::from(c[col as usize]),
                     None => col,
                 }) as usize;
-            if x.is_nan() {
+            if x.is_nan() || self.nodata.is_some_and(|m| x == m) {
                 if self.first {
                     nan[o] += 1;
                 }

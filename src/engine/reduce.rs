@@ -53,7 +53,7 @@ impl Engine {
                 fmt_shape(shape)
             )));
         }
-        let acc = op.acc_bytes(dtype);
+        let acc = op.acc_bytes(dtype, input.missing().is_some());
         let result = g.outer * g.out_per_outer() * op.output_dtype(dtype).size() as u64;
         let states = (self.backend.threads() as u64 + 1) * g.state_bytes(acc);
         let over_txt = over.describe();
@@ -132,7 +132,9 @@ impl Engine {
             "reduction result and accumulators",
             plan.resident_bytes - input.read_scratch_bytes(),
         )?;
-        let reducer = self.backend.reducer(op, input.dtype(), g)?;
+        let reducer = self
+            .backend
+            .reducer(op, input.dtype(), g, input.missing())?;
         // columns that fold into outputs (several separated axes) have no CUDA kernel:
         // the device's shifts are each column's own
         // (nor do the reductions that leave NaN out)
@@ -261,6 +263,10 @@ impl Engine {
                 axes: axes.clone(),
                 rows: (rows.start, rows.end),
                 blocks: Geometry::new(shape, over)?.outer == 1,
+                nodata: input
+                    .nodata()
+                    .filter(|_| op.skips_nan())
+                    .map(|(text, _)| text.to_string()),
             })
         };
         let sub = input.rows(rows.clone())?;
@@ -287,7 +293,7 @@ impl Engine {
         let mut extra = 0;
         let mut scratch = 0;
         for (k, &op) in ops.iter().enumerate() {
-            let acc = op.acc_bytes(input.dtype()) as u64;
+            let acc = op.acc_bytes(input.dtype(), input.missing().is_some()) as u64;
             extra += 3 * blocks * vc * acc;
             if k > 0 {
                 extra +=
@@ -317,14 +323,24 @@ impl Engine {
         } else {
             Vec::new()
         };
-        // a reduction that leaves NaN out takes a NaN shift as 0 (as its kernel does)
+        // a reduction that leaves NaN (and nodata) out takes such a shift as 0 (as its
+        // kernel does)
+        let missing = input.missing();
         let nan_free: Vec<f64> = shift
             .iter()
-            .map(|&v| if v.is_nan() { 0.0 } else { v })
+            .map(|&v| {
+                if v.is_nan() || Some(v) == missing {
+                    0.0
+                } else {
+                    v
+                }
+            })
             .collect();
         let mut reducers = Vec::with_capacity(ops.len());
         for &op in ops {
-            let mut r = self.backend.reducer(op, input.dtype(), g)?;
+            let mut r = self
+                .backend
+                .reducer(op, input.dtype(), g, input.missing())?;
             let sh = if op.skips_nan() { &nan_free } else { &shift };
             r.collect_blocks(moments(&op).then_some(sh.as_slice()));
             reducers.push(r);
@@ -558,9 +574,11 @@ pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
     let mut next = 0;
     for p in &order {
         let q = &p.header;
-        if (&q.op, q.ddof, &q.dtype, &q.shape, q.axis, &q.axes, q.blocks)
-            != (&h.op, h.ddof, &h.dtype, &h.shape, h.axis, &h.axes, h.blocks)
-        {
+        if (
+            &q.op, q.ddof, &q.dtype, &q.shape, q.axis, &q.axes, q.blocks, &q.nodata,
+        ) != (
+            &h.op, h.ddof, &h.dtype, &h.shape, h.axis, &h.axes, h.blocks, &h.nodata,
+        ) {
             return Err(Error::invalid(format!(
                 "partials of different reductions: {} of {} {} and {} of {} {}",
                 h.op,
@@ -615,8 +633,15 @@ pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
         }
         return Array::from_bytes(out_dtype, out_shape, data);
     }
-    let mut reducer = crate::backend::cpu::reduce::reducer(op, dtype, g, 1);
-    let (vc, acc) = (g.vcols() as u64, op.acc_bytes(dtype) as u64);
+    let nodata = h
+        .nodata
+        .as_deref()
+        .and_then(|t| crate::format::tiff::nodata_as(dtype, t));
+    let mut reducer = crate::backend::cpu::reduce::masked_reducer(op, dtype, g, 1, nodata);
+    let (vc, acc) = (
+        g.vcols() as u64,
+        op.acc_bytes(dtype, nodata.is_some()) as u64,
+    );
     let per_row = h.shape[1..].iter().map(|&d| d as u64).product::<u64>();
     for p in order {
         let (a, b) = p.header.rows;

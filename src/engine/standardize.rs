@@ -67,8 +67,8 @@ impl Engine {
         let _resident = self
             .budget
             .reserve("mean and std results and accumulators", resident)?;
-        let mut mean_r = self.backend.reducer(Reduce::Mean, input.dtype(), g)?;
-        let mut std_r = self.backend.reducer(std_op, input.dtype(), g)?;
+        let mut mean_r = self.backend.reducer(Reduce::Mean, input.dtype(), g, None)?;
+        let mut std_r = self.backend.reducer(std_op, input.dtype(), g, None)?;
         let inputs = [InputStream::whole(input)];
         let mut stream = self.stream(&plan, &inputs, None);
         stream.journal = journal;

@@ -156,6 +156,18 @@ pub struct TensorFile {
     /// The elements are big-endian (a C-order `.npy` such as `'>f4'`): windows are read
     /// with positioned reads and their bytes swapped, never mapped.
     swap: bool,
+    /// Where the nodata value comes from: the file, or
+    /// [`with_nodata`](Self::with_nodata).
+    given_nodata: NodataFrom,
+}
+
+/// Where an input's nodata value comes from.
+#[derive(Clone, Debug)]
+enum NodataFrom {
+    /// What the file says (a GeoTIFF's GDAL nodata tag; other formats say none).
+    File,
+    /// Given in its place: a value's text, or none.
+    Given(Option<String>),
 }
 
 impl TensorFile {
@@ -271,6 +283,7 @@ impl TensorFile {
             tiff: None,
             zarr: None,
             swap: h.big_endian && !h.fortran,
+            given_nodata: NodataFrom::File,
             npy,
         })
     }
@@ -325,6 +338,7 @@ impl TensorFile {
             zarr: None,
             npy: None,
             swap: false,
+            given_nodata: NodataFrom::File,
         })
     }
 
@@ -355,6 +369,7 @@ impl TensorFile {
             zarr: Some(Box::new(layout)),
             npy: None,
             swap: false,
+            given_nodata: NodataFrom::File,
         })
     }
 
@@ -382,8 +397,40 @@ impl TensorFile {
     /// sample type cannot hold (no pixel is nodata then).
     #[must_use]
     pub fn nodata(&self) -> Option<(&str, f64)> {
-        let text = self.georef()?.nodata.as_deref()?;
+        let text = match &self.given_nodata {
+            NodataFrom::Given(given) => given.as_deref()?,
+            NodataFrom::File => self.georef()?.nodata.as_deref()?,
+        };
         tiff::nodata_as(self.dtype(), text).map(|v| (text, v))
+    }
+
+    /// The value of [`nodata`](Self::nodata): the elements equal to it are missing
+    /// pixels, which the `nan` reductions and quantiles leave out.
+    #[must_use]
+    pub fn missing(&self) -> Option<f64> {
+        self.nodata().map(|(_, v)| v)
+    }
+
+    /// This input with `nodata` as its nodata value in place of what its file says
+    /// (`None`: it has none), for a `.npy`, raw or Zarr input whose file cannot say it, or
+    /// a GeoTIFF whose tag is wrong.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a value that is no number or that the input's type does
+    /// not hold (`-9999` for `u16`, `nan` for an integer type, `0.5` for an integer type).
+    pub fn with_nodata(mut self, nodata: Option<&str>) -> Result<Self> {
+        if let Some(text) = nodata
+            && tiff::nodata_as(self.dtype(), text).is_none()
+        {
+            return Err(Error::invalid(format!(
+                "{}: nodata value '{text}' is not a {} value: give one the input's type \
+                 holds, or none",
+                self.path.display(),
+                self.dtype()
+            )));
+        }
+        self.given_nodata = NodataFrom::Given(nodata.map(str::to_string));
+        Ok(self)
     }
 
     /// How a `.npy` input's elements are stored when they are not C order and
@@ -490,6 +537,7 @@ impl TensorFile {
             zarr: None,
             npy: None,
             swap: false,
+            given_nodata: NodataFrom::File,
         })
     }
 
@@ -552,6 +600,7 @@ impl TensorFile {
             zarr: None,
             npy,
             swap: self.swap,
+            given_nodata: self.given_nodata.clone(),
         })
     }
 

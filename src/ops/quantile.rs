@@ -269,17 +269,21 @@ impl Quantiles {
     /// The quantiles of one output, as bytes of [`Quantiles::output_dtype`] appended to
     /// `out[k]` for quantile `k`: `n` elements counted, `nan` whether it held NaN (NaN
     /// left out by the `nan` forms), `at(rank)` the element of a rank [`ranks`](Self::ranks)
-    /// gave.
+    /// gave; `nodata` the input's nodata value, which an integer result of no element
+    /// counted takes (NaN otherwise).
     pub fn finish<T: Element>(
         &self,
         n: u64,
         nan: bool,
+        nodata: Option<f64>,
         at: &dyn Fn(u64) -> T,
         out: &mut [Vec<u8>],
     ) {
         let out_dtype = self.output_dtype(T::DTYPE);
         for (k, &q) in self.q.iter().enumerate() {
-            let v: f64 = if n == 0 || (nan && !self.skip_nan) {
+            let v: f64 = if n == 0 && !out_dtype.is_float() && nodata.is_some() {
+                nodata.unwrap_or(f64::NAN)
+            } else if n == 0 || (nan && !self.skip_nan) {
                 f64::NAN
             } else {
                 let (ra, rb, t) = self.neighbours(q, n);

@@ -242,10 +242,12 @@ impl Reduce {
         }
     }
 
-    /// Bytes of one accumulator (for budget accounting).
+    /// Bytes of one accumulator (for budget accounting), of an input with a nodata value
+    /// (`nodata`: whose `nan` forms leave it out) or not.
     #[must_use]
-    pub fn acc_bytes(self, input: DType) -> usize {
-        let float = input.is_float();
+    pub fn acc_bytes(self, input: DType, nodata: bool) -> usize {
+        let masked = nodata && self.skips_nan();
+        let float = input.is_float() || masked;
         match self {
             Reduce::Var { .. } | Reduce::Std { .. } => 16,
             Reduce::ArgMin | Reduce::ArgMax => 24,
@@ -264,7 +266,8 @@ impl Reduce {
                     input.size()
                 }
             }
-            Reduce::NanSum | Reduce::NanMean if float => 16,
+            Reduce::NanSum if input.is_float() => 16,
+            Reduce::NanMean if float => 16,
             Reduce::Sum | Reduce::Mean | Reduce::NanSum | Reduce::NanMean | Reduce::Count => 8,
         }
     }
@@ -689,6 +692,10 @@ pub struct PartialHeader {
     /// True if the payload is summation-block partials; false if it is the results of
     /// the share's rows.
     pub blocks: bool,
+    /// The input's nodata value (its text, as the file or the user gave it), which the
+    /// `nan` forms and `count` leave out; `None` for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodata: Option<String>,
 }
 
 impl PartialHeader {

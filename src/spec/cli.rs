@@ -46,6 +46,7 @@ pub fn source(path: &Path, raw: &RawSpec) -> Result<Source> {
             }
         },
         rows: None,
+        nodata: None,
     })
 }
 

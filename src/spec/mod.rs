@@ -31,6 +31,10 @@ pub struct Source {
     /// share of one task of a job split over a cluster. `None` for the whole tensor.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rows: Option<(u64, u64)>,
+    /// The input's nodata value in place of its file's (`"-9999"`, `"nan"`; `"none"`:
+    /// it has none); `None` for what the file says (a GeoTIFF's GDAL nodata tag).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodata: Option<String>,
 }
 
 /// The layout of a raw input.
@@ -60,6 +64,7 @@ impl Source {
             path: path.into(),
             raw: None,
             rows: None,
+            nodata: None,
         }
     }
 
@@ -81,12 +86,17 @@ impl Source {
     /// # Errors
     /// As [`TensorFile::open`] or [`TensorFile::open_raw`].
     pub fn open_whole(&self) -> Result<TensorFile> {
-        match &self.raw {
+        let file = match &self.raw {
             Some(r) if r.offset > 0 => {
                 TensorFile::open_raw_at(&self.path, &r.shape, r.dtype, r.offset)
             }
             Some(r) => TensorFile::open_raw(&self.path, &r.shape, r.dtype),
             None => TensorFile::open(&self.path),
+        }?;
+        match self.nodata.as_deref().map(str::trim) {
+            None => Ok(file),
+            Some(t) if t.eq_ignore_ascii_case("none") => file.with_nodata(None),
+            Some(t) => file.with_nodata(Some(t)),
         }
     }
 }

@@ -31,6 +31,7 @@ fn specs_round_trip_through_json_with_defaults() {
                 offset: 0,
             }),
             rows: None,
+            nodata: None,
         },
         output: "g.tif".into(),
         filter: "gaussian:sigma=2".into(),

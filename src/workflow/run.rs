@@ -85,6 +85,7 @@ impl Workflow {
                 path: p,
                 raw: Some(layout),
                 rows: None,
+                nodata: None,
             };
             v.add(&j.out, placeholder)?;
         }

@@ -27,6 +27,7 @@ mod layering;
 mod map_oracle;
 mod matmul;
 mod newcomer;
+mod nodata_reduce;
 mod npy_orders;
 mod numpy_interop;
 mod pipeline;

@@ -117,10 +117,11 @@ impl Backend for CpuBackend {
         op: Reduce,
         dtype: DType,
         geometry: Geometry,
+        nodata: Option<f64>,
     ) -> Result<Box<dyn TileReducer>> {
         Ok(Box::new(InPool {
             pool: self.pool.clone(),
-            inner: reduce::reducer(op, dtype, geometry, self.threads()),
+            inner: reduce::masked_reducer(op, dtype, geometry, self.threads(), nodata),
         }))
     }
 

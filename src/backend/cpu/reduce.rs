@@ -16,12 +16,16 @@ pub(crate) trait Kernel<T: Element>: Sync {
     type A: bytemuck::Pod + Send + Sync;
     type O: Element;
     const NEEDS_SHIFT: bool;
-    /// Leaves NaN out: a NaN shift (a slice's first element) is taken as 0 instead.
-    const SKIPS_NAN: bool = false;
     fn zero(&self) -> Self::A;
-    fn push(a: &mut Self::A, x: T, shift: f64);
+    fn push(&self, a: &mut Self::A, x: T, shift: f64);
     fn merge(a: &mut Self::A, b: &Self::A);
     fn finish(&self, a: &Self::A, n: u64) -> Self::O;
+    /// The variance shift element `x` (a slice's first) gives: its value, or 0 where the
+    /// kernel leaves the element out (NaN, nodata), so that the shift is a value of the
+    /// data (`Engine::reduce_partials` takes shares' shifts by the same rule).
+    fn shift(&self, x: T) -> f64 {
+        x.to_f64()
+    }
     /// Finishes the one output of a run reduced in 8 interleaved lanes (the reduced run
     /// is innermost: lane `l` holds elements `l, l + 8, ...`) from the lanes' totals: by
     /// default merged in a fixed tree.
@@ -50,7 +54,7 @@ impl<T: Element> Kernel<T> for FloatSum {
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut f64, x: T, _: f64) {
+    fn push(&self, a: &mut f64, x: T, _: f64) {
         *a += x.to_f64();
     }
     #[inline(always)]
@@ -78,7 +82,7 @@ impl<T: Element, O: Element> Kernel<T> for IntSum<O> {
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut i64, x: T, _: f64) {
+    fn push(&self, a: &mut i64, x: T, _: f64) {
         *a = a.wrapping_add(x.to_i64());
     }
     #[inline(always)]
@@ -116,7 +120,7 @@ impl<T: Element> Kernel<T> for Moments {
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut [f64; 2], x: T, shift: f64) {
+    fn push(&self, a: &mut [f64; 2], x: T, shift: f64) {
         let d = x.to_f64() - shift;
         a[0] += d;
         a[1] += d * d;
@@ -143,25 +147,54 @@ impl<T: Element> Kernel<T> for Moments {
     }
 }
 
-/// Sum (or mean) of the elements that are not NaN: `(sum, count)`, NaN adding 0 (numpy's
-/// `nansum` replaces NaN by 0).
-struct NanFloatSum {
-    mean: bool,
+/// Which elements the `nan` forms and `count` take: those that are not NaN ([`NotNan`]),
+/// and, for an input with a nodata value, not that value either ([`NotNodata`]).
+pub(crate) trait Valid<T>: Copy + Sync {
+    /// Whether `x` is taken.
+    fn ok(&self, x: T) -> bool;
 }
-impl<T: Element> Kernel<T> for NanFloatSum {
+
+/// Elements that are not NaN (every element of an integer type).
+#[derive(Clone, Copy)]
+struct NotNan;
+impl<T: Element> Valid<T> for NotNan {
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn ok(&self, x: T) -> bool {
+        !x.is_nan()
+    }
+}
+
+/// Elements that are neither NaN nor equal to the input's nodata value (compared as
+/// values of the input's type, as GDAL compares them: `-0.0` is `0.0`'s nodata too).
+#[derive(Clone, Copy)]
+struct NotNodata<T>(T);
+impl<T: Element> Valid<T> for NotNodata<T> {
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn ok(&self, x: T) -> bool {
+        !x.is_nan() && x != self.0
+    }
+}
+
+/// Sum (or mean) of the valid elements: `(sum, count)`, the others adding 0 (numpy's
+/// `nansum` replaces NaN by 0).
+struct NanFloatSum<M> {
+    mean: bool,
+    valid: M,
+}
+impl<T: Element, M: Valid<T>> Kernel<T> for NanFloatSum<M> {
     type A = [f64; 2];
     type O = f64;
     const NEEDS_SHIFT: bool = false;
-    const SKIPS_NAN: bool = true;
     fn zero(&self) -> [f64; 2] {
         [0.0; 2]
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut [f64; 2], x: T, _: f64) {
-        let v = x.to_f64();
-        let ok = !v.is_nan();
-        a[0] += if ok { v } else { 0.0 };
+    fn push(&self, a: &mut [f64; 2], x: T, _: f64) {
+        let ok = self.valid.ok(x);
+        a[0] += if ok { x.to_f64() } else { 0.0 };
         a[1] += f64::from(u8::from(ok));
     }
     #[inline(always)]
@@ -176,25 +209,25 @@ impl<T: Element> Kernel<T> for NanFloatSum {
     }
 }
 
-/// Variance (or deviation) of the elements that are not NaN: sums of `x - s`, `(x - s)²`
-/// and the count.
-struct NanMoments {
+/// Variance (or deviation) of the valid elements: sums of `x - s`, `(x - s)²` and the
+/// count.
+struct NanMoments<M> {
     ddof: u32,
     sqrt: bool,
+    valid: M,
 }
-impl<T: Element> Kernel<T> for NanMoments {
+impl<T: Element, M: Valid<T>> Kernel<T> for NanMoments<M> {
     type A = [f64; 3];
     type O = f64;
     const NEEDS_SHIFT: bool = true;
-    const SKIPS_NAN: bool = true;
     fn zero(&self) -> [f64; 3] {
         [0.0; 3]
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut [f64; 3], x: T, shift: f64) {
+    fn push(&self, a: &mut [f64; 3], x: T, shift: f64) {
         // NaN in the data is left out; inf minus an inf shift is not (NaN, as numpy)
-        let ok = !x.is_nan();
+        let ok = self.valid.ok(x);
         let d = x.to_f64() - shift;
         a[0] += if ok { d } else { 0.0 };
         a[1] += if ok { d * d } else { 0.0 };
@@ -220,23 +253,27 @@ impl<T: Element> Kernel<T> for NanMoments {
         };
         if self.sqrt { var.sqrt() } else { var }
     }
+    fn shift(&self, x: T) -> f64 {
+        if self.valid.ok(x) { x.to_f64() } else { 0.0 }
+    }
 }
 
-/// Minimum or maximum of the elements that are not NaN, of a float type: `(value,
-/// count)`, NaN for a slice of NaN alone. `MAX` picks the extreme.
-struct NanExtreme<const MAX: bool>;
-impl<const MAX: bool> NanExtreme<MAX> {
+/// Minimum or maximum of the valid elements of a float type: `(value, count)`, NaN for
+/// a slice with none. `MAX` picks the extreme.
+struct NanExtreme<M, const MAX: bool> {
+    valid: M,
+}
+impl<M, const MAX: bool> NanExtreme<M, MAX> {
     #[inline(always)]
     #[allow(clippy::inline_always)]
     fn better(v: f64, than: f64) -> bool {
         if MAX { v > than } else { v < than }
     }
 }
-impl<T: Element, const MAX: bool> Kernel<T> for NanExtreme<MAX> {
+impl<T: Element, M: Valid<T>, const MAX: bool> Kernel<T> for NanExtreme<M, MAX> {
     type A = [f64; 2];
     type O = T;
     const NEEDS_SHIFT: bool = false;
-    const SKIPS_NAN: bool = true;
     fn zero(&self) -> [f64; 2] {
         [
             if MAX {
@@ -249,9 +286,9 @@ impl<T: Element, const MAX: bool> Kernel<T> for NanExtreme<MAX> {
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut [f64; 2], x: T, _: f64) {
+    fn push(&self, a: &mut [f64; 2], x: T, _: f64) {
         let v = x.to_f64();
-        let ok = !v.is_nan();
+        let ok = self.valid.ok(x);
         a[0] = if ok && Self::better(v, a[0]) { v } else { a[0] };
         a[1] += f64::from(u8::from(ok));
     }
@@ -269,20 +306,100 @@ impl<T: Element, const MAX: bool> Kernel<T> for NanExtreme<MAX> {
     }
 }
 
-/// How many elements are not NaN.
-struct CountK;
-impl<T: Element> Kernel<T> for CountK {
-    type A = i64;
-    type O = i64;
+/// Minimum or maximum of an integer input's elements that are not its nodata value,
+/// compared in the input's own type (64-bit values beyond 2^53 stay exact):
+/// `[value's bits, count]`; a slice of nodata alone gives the nodata value.
+struct NodataExtreme<T, const MAX: bool> {
+    nodata: T,
+}
+impl<T: Element, const MAX: bool> Kernel<T> for NodataExtreme<T, MAX> {
+    type A = [u64; 2];
+    type O = T;
     const NEEDS_SHIFT: bool = false;
-    const SKIPS_NAN: bool = true;
+    fn zero(&self) -> [u64; 2] {
+        [
+            ArgK::<MAX>::bits(if MAX { T::LOWEST } else { T::HIGHEST }),
+            0,
+        ]
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(&self, a: &mut [u64; 2], x: T, _: f64) {
+        let ok = x != self.nodata;
+        let cur = ArgK::<MAX>::value::<T>(a[0]);
+        if ok && (if MAX { x > cur } else { x < cur }) {
+            a[0] = ArgK::<MAX>::bits(x);
+        }
+        a[1] += u64::from(ok);
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut [u64; 2], b: &[u64; 2]) {
+        // an empty partial holds the zero (the type's extreme), which is never better
+        let (x, cur) = (ArgK::<MAX>::value::<T>(b[0]), ArgK::<MAX>::value::<T>(a[0]));
+        if if MAX { x > cur } else { x < cur } {
+            a[0] = b[0];
+        }
+        a[1] += b[1];
+    }
+    fn finish(&self, a: &[u64; 2], _: u64) -> T {
+        if a[1] == 0 {
+            self.nodata
+        } else {
+            ArgK::<MAX>::value::<T>(a[0])
+        }
+    }
+}
+
+/// Integer sum of the elements that are not the input's nodata value (`nansum` of an
+/// integer input with one), in wrapping 64-bit arithmetic as [`IntSum`].
+struct NodataIntSum<T, O> {
+    nodata: T,
+    unsigned: bool,
+    _o: std::marker::PhantomData<O>,
+}
+impl<T: Element, O: Element> Kernel<T> for NodataIntSum<T, O> {
+    type A = i64;
+    type O = O;
+    const NEEDS_SHIFT: bool = false;
     fn zero(&self) -> i64 {
         0
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut i64, x: T, _: f64) {
-        *a += i64::from(!x.is_nan());
+    fn push(&self, a: &mut i64, x: T, _: f64) {
+        let v = if x == self.nodata { 0 } else { x.to_i64() };
+        *a = a.wrapping_add(v);
+    }
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn merge(a: &mut i64, b: &i64) {
+        *a = a.wrapping_add(*b);
+    }
+    fn finish(&self, a: &i64, _: u64) -> O {
+        if self.unsigned {
+            bytemuck::cast::<u64, O>(*a as u64)
+        } else {
+            bytemuck::cast::<i64, O>(*a)
+        }
+    }
+}
+
+/// How many elements are valid.
+struct CountK<M> {
+    valid: M,
+}
+impl<T: Element, M: Valid<T>> Kernel<T> for CountK<M> {
+    type A = i64;
+    type O = i64;
+    const NEEDS_SHIFT: bool = false;
+    fn zero(&self) -> i64 {
+        0
+    }
+    #[inline(always)] // the hot loop must inline into the AVX2 clone
+    #[allow(clippy::inline_always)]
+    fn push(&self, a: &mut i64, x: T, _: f64) {
+        *a += i64::from(self.valid.ok(x));
     }
     #[inline(always)]
     #[allow(clippy::inline_always)]
@@ -304,7 +421,7 @@ impl<T: Element> Kernel<T> for MinK {
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut T, x: T, _: f64) {
+    fn push(&self, a: &mut T, x: T, _: f64) {
         if x < *a || x.is_nan() {
             *a = x;
         }
@@ -312,7 +429,7 @@ impl<T: Element> Kernel<T> for MinK {
     #[inline(always)]
     #[allow(clippy::inline_always)]
     fn merge(a: &mut T, b: &T) {
-        Self::push(a, *b, 0.0);
+        Self.push(a, *b, 0.0);
     }
     fn finish(&self, a: &T, _: u64) -> T {
         *a
@@ -329,7 +446,7 @@ impl<T: Element> Kernel<T> for MaxK {
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut T, x: T, _: f64) {
+    fn push(&self, a: &mut T, x: T, _: f64) {
         if x > *a || x.is_nan() {
             *a = x;
         }
@@ -337,7 +454,7 @@ impl<T: Element> Kernel<T> for MaxK {
     #[inline(always)]
     #[allow(clippy::inline_always)]
     fn merge(a: &mut T, b: &T) {
-        Self::push(a, *b, 0.0);
+        Self.push(a, *b, 0.0);
     }
     fn finish(&self, a: &T, _: u64) -> T {
         *a
@@ -395,7 +512,7 @@ impl<T: Element, const MAX: bool> Kernel<T> for ArgK<MAX> {
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(a: &mut [u64; 3], x: T, _: f64) {
+    fn push(&self, a: &mut [u64; 3], x: T, _: f64) {
         if a[1] == Self::NONE || Self::better(x, Self::value::<T>(a[0])) {
             a[0] = Self::bits(x);
             a[1] = a[2];
@@ -502,6 +619,7 @@ impl<A: Copy> State<A> {
 /// enabled, since fusing would change rounding.
 #[inline]
 fn accumulate<T: Element, K: Kernel<T>>(
+    k: &K,
     data: &[T],
     vcols: usize,
     seg: Seg,
@@ -512,10 +630,10 @@ fn accumulate<T: Element, K: Kernel<T>>(
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2, checked just above.
-        unsafe { accumulate_avx2::<T, K>(data, vcols, seg, cols, acc, shift) };
+        unsafe { accumulate_avx2::<T, K>(k, data, vcols, seg, cols, acc, shift) };
         return;
     }
-    accumulate_rows::<T, K>(data, vcols, seg, cols, acc, shift);
+    accumulate_rows::<T, K>(k, data, vcols, seg, cols, acc, shift);
 }
 
 /// [`accumulate_rows`] compiled for AVX2.
@@ -525,6 +643,7 @@ fn accumulate<T: Element, K: Kernel<T>>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn accumulate_avx2<T: Element, K: Kernel<T>>(
+    k: &K,
     data: &[T],
     vcols: usize,
     seg: Seg,
@@ -532,13 +651,14 @@ unsafe fn accumulate_avx2<T: Element, K: Kernel<T>>(
     acc: &mut [K::A],
     shift: &[f64],
 ) {
-    accumulate_rows::<T, K>(data, vcols, seg, cols, acc, shift);
+    accumulate_rows::<T, K>(k, data, vcols, seg, cols, acc, shift);
 }
 
 // inline(always) so the body is compiled with AVX2 inside `accumulate_avx2`
 #[inline(always)]
 #[allow(clippy::inline_always)]
 fn accumulate_rows<T: Element, K: Kernel<T>>(
+    k: &K,
     data: &[T],
     vcols: usize,
     seg: Seg,
@@ -552,7 +672,7 @@ fn accumulate_rows<T: Element, K: Kernel<T>>(
         let row = seg.at + r * vcols + (cols.start - seg.ca);
         let xs = &data[row..row + w];
         for ((a, &x), &s) in acc.iter_mut().zip(xs).zip(shift) {
-            K::push(a, x, s);
+            k.push(a, x, s);
         }
     }
 }
@@ -611,17 +731,9 @@ fn accumulate_closed_row<T: Element, K: Kernel<T>>(
     let shift = &shift[cols.start..cols.end];
     for ((t, &x), &s) in total.iter_mut().zip(xs).zip(shift) {
         let mut a = zero;
-        K::push(&mut a, x, s);
+        k.push(&mut a, x, s);
         K::merge(t, &a);
     }
-}
-
-/// The variance shift element `x` gives: its value, or 0 for NaN when the kernel leaves
-/// NaN out (`Engine::reduce_partials` takes shares' shifts by the same rule).
-#[inline]
-fn shift_of<T: Element, K: Kernel<T>>(x: T) -> f64 {
-    let v = x.to_f64();
-    if K::SKIPS_NAN && v.is_nan() { 0.0 } else { v }
 }
 
 /// Streaming reducer: feed it tiles in order, read the result at the end.
@@ -693,13 +805,13 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
                 for j in p0..p1.min(vc as u64) {
                     let (_, from) = g.column_output(j);
                     st.shift[j as usize] = if from == j {
-                        shift_of::<T, K>(data[(j - p0) as usize])
+                        self.k.shift(data[(j - p0) as usize])
                     } else {
                         st.shift[from as usize]
                     };
                 }
             } else if p0 == 0 {
-                st.shift.fill(shift_of::<T, K>(data[0]));
+                st.shift.fill(self.k.shift(data[0]));
             }
         }
         let zero = self.k.zero();
@@ -721,7 +833,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
                         .par_iter()
                         .map(|s| {
                             let mut acc = vec![zero; s.cb - s.ca];
-                            accumulate::<T, K>(data, vc, *s, s.ca..s.cb, &mut acc, shift);
+                            accumulate::<T, K>(&self.k, data, vc, *s, s.ca..s.cb, &mut acc, shift);
                             acc
                         })
                         .collect();
@@ -768,7 +880,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
                             );
                             return;
                         }
-                        accumulate::<T, K>(data, vc, s, a..a + acc.len(), acc, shift);
+                        accumulate::<T, K>(&self.k, data, vc, s, a..a + acc.len(), acc, shift);
                         if merge_here {
                             close(acc, tot);
                         }
@@ -776,7 +888,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
             } else if one_row {
                 accumulate_closed::<T, K>(&self.k, data, s, s.ca..s.cb, total, shift);
             } else {
-                accumulate::<T, K>(data, vc, s, s.ca..s.cb, open, shift);
+                accumulate::<T, K>(&self.k, data, vc, s, s.ca..s.cb, open, shift);
                 if merge_here {
                     close(open, total);
                 }
@@ -984,6 +1096,76 @@ where
 /// work across `threads` (which changes the work split, never the arithmetic).
 #[must_use]
 pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn TileReducer> {
+    masked_reducer(op, dtype, g, threads, None)
+}
+
+/// [`reducer`] for an input whose elements equal to `nodata` (a value its type holds)
+/// are missing: the `nan` forms and `count` leave them out as they leave NaN out (an
+/// integer input's `nanmin`/`nanmax` of nodata alone is the nodata value); the other
+/// reductions take every element, as numpy does.
+#[must_use]
+pub fn masked_reducer(
+    op: Reduce,
+    dtype: DType,
+    g: Geometry,
+    threads: usize,
+    nodata: Option<f64>,
+) -> Box<dyn TileReducer> {
+    fn new<T: Element, K: Kernel<T> + Send + 'static>(
+        k: K,
+        g: Geometry,
+        th: usize,
+    ) -> Box<dyn TileReducer> {
+        Box::new(Reducer::<T, K>::new(k, g, th))
+    }
+    /// The `nan` forms of an integer input with a nodata value.
+    fn int_nodata<T: Element>(op: Reduce, g: Geometry, th: usize, nd: T) -> Box<dyn TileReducer> {
+        let valid = NotNodata(nd);
+        let unsigned = T::DTYPE.is_unsigned();
+        match op {
+            Reduce::NanSum if unsigned => new::<T, _>(
+                NodataIntSum::<T, u64> {
+                    nodata: nd,
+                    unsigned,
+                    _o: std::marker::PhantomData,
+                },
+                g,
+                th,
+            ),
+            Reduce::NanSum => new::<T, _>(
+                NodataIntSum::<T, i64> {
+                    nodata: nd,
+                    unsigned,
+                    _o: std::marker::PhantomData,
+                },
+                g,
+                th,
+            ),
+            Reduce::NanMean => new::<T, _>(NanFloatSum { mean: true, valid }, g, th),
+            Reduce::NanMin => new::<T, _>(NodataExtreme::<T, false> { nodata: nd }, g, th),
+            Reduce::NanMax => new::<T, _>(NodataExtreme::<T, true> { nodata: nd }, g, th),
+            Reduce::NanVar { ddof } => new::<T, _>(
+                NanMoments {
+                    ddof,
+                    sqrt: false,
+                    valid,
+                },
+                g,
+                th,
+            ),
+            Reduce::NanStd { ddof } => new::<T, _>(
+                NanMoments {
+                    ddof,
+                    sqrt: true,
+                    valid,
+                },
+                g,
+                th,
+            ),
+            Reduce::Count => new::<T, _>(CountK { valid }, g, th),
+            other => int::<T>(other, g, th),
+        }
+    }
     fn int<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
         let unsigned = T::DTYPE.is_unsigned();
         // integers have no NaN: the `nan` forms are the plain ones
@@ -997,7 +1179,7 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
             other => other,
         };
         match op {
-            Reduce::Sum if unsigned => Box::new(Reducer::<T, _>::new(
+            Reduce::Sum if unsigned => new::<T, _>(
                 IntSum::<u64> {
                     mean: false,
                     unsigned,
@@ -1005,8 +1187,8 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
                 },
                 g,
                 th,
-            )),
-            Reduce::Sum => Box::new(Reducer::<T, _>::new(
+            ),
+            Reduce::Sum => new::<T, _>(
                 IntSum::<i64> {
                     mean: false,
                     unsigned,
@@ -1014,8 +1196,8 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
                 },
                 g,
                 th,
-            )),
-            Reduce::Mean => Box::new(Reducer::<T, _>::new(
+            ),
+            Reduce::Mean => new::<T, _>(
                 IntSum::<f64> {
                     mean: true,
                     unsigned,
@@ -1023,42 +1205,58 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
                 },
                 g,
                 th,
-            )),
-            _ => common::<T>(op, g, th),
+            ),
+            _ => common::<T, _>(op, g, th, NotNan),
         }
     }
-    fn float<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
+    fn float<T: Element, M: Valid<T> + Send + 'static>(
+        op: Reduce,
+        g: Geometry,
+        th: usize,
+        valid: M,
+    ) -> Box<dyn TileReducer> {
         match op {
-            Reduce::Sum => Box::new(Reducer::<T, _>::new(FloatSum { mean: false }, g, th)),
-            Reduce::Mean => Box::new(Reducer::<T, _>::new(FloatSum { mean: true }, g, th)),
-            Reduce::NanSum => Box::new(Reducer::<T, _>::new(NanFloatSum { mean: false }, g, th)),
-            Reduce::NanMean => Box::new(Reducer::<T, _>::new(NanFloatSum { mean: true }, g, th)),
-            Reduce::NanMin => Box::new(Reducer::<T, _>::new(NanExtreme::<false>, g, th)),
-            Reduce::NanMax => Box::new(Reducer::<T, _>::new(NanExtreme::<true>, g, th)),
-            Reduce::NanVar { ddof } => Box::new(Reducer::<T, _>::new(
-                NanMoments { ddof, sqrt: false },
+            Reduce::Sum => new::<T, _>(FloatSum { mean: false }, g, th),
+            Reduce::Mean => new::<T, _>(FloatSum { mean: true }, g, th),
+            Reduce::NanSum => new::<T, _>(NanFloatSum { mean: false, valid }, g, th),
+            Reduce::NanMean => new::<T, _>(NanFloatSum { mean: true, valid }, g, th),
+            Reduce::NanMin => new::<T, _>(NanExtreme::<M, false> { valid }, g, th),
+            Reduce::NanMax => new::<T, _>(NanExtreme::<M, true> { valid }, g, th),
+            Reduce::NanVar { ddof } => new::<T, _>(
+                NanMoments {
+                    ddof,
+                    sqrt: false,
+                    valid,
+                },
                 g,
                 th,
-            )),
-            Reduce::NanStd { ddof } => {
-                Box::new(Reducer::<T, _>::new(NanMoments { ddof, sqrt: true }, g, th))
-            }
-            _ => common::<T>(op, g, th),
+            ),
+            Reduce::NanStd { ddof } => new::<T, _>(
+                NanMoments {
+                    ddof,
+                    sqrt: true,
+                    valid,
+                },
+                g,
+                th,
+            ),
+            _ => common::<T, M>(op, g, th, valid),
         }
     }
-    fn common<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
+    fn common<T: Element, M: Valid<T> + Send + 'static>(
+        op: Reduce,
+        g: Geometry,
+        th: usize,
+        valid: M,
+    ) -> Box<dyn TileReducer> {
         match op {
-            Reduce::Min => Box::new(Reducer::<T, _>::new(MinK, g, th)),
-            Reduce::Max => Box::new(Reducer::<T, _>::new(MaxK, g, th)),
-            Reduce::Var { ddof } => {
-                Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: false }, g, th))
-            }
-            Reduce::Std { ddof } => {
-                Box::new(Reducer::<T, _>::new(Moments { ddof, sqrt: true }, g, th))
-            }
-            Reduce::Count => Box::new(Reducer::<T, _>::new(CountK, g, th)),
-            Reduce::ArgMin => Box::new(Reducer::<T, _>::new(ArgK::<false>, g, th)),
-            Reduce::ArgMax => Box::new(Reducer::<T, _>::new(ArgK::<true>, g, th)),
+            Reduce::Min => new::<T, _>(MinK, g, th),
+            Reduce::Max => new::<T, _>(MaxK, g, th),
+            Reduce::Var { ddof } => new::<T, _>(Moments { ddof, sqrt: false }, g, th),
+            Reduce::Std { ddof } => new::<T, _>(Moments { ddof, sqrt: true }, g, th),
+            Reduce::Count => new::<T, _>(CountK { valid }, g, th),
+            Reduce::ArgMin => new::<T, _>(ArgK::<false>, g, th),
+            Reduce::ArgMax => new::<T, _>(ArgK::<true>, g, th),
             Reduce::Sum
             | Reduce::Mean
             | Reduce::NanSum
@@ -1071,8 +1269,16 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
             }
         }
     }
+    // a nodata value matters to the reductions that leave missing elements out; NaN as
+    // nodata is NaN, which they leave out already
+    let nodata = nodata.filter(|v| op.skips_nan() && !v.is_nan());
     crate::dispatch_dtype!(dtype, T => {
-        if T::DTYPE.is_float() { float::<T>(op, g, threads) } else { int::<T>(op, g, threads) }
+        match nodata {
+            Some(v) if T::DTYPE.is_float() => float::<T, _>(op, g, threads, NotNodata(T::from_f64(v))),
+            Some(v) => int_nodata::<T>(op, g, threads, T::from_f64(v)),
+            None if T::DTYPE.is_float() => float::<T, _>(op, g, threads, NotNan),
+            None => int::<T>(op, g, threads),
+        }
     })
 }
 

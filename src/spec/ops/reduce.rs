@@ -238,10 +238,12 @@ impl Operation for ReduceSpec {
 
 Results: sum is f64 for floats, i64 for signed ints and bool, u64 for unsigned; mean, var
 and std are f64; min and max keep the input dtype; the nan forms (nansum, nanmean, nanmin,
-nanmax, nanvar, nanstd) leave NaN out; count is i64; argmin and argmax are i64 indices
+nanmax, nanvar, nanstd) leave NaN out, and the input's nodata pixels (a GeoTIFF's GDAL
+nodata, or --in-nodata): an integer input's nanmin/nanmax of nodata alone is the nodata
+value; the plain forms take every element, as numpy does; count is i64; argmin and argmax are i64 indices
 along the axis (flat over all elements), numpy's: the first occurrence, the first NaN if
 any; one axis or none. quantile (--q in [0, 1]), percentile (--q in [0, 100]), median and
-their nan forms are numpy's, exactly (--method linear, lower, higher, nearest, midpoint),
+their nan forms (which leave NaN and nodata out) are numpy's, exactly (--method linear, lower, higher, nearest, midpoint),
 with a leading axis for --q when it lists several. Bit-identical whatever --memory and
 --threads."
 )]
@@ -277,6 +279,11 @@ pub struct ReduceArgs {
     /// Cast the result to this dtype.
     #[arg(long)]
     pub dtype: Option<String>,
+    /// The input's nodata value (-9999, nan), which the nan forms, count and the nan
+    /// quantiles leave out, in place of what its file says (a GeoTIFF's GDAL nodata);
+    /// `none` for none.
+    #[arg(long = "in-nodata", allow_hyphen_values = true)]
+    pub in_nodata: Option<String>,
     #[command(flatten)]
     pub raw: crate::spec::cli::RawSpec,
 }
@@ -285,7 +292,10 @@ pub struct ReduceArgs {
 impl super::Arguments for ReduceArgs {
     fn spec(&self) -> Result<crate::spec::OpSpec> {
         Ok(crate::spec::OpSpec::Reduce(ReduceSpec {
-            input: crate::spec::cli::source(&self.input, &self.raw)?,
+            input: crate::spec::Source {
+                nodata: self.in_nodata.clone(),
+                ..crate::spec::cli::source(&self.input, &self.raw)?
+            },
             output: self.output.clone(),
             reduce: self.op.clone(),
             ddof: self.ddof,
