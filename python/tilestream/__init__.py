@@ -550,7 +550,9 @@ def reduce(
     """Reduces ``t`` (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``, numpy's
     ``nansum``, ``nanmean``, ``nanmin``, ``nanmax``, ``nanvar``, ``nanstd``, and
     ``count`` of the elements that are not NaN; ``argmin`` and ``argmax``, numpy's: where
-    the extreme first occurs, the first NaN if any, along one axis or as a flat index) over
+    the extreme first occurs, the first NaN if any, along one axis or as a flat index;
+    ``nanargmin`` and ``nanargmax`` leave NaN out, and refuse a slice of NaN alone as
+    numpy raises) over
     ``axis`` (None: every element; an int, or a tuple of them as numpy's
     ``axis=(0, 2, 3)``) under the budget ``memory``; ``keepdims=True`` keeps the reduced
     axes as length 1. Returns an np.ndarray in the reduction's result dtype (f64 for

@@ -146,6 +146,7 @@ impl Engine {
         let out_dtype = op.output_dtype(input.dtype());
         let out_shape = over.out_shape(input.shape());
         let array = Array::from_bytes(out_dtype, out_shape.clone(), reducer.into_bytes())?;
+        refuse_no_position(op, &array)?;
         let report = self.report(
             &plan,
             Ran::on(Family::Reduce, plan.what.clone(), gpu),
@@ -655,5 +656,32 @@ pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
         reducer.fold_blocks(&p.payload[..keep as usize]);
     }
     reducer.finish_folded();
-    Array::from_bytes(out_dtype, out_shape, reducer.into_bytes())
+    let array = Array::from_bytes(out_dtype, out_shape, reducer.into_bytes())?;
+    refuse_no_position(op, &array)?;
+    Ok(array)
+}
+
+/// Refuses the result of a `nanargmin` or `nanargmax` where a slice had no element that
+/// is not NaN (nor nodata): numpy raises there rather than give an index.
+fn refuse_no_position(op: Reduce, array: &Array) -> Result<()> {
+    if !matches!(op, Reduce::NanArgMin | Reduce::NanArgMax) {
+        return Ok(());
+    }
+    let at = bytemuck::pod_collect_to_vec::<u8, i64>(&array.data)
+        .iter()
+        .position(|&i| i < 0);
+    match at {
+        None => Ok(()),
+        Some(k) => Err(Error::invalid(format!(
+            "{}: result {k} (flat) is of a slice with nothing but NaN or nodata, which has \
+             no position (numpy raises 'All-NaN slice encountered'): take {} to see which \
+             slices, or argmin/argmax",
+            op.name(),
+            if op == Reduce::NanArgMin {
+                "nanmin"
+            } else {
+                "nanmax"
+            }
+        ))),
+    }
 }

@@ -95,6 +95,11 @@ pub enum Reduce {
     ArgMin,
     /// Where the maximum first occurs (`argmax`), as [`Reduce::ArgMin`].
     ArgMax,
+    /// Where the minimum of the elements that are not NaN (nor nodata) first occurs
+    /// (numpy's `nanargmin`, i64); a slice with none is refused, as numpy raises.
+    NanArgMin,
+    /// Where the maximum of the elements that are not NaN first occurs (`nanargmax`).
+    NanArgMax,
 }
 
 impl Reduce {
@@ -120,6 +125,8 @@ impl Reduce {
             "count" => Reduce::Count,
             "argmin" => Reduce::ArgMin,
             "argmax" => Reduce::ArgMax,
+            "nanargmin" => Reduce::NanArgMin,
+            "nanargmax" => Reduce::NanArgMax,
             q if crate::ops::quantile::NAMES.contains(&q) => {
                 return Err(Error::invalid(format!(
                     "{q} is not a one-pass reduction: take it with its q (`tilestream reduce \
@@ -130,7 +137,8 @@ impl Reduce {
             _ => {
                 return Err(Error::invalid(format!(
                     "unknown reduction '{name}': expected sum, mean, min, max, var, std, \
-                     nansum, nanmean, nanmin, nanmax, nanvar, nanstd, count, argmin or argmax"
+                     nansum, nanmean, nanmin, nanmax, nanvar, nanstd, count, argmin, argmax, nanargmin \
+                     or nanargmax"
                 )));
             }
         })
@@ -155,6 +163,8 @@ impl Reduce {
             Reduce::Count => "count",
             Reduce::ArgMin => "argmin",
             Reduce::ArgMax => "argmax",
+            Reduce::NanArgMin => "nanargmin",
+            Reduce::NanArgMax => "nanargmax",
         }
     }
 
@@ -191,6 +201,8 @@ impl Reduce {
                 | Reduce::NanVar { .. }
                 | Reduce::NanStd { .. }
                 | Reduce::Count
+                | Reduce::NanArgMin
+                | Reduce::NanArgMax
         )
     }
 
@@ -200,10 +212,13 @@ impl Reduce {
         !self.skips_nan() && !self.is_arg()
     }
 
-    /// Whether it answers a position (`argmin`, `argmax`).
+    /// Whether it answers a position (`argmin`, `argmax` and their `nan` forms).
     #[must_use]
     pub fn is_arg(self) -> bool {
-        matches!(self, Reduce::ArgMin | Reduce::ArgMax)
+        matches!(
+            self,
+            Reduce::ArgMin | Reduce::ArgMax | Reduce::NanArgMin | Reduce::NanArgMax
+        )
     }
 
     /// Checks that it can reduce over `over`: a position is taken along one axis or
@@ -230,9 +245,13 @@ impl Reduce {
             Reduce::Min | Reduce::Max | Reduce::NanMin | Reduce::NanMax => input,
             Reduce::Sum | Reduce::NanSum if input.is_float() => DType::F64,
             Reduce::Sum | Reduce::NanSum if input.is_unsigned() => DType::U64,
-            Reduce::Sum | Reduce::NanSum | Reduce::Count | Reduce::ArgMin | Reduce::ArgMax => {
-                DType::I64
-            }
+            Reduce::Sum
+            | Reduce::NanSum
+            | Reduce::Count
+            | Reduce::ArgMin
+            | Reduce::ArgMax
+            | Reduce::NanArgMin
+            | Reduce::NanArgMax => DType::I64,
             Reduce::Mean
             | Reduce::Var { .. }
             | Reduce::Std { .. }
@@ -250,7 +269,7 @@ impl Reduce {
         let float = input.is_float() || masked;
         match self {
             Reduce::Var { .. } | Reduce::Std { .. } => 16,
-            Reduce::ArgMin | Reduce::ArgMax => 24,
+            Reduce::ArgMin | Reduce::ArgMax | Reduce::NanArgMin | Reduce::NanArgMax => 24,
             Reduce::NanVar { .. } | Reduce::NanStd { .. } => {
                 if float {
                     24

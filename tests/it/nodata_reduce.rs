@@ -456,3 +456,95 @@ fn the_plain_forms_take_nodata_as_a_value_and_bad_values_are_refused() {
     let none = TensorFile::open(&p).unwrap().with_nodata(None).unwrap();
     assert!(none.nodata().is_none());
 }
+
+/// numpy's `nanargmin`/`nanargmax` of `v`: the first occurrence of the extreme of the
+/// valid values; `None` for none (numpy raises).
+fn nan_first_extreme(v: &[f64], max: bool, nodata: f64) -> Option<usize> {
+    let mut best: Option<usize> = None;
+    for (i, &x) in v.iter().enumerate() {
+        if x.is_nan() || x == nodata {
+            continue;
+        }
+        if best.is_none_or(|b| (max && x > v[b]) || (!max && x < v[b])) {
+            best = Some(i);
+        }
+    }
+    best
+}
+
+#[test]
+fn nan_positions_are_numpys_and_a_slice_with_none_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    // NaN and nodata at block and lane boundaries (32768 rows of 4 columns, and a run
+    // reduced in 8 lanes), ties everywhere (quarter steps)
+    let rows = 70_001;
+    let miss =
+        |k: usize, c: &[usize]| [0, 1, 32_767, 32_768, 65_536].contains(&c[0]) || k % 4099 == 7;
+    for (i, (dtype, nodata)) in [
+        (DType::F32, -9999.0),
+        (DType::F64, f64::NAN),
+        (DType::U16, 0.0),
+        (DType::F16, 1000.5),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (mut bytes, mut vals) = data(dtype, &[rows, 4], 30 + i as u64, nodata, miss);
+        if dtype.is_float() {
+            // NaN too, when nodata is a number
+            tilestream::dispatch_dtype!(dtype, T => {
+                for k in (3..vals.len()).step_by(1013) {
+                    vals[k] = f64::NAN;
+                    bytes[k * dtype.size()..(k + 1) * dtype.size()]
+                        .copy_from_slice(bytemuck::bytes_of(&T::from_f64(f64::NAN)));
+                }
+            });
+        }
+        let x = open_with(
+            dir.path(),
+            &format!("p{i}.npy"),
+            dtype,
+            &[rows, 4],
+            &bytes,
+            &format!("{nodata}"),
+        );
+        let nd = tilestream::dispatch_dtype!(dtype, T => T::from_f64(nodata).to_f64());
+        for (op, max) in [(Reduce::NanArgMin, false), (Reduce::NanArgMax, true)] {
+            for over in [ReduceOver::Axis(0), ReduceOver::Axis(1), ReduceOver::All] {
+                let want: Option<Vec<f64>> = groups(&vals, &[rows, 4], over)
+                    .iter()
+                    .map(|g| nan_first_extreme(g, max, nd).map(|i| i as f64))
+                    .collect();
+                let Some(want) = want else {
+                    // rows of nodata alone (along axis 1): refused as numpy raises
+                    let e = engine_on(DeviceRequest::Cpu, 1 << 30);
+                    let err = e.reduce(&x, op, over).err().unwrap().to_string();
+                    assert!(err.contains("All-NaN"), "{dtype} {op:?} {over:?}: {err}");
+                    continue;
+                };
+                let base = reduce_at(&x, op, over, 1 << 30, 2);
+                assert_eq!(as_f64(&base, DType::I64), want, "{dtype} {op:?} {over:?}");
+                for (b, th) in [(40 << 10, 1), (200 << 10, 3)] {
+                    assert!(
+                        reduce_at(&x, op, over, b, th) == base,
+                        "{dtype} {op:?} {over:?} at {b}"
+                    );
+                }
+            }
+        }
+    }
+    // a column of nodata alone: refused in one line that names the way out
+    let (bytes, _) = data(DType::F32, &[100, 3], 9, -1.0, |_, c| c[1] == 2);
+    let x = open_with(dir.path(), "none.npy", DType::F32, &[100, 3], &bytes, "-1");
+    let e = engine_on(DeviceRequest::Cpu, 1 << 20);
+    let err = e
+        .reduce(&x, Reduce::NanArgMax, ReduceOver::Axis(0))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains("nanargmax: result 2") && err.contains("All-NaN") && !err.contains('\n'),
+        "{err}"
+    );
+    assert!(e.reduce(&x, Reduce::NanArgMax, ReduceOver::All).is_ok());
+}

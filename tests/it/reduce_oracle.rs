@@ -66,6 +66,19 @@ fn oracle(x: &[f64], shape: &[usize], over: ReduceOver, op: Reduce) -> Vec<f64> 
                 Reduce::Std { ddof } | Reduce::NanStd { ddof } => var(ddof).sqrt(),
                 Reduce::Count => n,
                 Reduce::ArgMin | Reduce::ArgMax => first_extreme(all, op == Reduce::ArgMax),
+                Reduce::NanArgMin | Reduce::NanArgMax => {
+                    // the first occurrence of the extreme of the values that are not NaN
+                    let max = op == Reduce::NanArgMax;
+                    let mut best: Option<usize> = None;
+                    for (i, &x) in all.iter().enumerate() {
+                        if !x.is_nan()
+                            && best.is_none_or(|b| if max { x > all[b] } else { x < all[b] })
+                        {
+                            best = Some(i);
+                        }
+                    }
+                    best.map_or(-1.0, |b| b as f64)
+                }
             }
         })
         .collect()

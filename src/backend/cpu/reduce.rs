@@ -154,6 +154,17 @@ pub(crate) trait Valid<T>: Copy + Sync {
     fn ok(&self, x: T) -> bool;
 }
 
+/// Every element (the plain `argmin`, `argmax`: NaN is the extreme there).
+#[derive(Clone, Copy)]
+struct Every;
+impl<T: Element> Valid<T> for Every {
+    #[inline(always)]
+    #[allow(clippy::inline_always)]
+    fn ok(&self, _: T) -> bool {
+        true
+    }
+}
+
 /// Elements that are not NaN (every element of an integer type).
 #[derive(Clone, Copy)]
 struct NotNan;
@@ -318,7 +329,7 @@ impl<T: Element, const MAX: bool> Kernel<T> for NodataExtreme<T, MAX> {
     const NEEDS_SHIFT: bool = false;
     fn zero(&self) -> [u64; 2] {
         [
-            ArgK::<MAX>::bits(if MAX { T::LOWEST } else { T::HIGHEST }),
+            ArgK::<NotNan, MAX>::bits(if MAX { T::LOWEST } else { T::HIGHEST }),
             0,
         ]
     }
@@ -326,9 +337,9 @@ impl<T: Element, const MAX: bool> Kernel<T> for NodataExtreme<T, MAX> {
     #[allow(clippy::inline_always)]
     fn push(&self, a: &mut [u64; 2], x: T, _: f64) {
         let ok = x != self.nodata;
-        let cur = ArgK::<MAX>::value::<T>(a[0]);
+        let cur = ArgK::<NotNan, MAX>::value::<T>(a[0]);
         if ok && (if MAX { x > cur } else { x < cur }) {
-            a[0] = ArgK::<MAX>::bits(x);
+            a[0] = ArgK::<NotNan, MAX>::bits(x);
         }
         a[1] += u64::from(ok);
     }
@@ -336,7 +347,10 @@ impl<T: Element, const MAX: bool> Kernel<T> for NodataExtreme<T, MAX> {
     #[allow(clippy::inline_always)]
     fn merge(a: &mut [u64; 2], b: &[u64; 2]) {
         // an empty partial holds the zero (the type's extreme), which is never better
-        let (x, cur) = (ArgK::<MAX>::value::<T>(b[0]), ArgK::<MAX>::value::<T>(a[0]));
+        let (x, cur) = (
+            ArgK::<NotNan, MAX>::value::<T>(b[0]),
+            ArgK::<NotNan, MAX>::value::<T>(a[0]),
+        );
         if if MAX { x > cur } else { x < cur } {
             a[0] = b[0];
         }
@@ -346,7 +360,7 @@ impl<T: Element, const MAX: bool> Kernel<T> for NodataExtreme<T, MAX> {
         if a[1] == 0 {
             self.nodata
         } else {
-            ArgK::<MAX>::value::<T>(a[0])
+            ArgK::<NotNan, MAX>::value::<T>(a[0])
         }
     }
 }
@@ -470,8 +484,12 @@ impl<T: Element> Kernel<T> for MaxK {
 /// tiles and Dask shares give the position of one pass; a column's elements are its rows
 /// (the index along the reduced axis), a lane's are every 8th element
 /// ([`Kernel::finish_lanes`] turns them back into indices).
-struct ArgK<const MAX: bool>;
-impl<const MAX: bool> ArgK<MAX> {
+struct ArgK<M, const MAX: bool> {
+    /// Which elements are candidates ([`Every`] for `argmin`, [`NotNan`] or
+    /// [`NotNodata`] for the `nan` forms); the others are counted, never chosen.
+    valid: M,
+}
+impl<M, const MAX: bool> ArgK<M, MAX> {
     const NONE: u64 = u64::MAX;
     #[inline(always)]
     #[allow(clippy::inline_always)]
@@ -503,7 +521,7 @@ impl<const MAX: bool> ArgK<MAX> {
         }
     }
 }
-impl<T: Element, const MAX: bool> Kernel<T> for ArgK<MAX> {
+impl<T: Element, M: Valid<T>, const MAX: bool> Kernel<T> for ArgK<M, MAX> {
     type A = [u64; 3];
     type O = i64;
     const NEEDS_SHIFT: bool = false;
@@ -513,7 +531,7 @@ impl<T: Element, const MAX: bool> Kernel<T> for ArgK<MAX> {
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
     fn push(&self, a: &mut [u64; 3], x: T, _: f64) {
-        if a[1] == Self::NONE || Self::better(x, Self::value::<T>(a[0])) {
+        if self.valid.ok(x) && (a[1] == Self::NONE || Self::better(x, Self::value::<T>(a[0]))) {
             a[0] = Self::bits(x);
             a[1] = a[2];
         }
@@ -532,8 +550,9 @@ impl<T: Element, const MAX: bool> Kernel<T> for ArgK<MAX> {
         a[2] += b[2];
     }
     fn finish(&self, a: &[u64; 3], _: u64) -> i64 {
-        // an empty slice is refused before any run (numpy raises too)
-        a[1] as i64
+        // an empty slice is refused before any run (numpy raises too); a slice with no
+        // valid element (nan forms) gives -1, which the engine refuses
+        if a[1] == Self::NONE { -1 } else { a[1] as i64 }
     }
     fn finish_lanes(&self, t: &[[u64; 3]], _: u64) -> i64 {
         // lane `l`'s position `p` is element `8 p + l`: the earliest of equal extremes wins
@@ -1163,6 +1182,8 @@ pub fn masked_reducer(
                 th,
             ),
             Reduce::Count => new::<T, _>(CountK { valid }, g, th),
+            Reduce::NanArgMin => new::<T, _>(ArgK::<_, false> { valid }, g, th),
+            Reduce::NanArgMax => new::<T, _>(ArgK::<_, true> { valid }, g, th),
             other => int::<T>(other, g, th),
         }
     }
@@ -1255,8 +1276,10 @@ pub fn masked_reducer(
             Reduce::Var { ddof } => new::<T, _>(Moments { ddof, sqrt: false }, g, th),
             Reduce::Std { ddof } => new::<T, _>(Moments { ddof, sqrt: true }, g, th),
             Reduce::Count => new::<T, _>(CountK { valid }, g, th),
-            Reduce::ArgMin => new::<T, _>(ArgK::<false>, g, th),
-            Reduce::ArgMax => new::<T, _>(ArgK::<true>, g, th),
+            Reduce::ArgMin => new::<T, _>(ArgK::<_, false> { valid: Every }, g, th),
+            Reduce::ArgMax => new::<T, _>(ArgK::<_, true> { valid: Every }, g, th),
+            Reduce::NanArgMin => new::<T, _>(ArgK::<M, false> { valid }, g, th),
+            Reduce::NanArgMax => new::<T, _>(ArgK::<M, true> { valid }, g, th),
             Reduce::Sum
             | Reduce::Mean
             | Reduce::NanSum

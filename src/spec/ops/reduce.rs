@@ -226,7 +226,7 @@ impl Operation for ReduceSpec {
 #[cfg(feature = "cli")]
 #[derive(clap::Args, Clone, Debug)]
 #[command(
-    about = "Reduce along axes or over everything: sum, mean, min, max, var, std, their nan forms, count, argmin, argmax",
+    about = "Reduce along axes or over everything: sum, mean, min, max, var, std, their nan forms, count, argmin, argmax, nanargmin, nanargmax, quantiles",
     after_help = "Examples:
   tilestream reduce x.npy colmean.npy --op mean --axis 0 --memory 256MiB
   tilestream reduce x.npy total.npy --op sum
@@ -237,15 +237,16 @@ impl Operation for ReduceSpec {
   tilestream reduce x.npy med.npy --op median --axis 0
 
 Results: sum is f64 for floats, i64 for signed ints and bool, u64 for unsigned; mean, var
-and std are f64; min and max keep the input dtype; the nan forms (nansum, nanmean, nanmin,
-nanmax, nanvar, nanstd) leave NaN out, and the input's nodata pixels (a GeoTIFF's GDAL
-nodata, or --in-nodata): an integer input's nanmin/nanmax of nodata alone is the nodata
-value; the plain forms take every element, as numpy does; count is i64; argmin and argmax are i64 indices
-along the axis (flat over all elements), numpy's: the first occurrence, the first NaN if
-any; one axis or none. quantile (--q in [0, 1]), percentile (--q in [0, 100]), median and
-their nan forms (which leave NaN and nodata out) are numpy's, exactly (--method linear, lower, higher, nearest, midpoint),
-with a leading axis for --q when it lists several. Bit-identical whatever --memory and
---threads."
+and std are f64; min and max keep the input dtype; count is i64. The nan forms (nansum,
+nanmean, nanmin, nanmax, nanvar, nanstd, count, nanargmin, nanargmax, and the nan
+quantiles) leave out NaN and the input's nodata pixels (a GeoTIFF's GDAL nodata, or
+--in-nodata); an integer input's nanmin/nanmax of nodata alone is the nodata value; the
+plain forms take every element, as numpy does. argmin and argmax are i64 indices along
+the axis (flat over all elements), numpy's: the first occurrence, the first NaN if any;
+one axis or none; nanargmin/nanargmax refuse a slice with nothing valid, as numpy raises.
+quantile (--q in [0, 1]), percentile (--q in [0, 100]), median and their nan forms are
+numpy's, exactly (--method linear, lower, higher, nearest, midpoint), with a leading axis
+for --q when it lists several. Bit-identical whatever --memory and --threads."
 )]
 pub struct ReduceArgs {
     /// Input tensor (.npy, or raw with --shape and --in-dtype).
@@ -254,9 +255,9 @@ pub struct ReduceArgs {
     /// extension).
     pub output: PathBuf,
     /// Reduction: sum, mean, min, max, var, std; nansum, nanmean, nanmin, nanmax, nanvar,
-    /// nanstd (NaN left out); count (of the elements that are not NaN); argmin, argmax (where
-    /// the extreme first occurs, i64: one axis or none); quantile, percentile, median and
-    /// nanquantile, nanpercentile, nanmedian (with --q).
+    /// nanstd (NaN and nodata left out); count (of the valid elements); argmin, argmax
+    /// (where the extreme first occurs, i64: one axis or none), nanargmin, nanargmax;
+    /// quantile, percentile, median and nanquantile, nanpercentile, nanmedian (with --q).
     #[arg(long, default_value = "sum")]
     pub op: String,
     /// Axis to reduce, or several (`0,2,3`); omit to reduce over all elements.

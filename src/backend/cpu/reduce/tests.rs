@@ -25,7 +25,10 @@ fn oracle(x: &[f64], g: &Geometry, op: Reduce) -> Vec<f64> {
                 Reduce::Var { ddof } | Reduce::NanVar { ddof } => var(ddof),
                 Reduce::Std { ddof } | Reduce::NanStd { ddof } => var(ddof).sqrt(),
                 Reduce::Count => n,
-                Reduce::ArgMin | Reduce::ArgMax => first_extreme(&v, op == Reduce::ArgMax) as f64,
+                Reduce::ArgMin | Reduce::ArgMax | Reduce::NanArgMin | Reduce::NanArgMax => {
+                    let max = matches!(op, Reduce::ArgMax | Reduce::NanArgMax);
+                    first_extreme(&v, max) as f64
+                }
             });
         }
     }
