@@ -1,5 +1,6 @@
 // Elementwise kernels over one tile: affine (y = cast(fma(x, scale, offset))), cast,
-// and standardize (y = cast((x - mean[c]) / std[c]), c the flat index modulo cols).
+// and standardize (y = cast((x - mean[c]) / std[c]), c = (flat index / inner) % cols:
+// inner 1 per column, the elements of a channel per channel).
 // Instantiated per dtype pair as extern "C" <op>_<in>_<out> by the generated wrapper
 // (src/backend/cuda/source.rs), the same arithmetic as src/ops/elementwise.rs.
 
@@ -50,9 +51,10 @@ __device__ __forceinline__ void ts_standardize(const I* __restrict__ x, O* __res
                                                unsigned long long n, unsigned long long start,
                                                const double* __restrict__ mean,
                                                const double* __restrict__ sd,
-                                               unsigned long long cols) {
+                                               unsigned long long cols,
+                                               unsigned long long inner) {
     TS_FOR_EACH(i, n) {
-        unsigned long long c = (start + i) % cols;
+        unsigned long long c = ((start + i) / inner) % cols;
         y[i] = Elem<O>::from_f64((Elem<I>::to_f64(x[i]) - mean[c]) / sd[c]);
     }
 }

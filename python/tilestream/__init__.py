@@ -694,12 +694,21 @@ def convert(t: Any, out: PathLike, *, dtype: Any = None, **kw: Any) -> Any:
 
 
 def standardize(t: Any, out: PathLike, *, ddof: int = 0, dtype: Any = None,
-                stats: Optional[PathLike] = None, **kw: Any) -> Any:
-    """Per-column ``(t - mean) / std`` of a 2-D ``t`` into ``out`` (two passes); the
-    statistics go to ``stats`` (``.npz``) if given."""
+                stats: Optional[PathLike] = None, axis: Any = None, **kw: Any) -> Any:
+    """``(t - mean) / std`` into ``out`` (two passes), per column by default (the
+    statistics over axis 0), or with the statistics over ``axis`` (numpy's
+    ``x.mean(axis=axis, keepdims=True)``): ``axis=(0, 2, 3)`` of an NCHW batch is the
+    per-channel normalisation, one mean and std per channel; the axes left must be
+    adjacent. The statistics go to ``stats`` (``.npz``, in the kept axes' shape) if
+    given."""
     _check_kw("standardize", kw)
+    ax = None
+    if axis is not None:
+        shape = t.shape if isinstance(t, (Tensor, np.ndarray)) else open(_source(t)["path"]).shape
+        ax = _axes(axis, len(shape))
+        ax = ax[0] if len(ax) == 1 else ax
     spec = _specs.standardize(_source(t), os.fspath(out), ddof=ddof, dtype=_ts_dtype(dtype),
-                              stats=None if stats is None else os.fspath(stats))
+                              stats=None if stats is None else os.fspath(stats), axis=ax)
     return _execute(spec, out, kw)
 
 

@@ -28,6 +28,7 @@ class Source(_SourceBase, total=False):
 
     raw: RawLayout
     rows: Tuple[int, int]
+    nodata: str  # in place of the file's nodata value: "-9999", "nan", "none"
 
 
 class _ReduceBase(TypedDict):
@@ -107,6 +108,7 @@ class _StandardizeBase(TypedDict):
 
 class StandardizeSpec(_StandardizeBase, total=False):
     given: Tuple[Source, Source]
+    axis: Union[int, List[int]]  # the statistics' axes (default 0); [0, 2, 3]: per channel
 
 
 class StencilSpec(TypedDict):
@@ -255,11 +257,14 @@ def matmul(x: Source, w: Source, output: str, *, dtype: Optional[str] = None) ->
 
 def standardize(input: Source, output: str, *, ddof: int = 0, dtype: Optional[str] = None,
                 stats: Optional[str] = None,
-                given: Optional[Tuple[Source, Source]] = None) -> StandardizeSpec:
+                given: Optional[Tuple[Source, Source]] = None,
+                axis: Optional[Union[int, List[int]]] = None) -> StandardizeSpec:
     spec: dict = {"op": "standardize", "input": input, "output": output, "ddof": int(ddof),
                   "dtype": dtype, "stats": stats}
     if given is not None:
         spec["given"] = [given[0], given[1]]
+    if axis is not None:
+        spec["axis"] = axis
     return spec  # type: ignore[return-value]
 
 

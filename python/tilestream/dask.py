@@ -402,18 +402,24 @@ def stencil(path: Any, out: Any, filter: str, *, boundary: str = "reflect", dtyp
                      _zarr_kw("stencil", kw))
 
 
-def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client: Any = None,
-                block_rows: Optional[int] = None, memory: Any = "auto",
+def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, axis: Any = None,
+                client: Any = None, block_rows: Optional[int] = None, memory: Any = "auto",
                 threads: Optional[int] = None,
                 _hook: Optional[Callable[[], Any]] = None, **kw: Any) -> Any:
-    """:func:`tilestream.standardize` on the cluster: the column means and stds by a
-    split reduction (the bytes one process computes), then ``(x - mean) / std`` by row
-    ranges. The statistics are kept beside ``out`` while the job runs."""
+    """:func:`tilestream.standardize` on the cluster: the means and stds (per column, or
+    over ``axis`` as there) by a split reduction (the bytes one process computes), then
+    ``(x - mean) / std`` by row ranges. The statistics are kept beside ``out`` while the
+    job runs."""
     c = _client(client)
     src = _src(path)
+    ax = None
+    if axis is not None:
+        ndim = len(json.loads(_ts.info(json.dumps(src)))["shape"])
+        ax = _axes(axis, ndim)
+        ax = ax[0] if len(ax) == 1 else ax
     # both statistics in one pass, the bytes one process computes
-    mean, std = _reduce_many(path, [("mean", 0), ("std", ddof)], 0, c, None, memory, threads,
-                             _hook)
+    mean, std = _reduce_many(path, [("mean", 0), ("std", ddof)], 0 if ax is None else ax, c,
+                             None, memory, threads, _hook)
     dest = os.path.abspath(out)
     d, name = os.path.split(dest)
     # named as tilestream's temporary files, and locked while the job runs: `tilestream
@@ -429,7 +435,7 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, client
             np.save(f, a)
             f.flush()
         spec = _specs.standardize(src, dest, ddof=ddof, dtype=_ts_dtype(dtype),
-                                  given=({"path": paths[0]}, {"path": paths[1]}))
+                                  given=({"path": paths[0]}, {"path": paths[1]}), axis=ax)
         return _run_rows(spec, ["input"], out, c, block_rows, memory, threads, _hook,
                          _zarr_kw("standardize", kw))
     finally:

@@ -39,12 +39,15 @@ pub enum ElementwiseParams {
     },
     /// `y = cast(x)`.
     Cast,
-    /// `y = cast((x - mean[c]) / sd[c])`, `c` the flat index modulo the columns.
+    /// `y = cast((x - mean[c]) / sd[c])`, `c = (flat index / inner) % mean.len()`.
     Standardize {
-        /// Per-column means.
+        /// Per-column (or per-channel) means.
         mean: Vec<f64>,
-        /// Per-column standard deviations.
+        /// Per-column (or per-channel) standard deviations.
         sd: Vec<f64>,
+        /// Consecutive elements that share one statistic: 1 per column, the elements of
+        /// one channel per channel.
+        inner: u64,
     },
 }
 

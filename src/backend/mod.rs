@@ -200,7 +200,8 @@ pub trait Backend: Kernels + Send + Sync {
     ) -> Result<()>;
 
     /// Standardizes one tile starting at flat element `start`: `(x - mean[c]) / std[c]`
-    /// with `c` the index modulo `mean.len()`.
+    /// with `c = (index / inner) % mean.len()` (`inner` 1: per column of the trailing
+    /// axes; the elements of one channel: per channel).
     ///
     /// # Errors
     /// If the backend fails to run the kernel.
@@ -210,6 +211,7 @@ pub trait Backend: Kernels + Send + Sync {
         inp: &[u8],
         in_dtype: DType,
         start: u64,
+        inner: u64,
         mean: &[f64],
         std: &[f64],
         out: &mut [u8],

@@ -1,6 +1,8 @@
-//! Column statistics in one pass and standardize's two passes, `(x - mean) / std` per
-//! column: the statistics come from the same reducers as `reduce --op mean` and
-//! `--op std`, so the bytes match theirs.
+//! Column (or channel) statistics in one pass and standardize's two passes,
+//! `(x - mean) / std` per column of the trailing axes, or per position of any adjacent
+//! kept axes (per channel of NCHW: statistics over `(0, 2, 3)`): the statistics come
+//! from the same reducers as `reduce --op mean` and `--op std` over the same axes, so
+//! the bytes match theirs.
 
 use std::path::Path;
 
@@ -27,17 +29,32 @@ impl Engine {
     /// # Errors
     /// As [`reduce`](Self::reduce).
     pub fn column_stats(&self, input: &TensorFile, ddof: u32) -> Result<(Array, Array, RunReport)> {
-        self.column_stats_with(input, ddof, None)
+        self.stats_with(input, ddof, ReduceOver::Axis(0), None)
     }
 
-    /// [`Engine::column_stats`], resumable through `journal`.
-    fn column_stats_with(
+    /// Means and standard deviations over `over` (several axes: per channel over
+    /// `(0, 2, 3)` of NCHW) in one pass, as [`Engine::column_stats`]; the arrays have the
+    /// kept axes' shape.
+    ///
+    /// # Errors
+    /// As [`reduce`](Self::reduce).
+    pub fn stats_over(
         &self,
         input: &TensorFile,
         ddof: u32,
+        over: impl Into<ReduceOver>,
+    ) -> Result<(Array, Array, RunReport)> {
+        self.stats_with(input, ddof, over.into(), None)
+    }
+
+    /// [`Engine::stats_over`], resumable through `journal`.
+    fn stats_with(
+        &self,
+        input: &TensorFile,
+        ddof: u32,
+        over: ReduceOver,
         journal: Option<&Journal>,
     ) -> Result<(Array, Array, RunReport)> {
-        let over = ReduceOver::Axis(0);
         let std_op = Reduce::Std { ddof };
         // both reducers' results and accumulators are resident for the whole pass
         let resident = self.plan_reduce(input, std_op, over)?.resident_bytes
@@ -46,7 +63,8 @@ impl Engine {
         let g = Geometry::new(input.shape(), over)?;
         let mut req = self.request(
             format!(
-                "column mean and std of {} {}",
+                "mean and std over {} of {} {}",
+                over.describe(),
                 fmt_shape(input.shape()),
                 input.dtype()
             ),
@@ -82,10 +100,14 @@ impl Engine {
             }),
         )?;
         restore_reducers(journal, &mut [&mut mean_r, &mut std_r])?;
-        let shape = input.shape()[1..].to_vec();
+        let shape = over.out_shape(input.shape());
         let mean = Array::from_bytes(DType::F64, shape.clone(), mean_r.into_bytes())?;
         let std = Array::from_bytes(DType::F64, shape.clone(), std_r.into_bytes())?;
-        let what = format!("column mean and std of {}", input.path().display());
+        let what = format!(
+            "mean and std over {} of {}",
+            over.describe(),
+            input.path().display()
+        );
         let what = Ran::cpu(Family::ColumnStats, what);
         let report = self.report(&plan, what, input.shape(), &shape, DType::F64, times);
         Ok((mean, std, report))
@@ -108,6 +130,34 @@ impl Engine {
         ddof: u32,
         stats: Option<&Path>,
     ) -> Result<(RunReport, RunReport)> {
+        if input.shape().len() < 2 {
+            return Err(Error::invalid(format!(
+                "standardize needs rank 2 or more (rows x columns), {} has shape {}",
+                input.path().display(),
+                fmt_shape(input.shape())
+            )));
+        }
+        self.standardize_over(input, out, dtype, ddof, stats, ReduceOver::Axis(0))
+    }
+
+    /// [`Engine::standardize`] with the statistics over `over` instead of axis 0: one
+    /// mean and std per position of the axes it keeps, which must be adjacent
+    /// (`(0, 2, 3)` of NCHW: per channel; `(1, 2)` of bands x rows x cols: per band; all
+    /// axes: one mean and std). The statistics file holds them in the kept axes' shape.
+    ///
+    /// # Errors
+    /// As [`Engine::standardize`]; [`Error::Invalid`] for kept axes that are not
+    /// adjacent.
+    pub fn standardize_over(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+        ddof: u32,
+        stats: Option<&Path>,
+        over: impl Into<ReduceOver>,
+    ) -> Result<(RunReport, RunReport)> {
+        let over = over.into();
         // the output and the statistics: neither an input nor one path
         let w = |role, path| Written {
             role,
@@ -117,13 +167,7 @@ impl Engine {
         let mut writes = vec![w("output", out.as_ref())];
         writes.extend(stats.map(|p| w("statistics file", p)));
         check_run_paths(&writes, &[("input", input.path())])?;
-        if input.shape().len() < 2 {
-            return Err(Error::invalid(format!(
-                "standardize needs rank 2 or more (rows x columns), {} has shape {}",
-                input.path().display(),
-                fmt_shape(input.shape())
-            )));
-        }
+        let inner = stats_inner(input, over)?;
         let od = dtype.unwrap_or(if input.dtype() == DType::F64 {
             DType::F64
         } else {
@@ -131,7 +175,7 @@ impl Engine {
         });
         let journal = self.open_journal(out.as_ref())?;
         let (mean, std, stats_report) = self
-            .column_stats_with(input, ddof, journal.as_ref())
+            .stats_with(input, ddof, over, journal.as_ref())
             .map_err(|e| kept_if_interrupted(journal.as_ref(), e))?;
         // the statistics are written beside their destination first and put in place
         // only once the output is: a failed run leaves neither
@@ -139,7 +183,7 @@ impl Engine {
             Some(p) => Some((npz_beside(p, &[("mean", &mean), ("std", &std)])?, p)),
             None => None,
         };
-        let apply = self.apply_standardize(journal, input, out.as_ref(), od, &mean, &std)?;
+        let apply = self.apply_standardize(journal, input, out.as_ref(), od, &mean, &std, inner)?;
         if let Some((tmp, p)) = stats_file {
             persist_npz(tmp, p)?;
         }
@@ -161,14 +205,41 @@ impl Engine {
         mean: &Array,
         std: &Array,
     ) -> Result<RunReport> {
-        check_not_input(out.as_ref(), &[input])?;
-        let cols = input.shape().get(1..).unwrap_or_default();
-        if input.shape().len() < 2 || mean.shape() != cols || std.shape() != cols {
+        if input.shape().len() < 2 {
             return Err(Error::invalid(format!(
-                "standardize of {} {} needs a mean and a std of shape {}, not {} and {}",
+                "standardize needs rank 2 or more (rows x columns), {} has shape {}",
+                input.path().display(),
+                fmt_shape(input.shape())
+            )));
+        }
+        self.standardize_over_with_stats(input, out, dtype, mean, std, ReduceOver::Axis(0))
+    }
+
+    /// [`Engine::standardize_with_stats`] for statistics over `over` (as
+    /// [`Engine::standardize_over`]): `mean` and `std` in the kept axes' shape.
+    ///
+    /// # Errors
+    /// As [`Engine::standardize_with_stats`] and [`Engine::standardize_over`].
+    pub fn standardize_over_with_stats(
+        &self,
+        input: &TensorFile,
+        out: impl AsRef<Path>,
+        dtype: Option<DType>,
+        mean: &Array,
+        std: &Array,
+        over: impl Into<ReduceOver>,
+    ) -> Result<RunReport> {
+        let over = over.into();
+        check_not_input(out.as_ref(), &[input])?;
+        let inner = stats_inner(input, over)?;
+        let kept = over.out_shape(input.shape());
+        if mean.shape() != kept || std.shape() != kept {
+            return Err(Error::invalid(format!(
+                "standardize of {} {} over {} needs a mean and a std of shape {}, not {} and {}",
                 input.path().display(),
                 fmt_shape(input.shape()),
-                fmt_shape(cols),
+                over.describe(),
+                fmt_shape(&kept),
                 fmt_shape(mean.shape()),
                 fmt_shape(std.shape())
             )));
@@ -179,10 +250,12 @@ impl Engine {
             DType::F32
         });
         let journal = self.open_journal(out.as_ref())?;
-        self.apply_standardize(journal, input, out.as_ref(), od, mean, std)
+        self.apply_standardize(journal, input, out.as_ref(), od, mean, std, inner)
     }
 
-    /// Writes `(x - mean) / std` of `input` to `out` as `od`.
+    /// Writes `(x - mean) / std` of `input` to `out` as `od`, `inner` consecutive
+    /// elements sharing each statistic.
+    #[allow(clippy::too_many_arguments)]
     fn apply_standardize(
         &self,
         journal: Option<Journal>,
@@ -191,13 +264,14 @@ impl Engine {
         od: DType,
         mean: &Array,
         std: &Array,
+        inner: u64,
     ) -> Result<RunReport> {
         let m = mean.to_f64();
         let sd = std.to_f64();
         let plan = self.plan_writing(out, input.shape(), od, |e| {
             e.plan_apply_standardize(input, od, m.len())
         })?;
-        self.run_standardize(journal, input, out, od, &plan, &m, &sd)
+        self.run_standardize(journal, input, out, od, &plan, (&m, &sd, inner))
     }
 
     /// The plan of [`Engine::apply_standardize`] (`stats` values of mean and of std).
@@ -234,8 +308,7 @@ impl Engine {
         out: &Path,
         od: DType,
         plan: &Plan,
-        m: &[f64],
-        sd: &[f64],
+        (m, sd, inner): (&[f64], &[f64], u64),
     ) -> Result<RunReport> {
         self.budget.reset_peak();
         let inputs = [InputStream::whole(input)];
@@ -264,7 +337,8 @@ impl Engine {
                     rows.iter().try_for_each(|w| {
                         let (a, b) = (w.buf_elem as usize, (w.buf_elem + w.len) as usize);
                         let x = &ins[0][a * xs..b * xs];
-                        backend.standardize(x, xd, w.file_elem, m, sd, &mut o[a * os..b * os], od)
+                        let o = &mut o[a * os..b * os];
+                        backend.standardize(x, xd, w.file_elem, inner, m, sd, o, od)
                     })
                 },
             )?;
@@ -278,11 +352,35 @@ impl Engine {
         let params = ElementwiseParams::Standardize {
             mean: m.to_vec(),
             sd: sd.to_vec(),
+            inner,
         };
         let dev = self.kernels_for(Family::Standardize);
         let k = dev.elementwise_kernel(&params, xd, od, plan)?;
         let op = Ran::on(Family::Standardize, op, super::on_gpu(dev));
         let times = self.run_to_file_with(journal, plan, &inputs, out, shape, od, 1, k)?;
         Ok(self.report(plan, op, input.shape(), input.shape(), od, times))
+    }
+}
+
+/// How many consecutive elements of `input` share one statistic of a standardize over
+/// `over`: the product of the axes after the kept ones (1 per column of the trailing
+/// axes). The kept axes must be adjacent, so that a statistic's index is
+/// `(flat index / inner) % statistics`.
+fn stats_inner(input: &TensorFile, over: ReduceOver) -> Result<u64> {
+    let shape = input.shape();
+    Geometry::new(shape, over)?;
+    let reduced = over.axis_list(shape.len());
+    let kept: Vec<usize> = (0..shape.len()).filter(|a| !reduced.contains(a)).collect();
+    match (kept.first(), kept.last()) {
+        (Some(&a), Some(&b)) if b - a + 1 != kept.len() => Err(Error::invalid(format!(
+            "standardize over {} of {} {} keeps axes {kept:?}, which are not adjacent: \
+             statistics are kept per position of adjacent axes (transpose the input first)",
+            over.describe(),
+            input.path().display(),
+            fmt_shape(shape)
+        ))),
+        (_, Some(&b)) => Ok(shape[b + 1..].iter().map(|&d| d as u64).product::<u64>()),
+        // every axis reduced: one mean and std for all elements
+        _ => Ok(1),
     }
 }

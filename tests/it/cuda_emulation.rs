@@ -49,6 +49,8 @@ const SCALE: f64 = 2.5;
 const OFFSET: f64 = -3.0;
 const START: u64 = 3;
 const COLS: usize = 7;
+/// Elements per statistic of standardize (a channel of 3 elements; 1 is per column).
+const INNER: u64 = 3;
 
 fn mean() -> Vec<f64> {
     (0..COLS).map(|c| c as f64 * 0.37 - 1.0).collect()
@@ -92,9 +94,9 @@ static void cast(const char* name, const char* dt, void (*k)(const I*, O*, unsig
 }}
 template <typename I, typename O>
 static void standardize(const char* name, const char* dt,
-                        void (*k)(const I*, O*, unsigned long long, unsigned long long, const double*, const double*, unsigned long long)) {{
+                        void (*k)(const I*, O*, unsigned long long, unsigned long long, const double*, const double*, unsigned long long, unsigned long long)) {{
     unsigned long long b; I* x = (I*)load(dt, &b); unsigned long long n = b / sizeof(I);
-    O* y = (O*)calloc(n + 1, sizeof(O)); k(x, y, n, {START}, MEAN, SD, {COLS}); save(name, y, n * sizeof(O)); free(x); free(y);
+    O* y = (O*)calloc(n + 1, sizeof(O)); k(x, y, n, {START}, MEAN, SD, {COLS}, {INNER}); save(name, y, n * sizeof(O)); free(x); free(y);
 }}
 int main(int argc, char** argv) {{
     if (argc != 2) return 2;
@@ -218,7 +220,9 @@ fn cpu(backend: &CpuBackend, k: Elementwise, x: &[u8], i: DType, o: DType) -> Ve
     match k {
         Elementwise::Affine => backend.affine(x, i, &mut y, o, SCALE, OFFSET),
         Elementwise::Cast => backend.cast(x, i, &mut y, o),
-        Elementwise::Standardize => backend.standardize(x, i, START, &mean(), &sd(), &mut y, o),
+        Elementwise::Standardize => {
+            backend.standardize(x, i, START, INNER, &mean(), &sd(), &mut y, o)
+        }
     }
     .unwrap();
     y

@@ -121,11 +121,14 @@ pub(crate) fn cast_bytes(inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype:
 }
 
 /// `out = cast((x - mean[c]) / std[c])` for one tile starting at flat element `start`,
-/// where `c = index % mean.len()` (per-column standardization of the last axes).
+/// where `c = (index / inner) % mean.len()` (`inner` 1: per column of the trailing axes;
+/// the elements of one channel: per channel).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn standardize_bytes(
     inp: &[u8],
     in_dtype: DType,
     start: u64,
+    inner: u64,
     mean: &[f64],
     std: &[f64],
     out: &mut [u8],
@@ -140,13 +143,20 @@ pub(crate) fn standardize_bytes(
             // a fixed stack chunk: no allocation per block in this hot loop
             const CHUNK: usize = 1024;
             let mut tmp = [0f64; CHUNK];
-            let mut c = ((start + (b * BLOCK) as u64) % cols) as usize;
+            let at = start + (b * BLOCK) as u64;
+            let mut c = ((at / inner) % cols) as usize;
+            // the elements left of channel `c` (every element is its own for inner 1)
+            let mut left = inner - at % inner;
             for (xs, os) in xi.chunks(CHUNK).zip(o.chunks_mut(CHUNK * es)) {
                 for (t, &v) in tmp.iter_mut().zip(xs) {
                     *t = (v.to_f64() - mean[c]) / std[c];
-                    c += 1;
-                    if c == mean.len() {
-                        c = 0;
+                    left -= 1;
+                    if left == 0 {
+                        left = inner;
+                        c += 1;
+                        if c == mean.len() {
+                            c = 0;
+                        }
                     }
                 }
                 crate::dtype::store_f64(&tmp[..xs.len()], os, out_dtype);

@@ -46,10 +46,12 @@ impl Kernels for CpuBackend {
                 self,
                 move |_, ins: &[&[u8]], o: &mut [u8]| Backend::cast(self, ins[0], input, o, output),
             )),
-            ElementwiseParams::Standardize { mean, sd } => Box::new(OnBackend::new(
+            ElementwiseParams::Standardize { mean, sd, inner } => Box::new(OnBackend::new(
                 self,
                 move |tile: Tile, ins: &[&[u8]], o: &mut [u8]| {
-                    Backend::standardize(self, ins[0], input, tile.start, mean, sd, o, output)
+                    Backend::standardize(
+                        self, ins[0], input, tile.start, *inner, mean, sd, o, output,
+                    )
                 },
             )),
         })

@@ -179,13 +179,14 @@ impl Backend for CpuBackend {
         inp: &[u8],
         in_dtype: DType,
         start: u64,
+        inner: u64,
         mean: &[f64],
         std: &[f64],
         out: &mut [u8],
         out_dtype: DType,
     ) -> Result<()> {
         self.pool.install(|| {
-            elementwise::standardize_bytes(inp, in_dtype, start, mean, std, out, out_dtype);
+            elementwise::standardize_bytes(inp, in_dtype, start, inner, mean, std, out, out_dtype);
         });
         Ok(())
     }

@@ -135,7 +135,7 @@ impl CudaDevice {
                 vec![Arg::F64(*scale), Arg::F64(*offset)],
             ),
             ElementwiseParams::Cast => (Elementwise::Cast, Vec::new()),
-            ElementwiseParams::Standardize { mean, sd } => {
+            ElementwiseParams::Standardize { mean, sd, inner } => {
                 let bytes = (mean.len() + sd.len()) as u64 * 8;
                 resident.push(
                     self.budget
@@ -146,6 +146,7 @@ impl CudaDevice {
                     Arg::Buffer(self.upload("upload the statistics", bytemuck::cast_slice(mean))?),
                     Arg::Buffer(self.upload("upload the statistics", bytemuck::cast_slice(sd))?),
                     Arg::U64(mean.len() as u64),
+                    Arg::U64(*inner),
                 ];
                 (Elementwise::Standardize, args)
             }

@@ -77,8 +77,8 @@ impl Elementwise {
             Elementwise::Cast => ("unsigned long long n", "ts_cast(x, y, n)"),
             Elementwise::Standardize => (
                 "unsigned long long n, unsigned long long start, const double* mean, \
-                 const double* sd, unsigned long long cols",
-                "ts_standardize(x, y, n, start, mean, sd, cols)",
+                 const double* sd, unsigned long long cols, unsigned long long inner",
+                "ts_standardize(x, y, n, start, mean, sd, cols, inner)",
             ),
         };
         format!(

@@ -1,10 +1,12 @@
-//! `standardize`: per-column `(x - mean) / std`, with the statistics computed in a first
-//! pass (and saved as `.npz` if asked) or given.
+//! `standardize`: `(x - mean) / std` per column (statistics over axis 0) or per position
+//! of adjacent kept axes (per channel: statistics over `axis: [0, 2, 3]` of NCHW), with
+//! the statistics computed in a first pass (and saved as `.npz` if asked) or given.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::reduce::Axes;
 use super::{Operation, PipelineStep, Tiling};
 use crate::io::own_files::Written;
 use crate::spec::{OutputLayout, Source, SpecPlan, georef_from, read_small};
@@ -32,10 +34,23 @@ pub struct StandardizeSpec {
     /// With them, `ddof` is not used and `stats` is not written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub given: Option<(Source, Source)>,
+    /// The axes the statistics are taken over (default 0: per column); several for per
+    /// channel (`[0, 2, 3]` of NCHW). The axes they keep must be adjacent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub axis: Option<Axes>,
+}
+
+impl StandardizeSpec {
+    fn over(&self) -> Result<ReduceOver> {
+        match &self.axis {
+            None => Ok(ReduceOver::Axis(0)),
+            some => Axes::over(some.as_ref()),
+        }
+    }
 }
 
 impl PipelineStep for StandardizeSpec {
-    const KEYS: Option<&'static [&'static str]> = Some(&["input", "ddof", "dtype"]);
+    const KEYS: Option<&'static [&'static str]> = Some(&["input", "ddof", "dtype", "axis"]);
 }
 
 impl Operation for StandardizeSpec {
@@ -89,7 +104,7 @@ impl Operation for StandardizeSpec {
 
     fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
         let std = Reduce::Std { ddof: self.ddof };
-        e.plan_reduce(&self.input.open()?, std, ReduceOver::Axis(0))
+        e.plan_reduce(&self.input.open()?, std, self.over()?)
             .map(SpecPlan::Flat)
     }
 
@@ -98,15 +113,35 @@ impl Operation for StandardizeSpec {
         let e = georef_from(e, &x, None);
         if let Some((mean, std)) = &self.given {
             let (mean, std) = (read_small(mean)?, read_small(std)?);
-            return e.standardize_with_stats(&x, &self.output, self.dtype, &mean, &std);
+            return match self.axis {
+                None => e.standardize_with_stats(&x, &self.output, self.dtype, &mean, &std),
+                Some(_) => e.standardize_over_with_stats(
+                    &x,
+                    &self.output,
+                    self.dtype,
+                    &mean,
+                    &std,
+                    self.over()?,
+                ),
+            };
         }
-        let (stats, apply) = e.standardize(
-            &x,
-            &self.output,
-            self.dtype,
-            self.ddof,
-            self.stats.as_deref(),
-        )?;
+        let (stats, apply) = match self.axis {
+            None => e.standardize(
+                &x,
+                &self.output,
+                self.dtype,
+                self.ddof,
+                self.stats.as_deref(),
+            )?,
+            Some(_) => e.standardize_over(
+                &x,
+                &self.output,
+                self.dtype,
+                self.ddof,
+                self.stats.as_deref(),
+                self.over()?,
+            )?,
+        };
         // the two passes, reported as one run: times and bytes add up
         let mut r = apply;
         r.op = format!(
@@ -129,14 +164,17 @@ impl Operation for StandardizeSpec {
 #[cfg(feature = "cli")]
 #[derive(clap::Args, Clone, Debug)]
 #[command(
-    about = "Per-column (x - mean) / std in two passes: statistics, then apply",
+    about = "Per-column (or per-channel) (x - mean) / std in two passes: statistics, then apply",
     after_help = "Examples:
   tilestream standardize x.npy z.npy --memory 512MiB
   tilestream standardize x.npy z16.npy --dtype f16 --stats stats.npz
+  tilestream standardize batch.npy z.npy --axis 0,2,3 --memory 256MiB   # per channel of NCHW
 
 Pass 1 computes each column's mean and std in one read (the same arithmetic as reduce
---op mean / --op std); pass 2 writes (x - mean) / std. A constant column gives inf or NaN,
-as in numpy."
+--op mean / --op std); pass 2 writes (x - mean) / std. With --axis the statistics are
+taken over those axes, one mean and std per position of the others, which must be
+adjacent (0,2,3 of NCHW: per channel; 1,2 of bands x rows x cols: per band). A constant
+column gives inf or NaN, as in numpy."
 )]
 pub struct StandardizeArgs {
     /// Input tensor (rows x columns...; .npy, or raw with --shape and --in-dtype).
@@ -152,6 +190,10 @@ pub struct StandardizeArgs {
     /// Also write the mean and std used to this .npz (`np.load(path)["mean"]`, `["std"]`).
     #[arg(long)]
     pub stats: Option<PathBuf>,
+    /// Axes to take the statistics over (default 0: per column); `0,2,3` per channel of
+    /// NCHW. The axes left must be adjacent.
+    #[arg(long, value_parser = Axes::parse)]
+    pub axis: Option<Axes>,
     #[command(flatten)]
     pub raw: crate::spec::cli::RawSpec,
 }
@@ -166,6 +208,7 @@ impl super::Arguments for StandardizeArgs {
             dtype: crate::spec::cli::dtype_opt(self.dtype.as_ref())?,
             stats: self.stats.clone(),
             given: None,
+            axis: self.axis.clone(),
         }))
     }
 }
