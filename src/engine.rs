@@ -36,6 +36,7 @@ mod batches;
 mod blocks;
 mod boxed;
 mod elementwise;
+mod histogram;
 mod host;
 mod imagery;
 mod nodata;

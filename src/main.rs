@@ -329,14 +329,14 @@ fn main_inner(cli: Cli) -> Result<()> {
         Cmd::Op(op) => {
             let mut e = engine(common)?;
             let spec = op.spec()?;
-            if common.format.is_none() && !matches!(op, Op::Tiles(_)) {
+            if common.format.is_none() && !matches!(op, Op::Tiles(_) | Op::Histogram(_)) {
                 warn_unknown_extension(spec.output());
             }
             match spec.job_key()? {
                 Some(key) => e = e.with_journal(key, common.resume),
                 None if common.resume => {
                     return Err(Error::invalid(
-                        "--resume is not available for tiles: each patch file is written whole; run it again without --resume",
+                        "--resume is not available for tiles (each patch file is written whole) nor histogram (a pass of counts): run it again without --resume",
                     ));
                 }
                 None => {}

@@ -24,6 +24,7 @@ BUILT = {
     "standardize": _specs.standardize(SRC, "o.npy", given=({"path": "m.npy"},
                                                            {"path": "s.npy"})),
     "stencil": _specs.stencil(SRC, "o.npy", "gaussian:sigma=2"),
+    "histogram": _specs.histogram(SRC, "h.npz", 16, range=(0.0, 1.0), axis=[1, 2]),
     "transpose": _specs.transpose(SRC, "o.npy"),
     "tiles": _specs.tiles(SRC, "patches", 256, overlap=16),
     "generate": _specs.generate("o.npy", [4, 5], "f32", dist="normal", mean=1.0),

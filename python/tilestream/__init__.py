@@ -596,6 +596,56 @@ def reduce(
     return (a, RunReport(json.loads(rep))) if report else a
 
 
+def histogram(
+    t: Any,
+    bins: Any = 10,
+    range: Any = None,
+    axis: Any = None,
+    *,
+    nodata: Any = None,
+    memory: Any = None,
+    threads: Optional[int] = None,
+    progress: Any = None,
+    report: bool = False,
+) -> Any:
+    """numpy's ``np.histogram(t, bins, range)`` of an array of any size, within the
+    budget ``memory``: ``(counts, edges)``, the same values and dtypes as numpy's.
+    ``bins`` is a count of equal bins or their edges; ``range`` the equal bins' outer
+    edges (default: the data's minimum and maximum). ``axis`` (an int or a tuple, as the
+    reductions take it) counts over those axes per position of the others:
+    ``ts.histogram(scene, 256, axis=(1, 2))`` gives one histogram per band, counts of shape
+    ``(bands, 256)``, and, with no ``range``, edges of shape ``(bands, 257)``, each band's
+    over its own extremes (as ``np.histogram(scene[b], 256)`` band by band). NaN is never
+    counted (an automatic range over NaN is refused, as numpy raises); the input's nodata
+    pixels (a GeoTIFF's, or ``nodata=``) are left out. With ``report=True``, a pair
+    ``((counts, edges), RunReport)``."""
+    import tempfile
+
+    src = _with_nodata(_source(t), nodata)
+    if axis is not None:
+        ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
+        axis = _axes(axis, ndim)
+    if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
+        b: Any = int(bins)
+    else:
+        b = [float(v) for v in np.asarray(bins, dtype=np.float64).ravel()]
+    rng = None if range is None else (float(range[0]), float(range[1]))
+    if rng is not None and not all(np.isfinite(rng)):
+        # JSON holds no infinity: refused here as the library refuses it
+        raise ValueError(f"tilestream: histogram range [{rng[0]}, {rng[1]}] is not finite")
+    with tempfile.TemporaryDirectory(prefix="tilestream-hist-") as d:
+        out = os.path.join(d, "h.npz")
+        spec = _specs.histogram(src, out, b, range=rng, axis=axis)
+        rep = _execute(spec, None, {"memory": memory, "threads": threads,
+                                    "progress": progress})
+        with np.load(out) as z:
+            counts, edges = z["counts"], z["edges"]
+    if not isinstance(b, int):
+        # numpy gives back the edges as given
+        edges = np.asarray(bins)
+    return ((counts, edges), rep) if report else (counts, edges)
+
+
 def map(
     expr: str,
     out: PathLike,

@@ -111,6 +111,18 @@ class StandardizeSpec(_StandardizeBase, total=False):
     axis: Union[int, List[int]]  # the statistics' axes (default 0); [0, 2, 3]: per channel
 
 
+class _HistogramBase(TypedDict):
+    op: Literal["histogram"]
+    input: Source
+    output: str  # an .npz of counts and edges
+    bins: Union[int, List[float]]  # how many equal bins, or their edges
+
+
+class HistogramSpec(_HistogramBase, total=False):
+    range: Tuple[float, float]  # the equal bins' outer edges; default each output's own
+    axis: Union[int, List[int]]  # counted over these (per band: [1, 2]); default all
+
+
 class StencilSpec(TypedDict):
     op: Literal["stencil"]
     input: Source
@@ -195,6 +207,7 @@ SPECS: Dict[str, Type] = {
     "map": MapSpec,
     "matmul": MatmulSpec,
     "standardize": StandardizeSpec,
+    "histogram": HistogramSpec,
     "stencil": StencilSpec,
     "transpose": TransposeSpec,
     "tiles": TilesSpec,
@@ -266,6 +279,19 @@ def standardize(input: Source, output: str, *, ddof: int = 0, dtype: Optional[st
     if axis is not None:
         spec["axis"] = axis
     return spec  # type: ignore[return-value]
+
+
+def histogram(input: Source, output: str, bins: Union[int, List[float]] = 10, *,
+              range: Optional[Tuple[float, float]] = None,
+              axis: Union[None, int, List[int]] = None) -> HistogramSpec:
+    spec: HistogramSpec = {"op": "histogram", "input": input, "output": output,
+                           "bins": bins if isinstance(bins, int) else [float(v) for v in bins]}
+    if range is not None:
+        spec["range"] = (float(range[0]), float(range[1]))
+    if axis is not None:
+        spec["axis"] = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else \
+            list(axis) if isinstance(axis, (list, tuple)) else axis
+    return spec
 
 
 def stencil(input: Source, output: str, filter: str, *, boundary: str = "reflect",

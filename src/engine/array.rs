@@ -31,6 +31,19 @@ impl Array {
         Ok(Array { dtype, shape, data })
     }
 
+    /// `values` as an array of `dtype` (each converted as [`Element::from_f64`] does:
+    /// exact for values the type holds).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if the count does not match the shape.
+    pub fn from_f64(dtype: DType, shape: Vec<usize>, values: &[f64]) -> Result<Self> {
+        let data = crate::dispatch_dtype!(dtype, T => {
+            let v: Vec<T> = values.iter().map(|&x| T::from_f64(x)).collect();
+            bytemuck::cast_slice::<T, u8>(&v).to_vec()
+        });
+        Self::from_bytes(dtype, shape, data)
+    }
+
     /// Element type.
     #[must_use]
     pub fn dtype(&self) -> DType {

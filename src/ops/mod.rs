@@ -6,6 +6,7 @@
 
 pub mod expr;
 pub mod generate;
+pub mod histogram;
 pub mod matmul;
 pub mod quantile;
 pub mod reduce;

@@ -22,6 +22,7 @@ mod fuzz_corpus;
 mod geotiff;
 mod gpu;
 mod gpu_kit;
+mod histogram;
 mod hostile_outputs;
 mod layering;
 mod map_oracle;

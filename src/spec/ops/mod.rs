@@ -174,6 +174,7 @@ mod clip;
 mod convert;
 mod function;
 mod generate;
+mod histogram;
 mod map;
 mod matmul;
 mod reduce;
@@ -305,6 +306,8 @@ operations! {
     matmul::Matmul(MatmulSpec, MatmulArgs) = "matmul";
     /// Per-column `(x - mean) / std`.
     standardize::Standardize(StandardizeSpec, StandardizeArgs) = "standardize";
+    /// numpy's `np.histogram` per band or over everything, into an `.npz`.
+    histogram::Histogram(HistogramSpec, HistogramArgs) = "histogram";
     /// A format conversion (and optional cast): the output's format is its name's (or
     /// the engine's output format).
     convert::Convert(ConvertSpec, ConvertArgs) = "convert";

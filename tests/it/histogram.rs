@@ -1,0 +1,137 @@
+//! Histograms: explicit edges against counts taken by plain comparisons in the test,
+//! equal bins' counts adding up to the elements in range, per position of kept axes
+//! (folded several axes too), the same counts at any budget and thread count, nodata
+//! left out. numpy's own `np.histogram` is the oracle of `python/tests/test_histogram.py`
+//! (equal bins' edge arithmetic, every dtype).
+
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc, clippy::float_cmp)] // exact values compared on purpose
+
+use crate::common::{Lcg, engine_on, write_npy};
+use tilestream::device::DeviceRequest;
+use tilestream::ops::histogram::Bins;
+use tilestream::{DType, ReduceOver, TensorFile};
+
+fn counts(
+    x: &TensorFile,
+    over: ReduceOver,
+    bins: &Bins,
+    budget: u64,
+    threads: usize,
+) -> (Vec<i64>, Vec<usize>) {
+    let e = engine_on(DeviceRequest::Cpu, budget)
+        .with_threads(threads)
+        .unwrap();
+    let (c, _, _) = e.histogram(x, over, bins).unwrap();
+    (bytemuck::pod_collect_to_vec(c.bytes()), c.shape().to_vec())
+}
+
+#[test]
+fn explicit_edges_count_as_plain_comparisons_do_per_channel() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = [5usize, 3, 61, 47];
+    let n: usize = shape.iter().product();
+    let mut rng = Lcg(11);
+    let x: Vec<f32> = (0..n)
+        .map(|i| {
+            if i % 101 == 0 {
+                f32::NAN
+            } else {
+                ((rng.f64() - 0.5) * 40.0).round() as f32 / 4.0
+            }
+        })
+        .collect();
+    let p = dir.path().join("x.npy");
+    write_npy(&p, DType::F32, &shape, bytemuck::cast_slice(&x));
+    let f = TensorFile::open(&p).unwrap();
+    let edges = vec![-4.0, -1.0, -1.0, 0.0, 0.25, 2.0, 4.5];
+    let over = ReduceOver::axes(&[0, 2, 3]).unwrap();
+    let (base, cshape) = counts(&f, over, &Bins::Edges(edges.clone()), 1 << 30, 2);
+    assert_eq!(cshape, [3, 6]);
+    // the oracle: each channel's elements compared with the edges one by one
+    let mut want = vec![0i64; 18];
+    for (i, &v) in x.iter().enumerate() {
+        let c = (i / (61 * 47)) % 3;
+        let v = f64::from(v);
+        if v.is_nan() || v < edges[0] || v > edges[6] {
+            continue;
+        }
+        let b = if v == edges[6] {
+            5
+        } else {
+            (0..6).rev().find(|&b| edges[b] <= v).unwrap()
+        };
+        want[c * 6 + b] += 1;
+    }
+    assert_eq!(base, want);
+    for (budget, threads) in [(96 << 10, 1), (256 << 10, 3), (4 << 20, 2)] {
+        assert_eq!(
+            counts(&f, over, &Bins::Edges(edges.clone()), budget, threads).0,
+            base,
+            "{budget}"
+        );
+    }
+}
+
+#[test]
+fn equal_bins_count_every_element_in_range_once_at_any_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let shape = [70_001usize, 3];
+    let mut rng = Lcg(5);
+    let x: Vec<u16> = (0..shape[0] * 3)
+        .map(|_| (rng.f64() * 5000.0) as u16)
+        .collect();
+    let p = dir.path().join("u.npy");
+    write_npy(&p, DType::U16, &shape, bytemuck::cast_slice(&x));
+    for (over, outs) in [(ReduceOver::All, 1usize), (ReduceOver::Axis(0), 3)] {
+        for bins in [
+            Bins::Count { n: 17, range: None },
+            Bins::Count {
+                n: 256,
+                range: Some((100.0, 4000.0)),
+            },
+        ] {
+            let f = TensorFile::open(&p).unwrap();
+            let (base, _) = counts(&f, over, &bins, 1 << 30, 2);
+            let n = bins.len();
+            for o in 0..outs {
+                let mine = |i: usize| outs == 1 || i % 3 == o;
+                let in_range = x
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, v)| {
+                        mine(i)
+                            && match &bins {
+                                Bins::Count {
+                                    range: Some((a, b)),
+                                    ..
+                                } => f64::from(*v) >= *a && f64::from(*v) <= *b,
+                                _ => true,
+                            }
+                    })
+                    .count() as i64;
+                assert_eq!(
+                    base[o * n..(o + 1) * n].iter().sum::<i64>(),
+                    in_range,
+                    "{over:?} {bins:?} {o}"
+                );
+            }
+            for (budget, threads) in [(48 << 10, 1), (300 << 10, 3)] {
+                assert_eq!(
+                    counts(&f, over, &bins, budget, threads).0,
+                    base,
+                    "{over:?} {bins:?} {budget}"
+                );
+            }
+            // nodata: its pixels are not counted
+            let masked = TensorFile::open(&p)
+                .unwrap()
+                .with_nodata(Some("0"))
+                .unwrap();
+            let zeros = x.iter().filter(|&&v| v == 0).count() as i64;
+            if outs == 1 && matches!(bins, Bins::Count { range: None, .. }) {
+                let (m, _) = counts(&masked, over, &bins, 1 << 30, 2);
+                assert_eq!(m.iter().sum::<i64>(), base.iter().sum::<i64>() - zeros);
+            }
+        }
+    }
+}
