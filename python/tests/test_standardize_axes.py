@@ -44,6 +44,12 @@ def test_kept_axes_must_be_adjacent(tmp_path):
     assert not os.path.exists(tmp_path / "z.npy")
 
 
+def test_dask_refuses_statistics_per_row(tmp_path):
+    np.save(tmp_path / "x.npy", np.ones((4, 5, 6), np.float32))
+    with pytest.raises(ValueError, match="must include 0"):
+        tsd.standardize(tmp_path / "x.npy", tmp_path / "z.npy", axis=(1, 2))
+
+
 def test_dask_per_channel_equals_one_process(tmp_path):
     rng = np.random.default_rng(3)
     x = (rng.normal(size=(300, 3, 9, 11)) * 5 + 100).astype(np.float32)

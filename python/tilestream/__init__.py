@@ -617,8 +617,11 @@ def histogram(
     ``(bands, 256)``, and, with no ``range``, edges of shape ``(bands, 257)``, each band's
     over its own extremes (as ``np.histogram(scene[b], 256)`` band by band). NaN is never
     counted (an automatic range over NaN is refused, as numpy raises); the input's nodata
-    pixels (a GeoTIFF's, or ``nodata=``) are left out. With ``report=True``, a pair
-    ``((counts, edges), RunReport)``."""
+    pixels (a GeoTIFF's, or ``nodata=``) are left out (with a nodata value, NaN is left
+    out of the automatic range too, as the nan reductions leave it out). ``range`` is
+    taken as Python floats are (numpy scalars such as ``np.float32`` bounds, which numpy
+    computes with in their own type, are taken as Python floats too). With
+    ``report=True``, a pair ``((counts, edges), RunReport)``."""
     import tempfile
 
     src = _with_nodata(_source(t), nodata)

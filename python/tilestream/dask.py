@@ -410,13 +410,18 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, axis: 
     over ``axis`` as there) by a split reduction (the bytes one process computes), then
     ``(x - mean) / std`` by row ranges. The statistics are kept beside ``out`` while the
     job runs."""
-    c = _client(client)
     src = _src(path)
     ax = None
     if axis is not None:
         ndim = len(json.loads(_ts.info(json.dumps(src)))["shape"])
         ax = _axes(axis, ndim)
+        if 0 not in ax:
+            # tasks are shares of rows: a statistic per row would be cut between them
+            raise ValueError(f"tilestream.dask.standardize splits rows: axis={axis!r} must "
+                             "include 0 (per channel of NCHW: (0, 2, 3)); run "
+                             "tilestream.standardize for statistics per row")
         ax = ax[0] if len(ax) == 1 else ax
+    c = _client(client)
     # both statistics in one pass, the bytes one process computes
     mean, std = _reduce_many(path, [("mean", 0), ("std", ddof)], 0 if ax is None else ax, c,
                              None, memory, threads, _hook)

@@ -79,10 +79,16 @@ impl Engine {
             Bins::Count { range: None, .. } => {
                 let per = self.ranges(input, over, n)?;
                 let bin = per[0].bin_dtype();
-                let all: Vec<f64> = per.iter().flat_map(|u| u.edges().iter().copied()).collect();
                 let mut eshape = kept.clone();
                 eshape.push(n + 1);
-                (Rule::Uniform(per), Array::from_f64(bin, eshape, &all)?)
+                let data = crate::dispatch_dtype!(bin, T => {
+                    let v: Vec<T> = per
+                        .iter()
+                        .flat_map(|u| u.edges().iter().map(|&x| T::from_f64(x)))
+                        .collect();
+                    bytemuck::cast_slice::<T, u8>(&v).to_vec()
+                });
+                (Rule::Uniform(per), Array::from_bytes(bin, eshape, data)?)
             }
         };
         self.budget.reset_peak();
@@ -98,7 +104,7 @@ impl Engine {
         let pass: Box<dyn TileReducer> = crate::dispatch_dtype!(dtype, T => Box::new(Count::<T> {
             g,
             cols: g.folds().then(|| (0..g.inner).map(|c| g.column_output(c).0 as u32).collect()),
-            rule: rule.clone(),
+            rule,
             n,
             nodata: input.missing().filter(|v| !v.is_nan()).map(T::from_f64),
             counts: vec![0; outputs * n],
@@ -135,17 +141,23 @@ impl Engine {
         let shape = input.shape();
         let g = Geometry::new(shape, over)?;
         let outputs = g.outer * g.out_per_outer();
-        let counters = outputs * n as u64;
+        // saturating: an absurd count of bins is a budget too small, not an overflow
+        let counters = outputs.saturating_mul(n as u64);
         let threads = self.backend.threads().max(1) as u64;
-        let copies = if counters * 8 <= PAR_COUNTS && threads > 1 {
+        let copies = if counters.saturating_mul(8) <= PAR_COUNTS && threads > 1 {
             threads + 1
         } else {
             1
         };
-        // per output its bins' parameters (or edges), the fold table, the counters
-        let fixed = outputs * (8 * (n as u64 + 1) + 96)
-            + if g.folds() { g.inner * 4 } else { 0 }
-            + counters * 8 * copies;
+        // per output its bins (twice: the counting pass's and the edges returned, with
+        // one more while those are built), the fold table, the counters (and their i64
+        // copy at the end)
+        let edges = outputs.saturating_mul(8u64.saturating_mul(n as u64 + 1));
+        let fixed = edges
+            .saturating_mul(3)
+            .saturating_add(outputs * 96)
+            .saturating_add(if g.folds() { g.inner * 4 } else { 0 })
+            .saturating_add(counters.saturating_mul(8 * (copies + 1)));
         let mut req = self.request(
             format!(
                 "histogram of {n} bins over {} of {} {}",
@@ -163,15 +175,17 @@ impl Engine {
             &mut req.resident_what,
             fixed,
             format!(
-                "histogram counts ({counters} counters × {copies}) and edges ({})",
-                fmt_bytes(outputs * 8 * (n as u64 + 1))
+                "histogram counts ({counters} counters × {}) and edges ({} × 3)",
+                copies + 1,
+                fmt_bytes(edges)
             ),
         );
         Ok(Plan::new(&req)?)
     }
 
     /// Each output's bins over its own extremes (the reductions' minimum and maximum;
-    /// with a nodata value, of the valid elements, and numpy's `[0, 1]` for none).
+    /// with a nodata value, of the valid elements, NaN left out too, and numpy's `[0, 1]`
+    /// for none).
     fn ranges(&self, input: &TensorFile, over: ReduceOver, n: usize) -> Result<Vec<Uniform>> {
         let dtype = input.dtype();
         let masked = input.missing().is_some();
@@ -180,8 +194,16 @@ impl Engine {
         } else {
             (Reduce::Min, Reduce::Max)
         };
-        let mins = self.reduce(input, lo, over)?.0.to_f64();
-        let maxs = self.reduce(input, hi, over)?.0.to_f64();
+        let exact = |a: &Array| -> Vec<(f64, i128)> {
+            crate::dispatch_dtype!(a.dtype(), T => {
+                bytemuck::pod_collect_to_vec::<u8, T>(a.bytes())
+                    .into_iter()
+                    .map(|x| (x.to_f64(), if T::DTYPE.is_float() { 0 } else { x.to_i128() }))
+                    .collect()
+            })
+        };
+        let mins = exact(&self.reduce(input, lo, over)?.0);
+        let maxs = exact(&self.reduce(input, hi, over)?.0);
         let counts = if masked {
             Some(self.reduce(input, Reduce::Count, over)?.0.to_f64())
         } else {

@@ -424,7 +424,7 @@ impl TensorFile {
         {
             return Err(Error::invalid(format!(
                 "{}: nodata value '{text}' is not a {} value: give one the input's type \
-                 holds, or none",
+                 holds (64-bit integers: within 2^53 or an f64's value), or none",
                 self.path.display(),
                 self.dtype()
             )));

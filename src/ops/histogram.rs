@@ -180,12 +180,18 @@ impl Uniform {
     }
 
     /// `n` bins over an output's own minimum and maximum (numpy's `range=None`), values
-    /// of `dtype`.
+    /// of `dtype` as `(f64, exact integer)` pairs (the integer ignored for floats: numpy
+    /// subtracts integer extremes exactly, in the unsigned type).
     ///
     /// # Errors
     /// [`Error::Invalid`] for a minimum or maximum that is not finite (numpy raises), or
     /// edges that do not increase.
-    pub fn from_extremes(dtype: DType, n: usize, min: f64, max: f64) -> Result<Self> {
+    pub fn from_extremes(
+        dtype: DType,
+        n: usize,
+        (min, min_int): (f64, i128),
+        (max, max_int): (f64, i128),
+    ) -> Result<Self> {
         if !(min.is_finite() && max.is_finite()) {
             return Err(Error::invalid(format!(
                 "autodetected range of [{min}, {max}] is not finite (numpy raises too): give \
@@ -213,10 +219,10 @@ impl Uniform {
             }
         } else {
             // integer scalars: the difference exact (unsigned), the rest in f64
-            let (a, b, denom) = if min == max {
+            let (a, b, denom) = if min_int == max_int {
                 (min - 0.5, max + 0.5, 1.0)
             } else {
-                (min, max, max - min)
+                (min, max, (max_int - min_int) as f64)
             };
             Uniform {
                 n,
@@ -337,8 +343,8 @@ mod tests {
             .is_err()
         );
         assert!(Bins::Edges(vec![0.0, 2.0, 1.0]).check().is_err());
-        assert!(Uniform::from_extremes(DType::F32, 4, f64::NAN, 1.0).is_err());
+        assert!(Uniform::from_extremes(DType::F32, 4, (f64::NAN, 0), (1.0, 0)).is_err());
         // f16 holds no 3000 distinct steps between 1 and 2
-        assert!(Uniform::from_extremes(DType::F16, 3000, 1.0, 2.0).is_err());
+        assert!(Uniform::from_extremes(DType::F16, 3000, (1.0, 0), (2.0, 0)).is_err());
     }
 }

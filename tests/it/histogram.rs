@@ -115,7 +115,7 @@ fn equal_bins_count_every_element_in_range_once_at_any_budget() {
                     "{over:?} {bins:?} {o}"
                 );
             }
-            for (budget, threads) in [(48 << 10, 1), (300 << 10, 3)] {
+            for (budget, threads) in [(64 << 10, 1), (300 << 10, 3)] {
                 assert_eq!(
                     counts(&f, over, &bins, budget, threads).0,
                     base,

@@ -452,6 +452,25 @@ fn the_plain_forms_take_nodata_as_a_value_and_bad_values_are_refused() {
             "{bad}: {err}"
         );
     }
+    // a 64-bit value beyond 2^53 that no f64 names is refused, not rounded into another
+    let q = dir.path().join("w.npy");
+    write_npy(
+        &q,
+        DType::U64,
+        &[2],
+        bytemuck::cast_slice(&[1u64, u64::MAX]),
+    );
+    let err = TensorFile::open(&q)
+        .unwrap()
+        .with_nodata(Some("18446744073709551614"))
+        .err();
+    assert!(err.unwrap().to_string().contains("is not a u64 value"));
+    assert!(
+        TensorFile::open(&q)
+            .unwrap()
+            .with_nodata(Some("9007199254740992"))
+            .is_ok()
+    );
     // none: the file's own (a .npy has none) is dropped
     let none = TensorFile::open(&p).unwrap().with_nodata(None).unwrap();
     assert!(none.nodata().is_none());

@@ -123,6 +123,7 @@ fn fixtures(dir: &Path) {
     t(&["gen", "dem.npy", "--shape", "200x300", "--seed", "4"]);
     t(&["gen", "img.npy", "--shape", "200x300", "--seed", "5"]);
     t(&["gen", "scene4.npy", "--shape", "4x600x700", "--seed", "6"]);
+    t(&["gen", "batch.npy", "--shape", "16x3x32x32", "--seed", "7"]);
     t(&["convert", "scene4.npy", "scene.tif", "--dtype", "u16"]);
     t(&["convert", "x.npy", "data.zarr"]);
     std::fs::write(dir.join("data.raw"), vec![7u8; 1000 * 512 * 2]).unwrap();
