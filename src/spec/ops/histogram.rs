@@ -41,6 +41,7 @@ impl BinsSpec {
     }
 }
 
+#[cfg(feature = "cli")]
 fn parse_range(s: &str) -> std::result::Result<(f64, f64), String> {
     match s
         .split(',')
