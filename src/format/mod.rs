@@ -420,7 +420,7 @@ impl TensorFile {
     /// not hold (`-9999` for `u16`, `nan` for an integer type, `0.5` for an integer type).
     pub fn with_nodata(mut self, nodata: Option<&str>) -> Result<Self> {
         if let Some(text) = nodata
-            && tiff::nodata_as(self.dtype(), text).is_none()
+            && !tiff::nodata_round_trips(self.dtype(), text)
         {
             return Err(Error::invalid(format!(
                 "{}: nodata value '{text}' is not a {} value: give one the input's type \

@@ -562,19 +562,30 @@ pub fn holds_nodata(dtype: DType, text: &str) -> bool {
 /// The value the pixels of a `dtype` file have where they are nodata `text`: the text's
 /// value as a sample of that type (rounded to the type for floats, as the file stores
 /// it), or `None` when the type cannot hold it (an integer type and a fraction, NaN or an
-/// out-of-range value), or when an f64 cannot (a 64-bit integer beyond 2^53 that is not
-/// one, whose f64 would name another value): then no pixel of the file is nodata.
+/// out-of-range value): then no pixel of the file is nodata.
 #[must_use]
 #[allow(clippy::float_cmp)] // an integer type holds the value exactly or not at all
 pub fn nodata_as(dtype: DType, text: &str) -> Option<f64> {
     use crate::dtype::Element;
     let v: f64 = text.trim().parse().ok()?;
     let sample = nodata_sample(dtype, text)?;
-    let (back, exact) = crate::dispatch_dtype!(dtype, T => {
-        let s = bytemuck::pod_read_unaligned::<T>(&sample);
-        (s.to_f64(), dtype.is_float() || s.to_f64() as i128 == s.to_i128())
-    });
-    (exact && (dtype.is_float() || back == v)).then_some(back)
+    let back =
+        crate::dispatch_dtype!(dtype, T => bytemuck::pod_read_unaligned::<T>(&sample).to_f64());
+    (dtype.is_float() || back == v).then_some(back)
+}
+
+/// Whether the value [`nodata_as`] gives for `text` names the sample exactly once it is
+/// the type's again (`T::from_f64`): false for a 64-bit integer beyond 2^53 that the f64
+/// rounds to another value (`u64::MAX` itself is kept: its f64 saturates back to it).
+#[must_use]
+pub fn nodata_round_trips(dtype: DType, text: &str) -> bool {
+    use crate::dtype::Element;
+    let (Some(v), Some(sample)) = (nodata_as(dtype, text), nodata_sample(dtype, text)) else {
+        return false;
+    };
+    crate::dispatch_dtype!(dtype, T => {
+        bytemuck::bytes_of(&T::from_f64(v)) == sample.as_slice()
+    })
 }
 
 /// A nodata value as GDAL's `GDAL_NODATA` tag text: `nan` for NaN, else the shortest
