@@ -130,13 +130,7 @@ impl Engine {
         ddof: u32,
         stats: Option<&Path>,
     ) -> Result<(RunReport, RunReport)> {
-        if input.shape().len() < 2 {
-            return Err(Error::invalid(format!(
-                "standardize needs rank 2 or more (rows x columns), {} has shape {}",
-                input.path().display(),
-                fmt_shape(input.shape())
-            )));
-        }
+        rows_and_columns(input)?;
         self.standardize_over(input, out, dtype, ddof, stats, ReduceOver::Axis(0))
     }
 
@@ -205,13 +199,7 @@ impl Engine {
         mean: &Array,
         std: &Array,
     ) -> Result<RunReport> {
-        if input.shape().len() < 2 {
-            return Err(Error::invalid(format!(
-                "standardize needs rank 2 or more (rows x columns), {} has shape {}",
-                input.path().display(),
-                fmt_shape(input.shape())
-            )));
-        }
+        rows_and_columns(input)?;
         self.standardize_over_with_stats(input, out, dtype, mean, std, ReduceOver::Axis(0))
     }
 
@@ -383,4 +371,16 @@ fn stats_inner(input: &TensorFile, over: ReduceOver) -> Result<u64> {
         // every axis reduced: one mean and std for all elements
         _ => Ok(1),
     }
+}
+
+/// Refuses a rank-0 or rank-1 input to the per-column standardize (rows x columns).
+fn rows_and_columns(input: &TensorFile) -> Result<()> {
+    if input.shape().len() < 2 {
+        return Err(Error::invalid(format!(
+            "standardize needs rank 2 or more (rows x columns), {} has shape {}",
+            input.path().display(),
+            fmt_shape(input.shape())
+        )));
+    }
+    Ok(())
 }
