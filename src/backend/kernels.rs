@@ -150,9 +150,9 @@ pub trait Kernels: Send + Sync {
         plan: &Plan,
     ) -> Result<BoxKernel<'a, Tile>>;
 
-    /// A reduction `op` over `geometry` of `dtype` elements, for the tiles of `plan`,
-    /// accumulating into `reducer` (made by the host backend,
-    /// [`super::Backend::reducer`]).
+    /// A reduction `op` over `geometry` of `dtype` elements whose elements equal to
+    /// `nodata` are missing, for the tiles of `plan`, accumulating into `reducer` (made
+    /// by the host backend with the same `nodata`, [`super::Backend::reducer`]).
     ///
     /// # Errors
     /// As [`Kernels::elementwise_kernel`].
@@ -161,6 +161,7 @@ pub trait Kernels: Send + Sync {
         op: Reduce,
         dtype: DType,
         geometry: Geometry,
+        nodata: Option<f64>,
         plan: &Plan,
         reducer: Box<dyn TileReducer>,
     ) -> Result<Box<dyn ReduceKernel + 'a>>;

@@ -136,8 +136,7 @@ impl Engine {
             .backend
             .reducer(op, input.dtype(), g, input.missing())?;
         // columns that fold into outputs (several separated axes) have no CUDA kernel:
-        // the device's shifts are each column's own
-        // (nor do the reductions that leave NaN out)
+        // the device's shifts are each column's own (nor do the positions)
         let gpu = !g.folds() && op.on_device() && super::on_gpu(self.kernels_for(Family::Reduce));
         let (mut reducer, times) =
             self.stream_reducer(input, &plan, op, g, reducer, journal, gpu)?;
@@ -179,7 +178,7 @@ impl Engine {
         } else {
             &*self.backend
         };
-        let mut k = dev.reduce_kernel(op, input.dtype(), g, plan, reducer)?;
+        let mut k = dev.reduce_kernel(op, input.dtype(), g, input.missing(), plan, reducer)?;
         let times = scheduler::run(
             &stream,
             Checkpointed {

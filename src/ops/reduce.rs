@@ -206,10 +206,10 @@ impl Reduce {
         )
     }
 
-    /// Whether a CUDA kernel computes it (the others run on the CPU on any engine).
+    /// Whether a CUDA kernel computes it (the positions run on the CPU on any engine).
     #[must_use]
     pub fn on_device(self) -> bool {
-        !self.skips_nan() && !self.is_arg()
+        !self.is_arg()
     }
 
     /// Whether it answers a position (`argmin`, `argmax` and their `nan` forms).

@@ -15,7 +15,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 use super::cuda_emulation::{PRELUDE, compile, element};
-use tilestream::backend::cpu::reduce::reducer;
+use tilestream::backend::cpu::reduce::masked_reducer;
 use tilestream::backend::cuda::source::{ReduceTile, Reduction, all_reductions, reduce_source};
 use tilestream::ops::reduce::{Geometry, Reduce, ReduceOver};
 use tilestream::{Backend, CpuBackend, DType};
@@ -81,13 +81,7 @@ int main(int argc, char** argv) {
     );
     for &(k, d) in kernels {
         let t = tilestream::backend::cuda::source::cuda_type(d);
-        let template = match k {
-            Reduction::FloatSum => "TsFSum",
-            Reduction::IntSum => "TsISum",
-            Reduction::Moments => "TsMoments",
-            Reduction::Min => "TsMin",
-            Reduction::Max => "TsMax",
-        };
+        let template = k.template();
         let _ = writeln!(
             s,
             "    if (!strcmp(argv[2], \"{key}\")) return run<{t}, {template}<{t}>::A>(argv, {b}, {m});",
@@ -105,15 +99,50 @@ fn key(k: Reduction, d: DType) -> String {
 }
 
 /// The operation each family is checked with (the finishing step differs, the kernels
-/// are shared: mean and sum, var and std).
-fn op_of(k: Reduction) -> Reduce {
+/// are shared: mean and sum, var and std), and whether with a nodata value (the
+/// families of integer inputs with one have it always, the other masked ones are
+/// checked both ways).
+fn ops_of(k: Reduction, d: DType) -> Vec<(Reduce, bool)> {
+    let both = |op| vec![(op, false), (op, true)];
     match k {
-        Reduction::FloatSum => Reduce::Mean,
-        Reduction::IntSum => Reduce::Sum,
-        Reduction::Moments => Reduce::Std { ddof: 1 },
-        Reduction::Min => Reduce::Min,
-        Reduction::Max => Reduce::Max,
+        Reduction::FloatSum => vec![(Reduce::Mean, false)],
+        Reduction::IntSum => vec![(Reduce::Sum, false)],
+        Reduction::Moments => vec![(Reduce::Std { ddof: 1 }, false)],
+        Reduction::Min => vec![(Reduce::Min, false)],
+        Reduction::Max => vec![(Reduce::Max, false)],
+        Reduction::NanFloatSum if d.is_float() => {
+            let mut v = both(Reduce::NanMean);
+            v.push((Reduce::NanSum, false));
+            v
+        }
+        // an integer input's nanmean with a nodata value
+        Reduction::NanFloatSum => vec![(Reduce::NanMean, true)],
+        Reduction::NanMoments if d.is_float() => both(Reduce::NanVar { ddof: 1 }),
+        Reduction::NanMoments => vec![(Reduce::NanStd { ddof: 0 }, true)],
+        Reduction::NanMin => both(Reduce::NanMin),
+        Reduction::NanMax => both(Reduce::NanMax),
+        Reduction::Count => both(Reduce::Count),
+        Reduction::NodataIntSum => vec![(Reduce::NanSum, true)],
+        Reduction::NodataMin => vec![(Reduce::NanMin, true)],
+        Reduction::NodataMax => vec![(Reduce::NanMax, true)],
     }
+}
+
+/// The nodata value of the masked checks: an element of the data (the one a fifth of
+/// the way in), so that it occurs, as the data's f64 value.
+fn nodata_of(backend: &CpuBackend, d: DType, x: &[u8]) -> f64 {
+    let n = x.len() / d.size();
+    let mut v = [0.0f64];
+    let e = n / 5 * d.size();
+    backend
+        .cast(
+            &x[e..e + d.size()],
+            d,
+            bytemuck::cast_slice_mut(&mut v),
+            DType::F64,
+        )
+        .unwrap();
+    v[0]
 }
 
 struct Case {
@@ -220,31 +249,42 @@ fn every_reduction_kernel_matches_the_cpu_backend_bit_for_bit_whatever_the_tiles
         let n: usize = case.shape.iter().product();
         let g = Geometry::new(case.shape, case.over).unwrap();
         let vc = g.vcols();
-        for (ti, &tile) in case.tiles.iter().enumerate() {
-            let mut recs: Vec<u64> = Vec::new();
-            let mut fin = Vec::new();
-            let mut start = 0;
-            while start < n as u64 {
-                let len = tile.min(n as u64 - start);
-                let t = ReduceTile::new(&g, start, len);
-                let (first, count) = t.finished();
-                recs.extend_from_slice(bytemuck::cast_slice(&[t]));
-                recs.push(t.cells());
-                recs.push(count);
-                fin.push((first, count));
-                start += len;
-            }
-            let tiles = format!("tiles_{ci}_{ti}.bin");
-            std::fs::write(dir.path().join(&tiles), bytemuck::cast_slice(&recs)).unwrap();
-        }
         for d in DType::ALL {
             let x = data(&backend, d, n, case.specials);
             let input = format!("in_{ci}_{}.bin", d.name());
             std::fs::write(dir.path().join(&input), &x).unwrap();
-            for &(k, kd) in kernels.iter().filter(|&&(_, kd)| kd == d) {
-                let op = op_of(k);
+            let missing = nodata_of(&backend, d, &x);
+            for (k, op, masked) in kernels
+                .iter()
+                .filter(|&&(_, kd)| kd == d)
+                .flat_map(|&(k, _)| ops_of(k, d).into_iter().map(move |(op, m)| (k, op, m)))
+            {
+                let kd = d;
+                let nodata = masked.then_some(missing);
+                assert_eq!(
+                    Reduction::of(op, d, nodata),
+                    Some(k),
+                    "{} of {} (nodata {nodata:?}) is not the {k:?} family",
+                    op.name(),
+                    d.name()
+                );
+                // the launch arguments of every tile, with the nodata value
+                for (ti, &tile) in case.tiles.iter().enumerate() {
+                    let mut recs: Vec<u64> = Vec::new();
+                    let mut start = 0;
+                    while start < n as u64 {
+                        let len = tile.min(n as u64 - start);
+                        let t = ReduceTile::new(&g, start, len).with_nodata(d, nodata);
+                        recs.extend_from_slice(bytemuck::cast_slice(&[t]));
+                        recs.push(t.cells());
+                        recs.push(t.finished().1);
+                        start += len;
+                    }
+                    let tiles = format!("tiles_{ci}_{ti}.bin");
+                    std::fs::write(dir.path().join(&tiles), bytemuck::cast_slice(&recs)).unwrap();
+                }
                 let od = op.output_dtype(d);
-                let mut cpu = reducer(op, d, g, 1);
+                let mut cpu = masked_reducer(op, d, g, 1, nodata);
                 let parts = cpu.state_parts();
                 let state: Vec<u8> = [parts[2], parts[0], parts[1]].concat();
                 std::fs::write(dir.path().join("state.bin"), &state).unwrap();
@@ -275,7 +315,7 @@ fn every_reduction_kernel_matches_the_cpu_backend_bit_for_bit_whatever_the_tiles
                     runs += 1;
                     let done = std::fs::read(dir.path().join("done.bin")).unwrap();
                     // the device's totals, finished by a fresh CPU reducer
-                    let mut host = reducer(op, d, g, 1);
+                    let mut host = masked_reducer(op, d, g, 1, nodata);
                     let acc = host.state_parts()[0].len() / vc;
                     let mut at = 0;
                     let mut start = 0;
@@ -295,8 +335,9 @@ fn every_reduction_kernel_matches_the_cpu_backend_bit_for_bit_whatever_the_tiles
                         let (wv, wn) = element(&want, od, e);
                         if gv != wv && !(gn && wn) {
                             bad.push(format!(
-                                "{} over {:?} of {:?}, tiles of {tile}: output {e}: kernel {gv:#x}, CPU {wv:#x}",
+                                "{} ({}, nodata {nodata:?}) over {:?} of {:?}, tiles of {tile}: output {e}: kernel {gv:#x}, CPU {wv:#x}",
                                 key(k, kd),
+                                op.name(),
                                 case.over,
                                 case.shape
                             ));

@@ -274,6 +274,85 @@ fn reductions_agree_on_every_device_and_budget() {
     }
 }
 
+/// The NaN- and nodata-aware reductions: NaN and infinities placed at tile and block
+/// boundaries, a nodata value that occurs (and, for floats, a slice of NaN alone), on
+/// every device and budget.
+#[test]
+fn nan_and_nodata_reductions_agree_on_every_device_and_budget() {
+    use tilestream::{Backend, CpuBackend, Reduce, ReduceOver};
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = CpuBackend::new(Some(1)).unwrap();
+    let cases: [(&[usize], ReduceOver); 4] = [
+        (&[200_003], ReduceOver::All),
+        (&[4099, 7], ReduceOver::Axis(0)),
+        (&[4099, 7], ReduceOver::Axis(1)),
+        (&[90_001, 3], ReduceOver::Axis(0)),
+    ];
+    for (k, (shape, over)) in cases.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        for d in [DType::F32, DType::F16, DType::F64, DType::U16, DType::I32] {
+            let mut v: Vec<f64> = (0..n)
+                .map(|i| ((i * 7919) % 4001) as f64 * 0.37 + if d.is_float() { 900.0 } else { 0.0 })
+                .collect();
+            if d.is_float() {
+                for i in [0, 1, 7, 8, n / 3, n / 2, 16_384 * 8, n - 1] {
+                    if i < n {
+                        v[i] = f64::NAN;
+                    }
+                }
+                v[n / 4] = f64::INFINITY;
+                // one output's slice all NaN where the last axis is reduced
+                if shape.len() == 2 && *over == ReduceOver::Axis(1) {
+                    v[7..14].fill(f64::NAN);
+                }
+            }
+            let mut b = vec![0u8; n * d.size()];
+            cpu.cast(bytemuck::cast_slice(&v), DType::F64, &mut b, d)
+                .unwrap();
+            let path = dir.path().join(format!("n{k}-{d}.npy"));
+            write_npy(&path, d, shape, &b);
+            // a value of the data (the element a fifth of the way in) as nodata
+            let mut nd = [0.0f64];
+            let e = n / 5 * d.size();
+            cpu.cast(
+                &b[e..e + d.size()],
+                d,
+                bytemuck::cast_slice_mut(&mut nd),
+                DType::F64,
+            )
+            .unwrap();
+            let nodata = format!("{}", nd[0]);
+            for (m, x) in [
+                TensorFile::open(&path).unwrap(),
+                TensorFile::open(&path)
+                    .unwrap()
+                    .with_nodata(Some(&nodata))
+                    .unwrap(),
+            ]
+            .iter()
+            .enumerate()
+            {
+                for op in [
+                    Reduce::NanSum,
+                    Reduce::NanMean,
+                    Reduce::NanStd { ddof: 1 },
+                    Reduce::NanMin,
+                    Reduce::NanMax,
+                    Reduce::Count,
+                ] {
+                    let od = op.output_dtype(d);
+                    on_every_device(
+                        dir.path(),
+                        &format!("nan-{k}-{d}-{m}-{}", op.name()),
+                        od,
+                        |e, out| e.reduce_to_file(x, op, *over, out, None),
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Integer values in `[lo, hi]` as `n` elements of `d`.
 fn integers(d: DType, n: usize, lo: i64, hi: i64, seed: u64) -> Vec<u8> {
     use tilestream::{Backend, CpuBackend};

@@ -110,6 +110,7 @@ impl Kernels for CpuBackend {
         _op: Reduce,
         _dtype: DType,
         _geometry: Geometry,
+        _nodata: Option<f64>,
         _plan: &Plan,
         reducer: Box<dyn TileReducer>,
     ) -> Result<Box<dyn ReduceKernel + 'a>> {

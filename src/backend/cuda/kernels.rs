@@ -90,10 +90,11 @@ impl Kernels for Arc<CudaDevice> {
         op: Reduce,
         dtype: DType,
         geometry: Geometry,
+        nodata: Option<f64>,
         plan: &Plan,
         reducer: Box<dyn TileReducer>,
     ) -> Result<Box<dyn ReduceKernel + 'a>> {
-        let k = CudaDevice::reduce(self, op, dtype, geometry, plan, reducer)?;
+        let k = CudaDevice::reduce(self, op, dtype, geometry, nodata, plan, reducer)?;
         Ok(Box::new(DeviceReduce(k)))
     }
 

@@ -59,6 +59,9 @@ pub struct CudaReduce {
     blocks: CudaFunction,
     merge: CudaFunction,
     g: Geometry,
+    dtype: DType,
+    /// The input's nodata value, for the families that leave it out.
+    nodata: Option<f64>,
     es: usize,
     acc: usize,
     lanes: Vec<Lane>,
@@ -78,7 +81,8 @@ pub struct CudaReduce {
 unsafe impl Send for CudaReduce {}
 
 impl CudaDevice {
-    /// Prepares reduction `op` over `g` of `dtype` elements for the tiles of `plan`
+    /// Prepares reduction `op` over `g` of `dtype` elements (those equal to `nodata`
+    /// missing) for the tiles of `plan`
     /// (`plan.depth` lanes): compiles its two kernels, allocates every device buffer
     /// from the device budget, and uploads the starting state of `host`, the CPU reducer
     /// that finishes the outer indices (and holds the result). The page-locked buffers of
@@ -93,12 +97,15 @@ impl CudaDevice {
         op: Reduce,
         dtype: DType,
         g: Geometry,
+        nodata: Option<f64>,
         plan: &Plan,
         host: Box<dyn TileReducer>,
     ) -> Result<CudaReduce> {
-        let family = Reduction::of(op, dtype).ok_or_else(|| {
+        let family = Reduction::of(op, dtype, nodata).ok_or_else(|| {
             Error::Internal(format!("no CUDA kernel for the reduction {}", op.name()))
         })?;
+        // as the CPU's masked_reducer: only the forms that leave elements out see it
+        let nodata = nodata.filter(|v| family.masked() && op.skips_nan() && !v.is_nan());
         let (bn, mn) = (family.blocks_name(dtype), family.merge_name(dtype));
         let src = reduce_source(&[(family, dtype)]);
         let mut f = self.functions(&bn, &src, &[&bn, &mn])?;
@@ -177,6 +184,8 @@ impl CudaDevice {
             blocks,
             merge,
             g,
+            dtype,
+            nodata,
             es: dtype.size(),
             acc,
             lanes,
@@ -279,7 +288,7 @@ impl CudaReduce {
     }
 
     fn launch(&mut self, lane: usize, src: &[u8], tile: Tile) -> Result<Outstanding> {
-        let t = ReduceTile::new(&self.g, tile.start, tile.len);
+        let t = ReduceTile::new(&self.g, tile.start, tile.len).with_nodata(self.dtype, self.nodata);
         let (first, count) = t.finished();
         let vc = self.g.vcols();
         let done_bytes = count as usize * vc * self.acc;

@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use crate::dtype::DType;
+use crate::dtype::{DType, Element};
 use crate::ops::expr::{BinOp, Instr, Operand, Program, UnOp};
 use crate::ops::generate::Dist;
 use crate::ops::reduce::{Geometry, Reduce};
@@ -260,7 +260,8 @@ pub fn transpose_source() -> String {
 }
 
 /// A reduction's accumulator family, as in `kernels/reduce.cu` (and the CPU's kernels in
-/// `src/ops/reduce.rs`): each has a blocks kernel and a merge kernel per input dtype.
+/// `src/backend/cpu/reduce.rs`): each has a blocks kernel and a merge kernel per input
+/// dtype.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Reduction {
     /// Sum and mean of floats, in f64.
@@ -273,29 +274,84 @@ pub enum Reduction {
     Min,
     /// Maximum in the input's dtype (NaN wins).
     Max,
+    /// `nansum` and `nanmean`: the sum and count of the valid elements, in f64 (also
+    /// `nanmean` of an integer input with a nodata value).
+    NanFloatSum,
+    /// `nanvar` and `nanstd`: shifted sums of the valid elements and their count.
+    NanMoments,
+    /// `nanmin` of a float input: the least valid value and the count.
+    NanMin,
+    /// `nanmax` of a float input.
+    NanMax,
+    /// `count`: the valid elements.
+    Count,
+    /// `nansum` of an integer input with a nodata value: wrapping 64-bit.
+    NodataIntSum,
+    /// `nanmin` of an integer input with a nodata value, compared in its type.
+    NodataMin,
+    /// `nanmax` of an integer input with a nodata value.
+    NodataMax,
 }
 
 impl Reduction {
     /// Every family.
-    pub const ALL: [Reduction; 5] = [
+    pub const ALL: [Reduction; 13] = [
         Reduction::FloatSum,
         Reduction::IntSum,
         Reduction::Moments,
         Reduction::Min,
         Reduction::Max,
+        Reduction::NanFloatSum,
+        Reduction::NanMoments,
+        Reduction::NanMin,
+        Reduction::NanMax,
+        Reduction::Count,
+        Reduction::NodataIntSum,
+        Reduction::NodataMin,
+        Reduction::NodataMax,
     ];
 
-    /// The family that computes `op` over elements of `dtype`; `None` for the
-    /// reductions with no CUDA kernel ([`Reduce::on_device`]).
+    /// The family that computes `op` over elements of `dtype` whose elements equal to
+    /// `nodata` are missing (as `src/backend/cpu/reduce.rs`'s `masked_reducer` picks its
+    /// kernels); `None` for the reductions with no CUDA kernel ([`Reduce::on_device`]).
     #[must_use]
-    pub fn of(op: Reduce, dtype: DType) -> Option<Self> {
+    pub fn of(op: Reduce, dtype: DType, nodata: Option<f64>) -> Option<Self> {
+        if !op.on_device() {
+            return None;
+        }
+        // a nodata value matters to the forms that leave elements out; NaN is left out
+        // by them already
+        let nodata = nodata.is_some_and(|v| op.skips_nan() && !v.is_nan());
+        let float = dtype.is_float();
+        // integers have no NaN: without a nodata value the `nan` forms are the plain ones
+        let op = match op {
+            _ if float || nodata => op,
+            Reduce::NanSum => Reduce::Sum,
+            Reduce::NanMean => Reduce::Mean,
+            Reduce::NanMin => Reduce::Min,
+            Reduce::NanMax => Reduce::Max,
+            Reduce::NanVar { ddof } => Reduce::Var { ddof },
+            Reduce::NanStd { ddof } => Reduce::Std { ddof },
+            other => other,
+        };
         Some(match op {
-            Reduce::Sum | Reduce::Mean if dtype.is_float() => Reduction::FloatSum,
+            Reduce::Sum | Reduce::Mean if float => Reduction::FloatSum,
             Reduce::Sum | Reduce::Mean => Reduction::IntSum,
             Reduce::Var { .. } | Reduce::Std { .. } => Reduction::Moments,
             Reduce::Min => Reduction::Min,
             Reduce::Max => Reduction::Max,
-            _ => return None,
+            Reduce::Count => Reduction::Count,
+            // an integer input with a nodata value: sums and extremes in its own type
+            Reduce::NanSum if !float => Reduction::NodataIntSum,
+            Reduce::NanMin if !float => Reduction::NodataMin,
+            Reduce::NanMax if !float => Reduction::NodataMax,
+            Reduce::NanSum | Reduce::NanMean => Reduction::NanFloatSum,
+            Reduce::NanVar { .. } | Reduce::NanStd { .. } => Reduction::NanMoments,
+            Reduce::NanMin => Reduction::NanMin,
+            Reduce::NanMax => Reduction::NanMax,
+            Reduce::ArgMin | Reduce::ArgMax | Reduce::NanArgMin | Reduce::NanArgMax => {
+                return None;
+            }
         })
     }
 
@@ -303,10 +359,29 @@ impl Reduction {
     #[must_use]
     pub fn takes(self, dtype: DType) -> bool {
         match self {
-            Reduction::FloatSum => dtype.is_float(),
-            Reduction::IntSum => !dtype.is_float(),
+            Reduction::FloatSum | Reduction::NanMin | Reduction::NanMax => dtype.is_float(),
+            Reduction::IntSum
+            | Reduction::NodataIntSum
+            | Reduction::NodataMin
+            | Reduction::NodataMax => !dtype.is_float(),
             _ => true,
         }
+    }
+
+    /// Whether its kernels read the launch's nodata value ([`ReduceTile::nodata`]).
+    #[must_use]
+    pub fn masked(self) -> bool {
+        matches!(
+            self,
+            Reduction::NanFloatSum
+                | Reduction::NanMoments
+                | Reduction::NanMin
+                | Reduction::NanMax
+                | Reduction::Count
+                | Reduction::NodataIntSum
+                | Reduction::NodataMin
+                | Reduction::NodataMax
+        )
     }
 
     /// The family's part of kernel names.
@@ -318,6 +393,14 @@ impl Reduction {
             Reduction::Moments => "moments",
             Reduction::Min => "min",
             Reduction::Max => "max",
+            Reduction::NanFloatSum => "nanfsum",
+            Reduction::NanMoments => "nanmoments",
+            Reduction::NanMin => "nanmin",
+            Reduction::NanMax => "nanmax",
+            Reduction::Count => "count",
+            Reduction::NodataIntSum => "ndisum",
+            Reduction::NodataMin => "ndmin",
+            Reduction::NodataMax => "ndmax",
         }
     }
 
@@ -333,13 +416,23 @@ impl Reduction {
         format!("reduce_merge_{}_{}", self.op_name(), dtype.name())
     }
 
-    fn template(self) -> &'static str {
+    /// The accumulator template of `kernels/reduce.cu` (`TsFSum`).
+    #[must_use]
+    pub fn template(self) -> &'static str {
         match self {
             Reduction::FloatSum => "TsFSum",
             Reduction::IntSum => "TsISum",
             Reduction::Moments => "TsMoments",
             Reduction::Min => "TsMin",
             Reduction::Max => "TsMax",
+            Reduction::NanFloatSum => "TsNanFSum",
+            Reduction::NanMoments => "TsNanMoments",
+            Reduction::NanMin => "TsNanMin",
+            Reduction::NanMax => "TsNanMax",
+            Reduction::Count => "TsCount",
+            Reduction::NodataIntSum => "TsNodataISum",
+            Reduction::NodataMin => "TsNodataMin",
+            Reduction::NodataMax => "TsNodataMax",
         }
     }
 
@@ -392,7 +485,7 @@ pub fn all_reductions() -> Vec<(Reduction, DType)> {
 }
 
 /// The arguments of one tile's reduction launches, laid out as `TsReduceTile` in
-/// `kernels/reduce.cu` (twelve u64). Pure arithmetic on the geometry and the tile, so it
+/// `kernels/reduce.cu` (fourteen u64). Pure arithmetic on the geometry and the tile, so it
 /// is checked without a GPU.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
@@ -421,6 +514,10 @@ pub struct ReduceTile {
     pub nb: u64,
     /// Blocks touched in the first outer index.
     pub count_first: u64,
+    /// 1 when elements equal to [`nodata`](Self::nodata) are missing, else 0.
+    pub has_nodata: u64,
+    /// The nodata value's bytes in the input's dtype, little-endian, zero-padded.
+    pub nodata: u64,
 }
 
 impl ReduceTile {
@@ -451,7 +548,26 @@ impl ReduceTile {
             b1,
             nb,
             count_first,
+            has_nodata: 0,
+            nodata: 0,
         }
+    }
+
+    /// The same tile for an input of `dtype` whose elements equal to `nodata` are
+    /// missing (the value converted to the dtype as the CPU's reducer converts it).
+    #[must_use]
+    pub fn with_nodata(mut self, dtype: DType, nodata: Option<f64>) -> Self {
+        if let Some(v) = nodata {
+            let mut b = [0u8; 8];
+            crate::dispatch_dtype!(dtype, T => {
+                let x = T::from_f64(v);
+                let bytes = bytemuck::bytes_of(&x);
+                b[..bytes.len()].copy_from_slice(bytes);
+            });
+            self.has_nodata = 1;
+            self.nodata = u64::from_le_bytes(b);
+        }
+        self
     }
 
     /// Threads of the blocks kernel: one per (outer, block, column) cell.

@@ -123,6 +123,7 @@ impl CudaDevice {
         _op: Reduce,
         _dtype: DType,
         _g: Geometry,
+        _nodata: Option<f64>,
         _plan: &Plan,
         _host: Box<dyn TileReducer>,
     ) -> Result<CudaReduce> {
