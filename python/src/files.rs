@@ -90,6 +90,9 @@ pub(crate) fn info(py: Python<'_>, source: &str) -> PyResult<String> {
             "offset": t.info().data_offset,
             "nbytes": t.info().nbytes(),
             "georef": georef,
+            // whether the nan reductions leave a nodata value out (the file's, or the
+            // source's in its place)
+            "masked": t.missing().is_some(),
         })
         .to_string())
     })

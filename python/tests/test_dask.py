@@ -279,6 +279,60 @@ def test_your_own_function_failing_on_the_cluster_leaves_nothing(client, tmp_pat
     assert sorted(q.name for q in tmp_path.iterdir()) == ["x.npy"]
 
 
+@pytest.mark.parametrize("rows", [None, 97])
+def test_histograms_equal_one_process_and_numpy(client, tmp_path, rows):
+    def same(got, one):
+        assert got[0].dtype == one[0].dtype and got[0].shape == one[0].shape
+        assert got[0].tobytes() == one[0].tobytes()
+        assert got[1].dtype == one[1].dtype and got[1].tobytes() == one[1].tobytes()
+
+    kw = dict(client=client, block_rows=rows, memory="3MiB")
+    x = data((1200, 5, 6), "float32", 3)
+    p = tmp_path / "x.npy"
+    np.save(p, x)
+    # over everything, the range the whole input's (a split reduction's extremes)
+    got = tsd.histogram(p, 17, **kw)
+    same(got, ts.histogram(p, 17, memory="4MiB"))
+    want = np.histogram(x, 17)
+    assert (got[0] == want[0]).all() and got[1].tobytes() == want[1].tobytes()
+    # a given range, explicit edges
+    same(tsd.histogram(p, 9, (995, 1003), **kw), ts.histogram(p, 9, (995, 1003)))
+    same(tsd.histogram(p, [990, 999, 1000, 1001.5, 1010], **kw),
+         ts.histogram(p, [990, 999, 1000, 1001.5, 1010]))
+    # per position of axis 1, counted over the rows: each its own range
+    got = tsd.histogram(p, 11, axis=(0, 2), **kw)
+    same(got, ts.histogram(p, 11, axis=(0, 2)))
+    for j in range(5):
+        want = np.histogram(x[:, j, :], 11)
+        assert (got[0][j] == want[0]).all() and got[1][j].tobytes() == want[1].tobytes()
+    # each row its own histograms: the shares' stacked
+    same(tsd.histogram(p, 4, axis=(1, 2), **kw), ts.histogram(p, 4, axis=(1, 2)))
+    same(tsd.histogram(p, 4, (999, 1001), axis=2, **kw), ts.histogram(p, 4, (999, 1001), axis=2))
+    # 64-bit integers beyond 2^53: the extremes travel exactly
+    u = (np.uint64(1 << 63) + data((900, 3), "int64", 4).astype(np.uint64) * np.uint64(10**12))
+    q = tmp_path / "u.npy"
+    np.save(q, u)
+    got = tsd.histogram(q, 7, **kw)
+    same(got, ts.histogram(q, 7))
+    assert (got[0] == np.histogram(u, 7)[0]).all()
+    # nodata left out, an output with nothing valid given numpy's [0, 1]
+    z = data((800, 3), "int16", 5)
+    z[::7] = -9999
+    z[:, 2] = -9999
+    r = tmp_path / "z.npy"
+    np.save(r, z)
+    got = tsd.histogram(r, 6, axis=0, nodata=-9999, **kw)
+    same(got, ts.histogram(r, 6, axis=0, nodata=-9999))
+    for j in range(3):
+        want = np.histogram(z[:, j][z[:, j] != -9999], 6)
+        assert (got[0][j] == want[0]).all() and got[1][j].tobytes() == want[1].tobytes()
+    # an automatic range over NaN is refused, as numpy raises
+    x[5, 1, 1] = np.nan
+    np.save(p, x)
+    with pytest.raises(ValueError, match="not finite"):
+        tsd.histogram(p, 10, **kw)
+
+
 def test_bad_arguments_are_refused_in_one_line(client, tmp_path):
     p = tmp_path / "x.npy"
     np.save(p, data((100, 4), "float32"))

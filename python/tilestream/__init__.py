@@ -622,12 +622,23 @@ def histogram(
     taken as Python floats are (numpy scalars such as ``np.float32`` bounds, which numpy
     computes with in their own type, are taken as Python floats too). With
     ``report=True``, a pair ``((counts, edges), RunReport)``."""
-    import tempfile
-
     src = _with_nodata(_source(t), nodata)
     if axis is not None:
         ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
         axis = _axes(axis, ndim)
+    b, rng = _histogram_bins(bins, range)
+    counts, edges, rep = _histogram_run(
+        _specs.histogram(src, "", b, range=rng, axis=axis),
+        lambda spec: _execute(spec, None, {"memory": memory, "threads": threads,
+                                           "progress": progress}))
+    if not isinstance(b, int):
+        # numpy gives back the edges as given
+        edges = np.asarray(bins)
+    return ((counts, edges), rep) if report else (counts, edges)
+
+
+def _histogram_bins(bins: Any, range: Any) -> Tuple[Any, Optional[Tuple[float, float]]]:
+    """numpy's ``bins`` and ``range`` as the histogram spec takes them."""
     if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
         b: Any = int(bins)
     else:
@@ -636,17 +647,19 @@ def histogram(
     if rng is not None and not all(np.isfinite(rng)):
         # JSON holds no infinity: refused here as the library refuses it
         raise ValueError(f"tilestream: histogram range [{rng[0]}, {rng[1]}] is not finite")
+    return b, rng
+
+
+def _histogram_run(spec: Any, run: Callable[[Any], Any]) -> Tuple[np.ndarray, np.ndarray, Any]:
+    """Runs the histogram ``spec`` (``run(spec)``) into a temporary ``.npz``: its counts,
+    edges and what ``run`` returned."""
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="tilestream-hist-") as d:
-        out = os.path.join(d, "h.npz")
-        spec = _specs.histogram(src, out, b, range=rng, axis=axis)
-        rep = _execute(spec, None, {"memory": memory, "threads": threads,
-                                    "progress": progress})
-        with np.load(out) as z:
-            counts, edges = z["counts"], z["edges"]
-    if not isinstance(b, int):
-        # numpy gives back the edges as given
-        edges = np.asarray(bins)
-    return ((counts, edges), rep) if report else (counts, edges)
+        spec = {**spec, "output": os.path.join(d, "h.npz")}
+        rep = run(spec)
+        with np.load(spec["output"]) as z:
+            return z["counts"], z["edges"], rep
 
 
 def map(

@@ -7,7 +7,7 @@ checks it against the library's own list and each builder's output against the
 library's reading of it.
 """
 
-from typing import Dict, List, Literal, Optional, Tuple, Type, TypedDict, Union
+from typing import Any, Dict, List, Literal, Optional, Tuple, Type, TypedDict, Union
 
 
 class RawLayout(TypedDict, total=False):
@@ -121,6 +121,9 @@ class _HistogramBase(TypedDict):
 class HistogramSpec(_HistogramBase, total=False):
     range: Tuple[float, float]  # the equal bins' outer edges; default each output's own
     axis: Union[int, List[int]]  # counted over these (per band: [1, 2]); default all
+    # with a count of bins and no range: each output's [min, max] (None: nothing to
+    # count) to take the automatic range of, in place of the input's own (Dask's shares)
+    extremes: List[Optional[Tuple[Union[int, float], Union[int, float]]]]
 
 
 class StencilSpec(TypedDict):
@@ -283,7 +286,8 @@ def standardize(input: Source, output: str, *, ddof: int = 0, dtype: Optional[st
 
 def histogram(input: Source, output: str, bins: Union[int, List[float]] = 10, *,
               range: Optional[Tuple[float, float]] = None,
-              axis: Union[None, int, List[int]] = None) -> HistogramSpec:
+              axis: Union[None, int, List[int]] = None,
+              extremes: Optional[List[Any]] = None) -> HistogramSpec:
     spec: HistogramSpec = {"op": "histogram", "input": input, "output": output,
                            "bins": bins if isinstance(bins, int) else [float(v) for v in bins]}
     if range is not None:
@@ -291,6 +295,8 @@ def histogram(input: Source, output: str, bins: Union[int, List[float]] = 10, *,
     if axis is not None:
         spec["axis"] = axis[0] if isinstance(axis, (list, tuple)) and len(axis) == 1 else \
             list(axis) if isinstance(axis, (list, tuple)) else axis
+    if extremes is not None:
+        spec["extremes"] = list(extremes)
     return spec
 
 

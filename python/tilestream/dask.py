@@ -52,7 +52,7 @@ from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, T
 
 import numpy as np
 
-from . import _axes, _keep, _nodata_spec, _with_nodata, _np_dtype, _opts, _source, _specs, _ts, _ts_dtype, open as _open
+from . import _axes, _histogram_bins, _histogram_run, _keep, _nodata_spec, _with_nodata, _np_dtype, _opts, _source, _specs, _ts, _ts_dtype, open as _open
 
 __all__ = [
     "affine",
@@ -602,3 +602,89 @@ def map_files(fn: Any, paths: Iterable[Any], out_dir: Any, *,
         c.cancel(futures)
         raise
     return outs
+
+
+# ---------------------------------------------------------------------------------------
+# histograms
+
+
+def _histogram_task(spec: dict, share: Tuple[int, int], memory: Any, threads: Optional[int],
+                    hook: Optional[Callable[[], Any]]) -> Tuple[np.ndarray, np.ndarray]:
+    if hook is not None:
+        hook()
+    spec = {**spec, "input": _with_rows(spec["input"], share[0], share[1])}
+    counts, edges, _ = _histogram_run(
+        spec, lambda s: _ts.run_spec(json.dumps(s), _task_opts(memory, threads)))
+    return counts, edges
+
+
+def histogram(
+    path: Any,
+    bins: Any = 10,
+    range: Any = None,
+    axis: Any = None,
+    *,
+    nodata: Any = None,
+    client: Any = None,
+    block_rows: Optional[int] = None,
+    memory: Any = "auto",
+    threads: Optional[int] = None,
+    _hook: Optional[Callable[[], Any]] = None,
+) -> Tuple[np.ndarray, np.ndarray]:
+    """:func:`tilestream.histogram` on the cluster: ``(counts, edges)``, the same arrays
+    as one process (numpy's ``np.histogram`` per position of the kept axes, or over
+    everything). Each task counts a share of the rows; where the rows are counted over
+    (``axis`` None or including 0) the shares' counts are added (integers: exact), and an
+    automatic range is the whole input's, its extremes taken first by a split reduction;
+    where each row has its own histograms (``axis`` without 0) the shares' are stacked.
+    ``block_rows`` is the rows per task (default: four tasks per worker thread)."""
+    c = _client(client)
+    src = _with_nodata(_src(path), nodata)
+    info = json.loads(_ts.info(json.dumps(src)))
+    shape = info["shape"]
+    if len(shape) == 0:
+        raise ValueError("tilestream.dask: a 0-d array has no rows to split")
+    ax = _axes(axis, len(shape))
+    b, rng = _histogram_bins(bins, range)
+    spec: dict = _specs.histogram(src, "", b, range=rng, axis=ax)
+    summed = ax is None or 0 in ax
+    if summed and isinstance(b, int) and rng is None:
+        # the whole input's extremes per output, as one process takes them
+        ops = [("nanmin", 0), ("nanmax", 0), ("count", 0)] if info["masked"] else \
+            [("min", 0), ("max", 0)]
+        got = _reduce_many(path, ops, ax, c, None, memory, threads, _hook, nodata)
+        lo, hi = got[0].ravel().tolist(), got[1].ravel().tolist()
+        valid = got[2].ravel().tolist() if info["masked"] else [1] * len(lo)
+        exact = int if np.dtype(got[0].dtype).kind in "biu" else float
+        for a, z, n in zip(lo, hi, valid):
+            if n and not (np.isfinite(a) and np.isfinite(z)):
+                raise ValueError(
+                    f"tilestream: autodetected range of [{a}, {z}] is not finite (numpy "
+                    "raises too): give a range, which leaves NaN out")
+        spec["extremes"] = [[exact(a), exact(z)] if n else None
+                            for a, z, n in zip(lo, hi, valid)]
+    shares = _shares(int(shape[0]), 1, block_rows, c)
+    job = uuid.uuid4().hex
+    futures = [
+        c.submit(_histogram_task, spec, s, memory, threads, _hook,
+                 key=f"tilestream-histogram-{job}-{i}", pure=False)
+        for i, s in enumerate(shares)
+    ]
+    try:
+        parts = c.gather(futures)
+    except BaseException:
+        c.cancel(futures)
+        raise
+    if summed:
+        counts = parts[0][0].copy()
+        for p, _ in parts[1:]:
+            counts += p
+        edges = parts[0][1]
+    else:
+        counts = np.concatenate([p for p, _ in parts])
+        per_output = parts[0][1].ndim > 1
+        edges = np.concatenate([e for _, e in parts]) if per_output else parts[0][1]
+    if not isinstance(b, int):
+        # numpy gives back the edges as given
+        edges = np.asarray(bins)
+    return counts, edges

@@ -12,7 +12,7 @@ use crate::budget::fmt_bytes;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
-use crate::ops::histogram::{Bins, Uniform, edge_bin};
+use crate::ops::histogram::{Bins, Extreme, Uniform, edge_bin};
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::plan::Plan;
 
@@ -76,8 +76,20 @@ impl Engine {
                 let edges = Array::from_f64(u.bin_dtype(), vec![n + 1], u.edges())?;
                 (Rule::Uniform(vec![u]), edges)
             }
-            Bins::Count { range: None, .. } => {
-                let per = self.ranges(input, over, n)?;
+            Bins::Count { range: None, .. } | Bins::Extremes { .. } => {
+                let extremes = match bins {
+                    Bins::Extremes { per, .. } if per.len() == outputs => per.clone(),
+                    Bins::Extremes { per, .. } => {
+                        return Err(Error::invalid(format!(
+                            "histogram: {} pairs of extremes for {outputs} outputs (one per \
+                             position of the kept axes, shape {})",
+                            per.len(),
+                            fmt_shape(&kept)
+                        )));
+                    }
+                    _ => self.extremes(input, over)?,
+                };
+                let per = uniforms(dtype, n, &extremes)?;
                 let bin = per[0].bin_dtype();
                 let mut eshape = kept.clone();
                 eshape.push(n + 1);
@@ -183,11 +195,14 @@ impl Engine {
         Ok(Plan::new(&req)?)
     }
 
-    /// Each output's bins over its own extremes (the reductions' minimum and maximum;
-    /// with a nodata value, of the valid elements, NaN left out too, and numpy's `[0, 1]`
-    /// for none).
-    fn ranges(&self, input: &TensorFile, over: ReduceOver, n: usize) -> Result<Vec<Uniform>> {
-        let dtype = input.dtype();
+    /// Each output's extremes, as an automatic range takes them: the reductions' minimum
+    /// and maximum; with a nodata value, of the valid elements, NaN left out too, and
+    /// `None` for an output with none.
+    fn extremes(
+        &self,
+        input: &TensorFile,
+        over: ReduceOver,
+    ) -> Result<Vec<Option<(Extreme, Extreme)>>> {
         let masked = input.missing().is_some();
         let (lo, hi) = if masked {
             (Reduce::NanMin, Reduce::NanMax)
@@ -209,18 +224,25 @@ impl Engine {
         } else {
             None
         };
-        (0..mins.len())
+        Ok((0..mins.len())
             .map(|o| {
-                if counts.as_ref().is_some_and(|c| c[o] == 0.0) {
-                    // nothing to count: numpy's range of an empty array
-                    Uniform::from_range(dtype, n, 0.0, 1.0)
-                } else {
-                    Uniform::from_extremes(dtype, n, mins[o], maxs[o])
-                        .map_err(|e| Error::invalid(format!("histogram of output {o} (flat): {e}")))
-                }
+                // nothing to count: numpy's range of an empty array
+                (!counts.as_ref().is_some_and(|c| c[o] == 0.0)).then_some((mins[o], maxs[o]))
             })
-            .collect()
+            .collect())
     }
+}
+
+/// Each output's `n` bins over its extremes (`None`: numpy's `[0, 1]` of an empty array).
+fn uniforms(dtype: DType, n: usize, per: &[Option<(Extreme, Extreme)>]) -> Result<Vec<Uniform>> {
+    per.iter()
+        .enumerate()
+        .map(|(o, e)| match *e {
+            None => Uniform::from_range(dtype, n, 0.0, 1.0),
+            Some((lo, hi)) => Uniform::from_extremes(dtype, n, lo, hi)
+                .map_err(|e| Error::invalid(format!("histogram of output {o} (flat): {e}"))),
+        })
+        .collect()
 }
 
 /// The counting pass: every element's output and bin, counted.

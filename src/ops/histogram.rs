@@ -44,14 +44,30 @@ pub enum Bins {
     },
     /// Explicit edges, increasing (numpy's `bins=[...]`): `len - 1` bins.
     Edges(Vec<f64>),
+    /// `n` equal bins over each output's given extremes, one `(min, max)` per output of
+    /// the kept axes in C order (`None`: an output with nothing to count, numpy's
+    /// `[0, 1]`): numpy's automatic range over data whose extremes they are. A share of
+    /// a histogram split over a cluster counts with the whole input's extremes, so its
+    /// bins are the whole input's.
+    Extremes {
+        /// How many bins.
+        n: usize,
+        /// Each output's minimum and maximum ([`Uniform::from_extremes`]'s pairs).
+        per: Vec<Option<(Extreme, Extreme)>>,
+    },
 }
+
+/// A minimum or maximum of the data as `(value, exact integer)`: the integer is the
+/// value of an integer input exactly (numpy subtracts integer extremes exactly), ignored
+/// for floats.
+pub type Extreme = (f64, i128);
 
 impl Bins {
     /// How many bins.
     #[must_use]
     pub fn len(&self) -> usize {
         match self {
-            Bins::Count { n, .. } => *n,
+            Bins::Count { n, .. } | Bins::Extremes { n, .. } => *n,
             Bins::Edges(e) => e.len().saturating_sub(1),
         }
     }
@@ -69,7 +85,7 @@ impl Bins {
     /// [`Error::Invalid`] naming the fault.
     pub fn check(&self) -> Result<()> {
         match self {
-            Bins::Count { n: 0, .. } => Err(Error::invalid(
+            Bins::Count { n: 0, .. } | Bins::Extremes { n: 0, .. } => Err(Error::invalid(
                 "bins must be positive: give a number of bins (64) or their edges",
             )),
             Bins::Count {

@@ -135,3 +135,77 @@ fn equal_bins_count_every_element_in_range_once_at_any_budget() {
         }
     }
 }
+
+/// A histogram split by rows, each share counting with the whole input's extremes
+/// (`Bins::Extremes`, what a Dask task counts with), adds up to the whole input's
+/// automatic-range histogram, edges included; the extremes of 64-bit integers beyond
+/// 2^53 are taken exactly. The wrong number of extremes is refused in one line.
+#[test]
+fn shares_counted_over_the_whole_inputs_extremes_add_up_to_the_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = engine_on(DeviceRequest::Cpu, 1 << 30);
+    let shape = [301usize, 4, 7];
+    let n: usize = shape.iter().product();
+    let mut rng = Lcg(5);
+    let f32s: Vec<f32> = (0..n).map(|_| (rng.f64() * 50.0 - 20.0) as f32).collect();
+    // u64 values beyond 2^63, whose extremes only an exact integer subtracts exactly
+    let u64s: Vec<u64> = (0..n)
+        .map(|_| (1 << 63) + 7 + (rng.f64() * 1e15) as u64)
+        .collect();
+    for (name, dtype, bytes) in [
+        ("f", DType::F32, bytemuck::cast_slice::<f32, u8>(&f32s)),
+        ("u", DType::U64, bytemuck::cast_slice::<u64, u8>(&u64s)),
+    ] {
+        let p = dir.path().join(format!("{name}.npy"));
+        write_npy(&p, dtype, &shape, bytes);
+        let x = TensorFile::open(&p).unwrap();
+        for over in [ReduceOver::All, ReduceOver::axes(&[0, 2]).unwrap()] {
+            let auto = Bins::Count { n: 13, range: None };
+            let (want_c, want_e, _) = e.histogram(&x, over, &auto).unwrap();
+            // the whole input's extremes, as a client takes them with split reductions
+            let lo = e.reduce(&x, tilestream::Reduce::Min, over).unwrap().0;
+            let hi = e.reduce(&x, tilestream::Reduce::Max, over).unwrap().0;
+            let pairs = |a: &tilestream::Array| -> Vec<(f64, i128)> {
+                if dtype == DType::U64 {
+                    bytemuck::pod_collect_to_vec::<u8, u64>(a.bytes())
+                        .into_iter()
+                        .map(|v| (v as f64, i128::from(v)))
+                        .collect()
+                } else {
+                    a.to_f64().into_iter().map(|v| (v, 0)).collect()
+                }
+            };
+            let per: Vec<_> = pairs(&lo).into_iter().zip(pairs(&hi)).map(Some).collect();
+            let bins = Bins::Extremes { n: 13, per };
+            let mut sum = vec![0i64; want_c.bytes().len() / 8];
+            for rows in [0..100, 100..101, 101..301] {
+                let (c, edges, _) = e.histogram(&x.rows(rows).unwrap(), over, &bins).unwrap();
+                assert_eq!(edges.bytes(), want_e.bytes(), "{name} {over:?}: edges");
+                for (s, v) in sum
+                    .iter_mut()
+                    .zip(bytemuck::pod_collect_to_vec::<u8, i64>(c.bytes()))
+                {
+                    *s += v;
+                }
+            }
+            assert_eq!(
+                sum,
+                bytemuck::pod_collect_to_vec::<u8, i64>(want_c.bytes()),
+                "{name} {over:?}: counts"
+            );
+            assert!(sum.iter().all(|&c| c >= 0) && sum.iter().sum::<i64>() == n as i64);
+        }
+        let err = e
+            .histogram(
+                &x,
+                ReduceOver::All,
+                &Bins::Extremes {
+                    n: 3,
+                    per: vec![None, None],
+                },
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("2 pairs of extremes for 1 outputs"), "{err}");
+    }
+}

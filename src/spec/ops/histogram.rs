@@ -73,6 +73,37 @@ pub struct HistogramSpec {
     /// The axes counted over (per band of a scene: `[1, 2]`); `None` for every element.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub axis: Option<Axes>,
+    /// With a count of bins and no range: each output's `[min, max]` (C order over the
+    /// kept axes; `null` for an output with nothing to count) to take the automatic
+    /// range of, in place of the input's own: what each share of a histogram split over
+    /// Dask counts with (the whole input's extremes). Integers as JSON integers, exactly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extremes: Option<Vec<Option<(ExtremeValue, ExtremeValue)>>>,
+}
+
+/// A minimum or maximum in a spec: a JSON integer (exact, to 64 bits) or a number.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ExtremeValue {
+    /// A signed integer.
+    Int(i64),
+    /// An unsigned integer beyond `i64`.
+    UInt(u64),
+    /// Any other number.
+    Float(f64),
+}
+
+impl ExtremeValue {
+    /// As the `(value, exact integer)` pair [`Bins::Extremes`] takes.
+    #[must_use]
+    pub fn pair(self) -> crate::ops::histogram::Extreme {
+        match self {
+            // the nearest f64, as an integer element's to_f64 gives
+            ExtremeValue::Int(v) => (v as f64, i128::from(v)),
+            ExtremeValue::UInt(v) => (v as f64, i128::from(v)),
+            ExtremeValue::Float(v) => (v, 0),
+        }
+    }
 }
 
 fn ten() -> BinsSpec {
@@ -85,10 +116,20 @@ impl HistogramSpec {
     /// # Errors
     /// [`crate::Error::Invalid`] for a range given with edges.
     pub fn bins(&self) -> Result<Bins> {
-        match (&self.bins, self.range) {
-            (BinsSpec::Count(n), range) => Ok(Bins::Count { n: *n, range }),
-            (BinsSpec::Edges(e), None) => Ok(Bins::Edges(e.clone())),
-            (BinsSpec::Edges(_), Some(_)) => Err(crate::Error::invalid(
+        match (&self.bins, self.range, &self.extremes) {
+            (BinsSpec::Count(n), None, Some(per)) => Ok(Bins::Extremes {
+                n: *n,
+                per: per
+                    .iter()
+                    .map(|e| e.map(|(lo, hi)| (lo.pair(), hi.pair())))
+                    .collect(),
+            }),
+            (_, _, Some(_)) => Err(crate::Error::invalid(
+                "histogram extremes are for a count of bins without a range",
+            )),
+            (BinsSpec::Count(n), range, None) => Ok(Bins::Count { n: *n, range }),
+            (BinsSpec::Edges(e), None, None) => Ok(Bins::Edges(e.clone())),
+            (BinsSpec::Edges(_), Some(_), None) => Err(crate::Error::invalid(
                 "a histogram range is for a count of bins: edges give their own",
             )),
         }
@@ -191,6 +232,7 @@ impl super::Arguments for HistogramArgs {
             bins: self.bins.clone(),
             range: self.range,
             axis: self.axis.clone(),
+            extremes: None,
         }))
     }
 }
