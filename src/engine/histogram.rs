@@ -1,7 +1,8 @@
 //! Histograms ([`crate::ops::histogram`]) in a streaming pass: the counts of every output
 //! (one per position of the kept axes) held in the budget, each tile's elements binned
 //! as numpy bins them; an automatic range first takes each output's extremes with the
-//! reductions. Counts are integers, so the result is the same at any budget, thread
+//! reductions (one pass for all of them where the leading axis is reduced,
+//! [`Engine::reduce_several`]). Counts are integers, so the result is the same at any budget, thread
 //! count or tiling.
 
 use rayon::prelude::*;
@@ -217,13 +218,15 @@ impl Engine {
                     .collect()
             })
         };
-        let mins = exact(&self.reduce(input, lo, over)?.0);
-        let maxs = exact(&self.reduce(input, hi, over)?.0);
-        let counts = if masked {
-            Some(self.reduce(input, Reduce::Count, over)?.0.to_f64())
+        let ops: &[Reduce] = if masked {
+            &[lo, hi, Reduce::Count]
         } else {
-            None
+            &[lo, hi]
         };
+        let got = self.reduce_several(input, ops, over)?;
+        let mins = exact(&got[0]);
+        let maxs = exact(&got[1]);
+        let counts = got.get(2).map(Array::to_f64);
         Ok((0..mins.len())
             .map(|o| {
                 // nothing to count: numpy's range of an empty array

@@ -377,6 +377,35 @@ impl Engine {
         Ok((parts, report))
     }
 
+    /// The reductions `ops` of `input` over `over`, each the bytes [`Engine::reduce`]
+    /// gives: in one pass over the input where the leading axis is reduced and their
+    /// block partials fit the budget beside each other ([`Engine::reduce_partials`] over
+    /// every row, merged), else one pass each.
+    ///
+    /// # Errors
+    /// As [`Engine::reduce`].
+    pub fn reduce_several(
+        &self,
+        input: &TensorFile,
+        ops: &[Reduce],
+        over: ReduceOver,
+    ) -> Result<Vec<Array>> {
+        let rows = input.shape().first().map_or(0, |&r| r as u64);
+        if ops.len() > 1 && rows > 0 && Geometry::new(input.shape(), over)?.outer == 1 {
+            match self.reduce_partials(input, ops, over, 0..rows) {
+                Ok((parts, _)) => {
+                    return parts.into_iter().map(|p| merge_partials(&[p])).collect();
+                }
+                // the partials side by side did not fit: one pass each
+                Err(Error::Budget(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        ops.iter()
+            .map(|&op| self.reduce(input, op, over).map(|(a, _)| a))
+            .collect()
+    }
+
     /// Reduces `input` and writes the result to `out` (`.npy`, raw, GeoTIFF or Zarr, by
     /// its name or the engine's format), cast to `dtype` if given.
     ///

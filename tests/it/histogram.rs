@@ -209,3 +209,50 @@ fn shares_counted_over_the_whole_inputs_extremes_add_up_to_the_whole() {
         assert!(err.contains("2 pairs of extremes for 1 outputs"), "{err}");
     }
 }
+
+/// `Engine::reduce_several` (an automatic range's extremes in one pass) gives each
+/// reduction's own bytes, in one pass or, where the budget or the axes do not allow it,
+/// one pass each.
+#[test]
+fn several_reductions_in_one_pass_are_each_ones_bytes() {
+    use tilestream::Reduce;
+    let dir = tempfile::tempdir().unwrap();
+    let shape = [2003usize, 37];
+    let n: usize = shape.iter().product();
+    let mut rng = Lcg(9);
+    let x: Vec<f32> = (0..n)
+        .map(|i| {
+            if i % 97 == 3 {
+                f32::NAN
+            } else {
+                (rng.f64() * 1e4 - 3e3) as f32
+            }
+        })
+        .collect();
+    let p = dir.path().join("x.npy");
+    write_npy(&p, DType::F32, &shape, bytemuck::cast_slice(&x));
+    let f = TensorFile::open(&p).unwrap();
+    let ops = [
+        Reduce::NanMin,
+        Reduce::NanMax,
+        Reduce::Count,
+        Reduce::Sum,
+        Reduce::Std { ddof: 1 },
+    ];
+    for over in [ReduceOver::All, ReduceOver::Axis(0), ReduceOver::Axis(1)] {
+        for budget in [64 << 20, 96 << 10] {
+            let e = engine_on(DeviceRequest::Cpu, budget);
+            let got = e.reduce_several(&f, &ops, over).unwrap();
+            for (a, &op) in got.iter().zip(&ops) {
+                let (want, _) = e.reduce(&f, op, over).unwrap();
+                assert_eq!(a.shape(), want.shape(), "{} {over:?}", op.name());
+                assert_eq!(
+                    a.bytes(),
+                    want.bytes(),
+                    "{} {over:?} at {budget}",
+                    op.name()
+                );
+            }
+        }
+    }
+}
