@@ -19,6 +19,8 @@ How the results stay the bytes of one run:
   task returns the partial of every block it covers, and the client merges them in block
   order, the order one process uses. Over an inner axis each task returns its rows'
   results.
+* **Histograms** add the shares' counts (integers); an automatic range is the whole
+  input's, its extremes taken first by a split reduction and given to every task.
 * **Outputs** (``affine``, ``cast``, ``map``, ``matmul``, ``standardize``, ``stencil``)
   are ``.npy`` files made whole (as a temporary file beside the destination) before the
   tasks start; each task writes its rows in place; filters read their halo rows from
