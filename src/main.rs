@@ -214,7 +214,11 @@ fn devices(json: bool) {
             }
             Err(tilestream::device::DeviceError::NoDevice { .. }) if n > 0 => break,
             Err(e) => {
-                why = Some(e.to_string());
+                // the library's argument names as this command line's flags
+                why = Some(tilestream::error::render_arguments(
+                    &e.to_string(),
+                    |name, _, value| Some(tilestream::error::command_line_flag(name, value)),
+                ));
                 break;
             }
         }
