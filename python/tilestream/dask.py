@@ -144,6 +144,22 @@ def _shares(n: int, step: int, rows: Optional[int], client: Any) -> List[Tuple[i
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, n)]
 
 
+def _gather(c: Any, kind: str, fn: Callable[..., Any], shares: List[Tuple[int, int]],
+            args: Callable[[Tuple[int, int]], tuple]) -> List[Any]:
+    """``fn(*args(share))`` for every share, as tasks of one job; their results in share
+    order. A failure cancels the job's other tasks."""
+    job = uuid.uuid4().hex
+    futures = [
+        c.submit(fn, *args(s), key=f"tilestream-{kind}-{job}-{i}", pure=False)
+        for i, s in enumerate(shares)
+    ]
+    try:
+        return c.gather(futures)
+    except BaseException:
+        c.cancel(futures)
+        raise
+
+
 def _src(x: Any) -> dict:
     """The source of ``x`` with an absolute path: workers may run elsewhere, in another
     working directory."""
@@ -184,17 +200,8 @@ def _reduce_many(path: Any, ops: List[Tuple[str, int]], axis: Any, client: Any,
             raise ValueError(f"tilestream: ddof={ddof!r} is not a non-negative integer")
     step = _ts.row_step(info["shape"], axis)
     shares = _shares(int(info["shape"][0]), step, block_rows, c)
-    job = uuid.uuid4().hex
-    futures = [
-        c.submit(_reduce_task, src, ops, axis, s, memory, threads, hook,
-                 key=f"tilestream-reduce-{job}-{i}", pure=False)
-        for i, s in enumerate(shares)
-    ]
-    try:
-        per_share = c.gather(futures)
-    except BaseException:
-        c.cancel(futures)
-        raise
+    per_share = _gather(c, "reduce", _reduce_task, shares,
+                        lambda s: (src, ops, axis, s, memory, threads, hook))
     out = []
     for k in range(len(ops)):
         data, name, shape = _ts.merge_partials([parts[k] for parts in per_share])
@@ -666,17 +673,8 @@ def histogram(
         spec["extremes"] = [[exact(a), exact(z)] if n else None
                             for a, z, n in zip(lo, hi, valid)]
     shares = _shares(int(shape[0]), 1, block_rows, c)
-    job = uuid.uuid4().hex
-    futures = [
-        c.submit(_histogram_task, spec, s, memory, threads, _hook,
-                 key=f"tilestream-histogram-{job}-{i}", pure=False)
-        for i, s in enumerate(shares)
-    ]
-    try:
-        parts = c.gather(futures)
-    except BaseException:
-        c.cancel(futures)
-        raise
+    parts = _gather(c, "histogram", _histogram_task, shares,
+                    lambda s: (spec, s, memory, threads, _hook))
     if summed:
         counts = parts[0][0].copy()
         for p, _ in parts[1:]:
