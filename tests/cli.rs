@@ -1152,19 +1152,17 @@ fn an_input_truncated_mid_run_fails_cleanly() {
 }
 
 /// `tilestream devices` says why there is no GPU in the command line's words: flags
-/// (`--device cpu`), never the library's argument names (`device=cpu`).
+/// (`--device cpu`), never the library's argument names (`device=cpu`), with and
+/// without the `cuda` feature.
 #[test]
 fn devices_name_the_command_lines_flags() {
     for args in [&["devices"][..], &["devices", "--json"][..]] {
         let o = run(args);
         assert!(o.status.success(), "{args:?}");
         let out = String::from_utf8_lossy(&o.stdout);
-        assert!(
-            !out.contains("device=cpu") && !out.contains('`'),
-            "{args:?}: {out}"
-        );
-        // where there is no GPU (CI), the advice is there, as a flag
-        if out.contains("no CUDA driver") {
+        assert!(!out.contains("device="), "{args:?}: {out}");
+        // where there is no GPU (CI, or a build without CUDA), the advice is a flag
+        if out.contains("no CUDA driver") || out.contains("without CUDA support") {
             assert!(out.contains("--device cpu"), "{args:?}: {out}");
         }
     }
