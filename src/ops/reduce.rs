@@ -206,6 +206,29 @@ impl Reduce {
         )
     }
 
+    /// The nodata value it leaves out of an input that has `nodata`: the value for the
+    /// forms that leave missing elements out (NaN as nodata is NaN, which they leave out
+    /// already), `None` for the others, which take every element as numpy does.
+    #[must_use]
+    pub fn nodata_left_out(self, nodata: Option<f64>) -> Option<f64> {
+        nodata.filter(|v| self.skips_nan() && !v.is_nan())
+    }
+
+    /// The same reduction of an input with no NaN and no nodata value (an integer
+    /// input's): its `nan` forms are the plain ones.
+    #[must_use]
+    pub fn without_nan(self) -> Self {
+        match self {
+            Reduce::NanSum => Reduce::Sum,
+            Reduce::NanMean => Reduce::Mean,
+            Reduce::NanMin => Reduce::Min,
+            Reduce::NanMax => Reduce::Max,
+            Reduce::NanVar { ddof } => Reduce::Var { ddof },
+            Reduce::NanStd { ddof } => Reduce::Std { ddof },
+            other => other,
+        }
+    }
+
     /// Whether a CUDA kernel computes it (the positions run on the CPU on any engine).
     #[must_use]
     pub fn on_device(self) -> bool {

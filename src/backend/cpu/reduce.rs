@@ -1190,15 +1190,7 @@ pub fn masked_reducer(
     fn int<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
         let unsigned = T::DTYPE.is_unsigned();
         // integers have no NaN: the `nan` forms are the plain ones
-        let op = match op {
-            Reduce::NanSum => Reduce::Sum,
-            Reduce::NanMean => Reduce::Mean,
-            Reduce::NanMin => Reduce::Min,
-            Reduce::NanMax => Reduce::Max,
-            Reduce::NanVar { ddof } => Reduce::Var { ddof },
-            Reduce::NanStd { ddof } => Reduce::Std { ddof },
-            other => other,
-        };
+        let op = op.without_nan();
         match op {
             Reduce::Sum if unsigned => new::<T, _>(
                 IntSum::<u64> {
@@ -1294,7 +1286,7 @@ pub fn masked_reducer(
     }
     // a nodata value matters to the reductions that leave missing elements out; NaN as
     // nodata is NaN, which they leave out already
-    let nodata = nodata.filter(|v| op.skips_nan() && !v.is_nan());
+    let nodata = op.nodata_left_out(nodata);
     crate::dispatch_dtype!(dtype, T => {
         match nodata {
             Some(v) if T::DTYPE.is_float() => float::<T, _>(op, g, threads, NotNodata(T::from_f64(v))),

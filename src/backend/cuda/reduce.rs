@@ -105,7 +105,7 @@ impl CudaDevice {
             Error::Internal(format!("no CUDA kernel for the reduction {}", op.name()))
         })?;
         // as the CPU's masked_reducer: only the forms that leave elements out see it
-        let nodata = nodata.filter(|v| family.masked() && op.skips_nan() && !v.is_nan());
+        let nodata = op.nodata_left_out(nodata).filter(|_| family.masked());
         let (bn, mn) = (family.blocks_name(dtype), family.merge_name(dtype));
         let src = reduce_source(&[(family, dtype)]);
         let mut f = self.functions(&bn, &src, &[&bn, &mn])?;

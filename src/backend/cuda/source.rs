@@ -319,20 +319,13 @@ impl Reduction {
         if !op.on_device() {
             return None;
         }
-        // a nodata value matters to the forms that leave elements out; NaN is left out
-        // by them already
-        let nodata = nodata.is_some_and(|v| op.skips_nan() && !v.is_nan());
+        let nodata = op.nodata_left_out(nodata).is_some();
         let float = dtype.is_float();
         // integers have no NaN: without a nodata value the `nan` forms are the plain ones
-        let op = match op {
-            _ if float || nodata => op,
-            Reduce::NanSum => Reduce::Sum,
-            Reduce::NanMean => Reduce::Mean,
-            Reduce::NanMin => Reduce::Min,
-            Reduce::NanMax => Reduce::Max,
-            Reduce::NanVar { ddof } => Reduce::Var { ddof },
-            Reduce::NanStd { ddof } => Reduce::Std { ddof },
-            other => other,
+        let op = if float || nodata {
+            op
+        } else {
+            op.without_nan()
         };
         Some(match op {
             Reduce::Sum | Reduce::Mean if float => Reduction::FloatSum,
