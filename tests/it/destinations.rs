@@ -463,17 +463,32 @@ fn a_zarr_store_replaced_and_killed_at_any_instant_is_the_old_or_the_new_whole()
     assert_eq!(values(d, &store).unwrap(), new);
     let mut seen = (0, 0);
     for k in 0..12u32 {
-        // back to the old store, then a replacement killed from half-way through to a
-        // little past its end, where the old store is replaced
+        // back to the old store, then a replacement killed: the first six once the new
+        // store being written beside the old one holds 100, 200, .. 600 of its 750 chunks
+        // (before the exchange, whatever the machine's load), the others from half-way
+        // through to a little past the run's uninterrupted time, around the exchange
         assert!(
             convert("old.npy").status().unwrap().success(),
             "kill {k}: restoring"
         );
         let mut child = convert("new.npy").spawn().unwrap();
-        std::thread::sleep(whole * (6 + k) / 16);
+        if k < 6 {
+            let goal = 100 * (k as usize + 1);
+            while staged_chunks(d) < goal && child.try_wait().unwrap().is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        } else {
+            std::thread::sleep(whole * (k + 2) / 16);
+        }
         let _ = child.kill();
         let _ = child.wait();
-        let got = values(d, &store).unwrap_or_else(|| panic!("kill {k}: the store cannot be read"));
+        let got = values(d, &store).unwrap_or_else(|| {
+            panic!(
+                "kill {k}: the store cannot be read; beside it: {:?}",
+                std::fs::read_dir(d)
+                    .map(|r| r.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+            )
+        });
         if got == old {
             seen.0 += 1;
         } else if got == new {
@@ -503,6 +518,33 @@ fn a_zarr_store_replaced_and_killed_at_any_instant_is_the_old_or_the_new_whole()
         seen.0, seen.1
     );
     assert!(seen.0 > 0, "no kill landed before the replacement");
+}
+
+/// How many files the Zarr stores being written in `d` (tilestream's temporary
+/// directories) hold so far.
+fn staged_chunks(d: &Path) -> usize {
+    fn files(dir: &Path) -> usize {
+        std::fs::read_dir(dir).map_or(0, |r| {
+            r.flatten()
+                .map(|e| match e.file_type() {
+                    Ok(t) if t.is_dir() => files(&e.path()),
+                    Ok(_) => 1,
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+    }
+    std::fs::read_dir(d).map_or(0, |r| {
+        r.flatten()
+            .filter(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.starts_with(".s.zarr.")
+                    && name.ends_with(".tilestream-tmp")
+                    && !name.contains("journal")
+            })
+            .map(|e| files(&e.path()))
+            .sum()
+    })
 }
 
 #[test]
