@@ -12,7 +12,7 @@ use crate::budget::fmt_bytes;
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
-use crate::ops::quantile::{Quantiles, from_key, key, key_bits};
+use crate::ops::quantile::{Quantiles, Selection, Step, counts_bytes, key, key_bits};
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::plan::Plan;
 
@@ -44,14 +44,17 @@ impl Engine {
         over: ReduceOver,
         spec: &Quantiles,
     ) -> Result<Plan> {
-        Ok(self.quantile_plan(input, over, spec)?.0)
+        Ok(self.quantile_plan(input, over, spec, None)?.0)
     }
 
+    /// The plan and digits of a selection: the digit width given (a cluster's passes
+    /// must all count the same digits) or the one with the least work that fits.
     fn quantile_plan(
         &self,
         input: &TensorFile,
         over: ReduceOver,
         spec: &Quantiles,
+        width: Option<u32>,
     ) -> Result<(Plan, Digits)> {
         let shape = input.shape();
         let dtype = input.dtype();
@@ -93,12 +96,15 @@ impl Engine {
         let elems = input.info().len();
         let work =
             |d: &Digits| u64::from(kbits.div_ceil(d.width)) * (elems + 4 * d.counters * d.copies);
-        let digits = DIGITS
-            .iter()
-            .map(|&w| pick(w))
-            .filter(|d| fixed + out_bytes + cost(d) <= half)
-            .min_by_key(|d| work(d))
-            .unwrap_or_else(|| pick(DIGITS[DIGITS.len() - 1]));
+        let digits = match width {
+            Some(w) => pick(w),
+            None => DIGITS
+                .iter()
+                .map(|&w| pick(w))
+                .filter(|d| fixed + out_bytes + cost(d) <= half)
+                .min_by_key(|d| work(d))
+                .unwrap_or_else(|| pick(DIGITS[DIGITS.len() - 1])),
+        };
         let passes = kbits.div_ceil(digits.width);
         let mut req = self.request(
             format!(
@@ -139,16 +145,15 @@ impl Engine {
         over: ReduceOver,
         spec: &Quantiles,
     ) -> Result<(Array, RunReport)> {
-        let (plan, digits) = self.quantile_plan(input, over, spec)?;
+        let (plan, digits) = self.quantile_plan(input, over, spec, None)?;
         self.budget.reset_peak();
-        let g = Geometry::new(input.shape(), over)?;
         let _resident = self.budget.reserve(
             "digit counts and result",
             plan.resident_bytes - input.read_scratch_bytes(),
         )?;
         let dtype = input.dtype();
         let (data, times) = crate::dispatch_dtype!(dtype, T => {
-            self.select::<T>(input, &plan, g, spec, digits)?
+            self.select::<T>(input, &plan, over, spec, digits)?
         });
         let out_dtype = spec.output_dtype(dtype);
         let out_shape = spec.out_shape(&over.out_shape(input.shape()));
@@ -196,155 +201,160 @@ impl Engine {
         self.write_reduced(&array, out.as_ref(), report)
     }
 
+    /// The selection [`Engine::quantile`] would run, before its first pass, for a
+    /// cluster to run pass by pass: each pass counted over shares of the rows by
+    /// [`Engine::quantile_counts`] (on any machine, under any budget that holds the
+    /// counts), the shares' counts added by [`Selection::add`], the result from
+    /// [`Selection::finish_bytes`] once [`Selection::is_done`]. The digit width is the one
+    /// this engine's budget picks for the whole input.
+    ///
+    /// # Errors
+    /// As [`plan_quantile`](Self::plan_quantile).
+    pub fn quantile_selection(
+        &self,
+        input: &TensorFile,
+        over: ReduceOver,
+        spec: &Quantiles,
+    ) -> Result<Selection> {
+        let (_, digits) = self.quantile_plan(input, over, spec, None)?;
+        Selection::new(
+            spec,
+            input.dtype(),
+            input.shape(),
+            over,
+            input.missing(),
+            digits.width,
+        )
+    }
+
+    /// Counts the next pass of `sel` over the rows `rows` of `input` (the whole input the
+    /// selection is of): bytes for [`Selection::add`], and the run's report. The counts
+    /// of shares covering the rows add up to the counts of one pass over the whole input,
+    /// so the result is the same bytes as [`Engine::quantile`]'s whatever the shares.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] if `input` is not the one `sel` is of, if the selection keeps
+    /// axis 0 (each share has outputs of its own: take each share's quantiles), if it is
+    /// complete, or for rows outside the input; [`Error::Budget`] if the budget cannot
+    /// hold the pass's counts; I/O errors while streaming.
+    pub fn quantile_counts(
+        &self,
+        input: &TensorFile,
+        sel: &Selection,
+        rows: std::ops::Range<u64>,
+    ) -> Result<(Vec<u8>, RunReport)> {
+        let shape = input.shape();
+        if shape != sel.shape() || input.dtype() != sel.dtype() {
+            return Err(Error::invalid(format!(
+                "{}: is {} {}, the selection is of {} {}: count the input it was made for",
+                input.path().display(),
+                fmt_shape(shape),
+                input.dtype(),
+                fmt_shape(sel.shape()),
+                sel.dtype()
+            )));
+        }
+        let over = sel.over();
+        if Geometry::new(shape, over)?.outer != 1 {
+            return Err(Error::invalid(format!(
+                "{} over {} keeps axis 0: each share of the rows has outputs of its own, so                  take each share's quantiles whole",
+                sel.spec().name,
+                over.describe()
+            )));
+        }
+        if sel.is_done() {
+            return Err(Error::invalid(
+                "this selection is complete: no pass is left to count",
+            ));
+        }
+        let sub = input.rows(rows)?;
+        let spec = sel.spec();
+        let (plan, digits) = self.quantile_plan(&sub, over, spec, Some(sel.width()))?;
+        self.budget.reset_peak();
+        let _resident = self.budget.reserve(
+            "digit counts",
+            plan.resident_bytes - sub.read_scratch_bytes(),
+        )?;
+        let g = Geometry::new(sub.shape(), over)?;
+        let step = sel.step();
+        let ((counts, nan), times) = crate::dispatch_dtype!(sub.dtype(), T => {
+            self.count_pass::<T>(&sub, &plan, g, step, digits.copies > 1, sel.missing())?
+        });
+        let bytes = counts_bytes(&counts, &nan);
+        let report = self.report(
+            &plan,
+            Ran::on(Family::Reduce, plan.what.clone(), false),
+            sub.shape(),
+            &[counts.len() + nan.len()],
+            DType::U64,
+            times,
+        );
+        Ok((bytes, report))
+    }
+
     /// The passes: the digits of every rank's key, most significant first, then each
     /// output's quantiles from the elements of those ranks.
     fn select<T: Element>(
         &self,
         input: &TensorFile,
         plan: &Plan,
-        g: Geometry,
+        over: ReduceOver,
         spec: &Quantiles,
         digits: Digits,
     ) -> Result<(Vec<u8>, crate::scheduler::StageTimes)> {
-        let outputs = (g.outer * g.out_per_outer()) as usize;
-        let kbits = key_bits(T::DTYPE);
-        let per_output = g.per_output();
+        let g = Geometry::new(input.shape(), over)?;
+        let mut times = crate::scheduler::StageTimes::default();
+        let mut sel = Selection::new(
+            spec,
+            T::DTYPE,
+            input.shape(),
+            over,
+            input.missing(),
+            digits.width,
+        )?;
+        while !sel.is_done() {
+            let ((counts, nan), t) =
+                self.count_pass::<T>(input, plan, g, sel.step(), digits.copies > 1, sel.missing())?;
+            times.add(&t);
+            sel.take(&counts, &nan)?;
+        }
+        Ok((sel.finish_bytes()?, times))
+    }
+
+    /// One pass of `step`'s digit counts over `input`: the counters and, in the first
+    /// pass, each output's NaN and nodata (`missing`) count.
+    #[allow(clippy::type_complexity)]
+    fn count_pass<T: Element>(
+        &self,
+        input: &TensorFile,
+        plan: &Plan,
+        g: Geometry,
+        step: Step,
+        parallel: bool,
+        missing: Option<f64>,
+    ) -> Result<((Vec<u64>, Vec<u64>), crate::scheduler::StageTimes)> {
+        let outputs = step.groups.starts.len() - 1;
         let cols = g
             .folds()
             .then(|| (0..g.inner).map(|c| g.column_output(c).0 as u32).collect());
-        let mut times = crate::scheduler::StageTimes::default();
-        // every output is one group with no prefix in the first pass
-        let mut groups = Groups {
-            starts: (0..=outputs as u32).collect(),
-            prefix: vec![0; outputs],
-        };
-        // per output, its ranks' (rank within its group, prefix so far)
-        let mut targets: Vec<Vec<(u64, u64)>> = Vec::new();
-        let mut n = vec![0u64; outputs];
-        let mut nan = vec![false; outputs];
-        let mut done = 0u32;
-        // nodata pixels are missing to the forms that leave NaN out; the others take them
-        // as values, as numpy would (NaN as nodata is NaN already)
-        let missing = input.missing().filter(|v| spec.skip_nan && !v.is_nan());
-        while done < kbits {
-            let width = digits.width.min(kbits - done);
-            let shift = kbits - done - width;
-            let pass = Pass::<T> {
-                g,
-                cols: cols.clone(),
-                first: done == 0,
-                shift,
-                width,
-                groups: std::mem::take(&mut groups),
-                counts: Vec::new(),
-                nan: if done == 0 {
-                    vec![0; outputs]
-                } else {
-                    Vec::new()
-                },
-                parallel: digits.copies > 1,
-                nodata: missing.map(T::from_f64),
-                parts: Vec::new(),
-                _t: std::marker::PhantomData,
-            };
-            let (r, t) =
-                self.stream_reducer(input, plan, Reduce::Count, g, Box::new(pass), None, false)?;
-            times.add(&t);
-            let counted = r.into_bytes();
-            let (groups_back, counts, nans) = Pass::<T>::unpack(&counted, outputs);
-            if done == 0 {
-                for o in 0..outputs {
-                    nan[o] = nans[o] > 0;
-                    n[o] = if spec.skip_nan {
-                        per_output - nans[o]
-                    } else {
-                        per_output
-                    };
-                }
-                targets = (0..outputs)
-                    .map(|o| {
-                        if n[o] == 0 || (nan[o] && !spec.skip_nan) {
-                            Vec::new()
-                        } else {
-                            spec.ranks(n[o]).into_iter().map(|r| (r, 0)).collect()
-                        }
-                    })
-                    .collect();
-            }
-            // each rank's next digit: the bucket where the count passes it
-            let size = 1usize << width;
-            for (o, ts) in targets.iter_mut().enumerate() {
-                for (rank, prefix) in ts.iter_mut() {
-                    let gi = groups_back.find(o, *prefix).ok_or_else(|| {
-                        Error::Internal(format!("no counts for output {o} prefix {prefix}"))
-                    })?;
-                    let c = &counts[gi * size..(gi + 1) * size];
-                    let mut before = 0u64;
-                    let mut digit = size - 1;
-                    for (d, &k) in c.iter().enumerate() {
-                        if before + k > *rank {
-                            digit = d;
-                            break;
-                        }
-                        before += k;
-                    }
-                    *rank -= before;
-                    *prefix = (*prefix << width) | digit as u64;
-                }
-            }
-            done += width;
-            if done < kbits {
-                groups = Groups::of(&targets);
-            }
-        }
-        // every rank's key is whole: the values, then numpy's quantiles from them
-        let mut out: Vec<Vec<u8>> = vec![Vec::new(); spec.q.len()];
-        for o in 0..outputs {
-            let ranks = if targets[o].is_empty() {
-                Vec::new()
+        let pass = Pass::<T> {
+            g,
+            cols,
+            nan: if step.first {
+                vec![0; outputs]
             } else {
-                spec.ranks(n[o])
-            };
-            let vals: Vec<T> = targets[o].iter().map(|&(_, k)| from_key::<T>(k)).collect();
-            let at = |r: u64| -> T {
-                let i = ranks.iter().position(|&x| x == r).unwrap_or(0);
-                vals.get(i)
-                    .copied()
-                    .unwrap_or_else(|| T::from_f64(f64::NAN))
-            };
-            spec.finish::<T>(n[o], nan[o], missing, &at, &mut out);
-        }
-        Ok((out.concat(), times))
-    }
-}
-
-/// The groups of a pass: per output, the prefixes its ranks' keys have so far (sorted,
-/// each once), their counters side by side.
-#[derive(Clone, Debug, Default)]
-struct Groups {
-    /// Output `o`'s groups are `starts[o]..starts[o + 1]`.
-    starts: Vec<u32>,
-    prefix: Vec<u64>,
-}
-
-impl Groups {
-    fn of(targets: &[Vec<(u64, u64)>]) -> Self {
-        let mut starts = Vec::with_capacity(targets.len() + 1);
-        let mut prefix = Vec::new();
-        starts.push(0);
-        for ts in targets {
-            let mut p: Vec<u64> = ts.iter().map(|t| t.1).collect();
-            p.sort_unstable();
-            p.dedup();
-            prefix.extend(p);
-            starts.push(prefix.len() as u32);
-        }
-        Groups { starts, prefix }
-    }
-
-    fn find(&self, o: usize, prefix: u64) -> Option<usize> {
-        let (a, b) = (self.starts[o] as usize, self.starts[o + 1] as usize);
-        (a..b).find(|&i| self.prefix[i] == prefix)
+                Vec::new()
+            },
+            step,
+            counts: Vec::new(),
+            parallel,
+            nodata: missing.map(T::from_f64),
+            parts: Vec::new(),
+            _t: std::marker::PhantomData,
+        };
+        let (r, t) =
+            self.stream_reducer(input, plan, Reduce::Count, g, Box::new(pass), None, false)?;
+        Ok((Pass::<T>::unpack(&r.into_bytes()), t))
     }
 }
 
@@ -353,10 +363,7 @@ struct Pass<T> {
     g: Geometry,
     /// With several separated axes: the output of each column.
     cols: Option<Vec<u32>>,
-    first: bool,
-    shift: u32,
-    width: u32,
-    groups: Groups,
+    step: Step,
     counts: Vec<u64>,
     nan: Vec<u64>,
     parallel: bool,
@@ -376,7 +383,8 @@ impl<T: Element> Pass<T> {
         let opo = g.out_per_outer();
         let (mut oi, mut p) = (start / per, start % per);
         let mut col = p % inner;
-        let (shift, width) = (self.shift, self.width);
+        let (shift, width) = (self.step.shift, self.step.width);
+        let (first, groups) = (self.step.first, &self.step.groups);
         let mask = (1u64 << width) - 1;
         let high = shift + width;
         for &x in data {
@@ -386,19 +394,16 @@ impl<T: Element> Pass<T> {
                     None => col,
                 }) as usize;
             if x.is_nan() || self.nodata.is_some_and(|m| x == m) {
-                if self.first {
+                if first {
                     nan[o] += 1;
                 }
             } else {
                 let k = key(x);
                 let digit = ((k >> shift) & mask) as usize;
                 let top = k.checked_shr(high).unwrap_or(0);
-                let (a, b) = (
-                    self.groups.starts[o] as usize,
-                    self.groups.starts[o + 1] as usize,
-                );
+                let (a, b) = (groups.starts[o] as usize, groups.starts[o + 1] as usize);
                 for gi in a..b {
-                    if self.first || self.groups.prefix[gi] == top {
+                    if first || groups.prefix[gi] == top {
                         counts[(gi << width) | digit] += 1;
                     }
                 }
@@ -416,38 +421,30 @@ impl<T: Element> Pass<T> {
         }
     }
 
-    /// The groups, counts and NaN counts back from [`TileReducer::into_bytes`].
-    fn unpack(bytes: &[u8], outputs: usize) -> (Groups, Vec<u64>, Vec<u64>) {
+    /// The counts and NaN counts back from [`TileReducer::into_bytes`].
+    fn unpack(bytes: &[u8]) -> (Vec<u64>, Vec<u64>) {
         let words: Vec<u64> = bytemuck::pod_collect_to_vec(bytes);
-        let ng = words[0] as usize;
-        let nc = words[1] as usize;
-        let nn = words[2] as usize;
-        let mut at = 3;
-        let starts: Vec<u32> = words[at..=at + outputs].iter().map(|&s| s as u32).collect();
-        at += outputs + 1;
-        let prefix = words[at..at + ng].to_vec();
-        at += ng;
-        let counts = words[at..at + nc].to_vec();
-        at += nc;
-        let nan = words[at..at + nn].to_vec();
-        (Groups { starts, prefix }, counts, nan)
+        let nc = words.first().map_or(0, |&w| w as usize);
+        let counts = words.get(1..1 + nc).unwrap_or_default().to_vec();
+        let nan = words.get(1 + nc..).unwrap_or_default().to_vec();
+        (counts, nan)
     }
 }
 
 impl<T: Element> TileReducer for Pass<T> {
     fn feed_bytes(&mut self, start: u64, bytes: &[u8]) {
         let data = crate::dtype::typed::<T>(bytes);
-        let size = self.groups.prefix.len().max(1) << self.width;
+        let size = self.step.counters();
         if self.counts.is_empty() {
             self.counts = vec![0; size];
         }
-        let outputs = self.groups.starts.len() - 1;
+        let outputs = self.step.groups.starts.len() - 1;
         if self.parallel && data.len() > 1 << 16 {
             // each piece counts into its own counters, kept for the whole pass and merged
             // once in `into_bytes`
             let mut parts = std::mem::take(&mut self.parts);
             if parts.is_empty() {
-                let nan = if self.first { outputs } else { 0 };
+                let nan = if self.step.first { outputs } else { 0 };
                 parts = (0..rayon::current_num_threads().max(1))
                     .map(|_| (vec![0u64; size], vec![0u64; nan]))
                     .collect();
@@ -469,7 +466,7 @@ impl<T: Element> TileReducer for Pass<T> {
     }
 
     fn into_bytes(self: Box<Self>) -> Vec<u8> {
-        let size = self.groups.prefix.len().max(1) << self.width;
+        let size = self.step.counters();
         let mut counts = if self.counts.is_empty() {
             vec![0; size]
         } else {
@@ -484,13 +481,7 @@ impl<T: Element> TileReducer for Pass<T> {
                 *a += b;
             }
         }
-        let mut words = vec![
-            self.groups.prefix.len() as u64,
-            counts.len() as u64,
-            nan.len() as u64,
-        ];
-        words.extend(self.groups.starts.iter().map(|&s| u64::from(s)));
-        words.extend_from_slice(&self.groups.prefix);
+        let mut words = vec![counts.len() as u64];
         words.extend_from_slice(&counts);
         words.extend_from_slice(&nan);
         bytemuck::cast_slice(&words).to_vec()

@@ -26,6 +26,11 @@
 //! A slice holding NaN gives NaN; the `nan` forms leave NaN out (NaN for a slice of NaN
 //! alone, without numpy's warning).
 
+mod selection;
+
+pub(crate) use selection::Step;
+pub use selection::{Selection, counts_bytes};
+
 use crate::dtype::{DType, Element};
 use crate::error::{Error, Result};
 

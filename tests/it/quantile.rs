@@ -208,3 +208,93 @@ fn refusals_are_one_line() {
     let e = e.unwrap_err().to_string();
     assert!(e.contains("digit counts") && !e.contains('\n'), "{e}");
 }
+
+/// The passes of a selection counted over shares of the rows, each share by an engine of
+/// its own (another budget, other threads) and its counts carried as bytes, as a cluster
+/// runs them: the bytes of one process's quantiles, whatever the shares.
+#[test]
+fn shares_of_the_rows_counted_apart_give_one_processs_bytes() {
+    // shape, dtype, axes (None: all), NaN every so many elements, nodata
+    type Case = (
+        &'static [usize],
+        DType,
+        Option<&'static [usize]>,
+        usize,
+        Option<&'static str>,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [Case; 6] = [
+        (&[97, 13], DType::F32, Some(&[0]), 7, None),
+        (&[97, 13], DType::F64, None, 11, None),
+        (&[41, 5, 6], DType::I16, Some(&[0, 2]), 0, Some("-60")),
+        (&[41, 5, 6], DType::F16, Some(&[0, 1]), 5, Some("-30.5")),
+        (&[300], DType::U8, None, 0, Some("7")),
+        (&[64, 3], DType::U64, Some(&[0]), 0, None),
+    ];
+    for (i, (shape, dtype, axes, nan_every, nodata)) in cases.into_iter().enumerate() {
+        let n: usize = shape.iter().product();
+        let (bytes, _) = data(dtype, n, 90 + i as u64, nan_every);
+        let p = dir.path().join(format!("x{i}.npy"));
+        write_npy(&p, dtype, shape, &bytes);
+        let x = TensorFile::open(&p).unwrap().with_nodata(nodata).unwrap();
+        let over = axes.map_or(ReduceOver::All, |a| ReduceOver::axes(a).unwrap());
+        for (name, qs, method) in [
+            ("nanquantile", Some(&[0.0, 0.02, 0.5, 0.98, 1.0][..]), None),
+            ("quantile", Some(&[0.3][..]), Some("midpoint")),
+            ("nanmedian", None, None),
+            ("percentile", Some(&[2.0, 98.0][..]), Some("nearest")),
+        ] {
+            let q = Quantiles::parse(name, qs, qs.is_some_and(|v| v.len() == 1), method)
+                .unwrap()
+                .unwrap();
+            let whole = run(&x, over, &q, 64 << 20, 2);
+            // a budget that takes narrow digits: more passes, each through bytes
+            let client = engine_on(DeviceRequest::Cpu, 300 << 10);
+            let mut sel = client.quantile_selection(&x, over, &q).unwrap();
+            let rows = shape[0] as u64;
+            let mut passes = 0;
+            while !sel.is_done() {
+                sel = tilestream::ops::quantile::Selection::from_bytes(&sel.to_bytes()).unwrap();
+                let cuts = [0, rows / 3, rows / 3 + 1, rows];
+                let counts: Vec<Vec<u8>> = cuts
+                    .windows(2)
+                    .enumerate()
+                    .map(|(k, w)| {
+                        let e = engine_on(DeviceRequest::Cpu, (1 + k as u64) << 20)
+                            .with_threads(1 + k)
+                            .unwrap();
+                        e.quantile_counts(&x, &sel, w[0]..w[1]).unwrap().0
+                    })
+                    .collect();
+                let parts: Vec<&[u8]> = counts.iter().map(Vec::as_slice).collect();
+                sel.add(&parts).unwrap();
+                passes += 1;
+            }
+            assert_eq!(sel.passes_left(), 0);
+            assert!(passes >= 1);
+            assert!(
+                sel.finish_bytes().unwrap() == whole,
+                "{shape:?} {dtype} {over:?} {name} nodata {nodata:?}: the shares' result \
+                 differs from one process's"
+            );
+            assert_eq!(sel.out_shape(), q.out_shape(&over.out_shape(shape)));
+        }
+    }
+    // a selection that keeps axis 0 is refused, as is another input
+    let p = dir.path().join("x0.npy");
+    let x = TensorFile::open(&p).unwrap();
+    let q = Quantiles::parse("median", None, false, None)
+        .unwrap()
+        .unwrap();
+    let e = engine_on(DeviceRequest::Cpu, 1 << 20);
+    let sel = e.quantile_selection(&x, ReduceOver::Axis(1), &q).unwrap();
+    let err = e.quantile_counts(&x, &sel, 0..10).unwrap_err().to_string();
+    assert!(err.contains("keeps axis 0") && !err.contains('\n'), "{err}");
+    let sel = e.quantile_selection(&x, ReduceOver::All, &q).unwrap();
+    let other = TensorFile::open(dir.path().join("x1.npy")).unwrap();
+    let err = e
+        .quantile_counts(&other, &sel, 0..10)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("the selection is of"), "{err}");
+}
