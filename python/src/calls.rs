@@ -4,7 +4,7 @@
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyBytes;
+use pyo3::types::{PyBytes, PyBytesMethods};
 use serde_json::Value;
 use tilestream::{Partial, Reduce, ReduceOver, Source};
 
@@ -180,6 +180,114 @@ pub(crate) fn merge_partials(
         PyBytes::new(py, array.bytes()).unbind(),
         array.dtype().name().to_string(),
         array.shape().to_vec(),
+    ))
+}
+
+/// The quantiles `op` (`quantile`, `percentile`, `median` or a `nan` form, with `q` and
+/// `method` as [`reduce`] takes them) of `source` over `axis`, started for a cluster: the
+/// selection's state (bytes) before its first pass, its digits those the budget of
+/// `opts` picks for the whole input.
+#[pyfunction]
+#[pyo3(signature = (source, op, axis, opts, q=None, q_scalar=false, method=None))]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn quantile_start(
+    py: Python<'_>,
+    source: &str,
+    op: &str,
+    axis: Option<Vec<usize>>,
+    opts: &str,
+    q: Option<Vec<f64>>,
+    q_scalar: bool,
+    method: Option<String>,
+) -> PyResult<Py<PyBytes>> {
+    let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
+    let opts = parse_opts(opts)?;
+    let spec =
+        tilestream::ops::quantile::Quantiles::parse(op, q.as_deref(), q_scalar, method.as_deref())
+            .map_err(to_py)?
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "tilestream: {op} is not a quantile, percentile or median"
+                ))
+            })?;
+    let over = over_of(axis).map_err(to_py)?;
+    let state = py
+        .detach(|| {
+            let e = engine(&opts)?;
+            let input = source.open_whole()?;
+            Ok::<_, tilestream::Error>(e.quantile_selection(&input, over, &spec)?.to_bytes())
+        })
+        .map_err(to_py)?;
+    Ok(PyBytes::new(py, &state).unbind())
+}
+
+/// Counts the next pass of the selection `state` over the rows `[start, end)` of
+/// `source` (the whole input, a `Source` as JSON): the counts (bytes) for
+/// [`quantile_next`], and the run report (JSON).
+#[pyfunction]
+#[pyo3(signature = (source, state, start, end, opts))]
+pub(crate) fn quantile_counts(
+    py: Python<'_>,
+    source: &str,
+    state: &[u8],
+    start: u64,
+    end: u64,
+    opts: &str,
+) -> PyResult<(Py<PyBytes>, String)> {
+    let source: Source = serde_json::from_str(source).map_err(|e| bad_json(&e))?;
+    let opts = parse_opts(opts)?;
+    let e = engine(&opts).map_err(to_py)?;
+    let state = state.to_vec();
+    let (counts, report) = run_on_worker(py, e, None, move |e| {
+        let sel = tilestream::ops::quantile::Selection::from_bytes(&state)?;
+        let input = source.open_whole()?;
+        e.quantile_counts(&input, &sel, start..end)
+    })?;
+    let report =
+        serde_json::to_string(&report).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    Ok((PyBytes::new(py, &counts).unbind(), report))
+}
+
+/// The selection `state` advanced by one pass, its counts those of every share
+/// (`counts`, from [`quantile_counts`]) added: the new state and whether it is complete.
+#[pyfunction]
+pub(crate) fn quantile_next(
+    py: Python<'_>,
+    state: &[u8],
+    counts: Vec<Bound<'_, PyBytes>>,
+) -> PyResult<(Py<PyBytes>, bool)> {
+    let parts: Vec<&[u8]> = counts.iter().map(PyBytesMethods::as_bytes).collect();
+    let (state, done) = py
+        .detach(|| {
+            let mut sel = tilestream::ops::quantile::Selection::from_bytes(state)?;
+            sel.add(&parts)?;
+            Ok::<_, tilestream::Error>((sel.to_bytes(), sel.is_done()))
+        })
+        .map_err(to_py)?;
+    Ok((PyBytes::new(py, &state).unbind(), done))
+}
+
+/// Whether the selection `state` is complete (no pass left to count).
+#[pyfunction]
+pub(crate) fn quantile_done(state: &[u8]) -> PyResult<bool> {
+    Ok(tilestream::ops::quantile::Selection::from_bytes(state)
+        .map_err(to_py)?
+        .is_done())
+}
+
+/// The result of the complete selection `state`: (bytes, dtype name, shape), the bytes
+/// [`reduce`] gives for the same quantiles.
+#[pyfunction]
+pub(crate) fn quantile_finish(
+    py: Python<'_>,
+    state: &[u8],
+) -> PyResult<(Py<PyBytes>, String, Vec<usize>)> {
+    let sel = tilestream::ops::quantile::Selection::from_bytes(state).map_err(to_py)?;
+    let data = py.detach(|| sel.finish_bytes()).map_err(to_py)?;
+    Ok((
+        PyBytes::new(py, &data).unbind(),
+        sel.out_dtype().name().to_string(),
+        sel.out_shape(),
     ))
 }
 

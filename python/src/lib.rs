@@ -51,6 +51,11 @@ fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(calls::reduce, m)?)?;
     m.add_function(wrap_pyfunction!(calls::reduce_partials, m)?)?;
     m.add_function(wrap_pyfunction!(calls::merge_partials, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::quantile_start, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::quantile_counts, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::quantile_next, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::quantile_done, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::quantile_finish, m)?)?;
     m.add_function(wrap_pyfunction!(calls::row_step, m)?)?;
     m.add_function(wrap_pyfunction!(calls::output_layout, m)?)?;
     m.add_function(wrap_pyfunction!(calls::op_names, m)?)?;

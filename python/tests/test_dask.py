@@ -333,6 +333,56 @@ def test_histograms_equal_one_process_and_numpy(client, tmp_path, rows):
         tsd.histogram(p, 10, **kw)
 
 
+@pytest.mark.filterwarnings("ignore:All-NaN slice:RuntimeWarning")
+@pytest.mark.parametrize("rows", [None, 70, 500])
+def test_quantiles_equal_one_process_and_numpy(client, tmp_path, rows):
+    """Quantiles over the rows are selected in passes whose counts the tasks add up; over
+    inner axes each task takes its rows' own: the bytes of one process either way, and
+    numpy's values."""
+    kw = dict(client=client, block_rows=rows, memory="3MiB")
+
+    def same(got, one):
+        assert got.dtype == one.dtype and got.shape == one.shape
+        assert got.tobytes() == one.tobytes()
+
+    x = data((1200, 5, 6), "float32", 5)
+    x[7, 2, 3] = np.nan
+    x[::13, 1, :] = np.nan
+    p = tmp_path / "x.npy"
+    np.save(p, x)
+    for op, q, axis, method in [
+        ("nanquantile", [0.02, 0.5, 0.98], None, None),
+        ("nanpercentile", 50, 0, "nearest"),
+        ("nanmedian", None, (0, 2), None),
+        ("quantile", [0.25, 1.0], (0, 1), "lower"),
+        ("nanquantile", 0.3, (1, 2), "midpoint"),
+        ("nanpercentile", [2, 98], 2, None),
+    ]:
+        got = tsd.reduce(p, op, axis, q=q, method=method, **kw)
+        same(got, ts.reduce(p, op, axis, q=q, method=method, memory="64MiB"))
+        want = getattr(np, op)(x, axis=axis, **({} if q is None else {"q": q}),
+                               **({} if method is None else {"method": method}))
+        np.testing.assert_array_equal(got, want)
+    # keepdims, and an integer input with a nodata value (8-bit: one pass)
+    same(tsd.reduce(p, "nanmedian", (0, 2), keepdims=True, **kw),
+         ts.reduce(p, "nanmedian", (0, 2), keepdims=True))
+    same(tsd.reduce(p, "quantile", 0, q=[0.5], keepdims=True, **kw),
+         ts.reduce(p, "quantile", 0, q=[0.5], keepdims=True))
+    z = data((900, 4), "uint8", 6)
+    z[::5, 1] = 7
+    r = tmp_path / "z.npy"
+    np.save(r, z)
+    got = tsd.reduce(r, "nanpercentile", 0, q=[2, 98], method="higher", nodata=7, **kw)
+    same(got, ts.reduce(r, "nanpercentile", 0, q=[2, 98], method="higher", nodata=7))
+    for j in range(4):
+        col = z[:, j][z[:, j] != 7]
+        assert (got[:, j] == np.percentile(col, [2, 98], method="higher")).all()
+    # 64-bit floats: four passes of counts (more with a task budget of narrow digits)
+    f = tmp_path / "f.npy"
+    np.save(f, data((700, 3), "float64", 7))
+    same(tsd.reduce(f, "median", **kw), ts.reduce(f, "median"))
+
+
 def test_bad_arguments_are_refused_in_one_line(client, tmp_path):
     p = tmp_path / "x.npy"
     np.save(p, data((100, 4), "float32"))
@@ -340,8 +390,10 @@ def test_bad_arguments_are_refused_in_one_line(client, tmp_path):
         tsd.reduce(p, "sum", 5, client=client)
     with pytest.raises(ValueError, match="unknown reduction"):
         tsd.reduce(p, "mode", 0, client=client, memory="1MiB")
-    with pytest.raises(ValueError, match="median is not a one-pass reduction"):
-        tsd.reduce(p, "median", 0, client=client, memory="1MiB")
+    with pytest.raises(ValueError, match="median takes no q"):
+        tsd.reduce(p, "median", 0, q=0.5, client=client, memory="1MiB")
+    with pytest.raises(ValueError, match="q and method are for quantile"):
+        tsd.reduce(p, "mean", 0, q=0.5, client=client, memory="1MiB")
     # a failed job leaves nothing behind
     with pytest.raises(ValueError, match="unknown function|expression"):
         tsd.map("nosuch(a)", tmp_path / "o.npy", {"a": p}, client=client, memory="1MiB")

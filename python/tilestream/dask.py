@@ -19,6 +19,10 @@ How the results stay the bytes of one run:
   task returns the partial of every block it covers, and the client merges them in block
   order, the order one process uses. Over an inner axis each task returns its rows'
   results.
+* **Quantiles, percentiles and medians** select each rank's value digit by digit over
+  a few passes (as one process does): in each pass every task counts the digits of its
+  rows, the client adds the counts (integers) and finds the next digit of every rank.
+  Over an inner axis each task takes its own rows' quantiles.
 * **Histograms** add the shares' counts (integers); an automatic range is the whole
   input's, its extremes taken first by a split reduction and given to every task.
 * **Outputs** (``affine``, ``cast``, ``map``, ``matmul``, ``standardize``, ``stencil``)
@@ -160,6 +164,39 @@ def _gather(c: Any, kind: str, fn: Callable[..., Any], shares: List[Tuple[int, i
         raise
 
 
+def _gather_counts(c: Any, kind: str, fn: Callable[..., Any],
+                   shares: List[Tuple[int, int]],
+                   args: Callable[[Tuple[int, int]], tuple]) -> bytes:
+    """The sum of ``fn(*args(share))`` over every share, each a share's counts as bytes of
+    little-endian u64 (two lengths, then the counts): added as the tasks finish, so the
+    client holds the sum and one share's counts, not every share's. A failure cancels
+    the job's other tasks."""
+    from distributed import as_completed
+
+    job = uuid.uuid4().hex
+    futures = [
+        c.submit(fn, *args(s), key=f"tilestream-{kind}-{job}-{i}", pure=False)
+        for i, s in enumerate(shares)
+    ]
+    total: Optional[np.ndarray] = None
+    try:
+        for fut in as_completed(futures):
+            got = np.frombuffer(fut.result(), dtype="<u8")
+            fut.release()
+            if total is None:
+                total = got.copy()
+            elif got.shape != total.shape or (got[:2] != total[:2]).any():
+                raise RuntimeError("tilestream.dask: the shares' counts are of different "
+                                   "passes")
+            else:
+                total[2:] += got[2:]
+    except BaseException:
+        c.cancel(futures)
+        raise
+    assert total is not None
+    return total.tobytes()
+
+
 def _src(x: Any) -> dict:
     """The source of ``x`` with an absolute path: workers may run elsewhere, in another
     working directory."""
@@ -216,6 +253,8 @@ def reduce(
     *,
     keepdims: bool = False,
     ddof: int = 0,
+    q: Any = None,
+    method: Optional[str] = None,
     nodata: Any = None,
     client: Any = None,
     block_rows: Optional[int] = None,
@@ -228,12 +267,97 @@ def reduce(
     :func:`tilestream.reduce` (``axis`` an int or a tuple of them, ``keepdims`` as
     there; ``nodata`` as there: the value the ``nan`` forms and ``count`` leave out).
     ``block_rows`` is the rows per task (rounded up to the reduction's step; default: four
-    tasks per worker thread)."""
+    tasks per worker thread).
+
+    ``quantile``, ``percentile``, ``median`` and their ``nan`` forms take ``q`` and
+    ``method`` as :func:`tilestream.reduce` does, with the same result: over axis 0 (or
+    every element) each pass of the selection is counted by the tasks and added on the
+    client (one pass for 8- and 16-bit data, two for 32-bit, four for 64-bit, more when
+    a task's budget holds only narrower digits); over inner axes each task takes its own
+    rows' quantiles."""
+    if isinstance(op, str) and op.strip().lower() in _QUANTILES:
+        return _quantile(path, op, axis, q, method, keepdims, nodata, client, block_rows,
+                         memory, threads, _hook)
+    if q is not None or method is not None:
+        raise ValueError(f"tilestream: q and method are for quantile, percentile and median "
+                         f"(and their nan forms), not {op}")
     a = _reduce_many(path, [(op, ddof)], axis, client, block_rows, memory, threads, _hook,
                      nodata)[0]
     if keepdims:
         ndim = len(json.loads(_ts.info(json.dumps(_src(path))))["shape"])
         a = a.reshape(_keep(a.shape, _axes(axis, ndim), ndim))
+    return a
+
+
+#: The reductions that select by digits rather than merge partials.
+_QUANTILES = ("quantile", "percentile", "median", "nanquantile", "nanpercentile",
+              "nanmedian")
+
+
+def _quantile_start_task(src: dict, op: str, axis: Optional[List[int]], qs: Any,
+                         scalar: bool, method: Optional[str], memory: Any,
+                         threads: Optional[int]) -> bytes:
+    # on a worker: the digits a task's budget holds
+    return _ts.quantile_start(json.dumps(src), op, axis, _task_opts(memory, threads), qs,
+                              scalar, method)
+
+
+def _quantile_count_task(src: dict, state: bytes, share: Tuple[int, int], memory: Any,
+                         threads: Optional[int], hook: Optional[Callable[[], Any]]) -> bytes:
+    if hook is not None:
+        hook()
+    counts, _report = _ts.quantile_counts(json.dumps(src), state, share[0], share[1],
+                                          _task_opts(memory, threads))
+    return counts
+
+
+def _quantile_rows_task(src: dict, op: str, axis: Optional[List[int]], qs: Any,
+                        scalar: bool, method: Optional[str], share: Tuple[int, int],
+                        memory: Any, threads: Optional[int],
+                        hook: Optional[Callable[[], Any]]) -> np.ndarray:
+    if hook is not None:
+        hook()
+    data, name, shape, _ = _ts.reduce(json.dumps(_with_rows(src, share[0], share[1])), op,
+                                      axis, 0, _task_opts(memory, threads), None, qs, scalar,
+                                      method)
+    return np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
+
+
+def _quantile(path: Any, op: str, axis: Any, q: Any, method: Optional[str], keepdims: bool,
+              nodata: Any, client: Any, block_rows: Optional[int], memory: Any,
+              threads: Optional[int], hook: Optional[Callable[[], Any]]) -> np.ndarray:
+    c = _client(client)
+    src = _with_nodata(_src(path), nodata)
+    shape = json.loads(_ts.info(json.dumps(src)))["shape"]
+    ndim = len(shape)
+    if ndim == 0:
+        raise ValueError("tilestream.dask: a 0-d array has no rows to split")
+    axes = _axes(axis, ndim)
+    qs, scalar = None, False
+    if q is not None:
+        scalar = np.ndim(q) == 0
+        qs = [float(v) for v in np.atleast_1d(np.asarray(q, dtype=np.float64)).ravel()]
+    shares = _shares(int(shape[0]), 1, block_rows, c)
+    if axes is not None and 0 not in axes:
+        # each share's rows are outputs of their own
+        parts = _gather(c, "quantile", _quantile_rows_task, shares,
+                        lambda s: (src, op, axes, qs, scalar, method, s, memory, threads,
+                                   hook))
+        lead = 1 if qs is not None and not scalar else 0
+        a = np.concatenate(parts, axis=lead)
+    else:
+        state = c.submit(_quantile_start_task, src, op, axes, qs, scalar, method, memory,
+                         threads, pure=False).result()
+        done = _ts.quantile_done(state)
+        while not done:
+            counts = _gather_counts(c, "quantile", _quantile_count_task, shares,
+                                    lambda s: (src, state, s, memory, threads, hook))
+            state, done = _ts.quantile_next(state, [counts])
+        data, name, out_shape = _ts.quantile_finish(state)
+        a = np.frombuffer(data, dtype=_np_dtype(name)).reshape(out_shape).copy()
+    if keepdims:
+        lead_shape = a.shape[:1] if qs is not None and not scalar else ()
+        a = a.reshape(tuple(lead_shape) + _keep(a.shape[len(lead_shape):], axes, ndim))
     return a
 
 
