@@ -469,6 +469,9 @@ def test_a_job_raises_worker_peak_memory_by_at_most_budget_plus_48_MiB(tmp_path)
     with cluster(2, memory_limit="1GiB") as c, distributed.Client(c) as cl:
         before = cl.run(_reset_peak)
         tsd.reduce(x, "mean", 0, client=cl, memory=budget, block_rows=24 * 1024)
+        # quantiles: the passes' counts held and returned by each task
+        tsd.reduce(x, "median", 0, client=cl, memory=budget, block_rows=24 * 1024)
+        tsd.reduce(x, "percentile", q=[2, 98], client=cl, memory=budget, block_rows=24 * 1024)
         tsd.affine(x, tmp_path / "y.npy", 0.5, 1.0, client=cl, memory=budget,
                    block_rows=24 * 1024)
         after = cl.run(_peak)
