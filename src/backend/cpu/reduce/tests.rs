@@ -1,7 +1,8 @@
 //! Unit tests of the CPU reduction kernel against a plain f64 oracle.
 #![allow(clippy::unwrap_used)]
 use super::*;
-use crate::ops::reduce::ReduceOver;
+use crate::dtype::DType;
+use crate::ops::reduce::{Reduce, ReduceOver};
 
 /// Plain f64 oracle over (outer, len, inner).
 fn oracle(x: &[f64], g: &Geometry, op: Reduce) -> Vec<f64> {
