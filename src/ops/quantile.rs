@@ -106,15 +106,9 @@ pub struct Quantiles {
     pub name: String,
 }
 
-/// Names that ask for quantiles.
-pub const NAMES: [&str; 6] = [
-    "quantile",
-    "percentile",
-    "median",
-    "nanquantile",
-    "nanpercentile",
-    "nanmedian",
-];
+/// Names that ask for quantiles (kept beside [`Reduce::parse`](crate::ops::reduce::Reduce::parse),
+/// which tells them apart from the one-pass reductions).
+pub use crate::ops::reduce::QUANTILE_NAMES as NAMES;
 
 impl Quantiles {
     /// The request for the reduction `name` (`quantile`, `percentile`, `median` or their

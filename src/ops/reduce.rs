@@ -127,11 +127,11 @@ impl Reduce {
             "argmax" => Reduce::ArgMax,
             "nanargmin" => Reduce::NanArgMin,
             "nanargmax" => Reduce::NanArgMax,
-            q if crate::ops::quantile::NAMES.contains(&q) => {
+            q if QUANTILE_NAMES.contains(&q) => {
                 return Err(Error::invalid(format!(
-                    "{q} is not a one-pass reduction: take it with its q (`tilestream reduce \
-                     --op {q} --q ...`, `ts.reduce(x, \"{q}\", q=...)`) on one machine; \
-                     tilestream.dask and partials do not split it"
+                    "{q} is not a one-pass reduction: take it as quantiles, with its q \
+                     (`tilestream reduce --op {q} --q ...`, `ts.reduce(x, \"{q}\", q=...)`, \
+                     `Engine::quantile`, or by passes on a cluster: `Engine::quantile_counts`)"
                 )));
             }
             _ => {
@@ -427,6 +427,17 @@ impl From<Option<usize>> for ReduceOver {
         a.map_or(ReduceOver::All, ReduceOver::Axis)
     }
 }
+
+/// Names that ask for quantiles (`crate::ops::quantile`), which are not one-pass
+/// reductions: [`Reduce::parse`] refuses them with the way to take them.
+pub const QUANTILE_NAMES: [&str; 6] = [
+    "quantile",
+    "percentile",
+    "median",
+    "nanquantile",
+    "nanpercentile",
+    "nanmedian",
+];
 
 /// Lanes used when the reduced axis is the last one.
 const LANES: usize = 8;
