@@ -257,7 +257,8 @@ impl Engine {
         let over = sel.over();
         if Geometry::new(shape, over)?.outer != 1 {
             return Err(Error::invalid(format!(
-                "{} over {} keeps axis 0: each share of the rows has outputs of its own, so                  take each share's quantiles whole",
+                "{} over {} keeps axis 0: each share of the rows has outputs of its own, so \
+                 take each share's quantiles whole",
                 sel.spec().name,
                 over.describe()
             )));

@@ -73,7 +73,8 @@ struct Header {
     dtype: String,
     shape: Vec<usize>,
     axes: Option<Vec<usize>>,
-    missing: Option<f64>,
+    /// The nodata value's bits: JSON has no infinities.
+    missing: Option<u64>,
     width: u32,
     done: u32,
     per_output: u64,
@@ -368,7 +369,7 @@ impl Selection {
             dtype: self.dtype.name().into(),
             shape: self.shape.clone(),
             axes: axes.or_else(|| axis.map(|a| vec![a])),
-            missing: self.missing,
+            missing: self.missing.map(f64::to_bits),
             width: self.width,
             done: self.done,
             per_output: self.per_output,
@@ -427,7 +428,14 @@ impl Selection {
             median: h.median,
             name: h.name,
         };
-        let mut s = Selection::new(&spec, dtype, &h.shape, over, h.missing, h.width)?;
+        let mut s = Selection::new(
+            &spec,
+            dtype,
+            &h.shape,
+            over,
+            h.missing.map(f64::from_bits),
+            h.width,
+        )?;
         let body = &b[8 + len..];
         let words: Vec<u64> = body
             .chunks_exact(8)
@@ -534,6 +542,22 @@ mod tests {
         let got: Vec<f64> = bytemuck::pod_collect_to_vec(&s.finish_bytes().unwrap());
         assert_eq!(got, vec![0.0, 249.75, 499.5, 999.0]);
         assert!(s.add(&[&counts_bytes(&[0], &[])]).is_err());
+    }
+
+    #[test]
+    fn an_infinite_nodata_value_survives_the_bytes() {
+        let q = spec("nanquantile", &[0.5]);
+        let s = Selection::new(
+            &q,
+            DType::F32,
+            &[9],
+            ReduceOver::All,
+            Some(f64::NEG_INFINITY),
+            8,
+        )
+        .unwrap();
+        let back = Selection::from_bytes(&s.to_bytes()).unwrap();
+        assert_eq!(back.missing(), Some(f64::NEG_INFINITY));
     }
 
     #[test]
