@@ -16,6 +16,168 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
     masked_reducer(op, dtype, g, threads, None)
 }
 
+/// A boxed reducer of `k` over `g` on `th` threads.
+fn new<T: Element, K: Kernel<T> + Send + 'static>(
+    k: K,
+    g: Geometry,
+    th: usize,
+) -> Box<dyn TileReducer> {
+    Box::new(Reducer::<T, K>::new(k, g, th))
+}
+/// The `nan` forms of an integer input with a nodata value.
+fn int_nodata<T: Element>(op: Reduce, g: Geometry, th: usize, nd: T) -> Box<dyn TileReducer> {
+    let valid = NotNodata(nd);
+    let unsigned = T::DTYPE.is_unsigned();
+    match op {
+        Reduce::NanSum if unsigned => new::<T, _>(
+            NodataIntSum::<T, u64> {
+                nodata: nd,
+                unsigned,
+                _o: std::marker::PhantomData,
+            },
+            g,
+            th,
+        ),
+        Reduce::NanSum => new::<T, _>(
+            NodataIntSum::<T, i64> {
+                nodata: nd,
+                unsigned,
+                _o: std::marker::PhantomData,
+            },
+            g,
+            th,
+        ),
+        Reduce::NanMean => new::<T, _>(NanFloatSum { mean: true, valid }, g, th),
+        Reduce::NanMin => new::<T, _>(NodataExtreme::<T, false> { nodata: nd }, g, th),
+        Reduce::NanMax => new::<T, _>(NodataExtreme::<T, true> { nodata: nd }, g, th),
+        Reduce::NanVar { ddof } => new::<T, _>(
+            NanMoments {
+                ddof,
+                sqrt: false,
+                valid,
+            },
+            g,
+            th,
+        ),
+        Reduce::NanStd { ddof } => new::<T, _>(
+            NanMoments {
+                ddof,
+                sqrt: true,
+                valid,
+            },
+            g,
+            th,
+        ),
+        Reduce::Count => new::<T, _>(CountK { valid }, g, th),
+        Reduce::NanArgMin => new::<T, _>(ArgK::<_, false> { valid }, g, th),
+        Reduce::NanArgMax => new::<T, _>(ArgK::<_, true> { valid }, g, th),
+        other => int::<T>(other, g, th),
+    }
+}
+
+/// The reductions of an integer input without a nodata value.
+fn int<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
+    let unsigned = T::DTYPE.is_unsigned();
+    // integers have no NaN: the `nan` forms are the plain ones
+    let op = op.without_nan();
+    match op {
+        Reduce::Sum if unsigned => new::<T, _>(
+            IntSum::<u64> {
+                mean: false,
+                unsigned,
+                _o: std::marker::PhantomData,
+            },
+            g,
+            th,
+        ),
+        Reduce::Sum => new::<T, _>(
+            IntSum::<i64> {
+                mean: false,
+                unsigned,
+                _o: std::marker::PhantomData,
+            },
+            g,
+            th,
+        ),
+        Reduce::Mean => new::<T, _>(
+            IntSum::<f64> {
+                mean: true,
+                unsigned,
+                _o: std::marker::PhantomData,
+            },
+            g,
+            th,
+        ),
+        _ => common::<T, _>(op, g, th, NotNan),
+    }
+}
+
+/// The reductions of a float input, `valid` telling the elements to keep.
+fn float<T: Element, M: Valid<T> + Send + 'static>(
+    op: Reduce,
+    g: Geometry,
+    th: usize,
+    valid: M,
+) -> Box<dyn TileReducer> {
+    match op {
+        Reduce::Sum => new::<T, _>(FloatSum { mean: false }, g, th),
+        Reduce::Mean => new::<T, _>(FloatSum { mean: true }, g, th),
+        Reduce::NanSum => new::<T, _>(NanFloatSum { mean: false, valid }, g, th),
+        Reduce::NanMean => new::<T, _>(NanFloatSum { mean: true, valid }, g, th),
+        Reduce::NanMin => new::<T, _>(NanExtreme::<M, false> { valid }, g, th),
+        Reduce::NanMax => new::<T, _>(NanExtreme::<M, true> { valid }, g, th),
+        Reduce::NanVar { ddof } => new::<T, _>(
+            NanMoments {
+                ddof,
+                sqrt: false,
+                valid,
+            },
+            g,
+            th,
+        ),
+        Reduce::NanStd { ddof } => new::<T, _>(
+            NanMoments {
+                ddof,
+                sqrt: true,
+                valid,
+            },
+            g,
+            th,
+        ),
+        _ => common::<T, M>(op, g, th, valid),
+    }
+}
+
+/// The reductions every element type shares.
+fn common<T: Element, M: Valid<T> + Send + 'static>(
+    op: Reduce,
+    g: Geometry,
+    th: usize,
+    valid: M,
+) -> Box<dyn TileReducer> {
+    match op {
+        Reduce::Min => new::<T, _>(MinK, g, th),
+        Reduce::Max => new::<T, _>(MaxK, g, th),
+        Reduce::Var { ddof } => new::<T, _>(Moments { ddof, sqrt: false }, g, th),
+        Reduce::Std { ddof } => new::<T, _>(Moments { ddof, sqrt: true }, g, th),
+        Reduce::Count => new::<T, _>(CountK { valid }, g, th),
+        Reduce::ArgMin => new::<T, _>(ArgK::<_, false> { valid: Every }, g, th),
+        Reduce::ArgMax => new::<T, _>(ArgK::<_, true> { valid: Every }, g, th),
+        Reduce::NanArgMin => new::<T, _>(ArgK::<M, false> { valid }, g, th),
+        Reduce::NanArgMax => new::<T, _>(ArgK::<M, true> { valid }, g, th),
+        Reduce::Sum
+        | Reduce::Mean
+        | Reduce::NanSum
+        | Reduce::NanMean
+        | Reduce::NanMin
+        | Reduce::NanMax
+        | Reduce::NanVar { .. }
+        | Reduce::NanStd { .. } => {
+            unreachable!("sums, means and the nan forms are dispatched by dtype class")
+        }
+    }
+}
+
 /// [`reducer`] for an input whose elements equal to `nodata` (a value its type holds)
 /// are missing: the `nan` forms and `count` leave them out as they leave NaN out (an
 /// integer input's `nanmin`/`nanmax` of nodata alone is the nodata value); the other
@@ -28,160 +190,6 @@ pub fn masked_reducer(
     threads: usize,
     nodata: Option<f64>,
 ) -> Box<dyn TileReducer> {
-    fn new<T: Element, K: Kernel<T> + Send + 'static>(
-        k: K,
-        g: Geometry,
-        th: usize,
-    ) -> Box<dyn TileReducer> {
-        Box::new(Reducer::<T, K>::new(k, g, th))
-    }
-    /// The `nan` forms of an integer input with a nodata value.
-    fn int_nodata<T: Element>(op: Reduce, g: Geometry, th: usize, nd: T) -> Box<dyn TileReducer> {
-        let valid = NotNodata(nd);
-        let unsigned = T::DTYPE.is_unsigned();
-        match op {
-            Reduce::NanSum if unsigned => new::<T, _>(
-                NodataIntSum::<T, u64> {
-                    nodata: nd,
-                    unsigned,
-                    _o: std::marker::PhantomData,
-                },
-                g,
-                th,
-            ),
-            Reduce::NanSum => new::<T, _>(
-                NodataIntSum::<T, i64> {
-                    nodata: nd,
-                    unsigned,
-                    _o: std::marker::PhantomData,
-                },
-                g,
-                th,
-            ),
-            Reduce::NanMean => new::<T, _>(NanFloatSum { mean: true, valid }, g, th),
-            Reduce::NanMin => new::<T, _>(NodataExtreme::<T, false> { nodata: nd }, g, th),
-            Reduce::NanMax => new::<T, _>(NodataExtreme::<T, true> { nodata: nd }, g, th),
-            Reduce::NanVar { ddof } => new::<T, _>(
-                NanMoments {
-                    ddof,
-                    sqrt: false,
-                    valid,
-                },
-                g,
-                th,
-            ),
-            Reduce::NanStd { ddof } => new::<T, _>(
-                NanMoments {
-                    ddof,
-                    sqrt: true,
-                    valid,
-                },
-                g,
-                th,
-            ),
-            Reduce::Count => new::<T, _>(CountK { valid }, g, th),
-            Reduce::NanArgMin => new::<T, _>(ArgK::<_, false> { valid }, g, th),
-            Reduce::NanArgMax => new::<T, _>(ArgK::<_, true> { valid }, g, th),
-            other => int::<T>(other, g, th),
-        }
-    }
-    fn int<T: Element>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
-        let unsigned = T::DTYPE.is_unsigned();
-        // integers have no NaN: the `nan` forms are the plain ones
-        let op = op.without_nan();
-        match op {
-            Reduce::Sum if unsigned => new::<T, _>(
-                IntSum::<u64> {
-                    mean: false,
-                    unsigned,
-                    _o: std::marker::PhantomData,
-                },
-                g,
-                th,
-            ),
-            Reduce::Sum => new::<T, _>(
-                IntSum::<i64> {
-                    mean: false,
-                    unsigned,
-                    _o: std::marker::PhantomData,
-                },
-                g,
-                th,
-            ),
-            Reduce::Mean => new::<T, _>(
-                IntSum::<f64> {
-                    mean: true,
-                    unsigned,
-                    _o: std::marker::PhantomData,
-                },
-                g,
-                th,
-            ),
-            _ => common::<T, _>(op, g, th, NotNan),
-        }
-    }
-    fn float<T: Element, M: Valid<T> + Send + 'static>(
-        op: Reduce,
-        g: Geometry,
-        th: usize,
-        valid: M,
-    ) -> Box<dyn TileReducer> {
-        match op {
-            Reduce::Sum => new::<T, _>(FloatSum { mean: false }, g, th),
-            Reduce::Mean => new::<T, _>(FloatSum { mean: true }, g, th),
-            Reduce::NanSum => new::<T, _>(NanFloatSum { mean: false, valid }, g, th),
-            Reduce::NanMean => new::<T, _>(NanFloatSum { mean: true, valid }, g, th),
-            Reduce::NanMin => new::<T, _>(NanExtreme::<M, false> { valid }, g, th),
-            Reduce::NanMax => new::<T, _>(NanExtreme::<M, true> { valid }, g, th),
-            Reduce::NanVar { ddof } => new::<T, _>(
-                NanMoments {
-                    ddof,
-                    sqrt: false,
-                    valid,
-                },
-                g,
-                th,
-            ),
-            Reduce::NanStd { ddof } => new::<T, _>(
-                NanMoments {
-                    ddof,
-                    sqrt: true,
-                    valid,
-                },
-                g,
-                th,
-            ),
-            _ => common::<T, M>(op, g, th, valid),
-        }
-    }
-    fn common<T: Element, M: Valid<T> + Send + 'static>(
-        op: Reduce,
-        g: Geometry,
-        th: usize,
-        valid: M,
-    ) -> Box<dyn TileReducer> {
-        match op {
-            Reduce::Min => new::<T, _>(MinK, g, th),
-            Reduce::Max => new::<T, _>(MaxK, g, th),
-            Reduce::Var { ddof } => new::<T, _>(Moments { ddof, sqrt: false }, g, th),
-            Reduce::Std { ddof } => new::<T, _>(Moments { ddof, sqrt: true }, g, th),
-            Reduce::Count => new::<T, _>(CountK { valid }, g, th),
-            Reduce::ArgMin => new::<T, _>(ArgK::<_, false> { valid: Every }, g, th),
-            Reduce::ArgMax => new::<T, _>(ArgK::<_, true> { valid: Every }, g, th),
-            Reduce::NanArgMin => new::<T, _>(ArgK::<M, false> { valid }, g, th),
-            Reduce::NanArgMax => new::<T, _>(ArgK::<M, true> { valid }, g, th),
-            Reduce::Sum
-            | Reduce::Mean
-            | Reduce::NanSum
-            | Reduce::NanMean
-            | Reduce::NanMin
-            | Reduce::NanMax
-            | Reduce::NanVar { .. }
-            | Reduce::NanStd { .. } => {
-                unreachable!("sums, means and the nan forms are dispatched by dtype class")
-            }
-        }
-    }
     // a nodata value matters to the reductions that leave missing elements out; NaN as
     // nodata is NaN, which they leave out already
     let nodata = op.nodata_left_out(nodata);

@@ -1,0 +1,355 @@
+//! Opening an array file: by extension or first bytes (`.npy`, TIFF, Zarr), raw data of a
+//! given shape, or a share of another file's rows.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::dtype::DType;
+use crate::error::{Error, Result, TiffError};
+use crate::io::own_files;
+
+use super::{
+    Format, NPY_HEADER_MAX, NodataFrom, TensorFile, TensorInfo, checked_nbytes, chunked, file_len,
+    fmt_shape, is_npy_path, npy, read_up_to, tiff, zarr,
+};
+
+impl TensorFile {
+    /// Opens a tensor file: `.npy`, GeoTIFF (`.tif`/`.tiff`, see
+    /// [`open_tiff`](Self::open_tiff)) or Zarr v3 (`.zarr`, see
+    /// [`open_zarr`](Self::open_zarr)), by extension or, failing that, by content.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened or read; [`Error::Npy`] if the header is
+    /// malformed or describes an unsupported dtype or order; [`Error::Format`] if it
+    /// disagrees with the file size;
+    /// [`Error::Invalid`] if it is neither `.npy`, TIFF nor Zarr, by name or by its first
+    /// bytes (raw files need [`open_raw`](Self::open_raw)).
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        if tiff::is_tiff_path(path) {
+            return Self::open_tiff(path);
+        }
+        if zarr::is_zarr_path(path) {
+            return Self::open_zarr(path);
+        }
+        if !is_npy_path(path) {
+            // no telling extension: recognise the format by its first bytes
+            let mut magic = [0u8; 6];
+            let mut f = own_files::open_input(path)?;
+            let got = read_up_to(&mut f, &mut magic).unwrap_or(0);
+            match &magic[..got.min(6)] {
+                [b'I', b'I', 42 | 43, 0, ..] | [b'M', b'M', 0, 42 | 43, ..] => {
+                    return Self::open_tiff(path);
+                }
+                b"\x93NUMPY" => {}
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "{}: not a .npy, TIFF or Zarr v3 file; for raw binary data give its \
+                         `shape` and `in_dtype`",
+                        path.display()
+                    )));
+                }
+            }
+        }
+        let mut file = own_files::open_input(path)?;
+        let file_len = file_len(&file, path)?;
+        let mut pre = [0u8; npy::PREAMBLE];
+        let got = read_up_to(&mut file, &mut pre).map_err(|e| Error::io("read", path, e))?;
+        let hlen = npy::header_len(&pre[..got]).map_err(|source| Error::Npy {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        if hlen > NPY_HEADER_MAX {
+            return Err(Error::format(
+                path,
+                format!(
+                    "the .npy header length field says {hlen} bytes; tilestream reads headers \
+                     of at most {NPY_HEADER_MAX} bytes (numpy's own limit is 10000)"
+                ),
+            ));
+        }
+        if hlen as u64 > file_len {
+            return Err(Error::format(
+                path,
+                format!(
+                    "truncated .npy header: header length field says {hlen} bytes, file has {file_len}"
+                ),
+            ));
+        }
+        let mut head = vec![0u8; hlen];
+        file.read_exact_at(&mut head, 0)
+            .map_err(|e| Error::io("read", path, e))?;
+        let h = npy::parse_header(&head).map_err(|source| Error::Npy {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let nbytes = checked_nbytes(path, &h.shape, h.dtype)?;
+        let have = file_len - h.data_offset;
+        if have != nbytes {
+            let what = if have < nbytes {
+                "truncated"
+            } else {
+                "longer than its header says"
+            };
+            return Err(Error::format(
+                path,
+                format!(
+                    "file is {what}: header says {} {} = {nbytes} bytes of data, file holds {have}",
+                    fmt_shape(&h.shape),
+                    h.dtype
+                ),
+            ));
+        }
+        let npy = if h.fortran {
+            let src = npy::chunks::NpyChunks::new(
+                path,
+                &file,
+                h.data_offset,
+                &h.shape,
+                h.dtype,
+                h.big_endian,
+            )?;
+            Some(Box::new(src))
+        } else {
+            None
+        };
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            chunked: npy.as_ref().map(|n| n.chunked()).transpose()?,
+            info: TensorInfo {
+                format: Format::Npy { version: h.version },
+                dtype: h.dtype,
+                shape: h.shape,
+                data_offset: h.data_offset,
+            },
+            tiff: None,
+            zarr: None,
+            swap: h.big_endian && !h.fortran,
+            given_nodata: NodataFrom::File,
+            npy,
+        })
+    }
+
+    /// Opens a (Geo)TIFF: its first image, as `(bands, rows, columns)` or `(rows,
+    /// columns)`. Uncompressed band-sequential data is mapped; anything else is decoded
+    /// chunk by chunk.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened; [`Error::Tiff`] if it is not a TIFF
+    /// tilestream can read.
+    pub fn open_tiff(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let (layout, georef) = tiff::read_layout(path)?;
+        let file = own_files::open_input(path)?;
+        let shape = layout.shape();
+        let dtype = layout.dtype;
+        let nbytes = checked_nbytes(path, &shape, dtype)?;
+        let (data_offset, chunked) = match layout.contiguous_offset() {
+            Some(off) => {
+                // mapped: a file shorter than its tables say would fault when read
+                let len = file_len(&file, path)?;
+                if off.checked_add(nbytes).is_none_or(|end| end > len) {
+                    return Err(Error::tiff(
+                        path,
+                        TiffError::Corrupt,
+                        format!(
+                            "its data runs from byte {off} for {nbytes} bytes, but the file has \
+                             {len}: it is truncated"
+                        ),
+                    ));
+                }
+                (off, None)
+            }
+            None => {
+                let src = tiff::TiffChunks::new(path, layout.clone(), georef.nodata.as_deref())?;
+                let c = chunked::Chunked::new(shape.clone(), dtype, Box::new(src));
+                (0, Some(Arc::new(c)))
+            }
+        };
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::GeoTiff,
+                dtype,
+                shape,
+                data_offset,
+            },
+            chunked,
+            tiff: Some(Box::new((layout, georef))),
+            zarr: None,
+            npy: None,
+            swap: false,
+            given_nodata: NodataFrom::File,
+        })
+    }
+
+    /// Opens the Zarr v3 array at the root of the store `path`; its chunks are decoded
+    /// by `zarrs` as tiles need them.
+    ///
+    /// # Errors
+    /// [`Error::Zarr`] for a Zarr v2 store, a group, an irregular chunk grid or a data
+    /// type tilestream does not handle; [`Error::Io`] if it cannot be read.
+    pub fn open_zarr(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let (layout, src) = zarr::ZarrChunks::open(path)?;
+        let meta = path.join("zarr.json");
+        let file = own_files::open_input(&meta)?;
+        checked_nbytes(path, &layout.shape, layout.dtype)?;
+        let c = chunked::Chunked::new(layout.shape.clone(), layout.dtype, Box::new(src));
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::Zarr,
+                dtype: layout.dtype,
+                shape: layout.shape.clone(),
+                data_offset: 0,
+            },
+            chunked: Some(Arc::new(c)),
+            tiff: None,
+            zarr: Some(Box::new(layout)),
+            npy: None,
+            swap: false,
+            given_nodata: NodataFrom::File,
+        })
+    }
+
+    /// Opens a headerless raw file of the given shape and dtype (little-endian, C order).
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if its size is not exactly
+    /// what the shape and dtype need.
+    pub fn open_raw(path: impl AsRef<Path>, shape: &[usize], dtype: DType) -> Result<Self> {
+        Self::raw(path.as_ref(), shape, dtype, None)
+    }
+
+    /// Opens the raw data of the given shape and dtype that starts `offset` bytes into
+    /// `path` (a view into a larger file, such as a sliced `np.memmap`): the file must
+    /// hold at least `offset` plus the data's bytes.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if it is too short.
+    pub fn open_raw_at(
+        path: impl AsRef<Path>,
+        shape: &[usize],
+        dtype: DType,
+        offset: u64,
+    ) -> Result<Self> {
+        Self::raw(path.as_ref(), shape, dtype, Some(offset))
+    }
+
+    /// A raw file holding exactly the data (`offset` `None`), or holding it from byte
+    /// `offset` on.
+    fn raw(path: &Path, shape: &[usize], dtype: DType, offset: Option<u64>) -> Result<Self> {
+        let file = own_files::open_input(path)?;
+        let len = file_len(&file, path)?;
+        let nbytes = checked_nbytes(path, shape, dtype)?;
+        let refusal = match offset {
+            None if len != nbytes => Some(format!(
+                "size mismatch: `shape={}` `in_dtype={dtype}` needs {nbytes} bytes, file holds {len}",
+                fmt_shape(shape)
+            )),
+            Some(at) if at.checked_add(nbytes).is_none_or(|end| end > len) => Some(format!(
+                "{} {dtype} from byte {at} needs {nbytes} bytes, but the file holds {len}",
+                fmt_shape(shape)
+            )),
+            _ => None,
+        };
+        if let Some(msg) = refusal {
+            return Err(Error::format(path, msg));
+        }
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::Raw,
+                dtype,
+                shape: shape.to_vec(),
+                data_offset: offset.unwrap_or(0),
+            },
+            chunked: None,
+            tiff: None,
+            zarr: None,
+            npy: None,
+            swap: false,
+            given_nodata: NodataFrom::File,
+        })
+    }
+
+    /// The rows `[rows.start, rows.end)` of the leading axis as a tensor of their own, with
+    /// no copy: the same file, its data starting `rows.start` rows further in (how a
+    /// cluster task reads its share of an input). Only uncompressed inputs (`.npy` in any
+    /// order, raw) can be cut so; GeoTIFF and Zarr inputs are refused.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a rank-0 or compressed input or rows out of range;
+    /// [`Error::Io`] if the file cannot be opened again.
+    pub fn rows(&self, rows: std::ops::Range<u64>) -> Result<Self> {
+        let shape = &self.info.shape;
+        let Some(&n) = shape.first() else {
+            return Err(Error::invalid(format!(
+                "{}: a 0-d tensor has no rows to select",
+                self.path.display()
+            )));
+        };
+        if (self.chunked.is_some() && self.npy.is_none())
+            || self.tiff.is_some()
+            || self.zarr.is_some()
+        {
+            return Err(Error::invalid(format!(
+                "{}: rows can be selected only from an uncompressed .npy or raw input, not a \
+                 GeoTIFF or Zarr store",
+                self.path.display()
+            )));
+        }
+        if rows.start > rows.end || rows.end > n as u64 {
+            return Err(Error::invalid(format!(
+                "{}: rows {}..{} are out of range for {} rows",
+                self.path.display(),
+                rows.start,
+                rows.end,
+                n
+            )));
+        }
+        let row_bytes =
+            shape[1..].iter().map(|&d| d as u64).product::<u64>() * self.info.dtype.size() as u64;
+        let mut info = self.info.clone();
+        info.shape[0] = (rows.end - rows.start) as usize;
+        let npy = match &self.npy {
+            // Fortran order or big-endian: the same decoding of fewer rows
+            Some(n) => Some(Box::new(n.rows(rows.start, rows.end)?)),
+            None => {
+                info.data_offset += rows.start * row_bytes;
+                None
+            }
+        };
+        Ok(TensorFile {
+            path: self.path.clone(),
+            file: self
+                .file
+                .try_clone()
+                .map_err(|e| Error::io("open again", &self.path, e))?,
+            info,
+            chunked: npy.as_ref().map(|n| n.chunked()).transpose()?,
+            tiff: None,
+            zarr: None,
+            npy,
+            swap: self.swap,
+            given_nodata: self.given_nodata.clone(),
+        })
+    }
+
+    /// Opens `path` as `.npy`, or as raw data when `raw` gives (shape, dtype).
+    ///
+    /// # Errors
+    /// As [`open`](Self::open) and [`open_raw`](Self::open_raw).
+    pub fn open_any(path: impl AsRef<Path>, raw: Option<(&[usize], DType)>) -> Result<Self> {
+        match raw {
+            Some((shape, dtype)) => Self::open_raw(path, shape, dtype),
+            None => Self::open(path),
+        }
+    }
+}
