@@ -32,13 +32,12 @@ corrupt files, ``TypeError`` for dtypes tilestream or numpy cannot hold.
 from __future__ import annotations
 
 import builtins
-import contextlib
 import json
 import mmap
 import os
 import sys
 import tempfile
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Union
 
 import numpy as np
 
@@ -59,6 +58,7 @@ __all__ = [
     "clip",
     "convert",
     "gen",
+    "histogram",
     "iter_tiles",
     "map",
     "map_blocks",
@@ -503,194 +503,6 @@ def _check_kw(fn: str, kw: dict) -> None:
         raise TypeError(f"tilestream.{fn}() got unexpected keyword argument(s) {sorted(unknown)}")
 
 
-def _axes(axis: Any, ndim: int) -> Optional[List[int]]:
-    """``axis`` (None, an int or a tuple of them, negative counting from the end) as the
-    library takes it: None, or a list of axes in ``0..ndim``."""
-    if axis is None:
-        return None
-    many = isinstance(axis, (tuple, list))
-    axes = list(axis) if many else [axis]
-    out = []
-    for a in axes:
-        if isinstance(a, bool) or not isinstance(a, (int, np.integer)):
-            raise TypeError(f"tilestream: axis {a!r} is not an integer")
-        if not -ndim <= a < ndim:
-            raise ValueError(f"tilestream: axis {a} is out of range for {ndim} dimensions")
-        out.append(int(a) % ndim)
-    if len(set(out)) != len(out):
-        raise ValueError(f"tilestream: axis={axis!r} names an axis twice")
-    if many and not out:
-        raise ValueError("tilestream: axis=() reduces nothing: give axes, or None for all")
-    return out
-
-
-def _keep(shape: Any, axes: Optional[List[int]], ndim: int) -> Tuple[int, ...]:
-    """The result's shape with the reduced axes kept as length 1 (``keepdims=True``)."""
-    reduced = set(range(ndim)) if axes is None else set(axes)
-    it = iter(shape)
-    return tuple(1 if k in reduced else next(it) for k in range(ndim))
-
-
-def reduce(
-    t: Any,
-    op: str = "sum",
-    axis: Any = None,
-    *,
-    keepdims: bool = False,
-    ddof: int = 0,
-    q: Any = None,
-    method: Optional[str] = None,
-    nodata: Any = None,
-    memory: Any = None,
-    threads: Optional[int] = None,
-    device: Optional[str] = None,
-    progress: Any = None,
-    report: bool = False,
-) -> Any:
-    """Reduces ``t`` (``sum``, ``mean``, ``min``, ``max``, ``var``, ``std``, numpy's
-    ``nansum``, ``nanmean``, ``nanmin``, ``nanmax``, ``nanvar``, ``nanstd``, and
-    ``count`` of the elements that are not NaN; ``argmin`` and ``argmax``, numpy's: where
-    the extreme first occurs, the first NaN if any, along one axis or as a flat index;
-    ``nanargmin`` and ``nanargmax`` leave NaN out, and refuse a slice of NaN alone as
-    numpy raises) over
-    ``axis`` (None: every element; an int, or a tuple of them as numpy's
-    ``axis=(0, 2, 3)``) under the budget ``memory``; ``keepdims=True`` keeps the reduced
-    axes as length 1. Returns an np.ndarray in the reduction's result dtype (f64 for
-    sums, means, variances of any input; the input's for min and max; int64 for count,
-    argmin and argmax), exactly the bytes
-    ``tilestream reduce`` writes; with ``report=True``, a pair (array, RunReport).
-
-    ``quantile`` (``q`` in [0, 1]), ``percentile`` (``q`` in [0, 100]), ``median`` and
-    their ``nan`` forms are numpy's, value for value and dtype for dtype: ``q`` a number
-    or a list (the result then has a leading axis of them), ``method`` one of
-    ``linear`` (default), ``lower``, ``higher``, ``nearest``, ``midpoint``. They are
-    exact: each rank's value is selected by counting digits of the values over a few
-    passes of the file (one for 8- and 16-bit data, two for 32-bit, four for 64-bit),
-    never by sorting a copy:
-    ``ts.reduce(scene, "percentile", axis=(1, 2), q=[2, 98])``.
-
-    Nodata: the ``nan`` forms, ``count`` and the ``nan`` quantiles leave out the input's
-    nodata pixels as they leave out NaN (GDAL's statistics skip them the same way); the
-    plain forms take every element, as numpy does. The nodata value is a GeoTIFF's GDAL
-    nodata tag, or ``nodata=`` (``-9999``, ``"nan"``; ``"none"`` for none) in place of
-    what the file says. An integer input's ``nanmin``/``nanmax`` (and ``lower``,
-    ``higher``, ``nearest`` quantiles) of a slice of nodata alone is the nodata value;
-    float results are NaN there."""
-    src = _with_nodata(_source(t), nodata)
-    ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
-    axes = _axes(axis, ndim)
-    if isinstance(ddof, bool) or not isinstance(ddof, int) or ddof < 0:
-        raise ValueError(f"tilestream: ddof={ddof!r} is not a non-negative integer")
-    qs, scalar = None, False
-    if q is not None:
-        scalar = np.ndim(q) == 0
-        qs = [float(v) for v in np.atleast_1d(np.asarray(q, dtype=np.float64)).ravel()]
-    data, name, shape, rep = _ts.reduce(
-        json.dumps(src), op, axes, ddof, _opts(memory, threads, device), _progress(progress),
-        qs, scalar, method,
-    )
-    a = np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
-    if keepdims:
-        lead = shape[:1] if qs is not None and not scalar else []
-        a = a.reshape(tuple(lead) + _keep(shape[len(lead):], axes, ndim))
-    return (a, RunReport(json.loads(rep))) if report else a
-
-
-def histogram(
-    t: Any,
-    bins: Any = 10,
-    range: Any = None,
-    axis: Any = None,
-    *,
-    nodata: Any = None,
-    memory: Any = None,
-    threads: Optional[int] = None,
-    progress: Any = None,
-    report: bool = False,
-) -> Any:
-    """numpy's ``np.histogram(t, bins, range)`` of an array of any size, within the
-    budget ``memory``: ``(counts, edges)``, the same values and dtypes as numpy's.
-    ``bins`` is a count of equal bins or their edges; ``range`` the equal bins' outer
-    edges (default: the data's minimum and maximum). ``axis`` (an int or a tuple, as the
-    reductions take it) counts over those axes per position of the others:
-    ``ts.histogram(scene, 256, axis=(1, 2))`` gives one histogram per band, counts of shape
-    ``(bands, 256)``, and, with no ``range``, edges of shape ``(bands, 257)``, each band's
-    over its own extremes (as ``np.histogram(scene[b], 256)`` band by band). NaN is never
-    counted (an automatic range over NaN is refused, as numpy raises); the input's nodata
-    pixels (a GeoTIFF's, or ``nodata=``) are left out (with a nodata value, NaN is left
-    out of the automatic range too, as the nan reductions leave it out). ``range`` is
-    taken as Python floats are (numpy scalars such as ``np.float32`` bounds, which numpy
-    computes with in their own type, are taken as Python floats too). With
-    ``report=True``, a pair ``((counts, edges), RunReport)``."""
-    src = _with_nodata(_source(t), nodata)
-    if axis is not None:
-        ndim = len(t.shape) if isinstance(t, (Tensor, np.ndarray)) else open(src["path"]).ndim
-        axis = _axes(axis, ndim)
-    b, rng = _histogram_bins(bins, range)
-    counts, edges, rep = _histogram_run(
-        _specs.histogram(src, "", b, range=rng, axis=axis),
-        lambda spec: _execute(spec, None, {"memory": memory, "threads": threads,
-                                           "progress": progress}))
-    if not isinstance(b, int):
-        # numpy gives back the edges as given
-        edges = np.asarray(bins)
-    return ((counts, edges), rep) if report else (counts, edges)
-
-
-def _histogram_bins(bins: Any, range: Any) -> Tuple[Any, Optional[Tuple[float, float]]]:
-    """numpy's ``bins`` and ``range`` as the histogram spec takes them."""
-    if isinstance(bins, (int, np.integer)) and not isinstance(bins, bool):
-        b: Any = int(bins)
-    else:
-        b = [float(v) for v in np.asarray(bins, dtype=np.float64).ravel()]
-    rng = None if range is None else (float(range[0]), float(range[1]))
-    if rng is not None and not all(np.isfinite(rng)):
-        # JSON holds no infinity: refused here as the library refuses it
-        raise ValueError(f"tilestream: histogram range [{rng[0]}, {rng[1]}] is not finite")
-    return b, rng
-
-
-def _histogram_run(spec: Any, run: Callable[[Any], Any]) -> Tuple[np.ndarray, np.ndarray, Any]:
-    """Runs the histogram ``spec`` (``run(spec)``) into a temporary ``.npz``: its counts,
-    edges and what ``run`` returned."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="tilestream-hist-") as d:
-        spec = {**spec, "output": os.path.join(d, "h.npz")}
-        rep = run(spec)
-        with np.load(spec["output"]) as z:
-            return z["counts"], z["edges"], rep
-
-
-def map(
-    expr: str,
-    out: PathLike,
-    inputs: Mapping[str, Any],
-    *,
-    dtype: Any = None,
-    nodata: Any = None,
-    ignore_nodata: bool = False,
-    input_nodata: Optional[Mapping[str, Any]] = None,
-    **kw: Any,
-) -> Any:
-    """Evaluates the elementwise expression ``expr`` (``"(b4 - b3) / (b4 + b3)"``,
-    ``"where(x > 0, sqrt(x), 0)"``; inputs by name, ``s[3]`` for band 3 of ``s``) into
-    ``out``. Returns the output Tensor (its ``report`` is the run's).
-
-    Where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value) the output
-    is ``nodata`` (a number or ``"nan"``; by default NaN for a float output and the
-    inputs' shared nodata value for an integer one), which a GeoTIFF output carries as
-    its nodata. ``input_nodata={"x": -9999}`` gives an input's nodata value where its file
-    cannot (``.npy``, raw, numpy arrays; ``None``: it has none). ``ignore_nodata=True``
-    computes those pixels like any other: give it to fill them yourself
-    (``where(isnan(x), 0, x)`` is masked again without it)."""
-    _check_kw("map", kw)
-    spec = _specs.map(expr, [(k, _source(v)) for k, v in inputs.items()], os.fspath(out),
-                      dtype=_ts_dtype(dtype),
-                      nodata=_nodata_spec(nodata, ignore_nodata, input_nodata))
-    return _execute(spec, out, kw)
-
-
 def _with_nodata(src: Dict[str, Any], nodata: Any) -> Dict[str, Any]:
     """``src`` with ``nodata`` (a number, ``"nan"``, ``"none"``) in place of its file's
     nodata value; unchanged for ``None``."""
@@ -725,106 +537,6 @@ def _nodata_spec(nodata: Any, ignore_nodata: Any,
             for name, v in input_nodata.items()
         ]
     return out
-
-
-def cast(t: Any, out: PathLike, dtype: Any, **kw: Any) -> Any:
-    """Casts ``t`` to ``dtype`` into ``out`` (round to nearest even; integers saturate)."""
-    _check_kw("cast", kw)
-    return _execute(_specs.cast(_source(t), os.fspath(out), _ts_dtype(dtype)), out, kw)
-
-
-def affine(t: Any, out: PathLike, scale: float = 1.0, offset: float = 0.0, *, dtype: Any = None,
-           nodata: Any = None, ignore_nodata: bool = False, **kw: Any) -> Any:
-    """``scale * t + offset`` (rounded once) into ``out``. Pixels where ``t`` is nodata are
-    masked as in :func:`map` (``nodata=``, ``ignore_nodata=``)."""
-    _check_kw("affine", kw)
-    spec = _specs.affine(_source(t), os.fspath(out), scale, offset, dtype=_ts_dtype(dtype),
-                         nodata=_nodata_spec(nodata, ignore_nodata))
-    return _execute(spec, out, kw)
-
-
-def clip(t: Any, out: PathLike, lo: float, hi: float, *, dtype: Any = None, **kw: Any) -> Any:
-    """Limits each element of ``t`` to ``[lo, hi]`` into ``out`` (``np.clip``), in ``t``'s
-    dtype unless ``dtype=`` says otherwise. Pixels where ``t`` is nodata stay nodata."""
-    _check_kw("clip", kw)
-    spec = _specs.clip(_source(t), os.fspath(out), lo, hi, dtype=_ts_dtype(dtype))
-    return _execute(spec, out, kw)
-
-
-def convert(t: Any, out: PathLike, *, dtype: Any = None, **kw: Any) -> Any:
-    """Converts ``t`` to the format of ``out``'s name (``.npy``, ``.tif``, ``.zarr``, raw)
-    or ``format=``, optionally casting."""
-    _check_kw("convert", kw)
-    spec = _specs.convert(_source(t), os.fspath(out), dtype=_ts_dtype(dtype))
-    return _execute(spec, out, kw)
-
-
-def standardize(t: Any, out: PathLike, *, ddof: int = 0, dtype: Any = None,
-                stats: Optional[PathLike] = None, axis: Any = None, **kw: Any) -> Any:
-    """``(t - mean) / std`` into ``out`` (two passes), per column by default (the
-    statistics over axis 0), or with the statistics over ``axis`` (numpy's
-    ``x.mean(axis=axis, keepdims=True)``): ``axis=(0, 2, 3)`` of an NCHW batch is the
-    per-channel normalisation, one mean and std per channel; the axes left must be
-    adjacent. The statistics go to ``stats`` (``.npz``, in the kept axes' shape) if
-    given."""
-    _check_kw("standardize", kw)
-    ax = None
-    if axis is not None:
-        shape = t.shape if isinstance(t, (Tensor, np.ndarray)) else open(_source(t)["path"]).shape
-        ax = _axes(axis, len(shape))
-        ax = ax[0] if len(ax) == 1 else ax
-    spec = _specs.standardize(_source(t), os.fspath(out), ddof=ddof, dtype=_ts_dtype(dtype),
-                              stats=None if stats is None else os.fspath(stats), axis=ax)
-    return _execute(spec, out, kw)
-
-
-def matmul(x: Any, w: Any, out: PathLike, *, dtype: Any = None, **kw: Any) -> Any:
-    """``x @ w`` into ``out``, ``x`` streamed by rows and ``w`` held in memory."""
-    _check_kw("matmul", kw)
-    spec = _specs.matmul(_source(x), _source(w), os.fspath(out), dtype=_ts_dtype(dtype))
-    return _execute(spec, out, kw)
-
-
-def stencil(t: Any, out: PathLike, filter: str, *, boundary: str = "reflect",
-            dtype: Any = None, **kw: Any) -> Any:
-    """A neighbourhood filter (``gaussian:sigma=2``, ``box:size=5``, ``sobel``,
-    ``median:size=3``, ``convolve:KERNEL.npy``) over the last two axes, with halo'd
-    tiles, into ``out``."""
-    _check_kw("stencil", kw)
-    spec = _specs.stencil(_source(t), os.fspath(out), filter, boundary=boundary,
-                          dtype=_ts_dtype(dtype))
-    return _execute(spec, out, kw)
-
-
-def transpose(t: Any, out: PathLike, **kw: Any) -> Any:
-    """Swaps the last two axes of ``t`` into ``out``."""
-    _check_kw("transpose", kw)
-    return _execute(_specs.transpose(_source(t), os.fspath(out)), out, kw)
-
-
-def tiles(t: Any, outdir: PathLike, size: int, *, overlap: int = 0, edge: str = "shift",
-          patch_format: str = "npy", **kw: Any) -> Any:
-    """Cuts an image into ``size`` x ``size`` patch files (and ``index.csv``) in
-    ``outdir``. Returns the RunReport."""
-    _check_kw("tiles", kw)
-    spec = _specs.tiles(_source(t), os.fspath(outdir), size, overlap=overlap, edge=edge,
-                        patch_format=patch_format)
-    return _execute(spec, None, kw)
-
-
-def gen(out: PathLike, shape: tuple, dtype: Any = "f32", *, seed: int = 0, dist: str = "demo",
-        mean: Optional[float] = None, std: Optional[float] = None, low: Optional[float] = None,
-        high: Optional[float] = None, **kw: Any) -> Any:
-    """Writes reproducible random data of ``shape`` to ``out``: ``dist="demo"`` (the
-    default) draws N(col/100, 1), so each column's mean is its index over 100;
-    ``"normal"`` draws N(mean, std²) (defaults 0 and 1); ``"uniform"`` draws from
-    [low, high) (defaults 0 and 1). The values depend only on ``seed`` and the
-    distribution, never on the budget, the threads or the device (``device="cuda"``
-    writes the same bytes). Returns the RunReport."""
-    _check_kw("gen", kw)
-    spec = _specs.generate(os.fspath(out), list(shape), _ts_dtype(dtype), seed=seed, dist=dist,
-                           mean=mean, std=std, low=low, high=high)
-    return _execute(spec, out, kw)
 
 
 def plan(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Plan:
@@ -934,9 +646,14 @@ def iter_tiles(t: Any, *, memory: Any = None) -> Iterator[tuple]:
 
 
 # ---------------------------------------------------------------------------------------
-# your own functions over blocks (defined in _blocks.py, which uses the helpers above)
+# the operations (defined in _reduce.py, _ops.py and _blocks.py, which use the helpers above)
 
-from ._blocks import map_blocks, map_overlap, reduce_blocks  # noqa: E402
+from ._reduce import _axes, _histogram_bins, _histogram_run, _keep, histogram, reduce  # noqa: E402
+from ._ops import (  # noqa: E402
+    affine, cast, clip, convert, gen, map, matmul, standardize, stencil, tiles, transpose,
+)
+from ._blocks import map_blocks, map_overlap  # noqa: E402
+from ._reduce_blocks import reduce_blocks  # noqa: E402
 
 # batches for a training loop (defined in _batches.py)
 

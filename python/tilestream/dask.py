@@ -148,53 +148,27 @@ def _shares(n: int, step: int, rows: Optional[int], client: Any) -> List[Tuple[i
     return [(a, b) for a, b in zip(cuts, cuts[1:]) if b > a] or [(0, n)]
 
 
+def _submit(c: Any, kind: str, fn: Callable[..., Any], shares: List[Tuple[int, int]],
+            args: Callable[[Tuple[int, int]], tuple]) -> List[Any]:
+    """The futures of ``fn(*args(share))`` for every share, as the tasks of one job (their
+    keys name the job, so a job's tasks are told apart from another's)."""
+    job = uuid.uuid4().hex
+    return [
+        c.submit(fn, *args(s), key=f"tilestream-{kind}-{job}-{i}", pure=False)
+        for i, s in enumerate(shares)
+    ]
+
+
 def _gather(c: Any, kind: str, fn: Callable[..., Any], shares: List[Tuple[int, int]],
             args: Callable[[Tuple[int, int]], tuple]) -> List[Any]:
     """``fn(*args(share))`` for every share, as tasks of one job; their results in share
     order. A failure cancels the job's other tasks."""
-    job = uuid.uuid4().hex
-    futures = [
-        c.submit(fn, *args(s), key=f"tilestream-{kind}-{job}-{i}", pure=False)
-        for i, s in enumerate(shares)
-    ]
+    futures = _submit(c, kind, fn, shares, args)
     try:
         return c.gather(futures)
     except BaseException:
         c.cancel(futures)
         raise
-
-
-def _gather_counts(c: Any, kind: str, fn: Callable[..., Any],
-                   shares: List[Tuple[int, int]],
-                   args: Callable[[Tuple[int, int]], tuple]) -> bytes:
-    """The sum of ``fn(*args(share))`` over every share, each a share's counts as bytes of
-    little-endian u64 (two lengths, then the counts): added as the tasks finish, so the
-    client holds the sum and one share's counts, not every share's. A failure cancels
-    the job's other tasks."""
-    from distributed import as_completed
-
-    job = uuid.uuid4().hex
-    futures = [
-        c.submit(fn, *args(s), key=f"tilestream-{kind}-{job}-{i}", pure=False)
-        for i, s in enumerate(shares)
-    ]
-    total: Optional[np.ndarray] = None
-    try:
-        for fut in as_completed(futures):
-            got = np.frombuffer(fut.result(), dtype="<u8")
-            fut.release()
-            if total is None:
-                total = got.copy()
-            elif got.shape != total.shape or (got[:2] != total[:2]).any():
-                raise RuntimeError("tilestream.dask: the shares' counts are of different "
-                                   "passes")
-            else:
-                total[2:] += got[2:]
-    except BaseException:
-        c.cancel(futures)
-        raise
-    assert total is not None
-    return total.tobytes()
 
 
 def _src(x: Any) -> dict:
@@ -246,6 +220,11 @@ def _reduce_many(path: Any, ops: List[Tuple[str, int]], axis: Any, client: Any,
     return out
 
 
+#: The reductions that select by digits rather than merge partials.
+_QUANTILES = ("quantile", "percentile", "median", "nanquantile", "nanpercentile",
+              "nanmedian")
+
+
 def reduce(
     path: Any,
     op: str = "sum",
@@ -276,6 +255,8 @@ def reduce(
     a task's budget holds only narrower digits); over inner axes each task takes its own
     rows' quantiles."""
     if isinstance(op, str) and op.strip().lower() in _QUANTILES:
+        from ._dask_quantile import _quantile
+
         return _quantile(path, op, axis, q, method, keepdims, nodata, client, block_rows,
                          memory, threads, _hook)
     if q is not None or method is not None:
@@ -286,78 +267,6 @@ def reduce(
     if keepdims:
         ndim = len(json.loads(_ts.info(json.dumps(_src(path))))["shape"])
         a = a.reshape(_keep(a.shape, _axes(axis, ndim), ndim))
-    return a
-
-
-#: The reductions that select by digits rather than merge partials.
-_QUANTILES = ("quantile", "percentile", "median", "nanquantile", "nanpercentile",
-              "nanmedian")
-
-
-def _quantile_start_task(src: dict, op: str, axis: Optional[List[int]], qs: Any,
-                         scalar: bool, method: Optional[str], memory: Any,
-                         threads: Optional[int]) -> bytes:
-    # on a worker: the digits a task's budget holds
-    return _ts.quantile_start(json.dumps(src), op, axis, _task_opts(memory, threads), qs,
-                              scalar, method)
-
-
-def _quantile_count_task(src: dict, state: bytes, share: Tuple[int, int], memory: Any,
-                         threads: Optional[int], hook: Optional[Callable[[], Any]]) -> bytes:
-    if hook is not None:
-        hook()
-    counts, _report = _ts.quantile_counts(json.dumps(src), state, share[0], share[1],
-                                          _task_opts(memory, threads))
-    return counts
-
-
-def _quantile_rows_task(src: dict, op: str, axis: Optional[List[int]], qs: Any,
-                        scalar: bool, method: Optional[str], share: Tuple[int, int],
-                        memory: Any, threads: Optional[int],
-                        hook: Optional[Callable[[], Any]]) -> np.ndarray:
-    if hook is not None:
-        hook()
-    data, name, shape, _ = _ts.reduce(json.dumps(_with_rows(src, share[0], share[1])), op,
-                                      axis, 0, _task_opts(memory, threads), None, qs, scalar,
-                                      method)
-    return np.frombuffer(data, dtype=_np_dtype(name)).reshape(shape).copy()
-
-
-def _quantile(path: Any, op: str, axis: Any, q: Any, method: Optional[str], keepdims: bool,
-              nodata: Any, client: Any, block_rows: Optional[int], memory: Any,
-              threads: Optional[int], hook: Optional[Callable[[], Any]]) -> np.ndarray:
-    c = _client(client)
-    src = _with_nodata(_src(path), nodata)
-    shape = json.loads(_ts.info(json.dumps(src)))["shape"]
-    ndim = len(shape)
-    if ndim == 0:
-        raise ValueError("tilestream.dask: a 0-d array has no rows to split")
-    axes = _axes(axis, ndim)
-    qs, scalar = None, False
-    if q is not None:
-        scalar = np.ndim(q) == 0
-        qs = [float(v) for v in np.atleast_1d(np.asarray(q, dtype=np.float64)).ravel()]
-    shares = _shares(int(shape[0]), 1, block_rows, c)
-    if axes is not None and 0 not in axes:
-        # each share's rows are outputs of their own
-        parts = _gather(c, "quantile", _quantile_rows_task, shares,
-                        lambda s: (src, op, axes, qs, scalar, method, s, memory, threads,
-                                   hook))
-        lead = 1 if qs is not None and not scalar else 0
-        a = np.concatenate(parts, axis=lead)
-    else:
-        state = c.submit(_quantile_start_task, src, op, axes, qs, scalar, method, memory,
-                         threads, pure=False).result()
-        done = _ts.quantile_done(state)
-        while not done:
-            counts = _gather_counts(c, "quantile", _quantile_count_task, shares,
-                                    lambda s: (src, state, s, memory, threads, hook))
-            state, done = _ts.quantile_next(state, [counts])
-        data, name, out_shape = _ts.quantile_finish(state)
-        a = np.frombuffer(data, dtype=_np_dtype(name)).reshape(out_shape).copy()
-    if keepdims:
-        lead_shape = a.shape[:1] if qs is not None and not scalar else ()
-        a = a.reshape(tuple(lead_shape) + _keep(a.shape[len(lead_shape):], axes, ndim))
     return a
 
 
