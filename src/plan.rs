@@ -148,6 +148,9 @@ pub struct Plan {
     /// The tiles visit the bands (axis 0) of each position one after another: tile `i`
     /// is the tile `i / bands` of band `i % bands` (see [`PlanRequest::bands_inner`]).
     pub bands_inner: bool,
+    /// How the tiles are cut, in a plan's printout, where it is not by the rule above
+    /// (a Fortran-order file's panels of columns); `None` for that rule.
+    pub cut: Option<String>,
 }
 
 impl Plan {
@@ -294,6 +297,7 @@ impl Plan {
             budget: req.budget,
             after: None,
             bands_inner: bands_inner.is_some() && num_tiles > 0,
+            cut: None,
         })
     }
 
@@ -344,7 +348,9 @@ impl fmt::Display for Plan {
             return writeln!(f, "tiles:          none (the tensor is empty)");
         }
         let last = self.tile(self.num_tiles - 1);
-        let cut = if self.split_axis == 0 {
+        let cut = if let Some(c) = &self.cut {
+            c.clone()
+        } else if self.split_axis == 0 {
             "leading-axis row blocks".to_string()
         } else {
             format!(

@@ -353,6 +353,12 @@ impl<T: Element> TileReducer for Count<T> {
     }
     fn fold_blocks(&mut self, _: &[u8]) {}
     fn finish_folded(&mut self) {}
+    // a pass over the rows in plan order only: never fed column by column
+    fn takes_columns(&self) -> bool {
+        false
+    }
+    fn feed_columns(&mut self, _: usize, _: u64, _: &[&[u8]]) {}
+    fn finish_columns(&mut self) {}
 }
 
 impl Engine {

@@ -57,8 +57,10 @@ impl Engine {
     ) -> Result<(Array, Array, RunReport)> {
         let std_op = Reduce::Std { ddof };
         // both reducers' results and accumulators are resident for the whole pass
-        let resident = self.plan_reduce(input, std_op, over)?.resident_bytes
-            + self.plan_reduce(input, Reduce::Mean, over)?.resident_bytes
+        let resident = self.plan_reduce_rows(input, std_op, over)?.resident_bytes
+            + self
+                .plan_reduce_rows(input, Reduce::Mean, over)?
+                .resident_bytes
             - 2 * input.read_scratch_bytes();
         let g = Geometry::new(input.shape(), over)?;
         let mut req = self.request(

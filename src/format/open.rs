@@ -342,6 +342,29 @@ impl TensorFile {
         })
     }
 
+    /// A two-dimensional Fortran-order `.npy` input of native byte order seen as what
+    /// its bytes are: a C-order raw array of `(columns, file rows)`, each row of it one
+    /// column of this tensor, and the first of the file's rows this tensor starts at
+    /// (0 but for a selection of rows, [`rows`](Self::rows)). `None` for other inputs.
+    /// A reduction of the leading axis reads such a file column by column through it.
+    ///
+    /// # Errors
+    /// As [`open_raw_at`](Self::open_raw_at).
+    pub(crate) fn fortran_columns(&self) -> Result<Option<(Self, u64)>> {
+        let Some((offset, file_rows, row0)) = self.npy.as_ref().and_then(|n| n.column_runs())
+        else {
+            return Ok(None);
+        };
+        let cols = self.info.shape[1];
+        let raw = Self::open_raw_at(
+            &self.path,
+            &[cols, file_rows as usize],
+            self.info.dtype,
+            offset,
+        )?;
+        Ok(Some((raw, row0)))
+    }
+
     /// Opens `path` as `.npy`, or as raw data when `raw` gives (shape, dtype).
     ///
     /// # Errors

@@ -219,6 +219,109 @@ fn reductions_and_outputs_equal_the_c_order_files_at_any_budget() {
     }
 }
 
+/// A Fortran-order matrix reduced over its leading axis is read column by column (each
+/// column is one run of the file) and gives the C-order file's bytes: every kind of
+/// reduction, NaN and nodata, at budgets that hold all columns of many blocks, of one
+/// block only, or a few columns of one block at a time, and a share of its rows.
+#[test]
+fn a_fortran_order_matrix_reduced_over_its_rows_column_by_column_gives_the_c_order_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // 3542 rows to a summation block of 37 columns: blocks end inside tiles, the last
+    // one is partial; budgets of a tile of one block of one column, of every row of 8
+    // columns, of every column
+    let shape = [9_001usize, 37];
+    let n = shape[0] * shape[1];
+    // f64 values, whose sums round (f32 ones sum exactly in f64), NaN in two columns
+    let mut want = random_bytes(DType::F64, n, 11);
+    for r in (0..shape[0]).step_by(50) {
+        for c in [5, 17] {
+            let i = r * shape[1] + c;
+            want[i * 8..i * 8 + 8].copy_from_slice(&f64::NAN.to_le_bytes());
+        }
+    }
+    let (c, f) = (d.join("c.npy"), d.join("f.npy"));
+    write_npy(&c, DType::F64, &shape, &want);
+    write_stored(&f, DType::F64, &shape, &want, true, false);
+    let (base, x) = (TensorFile::open(&c).unwrap(), TensorFile::open(&f).unwrap());
+    let ops = [
+        Reduce::Sum,
+        Reduce::Mean,
+        Reduce::Min,
+        Reduce::Max,
+        Reduce::Var { ddof: 0 },
+        Reduce::Std { ddof: 1 },
+        Reduce::ArgMin,
+        Reduce::NanSum,
+        Reduce::NanMean,
+        Reduce::NanMax,
+        Reduce::NanStd { ddof: 1 },
+        Reduce::NanArgMax,
+        Reduce::Count,
+    ];
+    let by_columns = |report: &tilestream::RunReport| report.op.contains("column by column");
+    for op in ops {
+        let (b, _) = engine_on(DeviceRequest::Cpu, 64 << 20)
+            .reduce(&base, op, ReduceOver::Axis(0))
+            .unwrap();
+        for budget in [1 << 20, 3 << 20, 64 << 20] {
+            let (a, report) = engine_on(DeviceRequest::Cpu, budget)
+                .reduce(&x, op, ReduceOver::Axis(0))
+                .unwrap();
+            assert!(by_columns(&report), "{op:?} at {budget}: {}", report.op);
+            assert!(a.bytes() == b.bytes(), "{op:?} at {budget}");
+            assert!(report.peak_reserved_bytes <= budget, "{op:?} at {budget}");
+        }
+    }
+    // a share of the rows (as a cluster's task opens it)
+    for op in [Reduce::Sum, Reduce::ArgMax, Reduce::NanVar { ddof: 0 }] {
+        let (b, _) = engine_on(DeviceRequest::Cpu, 64 << 20)
+            .reduce(&base.rows(1_234..8_000).unwrap(), op, ReduceOver::Axis(0))
+            .unwrap();
+        let (a, report) = engine_on(DeviceRequest::Cpu, 1 << 20)
+            .reduce(&x.rows(1_234..8_000).unwrap(), op, ReduceOver::Axis(0))
+            .unwrap();
+        assert!(
+            by_columns(&report) && a.bytes() == b.bytes(),
+            "rows: {op:?}"
+        );
+    }
+    // a nodata value of an integer matrix
+    let shape = [6_007usize, 20];
+    let mut ints = random_bytes(DType::I16, shape[0] * shape[1], 3);
+    for i in (0..shape[0] * shape[1]).step_by(13) {
+        ints[i * 2..i * 2 + 2].copy_from_slice(&7i16.to_le_bytes());
+    }
+    let (c, f) = (d.join("ci.npy"), d.join("fi.npy"));
+    write_npy(&c, DType::I16, &shape, &ints);
+    write_stored(&f, DType::I16, &shape, &ints, true, false);
+    let base = TensorFile::open(&c)
+        .unwrap()
+        .with_nodata(Some("7"))
+        .unwrap();
+    let x = TensorFile::open(&f)
+        .unwrap()
+        .with_nodata(Some("7"))
+        .unwrap();
+    for op in [
+        Reduce::NanSum,
+        Reduce::NanMean,
+        Reduce::NanArgMin,
+        Reduce::Count,
+    ] {
+        let (b, _) = engine_on(DeviceRequest::Cpu, 64 << 20)
+            .reduce(&base, op, ReduceOver::Axis(0))
+            .unwrap();
+        let (a, report) = engine_on(DeviceRequest::Cpu, 1 << 20)
+            .reduce(&x, op, ReduceOver::Axis(0))
+            .unwrap();
+        assert!(
+            by_columns(&report) && a.bytes() == b.bytes(),
+            "nodata: {op:?}"
+        );
+    }
+}
+
 #[test]
 fn refusals_are_one_line() {
     let dir = tempfile::tempdir().unwrap();

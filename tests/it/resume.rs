@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use crate::common::{Lcg, bin, ok};
+use crate::common::{Lcg, bin, ok, read_npy_data, write_npy};
+use tilestream::DType;
 
 const FAULT: &str = "TILESTREAM_FAULT_KILL_AT";
 
@@ -77,6 +78,29 @@ fn inputs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     ok(&["gen", &p(&x), "--shape", "3000x64", "--seed", "1"]);
     ok(&["gen", &p(&w), "--shape", "64x8", "--seed", "2"]);
     ok(&["gen", &p(&img), "--shape", "300x200", "--seed", "3"]);
+    // x's values in Fortran order: the C-order bytes of its transpose, under a header
+    // that says so (as `np.save(path, a.T)` writes them)
+    let data = read_npy_data(&x);
+    let mut t = vec![0u8; data.len()];
+    for r in 0..3000 {
+        for c in 0..64 {
+            let (from, to) = ((r * 64 + c) * 4, (c * 3000 + r) * 4);
+            t[to..to + 4].copy_from_slice(&data[from..from + 4]);
+        }
+    }
+    let xf = dir.join("xf.npy");
+    write_npy(&xf, DType::F32, &[64, 3000], &t);
+    let mut bytes = std::fs::read(&xf).unwrap();
+    let (c_order, f_order): (&[u8], &[u8]) = (
+        b"'fortran_order': False, 'shape': (64, 3000), }",
+        b"'fortran_order': True, 'shape': (3000, 64), } ",
+    );
+    let at = bytes
+        .windows(c_order.len())
+        .position(|w| w == c_order)
+        .unwrap();
+    bytes[at..at + f_order.len()].copy_from_slice(f_order);
+    std::fs::write(&xf, bytes).unwrap();
     (x, w, img)
 }
 
@@ -92,6 +116,7 @@ fn points(passes: &[(usize, &[usize])]) -> Vec<String> {
 }
 
 fn jobs(x: &Path, w: &Path, img: &Path) -> Vec<Job> {
+    let xf = p(&x.with_file_name("xf.npy"));
     let (x, w, img) = (p(x), p(w), p(img));
     vec![
         Job {
@@ -115,6 +140,14 @@ fn jobs(x: &Path, w: &Path, img: &Path) -> Vec<Job> {
                 "reduce", &x, "OUT", "--op", "std", "--axis", "0", "-m", "128KiB",
             ]),
             points: points(&[(0, &[0, 2, 7, 12])]),
+        },
+        Job {
+            // five tiles: every row of 15 columns (4 in the last)
+            name: "reduce var axis 0 of a Fortran-order matrix (column by column)",
+            args: s(&[
+                "reduce", &xf, "OUT", "--op", "var", "--axis", "0", "-m", "1MiB",
+            ]),
+            points: points(&[(0, &[0, 2, 4])]),
         },
         Job {
             name: "reduce mean axis 1",
@@ -161,7 +194,7 @@ fn jobs(x: &Path, w: &Path, img: &Path) -> Vec<Job> {
     ]
 }
 
-const INPUTS: [&str; 3] = ["x.npy", "w.npy", "img.npy"];
+const INPUTS: [&str; 4] = ["x.npy", "w.npy", "img.npy", "xf.npy"];
 
 #[test]
 fn killed_at_every_kind_of_point_then_resumed_gives_identical_bytes() {

@@ -101,6 +101,16 @@ impl TileReducer for InPool {
     fn finish_folded(&mut self) {
         self.inner.finish_folded();
     }
+    fn takes_columns(&self) -> bool {
+        self.inner.takes_columns()
+    }
+    fn feed_columns(&mut self, c0: usize, row: u64, runs: &[&[u8]]) {
+        let inner = &mut self.inner;
+        self.pool.install(|| inner.feed_columns(c0, row, runs));
+    }
+    fn finish_columns(&mut self) {
+        self.inner.finish_columns();
+    }
 }
 
 impl Backend for CpuBackend {

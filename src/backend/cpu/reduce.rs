@@ -27,6 +27,10 @@ struct Seg {
     at: usize,
 }
 
+/// Columns of a matrix stored column by column accumulated together
+/// ([`Reducer::columns`]): a block of their rows gathered in C order fits the L1 cache.
+const COLUMN_GROUP: usize = 16;
+
 /// Accumulation state of one outer index.
 struct State<A> {
     total: Vec<A>,
@@ -422,6 +426,73 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
         }
     }
 
+    /// Feeds rows `row..row + rows` of columns `c0..c0 + cols` given column by column
+    /// (see [`TileReducer::feed_columns`]): groups of [`COLUMN_GROUP`] columns in
+    /// parallel, each group's rows gathered a block at a time into a small C-order
+    /// buffer and accumulated as [`Reducer::feed`] accumulates rows, so each column sees
+    /// the same operations: pushed onto its open block, merged into its total where a
+    /// block ends.
+    fn columns(&mut self, c0: usize, row: u64, runs: &[&[T]]) {
+        let cols = runs.len();
+        let rows = runs.first().map_or(0, |r| r.len());
+        if rows == 0 {
+            return;
+        }
+        let b = self.g.block_rows();
+        let zero = self.k.zero();
+        let k = &self.k;
+        let st = &mut self.live;
+        if K::NEEDS_SHIFT && !st.shift_given && row == 0 {
+            // the shift of a column is its element of row 0, as when fed in C order
+            for (s, run) in st.shift[c0..c0 + cols].iter_mut().zip(runs) {
+                *s = k.shift(run[0]);
+            }
+        }
+        let State {
+            open, total, shift, ..
+        } = st;
+        let cs = c0..c0 + cols;
+        open[cs.clone()]
+            .par_chunks_mut(COLUMN_GROUP)
+            .zip(total[cs.clone()].par_chunks_mut(COLUMN_GROUP))
+            .zip(shift[cs].par_chunks(COLUMN_GROUP))
+            .enumerate()
+            .for_each(|(gi, ((open, total), sh))| {
+                let w = open.len();
+                let first = gi * COLUMN_GROUP;
+                let mut scratch: Vec<T> = vec![T::from_f64(0.0); b.min(rows as u64) as usize * w];
+                let mut r = 0usize;
+                while r < rows {
+                    let at = row + r as u64;
+                    let end = ((at / b + 1) * b).min(row + rows as u64);
+                    let n = (end - at) as usize;
+                    // each column's run read in order, written down a column of the
+                    // block (which stays in the L1 cache)
+                    for c in 0..w {
+                        let run = &runs[first + c][r..r + n];
+                        for (dst, &x) in scratch[c..].iter_mut().step_by(w).zip(run) {
+                            *dst = x;
+                        }
+                    }
+                    let seg = Seg {
+                        ra: 0,
+                        rb: n as u64,
+                        ca: 0,
+                        cb: w,
+                        at: 0,
+                    };
+                    accumulate::<T, K>(k, &scratch, w, seg, 0..w, open, sh);
+                    if end.is_multiple_of(b) {
+                        for (t, o) in total.iter_mut().zip(open.iter_mut()) {
+                            K::merge(t, o);
+                            *o = zero;
+                        }
+                    }
+                    r += n;
+                }
+            });
+    }
+
     /// Feeds one tile (flat elements `[start, start + data.len())`), in plan order.
     fn tile(&mut self, start: u64, data: &[T]) {
         if data.is_empty() {
@@ -542,6 +613,23 @@ where
         let mut result = std::mem::take(&mut self.result);
         self.finish_totals(&self.live.total, &mut result[..opo]);
         self.result = result;
+    }
+    fn takes_columns(&self) -> bool {
+        let g = self.g;
+        g.outer == 1 && g.inner > 1 && !g.folds() && self.live.blocks.is_none()
+    }
+    fn feed_columns(&mut self, c0: usize, row: u64, runs: &[&[u8]]) {
+        let runs: Vec<_> = runs.iter().map(|r| crate::dtype::typed::<T>(r)).collect();
+        let runs: Vec<&[T]> = runs.iter().map(|r| &**r).collect();
+        self.columns(c0, row, &runs);
+    }
+    fn finish_columns(&mut self) {
+        let opo = self.g.out_per_outer() as usize;
+        let mut live = std::mem::replace(&mut self.live, State::new(self.k.zero(), 0));
+        let mut result = std::mem::take(&mut self.result);
+        self.finish(&mut live, &mut result[..opo]);
+        self.result = result;
+        self.live = live;
     }
     fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
         let l = &mut self.live;

@@ -1,6 +1,7 @@
 //! Reductions and column statistics: a streaming reducer per run, its state checkpointed
 //! in the journal for `--resume`, and standardize's two passes.
 
+mod columns;
 mod partials;
 
 pub use partials::merge_partials;
@@ -31,7 +32,27 @@ impl Engine {
         op: Reduce,
         over: impl Into<ReduceOver>,
     ) -> Result<Plan> {
-        self.plan_reduce_holding(input, op, over.into(), 0, 0)
+        let over = over.into();
+        if let Some(columns) = self.plan_columns(input, op, over)? {
+            return Ok(columns.plan);
+        }
+        self.plan_reduce_holding(input, op, over, 0, 0)
+    }
+
+    /// The plan of a reduction that reads the input's rows in C order whatever its
+    /// layout (what [`plan_reduce`](Self::plan_reduce) gives but for a Fortran-order
+    /// matrix reduced over its rows, read column by column): the plan of the runs that
+    /// feed other reducers beside it (standardize's statistics, a share's partials).
+    ///
+    /// # Errors
+    /// As [`plan_reduce`](Self::plan_reduce).
+    pub(crate) fn plan_reduce_rows(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: ReduceOver,
+    ) -> Result<Plan> {
+        self.plan_reduce_holding(input, op, over, 0, 0)
     }
 
     /// [`plan_reduce`](Self::plan_reduce) holding `extra` bytes more for the run and
@@ -127,7 +148,10 @@ impl Engine {
         over: ReduceOver,
         journal: Option<&Journal>,
     ) -> Result<(Array, RunReport)> {
-        let plan = self.plan_reduce(input, op, over)?;
+        if let Some(columns) = self.plan_columns(input, op, over)? {
+            return self.reduce_by_columns(input, op, columns, journal);
+        }
+        let plan = self.plan_reduce_rows(input, op, over)?;
         self.budget.reset_peak();
         let g = Geometry::new(input.shape(), over)?;
         let _resident = self.budget.reserve(

@@ -116,8 +116,8 @@ impl Engine {
             let acc = op.acc_bytes(input.dtype(), input.missing().is_some()) as u64;
             extra += 3 * blocks * vc * acc;
             if k > 0 {
-                extra +=
-                    self.plan_reduce(&sub, op, over)?.resident_bytes - sub.read_scratch_bytes();
+                extra += self.plan_reduce_rows(&sub, op, over)?.resident_bytes
+                    - sub.read_scratch_bytes();
                 scratch += g.scratch_per_elem(acc as usize);
             }
         }

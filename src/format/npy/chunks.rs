@@ -150,6 +150,15 @@ impl NpyChunks {
         })
     }
 
+    /// Where a two-dimensional file's columns lie, when its elements are in native byte
+    /// order: the byte offset of element 0, the file's rows (the stride from one column's
+    /// run to the next, in elements) and this tensor's first row in them. Column `c`'s
+    /// rows `a..b` are then elements `c * file_rows + row0 + a ..` of the file's data,
+    /// one contiguous run.
+    pub(crate) fn column_runs(&self) -> Option<(u64, u64, u64)> {
+        (self.shape.len() == 2 && !self.swap).then_some((self.offset, self.file_rows, self.row0))
+    }
+
     /// What the file holds, for a plan or `info`: `Fortran order, big-endian`.
     pub(crate) fn describe(&self) -> String {
         if self.swap {

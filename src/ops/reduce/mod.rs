@@ -487,4 +487,19 @@ pub trait TileReducer: Send {
     /// Finishes the result (of the single outer index) from the running totals that
     /// [`fold_blocks`](Self::fold_blocks) made.
     fn finish_folded(&mut self);
+    /// Whether this reducer can be fed column by column
+    /// ([`feed_columns`](Self::feed_columns)): a reduction of the leading axis of a
+    /// matrix into one output per column, by a reducer that merges its blocks as it
+    /// goes.
+    fn takes_columns(&self) -> bool;
+    /// Feeds rows `row..row + rows` of columns `c0..c0 + runs.len()`, given column by
+    /// column (`runs[i]`: the `rows` elements of column `c0 + i`), as a matrix whose
+    /// columns are stored contiguously (a Fortran-order file) is read. Each column sees
+    /// the operations it sees when the rows are fed in C order, so the result's bytes are
+    /// the same; a column's rows must come in order, the columns in any order. Only
+    /// where [`takes_columns`](Self::takes_columns) is true; once every row of every
+    /// column was fed, [`finish_columns`](Self::finish_columns) makes the result.
+    fn feed_columns(&mut self, c0: usize, row: u64, runs: &[&[u8]]);
+    /// Makes the result after [`feed_columns`](Self::feed_columns) fed every column.
+    fn finish_columns(&mut self);
 }

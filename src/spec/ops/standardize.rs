@@ -104,7 +104,7 @@ impl Operation for StandardizeSpec {
 
     fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
         let std = Reduce::Std { ddof: self.ddof };
-        e.plan_reduce(&self.input.open()?, std, self.over()?)
+        e.plan_reduce_rows(&self.input.open()?, std, self.over()?)
             .map(SpecPlan::Flat)
     }
 

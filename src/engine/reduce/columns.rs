@@ -1,0 +1,281 @@
+//! A reduction of the leading axis of a Fortran-order matrix, read in the file's own
+//! order: each of its columns is one contiguous run of the file, so tiles are runs of
+//! rows of a panel of columns, each run a mapped window, and the reducer takes them column by
+//! column ([`TileReducer::feed_columns`]) with the operations it applies to the rows in
+//! C order. The result is the bytes the C-order file of the same values gives, without
+//! the transpose a C-order read of such a file costs (each chunk of rows put in C order
+//! first, `crate::format::npy::chunks`).
+
+use super::super::{Array, Engine, Ran, RunReport};
+use super::{checkpoint_reducers, refuse_no_position, restore_reducers};
+use crate::backend::Family;
+use crate::error::Result;
+use crate::format::{TensorFile, Touch, fmt_shape, page_size};
+use crate::journal::Journal;
+use crate::layout::{Layout, Read, Write};
+use crate::ops::reduce::{Geometry, Reduce, ReduceOver};
+use crate::plan::Plan;
+use crate::scheduler;
+
+/// Bytes of one column's run a tile aims for: runs this long are read at close to the
+/// page cache's rate (a read of a few KiB costs more in the call than in the copy).
+const RUN_BYTES: u64 = 256 << 10;
+
+/// One tile: rows `row..row + rows` of columns `c0..c0 + cols`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ColumnTile {
+    /// Index in plan order.
+    index: usize,
+    c0: usize,
+    cols: usize,
+    row: u64,
+    rows: u64,
+}
+
+/// The tiles of a column-by-column reduction: panels of `panel` columns, each read in
+/// runs of `rows` rows (a multiple of the reduction's block rows, so each tile holds
+/// whole summation blocks but at the end), panel after panel.
+struct ColumnPlan {
+    /// Columns and rows of the tensor.
+    cols: usize,
+    rows: u64,
+    /// The file's rows (the stride between two columns' runs) and the tensor's first.
+    file_rows: u64,
+    row0: u64,
+    panel: usize,
+    tile_rows: u64,
+    es: u64,
+    depth: usize,
+}
+
+impl ColumnPlan {
+    fn row_tiles(&self) -> usize {
+        self.rows.div_ceil(self.tile_rows) as usize
+    }
+}
+
+impl Layout for ColumnPlan {
+    type Tile = ColumnTile;
+    fn num_tiles(&self) -> usize {
+        self.cols.div_ceil(self.panel) * self.row_tiles()
+    }
+    fn tile(&self, i: usize) -> ColumnTile {
+        let (p, j) = (i / self.row_tiles(), i % self.row_tiles());
+        let c0 = p * self.panel;
+        let row = j as u64 * self.tile_rows;
+        ColumnTile {
+            index: i,
+            c0,
+            cols: self.panel.min(self.cols - c0),
+            row,
+            rows: self.tile_rows.min(self.rows - row),
+        }
+    }
+    fn reads(&self, t: &ColumnTile, out: &mut Vec<Read>) {
+        // each column's run of the tile's rows: one mapped window of the raw (columns,
+        // file rows) view each
+        out.extend((t.c0..t.c0 + t.cols).map(|c| Read {
+            input: 0,
+            start: c as u64 * self.file_rows + self.row0 + t.row,
+            len: t.rows,
+            touch: Touch::All,
+        }));
+    }
+    fn out_elems(&self, _: &ColumnTile) -> u64 {
+        0
+    }
+    fn writes(&self, _: &ColumnTile, _: &mut Vec<Write>) {}
+    fn depth(&self) -> usize {
+        self.depth
+    }
+    fn window_bytes(&self) -> u64 {
+        // each run's window mapped from the page boundary before it to the one after
+        self.panel as u64 * (self.tile_rows * self.es + 2 * page_size())
+    }
+    fn out_slot_elems(&self) -> u64 {
+        0
+    }
+}
+
+/// A column-by-column reduction as planned: the raw view of the file's columns, its
+/// tiles, the bytes held for the whole run and the plan as `tilestream plan` shows it.
+pub(super) struct Columns {
+    raw: TensorFile,
+    layout: ColumnPlan,
+    resident: u64,
+    pub(super) plan: Plan,
+}
+
+impl Engine {
+    /// The plan of [`Engine::reduce`] of a two-dimensional Fortran-order `.npy` input of
+    /// native byte order over its leading axis, column by column in the file's order,
+    /// on the CPU; `None` where that does not apply (another input, axis or reduction, a
+    /// device, a budget that holds no block of one column beside the result), and the
+    /// rows are read in C order.
+    ///
+    /// # Errors
+    /// As [`Engine::plan_reduce`].
+    pub(super) fn plan_columns(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: ReduceOver,
+    ) -> Result<Option<Columns>> {
+        let shape = input.shape();
+        if over != ReduceOver::Axis(0)
+            || shape.len() != 2
+            || input.info().is_empty()
+            || super::super::on_gpu(self.kernels_for(Family::Reduce))
+        {
+            return Ok(None);
+        }
+        let Some((raw, row0)) = input.fortran_columns()? else {
+            return Ok(None);
+        };
+        let g = Geometry::new(shape, over)?;
+        op.check_over(over)?;
+        let dtype = input.dtype();
+        if !self
+            .backend
+            .reducer(op, dtype, g, input.missing())?
+            .takes_columns()
+        {
+            return Ok(None);
+        }
+        let (rows, cols) = (shape[0] as u64, shape[1]);
+        let b = g.block_rows();
+        let es = dtype.size() as u64;
+        // the result and the accumulators (totals, open blocks, shifts), and each
+        // thread's block of a group of columns
+        let acc = op.acc_bytes(dtype, input.missing().is_some()) as u64;
+        let result = g.out_per_outer() * op.output_dtype(dtype).size() as u64;
+        let threads = self.backend.threads() as u64;
+        let resident = result
+            + 2 * g.vcols() as u64 * (acc + 8)
+            + threads * crate::ops::reduce::BLOCK_ELEMS.min(b * 16) * es;
+        let depth = self.depth.max(2);
+        let room = self
+            .budget
+            .limit()
+            .saturating_sub(self.budget.reserved() + resident);
+        let tile = (room / depth as u64).min(self.max_tile_bytes);
+        // runs of RUN_BYTES (whole blocks) of as many columns as fit; all the columns
+        // with longer runs when they fit; runs of one block when not even one run does
+        // (a run's window costs its bytes and up to a page of slack at each end)
+        let slack = 2 * page_size();
+        let all_rows = rows.next_multiple_of(b);
+        let mut tile_rows = ((RUN_BYTES / es / b).max(1) * b).min(all_rows);
+        let mut panel = (tile / (tile_rows * es + slack)).min(cols as u64) as usize;
+        if panel == cols {
+            let per_column = (tile / cols as u64).saturating_sub(slack);
+            tile_rows = (per_column / es / b * b).clamp(tile_rows, all_rows);
+        } else if panel == 0 {
+            tile_rows = b.min(rows);
+            panel = (tile / (tile_rows * es + slack)).min(cols as u64) as usize;
+            if panel == 0 {
+                return Ok(None);
+            }
+        }
+        let layout = ColumnPlan {
+            cols,
+            rows,
+            file_rows: raw.shape()[1] as u64,
+            row0,
+            panel,
+            tile_rows: tile_rows.min(rows).max(1),
+            es,
+            depth,
+        };
+        let num_tiles = layout.num_tiles();
+        let window_bytes = layout.window_bytes();
+        let plan = Plan {
+            what: format!(
+                "{} over axis 0 of {} {} (Fortran order: read column by column)",
+                op.name(),
+                fmt_shape(shape),
+                dtype
+            ),
+            // panels of columns, each cut into runs of rows: tile i is run i % runs of
+            // panel i / runs
+            shape: vec![cols.div_ceil(panel), rows as usize, panel],
+            split_axis: 1,
+            extent: layout.tile_rows as usize,
+            tile_shape: vec![layout.tile_rows as usize, panel],
+            num_tiles,
+            tile_elems: layout.tile_rows * panel as u64,
+            window_bytes,
+            out_buffer_bytes: 0,
+            resident_bytes: resident,
+            resident_what: "reduction result, accumulators and column blocks".into(),
+            depth,
+            reserved_bytes: resident + depth.min(num_tiles) as u64 * window_bytes,
+            output_bytes: 0,
+            budget: self.budget.limit(),
+            after: None,
+            bands_inner: false,
+            cut: Some(format!(
+                "runs of rows of {} column{} at a time, each column one run of the file",
+                panel,
+                if panel == 1 { "" } else { "s" }
+            )),
+        };
+        Ok(Some(Columns {
+            raw,
+            layout,
+            resident,
+            plan,
+        }))
+    }
+
+    /// Runs the reduction [`Engine::plan_columns`] planned (resumable through `journal`
+    /// as the C-order read is): each tile's runs fed to the reducer column by column.
+    ///
+    /// # Errors
+    /// As [`Engine::reduce`].
+    pub(super) fn reduce_by_columns(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        columns: Columns,
+        journal: Option<&Journal>,
+    ) -> Result<(Array, RunReport)> {
+        let Columns {
+            raw,
+            layout,
+            resident,
+            plan,
+        } = columns;
+        let shape = input.shape();
+        let over = ReduceOver::Axis(0);
+        let dtype = input.dtype();
+        let g = Geometry::new(shape, over)?;
+        let mut reducer = self.backend.reducer(op, dtype, g, input.missing())?;
+        self.budget.reset_peak();
+        let _resident = self.budget.reserve(&plan.resident_what, resident)?;
+        let kernel = self.kernel(|t: ColumnTile, ins: &[&[u8]], _: &mut [u8]| {
+            // a resumed run's state, once, before its first tile
+            restore_reducers(journal, &mut [&mut reducer])?;
+            reducer.feed_columns(t.c0, t.row, ins);
+            checkpoint_reducers(journal, t.index, &[reducer.as_ref()])
+        });
+        let mut hooks = self.hooks();
+        hooks.journal = journal;
+        let times = scheduler::run_layout(&layout, &[&raw], &self.budget, None, hooks, kernel)?;
+        // a resumed run with every tile done never called the closure
+        restore_reducers(journal, &mut [&mut reducer])?;
+        reducer.finish_columns();
+        let out_dtype = op.output_dtype(dtype);
+        let out_shape = over.out_shape(shape);
+        let array = Array::from_bytes(out_dtype, out_shape.clone(), reducer.into_bytes())?;
+        refuse_no_position(op, &array)?;
+        let report = self.report(
+            &plan,
+            Ran::cpu(Family::Reduce, plan.what.clone()),
+            shape,
+            &out_shape,
+            out_dtype,
+            times,
+        );
+        Ok((array, report))
+    }
+}
