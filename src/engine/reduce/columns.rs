@@ -9,7 +9,7 @@
 use super::super::{Array, Engine, Ran, RunReport};
 use super::{checkpoint_reducers, refuse_no_position, restore_reducers};
 use crate::backend::Family;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::{TensorFile, Touch, fmt_shape, page_size};
 use crate::journal::Journal;
 use crate::layout::{Layout, Read, Write};
@@ -20,6 +20,14 @@ use crate::scheduler;
 /// Bytes of one column's run a tile aims for: runs this long are read at close to the
 /// page cache's rate (a read of a few KiB costs more in the call than in the copy).
 const RUN_BYTES: u64 = 256 << 10;
+
+/// The fewest bytes of a column's run worth a window of its own, unless the run is the
+/// whole column.
+const MIN_RUN_BYTES: u64 = 16 << 10;
+
+/// The most columns in a tile: each is a mapped window of its own, and a slot's windows
+/// must stay well under the kernel's limit on a process's mappings (65530 by default).
+const MAX_PANEL: usize = 4096;
 
 /// One tile: rows `row..row + rows` of columns `c0..c0 + cols`.
 #[derive(Clone, Copy, Debug)]
@@ -122,26 +130,26 @@ impl Engine {
         over: ReduceOver,
     ) -> Result<Option<Columns>> {
         let shape = input.shape();
+        // a device (or a simulated one, whose plans mirror a device's) reads in C order
         if over != ReduceOver::Axis(0)
             || shape.len() != 2
+            || shape[1] < 2
             || input.info().is_empty()
+            || self.planning_device().is_some()
             || super::super::on_gpu(self.kernels_for(Family::Reduce))
         {
+            return Ok(None);
+        }
+        let g = Geometry::new(shape, over)?;
+        op.check_over(over)?;
+        // one output per column, whose blocks the host reducer merges as it goes
+        if g.outer != 1 || g.inner < 2 || g.folds() {
             return Ok(None);
         }
         let Some((raw, row0)) = input.fortran_columns()? else {
             return Ok(None);
         };
-        let g = Geometry::new(shape, over)?;
-        op.check_over(over)?;
         let dtype = input.dtype();
-        if !self
-            .backend
-            .reducer(op, dtype, g, input.missing())?
-            .takes_columns()
-        {
-            return Ok(None);
-        }
         let (rows, cols) = (shape[0] as u64, shape[1]);
         let b = g.block_rows();
         let es = dtype.size() as u64;
@@ -153,7 +161,7 @@ impl Engine {
         let resident = result
             + 2 * g.vcols() as u64 * (acc + 8)
             + threads * crate::ops::reduce::BLOCK_ELEMS.min(b * 16) * es;
-        let depth = self.depth.max(2);
+        let depth = self.depth.max(1);
         let room = self
             .budget
             .limit()
@@ -165,16 +173,22 @@ impl Engine {
         let slack = 2 * page_size();
         let all_rows = rows.next_multiple_of(b);
         let mut tile_rows = ((RUN_BYTES / es / b).max(1) * b).min(all_rows);
-        let mut panel = (tile / (tile_rows * es + slack)).min(cols as u64) as usize;
+        let mut panel = (tile / (tile_rows * es + slack)).min(cols.min(MAX_PANEL) as u64) as usize;
         if panel == cols {
+            // (every column in one panel: longer runs where the tile holds them)
             let per_column = (tile / cols as u64).saturating_sub(slack);
             tile_rows = (per_column / es / b * b).clamp(tile_rows, all_rows);
         } else if panel == 0 {
             tile_rows = b.min(rows);
-            panel = (tile / (tile_rows * es + slack)).min(cols as u64) as usize;
+            panel = (tile / (tile_rows * es + slack)).min(cols.min(MAX_PANEL) as u64) as usize;
             if panel == 0 {
                 return Ok(None);
             }
+        }
+        // runs of a few pages that are not whole columns cost more in windows than they
+        // read: the C-order read then
+        if tile_rows.min(rows) * es < MIN_RUN_BYTES && tile_rows < rows {
+            return Ok(None);
         }
         let layout = ColumnPlan {
             cols,
@@ -250,6 +264,12 @@ impl Engine {
         let dtype = input.dtype();
         let g = Geometry::new(shape, over)?;
         let mut reducer = self.backend.reducer(op, dtype, g, input.missing())?;
+        if !reducer.takes_columns() {
+            return Err(Error::Internal(format!(
+                "the host's {} reducer does not take columns",
+                op.name()
+            )));
+        }
         self.budget.reset_peak();
         let _resident = self.budget.reserve(&plan.resident_what, resident)?;
         let kernel = self.kernel(|t: ColumnTile, ins: &[&[u8]], _: &mut [u8]| {
