@@ -18,7 +18,7 @@ use tilestream::{DType, Reduce, ReduceOver, TensorFile};
 
 /// Writes `c_bytes` (C order, little-endian, of `shape`) as a `.npy` stored in Fortran
 /// order and/or big-endian.
-fn write_stored(
+pub(crate) fn write_stored(
     path: &Path,
     dtype: DType,
     shape: &[usize],

@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use crate::common::{Lcg, bin, ok, read_npy_data, write_npy};
+use crate::common::{Lcg, bin, ok, read_npy_data};
+use crate::npy_orders::write_stored;
 use tilestream::DType;
 
 const FAULT: &str = "TILESTREAM_FAULT_KILL_AT";
@@ -78,29 +79,16 @@ fn inputs(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     ok(&["gen", &p(&x), "--shape", "3000x64", "--seed", "1"]);
     ok(&["gen", &p(&w), "--shape", "64x8", "--seed", "2"]);
     ok(&["gen", &p(&img), "--shape", "300x200", "--seed", "3"]);
-    // x's values in Fortran order: the C-order bytes of its transpose, under a header
-    // that says so (as `np.save(path, a.T)` writes them)
-    let data = read_npy_data(&x);
-    let mut t = vec![0u8; data.len()];
-    for r in 0..3000 {
-        for c in 0..64 {
-            let (from, to) = ((r * 64 + c) * 4, (c * 3000 + r) * 4);
-            t[to..to + 4].copy_from_slice(&data[from..from + 4]);
-        }
-    }
+    // x's values in Fortran order (as `np.save(path, a.T)` writes them)
     let xf = dir.join("xf.npy");
-    write_npy(&xf, DType::F32, &[64, 3000], &t);
-    let mut bytes = std::fs::read(&xf).unwrap();
-    let (c_order, f_order): (&[u8], &[u8]) = (
-        b"'fortran_order': False, 'shape': (64, 3000), }",
-        b"'fortran_order': True, 'shape': (3000, 64), } ",
+    write_stored(
+        &xf,
+        DType::F32,
+        &[3000, 64],
+        &read_npy_data(&x),
+        true,
+        false,
     );
-    let at = bytes
-        .windows(c_order.len())
-        .position(|w| w == c_order)
-        .unwrap();
-    bytes[at..at + f_order.len()].copy_from_slice(f_order);
-    std::fs::write(&xf, bytes).unwrap();
     (x, w, img)
 }
 

@@ -457,40 +457,42 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
             .zip(total[cs.clone()].par_chunks_mut(COLUMN_GROUP))
             .zip(shift[cs].par_chunks(COLUMN_GROUP))
             .enumerate()
-            .for_each(|(gi, ((open, total), sh))| {
-                let w = open.len();
-                let first = gi * COLUMN_GROUP;
-                let mut scratch: Vec<T> = vec![T::from_f64(0.0); b.min(rows as u64) as usize * w];
-                let mut r = 0usize;
-                while r < rows {
-                    let at = row + r as u64;
-                    let end = ((at / b + 1) * b).min(row + rows as u64);
-                    let n = (end - at) as usize;
-                    // each column's run read in order, written down a column of the
-                    // block (which stays in the L1 cache)
-                    for c in 0..w {
-                        let run = &runs[first + c][r..r + n];
-                        for (dst, &x) in scratch[c..].iter_mut().step_by(w).zip(run) {
-                            *dst = x;
+            .for_each_init(
+                || vec![T::from_f64(0.0); b.min(rows as u64) as usize * COLUMN_GROUP],
+                |scratch, (gi, ((open, total), sh))| {
+                    let w = open.len();
+                    let first = gi * COLUMN_GROUP;
+                    let mut r = 0usize;
+                    while r < rows {
+                        let at = row + r as u64;
+                        let end = ((at / b + 1) * b).min(row + rows as u64);
+                        let n = (end - at) as usize;
+                        // each column's run read in order, written down a column of the
+                        // block (which stays in the L1 cache)
+                        for c in 0..w {
+                            let run = &runs[first + c][r..r + n];
+                            for (dst, &x) in scratch[c..].iter_mut().step_by(w).zip(run) {
+                                *dst = x;
+                            }
                         }
-                    }
-                    let seg = Seg {
-                        ra: 0,
-                        rb: n as u64,
-                        ca: 0,
-                        cb: w,
-                        at: 0,
-                    };
-                    accumulate::<T, K>(k, &scratch, w, seg, 0..w, open, sh);
-                    if end.is_multiple_of(b) {
-                        for (t, o) in total.iter_mut().zip(open.iter_mut()) {
-                            K::merge(t, o);
-                            *o = zero;
+                        let seg = Seg {
+                            ra: 0,
+                            rb: n as u64,
+                            ca: 0,
+                            cb: w,
+                            at: 0,
+                        };
+                        accumulate::<T, K>(k, scratch, w, seg, 0..w, open, sh);
+                        if end.is_multiple_of(b) {
+                            for (t, o) in total.iter_mut().zip(open.iter_mut()) {
+                                K::merge(t, o);
+                                *o = zero;
+                            }
                         }
+                        r += n;
                     }
-                    r += n;
-                }
-            });
+                },
+            );
     }
 
     /// Feeds one tile (flat elements `[start, start + data.len())`), in plan order.

@@ -133,7 +133,6 @@ impl Engine {
         // a device (or a simulated one, whose plans mirror a device's) reads in C order
         if over != ReduceOver::Axis(0)
             || shape.len() != 2
-            || shape[1] < 2
             || input.info().is_empty()
             || self.planning_device().is_some()
             || super::super::on_gpu(self.kernels_for(Family::Reduce))
