@@ -59,6 +59,7 @@ fn layout(t: &TensorFile) -> serde_json::Map<String, serde_json::Value> {
         );
         layout.insert("compression".into(), l.compression.clone().into());
         layout.insert("predictor".into(), l.predictor.into());
+        layout.insert("bits_per_sample".into(), l.bits.into());
         layout.insert("bands".into(), l.bands.into());
         layout.insert(
             "interleave".into(),
@@ -190,6 +191,12 @@ fn print_tiff(t: &TensorFile) {
     };
     println!("  compression: {}{pred}", l.compression);
     println!("  bands:       {}", l.bands);
+    if l.packed() {
+        println!(
+            "  samples:     {} bits each (NBITS), unpacked into {}",
+            l.bits, l.dtype
+        );
+    }
     match g.geotransform() {
         Some(gt) => println!(
             "  georef:      origin ({}, {}), pixel {} x {}{}",

@@ -41,4 +41,5 @@ mod split;
 mod standardize;
 mod stencil;
 mod tiff_matrix;
+mod tiff_packed;
 mod zarr;

@@ -60,10 +60,10 @@ impl TiffChunks {
 }
 
 thread_local! {
-    /// Stored bytes of the chunk being decoded, and the decoded pixel-interleaved chunk,
-    /// reused across the chunks a decode thread handles.
-    static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> =
-        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    /// Stored bytes of the chunk being decoded, the decoded pixel-interleaved chunk, and
+    /// the decompressed packed samples, reused across the chunks a decode thread handles.
+    static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>, Vec<u8>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new(), Vec::new())) };
 }
 
 impl ChunkSource for TiffChunks {
@@ -73,6 +73,29 @@ impl ChunkSource for TiffChunks {
 
     fn resident_bytes(&self) -> u64 {
         8 * (self.layout.offsets.len() + self.layout.byte_counts.len()) as u64
+    }
+
+    fn work_bytes(&self) -> u64 {
+        // packed samples: the stored bytes of the largest chunk (bounded by the check in
+        // `decode`), the decompressed packed rows and, pixel-interleaved, the unpacked
+        // chunk before its bands are gathered. (Other files are counted as one decoded
+        // chunk, the default, as before this was written.)
+        let l = &self.layout;
+        if !l.packed() {
+            return 0;
+        }
+        let (cw, ch) = l.chunk;
+        let spp = if l.planar { 1 } else { l.bands };
+        let unpacked = (ch * cw * spp * l.dtype.size()) as u64;
+        let packed = (ch * (cw * spp * usize::from(l.bits)).div_ceil(8)) as u64;
+        let stored = l
+            .byte_counts
+            .iter()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .min(2 * packed + 4096);
+        stored + packed + if spp > 1 { unpacked } else { 0 }
     }
 
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
@@ -92,12 +115,17 @@ impl ChunkSource for TiffChunks {
         } else {
             ch.min(l.height - cy * ch)
         };
+        // the stored rows: packed samples fill whole bytes a row, as libtiff stores them
+        let bits = usize::from(l.bits);
         let geometry = ChunkRows {
             rows,
-            row_bytes: cw * spp * es,
+            row_bytes: (cw * spp * bits).div_ceil(8),
             spp,
             es,
         };
+        // the rows once unpacked into elements
+        let stride = cw * spp * es;
+        let unpacked = rows * stride;
         let what = format!("TIFF chunk {index} (band {band}, row {cy}, column {cx})");
         let (offset, count) = (l.offsets[index], l.byte_counts[index]);
         let need = geometry.bytes();
@@ -123,23 +151,37 @@ impl ChunkSource for TiffChunks {
                 },
             ));
         }
-        SCRATCH.with_borrow_mut(|(stored, decoded)| {
+        SCRATCH.with_borrow_mut(|(stored, decoded, packed)| {
             stored.resize(count as usize, 0);
             self.file
                 .read_exact_at(stored, offset)
                 .map_err(|e| Error::io("read", &self.path, e))?;
             let target: &mut [u8] = if spp == 1 {
                 // one band per chunk: decode straight into the chunk's rows
-                &mut out[..need]
+                &mut out[..unpacked]
             } else {
-                decoded.resize(need, 0);
+                decoded.resize(unpacked, 0);
                 decoded
             };
-            decode::decompress(&self.path, &what, l.codec, stored, target)?;
-            decode::unpredict(&geometry, l.little_endian, l.predictor, target);
+            if l.packed() {
+                // no predictor is allowed on packed samples (decode::validate)
+                packed.resize(need, 0);
+                decode::decompress(&self.path, &what, l.codec, stored, packed)?;
+                decode::unpack_samples(
+                    packed,
+                    geometry.row_bytes,
+                    cw * spp,
+                    bits,
+                    l.little_endian,
+                    es,
+                    target,
+                );
+            } else {
+                decode::decompress(&self.path, &what, l.codec, stored, target)?;
+                decode::unpredict(&geometry, l.little_endian, l.predictor, target);
+            }
             if spp > 1 {
                 // pixel-interleaved: gather each band's samples into its plane
-                let stride = geometry.row_bytes;
                 for y in 0..rows {
                     let row = &decoded[y * stride..(y + 1) * stride];
                     for b in 0..spp {

@@ -146,7 +146,20 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
     }
     if codec.uses_predictor() {
         match t.predictor {
-            1 | 2 => {}
+            1 => {}
+            2 if matches!(t.bits, 8 | 16 | 32 | 64) => {}
+            2 => {
+                return Err(Error::tiff_at(
+                    path,
+                    TiffError::UnsupportedTag {
+                        tag: "Predictor",
+                        value: format!("2 (horizontal) on {}-bit samples", t.bits),
+                        reason: "is not read by tilestream, nor by GDAL: libtiff applies it to \
+                                 8, 16, 32 and 64-bit samples only"
+                            .into(),
+                    },
+                ));
+            }
             3 if t.sample_format == 3 => {}
             3 => {
                 return Err(Error::tiff(
@@ -401,6 +414,77 @@ pub fn unpredict(rows: &ChunkRows, little_endian: bool, predictor: u16, data: &m
     }
 }
 
+/// Unpacks rows of samples stored in `bits` bits each (fewer than their element type of
+/// `es` bytes) into native-endian elements, as libtiff and GDAL read them: each row of
+/// `src` starts on a byte (`row_bytes` bytes a row) and holds `per_row` samples; 24-bit
+/// samples are three whole bytes (in GDAL's order, the reverse of the file's), any other
+/// width a stream of bits, most significant first, whatever the byte order. `dst` holds `per_row * es` bytes a
+/// row.
+pub fn unpack_samples(
+    src: &[u8],
+    row_bytes: usize,
+    per_row: usize,
+    bits: usize,
+    little_endian: bool,
+    es: usize,
+    dst: &mut [u8],
+) {
+    for (s, d) in src
+        .chunks_exact(row_bytes)
+        .zip(dst.chunks_exact_mut(per_row * es))
+    {
+        match es {
+            1 => unpack_row::<1>(s, bits, little_endian, d),
+            2 => unpack_row::<2>(s, bits, little_endian, d),
+            _ => unpack_row::<4>(s, bits, little_endian, d),
+        }
+    }
+}
+
+/// One row of [`unpack_samples`] into elements of `N` bytes (unaligned, native order).
+fn unpack_row<const N: usize>(src: &[u8], bits: usize, little_endian: bool, dst: &mut [u8]) {
+    let dst: &mut [[u8; N]] = bytemuck::cast_slice_mut(dst);
+    let element = |v: u32| {
+        let mut e = [0u8; N];
+        match N {
+            1 => e[0] = v as u8,
+            2 => e.copy_from_slice(&(v as u16).to_ne_bytes()),
+            _ => e.copy_from_slice(&v.to_ne_bytes()),
+        }
+        e
+    };
+    if bits == 24 {
+        // GDAL's reading (and writing) of 24-bit integers, which the TIFF specification
+        // does not follow (GDAL ticket 2361, unchanged since): libtiff reverses the three
+        // bytes of each sample of a big-endian file, then GDAL takes them most
+        // significant first, so a little-endian file's triples are big-endian and a
+        // big-endian file's little-endian
+        for (d, s) in dst.iter_mut().zip(src.chunks_exact(3)) {
+            let v = if little_endian {
+                u32::from_be_bytes([0, s[0], s[1], s[2]])
+            } else {
+                u32::from_le_bytes([s[0], s[1], s[2], 0])
+            };
+            *d = element(v);
+        }
+        return;
+    }
+    // a bit stream, most significant bit first: `acc` holds the `have` bits read and not
+    // yet used (at most 7 + 31)
+    let mask = (1u64 << bits) - 1;
+    let (mut acc, mut have, mut next) = (0u64, 0usize, 0usize);
+    for d in dst.iter_mut() {
+        while have < bits {
+            acc = (acc << 8) | u64::from(src[next]);
+            next += 1;
+            have += 8;
+        }
+        have -= bits;
+        *d = element(((acc >> have) & mask) as u32);
+        acc &= (1u64 << have) - 1;
+    }
+}
+
 /// The unsigned sample types of the horizontal predictor, with the wrapping arithmetic
 /// it is defined by (undone here, applied by `tiff_write`).
 pub(crate) trait Wrapping: bytemuck::Pod {
@@ -468,6 +552,52 @@ mod tests {
             .map(|b| u16::from_le_bytes([b[0], b[1]]))
             .collect();
         assert_eq!(got, [1, 100, 3, 105, 6, 104]);
+    }
+
+    #[test]
+    fn packed_samples_unpack_most_significant_bit_first() {
+        // 12 bits: 0xABC 0x123 0xFFF is the bit string ABC123FFF, padded to a byte
+        let src = [0xAB, 0xC1, 0x23, 0xFF, 0xF0, 0x80, 0x01, 0x00, 0x00, 0x00];
+        let mut dst = [0u8; 12];
+        unpack_samples(&src, 5, 3, 12, true, 2, &mut dst);
+        let got: Vec<u16> = dst
+            .chunks_exact(2)
+            .map(|b| u16::from_ne_bytes([b[0], b[1]]))
+            .collect();
+        // the second row starts on its own byte: 0x800, 0x100, 0x000
+        assert_eq!(got, [0xABC, 0x123, 0xFFF, 0x800, 0x100, 0x000]);
+        // 1 bit, 5 a row, then 3 bits, 3 a row: the byte order does not matter
+        let mut bits = [0u8; 5];
+        unpack_samples(&[0b1011_0000], 1, 5, 1, false, 1, &mut bits);
+        assert_eq!(bits, [1, 0, 1, 1, 0]);
+        let mut three = [0u8; 3];
+        unpack_samples(&[0b1110_1001, 0b1000_0000], 2, 3, 3, true, 1, &mut three);
+        assert_eq!(three, [7, 2, 3]);
+        // 17 bits (u32 elements): 0x1FFFF then 0x00001
+        let mut wide = [0u8; 8];
+        unpack_samples(
+            &[0xFF, 0xFF, 0x80, 0x00, 0x40],
+            5,
+            2,
+            17,
+            true,
+            4,
+            &mut wide,
+        );
+        assert_eq!(
+            [
+                u32::from_ne_bytes(wide[..4].try_into().expect("4")),
+                u32::from_ne_bytes(wide[4..].try_into().expect("4"))
+            ],
+            [0x1FFFF, 0x1]
+        );
+        // 24 bits as GDAL reads them: big-endian triples in a little-endian file, and
+        // the reverse
+        let mut w24 = [0u8; 4];
+        unpack_samples(&[0x01, 0x02, 0x03], 3, 1, 24, true, 4, &mut w24);
+        assert_eq!(u32::from_ne_bytes(w24), 0x0001_0203);
+        unpack_samples(&[0x01, 0x02, 0x03], 3, 1, 24, false, 4, &mut w24);
+        assert_eq!(u32::from_ne_bytes(w24), 0x0003_0201);
     }
 
     #[test]
@@ -566,6 +696,13 @@ mod tests {
                     ..ok.clone()
                 },
                 "Predictor 3",
+            ),
+            (
+                SampleTags {
+                    bits: 12,
+                    ..ok.clone()
+                },
+                "12-bit",
             ),
         ] {
             let e = validate(p, &bad).expect_err("refused").to_string();

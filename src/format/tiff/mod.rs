@@ -132,8 +132,12 @@ pub struct TiffLayout {
     pub height: usize,
     /// Samples per pixel (bands).
     pub bands: usize,
-    /// Element type of a sample.
+    /// Element type a sample reads as.
     pub dtype: DType,
+    /// Bits of one stored sample (`BitsPerSample`): the element type's width, or fewer
+    /// for packed unsigned samples (1 to 31 bits, GDAL's `NBITS`), which are unpacked
+    /// into `dtype` as GDAL unpacks them.
+    pub bits: u16,
     /// True when each band is stored on its own (`PlanarConfiguration` 2).
     pub planar: bool,
     /// True when tiled, false when striped.
@@ -159,6 +163,12 @@ pub struct TiffLayout {
 }
 
 impl TiffLayout {
+    /// True when samples are stored in fewer bits than their element type (packed).
+    #[must_use]
+    pub fn packed(&self) -> bool {
+        usize::from(self.bits) != 8 * self.dtype.size()
+    }
+
     /// The tensor shape: `(bands, height, width)`, or `(height, width)` for one band.
     #[must_use]
     pub fn shape(&self) -> Vec<usize> {
@@ -175,6 +185,7 @@ impl TiffLayout {
     #[must_use]
     pub fn contiguous_offset(&self) -> Option<u64> {
         if self.compression != "none"
+            || self.packed()
             || !(self.little_endian || self.dtype.size() == 1)
             || self.tiled
             || !(self.planar || self.bands == 1)
@@ -203,11 +214,14 @@ fn tiff_err(path: &Path, e: &tiff::TiffError) -> Error {
     Error::tiff(path, kind, format!("cannot read TIFF: {e}"))
 }
 
+/// The sample type a file's samples read as: their own for 8, 16, 32 and 64 bits;
+/// unsigned integers of fewer bits (packed, `NBITS` in GDAL's words) widened to the
+/// smallest of u8, u16 and u32 that holds them, as GDAL reads them.
 fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
     Ok(match (format, bits) {
-        (1, 8) => DType::U8,
-        (1, 16) => DType::U16,
-        (1, 32) => DType::U32,
+        (1, 1..=8) => DType::U8,
+        (1, 9..=16) => DType::U16,
+        (1, 17..=32) => DType::U32,
         (1, 64) => DType::U64,
         (2, 8) => DType::I8,
         (2, 16) => DType::I16,
@@ -222,8 +236,9 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
                 TiffError::Unsupported,
                 format!(
                     "BitsPerSample {bits} with SampleFormat {format} is not read by tilestream \
-                     (it reads 8, 16, 32 and 64-bit integers and 16, 32 and 64-bit floats); \
-                     widen it with gdal_translate -ot Byte (or -ot UInt16) first"
+                     (it reads unsigned integers of 1 to 32 and 64 bits, signed integers of 8, \
+                     16, 32 and 64 bits, and 16, 32 and 64-bit floats); convert it with \
+                     gdal_translate -ot Int16 (or -ot Float32) first"
                 ),
             ));
         }
@@ -234,7 +249,7 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
 ///
 /// # Errors
 /// [`Error::Io`] if it cannot be opened; [`Error::Tiff`] if it is not a TIFF tilestream
-/// can read (bit-packed samples, mixed sample types, JPEG).
+/// can read (signed packed samples, mixed sample types, JPEG).
 pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
     let file = crate::io::own_files::open_input(path)?;
     let mut head = [0u8; 4];
@@ -323,6 +338,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         height: height as usize,
         bands,
         dtype,
+        bits: bits_all[0],
         planar: planar && bands > 1,
         tiled,
         chunk: (cw as usize, ch as usize),

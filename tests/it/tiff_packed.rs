@@ -1,0 +1,164 @@
+//! Packed samples (GDAL's `NBITS`): unsigned integers of 1 to 31 bits read exactly as
+//! GDAL reads them, widened to u8, u16 or u32, across bands, interleave, tiles and
+//! strips that do not divide the image, every lossless codec, both byte orders and
+//! `MinIsWhite`; fixtures made by `gdal_translate`, GDAL's reading the oracle. What GDAL
+//! does not write (signed packed samples) is refused in one line.
+
+use std::path::Path;
+
+use crate::common::gdal::{BIN, envi, gdal_read, gdal_tif, npy_data};
+
+/// `bands x h x w` values below `2^bits` (the largest among them), as little-endian
+/// elements of `es` bytes.
+fn packed_pattern(bits: u32, es: usize, bands: usize, h: usize, w: usize) -> Vec<u8> {
+    let top = (1u64 << bits) - 1;
+    let mut out = Vec::with_capacity(bands * h * w * es);
+    for b in 0..bands {
+        for y in 0..h {
+            for x in 0..w {
+                let i = ((b * h + y) * w + x) as u64;
+                // every value from 0 to the top appears for small widths; large widths
+                // get spread values, the top itself every 11th sample
+                let v = if i.is_multiple_of(11) {
+                    top
+                } else {
+                    (i.wrapping_mul(2_654_435_761) ^ (x as u64 * 977)) & top
+                };
+                out.extend_from_slice(&v.to_le_bytes()[..es]);
+            }
+        }
+    }
+    out
+}
+
+fn convert(tif: &Path, npy: &Path, budget: &str) -> std::process::Output {
+    std::process::Command::new(BIN)
+        .arg("convert")
+        .arg(tif)
+        .arg(npy)
+        .args(["-m", budget, "--progress", "never"])
+        .output()
+        .expect("spawn")
+}
+
+#[test]
+fn packed_samples_read_exactly_as_gdal_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (37, 53);
+    let widths: [u32; 15] = [1, 2, 3, 4, 5, 7, 9, 10, 12, 14, 15, 17, 20, 24, 31];
+    let codecs = ["NONE", "DEFLATE", "LZW", "ZSTD", "PACKBITS"];
+    let mut met = Vec::new();
+    let mut n = 0usize;
+    for bits in widths {
+        let (es, code) = match bits {
+            1..=8 => (1, 1),
+            9..=16 => (2, 12),
+            _ => (4, 13),
+        };
+        // two fixtures per width; the other dimensions rotate with co-prime periods
+        for _ in 0..2 {
+            n += 1;
+            let bands = [1, 3, 2, 1][n % 4];
+            let pixel = !n.is_multiple_of(3);
+            let codec = codecs[n % 5];
+            let tiled = n.is_multiple_of(2);
+            let big_endian = (n / 2) % 3 == 1;
+            let white = bands == 1 && (n / 4) % 2 == 1;
+            let mut co = vec![format!("NBITS={bits}"), format!("COMPRESS={codec}")];
+            if bands > 1 {
+                co.push(format!(
+                    "INTERLEAVE={}",
+                    if pixel { "PIXEL" } else { "BAND" }
+                ));
+            }
+            if tiled {
+                co.extend(["TILED=YES", "BLOCKXSIZE=32", "BLOCKYSIZE=16"].map(String::from));
+            } else {
+                co.push("BLOCKYSIZE=5".into());
+            }
+            if big_endian {
+                co.push("ENDIANNESS=BIG".into());
+            }
+            if white {
+                co.push("PHOTOMETRIC=MINISWHITE".into());
+            }
+            let name = format!("p{n}_{bits}bit");
+            let data = packed_pattern(bits, es, bands, h, w);
+            let raw = envi(dir.path(), &name, code, bands, h, w, &data);
+            let tif = dir.path().join(format!("{name}.tif"));
+            let co_refs: Vec<&str> = co.iter().map(String::as_str).collect();
+            gdal_tif(&raw, &tif, &co_refs);
+            let gdal = gdal_read(&tif, dir.path());
+            assert!(gdal == data, "GDAL's own reading of {co:?}");
+            for budget in ["1MiB", "64MiB"] {
+                let npy = dir.path().join(format!("{name}_{budget}.npy"));
+                let out = convert(&tif, &npy, budget);
+                assert!(
+                    out.status.success(),
+                    "tilestream refused {co:?} ({bands} bands): {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                assert!(
+                    npy_data(&npy) == gdal,
+                    "tilestream and GDAL read {co:?} ({bands} bands) differently at --memory \
+                     {budget}"
+                );
+                std::fs::remove_file(&npy).expect("rm npy");
+            }
+            met.push((codec, tiled, big_endian, white, bands > 1 && pixel));
+        }
+    }
+    // the matrix met every codec, tiles and strips, both byte orders, MinIsWhite and
+    // pixel-interleaved bands
+    for word in codecs {
+        assert!(met.iter().any(|m| m.0 == word), "never met {word}");
+    }
+    assert!(
+        met.iter().any(|m| m.1) && met.iter().any(|m| !m.1),
+        "tiles and strips"
+    );
+    assert!(
+        met.iter().any(|m| m.2) && met.iter().any(|m| !m.2),
+        "both byte orders"
+    );
+    assert!(met.iter().any(|m| m.3), "MinIsWhite");
+    assert!(met.iter().any(|m| m.4), "pixel interleave");
+}
+
+/// Sets the value of the (one short) tag `tag` in the first directory of the classic
+/// little-endian TIFF at `tif`.
+fn patch_short_tag(tif: &Path, tag: u16, value: u16) {
+    let mut b = std::fs::read(tif).expect("read tif");
+    assert_eq!(&b[..4], b"II*\0", "a classic little-endian TIFF");
+    let ifd = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
+    let n = u16::from_le_bytes([b[ifd], b[ifd + 1]]) as usize;
+    let at = (0..n)
+        .map(|i| ifd + 2 + 12 * i)
+        .find(|&e| u16::from_le_bytes([b[e], b[e + 1]]) == tag)
+        .expect("the tag is present");
+    b[at + 8..at + 10].copy_from_slice(&value.to_le_bytes());
+    std::fs::write(tif, b).expect("write tif");
+}
+
+#[test]
+fn signed_packed_samples_are_refused_in_one_line() {
+    // GDAL reads signed packed samples as unsigned (no sign extension), which would be
+    // wrong values without a word: tilestream refuses them
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (9, 13);
+    let data = packed_pattern(12, 2, 1, h, w);
+    let raw = envi(dir.path(), "s12", 12, 1, h, w, &data);
+    let tif = dir.path().join("s12.tif");
+    gdal_tif(&raw, &tif, &["NBITS=12"]);
+    patch_short_tag(&tif, 339, 2); // SampleFormat: signed integer
+    let npy = dir.path().join("s12.npy");
+    let out = convert(&tif, &npy, "64MiB");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(1 | 2)), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("BitsPerSample 12 with SampleFormat 2"),
+        "{err}"
+    );
+    assert!(!npy.exists(), "an output was left");
+}
