@@ -60,6 +60,7 @@ fn layout(t: &TensorFile) -> serde_json::Map<String, serde_json::Value> {
         layout.insert("compression".into(), l.compression.clone().into());
         layout.insert("predictor".into(), l.predictor.into());
         layout.insert("bits_per_sample".into(), l.bits.into());
+        layout.insert("cmyk_as_rgba".into(), l.cmyk.into());
         layout.insert("bands".into(), l.bands.into());
         layout.insert(
             "interleave".into(),
@@ -191,6 +192,9 @@ fn print_tiff(t: &TensorFile) {
     };
     println!("  compression: {}{pred}", l.compression);
     println!("  bands:       {}", l.bands);
+    if l.cmyk {
+        println!("  colour:      CMYK, read as RGBA with an opaque alpha (as GDAL reads it)");
+    }
     if l.packed() {
         println!(
             "  samples:     {} bits each (NBITS), unpacked into {}",

@@ -37,6 +37,8 @@ impl TiffChunks {
         let (cw, ch) = layout.chunk;
         let chunk_shape = match (layout.bands, layout.planar) {
             (1, _) => vec![ch, cw],
+            // planar 8-bit CMYK: the four inks of a position make one RGBA chunk
+            (_, true) if layout.cmyk => vec![4, ch, cw],
             (_, true) => vec![1, ch, cw],
             (b, false) => vec![b, ch, cw],
         };
@@ -104,7 +106,50 @@ impl ChunkSource for TiffChunks {
             2 => (0, pos[0], pos[1]),
             _ => (pos[0], pos[1], pos[2]),
         };
-        let index = band * l.chunks_per_plane() + cy * l.chunks_across() + cx;
+        let at = cy * l.chunks_across() + cx;
+        if !(l.cmyk && l.planar) {
+            let index = band * l.chunks_per_plane() + at;
+            let sparse = self.decode_stored(index, band, cy, cx, out)?;
+            if l.cmyk && !sparse {
+                cmyk_to_rgba(out);
+            }
+            return Ok(());
+        }
+        // planar CMYK: the four inks' chunks at this position, then the conversion (a
+        // sparse ink makes the whole chunk sparse)
+        let plane = out.len() / 4;
+        let mut sparse = false;
+        for (ink, dst) in out.chunks_exact_mut(plane).enumerate() {
+            sparse |= self.decode_stored(ink * l.chunks_per_plane() + at, ink, cy, cx, dst)?;
+        }
+        if sparse {
+            self.fill_sparse(out);
+        } else {
+            cmyk_to_rgba(out);
+        }
+        Ok(())
+    }
+}
+
+impl TiffChunks {
+    fn fill_sparse(&self, out: &mut [u8]) {
+        for s in out.chunks_exact_mut(self.sparse.len()) {
+            s.copy_from_slice(&self.sparse);
+        }
+    }
+
+    /// Decodes the stored chunk `index` (of `band`, at chunk row `cy` and column `cx`)
+    /// into `out`, its samples gathered into band planes; returns true for a sparse
+    /// chunk, which reads as the sparse value.
+    fn decode_stored(
+        &self,
+        index: usize,
+        band: usize,
+        cy: usize,
+        cx: usize,
+        out: &mut [u8],
+    ) -> Result<bool> {
+        let l = &self.layout;
         let es = l.dtype.size();
         let (cw, ch) = l.chunk;
         let spp = if l.planar { 1 } else { l.bands };
@@ -131,10 +176,8 @@ impl ChunkSource for TiffChunks {
         let need = geometry.bytes();
         if offset == 0 && count == 0 {
             // a sparse chunk (GDAL's SPARSE_OK): nodata, or zeros
-            for s in out.chunks_exact_mut(es) {
-                s.copy_from_slice(&self.sparse);
-            }
-            return Ok(());
+            self.fill_sparse(out);
+            return Ok(true);
         }
         // stored bytes beyond twice the decoded size (plus a margin) cannot be a chunk of
         // any of the codecs read here; refusing them bounds the read buffer
@@ -196,8 +239,27 @@ impl ChunkSource for TiffChunks {
                     }
                 }
             }
-            Ok(())
+            Ok(false)
         })
+    }
+}
+
+/// GDAL's reading of an 8-bit CMYK image (through libtiff's RGBA interface): red, green
+/// and blue of each pixel from the inks, `k = 255 - K`, `R = k * (255 - C) / 255` in
+/// integer arithmetic (likewise G from M, B from Y), and an opaque alpha band. `chunk`
+/// holds the four ink planes and becomes the four RGBA planes.
+fn cmyk_to_rgba(chunk: &mut [u8]) {
+    let plane = chunk.len() / 4;
+    let (c, rest) = chunk.split_at_mut(plane);
+    let (m, rest) = rest.split_at_mut(plane);
+    let (y, k) = rest.split_at_mut(plane);
+    let ink = |v: u8, k: u32| ((k * (255 - u32::from(v))) / 255) as u8;
+    for i in 0..plane {
+        let kk = 255 - u32::from(k[i]);
+        c[i] = ink(c[i], kk);
+        m[i] = ink(m[i], kk);
+        y[i] = ink(y[i], kk);
+        k[i] = 255;
     }
 }
 

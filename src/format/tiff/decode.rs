@@ -93,16 +93,17 @@ pub struct SampleTags {
 /// would not read exactly as GDAL does.
 ///
 /// Accepted: `PhotometricInterpretation` `MinIsWhite`, `MinIsBlack`, RGB (with any extra
-/// samples: they are read as further bands) and Palette (the indices are the values, as
-/// GDAL reads them); the codecs of [`Codec`]; predictors 1, 2 and (for floats) 3;
-/// `FillOrder` 1. Refused: CMYK, YCbCr (subsampled or not), the Lab and Log encodings,
+/// samples: they are read as further bands), Palette (the indices are the values, as
+/// GDAL reads them) and CMYK (the four inks as bands, as GDAL reads a CMYK file that is
+/// not JPEG); the codecs of [`Codec`]; predictors 1, 2 and (for floats) 3;
+/// `FillOrder` 1. Refused: YCbCr (subsampled or not), the Lab and Log encodings,
 /// JPEG, LERC, WebP, JPEG-XL and every other codec, bit-reversed fill order.
 ///
 /// # Errors
 /// [`Error::Tiff`] naming the first tag whose value is refused.
 pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
     if let Some(p) = t.photometric
-        && !matches!(p, 0..=3)
+        && !matches!(p, 0..=3 | 5)
     {
         return Err(Error::tiff_at(
             path,
@@ -110,8 +111,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 tag: "PhotometricInterpretation",
                 value: format!("{p} ({})", photometric_name(p)),
                 reason: "is not read by tilestream (it reads MinIsBlack, MinIsWhite, RGB with \
-                         any extra samples, and Palette indices); convert with gdal_translate \
-                         -co PHOTOMETRIC=MINISBLACK first"
+                         any extra samples, Palette indices and CMYK inks); convert with \
+                         gdal_translate -co PHOTOMETRIC=MINISBLACK first"
                     .into(),
             },
         ));
@@ -664,10 +665,10 @@ mod tests {
             ),
             (
                 SampleTags {
-                    photometric: Some(5),
+                    photometric: Some(8),
                     ..ok.clone()
                 },
-                "CMYK",
+                "CIELab",
             ),
             (
                 SampleTags {

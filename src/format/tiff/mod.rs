@@ -140,6 +140,9 @@ pub struct TiffLayout {
     pub bits: u16,
     /// True when each band is stored on its own (`PlanarConfiguration` 2).
     pub planar: bool,
+    /// An 8-bit CMYK image, read as GDAL reads it: its four inks converted to red,
+    /// green, blue and an opaque alpha (CMYK of other sample types reads as the inks).
+    pub cmyk: bool,
     /// True when tiled, false when striped.
     pub tiled: bool,
     /// Chunk (tile or strip) width and height in pixels.
@@ -186,6 +189,7 @@ impl TiffLayout {
     pub fn contiguous_offset(&self) -> Option<u64> {
         if self.compression != "none"
             || self.packed()
+            || self.cmyk
             || !(self.little_endian || self.dtype.size() == 1)
             || self.tiled
             || !(self.planar || self.bands == 1)
@@ -245,6 +249,54 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
     })
 }
 
+/// Whether a CMYK (`Separated`) image is read as GDAL reads it by default, converted to
+/// RGBA (8-bit unsigned inks: true), or as its inks (wider samples: false); refuses what
+/// GDAL's conversion does not take (other than four samples, an `InkSet` other than
+/// CMYK) and packed inks.
+fn cmyk_as_rgba(
+    path: &Path,
+    d: &mut Decoder<BufReader<File>>,
+    dtype: DType,
+    bits: u16,
+    bands: usize,
+) -> Result<bool> {
+    let refuse = |what: String| {
+        Err(Error::tiff_at(
+            path,
+            TiffError::UnsupportedTag {
+                tag: "PhotometricInterpretation",
+                value: "5 (CMYK (Separated))".into(),
+                reason: format!(
+                    "with {what} is not read by tilestream (it reads 8-bit CMYK of four inks as \
+                     GDAL does, converted to RGBA, and wider CMYK samples as they are)"
+                ),
+            },
+        ))
+    };
+    if bits < 8 {
+        return refuse(format!("{bits}-bit samples"));
+    }
+    if dtype == DType::I8 {
+        // GDAL converts these too, taking the signed inks as unsigned
+        return refuse("signed 8-bit samples".into());
+    }
+    if dtype != DType::U8 {
+        return Ok(false);
+    }
+    let ink_set = d
+        .find_tag_unsigned_vec::<u16>(Tag::Unknown(332))
+        .map_err(|e| tiff_err(path, &e))?
+        .and_then(|v| v.first().copied())
+        .unwrap_or(1);
+    if ink_set != 1 {
+        return refuse(format!("InkSet {ink_set} (not CMYK)"));
+    }
+    if bands != 4 {
+        return refuse(format!("{bands} samples a pixel"));
+    }
+    Ok(true)
+}
+
 /// Reads the layout and georeferencing of the first image of a TIFF file.
 ///
 /// # Errors
@@ -297,6 +349,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         },
     )?;
     let dtype = sample_dtype(path, format, bits_all[0])?;
+    let cmyk = photometric == Some(5) && cmyk_as_rgba(path, &mut d, dtype, bits_all[0], bands)?;
     let planar = tag_u16(&mut d, Tag::PlanarConfiguration, 1)? == 2;
     let compression = decode::compression_label(compression_code);
     let tiled = d.get_chunk_type() == ChunkType::Tile;
@@ -340,6 +393,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         dtype,
         bits: bits_all[0],
         planar: planar && bands > 1,
+        cmyk,
         tiled,
         chunk: (cw as usize, ch as usize),
         compression,
