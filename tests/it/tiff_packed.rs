@@ -162,3 +162,145 @@ fn signed_packed_samples_are_refused_in_one_line() {
     );
     assert!(!npy.exists(), "an output was left");
 }
+
+/// A 1-bit image with runs of many lengths: diagonal bands, a full black row, a full
+/// white row, alternating pixels, black edges, and noise.
+fn bilevel(h: usize, w: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(h * w);
+    let mut state = 0x2545_f491_u32;
+    for y in 0..h {
+        for x in 0..w {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let band = (x / 7 + y / 5) % 3 == 0;
+            let v = match y {
+                10 => true,
+                11 => false,
+                12 => x.is_multiple_of(2),
+                _ => x == 0 || x == w - 1 || (band ^ state.is_multiple_of(23)),
+            };
+            out.push(u8::from(v));
+        }
+    }
+    out
+}
+
+#[test]
+fn ccitt_fax_reads_exactly_as_gdal_reads_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (67, 101);
+    let data = bilevel(h, w);
+    let raw = envi(dir.path(), "fax", 1, 1, h, w, &data);
+    let mut files = Vec::new();
+    // the codings GDAL writes, both photometric interpretations, one strip, strips of 7
+    // rows and tiles that do not divide the image
+    let mut n = 0;
+    for codec in ["CCITTRLE", "CCITTFAX3", "CCITTFAX4"] {
+        for photo in ["MINISWHITE", "MINISBLACK"] {
+            for layout in [
+                &[][..],
+                &["BLOCKYSIZE=7"],
+                &["TILED=YES", "BLOCKXSIZE=32", "BLOCKYSIZE=16"],
+            ] {
+                n += 1;
+                let mut co = vec![
+                    "NBITS=1".to_string(),
+                    format!("COMPRESS={codec}"),
+                    format!("PHOTOMETRIC={photo}"),
+                ];
+                co.extend(layout.iter().map(|s| (*s).to_string()));
+                let tif = dir.path().join(format!("fax{n}.tif"));
+                let co_refs: Vec<&str> = co.iter().map(String::as_str).collect();
+                gdal_tif(&raw, &tif, &co_refs);
+                files.push((format!("{co:?}"), tif));
+            }
+        }
+    }
+    // and those only libtiff's tiffcp writes: two-dimensional Group 3, with and without
+    // fill bits before each end-of-line code, in strips of 7 rows
+    let plain = dir.path().join("plain.tif");
+    gdal_tif(&raw, &plain, &["NBITS=1", "BLOCKYSIZE=7"]);
+    for coding in ["g3:2d", "g3:2d:fill", "g3:1d:fill"] {
+        let tif = dir.path().join(format!("{}.tif", coding.replace(':', "_")));
+        crate::common::gdal::ok(
+            crate::common::gdal::tool("tiffcp")
+                .args(["-c", coding])
+                .arg(&plain)
+                .arg(&tif),
+        );
+        files.push((format!("tiffcp -c {coding}"), tif));
+    }
+    let mut gdal_failed = Vec::new();
+    for (what, tif) in &files {
+        let back = dir.path().join("gdal.raw");
+        let out = std::process::Command::new("gdal_translate")
+            .args(["-q", "-of", "ENVI"])
+            .arg(tif)
+            .arg(&back)
+            .output()
+            .expect("spawn gdal_translate");
+        let gdal = std::fs::read(&back).expect("GDAL's reading");
+        // libtiff 4.5 (GDAL 3.6) fails on a row of alternating pixels in a tiled RLE or
+        // Group 3 file ("Fax3DecodeRLE: Buffer overflow", a row buffer sized for fewer
+        // runs) and goes on with the row damaged: there the oracle is the image written
+        let errors = String::from_utf8_lossy(&out.stderr).contains("ERROR");
+        if errors {
+            gdal_failed.push(what.clone());
+        } else {
+            assert!(gdal == data, "GDAL's own reading of {what}");
+        }
+        let gdal = if errors { data.clone() } else { gdal };
+        for budget in ["1MiB", "64MiB"] {
+            let npy = dir.path().join("fax.npy");
+            let out = convert(tif, &npy, budget);
+            assert!(
+                out.status.success(),
+                "tilestream refused {what}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(npy_data(&npy) == gdal, "{what} at --memory {budget}");
+            std::fs::remove_file(&npy).expect("rm npy");
+        }
+    }
+    assert_eq!(files.len(), 21);
+    assert!(
+        gdal_failed.len() <= 4
+            && gdal_failed
+                .iter()
+                .all(|w| w.contains("TILED") && !w.contains("CCITTFAX4")),
+        "GDAL failed on {gdal_failed:?}"
+    );
+}
+
+#[test]
+fn a_damaged_fax_strip_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (40, 64);
+    let raw = envi(dir.path(), "d", 1, 1, h, w, &bilevel(h, w));
+    let tif = dir.path().join("d.tif");
+    gdal_tif(&raw, &tif, &["NBITS=1", "COMPRESS=CCITTFAX4"]);
+    // the one strip's offset (StripOffsets, one LONG, held in the entry), then zeros over
+    // its middle: no Group 4 code is eight zero bits
+    let mut b = std::fs::read(&tif).expect("read");
+    let ifd = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
+    let n = u16::from_le_bytes([b[ifd], b[ifd + 1]]) as usize;
+    let entry = |tag: u16| {
+        (0..n)
+            .map(|i| ifd + 2 + 12 * i)
+            .find(|&e| u16::from_le_bytes([b[e], b[e + 1]]) == tag)
+            .expect("tag")
+    };
+    let (off_at, cnt_at) = (entry(273), entry(279));
+    let off = u32::from_le_bytes(b[off_at + 8..off_at + 12].try_into().expect("4")) as usize;
+    let cnt = u32::from_le_bytes(b[cnt_at + 8..cnt_at + 12].try_into().expect("4")) as usize;
+    b[off + cnt / 3..off + cnt / 3 + 8].fill(0);
+    std::fs::write(&tif, b).expect("write");
+    let npy = dir.path().join("d.npy");
+    let out = convert(&tif, &npy, "64MiB");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(matches!(out.status.code(), Some(1 | 2)), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("TIFF chunk 0"), "{err}");
+    assert!(!npy.exists(), "an output was left");
+}

@@ -96,7 +96,7 @@ impl ChunkSource for TiffChunks {
             .copied()
             .max()
             .unwrap_or(0)
-            .min(2 * packed + 4096);
+            .min(stored_limit(l.codec, packed as usize, ch));
         stored + packed + if spp > 1 { unpacked } else { 0 }
     }
 
@@ -180,8 +180,10 @@ impl TiffChunks {
             return Ok(true);
         }
         // stored bytes beyond twice the decoded size (plus a margin) cannot be a chunk of
-        // any of the codecs read here; refusing them bounds the read buffer
-        let limit = 2 * need as u64 + 4096;
+        // any of the codecs read here; refusing them bounds the read buffer. CCITT codes
+        // a pixel in up to 9 bits (a run of one white pixel, 6 bits, with make-up
+        // codes) and each row's end-of-line code in 12 or more
+        let limit = stored_limit(l.codec, need, rows);
         if count > limit || offset.checked_add(count).is_none_or(|e| e > self.file_len) {
             return Err(Error::tiff_at(
                 &self.path,
@@ -209,7 +211,19 @@ impl TiffChunks {
             if l.packed() {
                 // no predictor is allowed on packed samples (decode::validate)
                 packed.resize(need, 0);
-                decode::decompress(&self.path, &what, l.codec, stored, packed)?;
+                if let decode::Codec::Fax(kind) = l.codec {
+                    super::fax::decode(kind, stored, cw, packed).map_err(|reason| {
+                        Error::tiff_at(
+                            &self.path,
+                            TiffError::Decode {
+                                chunk: what.clone(),
+                                reason,
+                            },
+                        )
+                    })?;
+                } else {
+                    decode::decompress(&self.path, &what, l.codec, stored, packed)?;
+                }
                 decode::unpack_samples(
                     packed,
                     geometry.row_bytes,
@@ -241,6 +255,14 @@ impl TiffChunks {
             }
             Ok(false)
         })
+    }
+}
+
+/// The most stored bytes a chunk of `need` decoded bytes in `rows` rows can take.
+fn stored_limit(codec: decode::Codec, need: usize, rows: usize) -> u64 {
+    match codec {
+        decode::Codec::Fax(_) => 9 * need as u64 + 8 * rows as u64 + 4096,
+        _ => 2 * need as u64 + 4096,
     }
 }
 

@@ -12,6 +12,7 @@
 use std::io::Read;
 use std::path::Path;
 
+use super::fax::FaxKind;
 use crate::error::{Error, Result, TiffError};
 
 /// TIFF compressions tilestream decodes, by their `Compression` tag value.
@@ -27,6 +28,8 @@ pub enum Codec {
     PackBits,
     /// 50000: Zstandard.
     Zstd,
+    /// 2, 3 or 4: the CCITT bilevel codings ([`fax`](super::fax)), of 1-bit samples.
+    Fax(FaxKind),
 }
 
 impl Codec {
@@ -39,6 +42,9 @@ impl Codec {
             8 | 32946 => Codec::Deflate,
             32773 => Codec::PackBits,
             50000 => Codec::Zstd,
+            2 => Codec::Fax(FaxKind::Rle),
+            3 => Codec::Fax(FaxKind::G3 { two_d: false }),
+            4 => Codec::Fax(FaxKind::G4),
             _ => return None,
         })
     }
@@ -87,6 +93,8 @@ pub struct SampleTags {
     pub sample_format: u16,
     /// `BitsPerSample` (258), first value.
     pub bits: u16,
+    /// `T4Options` (292): bit 0 set for two-dimensional Group 3 coding.
+    pub t4_options: u32,
 }
 
 /// Refuses, in one line naming the tag and its value, a file whose samples this decoder
@@ -129,12 +137,31 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 tag: "Compression",
                 value: format!("{} ({})", t.compression, compression_label(t.compression)),
                 reason: format!(
-                    "is not decoded by tilestream ({hint}it decodes none, LZW, Deflate, PackBits \
-                     and ZSTD); convert with gdal_translate -co COMPRESS=DEFLATE first"
+                    "is not decoded by tilestream ({hint}it decodes none, LZW, Deflate, PackBits, \
+                     ZSTD and CCITT fax); convert with gdal_translate -co COMPRESS=DEFLATE first"
                 ),
             },
         ));
     };
+    let codec = match codec {
+        Codec::Fax(FaxKind::G3 { .. }) => Codec::Fax(FaxKind::G3 {
+            two_d: t.t4_options & 1 == 1,
+        }),
+        c => c,
+    };
+    if matches!(codec, Codec::Fax(_)) && t.bits != 1 {
+        return Err(Error::tiff_at(
+            path,
+            TiffError::UnsupportedTag {
+                tag: "Compression",
+                value: format!("{} ({})", t.compression, compression_label(t.compression)),
+                reason: format!(
+                    "on {}-bit samples is not valid TIFF (CCITT codes 1-bit images)",
+                    t.bits
+                ),
+            },
+        ));
+    }
     if t.fill_order != 1 {
         return Err(Error::tiff_at(
             path,
@@ -193,8 +220,9 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
 pub fn compression_label(code: u16) -> String {
     match code {
         1 => "none".into(),
-        2 => "CCITT RLE".into(),
-        3 | 4 => "CCITT fax".into(),
+        2 => "CCITT RLE fax".into(),
+        3 => "CCITT G3 fax".into(),
+        4 => "CCITT G4 fax".into(),
         5 => "lzw".into(),
         6 | 7 => "jpeg".into(),
         8 | 32946 => "deflate".into(),
@@ -260,6 +288,11 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
         )
     };
     match codec {
+        Codec::Fax(_) => {
+            // decoded by `fax::decode`, which needs the row width; a caller that gets here
+            // has a bug, not a file
+            return Err(corrupt(&"CCITT chunks are decoded row by row, not here"));
+        }
         Codec::None => {
             if src.len() < need {
                 return Err(short(src.len()));
@@ -653,6 +686,7 @@ mod tests {
             fill_order: 1,
             sample_format: 1,
             bits: 8,
+            t4_options: 0,
         };
         assert_eq!(validate(p, &ok).expect("rgb lzw"), Codec::Lzw);
         for (bad, word) in [

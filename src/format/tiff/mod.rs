@@ -22,6 +22,8 @@ pub mod cog;
 #[doc(hidden)]
 pub mod decode;
 pub(crate) mod encoding;
+#[doc(hidden)]
+pub mod fax;
 mod options;
 #[doc(hidden)]
 pub mod stream;
@@ -346,8 +348,20 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
             fill_order: tag_u16(&mut d, Tag::FillOrder, 1)?,
             sample_format: format,
             bits: bits_all[0],
+            t4_options: d
+                .find_tag_unsigned_vec::<u32>(Tag::Unknown(292))
+                .map_err(|e| tiff_err(path, &e))?
+                .and_then(|v| v.first().copied())
+                .unwrap_or(0),
         },
     )?;
+    if matches!(codec, Codec::Fax(_)) && bands != 1 {
+        return Err(Error::tiff(
+            path,
+            TiffError::Unsupported,
+            format!("CCITT fax coding of {bands} samples a pixel is not read by tilestream"),
+        ));
+    }
     let dtype = sample_dtype(path, format, bits_all[0])?;
     let cmyk = photometric == Some(5) && cmyk_as_rgba(path, &mut d, dtype, bits_all[0], bands)?;
     let planar = tag_u16(&mut d, Tag::PlanarConfiguration, 1)? == 2;
