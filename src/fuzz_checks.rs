@@ -225,3 +225,46 @@ pub fn pipeline_file(data: &[u8]) -> bool {
         }
     }
 }
+
+/// Decodes `data` as one CCITT chunk the way a TIFF strip or tile is decoded: byte 0
+/// picks the coding (RLE, Group 3 one- or two-dimensional, Group 4), bytes 1-2 the row
+/// width (a little-endian u16 modulo 4096, plus one), byte 3 the rows (modulo 64, plus
+/// one), the rest is the stream. Checks:
+/// no panic; a decoded chunk sets no bit past a row's width; a refusal is one line.
+/// Returns whether it decoded.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn fax_chunk(data: &[u8]) -> bool {
+    use crate::format::tiff::fax::{FaxKind, decode};
+    let [k, w0, w1, r, stream @ ..] = data else {
+        return false;
+    };
+    let kind = match k % 4 {
+        0 => FaxKind::Rle,
+        1 => FaxKind::G3 { two_d: false },
+        2 => FaxKind::G3 { two_d: true },
+        _ => FaxKind::G4,
+    };
+    let width = usize::from(u16::from_le_bytes([*w0, *w1]) % 4096) + 1;
+    let rows = usize::from(r % 64) + 1;
+    let row_bytes = width.div_ceil(8);
+    let mut out = vec![0xA5; rows * row_bytes];
+    match decode(kind, stream, width, &mut out) {
+        Ok(()) => {
+            assert_eq!(out.len(), rows * row_bytes, "the chunk changed size");
+            if width % 8 != 0 {
+                let pad = 0xFFu8 >> (width % 8);
+                for row in out.chunks_exact(row_bytes) {
+                    assert_eq!(row[row_bytes - 1] & pad, 0, "a bit set past the width");
+                }
+            }
+            true
+        }
+        Err(m) => {
+            assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
+            false
+        }
+    }
+}
