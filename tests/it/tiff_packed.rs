@@ -304,3 +304,63 @@ fn a_damaged_fax_strip_is_refused_in_one_line() {
     assert!(err.contains("TIFF chunk 0"), "{err}");
     assert!(!npy.exists(), "an output was left");
 }
+
+/// A fixture's source: name, ENVI type code, bands, data, creation options.
+type Source<'a> = (&'a str, u8, usize, Vec<u8>, &'a [&'a str]);
+
+#[test]
+fn bit_reversed_fill_order_reads_as_gdal_reads_it() {
+    // FillOrder 2 (tiffcp -f lsb2msb): libtiff reverses the bits of every stored byte
+    // before any codec; files of whole and packed samples, every codec tiffcp writes
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (40, 30);
+    let sources: [Source; 4] = [
+        ("u8", 1, 1, pattern_u8(h, w), &["BLOCKYSIZE=9"]),
+        (
+            "u16x3",
+            12,
+            3,
+            packed_pattern(16, 2, 3, h, w),
+            &["INTERLEAVE=PIXEL", "BLOCKYSIZE=9"],
+        ),
+        ("u12", 12, 1, packed_pattern(12, 2, 1, h, w), &["NBITS=12"]),
+        ("bilevel", 1, 1, bilevel(h, w), &["NBITS=1", "BLOCKYSIZE=9"]),
+    ];
+    let mut checked = 0;
+    for (name, code, bands, data, co) in &sources {
+        let raw = envi(dir.path(), name, *code, *bands, h, w, data);
+        let plain = dir.path().join(format!("{name}.tif"));
+        gdal_tif(&raw, &plain, co);
+        let mut codings = vec!["none", "lzw", "zip", "packbits"];
+        if *name == "bilevel" {
+            codings.extend(["g3", "g3:2d", "g4"]);
+        }
+        for coding in codings {
+            let tif = dir
+                .path()
+                .join(format!("{name}_{}.tif", coding.replace(':', "_")));
+            crate::common::gdal::ok(
+                crate::common::gdal::tool("tiffcp")
+                    .args(["-f", "lsb2msb", "-c", coding])
+                    .arg(&plain)
+                    .arg(&tif),
+            );
+            let gdal = gdal_read(&tif, dir.path());
+            assert!(gdal == *data, "GDAL's own reading of {name} {coding}");
+            let npy = dir.path().join("r.npy");
+            let out = convert(&tif, &npy, "1MiB");
+            assert!(
+                out.status.success(),
+                "{name} {coding}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(npy_data(&npy) == gdal, "{name} {coding}");
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 19);
+}
+
+fn pattern_u8(h: usize, w: usize) -> Vec<u8> {
+    (0..h * w).map(|i| (i * 37 % 251) as u8).collect()
+}

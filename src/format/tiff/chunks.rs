@@ -201,6 +201,11 @@ impl TiffChunks {
             self.file
                 .read_exact_at(stored, offset)
                 .map_err(|e| Error::io("read", &self.path, e))?;
+            if l.lsb_first {
+                for b in stored.iter_mut() {
+                    *b = b.reverse_bits();
+                }
+            }
             let target: &mut [u8] = if spp == 1 {
                 // one band per chunk: decode straight into the chunk's rows
                 &mut out[..unpacked]

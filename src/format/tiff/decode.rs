@@ -104,8 +104,9 @@ pub struct SampleTags {
 /// samples: they are read as further bands), Palette (the indices are the values, as
 /// GDAL reads them) and CMYK (the four inks as bands, as GDAL reads a CMYK file that is
 /// not JPEG); the codecs of [`Codec`]; predictors 1, 2 and (for floats) 3;
-/// `FillOrder` 1. Refused: YCbCr (subsampled or not), the Lab and Log encodings,
-/// JPEG, LERC, WebP, JPEG-XL and every other codec, bit-reversed fill order.
+/// `FillOrder` 1 and 2 (the bits of every stored byte reversed before decoding, as
+/// libtiff does for every codec). Refused: YCbCr (subsampled or not), the Lab and Log encodings,
+/// JPEG, LERC, WebP, JPEG-XL and every other codec.
 ///
 /// # Errors
 /// [`Error::Tiff`] naming the first tag whose value is refused.
@@ -162,13 +163,13 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
             },
         ));
     }
-    if t.fill_order != 1 {
+    if !matches!(t.fill_order, 1 | 2) {
         return Err(Error::tiff_at(
             path,
             TiffError::UnsupportedTag {
                 tag: "FillOrder",
-                value: format!("{} (bits of each byte reversed)", t.fill_order),
-                reason: "is not read by tilestream".into(),
+                value: t.fill_order.to_string(),
+                reason: "is not valid TIFF (1: most significant bit first, 2: least)".into(),
             },
         ));
     }
@@ -720,10 +721,10 @@ mod tests {
             ),
             (
                 SampleTags {
-                    fill_order: 2,
+                    fill_order: 3,
                     ..ok.clone()
                 },
-                "FillOrder 2",
+                "FillOrder",
             ),
             (
                 SampleTags {

@@ -142,6 +142,9 @@ pub struct TiffLayout {
     pub bits: u16,
     /// True when each band is stored on its own (`PlanarConfiguration` 2).
     pub planar: bool,
+    /// `FillOrder` 2: the bits of every stored byte are in reverse order (least
+    /// significant first); they are reversed before decoding, as libtiff does.
+    pub lsb_first: bool,
     /// An 8-bit CMYK image, read as GDAL reads it: its four inks converted to red,
     /// green, blue and an opaque alpha (CMYK of other sample types reads as the inks).
     pub cmyk: bool,
@@ -190,6 +193,7 @@ impl TiffLayout {
     #[must_use]
     pub fn contiguous_offset(&self) -> Option<u64> {
         if self.compression != "none"
+            || self.lsb_first
             || self.packed()
             || self.cmyk
             || !(self.little_endian || self.dtype.size() == 1)
@@ -337,6 +341,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         .map_err(|e| tiff_err(path, &e))?
         .and_then(|v| v.first().copied());
     let predictor = tag_u16(&mut d, Tag::Predictor, 1)?;
+    let fill_order = tag_u16(&mut d, Tag::FillOrder, 1)?;
     // every tag that changes how samples decode is checked before the sample type, so
     // that a JPEG or YCbCr file is refused for what it is
     let codec = decode::validate(
@@ -345,7 +350,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
             photometric,
             compression: compression_code,
             predictor,
-            fill_order: tag_u16(&mut d, Tag::FillOrder, 1)?,
+            fill_order,
             sample_format: format,
             bits: bits_all[0],
             t4_options: d
@@ -407,6 +412,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         dtype,
         bits: bits_all[0],
         planar: planar && bands > 1,
+        lsb_first: fill_order == 2,
         cmyk,
         tiled,
         chunk: (cw as usize, ch as usize),
