@@ -139,7 +139,7 @@ pub enum TiffError {
         /// The codec's error.
         reason: String,
     },
-    /// Other valid TIFF that tilestream does not decode exactly (old-style LZW, bands of
+    /// Other valid TIFF that tilestream does not decode exactly (lossy codecs, bands of
     /// different depths, what the `tiff` crate refuses): the message says how to convert
     /// the file.
     #[error("{0}")]

@@ -364,3 +364,66 @@ fn bit_reversed_fill_order_reads_as_gdal_reads_it() {
 fn pattern_u8(h: usize, w: usize) -> Vec<u8> {
     (0..h * w).map(|i| (i * 37 % 251) as u8).collect()
 }
+
+#[test]
+fn old_style_lzw_reads_as_gdal_reads_it() {
+    // no tool writes pre-TIFF 6.0 LZW any more: a GDAL file's one strip is coded again
+    // the old way (codes least significant bit first, GIF's code widths; weezl's
+    // encoder) and the file patched to point at it; GDAL's reading (libtiff's
+    // LZWDecodeCompat) is the oracle
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (37, 45);
+    let sources: [Source; 2] = [
+        ("u8", 1, 1, pattern_u8(h, w), &[]),
+        (
+            "u16x3",
+            12,
+            3,
+            packed_pattern(16, 2, 3, h, w),
+            &["INTERLEAVE=PIXEL"],
+        ),
+    ];
+    for (name, code, bands, data, co) in &sources {
+        let raw = envi(dir.path(), name, *code, *bands, h, w, data);
+        let tif = dir.path().join(format!("{name}.tif"));
+        let mut options = co.to_vec();
+        options.push("BLOCKYSIZE=37");
+        gdal_tif(&raw, &tif, &options);
+        let mut b = std::fs::read(&tif).expect("read");
+        let ifd = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
+        let n = u16::from_le_bytes([b[ifd], b[ifd + 1]]) as usize;
+        let entry = |b: &[u8], tag: u16| {
+            (0..n)
+                .map(|i| ifd + 2 + 12 * i)
+                .find(|&e| u16::from_le_bytes([b[e], b[e + 1]]) == tag)
+                .expect("tag")
+        };
+        let (comp, offs, counts) = (entry(&b, 259), entry(&b, 273), entry(&b, 279));
+        let value = |b: &[u8], e: usize| {
+            u32::from_le_bytes(b[e + 8..e + 12].try_into().expect("4")) as usize
+        };
+        let (off, cnt) = (value(&b, offs), value(&b, counts));
+        let strip = b[off..off + cnt].to_vec();
+        let coded = weezl::encode::Encoder::new(weezl::BitOrder::Lsb, 8)
+            .encode(&strip)
+            .expect("encode");
+        assert!(coded[0] == 0 && coded[1] & 1 == 1, "an old-style stream");
+        let at = u32::try_from(b.len()).expect("small");
+        b.extend_from_slice(&coded);
+        b[comp + 8..comp + 10].copy_from_slice(&5u16.to_le_bytes());
+        b[offs + 8..offs + 12].copy_from_slice(&at.to_le_bytes());
+        b[counts + 8..counts + 12]
+            .copy_from_slice(&u32::try_from(coded.len()).expect("small").to_le_bytes());
+        std::fs::write(&tif, &b).expect("write");
+        let gdal = gdal_read(&tif, dir.path());
+        assert!(gdal == *data, "GDAL's own reading of old-style LZW {name}");
+        let npy = dir.path().join("o.npy");
+        let out = convert(&tif, &npy, "1MiB");
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(npy_data(&npy) == gdal, "old-style LZW {name}");
+    }
+}

@@ -20,7 +20,8 @@ use crate::error::{Error, Result, TiffError};
 pub enum Codec {
     /// 1: stored as is.
     None,
-    /// 5: LZW (the TIFF 6.0 variant, most significant bit first, early code-size switch).
+    /// 5: LZW (the TIFF 6.0 variant, most significant bit first, early code-size switch;
+    /// and the old style before it, least significant bit first).
     Lzw,
     /// 8 or 32946: zlib Deflate.
     Deflate,
@@ -321,17 +322,15 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
             })?;
         }
         Codec::Lzw => {
-            if src.len() >= 2 && src[0] == 0 && src[1] & 1 == 1 {
-                return Err(Error::tiff(
-                    path,
-                    TiffError::Unsupported,
-                    format!(
-                        "{what} is old-style (pre-TIFF 6.0) LZW, which tilestream does not \
-                         decode; rewrite the file with gdal_translate"
-                    ),
-                ));
-            }
-            let mut d = weezl::decode::Decoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8);
+            // old-style (pre-TIFF 6.0) LZW, told apart as libtiff does by its first bytes:
+            // codes least significant bit first, widths growing one code later (GIF's
+            // rule; libtiff's LZWDecodeCompat)
+            let old_style = src.len() >= 2 && src[0] == 0 && src[1] & 1 == 1;
+            let mut d = if old_style {
+                weezl::decode::Decoder::new(weezl::BitOrder::Lsb, 8)
+            } else {
+                weezl::decode::Decoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8)
+            };
             let (mut inp, mut filled) = (src, 0);
             while filled < need {
                 let r = d.decode_bytes(inp, &mut out[filled..]);
