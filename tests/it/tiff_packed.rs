@@ -125,17 +125,28 @@ fn packed_samples_read_exactly_as_gdal_reads_them() {
     assert!(met.iter().any(|m| m.4), "pixel interleave");
 }
 
+/// Where the entry of `tag` starts in the first directory of the classic little-endian
+/// TIFF `b` (its value, when it fits, at 8 bytes in).
+fn ifd_entry(b: &[u8], tag: u16) -> usize {
+    assert_eq!(&b[..4], b"II*\0", "a classic little-endian TIFF");
+    let ifd = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
+    let n = u16::from_le_bytes([b[ifd], b[ifd + 1]]) as usize;
+    (0..n)
+        .map(|i| ifd + 2 + 12 * i)
+        .find(|&e| u16::from_le_bytes([b[e], b[e + 1]]) == tag)
+        .expect("the tag is present")
+}
+
+/// The one LONG value held in the entry at `at`.
+fn entry_long(b: &[u8], at: usize) -> usize {
+    u32::from_le_bytes(b[at + 8..at + 12].try_into().expect("4")) as usize
+}
+
 /// Sets the value of the (one short) tag `tag` in the first directory of the classic
 /// little-endian TIFF at `tif`.
 fn patch_short_tag(tif: &Path, tag: u16, value: u16) {
     let mut b = std::fs::read(tif).expect("read tif");
-    assert_eq!(&b[..4], b"II*\0", "a classic little-endian TIFF");
-    let ifd = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
-    let n = u16::from_le_bytes([b[ifd], b[ifd + 1]]) as usize;
-    let at = (0..n)
-        .map(|i| ifd + 2 + 12 * i)
-        .find(|&e| u16::from_le_bytes([b[e], b[e + 1]]) == tag)
-        .expect("the tag is present");
+    let at = ifd_entry(&b, tag);
     b[at + 8..at + 10].copy_from_slice(&value.to_le_bytes());
     std::fs::write(tif, b).expect("write tif");
 }
@@ -283,17 +294,8 @@ fn a_damaged_fax_strip_is_refused_in_one_line() {
     // the one strip's offset (StripOffsets, one LONG, held in the entry), then zeros over
     // its middle: no Group 4 code is eight zero bits
     let mut b = std::fs::read(&tif).expect("read");
-    let ifd = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
-    let n = u16::from_le_bytes([b[ifd], b[ifd + 1]]) as usize;
-    let entry = |tag: u16| {
-        (0..n)
-            .map(|i| ifd + 2 + 12 * i)
-            .find(|&e| u16::from_le_bytes([b[e], b[e + 1]]) == tag)
-            .expect("tag")
-    };
-    let (off_at, cnt_at) = (entry(273), entry(279));
-    let off = u32::from_le_bytes(b[off_at + 8..off_at + 12].try_into().expect("4")) as usize;
-    let cnt = u32::from_le_bytes(b[cnt_at + 8..cnt_at + 12].try_into().expect("4")) as usize;
+    let off = entry_long(&b, ifd_entry(&b, 273));
+    let cnt = entry_long(&b, ifd_entry(&b, 279));
     b[off + cnt / 3..off + cnt / 3 + 8].fill(0);
     std::fs::write(&tif, b).expect("write");
     let npy = dir.path().join("d.npy");
@@ -390,19 +392,8 @@ fn old_style_lzw_reads_as_gdal_reads_it() {
         options.push("BLOCKYSIZE=37");
         gdal_tif(&raw, &tif, &options);
         let mut b = std::fs::read(&tif).expect("read");
-        let ifd = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
-        let n = u16::from_le_bytes([b[ifd], b[ifd + 1]]) as usize;
-        let entry = |b: &[u8], tag: u16| {
-            (0..n)
-                .map(|i| ifd + 2 + 12 * i)
-                .find(|&e| u16::from_le_bytes([b[e], b[e + 1]]) == tag)
-                .expect("tag")
-        };
-        let (comp, offs, counts) = (entry(&b, 259), entry(&b, 273), entry(&b, 279));
-        let value = |b: &[u8], e: usize| {
-            u32::from_le_bytes(b[e + 8..e + 12].try_into().expect("4")) as usize
-        };
-        let (off, cnt) = (value(&b, offs), value(&b, counts));
+        let (comp, offs, counts) = (ifd_entry(&b, 259), ifd_entry(&b, 273), ifd_entry(&b, 279));
+        let (off, cnt) = (entry_long(&b, offs), entry_long(&b, counts));
         let strip = b[off..off + cnt].to_vec();
         let coded = weezl::encode::Encoder::new(weezl::BitOrder::Lsb, 8)
             .encode(&strip)
