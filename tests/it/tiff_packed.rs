@@ -125,30 +125,106 @@ fn packed_samples_read_exactly_as_gdal_reads_them() {
     assert!(met.iter().any(|m| m.4), "pixel interleave");
 }
 
-/// Where the entry of `tag` starts in the first directory of the classic little-endian
-/// TIFF `b` (its value, when it fits, at 8 bytes in).
+/// Reads a u16 or u32 of a TIFF in its byte order (`II` or `MM`).
+fn tiff_u(b: &[u8], at: usize, len: usize) -> usize {
+    let bytes = &b[at..at + len];
+    let mut v = 0usize;
+    for i in 0..len {
+        let k = if &b[..2] == b"II" { len - 1 - i } else { i };
+        v = (v << 8) | usize::from(bytes[k]);
+    }
+    v
+}
+
+/// Where the entry of `tag` starts in the first directory of the classic TIFF `b` (its
+/// value, when it fits, at 8 bytes in).
 fn ifd_entry(b: &[u8], tag: u16) -> usize {
-    assert_eq!(&b[..4], b"II*\0", "a classic little-endian TIFF");
-    let ifd = u32::from_le_bytes(b[4..8].try_into().expect("4")) as usize;
-    let n = u16::from_le_bytes([b[ifd], b[ifd + 1]]) as usize;
+    assert!(&b[..4] == b"II*\0" || &b[..4] == b"MM\0*", "a classic TIFF");
+    let ifd = tiff_u(b, 4, 4);
+    let n = tiff_u(b, ifd, 2);
     (0..n)
         .map(|i| ifd + 2 + 12 * i)
-        .find(|&e| u16::from_le_bytes([b[e], b[e + 1]]) == tag)
+        .find(|&e| tiff_u(b, e, 2) == usize::from(tag))
         .expect("the tag is present")
 }
 
 /// The one LONG value held in the entry at `at`.
 fn entry_long(b: &[u8], at: usize) -> usize {
-    u32::from_le_bytes(b[at + 8..at + 12].try_into().expect("4")) as usize
+    tiff_u(b, at + 8, 4)
 }
 
 /// Sets the value of the (one short) tag `tag` in the first directory of the classic
-/// little-endian TIFF at `tif`.
+/// TIFF at `tif`.
 fn patch_short_tag(tif: &Path, tag: u16, value: u16) {
     let mut b = std::fs::read(tif).expect("read tif");
     let at = ifd_entry(&b, tag);
-    b[at + 8..at + 10].copy_from_slice(&value.to_le_bytes());
+    let bytes = if &b[..2] == b"II" {
+        value.to_le_bytes()
+    } else {
+        value.to_be_bytes()
+    };
+    b[at + 8..at + 10].copy_from_slice(&bytes);
     std::fs::write(tif, b).expect("write tif");
+}
+
+#[test]
+fn floats_of_24_bits_read_as_gdal_reads_them() {
+    // GDAL writes no 24-bit floats: a 24-bit integer file of chosen bit patterns, its
+    // SampleFormat set to float, read by GDAL (CPLTripleToFloat, into Float32) is the
+    // oracle. The patterns: every exponent with spread mantissas and both signs, zeros,
+    // denormals, infinities and NaNs
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (16, 64);
+    let mut data = Vec::with_capacity(h * w * 4);
+    for i in 0..h * w {
+        let exponent = (i % 128) as u32;
+        let mantissa = ((i as u32).wrapping_mul(40_503) >> 3) & 0xffff;
+        let sign = u32::from(i % 3 == 0) << 23;
+        let v = match i % 97 {
+            0 => 0,
+            1 => sign | 1,
+            2 => sign | 0x7f_0000,
+            _ => sign | (exponent << 16) | mantissa,
+        };
+        data.extend_from_slice(&v.to_le_bytes());
+    }
+    let raw = envi(dir.path(), "fp24", 13, 1, h, w, &data);
+    for (i, co) in [
+        &["NBITS=24"][..],
+        &["NBITS=24", "ENDIANNESS=BIG", "BLOCKYSIZE=5"],
+        &[
+            "NBITS=24",
+            "COMPRESS=DEFLATE",
+            "TILED=YES",
+            "BLOCKXSIZE=32",
+            "BLOCKYSIZE=16",
+        ],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let tif = dir.path().join(format!("fp24_{i}.tif"));
+        gdal_tif(&raw, &tif, co);
+        patch_short_tag(&tif, 339, 3);
+        let gdal = gdal_read(&tif, dir.path());
+        assert_eq!(gdal.len(), h * w * 4, "GDAL reads Float32");
+        for budget in ["1MiB", "64MiB"] {
+            let npy = dir.path().join("fp24.npy");
+            let out = convert(&tif, &npy, budget);
+            assert!(
+                out.status.success(),
+                "{co:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let b = std::fs::read(&npy).expect("npy");
+            assert!(
+                String::from_utf8_lossy(&b[..64]).contains("'<f4'"),
+                "read as f32"
+            );
+            // NaN payloads included: the bits are compared
+            assert!(npy_data(&npy) == gdal, "{co:?} at --memory {budget}");
+        }
+    }
 }
 
 #[test]

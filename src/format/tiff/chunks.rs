@@ -229,15 +229,25 @@ impl TiffChunks {
                 } else {
                     decode::decompress(&self.path, &what, l.codec, stored, packed)?;
                 }
-                decode::unpack_samples(
-                    packed,
-                    geometry.row_bytes,
-                    cw * spp,
-                    bits,
-                    l.little_endian,
-                    es,
-                    target,
-                );
+                if l.dtype == crate::dtype::DType::F32 {
+                    decode::unpack_fp24(
+                        packed,
+                        geometry.row_bytes,
+                        cw * spp,
+                        l.little_endian,
+                        target,
+                    );
+                } else {
+                    decode::unpack_samples(
+                        packed,
+                        geometry.row_bytes,
+                        cw * spp,
+                        bits,
+                        l.little_endian,
+                        es,
+                        target,
+                    );
+                }
             } else {
                 decode::decompress(&self.path, &what, l.codec, stored, target)?;
                 decode::unpredict(&geometry, l.little_endian, l.predictor, target);

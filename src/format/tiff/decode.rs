@@ -190,7 +190,17 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                     },
                 ));
             }
-            3 if t.sample_format == 3 => {}
+            3 if t.sample_format == 3 && matches!(t.bits, 16 | 32 | 64) => {}
+            3 if t.sample_format == 3 => {
+                return Err(Error::tiff_at(
+                    path,
+                    TiffError::UnsupportedTag {
+                        tag: "Predictor",
+                        value: format!("3 (floating point) on {}-bit floats", t.bits),
+                        reason: "is not read by tilestream".into(),
+                    },
+                ));
+            }
             3 => {
                 return Err(Error::tiff(
                     path,
@@ -475,6 +485,57 @@ pub fn unpack_samples(
     }
 }
 
+/// Unpacks rows of 24-bit floats (TIFF Technical Note 3: a sign bit, 7 exponent bits of
+/// bias 63, 16 mantissa bits) into f32, as GDAL reads them (`CPLTripleToFloat`): each
+/// triple in the file's byte order, every value exact in f32 (the denormals too),
+/// infinities and NaN kept.
+pub fn unpack_fp24(
+    src: &[u8],
+    row_bytes: usize,
+    per_row: usize,
+    little_endian: bool,
+    dst: &mut [u8],
+) {
+    for (s, d) in src
+        .chunks_exact(row_bytes)
+        .zip(dst.chunks_exact_mut(per_row * 4))
+    {
+        for (t, e) in s.chunks_exact(3).zip(d.chunks_exact_mut(4)) {
+            let v = if little_endian {
+                u32::from_le_bytes([t[0], t[1], t[2], 0])
+            } else {
+                u32::from_be_bytes([0, t[0], t[1], t[2]])
+            };
+            e.copy_from_slice(&fp24_to_f32(v).to_ne_bytes());
+        }
+    }
+}
+
+/// The f32 bits of a 24-bit float, as GDAL's `CPLTripleToFloat` computes them.
+fn fp24_to_f32(t: u32) -> u32 {
+    let sign = ((t >> 23) & 1) << 31;
+    let mut exponent = (t >> 16) & 0x7f;
+    let mut mantissa = t & 0xffff;
+    if exponent == 0 {
+        if mantissa == 0 {
+            return sign;
+        }
+        // a denormal: normalized, as f32 has the range for it
+        let mut e: i32 = 0;
+        while mantissa & 0x1_0000 == 0 {
+            mantissa <<= 1;
+            e -= 1;
+        }
+        mantissa &= 0xffff;
+        return sign | (((e + 1 + 127 - 63) as u32) << 23) | (mantissa << 7);
+    }
+    if exponent == 0x7f {
+        return sign | 0x7f80_0000 | (mantissa << 7);
+    }
+    exponent += 127 - 63;
+    sign | (exponent << 23) | (mantissa << 7)
+}
+
 /// One row of [`unpack_samples`] into elements of `N` bytes (unaligned, native order).
 fn unpack_row<const N: usize>(src: &[u8], bits: usize, little_endian: bool, dst: &mut [u8]) {
     let dst: &mut [[u8; N]] = bytemuck::cast_slice_mut(dst);
@@ -632,6 +693,24 @@ mod tests {
         assert_eq!(u32::from_ne_bytes(w24), 0x0001_0203);
         unpack_samples(&[0x01, 0x02, 0x03], 3, 1, 24, false, 4, &mut w24);
         assert_eq!(u32::from_ne_bytes(w24), 0x0003_0201);
+    }
+
+    #[test]
+    fn fp24_widens_to_the_same_value() {
+        // 1.0: exponent 63, mantissa 0; -2.5: sign, exponent 64, mantissa 0x4000
+        let f = |t: u32| f32::from_bits(fp24_to_f32(t));
+        assert_eq!(f(0x3F_0000).to_bits(), 1.0f32.to_bits());
+        assert_eq!(f(0xC0_4000).to_bits(), (-2.5f32).to_bits());
+        // the smallest denormal: 2^-62 * 2^-16
+        assert_eq!(f(0x00_0001).to_bits(), 2f32.powi(-78).to_bits());
+        // zero keeps its sign; infinity and NaN stay
+        assert_eq!(f(0x80_0000).to_bits(), (-0.0f32).to_bits());
+        assert_eq!(f(0x7F_0000), f32::INFINITY);
+        assert!(f(0x7F_0001).is_nan());
+        let mut out = [0u8; 8];
+        unpack_fp24(&[0x00, 0x00, 0x3F, 0x00, 0x00, 0x00], 6, 2, true, &mut out);
+        assert_eq!(out[..4], 1.0f32.to_ne_bytes());
+        assert_eq!(out[4..], 0.0f32.to_ne_bytes()[..]);
     }
 
     #[test]

@@ -238,6 +238,7 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
         (2, 32) => DType::I32,
         (2, 64) => DType::I64,
         (3, 16) => DType::F16,
+        (3, 24) => DType::F32,
         (3, 32) => DType::F32,
         (3, 64) => DType::F64,
         _ => {
@@ -247,7 +248,7 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
                 format!(
                     "BitsPerSample {bits} with SampleFormat {format} is not read by tilestream \
                      (it reads unsigned integers of 1 to 32 and 64 bits, signed integers of 8, \
-                     16, 32 and 64 bits, and 16, 32 and 64-bit floats); convert it with \
+                     16, 32 and 64 bits, and 16, 24, 32 and 64-bit floats); convert it with \
                      gdal_translate -ot Int16 (or -ot Float32) first"
                 ),
             ));
