@@ -238,8 +238,7 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
         (2, 32) => DType::I32,
         (2, 64) => DType::I64,
         (3, 16) => DType::F16,
-        (3, 24) => DType::F32,
-        (3, 32) => DType::F32,
+        (3, 24 | 32) => DType::F32,
         (3, 64) => DType::F64,
         _ => {
             return Err(Error::tiff(
