@@ -48,7 +48,13 @@ impl Photo {
 
 /// A VRT over `raw` (one band of an ENVI file) with a grey-ramp colour table, so that
 /// `gdal_translate` writes a Palette TIFF.
-fn palette_vrt(dir: &Path, raw: &Path, dt: &str, h: usize, w: usize) -> std::path::PathBuf {
+pub(crate) fn palette_vrt(
+    dir: &Path,
+    raw: &Path,
+    dt: &str,
+    h: usize,
+    w: usize,
+) -> std::path::PathBuf {
     let gdal_type = if dt == "u8" { "Byte" } else { "UInt16" };
     let mut entries = String::new();
     for i in 0..256 {

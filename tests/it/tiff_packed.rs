@@ -494,3 +494,27 @@ fn old_style_lzw_reads_as_gdal_reads_it() {
         assert!(npy_data(&npy) == gdal, "old-style LZW {name}");
     }
 }
+
+#[test]
+fn packed_palette_indices_read_as_gdal_reads_them() {
+    // 1, 2 and 4-bit Palette images: GDAL gives the indices (the colour table aside)
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (21, 35);
+    for bits in [1u32, 2, 4] {
+        let data = packed_pattern(bits, 1, 1, h, w);
+        let raw = envi(dir.path(), &format!("pal{bits}"), 1, 1, h, w, &data);
+        let vrt = crate::tiff_matrix::palette_vrt(dir.path(), &raw, "u8", h, w);
+        let tif = dir.path().join(format!("pal{bits}.tif"));
+        gdal_tif(&vrt, &tif, &[&format!("NBITS={bits}"), "COMPRESS=LZW"]);
+        let gdal = gdal_read(&tif, dir.path());
+        assert!(gdal == data, "GDAL's own reading of {bits}-bit Palette");
+        let npy = dir.path().join("pal.npy");
+        let out = convert(&tif, &npy, "1MiB");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(npy_data(&npy) == gdal, "{bits}-bit Palette");
+    }
+}
