@@ -462,8 +462,8 @@ pub fn unpredict(rows: &ChunkRows, little_endian: bool, predictor: u16, data: &m
 /// `es` bytes) into native-endian elements, as libtiff and GDAL read them: each row of
 /// `src` starts on a byte (`row_bytes` bytes a row) and holds `per_row` samples; 24-bit
 /// samples are three whole bytes (in GDAL's order, the reverse of the file's), any other
-/// width a stream of bits, most significant first, whatever the byte order. `dst` holds `per_row * es` bytes a
-/// row.
+/// width a stream of bits, most significant first, whatever the byte order. `dst` holds
+/// `per_row * es` bytes a row.
 pub fn unpack_samples(
     src: &[u8],
     row_bytes: usize,
