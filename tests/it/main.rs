@@ -40,6 +40,7 @@ mod simulated_device;
 mod split;
 mod standardize;
 mod stencil;
+mod tiff_jpeg;
 mod tiff_matrix;
 mod tiff_packed;
 mod zarr;

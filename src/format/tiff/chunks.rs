@@ -83,10 +83,25 @@ impl ChunkSource for TiffChunks {
         // chunk before its bands are gathered. (Other files are counted as one decoded
         // chunk, the default, as before this was written.)
         let l = &self.layout;
+        let (cw, ch) = l.chunk;
+        if let Some(j) = &l.jpeg {
+            // the stored bytes, the same spliced after the tables, the pixel-interleaved
+            // rows of a converted chunk, and libjpeg's own buffers (a progressive
+            // stream's coefficients: two bytes a sample)
+            let decoded = (ch * cw * j.output.components()) as u64;
+            let stored = l
+                .byte_counts
+                .iter()
+                .copied()
+                .max()
+                .unwrap_or(0)
+                .min(stored_limit(l.codec, decoded as usize, ch));
+            let tables = j.tables.as_ref().map_or(0, Vec::len) as u64;
+            return 2 * stored + tables + 3 * decoded;
+        }
         if !l.packed() {
             return 0;
         }
-        let (cw, ch) = l.chunk;
         let spp = if l.planar { 1 } else { l.bands };
         let unpacked = (ch * cw * spp * l.dtype.size()) as u64;
         let packed = (ch * (cw * spp * usize::from(l.bits)).div_ceil(8)) as u64;
@@ -206,6 +221,28 @@ impl TiffChunks {
                     *b = b.reverse_bits();
                 }
             }
+            if let Some(j) = &l.jpeg {
+                // libjpeg-turbo writes the chunk's band planes itself
+                let chunk = super::jpeg::Chunk {
+                    tables: j.tables.as_deref(),
+                    stored,
+                    output: j.output,
+                    width: cw,
+                    rows,
+                    slot_rows: ch,
+                    subsampling: j.subsampling,
+                };
+                super::jpeg::decode(&chunk, out).map_err(|reason| {
+                    Error::tiff_at(
+                        &self.path,
+                        TiffError::Decode {
+                            chunk: what.clone(),
+                            reason,
+                        },
+                    )
+                })?;
+                return Ok(false);
+            }
             let target: &mut [u8] = if spp == 1 {
                 // one band per chunk: decode straight into the chunk's rows
                 &mut out[..unpacked]
@@ -277,6 +314,9 @@ impl TiffChunks {
 fn stored_limit(codec: decode::Codec, need: usize, rows: usize) -> u64 {
     match codec {
         decode::Codec::Fax(_) => 9 * need as u64 + 8 * rows as u64 + 4096,
+        // a JPEG of noise at quality 100 takes more than its pixels; 8 bytes a sample is
+        // beyond any real stream (the worst Huffman codes of a block)
+        decode::Codec::Jpeg => 8 * need as u64 + 65536,
         _ => 2 * need as u64 + 4096,
     }
 }

@@ -31,6 +31,9 @@ pub enum Codec {
     Zstd,
     /// 2, 3 or 4: the CCITT bilevel codings ([`fax`](super::fax)), of 1-bit samples.
     Fax(FaxKind),
+    /// 7: JPEG of 8-bit samples, decoded by libjpeg-turbo as libtiff decodes it
+    /// ([`jpeg`](super::jpeg)).
+    Jpeg,
 }
 
 impl Codec {
@@ -46,6 +49,7 @@ impl Codec {
             2 => Codec::Fax(FaxKind::Rle),
             3 => Codec::Fax(FaxKind::G3 { two_d: false }),
             4 => Codec::Fax(FaxKind::G4),
+            7 => Codec::Jpeg,
             _ => return None,
         })
     }
@@ -104,16 +108,19 @@ pub struct SampleTags {
 /// Accepted: `PhotometricInterpretation` `MinIsWhite`, `MinIsBlack`, RGB (with any extra
 /// samples: they are read as further bands), Palette (the indices are the values, as
 /// GDAL reads them) and CMYK (the four inks as bands, as GDAL reads a CMYK file that is
-/// not JPEG); the codecs of [`Codec`]; predictors 1, 2 and (for floats) 3;
+/// not JPEG), YCbCr when JPEG-compressed (converted to RGB by libjpeg, as GDAL reads it);
+/// the codecs of [`Codec`]; predictors 1, 2 and (for floats) 3;
 /// `FillOrder` 1 and 2 (the bits of every stored byte reversed before decoding, as
-/// libtiff does for every codec). Refused: YCbCr (subsampled or not), the Lab and Log encodings,
-/// JPEG, LERC, WebP, JPEG-XL and every other codec.
+/// libtiff does for every codec but JPEG). Refused: YCbCr other than JPEG's, the Lab and
+/// Log encodings, old-style JPEG (6), JPEG of other than 8-bit unsigned samples, LERC,
+/// WebP, JPEG-XL and every other codec.
 ///
 /// # Errors
 /// [`Error::Tiff`] naming the first tag whose value is refused.
 pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
     if let Some(p) = t.photometric
         && !matches!(p, 0..=3 | 5)
+        && !(p == 6 && t.compression == 7)
     {
         return Err(Error::tiff_at(
             path,
@@ -121,15 +128,15 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 tag: "PhotometricInterpretation",
                 value: format!("{p} ({})", photometric_name(p)),
                 reason: "is not read by tilestream (it reads MinIsBlack, MinIsWhite, RGB with \
-                         any extra samples, Palette indices and CMYK inks); convert with \
-                         gdal_translate -co PHOTOMETRIC=MINISBLACK first"
+                         any extra samples, Palette indices, CMYK inks and JPEG-compressed \
+                         YCbCr); convert with gdal_translate -co PHOTOMETRIC=MINISBLACK first"
                     .into(),
             },
         ));
     }
     let Some(codec) = Codec::from_tag(t.compression) else {
-        let hint = if matches!(t.compression, 6 | 7) {
-            "JPEG is lossy; "
+        let hint = if t.compression == 6 {
+            "old-style JPEG is not libtiff's own; "
         } else {
             ""
         };
@@ -140,7 +147,8 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 value: format!("{} ({})", t.compression, compression_label(t.compression)),
                 reason: format!(
                     "is not decoded by tilestream ({hint}it decodes none, LZW, Deflate, PackBits, \
-                     ZSTD and CCITT fax); convert with gdal_translate -co COMPRESS=DEFLATE first"
+                     ZSTD, CCITT fax and JPEG); convert with gdal_translate -co \
+                     COMPRESS=DEFLATE first"
                 ),
             },
         ));
@@ -160,6 +168,21 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 reason: format!(
                     "on {}-bit samples is not valid TIFF (CCITT codes 1-bit images)",
                     t.bits
+                ),
+            },
+        ));
+    }
+    if codec == Codec::Jpeg && !(t.bits == 8 && t.sample_format == 1) {
+        return Err(Error::tiff_at(
+            path,
+            TiffError::UnsupportedTag {
+                tag: "Compression",
+                value: "7 (jpeg)".into(),
+                reason: format!(
+                    "of {}-bit samples of SampleFormat {} is not read by tilestream (it reads \
+                     JPEG of 8-bit unsigned samples); convert with gdal_translate -co \
+                     COMPRESS=DEFLATE first",
+                    t.bits, t.sample_format
                 ),
             },
         ));
@@ -304,6 +327,12 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
             // decoded by `fax::decode`, which needs the row width; a caller that gets here
             // has a bug, not a file
             return Err(corrupt(&"CCITT chunks are decoded row by row, not here"));
+        }
+        Codec::Jpeg => {
+            // decoded by `jpeg::decode`, which needs the tables and the chunk's geometry
+            return Err(corrupt(
+                &"JPEG chunks are decoded by libjpeg-turbo, not here",
+            ));
         }
         Codec::None => {
             if src.len() < need {

@@ -24,6 +24,7 @@ pub mod decode;
 pub(crate) mod encoding;
 #[doc(hidden)]
 pub mod fax;
+pub mod jpeg;
 mod options;
 #[doc(hidden)]
 pub mod stream;
@@ -156,6 +157,8 @@ pub struct TiffLayout {
     pub compression: String,
     /// The codec that decodes the chunks.
     pub codec: Codec,
+    /// For JPEG-compressed files, the tables and how components are taken.
+    pub jpeg: Option<jpeg::JpegTags>,
     /// `PhotometricInterpretation` (1, `MinIsBlack`, when absent).
     pub photometric: u16,
     /// Predictor (1 none, 2 horizontal, 3 floating point).
@@ -303,6 +306,80 @@ fn cmyk_as_rgba(
     Ok(true)
 }
 
+/// The tags a JPEG-compressed file's chunks are decoded with, refusing the layouts
+/// libtiff does not take, or takes through its RGBA interface (CMYK, Palette).
+fn jpeg_tags(
+    path: &Path,
+    d: &mut Decoder<BufReader<File>>,
+    photometric: u16,
+    bands: usize,
+    planar: bool,
+) -> Result<jpeg::JpegTags> {
+    use jpeg::Output;
+    let refuse = |what: String| {
+        Err(Error::tiff_at(
+            path,
+            TiffError::UnsupportedTag {
+                tag: "Compression",
+                value: "7 (jpeg)".into(),
+                reason: format!(
+                    "with {what} is not read by tilestream (it reads JPEG of one band, of \
+                     three (RGB or YCbCr) or four (RGB and an extra sample, or CMYK), and of \
+                     any band count stored band by band); convert with gdal_translate -co \
+                     COMPRESS=DEFLATE first"
+                ),
+            },
+        ))
+    };
+    let output = match (photometric, bands, planar) {
+        // CMYK: the inks as stored, then converted to RGBA as for any 8-bit CMYK file
+        (5, 4, false) => Output::Raw4,
+        (5, _, true) => Output::Gray,
+        (3 | 5, ..) => {
+            return refuse(format!(
+                "PhotometricInterpretation {photometric} ({})",
+                decode::photometric_name(photometric)
+            ));
+        }
+        (6, 3, false) => Output::YcbcrToRgb,
+        (6, ..) => {
+            return refuse(format!(
+                "YCbCr of {bands} samples a pixel, or stored by band"
+            ));
+        }
+        (_, 1, _) | (_, _, true) => Output::Gray,
+        (_, 3, false) => Output::Raw3,
+        (_, 4, false) => Output::Raw4,
+        _ => return refuse(format!("{bands} samples a pixel")),
+    };
+    let tables = match d
+        .find_tag(Tag::JPEGTables)
+        .map_err(|e| tiff_err(path, &e))?
+    {
+        None => None,
+        Some(v) => Some(v.into_u8_vec().map_err(|e| tiff_err(path, &e))?),
+    };
+    if tables.as_ref().is_some_and(|t| t.len() > jpeg::MAX_TABLES) {
+        return Err(Error::tiff(
+            path,
+            TiffError::Corrupt,
+            format!(
+                "the JPEGTables tag holds more than {} bytes, which no JPEG's tables need",
+                jpeg::MAX_TABLES
+            ),
+        ));
+    }
+    let subsampling = d
+        .find_tag_unsigned_vec::<u16>(Tag::Unknown(530))
+        .map_err(|e| tiff_err(path, &e))?
+        .and_then(|v| Some((*v.first()?, *v.get(1)?)));
+    Ok(jpeg::JpegTags {
+        tables,
+        output,
+        subsampling: if photometric == 6 { subsampling } else { None },
+    })
+}
+
 /// Reads the layout and georeferencing of the first image of a TIFF file.
 ///
 /// # Errors
@@ -368,8 +445,19 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         ));
     }
     let dtype = sample_dtype(path, format, bits_all[0])?;
-    let cmyk = photometric == Some(5) && cmyk_as_rgba(path, &mut d, dtype, bits_all[0], bands)?;
     let planar = tag_u16(&mut d, Tag::PlanarConfiguration, 1)? == 2;
+    let jpeg = if codec == Codec::Jpeg {
+        Some(jpeg_tags(
+            path,
+            &mut d,
+            photometric.unwrap_or(1),
+            bands,
+            planar,
+        )?)
+    } else {
+        None
+    };
+    let cmyk = photometric == Some(5) && cmyk_as_rgba(path, &mut d, dtype, bits_all[0], bands)?;
     let compression = decode::compression_label(compression_code);
     let tiled = d.get_chunk_type() == ChunkType::Tile;
     let (cw, ch) = d.chunk_dimensions();
@@ -412,12 +500,14 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         dtype,
         bits: bits_all[0],
         planar: planar && bands > 1,
-        lsb_first: fill_order == 2,
+        // libtiff reverses no bits for JPEG (its codec sets TIFF_NOBITREV)
+        lsb_first: fill_order == 2 && codec != Codec::Jpeg,
         cmyk,
         tiled,
         chunk: (cw as usize, ch as usize),
         compression,
         codec,
+        jpeg,
         photometric: photometric.unwrap_or(1),
         predictor: if codec.uses_predictor() { predictor } else { 1 },
         bigtiff,
