@@ -177,6 +177,60 @@ pub fn tiff_file(data: &[u8]) -> bool {
     opened(crate::TensorFile::open_tiff(&path))
 }
 
+/// Decodes `data` as one JPEG-compressed TIFF chunk the way a strip or tile is decoded:
+/// byte 0 picks how components are taken (grey, YCbCr to RGB, three raw, four raw),
+/// bytes 1-2 the width (a little-endian u16 modulo 1024, plus one), byte 3 the rows
+/// (modulo 64, plus one), byte 4 the extra rows of the chunk's slot (modulo 16), bytes
+/// 5-6 the length of the `JPEGTables` stream that follows (none when 0), the rest is the
+/// chunk's stream. Checks: no panic; nothing written past the chunk (guard bytes after
+/// it stay as they were); a refusal is one line. Returns whether it decoded (false too
+/// where libjpeg-turbo is not installed).
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn jpeg_chunk(data: &[u8]) -> bool {
+    use crate::format::tiff::jpeg::{Chunk, Output, decode};
+    const GUARD: usize = 256;
+    let [k, w0, w1, r, extra, t0, t1, rest @ ..] = data else {
+        return false;
+    };
+    let output = match k % 4 {
+        0 => Output::Gray,
+        1 => Output::YcbcrToRgb,
+        2 => Output::Raw3,
+        _ => Output::Raw4,
+    };
+    let width = usize::from(u16::from_le_bytes([*w0, *w1]) % 1024) + 1;
+    let rows = usize::from(r % 64) + 1;
+    let slot_rows = rows + usize::from(extra % 16);
+    let tables_len = usize::from(u16::from_le_bytes([*t0, *t1])).min(rest.len());
+    let (tables, stored) = rest.split_at(tables_len);
+    let chunk = Chunk {
+        tables: (tables_len > 0).then_some(tables),
+        stored,
+        output,
+        width,
+        rows,
+        slot_rows,
+        subsampling: None,
+    };
+    let size = output.components() * slot_rows * width;
+    let mut out = vec![0xA5u8; size + GUARD];
+    let result = decode(&chunk, &mut out[..size]);
+    assert!(
+        out[size..].iter().all(|&b| b == 0xA5),
+        "bytes written past the chunk"
+    );
+    match result {
+        Ok(()) => true,
+        Err(m) => {
+            assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
+            false
+        }
+    }
+}
+
 /// Opens a Zarr store whose `zarr.json` is `data` (no chunk files: every chunk is the
 /// fill value) and reads its ends: must not panic, and every refusal is one line.
 /// Returns whether it opened.

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use tilestream::DType;
 use tilestream::fuzz_checks::{
-    NpyOutcome, expr, fax_chunk, npy_header, pipeline_file, tiff_file, zarr_metadata,
+    NpyOutcome, expr, fax_chunk, jpeg_chunk, npy_header, pipeline_file, tiff_file, zarr_metadata,
 };
 
 fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
@@ -110,8 +110,7 @@ fn replay(name: &str, check: fn(&[u8]) -> bool) -> (usize, usize) {
 #[test]
 fn tiff_file_corpus_replays_without_a_finding() {
     let (ok, n) = replay("tiff_file", tiff_file);
-    // GDAL's files among the seeds open (packed samples, CMYK and fax among them); JPEG
-    // ones are refused
+    // GDAL's files among the seeds open (packed samples, CMYK, fax and JPEG among them)
     assert!(n >= 16 && ok >= 10 && ok < n, "{ok} of {n}");
 }
 
@@ -121,6 +120,14 @@ fn fax_chunk_corpus_replays_without_a_finding() {
     // the 30 seeds are strips GDAL and tiffcp wrote: they decode; what the fuzzer added
     // mostly does not
     assert!(n >= 100 && ok >= 30 && ok < n, "{ok} of {n}");
+}
+
+#[test]
+fn jpeg_chunk_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("jpeg_chunk", jpeg_chunk);
+    // the 27 seeds are strips and tiles GDAL and tiffcp wrote: they decode (libjpeg-turbo
+    // is installed by the test command); what the fuzzer added mostly does not
+    assert!(n >= 27 && ok >= 27, "{ok} of {n}");
 }
 
 #[test]
