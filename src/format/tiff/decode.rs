@@ -814,10 +814,18 @@ mod tests {
             ),
             (
                 SampleTags {
-                    compression: 7,
+                    compression: 6,
                     ..ok.clone()
                 },
-                "jpeg",
+                "old-style JPEG",
+            ),
+            (
+                SampleTags {
+                    compression: 7,
+                    bits: 16,
+                    ..ok.clone()
+                },
+                "16-bit samples",
             ),
             (
                 SampleTags {
