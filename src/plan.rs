@@ -365,6 +365,13 @@ impl fmt::Display for Plan {
             fmt_shape(&self.tile_shape),
             last.len
         )?;
+        if self.bands_inner {
+            writeln!(
+                f,
+                "order:          the bands of each position one after another (chunks that \
+                 hold every band)"
+            )?;
+        }
         writeln!(f, "halo:           none")?;
         writeln!(
             f,

@@ -18,6 +18,23 @@ use crate::plan::Plan;
 use crate::scheduler::InputStream;
 
 impl Engine {
+    /// Visits the bands of each position one after another (the plan's `bands_inner`)
+    /// when an input of the plan's shape is decoded in chunks that hold every band (a
+    /// pixel-interleaved GeoTIFF) and the output does not already choose the order: the
+    /// chunks a band's tile decodes are then in the cache for the other bands' tiles, so
+    /// each chunk is decoded once instead of once a band. Elementwise only: the order
+    /// of tiles changes nothing in their values.
+    fn interleaved_input_order(&self, req: &mut crate::plan::PlanRequest, inputs: &[&TensorFile]) {
+        if req.bands_inner.is_some() || self.out_reserve.is_some() || req.shape.len() != 3 {
+            return;
+        }
+        req.bands_inner = inputs.iter().find_map(|f| {
+            let c = f.chunked()?.chunk_shape();
+            (f.shape() == req.shape.as_slice() && c.len() == 3 && c[0] == req.shape[0] && c[0] > 1)
+                .then_some(c[1])
+        });
+    }
+
     /// Plans `affine` without running it.
     ///
     /// # Errors
@@ -36,6 +53,7 @@ impl Engine {
         req.in_bytes_per_elem = input.dtype().size() as u64;
         req.inputs = 1;
         req.out_bytes_per_elem = od.size() as u64;
+        self.interleaved_input_order(&mut req, &[input]);
         self.on_device(&mut req, 0, 0, 0);
         Ok(Plan::new(&req)?)
     }
@@ -310,6 +328,7 @@ impl Engine {
         req.in_bytes_per_elem = streams.iter().map(|s| s.file.dtype().size() as u64).sum();
         req.inputs = streams.len();
         req.out_bytes_per_elem = od.size() as u64;
+        self.interleaved_input_order(&mut req, &streams_files);
         self.on_device(&mut req, 0, 0, 0);
         Ok(Plan::new(&req)?)
     }

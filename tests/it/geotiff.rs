@@ -716,7 +716,10 @@ fn grid_changes_and_impossible_outputs_are_explicit() {
         .expect("spawn");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("lerc") && err.contains("gdal_translate"), "{err}");
+    assert!(
+        err.contains("lerc") && err.contains("gdal_translate"),
+        "{err}"
+    );
 }
 
 #[test]

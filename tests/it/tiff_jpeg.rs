@@ -270,3 +270,43 @@ fn damaged_or_mismatched_jpeg_chunks_are_refused_in_one_line() {
         &[("TILESTREAM_TURBOJPEG", "/nonexistent/libturbojpeg.so")],
     );
 }
+
+#[test]
+fn a_pixel_interleaved_input_is_read_with_the_bands_of_each_position_together() {
+    // every band of a position comes from the same chunks: visiting them one after
+    // another lets the chunk cache serve the second and third band (each chunk decoded
+    // once, not once a band); a band-interleaved file keeps the plain order
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (300, 260);
+    let raw = envi(dir.path(), "src", 1, 3, h, w, &image(3, h, w));
+    for (interleave, together) in [("PIXEL", true), ("BAND", false)] {
+        let tif = dir.path().join(format!("{interleave}.tif"));
+        gdal_tif(
+            &raw,
+            &tif,
+            &[
+                "COMPRESS=JPEG",
+                "TILED=YES",
+                "BLOCKXSIZE=64",
+                "BLOCKYSIZE=64",
+                &format!("INTERLEAVE={interleave}"),
+            ],
+        );
+        let input = tilestream::TensorFile::open(&tif).expect("open");
+        let engine =
+            tilestream::Engine::new(tilestream::MemoryBudget::new(1 << 20)).expect("engine");
+        let plan = engine.plan_affine(&input, None).expect("plan");
+        assert_eq!(plan.bands_inner, together, "{interleave}: {plan}");
+        assert_eq!(
+            plan.to_string()
+                .contains("the bands of each position one after another"),
+            together,
+            "{plan}"
+        );
+        if together {
+            // tiles never straddle two rows of chunks
+            assert_eq!(64 % plan.tile_shape[1], 0, "{plan}");
+        }
+        reads_as_gdal(&tif, dir.path(), interleave);
+    }
+}
