@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::gdal::{BIN, envi, gdal_read, gdal_tif, npy_data, ok, tool};
+use crate::common::gdal::{BIN, convert_at, envi, gdal_read, gdal_tif, npy_data, ok, tool};
 
 /// `bands x h x w` bytes: smooth gradients with hashed noise, so that every quantisation
 /// step and both chroma planes matter.
@@ -27,22 +27,12 @@ fn image(bands: usize, h: usize, w: usize) -> Vec<u8> {
     out
 }
 
-fn convert(tif: &Path, npy: &Path, budget: &str) -> std::process::Output {
-    Command::new(BIN)
-        .arg("convert")
-        .arg(tif)
-        .arg(npy)
-        .args(["-m", budget, "--progress", "never"])
-        .output()
-        .expect("spawn")
-}
-
 /// tilestream's reading of `tif` at two budgets equals GDAL's.
 fn reads_as_gdal(tif: &Path, dir: &Path, what: &str) {
     let gdal = gdal_read(tif, dir);
     for budget in ["1MiB", "64MiB"] {
         let npy = dir.join(format!("out_{budget}.npy"));
-        let out = convert(tif, &npy, budget);
+        let out = convert_at(tif, &npy, budget);
         assert!(
             out.status.success(),
             "{what} at {budget}: {}",

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use crate::common::gdal::{BIN, envi, gdal_read, gdal_tif, npy_data};
+use crate::common::gdal::{convert_at, envi, gdal_read, gdal_tif, npy_data};
 
 /// `bands x h x w` values below `2^bits` (the largest among them), as little-endian
 /// elements of `es` bytes.
@@ -29,16 +29,6 @@ fn packed_pattern(bits: u32, es: usize, bands: usize, h: usize, w: usize) -> Vec
         }
     }
     out
-}
-
-fn convert(tif: &Path, npy: &Path, budget: &str) -> std::process::Output {
-    std::process::Command::new(BIN)
-        .arg("convert")
-        .arg(tif)
-        .arg(npy)
-        .args(["-m", budget, "--progress", "never"])
-        .output()
-        .expect("spawn")
 }
 
 #[test]
@@ -92,7 +82,7 @@ fn packed_samples_read_exactly_as_gdal_reads_them() {
             assert!(gdal == data, "GDAL's own reading of {co:?}");
             for budget in ["1MiB", "64MiB"] {
                 let npy = dir.path().join(format!("{name}_{budget}.npy"));
-                let out = convert(&tif, &npy, budget);
+                let out = convert_at(&tif, &npy, budget);
                 assert!(
                     out.status.success(),
                     "tilestream refused {co:?} ({bands} bands): {}",
@@ -210,7 +200,7 @@ fn floats_of_24_bits_read_as_gdal_reads_them() {
         assert_eq!(gdal.len(), h * w * 4, "GDAL reads Float32");
         for budget in ["1MiB", "64MiB"] {
             let npy = dir.path().join("fp24.npy");
-            let out = convert(&tif, &npy, budget);
+            let out = convert_at(&tif, &npy, budget);
             assert!(
                 out.status.success(),
                 "{co:?}: {}",
@@ -239,7 +229,7 @@ fn signed_packed_samples_are_refused_in_one_line() {
     gdal_tif(&raw, &tif, &["NBITS=12"]);
     patch_short_tag(&tif, 339, 2); // SampleFormat: signed integer
     let npy = dir.path().join("s12.npy");
-    let out = convert(&tif, &npy, "64MiB");
+    let out = convert_at(&tif, &npy, "64MiB");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(matches!(out.status.code(), Some(1 | 2)), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -340,7 +330,7 @@ fn ccitt_fax_reads_exactly_as_gdal_reads_it() {
         let gdal = if errors { data.clone() } else { gdal };
         for budget in ["1MiB", "64MiB"] {
             let npy = dir.path().join("fax.npy");
-            let out = convert(tif, &npy, budget);
+            let out = convert_at(tif, &npy, budget);
             assert!(
                 out.status.success(),
                 "tilestream refused {what}: {}",
@@ -375,7 +365,7 @@ fn a_damaged_fax_strip_is_refused_in_one_line() {
     b[off + cnt / 3..off + cnt / 3 + 8].fill(0);
     std::fs::write(&tif, b).expect("write");
     let npy = dir.path().join("d.npy");
-    let out = convert(&tif, &npy, "64MiB");
+    let out = convert_at(&tif, &npy, "64MiB");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(matches!(out.status.code(), Some(1 | 2)), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
@@ -426,7 +416,7 @@ fn bit_reversed_fill_order_reads_as_gdal_reads_it() {
             let gdal = gdal_read(&tif, dir.path());
             assert!(gdal == *data, "GDAL's own reading of {name} {coding}");
             let npy = dir.path().join("r.npy");
-            let out = convert(&tif, &npy, "1MiB");
+            let out = convert_at(&tif, &npy, "1MiB");
             assert!(
                 out.status.success(),
                 "{name} {coding}: {}",
@@ -485,7 +475,7 @@ fn old_style_lzw_reads_as_gdal_reads_it() {
         let gdal = gdal_read(&tif, dir.path());
         assert!(gdal == *data, "GDAL's own reading of old-style LZW {name}");
         let npy = dir.path().join("o.npy");
-        let out = convert(&tif, &npy, "1MiB");
+        let out = convert_at(&tif, &npy, "1MiB");
         assert!(
             out.status.success(),
             "{name}: {}",
@@ -509,7 +499,7 @@ fn packed_palette_indices_read_as_gdal_reads_them() {
         let gdal = gdal_read(&tif, dir.path());
         assert!(gdal == data, "GDAL's own reading of {bits}-bit Palette");
         let npy = dir.path().join("pal.npy");
-        let out = convert(&tif, &npy, "1MiB");
+        let out = convert_at(&tif, &npy, "1MiB");
         assert!(
             out.status.success(),
             "{}",

@@ -89,13 +89,7 @@ impl ChunkSource for TiffChunks {
             // rows of a converted chunk, and libjpeg's own buffers (a progressive
             // stream's coefficients: two bytes a sample)
             let decoded = (ch * cw * j.output.components()) as u64;
-            let stored = l
-                .byte_counts
-                .iter()
-                .copied()
-                .max()
-                .unwrap_or(0)
-                .min(stored_limit(l.codec, decoded as usize, ch));
+            let stored = self.largest_stored(decoded as usize, ch);
             let tables = j.tables.as_ref().map_or(0, Vec::len) as u64;
             return 2 * stored + tables + 3 * decoded;
         }
@@ -105,13 +99,7 @@ impl ChunkSource for TiffChunks {
         let spp = if l.planar { 1 } else { l.bands };
         let unpacked = (ch * cw * spp * l.dtype.size()) as u64;
         let packed = (ch * (cw * spp * usize::from(l.bits)).div_ceil(8)) as u64;
-        let stored = l
-            .byte_counts
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(0)
-            .min(stored_limit(l.codec, packed as usize, ch));
+        let stored = self.largest_stored(packed as usize, ch);
         stored + packed + if spp > 1 { unpacked } else { 0 }
     }
 
@@ -147,6 +135,13 @@ impl ChunkSource for TiffChunks {
 }
 
 impl TiffChunks {
+    /// The stored bytes of the largest chunk, as far as `decode` reads them (chunks of
+    /// `need` decoded bytes in `rows` rows).
+    fn largest_stored(&self, need: usize, rows: usize) -> u64 {
+        let most = self.layout.byte_counts.iter().copied().max().unwrap_or(0);
+        most.min(stored_limit(self.layout.codec, need, rows))
+    }
+
     fn fill_sparse(&self, out: &mut [u8]) {
         for s in out.chunks_exact_mut(self.sparse.len()) {
             s.copy_from_slice(&self.sparse);
@@ -211,6 +206,15 @@ impl TiffChunks {
                 },
             ));
         }
+        let failed = |reason: String| {
+            Error::tiff_at(
+                &self.path,
+                TiffError::Decode {
+                    chunk: what.clone(),
+                    reason,
+                },
+            )
+        };
         SCRATCH.with_borrow_mut(|(stored, decoded, packed)| {
             stored.resize(count as usize, 0);
             self.file
@@ -232,15 +236,7 @@ impl TiffChunks {
                     slot_rows: ch,
                     subsampling: j.subsampling,
                 };
-                super::jpeg::decode(&chunk, out).map_err(|reason| {
-                    Error::tiff_at(
-                        &self.path,
-                        TiffError::Decode {
-                            chunk: what.clone(),
-                            reason,
-                        },
-                    )
-                })?;
+                super::jpeg::decode(&chunk, out).map_err(failed)?;
                 return Ok(false);
             }
             let target: &mut [u8] = if spp == 1 {
@@ -254,15 +250,7 @@ impl TiffChunks {
                 // no predictor is allowed on packed samples (decode::validate)
                 packed.resize(need, 0);
                 if let decode::Codec::Fax(kind) = l.codec {
-                    super::fax::decode(kind, stored, cw, packed).map_err(|reason| {
-                        Error::tiff_at(
-                            &self.path,
-                            TiffError::Decode {
-                                chunk: what.clone(),
-                                reason,
-                            },
-                        )
-                    })?;
+                    super::fax::decode(kind, stored, cw, packed).map_err(failed)?;
                 } else {
                     decode::decompress(&self.path, &what, l.codec, stored, packed)?;
                 }

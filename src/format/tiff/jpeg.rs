@@ -121,52 +121,36 @@ fn load() -> Result<TurboJpeg, String> {
         // links it.
         .find_map(|n| unsafe { libloading::Library::new(n) }.ok())
         .ok_or_else(|| INSTALL.to_string())?;
-    let missing = |name: &str| {
-        format!("{INSTALL} (the library found lacks {name}: version 2.0 or later is needed)")
-    };
     // SAFETY: each symbol is taken with the signature `turbojpeg.h` gives it (TurboJPEG
     // 2.0 and later, whose ABI keeps these functions unchanged); the pointers are kept
     // beside the library, which is never unloaded.
     unsafe {
-        let init = *lib
-            .get::<InitFn>("tjInitDecompress")
-            .map_err(|_| missing("tjInitDecompress"))?;
-        let destroy = *lib
-            .get::<DestroyFn>("tjDestroy")
-            .map_err(|_| missing("tjDestroy"))?;
-        let error = *lib
-            .get::<ErrorFn>("tjGetErrorStr2")
-            .map_err(|_| missing("tjGetErrorStr2"))?;
-        let header = *lib
-            .get::<HeaderFn>("tjDecompressHeader3")
-            .map_err(|_| missing("tjDecompressHeader3"))?;
-        let decompress = *lib
-            .get::<DecompressFn>("tjDecompress2")
-            .map_err(|_| missing("tjDecompress2"))?;
-        let planes = *lib
-            .get::<PlanesFn>("tjDecompressToYUVPlanes")
-            .map_err(|_| missing("tjDecompressToYUVPlanes"))?;
         Ok(TurboJpeg {
-            init,
-            destroy,
-            error,
-            header,
-            decompress,
-            planes,
+            init: symbol(&lib, "tjInitDecompress")?,
+            destroy: symbol(&lib, "tjDestroy")?,
+            error: symbol(&lib, "tjGetErrorStr2")?,
+            header: symbol(&lib, "tjDecompressHeader3")?,
+            decompress: symbol(&lib, "tjDecompress2")?,
+            planes: symbol(&lib, "tjDecompressToYUVPlanes")?,
             _lib: lib,
         })
     }
 }
 
+/// The function `name` of `lib`, as the pointer type `F`.
+///
+/// # Safety
+/// `F` must be the function's signature.
+unsafe fn symbol<F: Copy>(lib: &libloading::Library, name: &str) -> Result<F, String> {
+    // SAFETY: the caller gives the signature
+    unsafe { lib.get::<F>(name) }.map(|s| *s).map_err(|_| {
+        format!("{INSTALL} (the library found lacks {name}: version 2.0 or later is needed)")
+    })
+}
+
 fn library() -> Result<&'static TurboJpeg, String> {
     static LIB: OnceLock<Result<TurboJpeg, String>> = OnceLock::new();
     LIB.get_or_init(load).as_ref().map_err(Clone::clone)
-}
-
-/// Whether libjpeg-turbo can be loaded here (for `info` and the tests).
-#[must_use]
-pub fn available() -> bool {
-    library().is_ok()
 }
 
 /// One decompressor a thread, destroyed when the thread ends (a `TurboJPEG` handle must not
@@ -186,9 +170,10 @@ impl Drop for ThreadHandle {
 
 thread_local! {
     static HANDLE: std::cell::RefCell<Option<ThreadHandle>> = const { std::cell::RefCell::new(None) };
-    /// The spliced stream and, for colour-converted or CMYK chunks, the
-    /// pixel-interleaved decoded rows.
+    /// The tables and the chunk's stream spliced into one.
     static SPLICE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The pixel-interleaved decoded rows of a colour-converted or four-component chunk.
+    static INTERLEAVED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// How a chunk's components are taken out of its JPEG stream.
@@ -261,8 +246,14 @@ pub struct Chunk<'a> {
 /// not a JPEG of the chunk's size or sampling, or one libjpeg-turbo reports damaged.
 pub fn decode(chunk: &Chunk<'_>, out: &mut [u8]) -> Result<(), String> {
     let lib = library()?;
-    let comps = chunk.output.components();
-    debug_assert!(out.len() >= comps * chunk.slot_rows * chunk.width);
+    // libjpeg-turbo writes through raw pointers: the room is checked here, not assumed
+    let room = chunk.output.components() * chunk.slot_rows * chunk.width;
+    if out.len() < room || chunk.rows > chunk.slot_rows {
+        return Err(format!(
+            "the chunk's buffer holds {} bytes where {room} are needed",
+            out.len()
+        ));
+    }
     SPLICE.with_borrow_mut(|buf| {
         buf.clear();
         let stream = splice(chunk.tables, chunk.stored, buf)?;
@@ -392,6 +383,13 @@ fn decode_with(
         }
         _ => {}
     }
+    let decoded = |rc: c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(fail("the JPEG stream cannot be decoded"))
+        }
+    };
     let comps = chunk.output.components();
     let plane = chunk.slot_rows * chunk.width;
     let cw = c_int::try_from(w).map_err(|_| "the JPEG stream is too wide")?;
@@ -417,10 +415,7 @@ fn decode_with(
                 FLAGS,
             )
         };
-        if rc != 0 {
-            return Err(fail("the JPEG stream cannot be decoded"));
-        }
-        return Ok(());
+        return decoded(rc);
     }
     if comps == 1 {
         // SAFETY: `out` holds at least `slot_rows * width >= h * w` bytes (checked).
@@ -437,10 +432,7 @@ fn decode_with(
                 FLAGS,
             )
         };
-        if rc != 0 {
-            return Err(fail("the JPEG stream cannot be decoded"));
-        }
-        return Ok(());
+        return decoded(rc);
     }
     // pixel-interleaved rows, then each component into its plane
     INTERLEAVED.with_borrow_mut(|rows| {
@@ -460,9 +452,7 @@ fn decode_with(
                 FLAGS,
             )
         };
-        if rc != 0 {
-            return Err(fail("the JPEG stream cannot be decoded"));
-        }
+        decoded(rc)?;
         for (b, dst) in out.chunks_exact_mut(plane).take(comps).enumerate() {
             for (d, px) in dst[..w * h].iter_mut().zip(rows.chunks_exact(comps)) {
                 *d = px[b];
@@ -470,10 +460,6 @@ fn decode_with(
         }
         Ok(())
     })
-}
-
-thread_local! {
-    static INTERLEAVED: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 fn cs_name(cs: c_int) -> &'static str {

@@ -369,14 +369,17 @@ fn jpeg_tags(
             ),
         ));
     }
-    let subsampling = d
-        .find_tag_unsigned_vec::<u16>(Tag::Unknown(530))
-        .map_err(|e| tiff_err(path, &e))?
-        .and_then(|v| Some((*v.first()?, *v.get(1)?)));
+    let subsampling = if output == Output::YcbcrToRgb {
+        d.find_tag_unsigned_vec::<u16>(Tag::Unknown(530))
+            .map_err(|e| tiff_err(path, &e))?
+            .and_then(|v| Some((*v.first()?, *v.get(1)?)))
+    } else {
+        None
+    };
     Ok(jpeg::JpegTags {
         tables,
         output,
-        subsampling: if photometric == 6 { subsampling } else { None },
+        subsampling,
     })
 }
 

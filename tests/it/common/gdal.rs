@@ -29,6 +29,17 @@ pub fn ok(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
 }
 
+/// `tilestream convert tif npy -m budget`, its output whatever the exit.
+pub fn convert_at(tif: &Path, npy: &Path, budget: &str) -> std::process::Output {
+    Command::new(BIN)
+        .arg("convert")
+        .arg(tif)
+        .arg(npy)
+        .args(["-m", budget, "--progress", "never"])
+        .output()
+        .expect("spawn")
+}
+
 pub fn ts(args: &[&str]) -> String {
     ok(Command::new(BIN).args(args).arg("--progress").arg("never"))
 }
