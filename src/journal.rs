@@ -88,7 +88,9 @@ impl JobKey {
     /// [`Error::Io`] if the file cannot be inspected.
     pub fn input(mut self, path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let m = std::fs::metadata(path).map_err(|e| Error::io("open", path, e))?;
+        // `file.h5:/data`: the identity of the file it is in
+        let file = crate::format::hdf5::container_of(path);
+        let m = std::fs::metadata(&file).map_err(|e| Error::io("open", &file, e))?;
         let id = format!(
             "{} {}.{:09} {} {}",
             m.len(),

@@ -82,6 +82,7 @@ pub(crate) fn info(py: Python<'_>, source: &str) -> PyResult<String> {
             Format::Raw => "raw",
             Format::GeoTiff => "geotiff",
             Format::Zarr => "zarr",
+            Format::Hdf5 => "hdf5",
         };
         Ok(json!({
             "format": format,

@@ -21,6 +21,8 @@ pub enum Format {
     GeoTiff,
     /// A Zarr v3 array (a directory with `zarr.json`).
     Zarr,
+    /// One dataset of an HDF5 or NetCDF-4 file.
+    Hdf5,
 }
 
 /// The format an output is written in.

@@ -18,6 +18,7 @@ pub(crate) mod chunk_assembly;
 pub mod chunked;
 mod encode_queue;
 pub(crate) mod encoding;
+pub mod hdf5;
 mod kind;
 pub mod npy;
 mod open;
@@ -149,6 +150,8 @@ pub struct TensorFile {
     tiff: Option<Box<(tiff::TiffLayout, tiff::GeoRef)>>,
     /// Layout of a Zarr input.
     zarr: Option<Box<zarr::ZarrLayout>>,
+    /// The dataset of an HDF5 or NetCDF-4 input.
+    hdf5: Option<Box<hdf5::Hdf5Layout>>,
     /// How a `.npy` input in Fortran order is read (its windows are then decoded by
     /// `chunked`).
     npy: Option<Box<npy::chunks::NpyChunks>>,
@@ -170,6 +173,12 @@ enum NodataFrom {
 }
 
 impl TensorFile {
+    /// The dataset of an HDF5 or NetCDF-4 input.
+    #[must_use]
+    pub fn hdf5(&self) -> Option<&hdf5::Hdf5Layout> {
+        self.hdf5.as_deref()
+    }
+
     /// The layout of a Zarr input.
     #[must_use]
     pub fn zarr(&self) -> Option<&zarr::ZarrLayout> {
@@ -196,7 +205,10 @@ impl TensorFile {
     pub fn nodata(&self) -> Option<(&str, f64)> {
         let text = match &self.given_nodata {
             NodataFrom::Given(given) => given.as_deref()?,
-            NodataFrom::File => self.georef()?.nodata.as_deref()?,
+            NodataFrom::File => match &self.hdf5 {
+                Some(h) => h.nodata.as_deref()?,
+                None => self.georef()?.nodata.as_deref()?,
+            },
         };
         tiff::nodata_as(self.dtype(), text).map(|v| (text, v))
     }

@@ -11,7 +11,7 @@ use crate::io::own_files;
 
 use super::{
     Format, NPY_HEADER_MAX, NodataFrom, TensorFile, TensorInfo, checked_nbytes, chunked, file_len,
-    fmt_shape, is_npy_path, npy, read_up_to, tiff, zarr,
+    fmt_shape, hdf5, is_npy_path, npy, read_up_to, tiff, zarr,
 };
 
 impl TensorFile {
@@ -27,6 +27,12 @@ impl TensorFile {
     /// bytes (raw files need [`open_raw`](Self::open_raw)).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if let Some((file, dataset)) = hdf5::split_dataset(path) {
+            return Self::open_hdf5(file, Some(&dataset));
+        }
+        if hdf5::is_hdf5_path(path) {
+            return Self::open_hdf5(path, None);
+        }
         if tiff::is_tiff_path(path) {
             return Self::open_tiff(path);
         }
@@ -35,14 +41,22 @@ impl TensorFile {
         }
         if !is_npy_path(path) {
             // no telling extension: recognise the format by its first bytes
-            let mut magic = [0u8; 6];
+            let mut magic = [0u8; 8];
             let mut f = own_files::open_input(path)?;
             let got = read_up_to(&mut f, &mut magic).unwrap_or(0);
-            match &magic[..got.min(6)] {
+            match &magic[..got.min(8)] {
                 [b'I', b'I', 42 | 43, 0, ..] | [b'M', b'M', 0, 42 | 43, ..] => {
                     return Self::open_tiff(path);
                 }
-                b"\x93NUMPY" => {}
+                m if m == hdf5::SIGNATURE => return Self::open_hdf5(path, None),
+                [b'C', b'D', b'F', 1 | 2 | 5, ..] => {
+                    return Err(Error::format(
+                        path,
+                        "a NetCDF-3 (classic) file, which tilestream does not read yet: \
+                         convert it to NetCDF-4 with nccopy -k nc4 IN OUT",
+                    ));
+                }
+                m if m.starts_with(b"\x93NUMPY") => {}
                 _ => {
                     return Err(Error::invalid(format!(
                         "{}: not a .npy, TIFF or Zarr v3 file; for raw binary data give its \
@@ -126,6 +140,7 @@ impl TensorFile {
             },
             tiff: None,
             zarr: None,
+            hdf5: None,
             swap: h.big_endian && !h.fortran,
             given_nodata: NodataFrom::File,
             npy,
@@ -180,6 +195,7 @@ impl TensorFile {
             chunked,
             tiff: Some(Box::new((layout, georef))),
             zarr: None,
+            hdf5: None,
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
@@ -211,8 +227,47 @@ impl TensorFile {
             chunked: Some(Arc::new(c)),
             tiff: None,
             zarr: Some(Box::new(layout)),
+            hdf5: None,
             npy: None,
             swap: false,
+            given_nodata: NodataFrom::File,
+        })
+    }
+
+    /// Opens dataset `dataset` of the HDF5 or NetCDF-4 file `path` (its only dataset
+    /// when `None`; `TensorFile::open` takes `file.h5:/group/data`). A contiguous
+    /// dataset is mapped; a chunked one is decoded chunk by chunk.
+    ///
+    /// # Errors
+    /// [`Error::Format`] for a file the HDF5 library does not open, a dataset that is
+    /// not there or not read (its type, layout or filters), or a missing HDF5 library;
+    /// [`Error::Io`] if it cannot be opened.
+    pub fn open_hdf5(path: impl AsRef<Path>, dataset: Option<&str>) -> Result<Self> {
+        let path = path.as_ref();
+        let file = own_files::open_input(path)?;
+        let len = file_len(&file, path)?;
+        let opened = hdf5::open(path, dataset, len)?;
+        let layout = opened.layout;
+        checked_nbytes(path, &layout.shape, layout.dtype)?;
+        let (data_offset, swap) = match layout.storage {
+            hdf5::Storage::Contiguous { offset } => (offset, layout.big_endian),
+            _ => (0, false),
+        };
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::Hdf5,
+                dtype: layout.dtype,
+                shape: layout.shape.clone(),
+                data_offset,
+            },
+            chunked: opened.chunks.map(|c| Arc::new(c.into_chunked())),
+            tiff: None,
+            zarr: None,
+            hdf5: Some(Box::new(layout)),
+            npy: None,
+            swap,
             given_nodata: NodataFrom::File,
         })
     }
@@ -273,6 +328,7 @@ impl TensorFile {
             chunked: None,
             tiff: None,
             zarr: None,
+            hdf5: None,
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
@@ -336,6 +392,7 @@ impl TensorFile {
             chunked: npy.as_ref().map(|n| n.chunked()).transpose()?,
             tiff: None,
             zarr: None,
+            hdf5: self.hdf5.clone(),
             npy,
             swap: self.swap,
             given_nodata: self.given_nodata.clone(),

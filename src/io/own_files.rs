@@ -319,7 +319,8 @@ pub fn check_run_paths(writes: &[Written<'_>], reads: &[(&str, &Path)]) -> Resul
             check_destination(w.path, Dest::of(w.path))?;
         }
         for (role, r) in reads {
-            if same_place(w.path, r) {
+            // `file.h5:/data` reads the file `file.h5`
+            if same_place(w.path, &crate::format::hdf5::container_of(r)) {
                 return Err(Error::invalid(format!(
                     "{}: the {} is also an input of this run (its {role} {}); write to another \
                      file",

@@ -10,6 +10,13 @@ use tilestream::spec::cli::RawSpec;
 
 /// Prints what the file at `path` holds (a raw file read with `raw`), as JSON with `json`.
 pub(crate) fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
+    if raw.shape.is_none() && raw.in_dtype.is_none() && path.is_file() && is_hdf5(path) {
+        let all = tilestream::format::hdf5::list(path)?;
+        if all.len() != 1 {
+            print_datasets(path, &all, json);
+            return Ok(());
+        }
+    }
     let t = crate::open(path, raw)?;
     let format = format_of(&t);
     if json {
@@ -41,6 +48,60 @@ fn format_of(t: &TensorFile) -> String {
             _ => "geotiff".into(),
         },
         Format::Zarr => "zarr v3".into(),
+        Format::Hdf5 => match t.hdf5() {
+            Some(h) => format!("hdf5, dataset {}", h.dataset),
+            None => "hdf5".into(),
+        },
+    }
+}
+
+/// Whether `path` is an HDF5 (or NetCDF-4) file: by its extension, or by its
+/// signature at the start or after a user block.
+fn is_hdf5(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    use tilestream::format::hdf5;
+    if hdf5::is_hdf5_path(path) {
+        return true;
+    }
+    let Ok(f) = std::fs::File::open(path) else {
+        return false;
+    };
+    let mut magic = [0u8; 8];
+    [0u64, 512, 1024, 2048, 4096]
+        .iter()
+        .any(|&at| f.read_exact_at(&mut magic, at).is_ok() && magic == hdf5::SIGNATURE)
+}
+
+/// The datasets of an HDF5 file that holds other than one, which is what `info` says of
+/// it: each is read by naming it, `FILE:/name`.
+fn print_datasets(path: &Path, all: &[tilestream::format::hdf5::DatasetEntry], json: bool) {
+    if json {
+        let list: Vec<_> = all
+            .iter()
+            .map(|d| match &d.shape {
+                Ok((shape, dtype)) => {
+                    serde_json::json!({"name": d.name, "shape": shape, "dtype": dtype.name()})
+                }
+                Err(why) => serde_json::json!({"name": d.name, "refused": why}),
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::json!({"path": path, "format": "hdf5", "datasets": list})
+        );
+        return;
+    }
+    println!("{}", path.display());
+    println!(
+        "  format:      hdf5, {} datasets (read one as {}:/name)",
+        all.len(),
+        path.display()
+    );
+    for d in all {
+        match &d.shape {
+            Ok((shape, dtype)) => println!("  {}  {} {dtype}", d.name, fmt_shape(shape)),
+            Err(why) => println!("  {}  (not read: {why})", d.name),
+        }
     }
 }
 
@@ -89,6 +150,36 @@ fn layout(t: &TensorFile) -> serde_json::Map<String, serde_json::Value> {
                 }),
             );
         }
+    }
+    if let Some(h) = t.hdf5() {
+        use tilestream::format::hdf5::Storage;
+        layout.insert("dataset".into(), h.dataset.clone().into());
+        layout.insert(
+            "storage".into(),
+            match &h.storage {
+                Storage::Contiguous { .. } => serde_json::json!({"kind": "contiguous"}),
+                Storage::Chunked {
+                    chunk,
+                    count,
+                    allocated,
+                } => serde_json::json!({
+                    "kind": "chunked", "chunks": chunk, "count": count, "written": allocated,
+                }),
+                Storage::Compact => serde_json::json!({"kind": "compact"}),
+                Storage::Unallocated => serde_json::json!({"kind": "unallocated"}),
+            },
+        );
+        let filters: Vec<String> = h
+            .filters
+            .iter()
+            .map(tilestream::format::hdf5::Filter::name)
+            .collect();
+        layout.insert("filters".into(), filters.into());
+        layout.insert("big_endian".into(), h.big_endian.into());
+        layout.insert("fill_value".into(), h.fill_value.clone().into());
+        layout.insert("nodata".into(), h.nodata.clone().into());
+        layout.insert("scale_factor".into(), h.scale_factor.into());
+        layout.insert("add_offset".into(), h.add_offset.into());
     }
     if let Some(z) = t.zarr() {
         layout.insert(
@@ -143,6 +234,55 @@ fn print_text(path: &Path, t: &TensorFile, format: &str) {
     }
     if t.tiff().is_some() {
         print_tiff(t);
+    }
+    if let Some(h) = t.hdf5() {
+        print_hdf5(h);
+    }
+}
+
+/// The lines of an HDF5 dataset's storage and attributes.
+fn print_hdf5(h: &tilestream::format::hdf5::Hdf5Layout) {
+    use tilestream::format::hdf5::Storage;
+    match &h.storage {
+        Storage::Contiguous { .. } => println!("  layout:      contiguous, memory-mapped"),
+        Storage::Chunked {
+            chunk,
+            count,
+            allocated,
+        } => println!(
+            "  layout:      chunks {} ({count} of them, {allocated} written), decoded chunk \
+             by chunk",
+            fmt_shape(chunk)
+        ),
+        Storage::Compact => println!("  layout:      compact (in the object header)"),
+        Storage::Unallocated => {
+            println!("  layout:      nothing written: every element is the fill value");
+        }
+    }
+    if !h.filters.is_empty() {
+        let names: Vec<String> = h
+            .filters
+            .iter()
+            .map(tilestream::format::hdf5::Filter::name)
+            .collect();
+        println!("  filters:     {}", names.join(", "));
+    }
+    if h.big_endian {
+        println!("  byte order:  big-endian, read as little-endian");
+    }
+    if let Some(f) = &h.fill_value {
+        println!("  fill value:  {f}");
+    }
+    if let Some(n) = &h.nodata {
+        println!("  nodata:      {n} (its _FillValue or missing_value)");
+    }
+    if h.scale_factor.is_some() || h.add_offset.is_some() {
+        println!(
+            "  packing:     scale_factor {}, add_offset {} (reported, not applied: values are \
+             read as stored)",
+            h.scale_factor.unwrap_or(1.0),
+            h.add_offset.unwrap_or(0.0)
+        );
     }
 }
 

@@ -527,7 +527,7 @@ fn undo(
 }
 
 /// Reads `r` to its end, refusing more than `size` bytes (`Err(None)`).
-fn bounded_read(
+pub(crate) fn bounded_read(
     r: impl Read,
     size: usize,
     exact: bool,
@@ -544,7 +544,11 @@ fn bounded_read(
 }
 
 /// Blosc 1 decompression of `src`, whose header must declare at most `size` bytes.
-fn blosc(src: &[u8], size: usize, exact: bool) -> std::result::Result<Vec<u8>, Option<String>> {
+pub(crate) fn blosc(
+    src: &[u8],
+    size: usize,
+    exact: bool,
+) -> std::result::Result<Vec<u8>, Option<String>> {
     let mut n: usize = 0;
     // SAFETY: `src` is a valid slice of `src.len()` bytes and `n` a valid out-pointer;
     // blosc_cbuffer_validate reads only within the given length.
