@@ -22,6 +22,7 @@ mod fuzz_corpus;
 mod geotiff;
 mod gpu;
 mod gpu_kit;
+mod hdf5;
 mod histogram;
 mod hostile_outputs;
 mod layering;

@@ -202,7 +202,7 @@ fn open_file<'a>(l: &'a Lib, cpath: &std::ffi::CStr) -> std::result::Result<lib:
     // SAFETY: a valid C string; read-only access with the default access properties.
     let id = unsafe { (l.fopen)(cpath.as_ptr(), 0, DEFAULT) };
     l.id(id, l.fclose)
-        .map_err(|e| format!("not an HDF5 file the HDF5 library opens ({e})"))
+        .map_err(|e| format!("the HDF5 library does not open it: {e}"))
 }
 
 fn unsafe_dopen(l: &Lib, file: Hid, name: &std::ffi::CStr) -> Hid {
@@ -317,12 +317,11 @@ fn dtype_of(l: &Lib, t: Hid) -> std::result::Result<(DType, bool), String> {
     unsafe {
         let class = (l.tget_class)(t);
         let size = (l.tget_size)(t);
-        let order = (l.tget_order)(t);
-        let big = match order {
-            0 => false,
-            1 => true,
-            _ if size == 1 => false,
-            _ => return Err("a datatype of VAX or mixed byte order is not read".into()),
+        let order = || match (l.tget_order)(t) {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ if size == 1 => Ok(false),
+            _ => Err("a datatype of VAX or mixed byte order is not read".to_string()),
         };
         match class {
             lib::T_INTEGER => {
@@ -344,7 +343,7 @@ fn dtype_of(l: &Lib, t: Hid) -> std::result::Result<(DType, bool), String> {
                     (8, true) => DType::I64,
                     _ => return Err(format!("a {size}-byte integer datatype is not read")),
                 };
-                Ok((dt, big))
+                Ok((dt, order()?))
             }
             lib::T_FLOAT => {
                 let mut f = [0usize; 5];
@@ -365,7 +364,7 @@ fn dtype_of(l: &Lib, t: Hid) -> std::result::Result<(DType, bool), String> {
                         ));
                     }
                 };
-                Ok((dt, big))
+                Ok((dt, order()?))
             }
             lib::T_ENUM => {
                 let base = l.id((l.tget_super)(t), l.tclose)?;

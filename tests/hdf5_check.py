@@ -1,0 +1,204 @@
+"""Fixtures and oracle for tests/it/hdf5.rs: HDF5 files written by h5py (with hdf5plugin's
+filters) and NetCDF-4 files written by netCDF4-python, and each dataset as h5py / netCDF4
+read it, saved as little-endian C-order .npy (the oracle tilestream's reading must equal).
+
+    python tests/hdf5_check.py write DIR     # prints one line per case: FILE:/dataset ORACLE
+    python tests/hdf5_check.py hostile DIR   # damaged files, one per line: FILE:/dataset WHAT
+"""
+
+import os
+import sys
+import zlib
+
+import h5py
+import hdf5plugin
+import netCDF4
+import numpy as np
+
+DTYPES = ["u1", "i1", "u2", "i2", "u4", "i4", "u8", "i8", "f2", "f4", "f8"]
+
+# name -> keyword arguments of create_dataset for a chunked layout
+FILTERS = {
+    "plain": {},
+    "gzip_shuffle_fletcher": dict(compression="gzip", compression_opts=6, shuffle=True, fletcher32=True),
+    "lzf": dict(compression="lzf"),
+    "zstd": dict(hdf5plugin.Zstd(clevel=3)),
+    "blosc": dict(hdf5plugin.Blosc(cname="lz4", clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE)),
+}
+
+
+def values(rng, dt, shape):
+    dt = np.dtype(dt)
+    if dt.kind in "ui":
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, size=shape, dtype=dt.newbyteorder("="), endpoint=True)
+        # runs of equal values, so that the compressors have something to do
+        flat = a.reshape(-1)
+        flat[: flat.size // 3] = flat[0] if flat.size else 0
+        return a.astype(dt)
+    a = (rng.standard_normal(shape) * 1000).astype(dt)
+    flat = a.reshape(-1)
+    if flat.size > 8:
+        flat[1], flat[3], flat[5] = np.nan, np.inf, -np.inf
+        flat[7] = -0.0
+    return a
+
+
+def save_oracle(d, name, a):
+    path = os.path.join(d, name + ".npy")
+    a = np.asarray(a)
+    if a.dtype.kind != "b":
+        a = a.astype(a.dtype.newbyteorder("<"))
+    np.save(path, a.copy(order="C"))
+    return path
+
+
+def compact(f, name, a):
+    """A compact dataset (h5py's high level has no keyword for the layout)."""
+    dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+    dcpl.set_layout(h5py.h5d.COMPACT)
+    space = h5py.h5s.create_simple(a.shape) if a.shape else h5py.h5s.create(h5py.h5s.SCALAR)
+    tid = h5py.h5t.py_create(a.dtype)
+    ds = h5py.h5d.create(f.id, name.encode(), tid, space, dcpl=dcpl)
+    ds.write(h5py.h5s.ALL, h5py.h5s.ALL, np.ascontiguousarray(a))
+
+
+def write(d):
+    rng = np.random.default_rng(51)
+    cases = []
+    path = os.path.join(d, "matrix.h5")
+    with h5py.File(path, "w") as f:
+        for order in "<>":
+            for t in DTYPES:
+                dt = np.dtype(order + t)
+                if dt.itemsize == 1 and order == ">":
+                    continue
+                tag = ("le" if order == "<" else "be") + "_" + t
+                a = values(rng, dt, (37, 29))
+                f.create_dataset(f"contiguous/{tag}", data=a)
+                for fname, kw in FILTERS.items():
+                    f.create_dataset(f"{fname}/{tag}", data=a, chunks=(8, 6), **kw)
+                compact(f, f"compact_{tag}", a[:5, :7].copy())
+        a = rng.standard_normal((5, 17, 13)).astype("f4")
+        f.create_dataset("rank3/gzip", data=a, chunks=(2, 5, 4), compression="gzip")
+        f.create_dataset("rank1/lzf", data=np.arange(1000, dtype="i4"), chunks=(64,), compression="lzf")
+        f.create_dataset("rank0/scalar", data=np.float64(2.75))
+        f.create_dataset("empty/chunked", shape=(0, 5), dtype="f4", chunks=(4, 5), maxshape=(None, 5))
+        f.create_dataset("bool/chunked", data=rng.random((30, 20)) > 0.5, chunks=(7, 7), compression="gzip")
+        f.create_dataset("bool/contiguous", data=rng.random((30, 20)) > 0.5)
+        # chunks never written hold the fill value, as do datasets never written
+        s = f.create_dataset("fill/partial", shape=(40, 30), dtype="i2", chunks=(8, 8), fillvalue=-7)
+        s[8:20, 3:11] = 5
+        f.create_dataset("fill/unwritten", shape=(3000, 7), dtype="f8", fillvalue=1.5)
+        f.create_dataset("fill/unwritten_chunked", shape=(50,), dtype="u2", chunks=(8,), fillvalue=9)
+        # a chunk that did not compress is stored as it is, its filter's mask bit set
+        noise = rng.integers(0, 255, size=(64, 64), dtype="u1")
+        f.create_dataset("mask/lzf_incompressible", data=noise, chunks=(64, 64), compression="lzf")
+    with h5py.File(path, "r") as f:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        for n in names:
+            oracle = save_oracle(d, "oracle_" + n.replace("/", "_"), f[n][()])
+            cases.append((f"{path}:/{n}", oracle))
+    # a user block before the superblock: chunk addresses are relative to it
+    ub = os.path.join(d, "userblock.h5")
+    with h5py.File(ub, "w", userblock_size=1024) as f:
+        a = rng.standard_normal((33, 10)).astype("f4")
+        f["contiguous"] = a
+        f.create_dataset("chunked", data=a, chunks=(8, 8), compression="gzip")
+    with h5py.File(ub, "r") as f:
+        for n in ["contiguous", "chunked"]:
+            cases.append((f"{ub}:/{n}", save_oracle(d, "oracle_ub_" + n, f[n][()])))
+    # NetCDF-4 as netCDF4-python writes it: compressed, with a _FillValue and packing
+    nc = os.path.join(d, "climate.nc")
+    with netCDF4.Dataset(nc, "w") as ds:
+        ds.createDimension("time", 6)
+        ds.createDimension("lat", 19)
+        ds.createDimension("lon", 23)
+        v = ds.createVariable("t2m", "i2", ("time", "lat", "lon"), zlib=True, complevel=4,
+                              shuffle=True, chunksizes=(2, 10, 10), fill_value=-32767)
+        v.scale_factor = 0.01
+        v.add_offset = 273.15
+        v.set_auto_maskandscale(False)
+        raw = rng.integers(-3000, 3000, size=(6, 19, 23), dtype="i2")
+        raw[0, :4, :5] = -32767
+        v[:] = raw
+        lat = ds.createVariable("lat", "f4", ("lat",))
+        lat[:] = np.linspace(-90, 90, 19)
+        p = ds.createVariable("precip", "f4", ("time", "lat", "lon"), fill_value=np.float32(-9999.0))
+        p.set_auto_maskandscale(False)
+        pr = rng.random((6, 19, 23)).astype("f4")
+        pr[2, 5:9, 3:6] = -9999.0
+        p[:] = pr
+    with netCDF4.Dataset(nc) as ds:
+        ds.set_auto_maskandscale(False)
+        for n in ["t2m", "lat", "precip"]:
+            cases.append((f"{nc}:{n}", save_oracle(d, "oracle_nc_" + n, ds[n][:])))
+    for c in cases:
+        print(*c)
+
+
+def hostile(d):
+    """Damaged and unreadable files: FILE:/dataset and what is wrong (or h5py=ORACLE for
+    one h5py reads), one per line."""
+    rng = np.random.default_rng(7)
+    out = []
+    a = rng.standard_normal((64, 64)).astype("f4")
+    # a deflate bomb: a chunk of 16 KiB whose stored stream inflates to 16 MiB
+    bomb = os.path.join(d, "bomb.h5")
+    with h5py.File(bomb, "w") as f:
+        ds = f.create_dataset("x", shape=(64, 64), dtype="f4", chunks=(64, 64), compression="gzip")
+        ds.id.write_direct_chunk((0, 0), zlib.compress(bytes(16 << 20), 9))
+    out.append((bomb + ":/x", "bomb"))
+    # a chunk whose bytes were damaged after its checksum was written
+    for name, kw in [("gzip", dict(compression="gzip")),
+                     ("fletcher", dict(fletcher32=True)),
+                     ("lzf", dict(compression="lzf"))]:
+        p = os.path.join(d, f"damaged_{name}.h5")
+        with h5py.File(p, "w") as f:
+            f.create_dataset("x", data=a, chunks=(64, 64), **kw)
+        with h5py.File(p, "r") as f:
+            off = f["x"].id.get_chunk_info(0).byte_offset
+        with open(p, "r+b") as fh:
+            fh.seek(off + 40)
+            b = fh.read(64)
+            fh.seek(off + 40)
+            fh.write(bytes(x ^ 0x5A for x in b))
+        if name == "lzf":
+            # LZF has no checksum: a damaged stream that still decodes to the chunk's size
+            # is read by h5py without a word, and must be read the same
+            out.append((p + ":/x", "h5py=" + save_oracle(d, "oracle_damaged_lzf", h5py.File(p)["x"][()])))
+        else:
+            out.append((p + ":/x", "damaged_" + name))
+    # a file cut short: its chunks run past its end
+    cut = os.path.join(d, "truncated.h5")
+    with h5py.File(cut, "w") as f:
+        f.create_dataset("x", data=a, chunks=(16, 16), compression="gzip")
+        f["y"] = a
+    size = os.path.getsize(cut)
+    with open(cut, "r+b") as fh:
+        fh.truncate(size - 2000)
+    out.append((cut + ":/x", "truncated_chunked"))
+    # filters and types tilestream does not decode
+    other = os.path.join(d, "unsupported.h5")
+    with h5py.File(other, "w") as f:
+        f.create_dataset("bzip2", data=a, chunks=(16, 16), **hdf5plugin.BZip2())
+        f.create_dataset("scaleoffset", data=a, chunks=(16, 16), scaleoffset=2)
+        f.create_dataset("complex", data=a.astype("c8"))
+        f.create_dataset("strings", data=np.array([b"a", b"bc"]))
+        f.create_group("group")
+        # a cycle of hard links: listing must end
+        f["group/loop"] = f["group"]
+        f["group/inner"] = a
+    for n in ["bzip2", "scaleoffset", "complex", "strings", "group", "missing"]:
+        out.append((f"{other}:/{n}", "unsupported_" + n))
+    noth5 = os.path.join(d, "not.h5")
+    with open(noth5, "wb") as fh:
+        fh.write(b"\x89HDF\r\n\x1a\n" + bytes(200))
+    out.append((noth5 + ":/x", "not_hdf5"))
+    for c in out:
+        print(*c)
+
+
+if __name__ == "__main__":
+    {"write": write, "hostile": hostile}[sys.argv[1]](sys.argv[2])
