@@ -322,3 +322,36 @@ pub fn fax_chunk(data: &[u8]) -> bool {
         }
     }
 }
+
+/// One HDF5 chunk through its filter pipeline ([`crate::format::hdf5::chunks::decode_stored`],
+/// what every chunk tilestream reads goes through). The first byte is the number of
+/// filters (0 to 4), the next four choose them (deflate, shuffle, fletcher32, LZF, Blosc,
+/// Zstandard), then the element size (1 to 8), the filter mask, the chunk's size (two
+/// bytes, little-endian); the rest is the stored chunk. Checks: no panic; a decoded
+/// chunk has exactly the chunk's size; a refusal is one line. Returns whether it decoded.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn hdf5_chunk(data: &[u8]) -> bool {
+    const IDS: [i32; 6] = [1, 2, 3, 32000, 32001, 32015];
+    let [n, f0, f1, f2, f3, es, mask, s0, s1, stored @ ..] = data else {
+        return false;
+    };
+    let filters: Vec<i32> = [f0, f1, f2, f3][..usize::from(n % 5)]
+        .iter()
+        .map(|&&f| IDS[usize::from(f) % IDS.len()])
+        .collect();
+    let es = usize::from(es % 8) + 1;
+    let size = usize::from(u16::from_le_bytes([*s0, *s1]));
+    match crate::format::hdf5::chunks::decode_stored(&filters, es, u32::from(*mask), size, stored) {
+        Ok(chunk) => {
+            assert_eq!(chunk.len(), size, "a chunk of another size");
+            true
+        }
+        Err(m) => {
+            assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
+            false
+        }
+    }
+}

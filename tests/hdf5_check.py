@@ -4,6 +4,7 @@ read it, saved as little-endian C-order .npy (the oracle tilestream's reading mu
 
     python tests/hdf5_check.py write DIR     # prints one line per case: FILE:/dataset ORACLE
     python tests/hdf5_check.py hostile DIR   # damaged files, one per line: FILE:/dataset WHAT
+    python tests/hdf5_check.py seeds DIR     # the seeds of the fuzz target hdf5_chunk
 """
 
 import os
@@ -200,5 +201,42 @@ def hostile(d):
         print(*c)
 
 
+def seeds(d):
+    """The fuzz target hdf5_chunk's seeds (fuzz/corpus/hdf5_chunk): real chunks of each
+    filter pipeline h5py and hdf5plugin write, behind the target's header (filters,
+    element size, mask, chunk size)."""
+    ids = [1, 2, 3, 32000, 32001, 32015]
+    rng = np.random.default_rng(9)
+    pipelines = {
+        "none": {},
+        "gzip": dict(compression="gzip"),
+        "shuffle_gzip": dict(compression="gzip", shuffle=True),
+        "shuffle_gzip_fletcher": dict(compression="gzip", shuffle=True, fletcher32=True),
+        "fletcher": dict(fletcher32=True),
+        "lzf": dict(compression="lzf"),
+        "shuffle_lzf": dict(compression="lzf", shuffle=True),
+        "zstd": dict(hdf5plugin.Zstd()),
+        "blosc": dict(hdf5plugin.Blosc()),
+    }
+    path = os.path.join(d, "seeds.h5")
+    for dt in ["u1", "i2", "f4", "f8"]:
+        a = (rng.standard_normal((48, 40)) * 100).astype(dt)
+        with h5py.File(path, "w") as f:
+            for name, kw in pipelines.items():
+                f.create_dataset(name, data=a, chunks=(16, 40), **kw)
+        with h5py.File(path, "r") as f:
+            for name in pipelines:
+                ds = f[name]
+                dcpl = ds.id.get_create_plist()
+                used = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+                mask, chunk = ds.id.read_direct_chunk((16, 0))
+                size = 16 * 40 * a.dtype.itemsize
+                head = bytes([len(used)] + [ids.index(u) for u in used] + [0] * (4 - len(used))
+                             + [a.dtype.itemsize - 1, mask]) + size.to_bytes(2, "little")
+                with open(os.path.join(d, f"seed_{name}_{dt}"), "wb") as fh:
+                    fh.write(head + chunk)
+    os.unlink(path)
+
+
 if __name__ == "__main__":
-    {"write": write, "hostile": hostile}[sys.argv[1]](sys.argv[2])
+    {"write": write, "hostile": hostile, "seeds": seeds}[sys.argv[1]](sys.argv[2])

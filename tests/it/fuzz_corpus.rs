@@ -7,7 +7,8 @@ use std::path::Path;
 
 use tilestream::DType;
 use tilestream::fuzz_checks::{
-    NpyOutcome, expr, fax_chunk, jpeg_chunk, npy_header, pipeline_file, tiff_file, zarr_metadata,
+    NpyOutcome, expr, fax_chunk, hdf5_chunk, jpeg_chunk, npy_header, pipeline_file, tiff_file,
+    zarr_metadata,
 };
 
 fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
@@ -128,6 +129,14 @@ fn jpeg_chunk_corpus_replays_without_a_finding() {
     // the 27 seeds are strips and tiles GDAL and tiffcp wrote: they decode (libjpeg-turbo
     // is installed by the test command); what the fuzzer added mostly does not
     assert!(n >= 27 && ok >= 27, "{ok} of {n}");
+}
+
+#[test]
+fn hdf5_chunk_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("hdf5_chunk", hdf5_chunk);
+    // the 36 seeds are chunks h5py wrote through each filter pipeline (tests/hdf5_check.py
+    // seeds): they decode
+    assert!(n >= 36 && ok >= 36, "{ok} of {n}");
 }
 
 #[test]

@@ -147,70 +147,175 @@ impl Hdf5Chunks {
             format!("the chunk at {pos:?} cannot be decoded: {why}"),
         )
     }
+}
 
-    /// Undoes the filters of a chunk whose stored bytes are `stored`.
-    fn unfilter(&self, pos: &[usize], mut data: Vec<u8>, mask: u32) -> Result<Vec<u8>> {
-        let size = self.chunk_bytes;
-        for (i, f) in self.filters.iter().enumerate().rev() {
-            if i < 32 && mask & (1 << i) != 0 {
+thread_local! {
+    /// Buffers a thread's chunk decodes reuse (the stored bytes, a stage's output), so
+    /// that a chunk of MiBs does not cost fresh pages each time: at most two of at most
+    /// 16 MiB each, within what the budget counts for one decode
+    /// ([`Hdf5Chunks::work_bytes`]); larger chunks take fresh buffers.
+    static POOL: std::cell::RefCell<Vec<Vec<u8>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A buffer of `n` zero bytes from the thread's pool.
+fn take(n: usize) -> Vec<u8> {
+    let mut v = POOL.with(|p| p.borrow_mut().pop()).unwrap_or_default();
+    v.clear();
+    v.resize(n, 0);
+    v
+}
+
+/// Returns a buffer to the thread's pool.
+fn give(v: Vec<u8>) {
+    if v.capacity() <= 16 << 20 {
+        POOL.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < 2 {
+                p.push(v);
+            }
+        });
+    }
+}
+
+/// Undoes `filters` (in the order they were applied when writing) on a chunk's stored
+/// bytes `data` (a buffer of the pool, returned to it), skipping those whose bit is set
+/// in `mask`; every stage stops at `size` bytes. The chunk must come out exactly `size`
+/// bytes, and is written into `out` (`size` bytes; a last stage that is a shuffle or
+/// deflate writes there directly).
+fn unfilter(
+    filters: &[Undo],
+    data: Vec<u8>,
+    mask: u32,
+    size: usize,
+    out: &mut [u8],
+) -> std::result::Result<(), String> {
+    let steps: Vec<Undo> = filters
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|&(i, _)| i >= 32 || mask & (1 << i) == 0)
+        .map(|(_, &f)| f)
+        .collect();
+    let mut data = data;
+    let r = run_steps(&steps, &mut data, size, out);
+    give(data);
+    r
+}
+
+fn run_steps(
+    steps: &[Undo],
+    data: &mut Vec<u8>,
+    size: usize,
+    out: &mut [u8],
+) -> std::result::Result<(), String> {
+    let past = || format!("it decodes past the chunk's {size} bytes");
+    let wrong = |n: usize| format!("it holds {n} bytes, not the chunk's {size}");
+    if out.len() != size {
+        return Err(wrong(out.len()));
+    }
+    for (k, f) in steps.iter().enumerate() {
+        let last = k + 1 == steps.len();
+        let next = match *f {
+            Undo::Fletcher32 => {
+                if data.len() < 4 {
+                    return Err("it is shorter than its fletcher32 checksum".into());
+                }
+                let (body, sum) = data.split_at(data.len() - 4);
+                let stored = u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]);
+                let f = fletcher32(body);
+                // HDF5 also accepts the checksum of files written before 1.6.2, whose
+                // 16-bit halves had their bytes swapped
+                let old = ((f & 0x00ff_00ff) << 8) | ((f >> 8) & 0x00ff_00ff);
+                if stored != f && stored != old {
+                    return Err("its fletcher32 checksum does not match".into());
+                }
+                data.truncate(data.len() - 4);
                 continue;
             }
-            data = match *f {
-                Undo::Fletcher32 => {
-                    if data.len() < 4 {
-                        return Err(self.decode_err(pos, "shorter than its fletcher32 checksum"));
+            Undo::Shuffle { size: es } => {
+                if last {
+                    if data.len() != size {
+                        return Err(wrong(data.len()));
                     }
-                    let (body, sum) = data.split_at(data.len() - 4);
-                    let stored = u32::from_le_bytes([sum[0], sum[1], sum[2], sum[3]]);
-                    let f = fletcher32(body);
-                    // HDF5 also accepts the checksum of files written before 1.6.2, whose
-                    // 16-bit halves had their bytes swapped
-                    let old = ((f & 0x00ff_00ff) << 8) | ((f >> 8) & 0x00ff_00ff);
-                    if stored != f && stored != old {
-                        return Err(self.decode_err(pos, "its fletcher32 checksum does not match"));
+                    unshuffle(data, out, es);
+                    return Ok(());
+                }
+                let mut v = take(data.len());
+                unshuffle(data, &mut v, es);
+                v
+            }
+            Undo::Deflate => {
+                // libdeflate: the whole stream into a buffer of the chunk's size, which it
+                // refuses to pass (a bomb costs one chunk)
+                let mut v = if last { Vec::new() } else { take(size) };
+                let dest: &mut [u8] = if last { out } else { &mut v };
+                match libdeflater::Decompressor::new().zlib_decompress(data, dest) {
+                    Ok(n) if last && n == size => return Ok(()),
+                    Ok(n) if last => return Err(wrong(n)),
+                    Ok(n) => v.truncate(n),
+                    Err(libdeflater::DecompressionError::InsufficientSpace) => return Err(past()),
+                    Err(libdeflater::DecompressionError::BadData) => {
+                        return Err("its deflate stream is damaged".into());
                     }
-                    data.truncate(data.len() - 4);
-                    data
                 }
-                Undo::Shuffle { size: es } => {
-                    let mut out = vec![0u8; data.len()];
-                    unshuffle(&data, &mut out, es);
-                    out
-                }
-                Undo::Deflate => crate::format::zarr::decode::bounded_read(
-                    flate2::read::ZlibDecoder::new(data.as_slice()),
-                    size,
-                    false,
-                )
-                .map_err(|e| self.bound_err(pos, e.map(|e| e.to_string())))?,
-                Undo::Zstd => {
-                    let d = zstd::stream::read::Decoder::with_buffer(data.as_slice())
-                        .map_err(|e| self.decode_err(pos, e))?;
-                    crate::format::zarr::decode::bounded_read(d, size, false)
-                        .map_err(|e| self.bound_err(pos, e.map(|e| e.to_string())))?
-                }
-                Undo::Blosc => crate::format::zarr::decode::blosc(&data, size, false)
-                    .map_err(|e| self.bound_err(pos, e))?,
-                Undo::Lzf => {
-                    let mut out = vec![0u8; size];
-                    let n = lzf_decompress(&data, &mut out).map_err(|e| self.decode_err(pos, e))?;
-                    out.truncate(n);
-                    out
-                }
-            };
-        }
-        Ok(data)
+                v
+            }
+            Undo::Zstd => {
+                let d = zstd::stream::read::Decoder::with_buffer(data.as_slice())
+                    .map_err(|e| e.to_string())?;
+                crate::format::zarr::decode::bounded_read(d, size, true)
+                    .map_err(|e| e.map_or_else(past, |e| e.to_string()))?
+            }
+            Undo::Blosc => crate::format::zarr::decode::blosc(data, size, false)
+                .map_err(|e| e.unwrap_or_else(past))?,
+            Undo::Lzf => {
+                let mut v = take(size);
+                let n = lzf_decompress(data, &mut v)?;
+                v.truncate(n);
+                v
+            }
+        };
+        give(std::mem::replace(data, next));
     }
+    if data.len() != size {
+        return Err(wrong(data.len()));
+    }
+    out.copy_from_slice(data);
+    Ok(())
+}
 
-    fn bound_err(&self, pos: &[usize], e: Option<String>) -> Error {
-        match e {
-            Some(m) => self.decode_err(pos, m),
-            None => self.decode_err(
-                pos,
-                format!("it decodes past the chunk's {} bytes", self.chunk_bytes),
-            ),
-        }
-    }
+/// Decodes one stored chunk of `size` bytes through the filter pipeline `filters`
+/// (registered HDF5 filter ids, in the order applied when writing; shuffle's element
+/// size is `es`), skipping those `mask` marks: what [`Hdf5Chunks`] does with each chunk
+/// it reads, for the fuzz target.
+///
+/// # Errors
+/// A one-line reason: an unknown filter, a damaged stream, a checksum mismatch, or a
+/// chunk that does not decode to `size` bytes.
+pub fn decode_stored(
+    filters: &[i32],
+    es: usize,
+    mask: u32,
+    size: usize,
+    stored: &[u8],
+) -> std::result::Result<Vec<u8>, String> {
+    let undo = filters
+        .iter()
+        .map(|&id| {
+            undo_of(
+                &Filter {
+                    id,
+                    params: vec![es as u32],
+                },
+                es,
+            )
+        })
+        .collect::<std::result::Result<Vec<_>, String>>()?;
+    let mut out = vec![0u8; size];
+    let mut data = take(stored.len());
+    data.copy_from_slice(stored);
+    unfilter(&undo, data, mask, size, &mut out)?;
+    Ok(out)
 }
 
 /// A chunk shape for a dataset with none: rows of the trailing axes, about 1 MiB.
@@ -271,22 +376,19 @@ impl ChunkSource for Hdf5Chunks {
             }
             return Ok(());
         } else {
-            let mut stored = vec![0u8; entry.size as usize];
-            self.file
-                .read_exact_at(&mut stored, entry.addr)
-                .map_err(|e| Error::io("read", &self.path, e))?;
-            let data = self.unfilter(pos, stored, entry.mask)?;
-            if data.len() != self.chunk_bytes {
-                return Err(self.decode_err(
-                    pos,
-                    format!(
-                        "it holds {} bytes, not the chunk's {}",
-                        data.len(),
-                        self.chunk_bytes
-                    ),
-                ));
+            let mut stored = take(entry.size as usize);
+            if let Err(e) = self.file.read_exact_at(&mut stored, entry.addr) {
+                give(stored);
+                return Err(Error::io("read", &self.path, e));
             }
-            out[..data.len()].copy_from_slice(&data);
+            unfilter(
+                &self.filters,
+                stored,
+                entry.mask,
+                self.chunk_bytes,
+                &mut out[..self.chunk_bytes],
+            )
+            .map_err(|m| self.decode_err(pos, m))?;
         }
         if self.big_endian {
             for e in out.chunks_exact_mut(es) {
@@ -351,14 +453,32 @@ pub fn unshuffle(src: &[u8], out: &mut [u8], es: usize) {
         out.copy_from_slice(src);
         return;
     }
-    for b in 0..es {
-        let plane = &src[b * n..(b + 1) * n];
-        for (i, &v) in plane.iter().enumerate() {
-            out[i * es + b] = v;
+    let tail = n * es;
+    match es {
+        2 => gather::<2>(src, out, n),
+        4 => gather::<4>(src, out, n),
+        8 => gather::<8>(src, out, n),
+        _ => {
+            for b in 0..es {
+                let plane = &src[b * n..(b + 1) * n];
+                for (i, &v) in plane.iter().enumerate() {
+                    out[i * es + b] = v;
+                }
+            }
         }
     }
-    let tail = n * es;
     out[tail..].copy_from_slice(&src[tail..]);
+}
+
+/// Unshuffles elements of `E` bytes one by one, gathering from the byte planes: the
+/// writes run in order.
+fn gather<const E: usize>(src: &[u8], out: &mut [u8], n: usize) {
+    let planes: [&[u8]; E] = std::array::from_fn(|b| &src[b * n..(b + 1) * n]);
+    for (i, e) in out[..n * E].chunks_exact_mut(E).enumerate() {
+        for b in 0..E {
+            e[b] = planes[b][i];
+        }
+    }
 }
 
 /// liblzf's `lzf_decompress`, safe: decodes `src` into `out`, refusing a stream that
@@ -443,18 +563,21 @@ mod tests {
 
     #[test]
     fn unshuffle_inverts_the_byte_planes() {
-        let elems: Vec<u8> = (0..4 * 5 + 3).map(|i| i as u8).collect();
-        let n = 5;
-        let mut shuffled = vec![0u8; elems.len()];
-        for i in 0..n {
-            for b in 0..4 {
-                shuffled[b * n + i] = elems[i * 4 + b];
+        for es in [2, 3, 4, 8] {
+            let n = 5;
+            // a tail shorter than an element is stored as it is
+            let elems: Vec<u8> = (0..es * n + es - 1).map(|i| i as u8).collect();
+            let mut shuffled = vec![0u8; elems.len()];
+            for i in 0..n {
+                for b in 0..es {
+                    shuffled[b * n + i] = elems[i * es + b];
+                }
             }
+            shuffled[es * n..].copy_from_slice(&elems[es * n..]);
+            let mut out = vec![0u8; elems.len()];
+            unshuffle(&shuffled, &mut out, es);
+            assert_eq!(out, elems, "element size {es}");
         }
-        shuffled[20..].copy_from_slice(&elems[20..]);
-        let mut out = vec![0u8; elems.len()];
-        unshuffle(&shuffled, &mut out, 4);
-        assert_eq!(out, elems);
     }
 
     #[test]
