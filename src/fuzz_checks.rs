@@ -355,3 +355,39 @@ pub fn hdf5_chunk(data: &[u8]) -> bool {
         }
     }
 }
+
+/// A NetCDF-3 header ([`crate::format::netcdf3::parse_header`]), the input taken as a
+/// whole file. Checks: no panic; every variable of an accepted header lies within the
+/// file (so that mapping it cannot fault); a refusal is one line. Returns whether it was
+/// accepted.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn netcdf3_header(data: &[u8]) -> bool {
+    let len = data.len() as u64;
+    match crate::format::netcdf3::parse_header(data, len) {
+        Ok(h) => {
+            for v in &h.vars {
+                let Ok(dt) = &v.dtype else { continue };
+                let inner: u64 = v
+                    .shape
+                    .iter()
+                    .skip(usize::from(v.record))
+                    .map(|&d| d as u64)
+                    .product();
+                let slab = inner * dt.size() as u64;
+                let n = if v.record { v.shape[0] as u64 } else { 1 };
+                if n > 0 && slab > 0 {
+                    let end = v.begin + (n - 1) * if v.record { h.recsize } else { 0 } + slab;
+                    assert!(end <= len, "variable {} ends at {end}, past {len}", v.name);
+                }
+            }
+            true
+        }
+        Err(m) => {
+            assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
+            false
+        }
+    }
+}

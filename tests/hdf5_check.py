@@ -135,6 +135,42 @@ def write(d):
         ds.set_auto_maskandscale(False)
         for n in ["t2m", "lat", "precip"]:
             cases.append((f"{nc}:{n}", save_oracle(d, "oracle_nc_" + n, ds[n][:])))
+    # NetCDF-3: classic, 64-bit offsets and 64-bit data; fixed-size and record
+    # variables, record slabs padded to 4 bytes, and a file whose one record variable is not
+    for fmt, tag in [("NETCDF3_CLASSIC", "cdf1"), ("NETCDF3_64BIT_OFFSET", "cdf2"),
+                     ("NETCDF3_64BIT_DATA", "cdf5")]:
+        p = os.path.join(d, f"classic_{tag}.nc")
+        types = ["i1", "i2", "i4", "f4", "f8"] + (["u1", "u2", "u4", "i8", "u8"] if tag == "cdf5" else [])
+        with netCDF4.Dataset(p, "w", format=fmt) as ds:
+            ds.createDimension("time", None)
+            ds.createDimension("lat", 7)
+            ds.createDimension("lon", 5)
+            names = []
+            for t in types:
+                fixed = ds.createVariable(f"fixed_{t}", t, ("lat", "lon"), fill_value=False)
+                fixed[:] = values(rng, t, (7, 5))
+                rec = ds.createVariable(f"rec_{t}", t, ("time", "lat"))
+                rec[0:11] = values(rng, t, (11, 7))
+                names += [f"fixed_{t}", f"rec_{t}"]
+            tv = ds.createVariable("time", "f8", ("time",))
+            tv[:] = np.arange(11) * 3600.0
+            sst = ds.createVariable("sst", "f4", ("time", "lat", "lon"), fill_value=np.float32(-999))
+            sst.set_auto_maskandscale(False)
+            sst[:] = values(rng, "f4", (11, 7, 5))
+            names += ["time", "sst"]
+        with netCDF4.Dataset(p) as ds:
+            ds.set_auto_maskandscale(False)
+            for n in names:
+                cases.append((f"{p}:{n}", save_oracle(d, f"oracle_{tag}_{n}", ds[n][:])))
+    one = os.path.join(d, "one_record_var.nc")
+    with netCDF4.Dataset(one, "w", format="NETCDF3_CLASSIC") as ds:
+        ds.createDimension("t", None)
+        ds.createDimension("x", 3)
+        v = ds.createVariable("v", "i2", ("t", "x"))
+        v[0:9] = rng.integers(-100, 100, size=(9, 3))
+    with netCDF4.Dataset(one) as ds:
+        ds.set_auto_maskandscale(False)
+        cases.append((one, save_oracle(d, "oracle_one_record_var", ds["v"][:])))
     for c in cases:
         print(*c)
 
@@ -193,6 +229,21 @@ def hostile(d):
         f["group/inner"] = a
     for n in ["bzip2", "scaleoffset", "complex", "strings", "group", "missing"]:
         out.append((f"{other}:/{n}", "unsupported_" + n))
+    # NetCDF-3: a file cut short, a text variable
+    nc3 = os.path.join(d, "classic.nc")
+    with netCDF4.Dataset(nc3, "w", format="NETCDF3_CLASSIC") as ds:
+        ds.createDimension("x", 100)
+        ds.createDimension("n", 4)
+        ds.createVariable("v", "f8", ("x",))[:] = np.arange(100.0)
+        ds.createVariable("name", "S1", ("n",))[:] = np.array(list(b"abcd"), dtype="S1")
+    with open(nc3, "r+b") as fh:
+        fh.truncate(os.path.getsize(nc3) - 300)
+    out.append((nc3 + ":v", "nc3_truncated"))
+    ok3 = os.path.join(d, "text.nc")
+    with netCDF4.Dataset(ok3, "w", format="NETCDF3_CLASSIC") as ds:
+        ds.createDimension("n", 4)
+        ds.createVariable("name", "S1", ("n",))[:] = np.array(list(b"abcd"), dtype="S1")
+    out.append((ok3 + ":name", "nc3_char"))
     noth5 = os.path.join(d, "not.h5")
     with open(noth5, "wb") as fh:
         fh.write(b"\x89HDF\r\n\x1a\n" + bytes(200))

@@ -62,3 +62,22 @@ def _npy(d, a):
     p = d / "oracle.npy"
     np.save(p, a.astype(a.dtype.newbyteorder("<")))
     return p
+
+
+def test_netcdf3_record_and_fixed_variables_read_as_netcdf4_reads_them(tmp_path):
+    path = tmp_path / "old.nc"
+    rng = np.random.default_rng(5)
+    with netCDF4.Dataset(path, "w", format="NETCDF3_64BIT_OFFSET") as ds:
+        ds.createDimension("time", None)
+        ds.createDimension("x", 13)
+        ds.createVariable("h", "i2", ("x",))[:] = rng.integers(-500, 500, size=13)
+        ds.createVariable("t", "f4", ("time", "x"))[0:40] = rng.standard_normal((40, 13))
+        ds.createVariable("time", "f8", ("time",))[:] = np.arange(40.0)
+    t = ts.open(f"{path}:t")
+    assert t.shape == (40, 13) and t.format == "netcdf3"
+    with netCDF4.Dataset(path) as ds:
+        ds.set_auto_maskandscale(False)
+        np.testing.assert_array_equal(ts.read(t), ds["t"][:])
+        np.testing.assert_array_equal(ts.read(f"{path}:h"), ds["h"][:])
+        np.testing.assert_array_equal(ts.reduce(f"{path}:t", "max", axis=0, memory="1MiB"),
+                                      ds["t"][:].max(axis=0))

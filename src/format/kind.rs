@@ -23,6 +23,11 @@ pub enum Format {
     Zarr,
     /// One dataset of an HDF5 or NetCDF-4 file.
     Hdf5,
+    /// One variable of a NetCDF-3 file.
+    NetCdf3 {
+        /// 1 (classic), 2 (64-bit offsets) or 5 (64-bit data).
+        version: u8,
+    },
 }
 
 /// The format an output is written in.

@@ -20,6 +20,7 @@ mod encode_queue;
 pub(crate) mod encoding;
 pub mod hdf5;
 mod kind;
+pub mod netcdf3;
 pub mod npy;
 mod open;
 mod output;

@@ -11,7 +11,7 @@ use crate::io::own_files;
 
 use super::{
     Format, NPY_HEADER_MAX, NodataFrom, TensorFile, TensorInfo, checked_nbytes, chunked, file_len,
-    fmt_shape, hdf5, is_npy_path, npy, read_up_to, tiff, zarr,
+    fmt_shape, hdf5, is_npy_path, netcdf3, npy, read_up_to, tiff, zarr,
 };
 
 impl TensorFile {
@@ -49,13 +49,7 @@ impl TensorFile {
                     return Self::open_tiff(path);
                 }
                 m if m == hdf5::SIGNATURE => return Self::open_hdf5(path, None),
-                [b'C', b'D', b'F', 1 | 2 | 5, ..] => {
-                    return Err(Error::format(
-                        path,
-                        "a NetCDF-3 (classic) file, which tilestream does not read yet: \
-                         convert it to NetCDF-4 with nccopy -k nc4 IN OUT",
-                    ));
-                }
+                m if netcdf3::is_netcdf3(m) => return Self::open_hdf5(path, None),
                 m if m.starts_with(b"\x93NUMPY") => {}
                 _ => {
                     return Err(Error::invalid(format!(
@@ -234,9 +228,10 @@ impl TensorFile {
         })
     }
 
-    /// Opens dataset `dataset` of the HDF5 or NetCDF-4 file `path` (its only dataset
-    /// when `None`; `TensorFile::open` takes `file.h5:/group/data`). A contiguous
-    /// dataset is mapped; a chunked one is decoded chunk by chunk.
+    /// Opens dataset `dataset` of the HDF5 or NetCDF-4 file `path`, or variable
+    /// `dataset` of a NetCDF-3 file (its only one when `None`; `TensorFile::open` takes
+    /// `file.h5:/group/data`). A contiguous dataset is mapped; a chunked one is decoded
+    /// chunk by chunk.
     ///
     /// # Errors
     /// [`Error::Format`] for a file the HDF5 library does not open, a dataset that is
@@ -246,6 +241,32 @@ impl TensorFile {
         let path = path.as_ref();
         let file = own_files::open_input(path)?;
         let len = file_len(&file, path)?;
+        let mut magic = [0u8; 4];
+        if file.read_exact_at(&mut magic, 0).is_ok() && netcdf3::is_netcdf3(&magic) {
+            let (layout, chunked) = netcdf3::open(path, &file, len, dataset)?;
+            checked_nbytes(path, &layout.shape, layout.dtype)?;
+            let (data_offset, swap) = match layout.storage {
+                hdf5::Storage::Contiguous { offset } => (offset, layout.big_endian),
+                _ => (0, false),
+            };
+            return Ok(TensorFile {
+                path: path.to_path_buf(),
+                file,
+                info: TensorInfo {
+                    format: Format::NetCdf3 { version: magic[3] },
+                    dtype: layout.dtype,
+                    shape: layout.shape.clone(),
+                    data_offset,
+                },
+                chunked: chunked.map(Arc::new),
+                tiff: None,
+                zarr: None,
+                hdf5: Some(Box::new(layout)),
+                npy: None,
+                swap,
+                given_nodata: NodataFrom::File,
+            });
+        }
         let opened = hdf5::open(path, dataset, len)?;
         let layout = opened.layout;
         checked_nbytes(path, &layout.shape, layout.dtype)?;

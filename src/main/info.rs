@@ -52,6 +52,10 @@ fn format_of(t: &TensorFile) -> String {
             Some(h) => format!("hdf5, dataset {}", h.dataset),
             None => "hdf5".into(),
         },
+        Format::NetCdf3 { version } => match t.hdf5() {
+            Some(h) => format!("netcdf-3 (CDF-{version}), variable {}", h.dataset),
+            None => format!("netcdf-3 (CDF-{version})"),
+        },
     }
 }
 
@@ -70,6 +74,8 @@ fn is_hdf5(path: &Path) -> bool {
     [0u64, 512, 1024, 2048, 4096]
         .iter()
         .any(|&at| f.read_exact_at(&mut magic, at).is_ok() && magic == hdf5::SIGNATURE)
+        || (f.read_exact_at(&mut magic[..4], 0).is_ok()
+            && tilestream::format::netcdf3::is_netcdf3(&magic[..4]))
 }
 
 /// The datasets of an HDF5 file that holds other than one, which is what `info` says of
@@ -85,15 +91,12 @@ fn print_datasets(path: &Path, all: &[tilestream::format::hdf5::DatasetEntry], j
                 Err(why) => serde_json::json!({"name": d.name, "refused": why}),
             })
             .collect();
-        println!(
-            "{}",
-            serde_json::json!({"path": path, "format": "hdf5", "datasets": list})
-        );
+        println!("{}", serde_json::json!({"path": path, "datasets": list}));
         return;
     }
     println!("{}", path.display());
     println!(
-        "  format:      hdf5, {} datasets (read one as {}:/name)",
+        "  format:      {} datasets (read one as {}:/name)",
         all.len(),
         path.display()
     );

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use tilestream::DType;
 use tilestream::fuzz_checks::{
-    NpyOutcome, expr, fax_chunk, hdf5_chunk, jpeg_chunk, npy_header, pipeline_file, tiff_file,
-    zarr_metadata,
+    NpyOutcome, expr, fax_chunk, hdf5_chunk, jpeg_chunk, netcdf3_header, npy_header, pipeline_file,
+    tiff_file, zarr_metadata,
 };
 
 fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
@@ -137,6 +137,14 @@ fn hdf5_chunk_corpus_replays_without_a_finding() {
     // the 36 seeds are chunks h5py wrote through each filter pipeline (tests/hdf5_check.py
     // seeds): they decode
     assert!(n >= 36 && ok >= 36, "{ok} of {n}");
+}
+
+#[test]
+fn netcdf3_header_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("netcdf3_header", netcdf3_header);
+    // the 4 seeds are files netCDF4-python wrote (classic, 64-bit offsets, 64-bit data,
+    // one unpadded record variable): they parse
+    assert!(n >= 4 && ok >= 4, "{ok} of {n}");
 }
 
 #[test]

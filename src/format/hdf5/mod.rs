@@ -172,13 +172,21 @@ fn refuse(path: &Path, msg: impl Into<String>) -> Error {
     Error::format(path, msg)
 }
 
-/// Every dataset of the HDF5 file `path`, with its shape and dtype (or why tilestream
-/// does not read it).
+/// Every dataset of the HDF5 file `path` (every variable of a NetCDF-3 file), with its
+/// shape and dtype (or why tilestream does not read it).
 ///
 /// # Errors
 /// [`Error::Format`] if the file is not one the library opens, or the library is
 /// missing.
 pub fn list(path: &Path) -> Result<Vec<DatasetEntry>> {
+    {
+        use std::os::unix::fs::FileExt as _;
+        let f = crate::io::own_files::open_input(path)?;
+        let mut magic = [0u8; 4];
+        if f.read_exact_at(&mut magic, 0).is_ok() && super::netcdf3::is_netcdf3(&magic) {
+            return super::netcdf3::list(path);
+        }
+    }
     let cpath = Lib::cstr(&path.to_string_lossy()).map_err(|m| refuse(path, m))?;
     lib::with(|l| -> std::result::Result<Vec<DatasetEntry>, String> {
         let file = open_file(l, &cpath)?;
@@ -403,7 +411,7 @@ fn dtype_of(l: &Lib, t: Hid) -> std::result::Result<(DType, bool), String> {
 }
 
 /// The element value `bytes` (native order) holds, as text.
-fn value_text(dtype: DType, bytes: &[u8]) -> String {
+pub(crate) fn value_text(dtype: DType, bytes: &[u8]) -> String {
     use bytemuck::pod_read_unaligned as read;
     let b = &bytes[..dtype.size()];
     match dtype {
