@@ -15,7 +15,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, shown};
 use crate::format::chunked::{ChunkSource, Chunked};
 
 use super::hdf5::{Hdf5Layout, Storage};
@@ -233,14 +233,19 @@ pub fn parse_header(b: &[u8], file_len: u64) -> std::result::Result<Header, Stri
         let name = c.name()?;
         let rank = c.items(4)?;
         if rank > crate::format::MAX_RANK {
-            return Err(format!("variable '{name}' has {rank} dimensions"));
+            return Err(format!("variable '{}' has {rank} dimensions", shown(&name)));
         }
         let mut ids = Vec::with_capacity(rank);
         for _ in 0..rank {
             let id = c.count()?;
             let len = *dims
                 .get(usize::try_from(id).unwrap_or(usize::MAX))
-                .ok_or_else(|| format!("variable '{name}' names dimension {id} of {ndims}"))?;
+                .ok_or_else(|| {
+                    format!(
+                        "variable '{}' names dimension {id} of {ndims}",
+                        shown(&name)
+                    )
+                })?;
             ids.push(len);
         }
         let attrs = attributes(&mut c)?;
@@ -254,7 +259,8 @@ pub fn parse_header(b: &[u8], file_len: u64) -> std::result::Result<Header, Stri
         let record = ids.first() == Some(&0);
         if ids.iter().skip(1).any(|&d| d == 0) {
             return Err(format!(
-                "variable '{name}' has the record dimension other than first"
+                "variable '{}' has the record dimension other than first",
+                shown(&name)
             ));
         }
         raw.push((name, ids, record, t, begin, attrs));
@@ -270,7 +276,7 @@ pub fn parse_header(b: &[u8], file_len: u64) -> std::result::Result<Header, Stri
             .iter()
             .skip(usize::from(*record))
             .try_fold(es, |a, &d| a.checked_mul(d));
-        let slab = inner.ok_or_else(|| format!("variable '{name}' is too large"))?;
+        let slab = inner.ok_or_else(|| format!("variable '{}' is too large", shown(name)))?;
         slab_of.push(slab);
         if *record {
             let padded = if nrec_vars == 1 {
@@ -297,7 +303,9 @@ pub fn parse_header(b: &[u8], file_len: u64) -> std::result::Result<Header, Stri
         }
         let shape: Vec<usize> = shape
             .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| format!("variable '{name}' is too large")))
+            .map(|&d| {
+                usize::try_from(d).map_err(|_| format!("variable '{}' is too large", shown(&name)))
+            })
             .collect::<std::result::Result<_, _>>()?;
         // its last byte must be in the file
         let span = if record {
@@ -309,8 +317,9 @@ pub fn parse_header(b: &[u8], file_len: u64) -> std::result::Result<Header, Stri
             let end = span.and_then(|s| s.checked_add(begin));
             if end.is_none_or(|e| e > file_len) {
                 return Err(format!(
-                    "variable '{name}' runs past the end of the file ({file_len} bytes): it is \
-                     truncated"
+                    "variable '{}' runs past the end of the file ({file_len} bytes): it is \
+                     truncated",
+                    shown(&name)
                 ));
             }
         }
@@ -372,7 +381,7 @@ pub(crate) fn open(
         h.vars
             .iter()
             .take(8)
-            .map(|v| v.name.as_str())
+            .map(|v| shown(&v.name))
             .collect::<Vec<_>>()
             .join(", ")
     };
@@ -381,7 +390,8 @@ pub(crate) fn open(
             let n = n.trim_start_matches('/');
             h.vars.iter().find(|v| v.name == n).ok_or_else(|| {
                 refuse(format!(
-                    "no variable '{n}' in the file; its variables: {}",
+                    "no variable '{}' in the file; its variables: {}",
+                    shown(n),
                     names()
                 ))
             })?
@@ -403,7 +413,7 @@ pub(crate) fn open(
     let dtype = v
         .dtype
         .clone()
-        .map_err(|m| refuse(format!("variable '{}': {m}", v.name)))?;
+        .map_err(|m| refuse(format!("variable '{}': {m}", shown(&v.name))))?;
     let es = dtype.size();
     let slab: usize = v
         .shape

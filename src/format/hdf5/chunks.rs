@@ -1,45 +1,44 @@
-//! The chunks of an HDF5 dataset, read and decoded by tilestream: each chunk's stored
-//! bytes are read from the file at the place the library gave at open, and its filter
-//! pipeline is undone backwards, each stage stopped at the chunk's size (a filter bomb
-//! is refused, never inflated), as HDF5's own `H5Z_pipeline` does: a filter whose bit is
-//! set in the chunk's filter mask was skipped when the chunk was written and is skipped
-//! again here.
+//! The chunks of an HDF5 dataset, decoded by tilestream: each chunk's stored bytes are
+//! read through the library as they are in the file (`H5Dread_chunk`: no filter
+//! applied), and its filter pipeline is undone backwards, each stage stopped at the
+//! chunk's size (a filter bomb is refused, never inflated), as HDF5's own `H5Z_pipeline`
+//! does: a filter whose bit is set in the chunk's filter mask was skipped when the chunk
+//! was written and is skipped again here.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkSource, Chunked};
 
-use super::{Filter, Hdf5Layout, Stored, lib::UNDEF};
+use super::lib::{self, DEFAULT, Hid};
+use super::{Filter, Hdf5Layout, Stored};
 
-/// Where one chunk is stored.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Entry {
-    /// Byte offset in the file ([`UNDEF`]: never written).
-    pub addr: u64,
-    /// Stored bytes.
-    pub size: u32,
-    /// Filters skipped when it was written (bit `i`: filter `i`).
-    pub mask: u32,
+/// An open file and dataset of the library, closed when dropped.
+#[derive(Debug)]
+struct Open {
+    file: Hid,
+    dataset: Hid,
 }
 
-impl Entry {
-    /// A chunk never written: it holds the fill value.
-    pub const UNWRITTEN: Entry = Entry {
-        addr: UNDEF,
-        size: 0,
-        mask: 0,
-    };
+impl Drop for Open {
+    fn drop(&mut self) {
+        let _ = lib::with(|l| {
+            // SAFETY: both were opened by the library, kept open for this reader, and are
+            // closed once, here, inside the library's lock
+            unsafe {
+                (l.dclose)(self.dataset);
+                (l.fclose)(self.file);
+            }
+        });
+    }
 }
 
 /// How one chunk's bytes are reached.
 #[derive(Debug)]
 enum Source {
-    /// Read from the file at the table's places.
-    Table(Vec<Entry>),
+    /// Read through the library from the open dataset.
+    Direct(Open),
     /// A compact dataset, held (one chunk: the whole dataset).
     Held(Vec<u8>),
     /// Nothing written: every chunk is the fill value.
@@ -61,7 +60,6 @@ enum Undo {
 #[derive(Debug)]
 pub struct Hdf5Chunks {
     path: PathBuf,
-    file: File,
     shape: Vec<usize>,
     dtype: DType,
     chunk: Vec<usize>,
@@ -74,7 +72,8 @@ pub struct Hdf5Chunks {
     source: Source,
     /// One element of fill value, native byte order.
     fill: Vec<u8>,
-    /// Largest stored chunk.
+    /// Most bytes a stored chunk may have: what the filters can make of a chunk at
+    /// most (a larger one is damaged, and refused before it is read).
     max_stored: u64,
 }
 
@@ -91,8 +90,8 @@ impl Hdf5Chunks {
     ) -> Result<Self> {
         let es = layout.dtype.size();
         let (chunk, source) = match (&layout.storage, stored) {
-            (super::Storage::Chunked { chunk, .. }, Stored::Table(t)) => {
-                (chunk.clone(), Source::Table(t))
+            (super::Storage::Chunked { chunk, .. }, Stored::Direct { file, dataset }) => {
+                (chunk.clone(), Source::Direct(Open { file, dataset }))
             }
             (_, Stored::Bytes(b)) => (
                 layout.shape.iter().map(|&n| n.max(1)).collect(),
@@ -113,13 +112,13 @@ impl Hdf5Chunks {
             .map(|(&s, &c)| s.div_ceil(c))
             .collect();
         let chunk_bytes = chunk.iter().product::<usize>() * es;
-        let max_stored = match &source {
-            Source::Table(t) => t.iter().map(|e| u64::from(e.size)).max().unwrap_or(0),
-            _ => 0,
-        };
+        let max_stored = filters.iter().fold(chunk_bytes as u64, |n, f| match f {
+            Undo::Fletcher32 => n + 4,
+            Undo::Shuffle { .. } => n,
+            _ => crate::format::zarr::codec::max_encoded(n),
+        });
         Ok(Hdf5Chunks {
             path: path.to_path_buf(),
-            file: crate::io::own_files::open_input(path)?,
             shape: layout.shape.clone(),
             dtype: layout.dtype,
             chunk,
@@ -139,6 +138,70 @@ impl Hdf5Chunks {
     /// As [`Chunked::new`].
     pub(crate) fn into_chunked(self) -> Chunked {
         Chunked::new(self.shape.clone(), self.dtype, Box::new(self))
+    }
+
+    /// The stored bytes of the chunk at grid position `pos` and its filter mask, read by
+    /// the library; `None` for a chunk never written.
+    fn read_stored(&self, open: &Open, pos: &[usize]) -> Result<Option<(Vec<u8>, u32)>> {
+        let coord: Vec<u64> = pos
+            .iter()
+            .zip(&self.chunk)
+            .map(|(&p, &c)| (p * c) as u64)
+            .collect();
+        let r = lib::with(|l| -> std::result::Result<_, String> {
+            let mut n = 0u64;
+            // SAFETY: an open dataset; `coord` holds one coordinate per dimension
+            if unsafe { (l.dget_chunk_storage_size)(open.dataset, coord.as_ptr(), &raw mut n) } < 0
+            {
+                // HDF5 1.10 fails here for a chunk never written: ask the index whether it
+                // is one (a slower lookup, taken only for such chunks), else refuse
+                let failed = l.last_error();
+                let (mut mask, mut addr) = (0, 0);
+                // SAFETY: as above, with valid out-pointers
+                let r = unsafe {
+                    (l.dget_chunk_info_by_coord)(
+                        open.dataset,
+                        coord.as_ptr(),
+                        &raw mut mask,
+                        &raw mut addr,
+                        &raw mut n,
+                    )
+                };
+                if r >= 0 && addr == lib::UNDEF {
+                    return Ok(None);
+                }
+                return Err(failed);
+            }
+            if n == 0 {
+                return Ok(None);
+            }
+            if n > self.max_stored {
+                return Err(format!(
+                    "it is stored in {n} bytes, more than its filters make of a chunk of {} \
+                     (at most {}): its index is damaged",
+                    self.chunk_bytes, self.max_stored
+                ));
+            }
+            let mut buf = take(n as usize);
+            let mut mask = 0u32;
+            // SAFETY: `buf` has room for the chunk's `n` stored bytes, which is what
+            // H5Dread_chunk writes
+            let r = unsafe {
+                (l.dread_chunk)(
+                    open.dataset,
+                    DEFAULT,
+                    coord.as_ptr(),
+                    &raw mut mask,
+                    buf.as_mut_ptr().cast(),
+                )
+            };
+            if r < 0 {
+                give(buf);
+                return Err(l.last_error());
+            }
+            Ok(Some((buf, mask)))
+        });
+        r.and_then(|r| r).map_err(|m| self.decode_err(pos, m))
     }
 
     fn decode_err(&self, pos: &[usize], why: impl std::fmt::Display) -> Error {
@@ -363,32 +426,30 @@ impl ChunkSource for Hdf5Chunks {
         for (p, g) in pos.iter().zip(&self.grid) {
             k = k * g + p;
         }
-        let (entry, held) = match &self.source {
-            Source::Table(t) => (t.get(k).copied().unwrap_or(Entry::UNWRITTEN), None),
-            Source::Held(b) => (Entry::UNWRITTEN, Some(b)),
-            Source::Fill => (Entry::UNWRITTEN, None),
-        };
-        if let Some(b) = held {
-            out[..b.len()].copy_from_slice(b);
-        } else if entry.addr == UNDEF {
-            for e in out.chunks_exact_mut(es) {
-                e.copy_from_slice(&self.fill);
+        match &self.source {
+            Source::Held(b) => out[..b.len()].copy_from_slice(b),
+            Source::Fill => {
+                for e in out.chunks_exact_mut(es) {
+                    e.copy_from_slice(&self.fill);
+                }
+                return Ok(());
             }
-            return Ok(());
-        } else {
-            let mut stored = take(entry.size as usize);
-            if let Err(e) = self.file.read_exact_at(&mut stored, entry.addr) {
-                give(stored);
-                return Err(Error::io("read", &self.path, e));
+            Source::Direct(open) => {
+                let Some((stored, mask)) = self.read_stored(open, pos)? else {
+                    for e in out.chunks_exact_mut(es) {
+                        e.copy_from_slice(&self.fill);
+                    }
+                    return Ok(());
+                };
+                unfilter(
+                    &self.filters,
+                    stored,
+                    mask,
+                    self.chunk_bytes,
+                    &mut out[..self.chunk_bytes],
+                )
+                .map_err(|m| self.decode_err(pos, m))?;
             }
-            unfilter(
-                &self.filters,
-                stored,
-                entry.mask,
-                self.chunk_bytes,
-                &mut out[..self.chunk_bytes],
-            )
-            .map_err(|m| self.decode_err(pos, m))?;
         }
         if self.big_endian {
             for e in out.chunks_exact_mut(es) {
@@ -400,9 +461,8 @@ impl ChunkSource for Hdf5Chunks {
 
     fn resident_bytes(&self) -> u64 {
         match &self.source {
-            Source::Table(t) => (t.len() * std::mem::size_of::<Entry>()) as u64,
             Source::Held(b) => b.len() as u64,
-            Source::Fill => 0,
+            Source::Direct(_) | Source::Fill => 0,
         }
     }
 

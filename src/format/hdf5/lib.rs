@@ -1,17 +1,18 @@
 //! The HDF5 C library, loaded at run time, for what only it should parse: an HDF5
 //! file's metadata (groups and links, a dataset's dataspace, datatype, layout, filter
-//! pipeline, fill value and attributes, and where each chunk is stored). The chunks
-//! themselves are read and decoded by tilestream (`chunks.rs`), in parallel, within the
-//! budget; the library is never asked for array data but for a compact dataset's few
-//! bytes.
+//! pipeline, fill value and attributes), and each chunk's stored bytes as they are in
+//! the file (`H5Dread_chunk`, the library's own lookup of a chunk in its index, with
+//! no filter applied). The chunks are decoded by tilestream (`chunks.rs`), in parallel,
+//! within the budget; the library is never asked for decoded data but for a compact
+//! dataset's few bytes.
 //!
 //! Loading at run time keeps `cargo build` free of C libraries, as for libjpeg-turbo;
 //! a file that needs the library where it is missing is refused in one line saying
 //! what to install. The library is used by one thread at a time (a serial build of
 //! HDF5 is not thread-safe): every call goes through [`with`], which holds one lock.
 //!
-//! The ABI taken is HDF5 1.10.5 and later (64-bit `hid_t`,
-//! `H5Dget_chunk_info_by_coord`); 1.12 and 1.14 keep these functions unchanged.
+//! The ABI taken is HDF5 1.10.5 and later (64-bit `hid_t`, `H5Dread_chunk`,
+//! `H5Dget_num_chunks`); 1.12 and 1.14 keep these functions unchanged.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::sync::{Mutex, OnceLock};
@@ -107,8 +108,6 @@ hdf5_functions! {
     eclear2 = "H5Eclear2": fn(Hid) -> Herr;
     fopen = "H5Fopen": fn(*const c_char, c_uint, Hid) -> Hid;
     fclose = "H5Fclose": fn(Hid) -> Herr;
-    fget_create_plist = "H5Fget_create_plist": fn(Hid) -> Hid;
-    pget_userblock = "H5Pget_userblock": fn(Hid, *mut Hsize) -> Herr;
     oopen = "H5Oopen": fn(Hid, *const c_char, Hid) -> Hid;
     oclose = "H5Oclose": fn(Hid) -> Herr;
     iget_type = "H5Iget_type": fn(Hid) -> c_int;
@@ -118,8 +117,11 @@ hdf5_functions! {
     dget_type = "H5Dget_type": fn(Hid) -> Hid;
     dget_create_plist = "H5Dget_create_plist": fn(Hid) -> Hid;
     dget_offset = "H5Dget_offset": fn(Hid) -> Haddr;
+    dget_chunk_storage_size = "H5Dget_chunk_storage_size": fn(Hid, *const Hsize, *mut Hsize) -> Herr;
     dget_chunk_info_by_coord = "H5Dget_chunk_info_by_coord":
         fn(Hid, *const Hsize, *mut c_uint, *mut Haddr, *mut Hsize) -> Herr;
+    dread_chunk = "H5Dread_chunk": fn(Hid, Hid, *const Hsize, *mut u32, *mut c_void) -> Herr;
+    dget_num_chunks = "H5Dget_num_chunks": fn(Hid, Hid, *mut Hsize) -> Herr;
     dread = "H5Dread": fn(Hid, Hid, Hid, Hid, Hid, *mut c_void) -> Herr;
     sget_simple_extent_type = "H5Sget_simple_extent_type": fn(Hid) -> c_int;
     sget_simple_extent_ndims = "H5Sget_simple_extent_ndims": fn(Hid) -> c_int;
@@ -231,6 +233,10 @@ pub(crate) fn with<T>(f: impl FnOnce(&Lib) -> T) -> Result<T, String> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let lib = LIB.get_or_init(load).as_ref().map_err(Clone::clone)?;
+    // SAFETY: stops the library printing errors on stderr (they are collected by
+    // `last_error`); a thread-safe build keeps this setting per thread, so it is set on
+    // whichever thread calls
+    unsafe { (lib.eset_auto2)(DEFAULT, std::ptr::null(), std::ptr::null_mut()) };
     Ok(f(lib))
 }
 
@@ -247,6 +253,16 @@ impl Drop for Id<'_> {
         // SAFETY: the identifier is open (negative ones are never wrapped) and closed
         // once, here, by the function of its kind, inside `with`'s lock.
         unsafe { (self.close)(self.raw) };
+    }
+}
+
+impl Id<'_> {
+    /// The identifier, kept open past this handle (for a reader that holds the dataset
+    /// open and closes it itself, inside [`with`]).
+    pub(crate) fn keep(self) -> Hid {
+        let id = self.raw;
+        std::mem::forget(self);
+        id
     }
 }
 

@@ -7,11 +7,11 @@
 //! tilestream's own reading:
 //! - a **contiguous** dataset is a block of the file: read through mapped windows like
 //!   a `.npy` (byte-swapped in the read stage when big-endian);
-//! - a **chunked** dataset is a grid of chunks whose places are taken from the library
-//!   once, at open (16 bytes a chunk, counted in the budget); each chunk is then read
-//!   and decoded by tilestream ([`chunks::Hdf5Chunks`]) in parallel, its filters undone
-//!   within the chunk's size (deflate, shuffle, fletcher32, LZF, Zstandard, Blosc);
-//!   chunks never written hold the fill value, as h5py reads them;
+//! - a **chunked** dataset is a grid of chunks: each chunk's stored bytes are read by
+//!   the library as they are in the file (one caller at a time), then decoded by
+//!   tilestream ([`chunks::Hdf5Chunks`]) in parallel, its filters undone within the
+//!   chunk's size (deflate, shuffle, fletcher32, LZF, Zstandard, Blosc); chunks never
+//!   written hold the fill value, as h5py reads them;
 //! - a **compact** dataset (at most 64 KiB, inside the object header) is read whole by
 //!   the library.
 //!
@@ -25,16 +25,13 @@ use std::os::raw::c_uint;
 use std::path::{Path, PathBuf};
 
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, shown};
 
 use lib::{DEFAULT, Hid, Lib, UNDEF};
 
 /// The 8 bytes every HDF5 file starts with (at byte 0, or after a user block of 512,
 /// 1024, 2048... bytes).
 pub const SIGNATURE: [u8; 8] = *b"\x89HDF\r\n\x1a\n";
-
-/// Most chunks a dataset may have: their table takes 16 bytes each (1 GiB at most).
-const MAX_CHUNKS: u64 = 1 << 26;
 
 /// Whether `path` names an HDF5 or `NetCDF` file by its extension.
 #[must_use]
@@ -235,7 +232,11 @@ pub(crate) fn open(path: &Path, dataset: Option<&str>, file_len: u64) -> Result<
                         return Err(format!(
                             "the file holds {} datasets: name one as FILE:/name ({}{})",
                             many.len(),
-                            many.iter().take(8).cloned().collect::<Vec<_>>().join(", "),
+                            many.iter()
+                                .take(8)
+                                .map(|n| shown(n))
+                                .collect::<Vec<_>>()
+                                .join(", "),
                             if many.len() > 8 { ", ..." } else { "" }
                         ));
                     }
@@ -252,11 +253,25 @@ pub(crate) fn open(path: &Path, dataset: Option<&str>, file_len: u64) -> Result<
                     if known.is_empty() {
                         "none".to_string()
                     } else {
-                        known.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+                        known
+                            .iter()
+                            .take(8)
+                            .map(|n| shown(n))
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     }
                 )
             })?;
-        describe(l, file.raw, d.raw, name, file_len)
+        let (layout, stored, fill) = describe(l, d.raw, name, file_len)?;
+        // a chunked dataset stays open: its chunks are read through it
+        let stored = match stored {
+            Stored::Direct { .. } => Stored::Direct {
+                file: file.keep(),
+                dataset: d.keep(),
+            },
+            other => other,
+        };
+        Ok((layout, stored, fill))
     });
     let (layout, stored, fill) = r
         .and_then(|r| r)
@@ -276,9 +291,14 @@ fn dataset_prefix(dataset: Option<&str>) -> String {
 pub(crate) enum Stored {
     /// Contiguous: mapped.
     Mapped,
-    /// The chunk table: (address, stored size, filter mask) per chunk in C order of the
-    /// grid; the address is [`UNDEF`] for a chunk never written.
-    Table(Vec<chunks::Entry>),
+    /// Chunks read through the library (`H5Dread_chunk`) from the open file and
+    /// dataset, which the reader closes.
+    Direct {
+        /// The open file.
+        file: Hid,
+        /// The open dataset.
+        dataset: Hid,
+    },
     /// A compact dataset's bytes, as stored.
     Bytes(Vec<u8>),
     /// Nothing written.
@@ -468,10 +488,9 @@ fn attribute(l: &Lib, d: Hid, name: &str) -> std::result::Result<Option<(String,
     Ok(Some((value_text(dt, &buf[..es]), v)))
 }
 
-/// Everything about dataset `d` of `file`.
+/// Everything about dataset `d`.
 fn describe(
     l: &Lib,
-    file: Hid,
     d: Hid,
     name: String,
     file_len: u64,
@@ -505,16 +524,6 @@ fn describe(
             fill_value = Some(value_text(dtype, &fill));
         }
     }
-    // the user block: the chunk addresses the library gives are relative to the
-    // superblock, which follows it
-    let base = {
-        // SAFETY: open file
-        let fcpl = l.id(unsafe { (l.fget_create_plist)(file) }, l.pclose)?;
-        let mut ub = 0u64;
-        // SAFETY: open property list, valid out-pointer
-        unsafe { (l.pget_userblock)(fcpl.raw, &raw mut ub) };
-        ub
-    };
     let nbytes = shape.iter().map(|&n| n as u64).product::<u64>() * es as u64;
     let mut filters = Vec::new();
     // SAFETY: open property list
@@ -578,21 +587,26 @@ fn describe(
                 .map(|(&s, &c)| (s as u64).div_ceil(c as u64))
                 .collect();
             let count = grid.iter().product::<u64>();
-            if count > MAX_CHUNKS {
+            // SAFETY: `d` is an open dataset
+            let space = l.id(unsafe { (l.dget_space)(d) }, l.sclose)?;
+            let mut allocated = 0u64;
+            // SAFETY: open dataset and dataspace, valid out-pointer
+            if unsafe { (l.dget_num_chunks)(d, space.raw, &raw mut allocated) } < 0 {
                 return Err(format!(
-                    "it has {count} chunks of {chunk_bytes} bytes; tilestream reads datasets \
-                     of at most {MAX_CHUNKS} chunks (rechunk it with h5repack -l CHUNK=...)"
+                    "its chunk index cannot be read ({})",
+                    l.last_error()
                 ));
             }
-            let table = chunk_table(l, d, &grid, &chunk, base, file_len)?;
-            let allocated = table.iter().filter(|e| e.addr != UNDEF).count() as u64;
             (
                 Storage::Chunked {
                     chunk,
                     count,
                     allocated,
                 },
-                Stored::Table(table),
+                Stored::Direct {
+                    file: -1,
+                    dataset: -1,
+                },
             )
         }
         lib::D_VIRTUAL => {
@@ -659,69 +673,4 @@ fn filters_of(l: &Lib, dcpl: Hid) -> std::result::Result<Vec<Filter>, String> {
         });
     }
     Ok(out)
-}
-
-/// Where each chunk of the grid is stored, in C order of the grid.
-fn chunk_table(
-    l: &Lib,
-    d: Hid,
-    grid: &[u64],
-    chunk: &[usize],
-    base: u64,
-    file_len: u64,
-) -> std::result::Result<Vec<chunks::Entry>, String> {
-    let count = grid.iter().product::<u64>() as usize;
-    let mut table = Vec::with_capacity(count);
-    let mut idx = vec![0u64; grid.len()];
-    let mut coord = vec![0u64; grid.len()];
-    for _ in 0..count {
-        for (a, (&i, &c)) in idx.iter().zip(chunk).enumerate() {
-            coord[a] = i * c as u64;
-        }
-        let (mut mask, mut addr, mut size) = (0u32, 0u64, 0u64);
-        // SAFETY: `coord` holds the chunk's element coordinates, one per dimension;
-        // the out-pointers are valid
-        let r = unsafe {
-            (l.dget_chunk_info_by_coord)(
-                d,
-                coord.as_ptr(),
-                &raw mut mask,
-                &raw mut addr,
-                &raw mut size,
-            )
-        };
-        if r < 0 {
-            return Err(format!(
-                "its chunk index cannot be read ({})",
-                l.last_error()
-            ));
-        }
-        let entry = if addr == UNDEF || size == 0 {
-            chunks::Entry::UNWRITTEN
-        } else {
-            let at = addr
-                .checked_add(base)
-                .ok_or("a chunk address is past any file")?;
-            if at.checked_add(size).is_none_or(|e| e > file_len) || size > u64::from(u32::MAX) {
-                return Err(format!(
-                    "its chunk at {coord:?} ({size} bytes at byte {at}) runs past the end of \
-                     the file ({file_len} bytes): it is truncated or its index is damaged"
-                ));
-            }
-            chunks::Entry {
-                addr: at,
-                size: size as u32,
-                mask,
-            }
-        };
-        table.push(entry);
-        for a in (0..grid.len()).rev() {
-            idx[a] += 1;
-            if idx[a] < grid[a] {
-                break;
-            }
-            idx[a] = 0;
-        }
-    }
-    Ok(table)
 }
