@@ -89,7 +89,7 @@ impl JobKey {
     pub fn input(mut self, path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         // `file.h5:/data`: the identity of the file it is in
-        let file = crate::format::hdf5::container_of(path);
+        let file = crate::io::own_files::container_of(path);
         let m = std::fs::metadata(&file).map_err(|e| Error::io("open", &file, e))?;
         let id = format!(
             "{} {}.{:09} {} {}",

@@ -40,6 +40,7 @@ pub use crate::io::temp::{
 };
 #[doc(hidden)]
 pub use crate::io::window::{Window, page_size, window_slack};
+pub use open::list_arrays;
 pub use output::{OutRegion, OutputFile, commit_npy, create_npy_for_rows};
 pub use zarr::{commit_zarr, create_zarr_for_rows};
 

@@ -4,7 +4,7 @@
 //! here (every count checked against the bytes left before anything is sized by it), a
 //! fixed-size variable is one block of the file (mapped, bytes swapped in the read
 //! stage), and a record variable is one slab per record, `recsize` bytes apart, read
-//! record by record ([`Records`]).
+//! record by record (`Records`).
 //!
 //! The layout follows the format's specification (Unidata's "NetCDF Classic and 64-bit
 //! Offset Format" and the CDF-5 addendum): each slab of a record variable is padded to

@@ -454,3 +454,18 @@ impl TensorFile {
         }
     }
 }
+
+/// Every array of the HDF5, NetCDF-4 or NetCDF-3 file `path` (each dataset, or each
+/// variable), with its shape and dtype or why it is not read: what `tilestream info`
+/// lists for a file of several.
+///
+/// # Errors
+/// As [`hdf5::list`]; [`Error::Io`] if the file cannot be read.
+pub fn list_arrays(path: &Path) -> Result<Vec<hdf5::DatasetEntry>> {
+    let f = own_files::open_input(path)?;
+    let mut magic = [0u8; 4];
+    if f.read_exact_at(&mut magic, 0).is_ok() && netcdf3::is_netcdf3(&magic) {
+        return netcdf3::list(path);
+    }
+    hdf5::list(path)
+}

@@ -320,7 +320,7 @@ pub fn check_run_paths(writes: &[Written<'_>], reads: &[(&str, &Path)]) -> Resul
         }
         for (role, r) in reads {
             // `file.h5:/data` reads the file `file.h5`
-            if same_place(w.path, &crate::format::hdf5::container_of(r)) {
+            if same_place(w.path, &container_of(r)) {
                 return Err(Error::invalid(format!(
                     "{}: the {} is also an input of this run (its {role} {}); write to another \
                      file",
@@ -515,6 +515,29 @@ pub fn zarr_array_store(dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `file.h5:/group/data` (an array inside a file) split into the file and the array's
+/// name, when `path` itself is no
+/// file but what comes before one of its colons is. `None` otherwise.
+#[must_use]
+pub fn split_dataset(path: &Path) -> Option<(PathBuf, String)> {
+    if path.exists() {
+        return None;
+    }
+    let s = path.to_str()?;
+    s.match_indices(':').find_map(|(i, _)| {
+        let file = Path::new(&s[..i]);
+        file.is_file()
+            .then(|| (file.to_path_buf(), s[i + 1..].to_string()))
+    })
+}
+
+/// The file an input path reads: the HDF5 or NetCDF file of `file.h5:/dataset`, else
+/// the path (the file whose identity the destination policy and `--resume` compare).
+#[must_use]
+pub fn container_of(path: &Path) -> PathBuf {
+    split_dataset(path).map_or_else(|| path.to_path_buf(), |(f, _)| f)
 }
 
 #[cfg(test)]

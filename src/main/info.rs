@@ -11,7 +11,7 @@ use tilestream::spec::cli::RawSpec;
 /// Prints what the file at `path` holds (a raw file read with `raw`), as JSON with `json`.
 pub(crate) fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
     if raw.shape.is_none() && raw.in_dtype.is_none() && path.is_file() && is_hdf5(path) {
-        let all = tilestream::format::hdf5::list(path)?;
+        let all = tilestream::format::list_arrays(path)?;
         if all.len() != 1 {
             print_datasets(path, &all, json);
             return Ok(());

@@ -22,7 +22,7 @@ pub mod chunks;
 pub(crate) mod lib;
 
 use std::os::raw::c_uint;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result, shown};
@@ -43,26 +43,7 @@ pub fn is_hdf5_path(path: &Path) -> bool {
     })
 }
 
-/// `file.h5:/group/data` split into the file and the dataset, when `path` itself is no
-/// file but what comes before one of its colons is. `None` otherwise.
-#[must_use]
-pub fn split_dataset(path: &Path) -> Option<(PathBuf, String)> {
-    if path.exists() {
-        return None;
-    }
-    let s = path.to_str()?;
-    s.match_indices(':').find_map(|(i, _)| {
-        let file = Path::new(&s[..i]);
-        file.is_file()
-            .then(|| (file.to_path_buf(), s[i + 1..].to_string()))
-    })
-}
-
-/// The file an input path reads: the HDF5 file of `file.h5:/dataset`, else the path.
-#[must_use]
-pub fn container_of(path: &Path) -> PathBuf {
-    split_dataset(path).map_or_else(|| path.to_path_buf(), |(f, _)| f)
-}
+pub use crate::io::own_files::{container_of, split_dataset};
 
 /// How a dataset's elements are stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -169,21 +150,13 @@ fn refuse(path: &Path, msg: impl Into<String>) -> Error {
     Error::format(path, msg)
 }
 
-/// Every dataset of the HDF5 file `path` (every variable of a NetCDF-3 file), with its
-/// shape and dtype (or why tilestream does not read it).
+/// Every dataset of the HDF5 file `path`, with its shape and dtype (or why tilestream
+/// does not read it). [`crate::format::list_arrays`] takes NetCDF-3 files too.
 ///
 /// # Errors
 /// [`Error::Format`] if the file is not one the library opens, or the library is
 /// missing.
 pub fn list(path: &Path) -> Result<Vec<DatasetEntry>> {
-    {
-        use std::os::unix::fs::FileExt as _;
-        let f = crate::io::own_files::open_input(path)?;
-        let mut magic = [0u8; 4];
-        if f.read_exact_at(&mut magic, 0).is_ok() && super::netcdf3::is_netcdf3(&magic) {
-            return super::netcdf3::list(path);
-        }
-    }
     let cpath = Lib::cstr(&path.to_string_lossy()).map_err(|m| refuse(path, m))?;
     lib::with(|l| -> std::result::Result<Vec<DatasetEntry>, String> {
         let file = open_file(l, &cpath)?;
