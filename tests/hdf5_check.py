@@ -5,6 +5,7 @@ read it, saved as little-endian C-order .npy (the oracle tilestream's reading mu
     python tests/hdf5_check.py write DIR     # prints one line per case: FILE:/dataset ORACLE
     python tests/hdf5_check.py hostile DIR   # damaged files, one per line: FILE:/dataset WHAT
     python tests/hdf5_check.py seeds DIR     # the seeds of the fuzz target hdf5_chunk
+    python tests/hdf5_check.py docs tests/data  # the files the docs' commands name
 """
 
 import os
@@ -289,5 +290,24 @@ def seeds(d):
     os.unlink(path)
 
 
+def docs(d):
+    """The small files the docs' HDF5 and NetCDF commands name (tests/data/features.h5,
+    tests/data/era5.nc), which tests/it/readme.rs copies beside them."""
+    rng = np.random.default_rng(11)
+    with h5py.File(os.path.join(d, "features.h5"), "w", track_order=False) as f:
+        x = (rng.standard_normal((400, 16)) * 10).round().astype("f4")
+        f.create_dataset("train/x", data=x, chunks=(100, 16), compression="gzip", shuffle=True)
+        f.create_dataset("train/y", data=np.arange(400, dtype="i8") % 10)
+    with netCDF4.Dataset(os.path.join(d, "era5.nc"), "w") as ds:
+        for n, k in (("time", 4), ("lat", 9), ("lon", 12)):
+            ds.createDimension(n, k)
+        v = ds.createVariable("t2m", "i2", ("time", "lat", "lon"), zlib=True, fill_value=-32767)
+        v.scale_factor, v.add_offset = 0.01, 273.15
+        v.set_auto_maskandscale(False)
+        raw = rng.integers(-3000, 3000, size=(4, 9, 12), dtype="i2")
+        raw[:, 0, :3] = -32767
+        v[:] = raw
+
+
 if __name__ == "__main__":
-    {"write": write, "hostile": hostile, "seeds": seeds}[sys.argv[1]](sys.argv[2])
+    {"write": write, "hostile": hostile, "seeds": seeds, "docs": docs}[sys.argv[1]](sys.argv[2])

@@ -127,6 +127,11 @@ fn fixtures(dir: &Path) {
     t(&["convert", "scene4.npy", "scene.tif", "--dtype", "u16"]);
     t(&["convert", "x.npy", "data.zarr"]);
     std::fs::write(dir.join("data.raw"), vec![7u8; 1000 * 512 * 2]).unwrap();
+    // HDF5 and NetCDF-4 files as h5py and netCDF4-python write them (committed: tilestream
+    // writes neither format; `python tests/hdf5_check.py docs tests/data` remakes them)
+    for f in ["features.h5", "era5.nc"] {
+        std::fs::copy(root().join("tests/data").join(f), dir.join(f)).unwrap();
+    }
     std::fs::create_dir_all(dir.join("out")).unwrap();
     // `tilestream run pipeline.toml`: the commented example with data beside it
     std::fs::create_dir_all(dir.join("data")).unwrap();
