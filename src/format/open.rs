@@ -242,33 +242,15 @@ impl TensorFile {
         let file = own_files::open_input(path)?;
         let len = file_len(&file, path)?;
         let mut magic = [0u8; 4];
-        if file.read_exact_at(&mut magic, 0).is_ok() && netcdf3::is_netcdf3(&magic) {
-            let (layout, chunked) = netcdf3::open(path, &file, len, dataset)?;
-            checked_nbytes(path, &layout.shape, layout.dtype)?;
-            let (data_offset, swap) = match layout.storage {
-                hdf5::Storage::Contiguous { offset } => (offset, layout.big_endian),
-                _ => (0, false),
+        let (format, layout, chunked) =
+            if file.read_exact_at(&mut magic, 0).is_ok() && netcdf3::is_netcdf3(&magic) {
+                let (layout, chunked) = netcdf3::open(path, &file, len, dataset)?;
+                (Format::NetCdf3 { version: magic[3] }, layout, chunked)
+            } else {
+                let opened = hdf5::open(path, dataset, len)?;
+                let chunked = opened.chunks.map(hdf5::chunks::Hdf5Chunks::into_chunked);
+                (Format::Hdf5, opened.layout, chunked)
             };
-            return Ok(TensorFile {
-                path: path.to_path_buf(),
-                file,
-                info: TensorInfo {
-                    format: Format::NetCdf3 { version: magic[3] },
-                    dtype: layout.dtype,
-                    shape: layout.shape.clone(),
-                    data_offset,
-                },
-                chunked: chunked.map(Arc::new),
-                tiff: None,
-                zarr: None,
-                hdf5: Some(Box::new(layout)),
-                npy: None,
-                swap,
-                given_nodata: NodataFrom::File,
-            });
-        }
-        let opened = hdf5::open(path, dataset, len)?;
-        let layout = opened.layout;
         checked_nbytes(path, &layout.shape, layout.dtype)?;
         let (data_offset, swap) = match layout.storage {
             hdf5::Storage::Contiguous { offset } => (offset, layout.big_endian),
@@ -278,12 +260,12 @@ impl TensorFile {
             path: path.to_path_buf(),
             file,
             info: TensorInfo {
-                format: Format::Hdf5,
+                format,
                 dtype: layout.dtype,
                 shape: layout.shape.clone(),
                 data_offset,
             },
-            chunked: opened.chunks.map(|c| Arc::new(c.into_chunked())),
+            chunked: chunked.map(Arc::new),
             tiff: None,
             zarr: None,
             hdf5: Some(Box::new(layout)),

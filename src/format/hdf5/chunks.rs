@@ -204,6 +204,13 @@ impl Hdf5Chunks {
         r.and_then(|r| r).map_err(|m| self.decode_err(pos, m))
     }
 
+    /// Fills a chunk with the fill value (already in native byte order).
+    fn fill_out(&self, out: &mut [u8]) {
+        for e in out.chunks_exact_mut(self.fill.len()) {
+            e.copy_from_slice(&self.fill);
+        }
+    }
+
     fn decode_err(&self, pos: &[usize], why: impl std::fmt::Display) -> Error {
         Error::format(
             &self.path,
@@ -429,16 +436,12 @@ impl ChunkSource for Hdf5Chunks {
         match &self.source {
             Source::Held(b) => out[..b.len()].copy_from_slice(b),
             Source::Fill => {
-                for e in out.chunks_exact_mut(es) {
-                    e.copy_from_slice(&self.fill);
-                }
+                self.fill_out(out);
                 return Ok(());
             }
             Source::Direct(open) => {
                 let Some((stored, mask)) = self.read_stored(open, pos)? else {
-                    for e in out.chunks_exact_mut(es) {
-                        e.copy_from_slice(&self.fill);
-                    }
+                    self.fill_out(out);
                     return Ok(());
                 };
                 unfilter(
