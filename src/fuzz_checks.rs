@@ -177,6 +177,94 @@ pub fn tiff_file(data: &[u8]) -> bool {
     opened(crate::TensorFile::open_tiff(&path))
 }
 
+/// Decodes `data` as one WebP-compressed TIFF chunk (`src/format/tiff/webp.rs`): the
+/// first bytes choose the samples a pixel (3 or 4), the width and the rows, the rest is
+/// the stored stream. Checks: nothing is written past the chunk, a refusal is one line.
+/// Returns whether the chunk decoded.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn webp_chunk(data: &[u8]) -> bool {
+    let [k, w0, w1, r, stored @ ..] = data else {
+        return false;
+    };
+    let spp = 3 + usize::from(k & 1);
+    let width = usize::from(u16::from_le_bytes([*w0, *w1]) % 1024) + 1;
+    let rows = usize::from(*r) + 1;
+    guarded(spp * width * rows, |out| {
+        crate::format::tiff::webp::decode(stored, width, rows, spp, out)
+    })
+}
+
+/// Decodes `data` as one LERC-compressed TIFF chunk (`src/format/tiff/lerc.rs`): the
+/// first bytes choose the additional compression, the sample type, the alpha mask, the
+/// byte order, the samples a pixel, the width and the rows; the rest is the stored blob.
+/// Checks: nothing is written past the chunk, a refusal is one line. Returns whether the
+/// chunk decoded.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn lerc_chunk(data: &[u8]) -> bool {
+    use crate::format::tiff::lerc::{Chunk, Extra, LercTags, decode};
+    const TYPES: [DType; 8] = [
+        DType::I8,
+        DType::U8,
+        DType::I16,
+        DType::U16,
+        DType::I32,
+        DType::U32,
+        DType::F32,
+        DType::F64,
+    ];
+    let [k, t, s, w0, w1, r, stored @ ..] = data else {
+        return false;
+    };
+    let extra = match k % 3 {
+        0 => Extra::None,
+        1 => Extra::Deflate,
+        _ => Extra::Zstd,
+    };
+    let tags = LercTags {
+        extra,
+        alpha_mask: k & 4 != 0,
+        big_endian: k & 8 != 0,
+    };
+    let dtype = TYPES[usize::from(t % 8)];
+    let spp = usize::from(s % 5) + 1;
+    let width = usize::from(u16::from_le_bytes([*w0, *w1]) % 512) + 1;
+    let rows = usize::from(r % 128) + 1;
+    let chunk = Chunk {
+        stored,
+        tags,
+        dtype,
+        width,
+        rows,
+        spp,
+    };
+    guarded(spp * width * rows * dtype.size(), |out| decode(&chunk, out))
+}
+
+/// Runs `decode` on a buffer of `size` bytes followed by guard bytes, and checks that the
+/// guard is untouched and a refusal is one line.
+fn guarded(size: usize, decode: impl FnOnce(&mut [u8]) -> Result<(), String>) -> bool {
+    const GUARD: usize = 256;
+    let mut out = vec![0xA5u8; size + GUARD];
+    let result = decode(&mut out[..size]);
+    assert!(
+        out[size..].iter().all(|&b| b == 0xA5),
+        "bytes written past the chunk"
+    );
+    match result {
+        Ok(()) => true,
+        Err(m) => {
+            assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
+            false
+        }
+    }
+}
+
 /// Decodes `data` as one JPEG-compressed TIFF chunk the way a strip or tile is decoded:
 /// byte 0 picks how components are taken (grey, YCbCr to RGB, three raw, four raw),
 /// bytes 1-2 the width (a little-endian u16 modulo 1024, plus one), byte 3 the rows
@@ -191,7 +279,6 @@ pub fn tiff_file(data: &[u8]) -> bool {
 #[must_use]
 pub fn jpeg_chunk(data: &[u8]) -> bool {
     use crate::format::tiff::jpeg::{Chunk, Output, decode};
-    const GUARD: usize = 256;
     let [k, w0, w1, r, extra, t0, t1, rest @ ..] = data else {
         return false;
     };
@@ -215,20 +302,9 @@ pub fn jpeg_chunk(data: &[u8]) -> bool {
         slot_rows,
         subsampling: None,
     };
-    let size = output.components() * slot_rows * width;
-    let mut out = vec![0xA5u8; size + GUARD];
-    let result = decode(&chunk, &mut out[..size]);
-    assert!(
-        out[size..].iter().all(|&b| b == 0xA5),
-        "bytes written past the chunk"
-    );
-    match result {
-        Ok(()) => true,
-        Err(m) => {
-            assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
-            false
-        }
-    }
+    guarded(output.components() * slot_rows * width, |out| {
+        decode(&chunk, out)
+    })
 }
 
 /// Opens a Zarr store whose `zarr.json` is `data` (no chunk files: every chunk is the

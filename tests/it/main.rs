@@ -41,6 +41,7 @@ mod simulated_device;
 mod split;
 mod standardize;
 mod stencil;
+mod tiff_codecs;
 mod tiff_jpeg;
 mod tiff_matrix;
 mod tiff_packed;

@@ -17,6 +17,8 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_uint, c_void};
 use std::sync::{Mutex, OnceLock};
 
+use crate::io::native::Native;
+
 /// `hid_t`.
 pub(crate) type Hid = i64;
 type Herr = c_int;
@@ -84,12 +86,12 @@ macro_rules! hdf5_functions {
                 // SAFETY: the caller vouches for the ABI; each symbol is given its
                 // `hdf5.h` signature.
                 unsafe {
-                    let lvisit = match symbol(&lib, "H5Lvisit2") {
+                    let lvisit = match NATIVE.symbol(&lib, "H5Lvisit2", V) {
                         Ok(f) => f,
-                        Err(_) => symbol(&lib, "H5Lvisit")?,
+                        Err(_) => NATIVE.symbol(&lib, "H5Lvisit", V)?,
                     };
                     Ok(Lib {
-                        $($field: symbol(&lib, $name)?,)*
+                        $($field: NATIVE.symbol(&lib, $name, V)?,)*
                         lvisit,
                         library: lib,
                     })
@@ -158,49 +160,35 @@ hdf5_functions! {
     aclose = "H5Aclose": fn(Hid) -> Herr;
 }
 
-/// Names the library is looked for under, most specific first, unless `TILESTREAM_HDF5`
-/// gives its path: Debian and Ubuntu's serial builds (1.10, 1.14), then the plain names
-/// of other builds (conda, Homebrew, Fedora).
-const NAMES: [&str; 9] = [
-    "libhdf5_serial.so.103",
-    "libhdf5_serial.so.310",
-    "libhdf5_serial.so.200",
-    "libhdf5.so.310",
-    "libhdf5.so.200",
-    "libhdf5.so.103",
-    "libhdf5.so",
-    "libhdf5.310.dylib",
-    "libhdf5.dylib",
-];
+/// The HDF5 library: Debian and Ubuntu's serial builds (1.10, 1.14), then the plain
+/// names of other builds (conda, Homebrew, Fedora).
+const NATIVE: Native = Native {
+    env: "TILESTREAM_HDF5",
+    names: &[
+        "libhdf5_serial.so.103",
+        "libhdf5_serial.so.310",
+        "libhdf5_serial.so.200",
+        "libhdf5.so.310",
+        "libhdf5.so.200",
+        "libhdf5.so.103",
+        "libhdf5.so",
+        "libhdf5.310.dylib",
+        "libhdf5.dylib",
+    ],
+    install: INSTALL,
+};
+
+/// The oldest HDF5 whose functions this module takes.
+const V: &str = "HDF5 1.10.5";
 
 /// What to say when the library is missing.
-pub(crate) const INSTALL: &str = "HDF5 and NetCDF-4 files are read through the HDF5 \
+const INSTALL: &str = "HDF5 and NetCDF-4 files are read through the HDF5 \
      library (1.10.5 or later), which is not installed: install it (Debian and Ubuntu: \
      apt-get install libhdf5-103-1 or libhdf5-310; macOS: brew install hdf5) or set \
      TILESTREAM_HDF5 to its path";
 
-/// The function `name` of `lib`, as the pointer type `F`.
-///
-/// # Safety
-/// `F` must be the function's signature.
-unsafe fn symbol<F: Copy>(lib: &libloading::Library, name: &str) -> Result<F, String> {
-    // SAFETY: the caller gives the signature
-    unsafe { lib.get::<F>(name) }
-        .map(|s| *s)
-        .map_err(|_| format!("{INSTALL} (the library found lacks {name})"))
-}
-
 fn load() -> Result<Lib, String> {
-    let names: Vec<String> = match std::env::var("TILESTREAM_HDF5") {
-        Ok(p) if !p.is_empty() => vec![p],
-        _ => NAMES.iter().map(|s| (*s).to_string()).collect(),
-    };
-    let lib = names
-        .iter()
-        // SAFETY: loading runs the library's initialisers, those of a plain C library
-        // (HDF5 registers an atexit handler that closes what is still open).
-        .find_map(|n| unsafe { libloading::Library::new(n) }.ok())
-        .ok_or_else(|| INSTALL.to_string())?;
+    let lib = NATIVE.load()?;
     // SAFETY: an HDF5 library of 1.10.5 or later has these symbols with these
     // signatures; the version is checked right after, before anything else is called.
     let lib = unsafe { Lib::take(lib) }?;

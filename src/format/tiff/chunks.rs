@@ -93,10 +93,25 @@ impl ChunkSource for TiffChunks {
             let tables = j.tables.as_ref().map_or(0, Vec::len) as u64;
             return 2 * stored + tables + 3 * decoded;
         }
+        let spp = if l.planar { 1 } else { l.bands };
+        let pixels = (ch * cw) as u64;
+        let interleaved = pixels * (spp * l.dtype.size()) as u64;
+        if l.codec == decode::Codec::WebP {
+            // the stored bytes, the decoded RGB(A) rows, and libwebp's own buffers (a
+            // lossless image's ARGB pixels and its transforms' rows)
+            let stored = self.largest_stored(interleaved as usize, ch);
+            return stored + interleaved + 5 * pixels + 65536;
+        }
+        if l.lerc.is_some() {
+            // the stored bytes, the blob once inflated, the mask, the interleaved rows,
+            // and LERC's own decoding state (about one chunk of values)
+            let stored = self.largest_stored(interleaved as usize, ch);
+            let blob = super::lerc::blob_limit(interleaved as usize) as u64;
+            return stored + blob + pixels + 2 * interleaved;
+        }
         if !l.packed() {
             return 0;
         }
-        let spp = if l.planar { 1 } else { l.bands };
         let unpacked = (ch * cw * spp * l.dtype.size()) as u64;
         let packed = (ch * (cw * spp * usize::from(l.bits)).div_ceil(8)) as u64;
         let stored = self.largest_stored(packed as usize, ch);
@@ -246,7 +261,21 @@ impl TiffChunks {
                 decoded.resize(unpacked, 0);
                 decoded
             };
-            if l.packed() {
+            if l.codec == decode::Codec::WebP {
+                super::webp::decode(stored, cw, rows, spp, target).map_err(failed)?;
+            } else if let Some(tags) = l.lerc {
+                let chunk = super::lerc::Chunk {
+                    stored,
+                    tags,
+                    dtype: l.dtype,
+                    width: cw,
+                    rows,
+                    spp,
+                };
+                super::lerc::decode(&chunk, target).map_err(failed)?;
+                // in the file's byte order, as libtiff leaves them
+                decode::unpredict(&geometry, l.little_endian, 1, target);
+            } else if l.packed() {
                 // no predictor is allowed on packed samples (decode::validate)
                 packed.resize(need, 0);
                 if let decode::Codec::Fax(kind) = l.codec {

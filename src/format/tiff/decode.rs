@@ -34,6 +34,11 @@ pub enum Codec {
     /// 7: JPEG of 8-bit samples, decoded by libjpeg-turbo as libtiff decodes it
     /// ([`jpeg`](super::jpeg)).
     Jpeg,
+    /// 50001: WebP of 8-bit RGB or RGBA, decoded by libwebp ([`webp`](super::webp)).
+    WebP,
+    /// 34887: LERC, with or without Deflate or Zstandard on top, decoded by the LERC
+    /// library ([`lerc`](super::lerc)).
+    Lerc,
 }
 
 impl Codec {
@@ -50,6 +55,8 @@ impl Codec {
             3 => Codec::Fax(FaxKind::G3 { two_d: false }),
             4 => Codec::Fax(FaxKind::G4),
             7 => Codec::Jpeg,
+            50001 => Codec::WebP,
+            34887 => Codec::Lerc,
             _ => return None,
         })
     }
@@ -147,7 +154,7 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 value: format!("{} ({})", t.compression, compression_label(t.compression)),
                 reason: format!(
                     "is not decoded by tilestream ({hint}it decodes none, LZW, Deflate, PackBits, \
-                     ZSTD, CCITT fax and JPEG); convert with gdal_translate -co \
+                     ZSTD, CCITT fax, JPEG, WebP and LERC); convert with gdal_translate -co \
                      COMPRESS=DEFLATE first"
                 ),
             },
@@ -182,6 +189,20 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                     "of {}-bit samples of SampleFormat {} is not read by tilestream (it reads \
                      JPEG of 8-bit unsigned samples); convert with gdal_translate -co \
                      COMPRESS=DEFLATE first",
+                    t.bits, t.sample_format
+                ),
+            },
+        ));
+    }
+    if codec == Codec::WebP && !(t.bits == 8 && t.sample_format == 1) {
+        return Err(Error::tiff_at(
+            path,
+            TiffError::UnsupportedTag {
+                tag: "Compression",
+                value: "50001 (webp)".into(),
+                reason: format!(
+                    "of {}-bit samples of SampleFormat {} is not valid (WebP codes 8-bit \
+                     unsigned samples)",
                     t.bits, t.sample_format
                 ),
             },
@@ -328,10 +349,10 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
             // has a bug, not a file
             return Err(corrupt(&"CCITT chunks are decoded row by row, not here"));
         }
-        Codec::Jpeg => {
-            // decoded by `jpeg::decode`, which needs the tables and the chunk's geometry
+        Codec::Jpeg | Codec::WebP | Codec::Lerc => {
+            // decoded by `jpeg`, `webp` and `lerc`, which need the chunk's geometry
             return Err(corrupt(
-                &"JPEG chunks are decoded by libjpeg-turbo, not here",
+                &"JPEG, WebP and LERC chunks are decoded by their libraries, not here",
             ));
         }
         Codec::None => {
@@ -829,10 +850,10 @@ mod tests {
             ),
             (
                 SampleTags {
-                    compression: 34887,
+                    compression: 34925,
                     ..ok.clone()
                 },
-                "lerc",
+                "lzma",
             ),
             (
                 SampleTags {

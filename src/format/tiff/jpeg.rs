@@ -23,6 +23,8 @@
 use std::ffi::{CStr, c_char, c_int, c_uchar, c_ulong, c_void};
 use std::sync::OnceLock;
 
+use crate::io::native::Native;
+
 /// `tjhandle`.
 type Handle = *mut c_void;
 
@@ -92,60 +94,39 @@ struct TurboJpeg {
     _lib: libloading::Library,
 }
 
-/// Names the library is looked for under, most specific first, unless
-/// `TILESTREAM_TURBOJPEG` gives its path.
-const NAMES: [&str; 4] = [
-    "libturbojpeg.so.0",
-    "libturbojpeg.so",
-    "libturbojpeg.0.dylib",
-    "libturbojpeg.dylib",
-];
-
-/// What to say when the library is missing.
-const INSTALL: &str = "JPEG-compressed TIFFs are decoded by libjpeg-turbo's TurboJPEG library \
-                       (the decoder GDAL uses), which is not installed: install it (Debian and \
-                       Ubuntu: apt-get install libturbojpeg0; macOS: brew install jpeg-turbo) \
-                       or set TILESTREAM_TURBOJPEG to its path, or convert the file with \
-                       gdal_translate -co COMPRESS=DEFLATE first";
+/// libjpeg-turbo's `TurboJPEG` library.
+const NATIVE: Native = Native {
+    env: "TILESTREAM_TURBOJPEG",
+    names: &[
+        "libturbojpeg.so.0",
+        "libturbojpeg.so",
+        "libturbojpeg.0.dylib",
+        "libturbojpeg.dylib",
+    ],
+    install: "JPEG-compressed TIFFs are decoded by libjpeg-turbo's TurboJPEG library \
+              (the decoder GDAL uses), which is not installed: install it (Debian and \
+              Ubuntu: apt-get install libturbojpeg0; macOS: brew install jpeg-turbo) \
+              or set TILESTREAM_TURBOJPEG to its path, or convert the file with \
+              gdal_translate -co COMPRESS=DEFLATE first",
+};
 
 fn load() -> Result<TurboJpeg, String> {
-    // a path given is the only one tried (so that a wrong one is said, not bypassed)
-    let names: Vec<String> = match std::env::var("TILESTREAM_TURBOJPEG") {
-        Ok(p) if !p.is_empty() => vec![p],
-        _ => NAMES.iter().map(|s| (*s).to_string()).collect(),
-    };
-    let lib = names
-        .iter()
-        // SAFETY: loading runs the library's initialisers; libturbojpeg's are those of
-        // a plain C library (no global state beyond its own), as for any program that
-        // links it.
-        .find_map(|n| unsafe { libloading::Library::new(n) }.ok())
-        .ok_or_else(|| INSTALL.to_string())?;
+    let lib = NATIVE.load()?;
+    let v = "version 2.0";
     // SAFETY: each symbol is taken with the signature `turbojpeg.h` gives it (TurboJPEG
     // 2.0 and later, whose ABI keeps these functions unchanged); the pointers are kept
     // beside the library, which is never unloaded.
     unsafe {
         Ok(TurboJpeg {
-            init: symbol(&lib, "tjInitDecompress")?,
-            destroy: symbol(&lib, "tjDestroy")?,
-            error: symbol(&lib, "tjGetErrorStr2")?,
-            header: symbol(&lib, "tjDecompressHeader3")?,
-            decompress: symbol(&lib, "tjDecompress2")?,
-            planes: symbol(&lib, "tjDecompressToYUVPlanes")?,
+            init: NATIVE.symbol(&lib, "tjInitDecompress", v)?,
+            destroy: NATIVE.symbol(&lib, "tjDestroy", v)?,
+            error: NATIVE.symbol(&lib, "tjGetErrorStr2", v)?,
+            header: NATIVE.symbol(&lib, "tjDecompressHeader3", v)?,
+            decompress: NATIVE.symbol(&lib, "tjDecompress2", v)?,
+            planes: NATIVE.symbol(&lib, "tjDecompressToYUVPlanes", v)?,
             _lib: lib,
         })
     }
-}
-
-/// The function `name` of `lib`, as the pointer type `F`.
-///
-/// # Safety
-/// `F` must be the function's signature.
-unsafe fn symbol<F: Copy>(lib: &libloading::Library, name: &str) -> Result<F, String> {
-    // SAFETY: the caller gives the signature
-    unsafe { lib.get::<F>(name) }.map(|s| *s).map_err(|_| {
-        format!("{INSTALL} (the library found lacks {name}: version 2.0 or later is needed)")
-    })
 }
 
 fn library() -> Result<&'static TurboJpeg, String> {

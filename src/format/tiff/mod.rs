@@ -25,9 +25,11 @@ pub(crate) mod encoding;
 #[doc(hidden)]
 pub mod fax;
 pub mod jpeg;
+pub mod lerc;
 mod options;
 #[doc(hidden)]
 pub mod stream;
+pub mod webp;
 #[doc(hidden)]
 pub mod write;
 
@@ -159,6 +161,8 @@ pub struct TiffLayout {
     pub codec: Codec,
     /// For JPEG-compressed files, the tables and how components are taken.
     pub jpeg: Option<jpeg::JpegTags>,
+    /// For LERC-compressed files, the additional compression and the alpha mask.
+    pub lerc: Option<lerc::LercTags>,
     /// `PhotometricInterpretation` (1, `MinIsBlack`, when absent).
     pub photometric: u16,
     /// Predictor (1 none, 2 horizontal, 3 floating point).
@@ -383,6 +387,69 @@ fn jpeg_tags(
     })
 }
 
+/// The LERC parameters of a LERC-compressed file: the `LercParameters` tag (50674:
+/// version, additional compression; none when absent, as libtiff takes it), and whether
+/// its blobs may carry an 8-bit alpha sample as their mask (`ExtraSamples` ending in
+/// unassociated alpha, pixel interleave).
+fn lerc_tags(
+    path: &Path,
+    d: &mut Decoder<BufReader<File>>,
+    dtype: crate::dtype::DType,
+    bits: u16,
+    bands: usize,
+    planar: bool,
+) -> Result<lerc::LercTags> {
+    let refuse = |reason: String| {
+        Error::tiff_at(
+            path,
+            TiffError::UnsupportedTag {
+                tag: "Compression",
+                value: "34887 (lerc)".into(),
+                reason,
+            },
+        )
+    };
+    if lerc::data_type(dtype).is_none() || usize::from(bits) != 8 * dtype.size() {
+        return Err(refuse(format!(
+            "of {bits}-bit {dtype} samples is not read by tilestream, nor by GDAL (LERC \
+             stores 8, 16 and 32-bit integers, f32 and f64)"
+        )));
+    }
+    let params = d
+        .find_tag_unsigned_vec::<u32>(Tag::Unknown(50674))
+        .map_err(|e| tiff_err(path, &e))?;
+    let extra = match params.as_deref() {
+        None => lerc::Extra::None,
+        Some([_, code, ..]) => lerc::Extra::from_code(*code).ok_or_else(|| {
+            refuse(format!(
+                "with additional compression {code} in LercParameters is not read by \
+                 tilestream, nor by GDAL (0 none, 1 Deflate, 2 Zstandard)"
+            ))
+        })?,
+        Some(v) => {
+            return Err(refuse(format!(
+                "with LercParameters of {} value(s) is not valid (version, additional \
+                 compression)",
+                v.len()
+            )));
+        }
+    };
+    let extra_samples = d
+        .find_tag_unsigned_vec::<u16>(Tag::ExtraSamples)
+        .map_err(|e| tiff_err(path, &e))?
+        .unwrap_or_default();
+    let alpha_mask = !planar
+        && bands > 1
+        && dtype == crate::dtype::DType::U8
+        && extra_samples.last() == Some(&2);
+    let big_endian = d.byte_order() == tiff::tags::ByteOrder::BigEndian;
+    Ok(lerc::LercTags {
+        extra,
+        alpha_mask,
+        big_endian,
+    })
+}
+
 /// Reads the layout and georeferencing of the first image of a TIFF file.
 ///
 /// # Errors
@@ -460,6 +527,25 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
     } else {
         None
     };
+    let lerc = if codec == Codec::Lerc {
+        Some(lerc_tags(path, &mut d, dtype, bits_all[0], bands, planar)?)
+    } else {
+        None
+    };
+    if codec == Codec::WebP && (!matches!(bands, 3 | 4) || planar) {
+        return Err(Error::tiff_at(
+            path,
+            TiffError::UnsupportedTag {
+                tag: "Compression",
+                value: "50001 (webp)".into(),
+                reason: format!(
+                    "of {bands} band(s){} is not valid (WebP codes three or four \
+                     interleaved samples a pixel)",
+                    if planar { " stored band by band" } else { "" }
+                ),
+            },
+        ));
+    }
     let cmyk = photometric == Some(5) && cmyk_as_rgba(path, &mut d, dtype, bits_all[0], bands)?;
     let compression = decode::compression_label(compression_code);
     let tiled = d.get_chunk_type() == ChunkType::Tile;
@@ -511,6 +597,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
         compression,
         codec,
         jpeg,
+        lerc,
         photometric: photometric.unwrap_or(1),
         predictor: if codec.uses_predictor() { predictor } else { 1 },
         bigtiff,

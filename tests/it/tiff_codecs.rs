@@ -1,0 +1,369 @@
+//! WebP- and LERC-compressed TIFFs read exactly as GDAL reads them, GDAL's reading the
+//! oracle: WebP lossy and lossless, RGB and RGBA, tiles and strips that do not divide
+//! the image; LERC of every sample type it stores, lossless and within an error bound,
+//! with Deflate or Zstandard on top, both interleaves, both byte orders, invalid pixels
+//! (NaN floats, an 8-bit alpha stored as the mask). What GDAL reads differently by
+//! version or wrongly (interleaved floats with invalid pixels, a big-endian file's
+//! NaN), damaged chunks and a missing library are refused in one line, no output left.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::gdal::{
+    BIN, TYPES, convert_at, envi, gdal_read, gdal_tif, npy_data, ok, pattern, tool,
+};
+
+/// `bands x h x w` bytes: gradients with hashed noise, so that lossy coding matters.
+fn image(bands: usize, h: usize, w: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bands * h * w);
+    for b in 0..bands {
+        for y in 0..h {
+            for x in 0..w {
+                let smooth = (x * 255 / w + y * 97 / h + b * 61) % 256;
+                let noise = (((x * 2_654_435_761) ^ (y * 40_503) ^ (b * 977)) >> 7) % 48;
+                out.push(((smooth + noise) % 256) as u8);
+            }
+        }
+    }
+    out
+}
+
+/// tilestream's reading of `tif` at two budgets equals GDAL's, byte for byte (NaN
+/// included).
+fn reads_as_gdal(tif: &Path, dir: &Path, what: &str) {
+    let gdal = gdal_read(tif, dir);
+    for budget in ["1MiB", "64MiB"] {
+        let npy = dir.join(format!("out_{budget}.npy"));
+        let out = convert_at(tif, &npy, budget);
+        assert!(
+            out.status.success(),
+            "{what} at {budget}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = npy_data(&npy);
+        assert_eq!(got.len(), gdal.len(), "{what}: size");
+        let diff = got.iter().zip(&gdal).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            diff, 0,
+            "{what} at {budget}: {diff} bytes differ from GDAL's"
+        );
+        std::fs::remove_file(&npy).expect("rm");
+    }
+}
+
+/// `convert` of `tif` fails in one line containing `word`, leaving no output.
+fn refused(tif: &Path, dir: &Path, word: &str, env: Option<(&str, &str)>) {
+    let npy = dir.join("refused.npy");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("convert").arg(tif).arg(&npy);
+    if let Some((k, v)) = env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("spawn");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(1 | 2)),
+        "{}: exit {:?}, stderr {err}",
+        tif.display(),
+        out.status
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(word),
+        "the message does not say {word:?}: {err}"
+    );
+    assert!(!npy.exists(), "an output was left");
+}
+
+/// The byte offset and count of the first chunk of a little-endian classic TIFF.
+fn first_chunk(tif: &Path) -> (u64, u64) {
+    let b = std::fs::read(tif).expect("read");
+    assert_eq!(&b[..4], b"II*\0", "a little-endian classic TIFF");
+    let u16_at = |i: usize| u64::from(u16::from_le_bytes([b[i], b[i + 1]]));
+    let u32_at = |i: usize| u64::from(u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]));
+    let ifd = u32_at(4) as usize;
+    let (mut offset, mut count) = (None, None);
+    for e in 0..u16_at(ifd) as usize {
+        let at = ifd + 2 + 12 * e;
+        let (tag, n) = (u16_at(at), u32_at(at + 4));
+        // the first value: inline when there is one, else at the offset given
+        let first = |size: usize| {
+            let p = if n == 1 {
+                at + 8
+            } else {
+                u32_at(at + 8) as usize
+            };
+            if size == 2 { u16_at(p) } else { u32_at(p) }
+        };
+        let size = if u16_at(at + 2) == 3 { 2 } else { 4 };
+        match tag {
+            273 | 324 => offset = Some(first(size)),
+            279 | 325 => count = Some(first(size)),
+            _ => {}
+        }
+    }
+    (offset.expect("offsets"), count.expect("counts"))
+}
+
+#[test]
+fn webp_tiffs_read_exactly_as_gdal_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (203, 299);
+    let mut n = 0;
+    for bands in [3, 4] {
+        let raw = envi(
+            dir.path(),
+            &format!("src{bands}"),
+            1,
+            bands,
+            h,
+            w,
+            &image(bands, h, w),
+        );
+        let layouts: [&[&str]; 4] = [
+            &[],
+            &["WEBP_LOSSLESS=TRUE"],
+            &[
+                "WEBP_LEVEL=40",
+                "TILED=YES",
+                "BLOCKXSIZE=64",
+                "BLOCKYSIZE=48",
+            ],
+            &["BLOCKYSIZE=50", "WEBP_LOSSLESS=TRUE"],
+        ];
+        for extra in layouts {
+            n += 1;
+            let mut co = vec!["COMPRESS=WEBP", "PHOTOMETRIC=RGB"];
+            if bands == 4 {
+                co.push("ALPHA=YES");
+            }
+            co.extend_from_slice(extra);
+            let tif = dir.path().join(format!("w{n}.tif"));
+            gdal_tif(&raw, &tif, &co);
+            reads_as_gdal(&tif, dir.path(), &format!("{co:?}"));
+        }
+    }
+    // a WebP COG: its full-resolution image
+    let cog = dir.path().join("cog.tif");
+    ok(tool("gdal_translate")
+        .args([
+            "-q",
+            "-of",
+            "COG",
+            "-co",
+            "COMPRESS=WEBP",
+            "-co",
+            "BLOCKSIZE=128",
+        ])
+        .arg(dir.path().join("src3.raw"))
+        .arg(&cog));
+    reads_as_gdal(&cog, dir.path(), "WebP COG");
+}
+
+#[test]
+fn lerc_tiffs_read_exactly_as_gdal_reads_them() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (67, 101);
+    let mut n = 0;
+    for &(dt, code, _) in &TYPES {
+        let bands = 3;
+        let raw = envi(dir.path(), dt, code, bands, h, w, &pattern(dt, bands, h, w));
+        let layouts: [&[&str]; 5] = [
+            &["COMPRESS=LERC"],
+            &["COMPRESS=LERC_DEFLATE", "MAX_Z_ERROR=2"],
+            &[
+                "COMPRESS=LERC_ZSTD",
+                "TILED=YES",
+                "BLOCKXSIZE=32",
+                "BLOCKYSIZE=16",
+            ],
+            &["COMPRESS=LERC", "INTERLEAVE=BAND", "BLOCKYSIZE=20"],
+            &["COMPRESS=LERC_DEFLATE", "ENDIANNESS=BIG", "BLOCKYSIZE=30"],
+        ];
+        for co in layouts {
+            n += 1;
+            let tif = dir.path().join(format!("l{n}.tif"));
+            gdal_tif(&raw, &tif, co);
+            reads_as_gdal(&tif, dir.path(), &format!("{dt} {co:?}"));
+        }
+    }
+    // invalid pixels: NaN floats of one band (LERC's mask, read back as libtiff's NaN),
+    // f32 and f64, band-planar too; an 8-bit RGBA whose alpha is stored as the mask
+    for (dt, code, es) in [("f32", 4u8, 4usize), ("f64", 5, 8)] {
+        for bands in [1, 2] {
+            let mut data = pattern(dt, bands, h, w);
+            for y in 10..20 {
+                for x in 30..50 {
+                    let at = (y * w + x) * es;
+                    let nan: &[u8] = if es == 4 {
+                        &f32::NAN.to_le_bytes()
+                    } else {
+                        &f64::NAN.to_le_bytes()
+                    };
+                    data[at..at + es].copy_from_slice(nan);
+                }
+            }
+            let raw = envi(
+                dir.path(),
+                &format!("nan{dt}{bands}"),
+                code,
+                bands,
+                h,
+                w,
+                &data,
+            );
+            for co in [
+                &["COMPRESS=LERC", "INTERLEAVE=BAND"][..],
+                &[
+                    "COMPRESS=LERC_ZSTD",
+                    "TILED=YES",
+                    "BLOCKXSIZE=32",
+                    "BLOCKYSIZE=32",
+                    "INTERLEAVE=BAND",
+                ],
+            ] {
+                n += 1;
+                let tif = dir.path().join(format!("l{n}.tif"));
+                ok(tool("gdal_translate")
+                    .args(["-q"])
+                    .args(co.iter().flat_map(|c| ["-co", c]))
+                    .arg(&raw)
+                    .arg(&tif));
+                reads_as_gdal(&tif, dir.path(), &format!("NaN {dt} x{bands} {co:?}"));
+                let got = npy_data(&{
+                    let npy = dir.path().join("nan.npy");
+                    assert!(convert_at(&tif, &npy, "1MiB").status.success());
+                    npy
+                });
+                let nans = got
+                    .chunks_exact(es)
+                    .filter(|v| {
+                        if es == 4 {
+                            f32::from_le_bytes(v[..4].try_into().expect("4")).is_nan()
+                        } else {
+                            f64::from_le_bytes(v[..8].try_into().expect("8")).is_nan()
+                        }
+                    })
+                    .count();
+                assert_eq!(
+                    nans, 200,
+                    "NaN {dt} x{bands}: the masked pixels read as NaN"
+                );
+            }
+        }
+    }
+    let mut rgba = image(4, h, w);
+    // a transparent corner and a half-transparent band: the mask keeps 0 and 255 only
+    for y in 0..h {
+        for x in 0..w {
+            rgba[(3 * h + y) * w + x] = if x < 20 && y < 15 { 0 } else { 255 };
+        }
+    }
+    let raw = envi(dir.path(), "rgba", 1, 4, h, w, &rgba);
+    for co in [
+        &["COMPRESS=LERC", "PHOTOMETRIC=RGB", "ALPHA=YES"][..],
+        &[
+            "COMPRESS=LERC_DEFLATE",
+            "PHOTOMETRIC=RGB",
+            "ALPHA=YES",
+            "TILED=YES",
+            "BLOCKXSIZE=48",
+            "BLOCKYSIZE=32",
+        ],
+    ] {
+        n += 1;
+        let tif = dir.path().join(format!("l{n}.tif"));
+        gdal_tif(&raw, &tif, co);
+        reads_as_gdal(&tif, dir.path(), &format!("RGBA {co:?}"));
+    }
+}
+
+#[test]
+fn what_gdal_reads_differently_or_not_at_all_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (40, 50);
+    // a block of pixels whose two bands are both NaN: libtiff's writer marks them
+    // invalid in the blob's mask
+    let mut data = pattern("f32", 2, h, w);
+    let block = |data: &mut Vec<u8>, band: usize, bits: u32| {
+        for y in 10..20 {
+            for x in 20..40 {
+                let at = 4 * ((band * h + y) * w + x);
+                data[at..at + 4].copy_from_slice(&bits.to_le_bytes());
+            }
+        }
+    };
+    block(&mut data, 0, f32::NAN.to_bits());
+    block(&mut data, 1, f32::NAN.to_bits());
+    let raw = envi(dir.path(), "nan", 4, 2, h, w, &data);
+    // interleaved floats with invalid pixels: 0 in libtiff 4.5, NaN in 4.7
+    let inter = dir.path().join("inter.tif");
+    ok(tool("gdal_translate")
+        .args(["-q", "-co", "COMPRESS=LERC"])
+        .arg(&raw)
+        .arg(&inter));
+    refused(&inter, dir.path(), "interleaved floats", None);
+    // a big-endian file's invalid pixels: libtiff 4.5 writes NaN and then swaps its
+    // bytes, so GDAL reads 0x0000c07f. The writer swaps before coding, so a value whose
+    // swapped bytes are a NaN is what it marks invalid
+    let mut data = pattern("f32", 1, h, w);
+    block(&mut data, 0, 0x7fc0_0001_u32.swap_bytes());
+    let raw = envi(dir.path(), "swapped", 4, 1, h, w, &data);
+    let big = dir.path().join("big.tif");
+    ok(tool("gdal_translate")
+        .args(["-q", "-co", "COMPRESS=LERC", "-co", "ENDIANNESS=BIG"])
+        .arg(&raw)
+        .arg(&big));
+    assert_ne!(
+        &gdal_read(&big, dir.path())[4 * (10 * w + 20)..][..4],
+        &data[4 * (10 * w + 20)..][..4],
+        "GDAL reads the value written"
+    );
+    refused(&big, dir.path(), "big-endian", None);
+
+    // a damaged chunk: not WebP, not LERC
+    for (name, co, word) in [
+        (
+            "webp",
+            &["COMPRESS=WEBP", "PHOTOMETRIC=RGB"][..],
+            "not a WebP image",
+        ),
+        ("lerc", &["COMPRESS=LERC"], "not a LERC blob"),
+    ] {
+        let bands = if name == "webp" { 3 } else { 1 };
+        let raw = envi(
+            dir.path(),
+            &format!("d{name}"),
+            1,
+            bands,
+            h,
+            w,
+            &image(bands, h, w),
+        );
+        let tif = dir.path().join(format!("{name}.tif"));
+        gdal_tif(&raw, &tif, co);
+        let (offset, count) = first_chunk(&tif);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&tif)
+            .expect("open");
+        f.write_all_at(&vec![0x5A; count.min(16) as usize], offset)
+            .expect("damage");
+        refused(&tif, dir.path(), word, None);
+        // the library missing: one line saying what to install
+        let var = if name == "webp" {
+            "TILESTREAM_WEBP"
+        } else {
+            "TILESTREAM_LERC"
+        };
+        let good = dir.path().join(format!("{name}_good.tif"));
+        gdal_tif(&raw, &good, co);
+        refused(
+            &good,
+            dir.path(),
+            var,
+            Some((var, "/nonexistent/libnothing.so")),
+        );
+    }
+}
