@@ -7,8 +7,8 @@ use std::path::Path;
 
 use tilestream::DType;
 use tilestream::fuzz_checks::{
-    NpyOutcome, expr, fax_chunk, hdf5_chunk, jpeg_chunk, netcdf3_header, npy_header, pipeline_file,
-    tiff_file, zarr_metadata,
+    NpyOutcome, expr, fax_chunk, hdf5_chunk, jpeg_chunk, lerc_chunk, netcdf3_header, npy_header,
+    pipeline_file, tiff_file, webp_chunk, zarr_metadata,
 };
 
 fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
@@ -129,6 +129,23 @@ fn jpeg_chunk_corpus_replays_without_a_finding() {
     // the 27 seeds are strips and tiles GDAL and tiffcp wrote: they decode (libjpeg-turbo
     // is installed by the test command); what the fuzzer added mostly does not
     assert!(n >= 27 && ok >= 27, "{ok} of {n}");
+}
+
+#[test]
+fn webp_chunk_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("webp_chunk", webp_chunk);
+    // the 24 seeds are strips and tiles GDAL wrote (RGB, RGBA, lossy and lossless): they
+    // decode (libwebp is installed by the test command)
+    assert!(n >= 24 && ok >= 24, "{ok} of {n}");
+}
+
+#[test]
+fn lerc_chunk_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("lerc_chunk", lerc_chunk);
+    // the 70 seeds are strips and tiles GDAL wrote (every sample type, Deflate and
+    // Zstandard on top, both byte orders, masks): all but the three of refused kinds
+    // (invalid interleaved or big-endian floats) decode
+    assert!(n >= 70 && ok >= 67, "{ok} of {n}");
 }
 
 #[test]
