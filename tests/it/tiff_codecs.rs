@@ -11,46 +11,9 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::gdal::{
-    BIN, TYPES, convert_at, envi, gdal_read, gdal_tif, npy_data, ok, pattern, tool,
+    BIN, TYPES, convert_at, envi, gdal_read, gdal_tif, noisy_image, npy_data, ok, pattern,
+    reads_as_gdal, tool,
 };
-
-/// `bands x h x w` bytes: gradients with hashed noise, so that lossy coding matters.
-fn image(bands: usize, h: usize, w: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bands * h * w);
-    for b in 0..bands {
-        for y in 0..h {
-            for x in 0..w {
-                let smooth = (x * 255 / w + y * 97 / h + b * 61) % 256;
-                let noise = (((x * 2_654_435_761) ^ (y * 40_503) ^ (b * 977)) >> 7) % 48;
-                out.push(((smooth + noise) % 256) as u8);
-            }
-        }
-    }
-    out
-}
-
-/// tilestream's reading of `tif` at two budgets equals GDAL's, byte for byte (NaN
-/// included).
-fn reads_as_gdal(tif: &Path, dir: &Path, what: &str) {
-    let gdal = gdal_read(tif, dir);
-    for budget in ["1MiB", "64MiB"] {
-        let npy = dir.join(format!("out_{budget}.npy"));
-        let out = convert_at(tif, &npy, budget);
-        assert!(
-            out.status.success(),
-            "{what} at {budget}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got = npy_data(&npy);
-        assert_eq!(got.len(), gdal.len(), "{what}: size");
-        let diff = got.iter().zip(&gdal).filter(|(a, b)| a != b).count();
-        assert_eq!(
-            diff, 0,
-            "{what} at {budget}: {diff} bytes differ from GDAL's"
-        );
-        std::fs::remove_file(&npy).expect("rm");
-    }
-}
 
 /// `convert` of `tif` fails in one line containing `word`, leaving no output.
 fn refused(tif: &Path, dir: &Path, word: &str, env: Option<(&str, &str)>) {
@@ -119,7 +82,7 @@ fn webp_tiffs_read_exactly_as_gdal_reads_them() {
             bands,
             h,
             w,
-            &image(bands, h, w),
+            &noisy_image(bands, h, w),
         );
         let layouts: [&[&str]; 4] = [
             &[],
@@ -253,7 +216,7 @@ fn lerc_tiffs_read_exactly_as_gdal_reads_them() {
             }
         }
     }
-    let mut rgba = image(4, h, w);
+    let mut rgba = noisy_image(4, h, w);
     // a transparent corner and a half-transparent band: the mask keeps 0 and 255 only
     for y in 0..h {
         for x in 0..w {
@@ -339,7 +302,7 @@ fn what_gdal_reads_differently_or_not_at_all_is_refused_in_one_line() {
             bands,
             h,
             w,
-            &image(bands, h, w),
+            &noisy_image(bands, h, w),
         );
         let tif = dir.path().join(format!("{name}.tif"));
         gdal_tif(&raw, &tif, co);

@@ -9,45 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::gdal::{BIN, convert_at, envi, gdal_read, gdal_tif, npy_data, ok, tool};
-
-/// `bands x h x w` bytes: smooth gradients with hashed noise, so that every quantisation
-/// step and both chroma planes matter.
-fn image(bands: usize, h: usize, w: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(bands * h * w);
-    for b in 0..bands {
-        for y in 0..h {
-            for x in 0..w {
-                let smooth = (x * 255 / w + y * 97 / h + b * 61) % 256;
-                let noise = (((x * 2_654_435_761) ^ (y * 40_503) ^ (b * 977)) >> 7) % 48;
-                out.push(((smooth + noise) % 256) as u8);
-            }
-        }
-    }
-    out
-}
-
-/// tilestream's reading of `tif` at two budgets equals GDAL's.
-fn reads_as_gdal(tif: &Path, dir: &Path, what: &str) {
-    let gdal = gdal_read(tif, dir);
-    for budget in ["1MiB", "64MiB"] {
-        let npy = dir.join(format!("out_{budget}.npy"));
-        let out = convert_at(tif, &npy, budget);
-        assert!(
-            out.status.success(),
-            "{what} at {budget}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got = npy_data(&npy);
-        assert_eq!(got.len(), gdal.len(), "{what}: size");
-        let diff = got.iter().zip(&gdal).filter(|(a, b)| a != b).count();
-        assert_eq!(
-            diff, 0,
-            "{what} at {budget}: {diff} samples differ from GDAL's"
-        );
-        std::fs::remove_file(&npy).expect("rm");
-    }
-}
+use crate::common::gdal::{BIN, envi, gdal_read, gdal_tif, noisy_image, ok, reads_as_gdal, tool};
 
 #[test]
 fn jpeg_tiffs_read_exactly_as_gdal_reads_them() {
@@ -65,7 +27,7 @@ fn jpeg_tiffs_read_exactly_as_gdal_reads_them() {
         (4, "CMYK", "PIXEL"),
     ];
     for (bands, photometric, interleave) in kinds {
-        let data = image(bands, h, w);
+        let data = noisy_image(bands, h, w);
         let raw = envi(dir.path(), &format!("src{n}"), 1, bands, h, w, &data);
         // tiles, and strips (YCbCr's must be a multiple of 16 rows: 48)
         for (layout, quality) in [("tiles", "75"), ("strips", "95")] {
@@ -96,7 +58,7 @@ fn jpeg_tiffs_read_exactly_as_gdal_reads_them() {
     let cmyk = gdal_read(&dir.path().join("j14.tif"), dir.path());
     assert!(cmyk[3 * h * w..].iter().all(|&a| a == 255), "CMYK's alpha");
     // a JPEG COG: its full-resolution image
-    let src = envi(dir.path(), "cog_src", 1, 3, h, w, &image(3, h, w));
+    let src = envi(dir.path(), "cog_src", 1, 3, h, w, &noisy_image(3, h, w));
     let cog = dir.path().join("cog.tif");
     ok(tool("gdal_translate")
         .args([
@@ -121,12 +83,12 @@ fn jpeg_tiffs_written_by_libtiff_read_exactly_as_gdal_reads_them() {
     let src3 = dir.path().join("src3.tif");
     let src1 = dir.path().join("src1.tif");
     gdal_tif(
-        &envi(dir.path(), "s3", 1, 3, h, w, &image(3, h, w)),
+        &envi(dir.path(), "s3", 1, 3, h, w, &noisy_image(3, h, w)),
         &src3,
         &["INTERLEAVE=PIXEL"],
     );
     gdal_tif(
-        &envi(dir.path(), "s1", 1, 1, h, w, &image(1, h, w)),
+        &envi(dir.path(), "s1", 1, 1, h, w, &noisy_image(1, h, w)),
         &src1,
         &[],
     );
@@ -198,7 +160,7 @@ fn refused(tif: &Path, dir: &Path, word: &str, envs: &[(&str, &str)]) {
 fn damaged_or_mismatched_jpeg_chunks_are_refused_in_one_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let (h, w) = (64, 80);
-    let raw = envi(dir.path(), "src", 1, 3, h, w, &image(3, h, w));
+    let raw = envi(dir.path(), "src", 1, 3, h, w, &noisy_image(3, h, w));
     let make = |name: &str| {
         let tif = dir.path().join(name);
         gdal_tif(
@@ -268,7 +230,7 @@ fn a_pixel_interleaved_input_is_read_with_the_bands_of_each_position_together() 
     // once, not once a band); a band-interleaved file keeps the plain order
     let dir = tempfile::tempdir().expect("tempdir");
     let (h, w) = (300, 260);
-    let raw = envi(dir.path(), "src", 1, 3, h, w, &image(3, h, w));
+    let raw = envi(dir.path(), "src", 1, 3, h, w, &noisy_image(3, h, w));
     for (interleave, together) in [("PIXEL", true), ("BAND", false)] {
         let tif = dir.path().join(format!("{interleave}.tif"));
         gdal_tif(

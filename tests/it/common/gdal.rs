@@ -161,3 +161,42 @@ pub fn georef_of(p: &Path) -> (serde_json::Value, serde_json::Value, Vec<serde_j
         nodata,
     )
 }
+
+/// `bands x h x w` bytes: smooth gradients with hashed noise, so that every quantisation
+/// step of a lossy codec and both chroma planes matter.
+pub fn noisy_image(bands: usize, h: usize, w: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bands * h * w);
+    for b in 0..bands {
+        for y in 0..h {
+            for x in 0..w {
+                let smooth = (x * 255 / w + y * 97 / h + b * 61) % 256;
+                let noise = (((x * 2_654_435_761) ^ (y * 40_503) ^ (b * 977)) >> 7) % 48;
+                out.push(((smooth + noise) % 256) as u8);
+            }
+        }
+    }
+    out
+}
+
+/// tilestream's reading of `tif` at 1 MiB and 64 MiB equals GDAL's, byte for byte (NaN
+/// included).
+pub fn reads_as_gdal(tif: &Path, dir: &Path, what: &str) {
+    let gdal = gdal_read(tif, dir);
+    for budget in ["1MiB", "64MiB"] {
+        let npy = dir.join(format!("out_{budget}.npy"));
+        let out = convert_at(tif, &npy, budget);
+        assert!(
+            out.status.success(),
+            "{what} at {budget}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got = npy_data(&npy);
+        assert_eq!(got.len(), gdal.len(), "{what}: size");
+        let diff = got.iter().zip(&gdal).filter(|(a, b)| a != b).count();
+        assert_eq!(
+            diff, 0,
+            "{what} at {budget}: {diff} bytes differ from GDAL's"
+        );
+        std::fs::remove_file(&npy).expect("rm");
+    }
+}
