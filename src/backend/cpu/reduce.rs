@@ -28,8 +28,9 @@ struct Seg {
 }
 
 /// Columns of a matrix stored column by column accumulated together
-/// ([`Reducer::columns`]): a block of their rows gathered in C order fits the L1 cache.
-const COLUMN_GROUP: usize = 16;
+/// ([`Reducer::columns`]): enough independent chains of operations to keep the CPU's
+/// adders busy, few enough streams of reads for its prefetchers.
+const COLUMN_GROUP: usize = 8;
 
 /// Accumulation state of one outer index.
 struct State<A> {
@@ -141,6 +142,91 @@ fn accumulate_rows<T: Element, K: Kernel<T>>(
             k.push(a, x, s);
         }
     }
+}
+
+/// Rows `rows` of each column of `group` (runs of a column-major matrix, at most
+/// [`COLUMN_GROUP`] of them) pushed onto `acc`, row after row: for each column the
+/// operations [`accumulate`] applies to it when the rows come in C order, the columns
+/// interleaved so that their chains of dependent operations overlap.
+fn push_columns<T: Element, K: Kernel<T>>(
+    k: &K,
+    group: &[&[T]],
+    rows: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx2") {
+        // SAFETY: the CPU supports AVX2, checked just above.
+        unsafe { push_columns_avx2::<T, K>(k, group, rows, acc, shift) };
+        return;
+    }
+    push_columns_any::<T, K>(k, group, rows, acc, shift);
+}
+
+/// [`push_columns_any`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn push_columns_avx2<T: Element, K: Kernel<T>>(
+    k: &K,
+    group: &[&[T]],
+    rows: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) {
+    push_columns_any::<T, K>(k, group, rows, acc, shift);
+}
+
+#[inline(always)]
+#[allow(clippy::inline_always)]
+fn push_columns_any<T: Element, K: Kernel<T>>(
+    k: &K,
+    group: &[&[T]],
+    rows: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) {
+    // columns taken 8, then 4 at a time (each group's pointers and accumulators held in
+    // registers, no bounds checks in the loop), the last one to three one by one
+    let (mut acc, mut group, mut shift) = (acc, group, shift);
+    while !group.is_empty() {
+        let w = match group.len() {
+            8.. => push_fixed::<T, K, 8>(k, group, rows.clone(), acc, shift),
+            4.. => push_fixed::<T, K, 4>(k, group, rows.clone(), acc, shift),
+            _ => push_fixed::<T, K, 1>(k, group, rows.clone(), acc, shift),
+        };
+        acc = &mut acc[w..];
+        group = &group[w..];
+        shift = &shift[w..];
+    }
+}
+
+/// [`push_columns_any`] for the first `W` columns of `group`; returns `W`.
+#[inline(always)]
+#[allow(clippy::inline_always)]
+fn push_fixed<T: Element, K: Kernel<T>, const W: usize>(
+    k: &K,
+    group: &[&[T]],
+    rows: Range<usize>,
+    acc: &mut [K::A],
+    shift: &[f64],
+) -> usize {
+    let n = rows.len();
+    let cols: [&[T]; W] = std::array::from_fn(|c| &group[c][rows.clone()]);
+    let s: [f64; W] = std::array::from_fn(|c| shift[c]);
+    let mut a: [K::A; W] = std::array::from_fn(|c| acc[c]);
+    // row `i` of every column in turn: an index, not an iterator over one column
+    #[allow(clippy::needless_range_loop)]
+    for i in 0..n {
+        for c in 0..W {
+            k.push(&mut a[c], cols[c][i], s[c]);
+        }
+    }
+    acc[..W].copy_from_slice(&a);
+    W
 }
 
 /// A block of one row (`seg` one row that starts a block) pushed onto `zero` and merged
@@ -457,42 +543,24 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
             .zip(total[cs.clone()].par_chunks_mut(COLUMN_GROUP))
             .zip(shift[cs].par_chunks(COLUMN_GROUP))
             .enumerate()
-            .for_each_init(
-                || vec![T::from_f64(0.0); b.min(rows as u64) as usize * COLUMN_GROUP],
-                |scratch, (gi, ((open, total), sh))| {
-                    let w = open.len();
-                    let first = gi * COLUMN_GROUP;
-                    let mut r = 0usize;
-                    while r < rows {
-                        let at = row + r as u64;
-                        let end = ((at / b + 1) * b).min(row + rows as u64);
-                        let n = (end - at) as usize;
-                        // each column's run read in order, written down a column of the
-                        // block (which stays in the L1 cache)
-                        for c in 0..w {
-                            let run = &runs[first + c][r..r + n];
-                            for (dst, &x) in scratch[c..].iter_mut().step_by(w).zip(run) {
-                                *dst = x;
-                            }
+            .for_each(|(gi, ((open, total), sh))| {
+                let first = gi * COLUMN_GROUP;
+                let group = &runs[first..first + open.len()];
+                let mut r = 0usize;
+                while r < rows {
+                    let at = row + r as u64;
+                    let end = ((at / b + 1) * b).min(row + rows as u64);
+                    let n = (end - at) as usize;
+                    push_columns::<T, K>(k, group, r..r + n, open, sh);
+                    if end.is_multiple_of(b) {
+                        for (t, o) in total.iter_mut().zip(open.iter_mut()) {
+                            K::merge(t, o);
+                            *o = zero;
                         }
-                        let seg = Seg {
-                            ra: 0,
-                            rb: n as u64,
-                            ca: 0,
-                            cb: w,
-                            at: 0,
-                        };
-                        accumulate::<T, K>(k, scratch, w, seg, 0..w, open, sh);
-                        if end.is_multiple_of(b) {
-                            for (t, o) in total.iter_mut().zip(open.iter_mut()) {
-                                K::merge(t, o);
-                                *o = zero;
-                            }
-                        }
-                        r += n;
                     }
-                },
-            );
+                    r += n;
+                }
+            });
     }
 
     /// Feeds one tile (flat elements `[start, start + data.len())`), in plan order.

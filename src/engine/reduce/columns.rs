@@ -25,6 +25,10 @@ const RUN_BYTES: u64 = 256 << 10;
 /// whole column.
 const MIN_RUN_BYTES: u64 = 16 << 10;
 
+/// Columns the host reducer takes together (its `COLUMN_GROUP`): a panel of a multiple
+/// of them keeps every group whole.
+const COLUMN_GROUP: usize = 8;
+
 /// The most columns in a tile: each is a mapped window of its own, and a slot's windows
 /// must stay well under the kernel's limit on a process's mappings (65530 by default).
 const MAX_PANEL: usize = 4096;
@@ -152,14 +156,10 @@ impl Engine {
         let (rows, cols) = (shape[0] as u64, shape[1]);
         let b = g.block_rows();
         let es = dtype.size() as u64;
-        // the result and the accumulators (totals, open blocks, shifts), and each
-        // thread's block of a group of columns
+        // the result and the accumulators (totals, open blocks, shifts)
         let acc = op.acc_bytes(dtype, input.missing().is_some()) as u64;
         let result = g.out_per_outer() * op.output_dtype(dtype).size() as u64;
-        let threads = self.backend.threads() as u64;
-        let resident = result
-            + 2 * g.vcols() as u64 * (acc + 8)
-            + threads * crate::ops::reduce::BLOCK_ELEMS.min(b * 16) * es;
+        let resident = result + 2 * g.vcols() as u64 * (acc + 8);
         let depth = self.depth.max(1);
         let room = self
             .budget
@@ -183,6 +183,10 @@ impl Engine {
             if panel == 0 {
                 return Ok(None);
             }
+        }
+        // whole groups of the columns the reducer takes together, where there are more
+        if panel > COLUMN_GROUP && panel < cols {
+            panel -= panel % COLUMN_GROUP;
         }
         // runs of a few pages that are not whole columns cost more in windows than they
         // read: the C-order read then
@@ -219,7 +223,7 @@ impl Engine {
             window_bytes,
             out_buffer_bytes: 0,
             resident_bytes: resident,
-            resident_what: "reduction result, accumulators and column blocks".into(),
+            resident_what: "reduction result and accumulators".into(),
             depth,
             reserved_bytes: resident + depth.min(num_tiles) as u64 * window_bytes,
             output_bytes: 0,
