@@ -83,6 +83,7 @@ pub(crate) fn info(py: Python<'_>, source: &str) -> PyResult<String> {
             Format::GeoTiff => "geotiff",
             Format::Zarr => "zarr",
             Format::Hdf5 => "hdf5",
+            Format::Jp2 => "jp2",
             Format::NetCdf3 { .. } => "netcdf3",
         };
         Ok(json!({

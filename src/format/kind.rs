@@ -23,6 +23,8 @@ pub enum Format {
     Zarr,
     /// One dataset of an HDF5 or NetCDF-4 file.
     Hdf5,
+    /// A JPEG 2000 file or codestream: bands x rows x columns.
+    Jp2,
     /// One variable of a NetCDF-3 file.
     NetCdf3 {
         /// 1 (classic), 2 (64-bit offsets) or 5 (64-bit data).

@@ -19,6 +19,7 @@ pub mod chunked;
 mod encode_queue;
 pub(crate) mod encoding;
 pub mod hdf5;
+pub mod jp2;
 mod kind;
 pub mod netcdf3;
 pub mod npy;
@@ -154,6 +155,8 @@ pub struct TensorFile {
     zarr: Option<Box<zarr::ZarrLayout>>,
     /// The dataset of an HDF5 or NetCDF-4 input.
     hdf5: Option<Box<hdf5::Hdf5Layout>>,
+    /// The layout of a JPEG 2000 input.
+    jp2: Option<Box<jp2::Jp2Layout>>,
     /// How a `.npy` input in Fortran order is read (its windows are then decoded by
     /// `chunked`).
     npy: Option<Box<npy::chunks::NpyChunks>>,
@@ -193,11 +196,20 @@ impl TensorFile {
         self.tiff.as_deref().map(|(l, g)| (l, g))
     }
 
-    /// The georeferencing of a GeoTIFF input (`None` for other formats or a TIFF
-    /// without georeferencing tags).
+    /// The layout of a JPEG 2000 input.
+    #[must_use]
+    pub fn jp2(&self) -> Option<&jp2::Jp2Layout> {
+        self.jp2.as_deref()
+    }
+
+    /// The georeferencing of a GeoTIFF input, or of a JPEG 2000 input's GeoJP2 box
+    /// (`None` for other formats or a file without georeferencing).
     #[must_use]
     pub fn georef(&self) -> Option<&tiff::GeoRef> {
-        self.tiff().map(|t| t.1).filter(|g| !g.is_empty())
+        self.tiff()
+            .map(|t| t.1)
+            .or(self.jp2().map(|j| &j.georef))
+            .filter(|g| !g.is_empty())
     }
 
     /// The GDAL nodata value of a GeoTIFF input, as its text and as the value its

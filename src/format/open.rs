@@ -11,7 +11,7 @@ use crate::io::own_files;
 
 use super::{
     Format, NPY_HEADER_MAX, NodataFrom, TensorFile, TensorInfo, checked_nbytes, chunked, file_len,
-    fmt_shape, hdf5, is_npy_path, netcdf3, npy, read_up_to, tiff, zarr,
+    fmt_shape, hdf5, is_npy_path, jp2, netcdf3, npy, read_up_to, tiff, zarr,
 };
 
 impl TensorFile {
@@ -39,11 +39,17 @@ impl TensorFile {
         if zarr::is_zarr_path(path) {
             return Self::open_zarr(path);
         }
+        if jp2::is_jp2_path(path) {
+            return Self::open_jp2(path);
+        }
         if !is_npy_path(path) {
             // no telling extension: recognise the format by its first bytes
-            let mut magic = [0u8; 8];
+            let mut magic = [0u8; 12];
             let mut f = own_files::open_input(path)?;
             let got = read_up_to(&mut f, &mut magic).unwrap_or(0);
+            if jp2::is_jp2(&magic[..got]) {
+                return Self::open_jp2(path);
+            }
             match &magic[..got.min(8)] {
                 [b'I', b'I', 42 | 43, 0, ..] | [b'M', b'M', 0, 42 | 43, ..] => {
                     return Self::open_tiff(path);
@@ -53,8 +59,8 @@ impl TensorFile {
                 m if m.starts_with(b"\x93NUMPY") => {}
                 _ => {
                     return Err(Error::invalid(format!(
-                        "{}: not a .npy, TIFF or Zarr v3 file; for raw binary data give its \
-                         `shape` and `in_dtype`",
+                        "{}: not a .npy, TIFF, JPEG 2000, HDF5, NetCDF or Zarr v3 file; for \
+                         raw binary data give its `shape` and `in_dtype`",
                         path.display()
                     )));
                 }
@@ -135,6 +141,7 @@ impl TensorFile {
             tiff: None,
             zarr: None,
             hdf5: None,
+            jp2: None,
             swap: h.big_endian && !h.fortran,
             given_nodata: NodataFrom::File,
             npy,
@@ -190,6 +197,7 @@ impl TensorFile {
             tiff: Some(Box::new((layout, georef))),
             zarr: None,
             hdf5: None,
+            jp2: None,
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
@@ -222,6 +230,7 @@ impl TensorFile {
             tiff: None,
             zarr: Some(Box::new(layout)),
             hdf5: None,
+            jp2: None,
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
@@ -269,8 +278,49 @@ impl TensorFile {
             tiff: None,
             zarr: None,
             hdf5: Some(Box::new(layout)),
+            jp2: None,
             npy: None,
             swap,
+            given_nodata: NodataFrom::File,
+        })
+    }
+
+    /// Opens a JPEG 2000 file (`.jp2`, or a raw `.j2k`/`.j2c` codestream): its image as
+    /// `(bands, rows, columns)` or `(rows, columns)`, decoded block by block by OpenJPEG
+    /// as GDAL decodes it (see [`jp2`]).
+    ///
+    /// # Errors
+    /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if it is not a JPEG 2000
+    /// file tilestream reads, or OpenJPEG is missing.
+    pub fn open_jp2(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let file = own_files::open_input(path)?;
+        let layout = jp2::open(path, &file)?;
+        let shape = layout.shape();
+        let dtype = layout.dtype;
+        checked_nbytes(path, &shape, dtype)?;
+        let src = jp2::Jp2Chunks::new(
+            path,
+            file.try_clone().map_err(|e| Error::io("open", path, e))?,
+            layout.clone(),
+        );
+        let c = chunked::Chunked::new(shape.clone(), dtype, Box::new(src));
+        Ok(TensorFile {
+            path: path.to_path_buf(),
+            file,
+            info: TensorInfo {
+                format: Format::Jp2,
+                dtype,
+                shape,
+                data_offset: 0,
+            },
+            chunked: Some(Arc::new(c)),
+            tiff: None,
+            zarr: None,
+            hdf5: None,
+            jp2: Some(Box::new(layout)),
+            npy: None,
+            swap: false,
             given_nodata: NodataFrom::File,
         })
     }
@@ -332,6 +382,7 @@ impl TensorFile {
             tiff: None,
             zarr: None,
             hdf5: None,
+            jp2: None,
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
@@ -396,6 +447,7 @@ impl TensorFile {
             tiff: None,
             zarr: None,
             hdf5: self.hdf5.clone(),
+            jp2: self.jp2.clone(),
             npy,
             swap: self.swap,
             given_nodata: self.given_nodata.clone(),

@@ -48,6 +48,10 @@ fn format_of(t: &TensorFile) -> String {
             _ => "geotiff".into(),
         },
         Format::Zarr => "zarr v3".into(),
+        Format::Jp2 => match t.jp2() {
+            Some(j) if j.header.jp2 => "jpeg 2000 (jp2)".into(),
+            _ => "jpeg 2000 (codestream)".into(),
+        },
         Format::Hdf5 => match t.hdf5() {
             Some(h) => format!("hdf5, dataset {}", h.dataset),
             None => "hdf5".into(),

@@ -557,31 +557,7 @@ pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
     };
     let offsets = d.get_tag_u64_vec(off_tag).map_err(|e| tiff_err(path, &e))?;
     let byte_counts = d.get_tag_u64_vec(cnt_tag).map_err(|e| tiff_err(path, &e))?;
-    let f64s = |d: &mut Decoder<BufReader<File>>, t: Tag| -> Result<Option<Vec<f64>>> {
-        match d.find_tag(t).map_err(|e| tiff_err(path, &e))? {
-            None => Ok(None),
-            Some(v) => v.into_f64_vec().map(Some).map_err(|e| tiff_err(path, &e)),
-        }
-    };
-    let ascii = |d: &mut Decoder<BufReader<File>>, t: Tag| -> Result<Option<String>> {
-        match d.find_tag(t).map_err(|e| tiff_err(path, &e))? {
-            None => Ok(None),
-            Some(v) => v.into_string().map(Some).map_err(|e| tiff_err(path, &e)),
-        }
-    };
-    let georef = GeoRef {
-        pixel_scale: f64s(&mut d, Tag::ModelPixelScaleTag)?,
-        tiepoint: f64s(&mut d, Tag::ModelTiepointTag)?,
-        transformation: f64s(&mut d, Tag::ModelTransformationTag)?,
-        geo_keys: d
-            .find_tag_unsigned_vec::<u16>(Tag::GeoKeyDirectoryTag)
-            .map_err(|e| tiff_err(path, &e))?,
-        geo_doubles: f64s(&mut d, Tag::GeoDoubleParamsTag)?,
-        geo_ascii: ascii(&mut d, Tag::GeoAsciiParamsTag)?,
-        nodata: ascii(&mut d, Tag::GdalNodata)?
-            .map(|s| plain_nodata(path, s.trim_end_matches('\0')))
-            .transpose()?,
-    };
+    let georef = read_georef(path, &mut d)?;
     let layout = TiffLayout {
         width: width as usize,
         height: height as usize,
@@ -783,6 +759,50 @@ fn precheck_tables(path: &Path, file: &File) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The georeferencing tags of the image `d` is at.
+fn read_georef<R: std::io::Read + std::io::Seek>(
+    path: &Path,
+    d: &mut Decoder<R>,
+) -> Result<GeoRef> {
+    let f64s = |d: &mut Decoder<R>, t: Tag| -> Result<Option<Vec<f64>>> {
+        match d.find_tag(t).map_err(|e| tiff_err(path, &e))? {
+            None => Ok(None),
+            Some(v) => v.into_f64_vec().map(Some).map_err(|e| tiff_err(path, &e)),
+        }
+    };
+    let ascii = |d: &mut Decoder<R>, t: Tag| -> Result<Option<String>> {
+        match d.find_tag(t).map_err(|e| tiff_err(path, &e))? {
+            None => Ok(None),
+            Some(v) => v.into_string().map(Some).map_err(|e| tiff_err(path, &e)),
+        }
+    };
+    Ok(GeoRef {
+        pixel_scale: f64s(d, Tag::ModelPixelScaleTag)?,
+        tiepoint: f64s(d, Tag::ModelTiepointTag)?,
+        transformation: f64s(d, Tag::ModelTransformationTag)?,
+        geo_keys: d
+            .find_tag_unsigned_vec::<u16>(Tag::GeoKeyDirectoryTag)
+            .map_err(|e| tiff_err(path, &e))?,
+        geo_doubles: f64s(d, Tag::GeoDoubleParamsTag)?,
+        geo_ascii: ascii(d, Tag::GeoAsciiParamsTag)?,
+        nodata: ascii(d, Tag::GdalNodata)?
+            .map(|s| plain_nodata(path, s.trim_end_matches('\0')))
+            .transpose()?,
+    })
+}
+
+/// The georeferencing of the TIFF held in `bytes` (a GeoJP2 box's degenerate GeoTIFF),
+/// read as a GeoTIFF file's is.
+///
+/// # Errors
+/// [`Error::Tiff`] when the bytes are no TIFF or its tags cannot be read.
+pub fn georef_from_bytes(path: &Path, bytes: &[u8]) -> Result<GeoRef> {
+    let mut d = Decoder::new(std::io::Cursor::new(bytes))
+        .map_err(|e| tiff_err(path, &e))?
+        .with_limits(Limits::default());
+    read_georef(path, &mut d)
 }
 
 fn decoder(path: &Path, file: File) -> Result<Decoder<BufReader<File>>> {
