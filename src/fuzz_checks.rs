@@ -467,3 +467,42 @@ pub fn netcdf3_header(data: &[u8]) -> bool {
         }
     }
 }
+
+/// A whole JPEG 2000 file (`src/format/jp2/`): its boxes and codestream headers are read,
+/// and, for an image of at most 2^20 pixels a band and 4 bands, its first 16 blocks are
+/// decoded by OpenJPEG. Checks: no panic; an accepted header's codestream lies within
+/// the file; nothing is written past a block; a refusal is one line. Returns whether
+/// every block tried decoded (false too where OpenJPEG is not installed).
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn jp2_file(data: &[u8]) -> bool {
+    use crate::format::jp2;
+    let one_line = |m: &str| assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
+    let layout = match jp2::open(std::path::Path::new("fuzz.jp2"), data) {
+        Ok(l) => l,
+        Err(e) => {
+            one_line(&e.to_string());
+            return false;
+        }
+    };
+    let (start, len) = layout.header.codestream;
+    assert!(start + len <= data.len() as u64, "codestream past the file");
+    let (w, h) = layout.header.size();
+    if u64::from(w) * u64::from(h) > 1 << 20 || layout.bands() > 4 {
+        return false;
+    }
+    let (bw, bh) = layout.block;
+    let size = bw * bh * layout.bands() * layout.dtype.size();
+    let mut all = true;
+    for by in 0..(h as usize).div_ceil(bh) {
+        for bx in 0..(w as usize).div_ceil(bw) {
+            if by * 4 + bx >= 16 {
+                continue;
+            }
+            all &= guarded(size, |out| layout.decode_block(&data, (by, bx), out));
+        }
+    }
+    all
+}

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use tilestream::DType;
 use tilestream::fuzz_checks::{
-    NpyOutcome, expr, fax_chunk, hdf5_chunk, jpeg_chunk, lerc_chunk, netcdf3_header, npy_header,
-    pipeline_file, tiff_file, webp_chunk, zarr_metadata,
+    NpyOutcome, expr, fax_chunk, hdf5_chunk, jp2_file, jpeg_chunk, lerc_chunk, netcdf3_header,
+    npy_header, pipeline_file, tiff_file, webp_chunk, zarr_metadata,
 };
 
 fn corpus(name: &str) -> Vec<(String, Vec<u8>)> {
@@ -174,4 +174,13 @@ fn zarr_metadata_corpus_replays_without_a_finding() {
 fn pipeline_file_corpus_replays_without_a_finding() {
     let (ok, n) = replay("pipeline_file", pipeline_file);
     assert!(n >= 5 && ok >= 3, "{ok} of {n}");
+}
+
+#[test]
+fn jp2_file_corpus_replays_without_a_finding() {
+    let (ok, n) = replay("jp2_file", jp2_file);
+    // the 16 seeds are small files GDAL wrote (every sample type it writes, lossy and
+    // lossless, tiles, tiny tiles, tile-parts and markers, a raw codestream): all but
+    // the 4:2:0 one decode (OpenJPEG is installed by the test command)
+    assert!(n >= 16 && ok >= 15, "{ok} of {n}");
 }

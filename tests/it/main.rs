@@ -25,6 +25,7 @@ mod gpu_kit;
 mod hdf5;
 mod histogram;
 mod hostile_outputs;
+mod jp2;
 mod layering;
 mod map_oracle;
 mod matmul;

@@ -8,36 +8,11 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::Command;
 
 use crate::common::gdal::{
-    BIN, TYPES, convert_at, envi, gdal_read, gdal_tif, noisy_image, npy_data, ok, pattern,
-    reads_as_gdal, tool,
+    TYPES, convert_at, envi, gdal_read, gdal_tif, noisy_image, npy_data, ok, pattern,
+    reads_as_gdal, refused, tool,
 };
-
-/// `convert` of `tif` fails in one line containing `word`, leaving no output.
-fn refused(tif: &Path, dir: &Path, word: &str, env: Option<(&str, &str)>) {
-    let npy = dir.join("refused.npy");
-    let mut cmd = Command::new(BIN);
-    cmd.arg("convert").arg(tif).arg(&npy);
-    if let Some((k, v)) = env {
-        cmd.env(k, v);
-    }
-    let out = cmd.output().expect("spawn");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        matches!(out.status.code(), Some(1 | 2)),
-        "{}: exit {:?}, stderr {err}",
-        tif.display(),
-        out.status
-    );
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(
-        err.contains(word),
-        "the message does not say {word:?}: {err}"
-    );
-    assert!(!npy.exists(), "an output was left");
-}
 
 /// The byte offset and count of the first chunk of a little-endian classic TIFF.
 fn first_chunk(tif: &Path) -> (u64, u64) {
@@ -266,7 +241,7 @@ fn what_gdal_reads_differently_or_not_at_all_is_refused_in_one_line() {
         .args(["-q", "-co", "COMPRESS=LERC"])
         .arg(&raw)
         .arg(&inter));
-    refused(&inter, dir.path(), "interleaved floats", None);
+    refused(&inter, dir.path(), "interleaved floats", &[]);
     // a big-endian file's invalid pixels: libtiff 4.5 writes NaN and then swaps its
     // bytes, so GDAL reads 0x0000c07f. The writer swaps before coding, so a value whose
     // swapped bytes are a NaN is what it marks invalid
@@ -283,7 +258,7 @@ fn what_gdal_reads_differently_or_not_at_all_is_refused_in_one_line() {
         &data[4 * (10 * w + 20)..][..4],
         "GDAL reads the value written"
     );
-    refused(&big, dir.path(), "big-endian", None);
+    refused(&big, dir.path(), "big-endian", &[]);
 
     // a damaged chunk: not WebP, not LERC
     for (name, co, word) in [
@@ -313,7 +288,7 @@ fn what_gdal_reads_differently_or_not_at_all_is_refused_in_one_line() {
             .expect("open");
         f.write_all_at(&vec![0x5A; count.min(16) as usize], offset)
             .expect("damage");
-        refused(&tif, dir.path(), word, None);
+        refused(&tif, dir.path(), word, &[]);
         // the library missing: one line saying what to install
         let var = if name == "webp" {
             "TILESTREAM_WEBP"
@@ -326,7 +301,7 @@ fn what_gdal_reads_differently_or_not_at_all_is_refused_in_one_line() {
             &good,
             dir.path(),
             var,
-            Some((var, "/nonexistent/libnothing.so")),
+            &[(var, "/nonexistent/libnothing.so")],
         );
     }
 }

@@ -7,9 +7,10 @@
 
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::process::Command;
 
-use crate::common::gdal::{BIN, envi, gdal_read, gdal_tif, noisy_image, ok, reads_as_gdal, tool};
+use crate::common::gdal::{
+    envi, gdal_read, gdal_tif, noisy_image, ok, reads_as_gdal, refused, tool,
+};
 
 #[test]
 fn jpeg_tiffs_read_exactly_as_gdal_reads_them() {
@@ -130,30 +131,6 @@ fn first_chunk(tif: &Path) -> (u64, u64) {
             .expect("number")
     };
     (value("StripOffsets"), value("StripByteCounts"))
-}
-
-fn refused(tif: &Path, dir: &Path, word: &str, envs: &[(&str, &str)]) {
-    let npy = dir.join("refused.npy");
-    let out = Command::new(BIN)
-        .arg("convert")
-        .arg(tif)
-        .arg(&npy)
-        .args(["--progress", "never"])
-        .envs(envs.iter().copied())
-        .output()
-        .expect("spawn");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        matches!(out.status.code(), Some(1 | 2)),
-        "{word}: exit {:?}, stderr {err}",
-        out.status
-    );
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(
-        err.contains(word),
-        "the message does not say {word:?}: {err}"
-    );
-    assert!(!npy.exists(), "an output was left");
 }
 
 #[test]

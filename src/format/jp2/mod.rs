@@ -83,6 +83,99 @@ impl Jp2Layout {
         self.header.components.len()
     }
 
+    /// Decodes the block at block row `by`, column `bx` of `src` (the whole file) into
+    /// `out`, which holds one full block, band after band.
+    ///
+    /// # Errors
+    /// One line naming the block: what OpenJPEG or the checks of its output refuse.
+    pub fn decode_block(
+        &self,
+        src: &dyn openjpeg::Positioned,
+        (by, bx): (usize, usize),
+        out: &mut [u8],
+    ) -> std::result::Result<(), String> {
+        let (bw, bh) = self.block;
+        let (w, h) = self.header.size();
+        let (w, h) = (w as usize, h as usize);
+        let (x0, y0) = (bx * bw, by * bh);
+        if x0 >= w || y0 >= h || out.len() != bw * bh * self.bands() * self.dtype.size() {
+            return Err(format!("no block at row {y0}, column {x0}"));
+        }
+        let (cw, ch) = ((w - x0).min(bw), (h - y0).min(bh));
+        let c = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+        let region = match self.blocks {
+            Blocks::Tiles => Region::Tile(c(by * w.div_ceil(bw) + bx)),
+            Blocks::Areas => Region::Area {
+                x0: c(x0),
+                y0: c(y0),
+                x1: c(x0 + cw),
+                y1: c(y0 + ch),
+            },
+        };
+        openjpeg::decode(src, self.header.codestream, region, |planes| {
+            self.copy(planes, cw, ch, out)
+        })
+        .map_err(|m| format!("block at row {y0}, column {x0}: {m}"))
+    }
+
+    /// Copies the decoded `planes` of the block at pixel (`x0`, `y0`), `w x h` pixels,
+    /// into `out` (the full block, band after band), each sample saturated to the
+    /// sample type as GDAL's copy does.
+    fn copy(&self, planes: &[Plane<'_>], w: usize, h: usize, out: &mut [u8]) -> Result<(), String> {
+        let bands = self.bands();
+        if planes.len() != bands {
+            return Err(format!(
+                "OpenJPEG decoded {} components where the header says {bands}",
+                planes.len()
+            ));
+        }
+        let (bw, bh) = self.block;
+        let dt = self.dtype;
+        let es = dt.size();
+        for (b, p) in planes.iter().enumerate() {
+            if p.w != w || p.h != h || p.factor != 0 {
+                return Err(format!(
+                    "OpenJPEG decoded component {b} as {} x {} samples where the block is \
+                     {w} x {h}",
+                    p.w, p.h
+                ));
+            }
+            for y in 0..h {
+                let src = &p.data[y * w..(y + 1) * w];
+                let at = ((b * bh + y) * bw) * es;
+                let dst = &mut out[at..at + w * es];
+                match dt {
+                    DType::U8 => {
+                        for (d, &v) in dst.iter_mut().zip(src) {
+                            *d = v.clamp(0, 255) as u8;
+                        }
+                    }
+                    DType::U16 => {
+                        for (d, &v) in dst.chunks_exact_mut(2).zip(src) {
+                            d.copy_from_slice(&(v.clamp(0, 65535) as u16).to_ne_bytes());
+                        }
+                    }
+                    DType::I16 => {
+                        for (d, &v) in dst.chunks_exact_mut(2).zip(src) {
+                            d.copy_from_slice(&(v.clamp(-32768, 32767) as i16).to_ne_bytes());
+                        }
+                    }
+                    DType::U32 => {
+                        for (d, &v) in dst.chunks_exact_mut(4).zip(src) {
+                            d.copy_from_slice(&(v.max(0) as u32).to_ne_bytes());
+                        }
+                    }
+                    _ => {
+                        for (d, &v) in dst.chunks_exact_mut(4).zip(src) {
+                            d.copy_from_slice(&v.to_ne_bytes());
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `(bands, rows, columns)`, or `(rows, columns)` for one band.
     #[must_use]
     pub fn shape(&self) -> Vec<usize> {
@@ -154,7 +247,7 @@ impl ReadAt for File {
 /// # Errors
 /// [`Error::Format`]: not a JPEG 2000 file tilestream reads (the reason, in one line),
 /// or OpenJPEG missing.
-pub fn open(path: &Path, file: &File) -> Result<Jp2Layout> {
+pub fn open<R: ReadAt + ?Sized>(path: &Path, file: &R) -> Result<Jp2Layout> {
     let refuse = |m: String| Error::format(path, m);
     let header = header::read(file).map_err(refuse)?;
     openjpeg::check().map_err(refuse)?;
@@ -230,64 +323,6 @@ impl Jp2Chunks {
             chunk,
         }
     }
-
-    /// Copies the decoded `planes` of the block at pixel (`x0`, `y0`), `w x h` pixels,
-    /// into `out` (the full block, band after band), each sample saturated to the
-    /// sample type as GDAL's copy does.
-    fn copy(&self, planes: &[Plane<'_>], w: usize, h: usize, out: &mut [u8]) -> Result<(), String> {
-        let bands = self.layout.bands();
-        if planes.len() != bands {
-            return Err(format!(
-                "OpenJPEG decoded {} components where the header says {bands}",
-                planes.len()
-            ));
-        }
-        let (bw, bh) = self.layout.block;
-        let dt = self.layout.dtype;
-        let es = dt.size();
-        for (b, p) in planes.iter().enumerate() {
-            if p.w != w || p.h != h || p.factor != 0 {
-                return Err(format!(
-                    "OpenJPEG decoded component {b} as {} x {} samples where the block is \
-                     {w} x {h}",
-                    p.w, p.h
-                ));
-            }
-            for y in 0..h {
-                let src = &p.data[y * w..(y + 1) * w];
-                let at = ((b * bh + y) * bw) * es;
-                let dst = &mut out[at..at + w * es];
-                match dt {
-                    DType::U8 => {
-                        for (d, &v) in dst.iter_mut().zip(src) {
-                            *d = v.clamp(0, 255) as u8;
-                        }
-                    }
-                    DType::U16 => {
-                        for (d, &v) in dst.chunks_exact_mut(2).zip(src) {
-                            d.copy_from_slice(&(v.clamp(0, 65535) as u16).to_ne_bytes());
-                        }
-                    }
-                    DType::I16 => {
-                        for (d, &v) in dst.chunks_exact_mut(2).zip(src) {
-                            d.copy_from_slice(&(v.clamp(-32768, 32767) as i16).to_ne_bytes());
-                        }
-                    }
-                    DType::U32 => {
-                        for (d, &v) in dst.chunks_exact_mut(4).zip(src) {
-                            d.copy_from_slice(&(v.max(0) as u32).to_ne_bytes());
-                        }
-                    }
-                    _ => {
-                        for (d, &v) in dst.chunks_exact_mut(4).zip(src) {
-                            d.copy_from_slice(&v.to_ne_bytes());
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 impl ChunkSource for Jp2Chunks {
@@ -296,35 +331,10 @@ impl ChunkSource for Jp2Chunks {
     }
 
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
-        let (bw, bh) = self.layout.block;
-        let (w, h) = self.layout.header.size();
-        let (w, h) = (w as usize, h as usize);
         let n = pos.len();
-        let (by, bx) = (pos[n - 2], pos[n - 1]);
-        let (x0, y0) = (bx * bw, by * bh);
-        let (cw, ch) = ((w - x0).min(bw), (h - y0).min(bh));
-        let region = match self.layout.blocks {
-            Blocks::Tiles => {
-                let across = w.div_ceil(bw);
-                Region::Tile(u32::try_from(by * across + bx).unwrap_or(u32::MAX))
-            }
-            Blocks::Areas => {
-                let c = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
-                Region::Area {
-                    x0: c(x0),
-                    y0: c(y0),
-                    x1: c(x0 + cw),
-                    y1: c(y0 + ch),
-                }
-            }
-        };
-        openjpeg::decode(
-            &self.file,
-            self.layout.header.codestream,
-            region,
-            |planes| self.copy(planes, cw, ch, out),
-        )
-        .map_err(|m| Error::format(&self.path, format!("block at row {y0}, column {x0}: {m}")))
+        self.layout
+            .decode_block(&self.file, (pos[n - 2], pos[n - 1]), out)
+            .map_err(|m| Error::format(&self.path, m))
     }
 
     fn work_bytes(&self) -> u64 {

@@ -13,7 +13,6 @@
 use std::cell::RefCell;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 use crate::io::native::Native;
@@ -194,10 +193,35 @@ pub fn check() -> Result<(), String> {
     library().map(|_| ())
 }
 
+/// Bytes read at a position: a file (with `pread`), or bytes in memory (the fuzz target).
+pub trait Positioned: Sync {
+    /// Reads into `buf` from byte `at`; fewer bytes (0 at the end) than asked only at
+    /// the end.
+    ///
+    /// # Errors
+    /// The read's error.
+    fn pread(&self, buf: &mut [u8], at: u64) -> std::io::Result<usize>;
+}
+
+impl Positioned for File {
+    fn pread(&self, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+        std::os::unix::fs::FileExt::read_at(self, buf, at)
+    }
+}
+
+impl Positioned for &[u8] {
+    fn pread(&self, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+        let start = usize::try_from(at).unwrap_or(usize::MAX).min(self.len());
+        let n = buf.len().min(self.len() - start);
+        buf[..n].copy_from_slice(&self[start..start + n]);
+        Ok(n)
+    }
+}
+
 /// The codestream OpenJPEG reads, through the stream callbacks: `len` bytes from byte
 /// `base` of `file`; `pos` counts from `base`.
 struct Source<'a> {
-    file: &'a File,
+    file: &'a dyn Positioned,
     base: u64,
     pos: u64,
     len: u64,
@@ -216,7 +240,7 @@ unsafe extern "C" fn read_cb(buf: *mut c_void, n: usize, user: *mut c_void) -> u
     let n = n.min(usize::try_from(left).unwrap_or(usize::MAX));
     // SAFETY: OpenJPEG gives a buffer of at least `n` bytes (n was only lowered)
     let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
-    match s.file.read_at(out, s.base + s.pos) {
+    match s.file.pread(out, s.base + s.pos) {
         Ok(0) => usize::MAX,
         Ok(got) => {
             s.pos += got as u64;
@@ -341,7 +365,7 @@ pub const STREAM_BUFFER: usize = 64 << 10;
 /// One line: the library missing, OpenJPEG's own message when it cannot decode, a read
 /// error, or what `take` refuses.
 pub fn decode<T>(
-    file: &File,
+    file: &dyn Positioned,
     codestream: (u64, u64),
     region: Region,
     take: impl FnOnce(&[Plane<'_>]) -> Result<T, String>,

@@ -181,8 +181,13 @@ pub fn noisy_image(bands: usize, h: usize, w: usize) -> Vec<u8> {
 /// tilestream's reading of `tif` at 1 MiB and 64 MiB equals GDAL's, byte for byte (NaN
 /// included).
 pub fn reads_as_gdal(tif: &Path, dir: &Path, what: &str) {
+    reads_as_gdal_at(tif, dir, what, &["1MiB", "64MiB"]);
+}
+
+/// tilestream's reading of `tif` at each budget equals GDAL's, byte for byte.
+pub fn reads_as_gdal_at(tif: &Path, dir: &Path, what: &str, budgets: &[&str]) {
     let gdal = gdal_read(tif, dir);
-    for budget in ["1MiB", "64MiB"] {
+    for &budget in budgets {
         let npy = dir.join(format!("out_{budget}.npy"));
         let out = convert_at(tif, &npy, budget);
         assert!(
@@ -199,4 +204,30 @@ pub fn reads_as_gdal(tif: &Path, dir: &Path, what: &str) {
         );
         std::fs::remove_file(&npy).expect("rm");
     }
+}
+
+/// `convert` of `tif` (with `envs` set) fails in one line containing `word`, exit 1
+/// or 2, leaving no output.
+pub fn refused(tif: &Path, dir: &Path, word: &str, envs: &[(&str, &str)]) {
+    let npy = dir.join("refused.npy");
+    let out = Command::new(BIN)
+        .arg("convert")
+        .arg(tif)
+        .arg(&npy)
+        .args(["--progress", "never"])
+        .envs(envs.iter().copied())
+        .output()
+        .expect("spawn");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(1 | 2)),
+        "{word}: exit {:?}, stderr {err}",
+        out.status
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains(word),
+        "the message does not say {word:?}: {err}"
+    );
+    assert!(!npy.exists(), "an output was left");
 }
