@@ -368,6 +368,7 @@ impl Engine {
             device: None,
             chunked_inputs: inputs.iter().any(|f| f.chunked().is_some()),
             bands_inner,
+            chunk_rows: chunk_rows(shape, inputs),
         }
     }
 
@@ -673,4 +674,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     tmp.persist(path)
         .map_err(|e| Error::io("rename the finished output to", path, e.error))?;
     Ok(())
+}
+
+/// The height of the chunks of the first input of `shape` decoded in chunks, for the
+/// planner to align tile rows to ([`PlanRequest::chunk_rows`]): `None` below rank 2 or
+/// when every such input is mapped.
+fn chunk_rows(shape: &[usize], inputs: &[&TensorFile]) -> Option<usize> {
+    let rank = shape.len();
+    if rank < 2 {
+        return None;
+    }
+    inputs.iter().find_map(|f| {
+        let c = f.chunked()?.chunk_shape();
+        (f.shape() == shape && c.len() == rank && c[rank - 2] > 1).then(|| c[rank - 2])
+    })
 }

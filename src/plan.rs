@@ -81,6 +81,13 @@ pub struct PlanRequest {
     /// ([`Plan::bands_inner`]), so that the output's chunks fill one row of chunks at a
     /// time. Ignored below rank 3.
     pub bands_inner: Option<usize>,
+    /// `Some(t)` when an input of the plan's shape is decoded in chunks `t` rows high
+    /// (the second-to-last axis): tiles cut along rows are then a multiple of `t` rows
+    /// high, or a divisor of `t`, where that costs at most half the rows the budget
+    /// allows, so that no tile straddles two rows of chunks and each chunk is decoded
+    /// once whatever the cache holds. Ignored when [`bands_inner`](Self::bands_inner)
+    /// is set (an output's chunks come first).
+    pub chunk_rows: Option<usize>,
 }
 
 /// What a run needs of a device's own memory: every buffer is allocated once, before
@@ -95,6 +102,19 @@ pub struct DeviceFit {
     pub bytes_per_elem: u64,
     /// Fixed device bytes of each stream.
     pub per_stream: u64,
+}
+
+/// The rows a tile takes, `k` at most, aligned to chunks `t` rows high: a multiple of
+/// `t` (at least `t`), or a divisor of `t` of at least half of `k`; `k` when neither is.
+fn chunk_aligned(k: u64, t: u64) -> u64 {
+    if k >= t {
+        k / t * t
+    } else {
+        (k.div_ceil(2).max(1)..=k)
+            .rev()
+            .find(|r| t.is_multiple_of(*r))
+            .unwrap_or(k)
+    }
 }
 
 /// A tile: the flat C-order element range `[start, start + len)`.
@@ -245,6 +265,8 @@ impl Plan {
                             .rev()
                             .find(|r| t.is_multiple_of(*r))
                             .unwrap_or(1);
+                    } else if let Some(t) = req.chunk_rows.filter(|_| a + 2 == rank) {
+                        k = chunk_aligned(k, t.max(1) as u64);
                     }
                     let n_along = d.div_ceil(k);
                     let outer: u64 = req.shape[..a].iter().map(|&x| x as u64).product();
@@ -458,6 +480,8 @@ mod properties {
             device: None,
             chunked_inputs: false,
             bands_inner: None,
+            // chunks of 1 to 37 rows for half the requests
+            chunk_rows: in_b.is_multiple_of(2).then_some((budget % 37 + 1) as usize),
         }
     }
 

@@ -334,12 +334,13 @@ class Tensor:
 
     @property
     def format(self) -> str:
-        """``npy``, ``raw``, ``geotiff`` or ``zarr``."""
+        """``npy``, ``raw``, ``geotiff``, ``zarr``, ``hdf5``, ``netcdf3`` or ``jp2``."""
         return str(self._info["format"])
 
     @property
     def georef(self) -> Optional[dict]:
-        """GeoTIFF georeferencing (``geotransform``, ``epsg``, ``nodata``), or None."""
+        """GeoTIFF (or GeoJP2) georeferencing (``geotransform``, ``epsg``, ``nodata``),
+        or None."""
         return self._info.get("georef")
 
     def __len__(self) -> int:

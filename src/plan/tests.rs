@@ -20,6 +20,7 @@ fn req(shape: &[usize], budget: u64) -> PlanRequest {
         device: None,
         chunked_inputs: false,
         bands_inner: None,
+        chunk_rows: None,
     }
 }
 
@@ -194,4 +195,27 @@ fn resident_bytes_count() {
     r.resident_what = "accumulators".into();
     let msg = Plan::new(&r).unwrap_err().to_string();
     assert!(msg.contains("2.0 MiB of accumulators"), "{msg}");
+}
+
+#[test]
+fn tiles_of_a_chunked_input_do_not_straddle_rows_of_chunks() {
+    // 6000 x 6000 u16 in chunks of 1024 rows, reduced: the budget allows 667 rows a tile
+    let mut r = req(&[6000, 6000], 24 << 20);
+    r.in_bytes_per_elem = 2;
+    r.out_bytes_per_elem = 0;
+    let free = Plan::new(&r).expect("plan");
+    r.chunk_rows = Some(1024);
+    let aligned = Plan::new(&r).expect("plan");
+    assert!(free.extent > 512 && free.extent < 1024, "{}", free.extent);
+    // a divisor of 1024 of at least half the rows: 512
+    assert_eq!(aligned.extent, 512);
+    assert!(aligned.reserved_bytes <= r.budget);
+    // more room: a multiple of the chunk rows
+    r.budget = 256 << 20;
+    let big = Plan::new(&r).expect("plan");
+    assert_eq!(big.extent % 1024, 0, "{}", big.extent);
+    // chunks of a prime height: no divisor near, the budget's rows stay
+    r.budget = 24 << 20;
+    r.chunk_rows = Some(1021);
+    assert_eq!(Plan::new(&r).expect("plan").extent, free.extent);
 }

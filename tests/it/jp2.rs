@@ -49,6 +49,17 @@ fn source(dir: &Path, dtype: &str, bands: usize, h: usize, w: usize) -> PathBuf 
     )
 }
 
+/// (name, dtype, bands, height, width, creation options, budgets)
+type Case<'a> = (
+    &'a str,
+    &'a str,
+    usize,
+    usize,
+    usize,
+    Vec<&'a str>,
+    &'a [&'a str],
+);
+
 #[test]
 fn gdal_written_jpeg2000_reads_as_gdal_reads_it() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -56,8 +67,7 @@ fn gdal_written_jpeg2000_reads_as_gdal_reads_it() {
     let (h, w) = (203, 300);
     let tiles = ["BLOCKXSIZE=128", "BLOCKYSIZE=96"];
     let small = ["1MiB", "64MiB"];
-    // (name, dtype, bands, height, width, creation options, budgets)
-    let cases: Vec<(&str, &str, usize, usize, usize, Vec<&str>, &[&str])> = vec![
+    let cases: Vec<Case<'_>> = vec![
         ("grey lossy", "u8", 1, h, w, tiles.to_vec(), &small),
         ("rgb lossy (ICT)", "u8", 3, h, w, tiles.to_vec(), &small),
         (

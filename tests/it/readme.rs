@@ -128,8 +128,10 @@ fn fixtures(dir: &Path) {
     t(&["convert", "x.npy", "data.zarr"]);
     std::fs::write(dir.join("data.raw"), vec![7u8; 1000 * 512 * 2]).unwrap();
     // HDF5 and NetCDF-4 files as h5py and netCDF4-python write them (committed: tilestream
-    // writes neither format; `python tests/hdf5_check.py docs tests/data` remakes them)
-    for f in ["features.h5", "era5.nc"] {
+    // writes neither format; `python tests/hdf5_check.py docs tests/data` remakes them),
+    // and a small JPEG 2000 band as GDAL writes Sentinel-2's (366 x 366 u16 in tiles of
+    // 128, QUALITY=10, GeoJP2 in UTM 33N)
+    for f in ["features.h5", "era5.nc", "T33UUP_B04.jp2"] {
         std::fs::copy(root().join("tests/data").join(f), dir.join(f)).unwrap();
     }
     std::fs::create_dir_all(dir.join("out")).unwrap();

@@ -133,7 +133,7 @@ pub trait ReadAt {
     /// A read error, as text.
     fn read_at(&self, offset: u64, len: usize) -> Result<Vec<u8>, String>;
     /// The file's length.
-    fn len(&self) -> u64;
+    fn size(&self) -> u64;
 }
 
 impl ReadAt for [u8] {
@@ -144,8 +144,8 @@ impl ReadAt for [u8] {
         let end = start.saturating_add(len).min(self.len());
         Ok(self[start..end].to_vec())
     }
-    fn len(&self) -> u64 {
-        <[u8]>::len(self) as u64
+    fn size(&self) -> u64 {
+        self.len() as u64
     }
 }
 
@@ -196,7 +196,7 @@ fn box_at(f: &(impl ReadAt + ?Sized), at: u64, end: u64) -> Result<BoxAt, String
 /// One line saying why the file is not one tilestream reads: not JPEG 2000, truncated,
 /// or inconsistent.
 pub fn read(f: &(impl ReadAt + ?Sized)) -> Result<Header, String> {
-    let len = f.len();
+    let len = f.size();
     let first = f.read_at(0, 12)?;
     if first.starts_with(&J2K_SIGNATURE) {
         return codestream(f, 0, len, false);

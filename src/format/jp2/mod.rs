@@ -237,7 +237,7 @@ impl ReadAt for File {
         buf.truncate(got);
         Ok(buf)
     }
-    fn len(&self) -> u64 {
+    fn size(&self) -> u64 {
         self.metadata().map_or(0, |m| m.len())
     }
 }

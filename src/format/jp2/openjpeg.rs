@@ -384,7 +384,7 @@ pub fn decode<T>(
     // stream and image are owned by `s` and destroyed when it drops (image, codec,
     // stream); `source` and `log` outlive them (declared before `s`), and the pointers
     // given to the callbacks point at them.
-    let got = unsafe {
+    unsafe {
         let mut s = Session {
             lib,
             codec: (lib.create_decompress)(CODEC_J2K),
@@ -459,8 +459,7 @@ pub fn decode<T>(
             });
         }
         take(&planes)
-    };
-    got
+    }
 }
 
 /// The message for a failed call: the read error if there was one, else OpenJPEG's own
