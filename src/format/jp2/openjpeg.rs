@@ -286,7 +286,9 @@ unsafe extern "C" fn error_cb(msg: *const c_char, user: *mut c_void) {
     if let Ok(mut log) = log.try_borrow_mut()
         && log.is_empty()
     {
-        log.push_str(msg.to_string_lossy().trim());
+        // one line: OpenJPEG's messages end with a line break, some hold more
+        let text = msg.to_string_lossy();
+        log.push_str(&text.split_whitespace().collect::<Vec<_>>().join(" "));
     }
 }
 
