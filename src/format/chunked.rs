@@ -72,6 +72,12 @@ pub struct Chunked {
     /// Recently decoded chunks, so that a chunk row shared by consecutive tiles (whose
     /// rows rarely fall on chunk boundaries) is decoded once, not once per tile.
     cache: Mutex<Cache>,
+    /// Decoded-chunk buffers no longer used (evicted from the cache, or never kept),
+    /// at most one batch of them, reused by the next decodes: a chunk of several MiB then costs
+    /// neither fresh zeroed pages nor an allocation that the allocator keeps per thread
+    /// after it is freed. Counted within the batch of [`Chunked::batch_cost`]: a batch
+    /// in flight takes its buffers from here first.
+    spare: Mutex<Vec<Vec<u8>>>,
     /// Chunks decoded so far.
     decoded: AtomicU64,
 }
@@ -104,23 +110,28 @@ impl Cache {
         Some(Arc::clone(v))
     }
 
-    fn put(&mut self, key: u64, v: Arc<Vec<u8>>) {
+    /// Keeps `v` under `key`; returns what it does not keep (`v` itself, or the chunks
+    /// evicted for it).
+    fn put(&mut self, key: u64, v: Arc<Vec<u8>>) -> Vec<Arc<Vec<u8>>> {
         let n = Self::cost(&v);
         if n > self.capacity || self.map.contains_key(&key) {
-            return;
+            return vec![v];
         }
+        let mut dropped = Vec::new();
         while self.held + n > self.capacity {
             let Some((_, old)) = self.order.pop_first() else {
                 break;
             };
             if let Some((o, _)) = self.map.remove(&old) {
                 self.held -= Self::cost(&o);
+                dropped.push(o);
             }
         }
         self.clock += 1;
         self.held += n;
         self.map.insert(key, (v, self.clock));
         self.order.insert(self.clock, key);
+        dropped
     }
 
     /// Empties the cache and sets its capacity.
@@ -154,6 +165,7 @@ impl Chunked {
             source,
             batch: AtomicUsize::new(1),
             cache: Mutex::default(),
+            spare: Mutex::default(),
             decoded: 0.into(),
         };
         c.fit_scratch(u64::MAX);
@@ -249,6 +261,9 @@ impl Chunked {
         self.batch.store(batch, Ordering::Relaxed);
         if let Ok(mut c) = self.cache.lock() {
             c.resize(cache);
+        }
+        if let Ok(mut spare) = self.spare.lock() {
+            spare.clear();
         }
     }
 
@@ -417,7 +432,16 @@ impl Chunked {
                 pos[a] = (rem % grid[a] as u64) as usize;
                 rem /= grid[a] as u64;
             }
-            let mut buf = vec![0u8; chunk_bytes];
+            // a spare buffer is zeroed as a fresh one would be: a source may leave bytes
+            // it does not write (past the tensor's edge, a short last strip) as they are
+            let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
+            let mut buf = match spare.filter(|b| b.len() == chunk_bytes) {
+                Some(mut b) => {
+                    b.fill(0);
+                    b
+                }
+                None => vec![0u8; chunk_bytes],
+            };
             self.source.decode(&pos, &mut buf)?;
             self.decoded.fetch_add(1, Ordering::Relaxed);
             Ok(buf)
@@ -436,8 +460,19 @@ impl Chunked {
             for (pieces, buf) in b.iter().zip(decoded) {
                 let buf = Arc::new(buf?);
                 copy(outs, pieces, &buf);
-                if let Ok(mut c) = self.cache.lock() {
-                    c.put(pieces[0].key, buf);
+                let dropped = match self.cache.lock() {
+                    Ok(mut c) => c.put(pieces[0].key, buf),
+                    Err(_) => vec![buf],
+                };
+                // what the cache does not keep is spare, up to one batch of buffers
+                if let Ok(mut spare) = self.spare.lock() {
+                    for d in dropped {
+                        if spare.len() < batch
+                            && let Ok(v) = Arc::try_unwrap(d)
+                        {
+                            spare.push(v);
+                        }
+                    }
                 }
             }
         }

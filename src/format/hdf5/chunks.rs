@@ -470,13 +470,17 @@ impl ChunkSource for Hdf5Chunks {
     }
 
     fn work_bytes(&self) -> u64 {
-        // the stored bytes, and one intermediate buffer of a chunk's size a stage
-        self.max_stored
-            + if self.filters.is_empty() {
-                0
-            } else {
-                2 * self.chunk_bytes as u64
-            }
+        // `run_steps` holds at most two buffers, the one a stage reads (the stored
+        // bytes first) and the one it writes (the last stage writes into the decoded
+        // chunk itself, counted apart), and the thread's pool keeps at most those two;
+        // as the pool reuses them for either, each may grow to the larger of a stored
+        // chunk and a decoded one, which is the stored bound
+        let one = self.max_stored.max(self.chunk_bytes as u64);
+        if self.filters.is_empty() {
+            one
+        } else {
+            2 * one
+        }
     }
 }
 

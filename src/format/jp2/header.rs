@@ -179,7 +179,7 @@ fn box_at(f: &(impl ReadAt + ?Sized), at: u64, end: u64) -> Result<BoxAt, String
     if total < head_len || at.checked_add(total).is_none_or(|e| e > end) {
         return Err(format!(
             "its '{}' box at byte {at} says {total} bytes, more than the {} left",
-            fourcc(&kind),
+            fourcc(kind),
             end - at
         ));
     }
@@ -192,7 +192,7 @@ fn box_at(f: &(impl ReadAt + ?Sized), at: u64, end: u64) -> Result<BoxAt, String
 
 /// A box type as text: its printable ASCII characters, `?` for any other byte (a damaged
 /// file's type may hold a line break, and a refusal is one line).
-fn fourcc(kind: &[u8; 4]) -> String {
+fn fourcc(kind: [u8; 4]) -> String {
     kind.iter()
         .map(|&b| {
             if b.is_ascii_graphic() || b == b' ' {
