@@ -632,7 +632,7 @@ fn errors_are_one_line_with_exit_codes() {
     fails(
         &["reduce", p(&raw), p(&out)],
         2,
-        "not a .npy, TIFF or Zarr v3 file",
+        "not a .npy, TIFF, JPEG 2000, HDF5, NetCDF or Zarr v3 file",
     );
     fails(&["reduce", p(&d("missing.npy")), p(&out)], 1, "cannot open");
     fails(
