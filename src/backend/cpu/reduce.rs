@@ -8,7 +8,7 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::dtype::Element;
-use crate::ops::reduce::{BLOCK_ELEMS, Geometry, TileReducer, WIDE};
+use crate::ops::reduce::{BLOCK_ELEMS, COLUMN_PARTIALS, Geometry, TileReducer, WIDE};
 
 mod dispatch;
 mod kernels;
@@ -31,6 +31,11 @@ struct Seg {
 /// ([`Reducer::columns`]): enough independent chains of operations to keep the CPU's
 /// adders busy, few enough streams of reads for its prefetchers.
 const COLUMN_GROUP: usize = 8;
+
+/// Elements of a column-by-column tile one task accumulates (whole blocks, in groups of
+/// [`COLUMN_GROUP`]): enough work to outweigh the task's scheduling, small enough that
+/// the threads share many tasks.
+const TASK_ELEMS: usize = 1 << 16;
 
 /// Accumulation state of one outer index.
 struct State<A> {
@@ -218,9 +223,28 @@ fn push_fixed<T: Element, K: Kernel<T>, const W: usize>(
     let cols: [&[T]; W] = std::array::from_fn(|c| &group[c][rows.clone()]);
     let s: [f64; W] = std::array::from_fn(|c| shift[c]);
     let mut a: [K::A; W] = std::array::from_fn(|c| acc[c]);
-    // row `i` of every column in turn: an index, not an iterator over one column
+    // rows 8 at a time: each column's 8 read with one load, then row `i` of every column
+    // in turn (the compiler transposes them in registers)
+    let whole = n / 8 * 8;
+    let mut i = 0;
+    while i < whole {
+        let chunk: [[T; 8]; W] = std::array::from_fn(|c| {
+            let mut v = [cols[c][i]; 8];
+            v.copy_from_slice(&cols[c][i..i + 8]);
+            v
+        });
+        // an index, not an iterator: row `r` of every column's chunk in turn
+        #[allow(clippy::needless_range_loop)]
+        for r in 0..8 {
+            for c in 0..W {
+                k.push(&mut a[c], chunk[c][r], s[c]);
+            }
+        }
+        i += 8;
+    }
+    // the last rows: an index, not an iterator over one column
     #[allow(clippy::needless_range_loop)]
-    for i in 0..n {
+    for i in whole..n {
         for c in 0..W {
             k.push(&mut a[c], cols[c][i], s[c]);
         }
@@ -513,11 +537,17 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
     }
 
     /// Feeds rows `row..row + rows` of columns `c0..c0 + cols` given column by column
-    /// (see [`TileReducer::feed_columns`]): groups of [`COLUMN_GROUP`] columns in
-    /// parallel, each group's rows gathered a block at a time into a small C-order
-    /// buffer and accumulated as [`Reducer::feed`] accumulates rows, so each column sees
-    /// the same operations: pushed onto its open block, merged into its total where a
-    /// block ends.
+    /// (see [`TileReducer::feed_columns`]) with the operations [`Reducer::feed`] applies
+    /// when the rows come in C order: pushed onto the column's open block, merged into its
+    /// total where a block ends.
+    ///
+    /// A block starts from `zero` and its partial is merged into the total in block
+    /// order, so the whole blocks of the tile are accumulated independently, in
+    /// parallel (each from `zero`, [`COLUMN_GROUP`] blocks interleaved so that their chains
+    /// of dependent operations overlap), then merged column by column in block order: the
+    /// same operations in the same order, whatever the number of threads or columns. The
+    /// rows before the first block boundary continue the open block; the rows after the
+    /// last one open the next.
     fn columns(&mut self, c0: usize, row: u64, runs: &[&[T]]) {
         let cols = runs.len();
         let rows = runs.first().map_or(0, |r| r.len());
@@ -537,30 +567,69 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
         let State {
             open, total, shift, ..
         } = st;
-        let cs = c0..c0 + cols;
-        open[cs.clone()]
-            .par_chunks_mut(COLUMN_GROUP)
-            .zip(total[cs.clone()].par_chunks_mut(COLUMN_GROUP))
-            .zip(shift[cs].par_chunks(COLUMN_GROUP))
-            .enumerate()
-            .for_each(|(gi, ((open, total), sh))| {
-                let first = gi * COLUMN_GROUP;
-                let group = &runs[first..first + open.len()];
-                let mut r = 0usize;
-                while r < rows {
-                    let at = row + r as u64;
-                    let end = ((at / b + 1) * b).min(row + rows as u64);
-                    let n = (end - at) as usize;
-                    push_columns::<T, K>(k, group, r..r + n, open, sh);
-                    if end.is_multiple_of(b) {
-                        for (t, o) in total.iter_mut().zip(open.iter_mut()) {
-                            K::merge(t, o);
-                            *o = zero;
-                        }
-                    }
-                    r += n;
+        let (open, total, shift) = (
+            &mut open[c0..c0 + cols],
+            &mut total[c0..c0 + cols],
+            &shift[c0..c0 + cols],
+        );
+        // the rows that continue the open block, closing it where the block ends there
+        let head = ((b - row % b) % b).min(rows as u64) as usize;
+        if head > 0 {
+            push_columns::<T, K>(k, runs, 0..head, open, shift);
+            if (row + head as u64).is_multiple_of(b) {
+                for (t, o) in total.iter_mut().zip(open.iter_mut()) {
+                    K::merge(t, o);
+                    *o = zero;
                 }
-            });
+            }
+        }
+        // whole blocks, a window of them at a time (each column's partials merged in
+        // block order, window after window): block `j0 + j` of column `c` is unit
+        // `c * win + j` of a window of `win` blocks
+        let bu = b as usize;
+        let blocks = (rows - head) / bu;
+        let step = (COLUMN_PARTIALS / cols).clamp(1, blocks.max(1));
+        let per_task = (TASK_ELEMS / bu).max(1).next_multiple_of(COLUMN_GROUP);
+        let mut partial = Vec::new();
+        for j0 in (0..blocks).step_by(step) {
+            let win = step.min(blocks - j0);
+            partial.clear();
+            partial.resize(cols * win, zero);
+            partial
+                .par_chunks_mut(per_task)
+                .enumerate()
+                .for_each(|(ti, task)| {
+                    let first = ti * per_task;
+                    for (gi, group) in task.chunks_mut(COLUMN_GROUP).enumerate() {
+                        let u0 = first + gi * COLUMN_GROUP;
+                        let mut slices = [&runs[0][..0]; COLUMN_GROUP];
+                        let mut shifts = [0.0; COLUMN_GROUP];
+                        for (i, (sl, sh)) in slices.iter_mut().zip(&mut shifts).enumerate() {
+                            if i < group.len() {
+                                let (c, j) = ((u0 + i) / win, (u0 + i) % win);
+                                let at = head + (j0 + j) * bu;
+                                *sl = &runs[c][at..at + bu];
+                                *sh = shift[c];
+                            }
+                        }
+                        let n = group.len();
+                        push_columns::<T, K>(k, &slices[..n], 0..bu, group, &shifts[..n]);
+                    }
+                });
+            total
+                .par_iter_mut()
+                .zip(partial.par_chunks(win))
+                .for_each(|(t, parts)| {
+                    for p in parts {
+                        K::merge(t, p);
+                    }
+                });
+        }
+        // the rows that open the next block (the open block is `zero` here)
+        let tail = head + blocks * bu;
+        if tail < rows {
+            push_columns::<T, K>(k, runs, tail..rows, open, shift);
+        }
     }
 
     /// Feeds one tile (flat elements `[start, start + data.len())`), in plan order.

@@ -1,8 +1,8 @@
 //! A reduction of the leading axis of a Fortran-order matrix, read in the file's own
-//! order: each of its columns is one contiguous run of the file, so tiles are runs of
-//! rows of a panel of columns, each run a mapped window, and the reducer takes them column by
-//! column ([`TileReducer::feed_columns`]) with the operations it applies to the rows in
-//! C order. The result is the bytes the C-order file of the same values gives, without
+//! order: each of its columns is one contiguous run of the file, so tiles are whole
+//! columns (one mapped window for the tile) or long runs of rows of a panel of columns
+//! (a window each), and the reducer takes them column by column
+//! ([`TileReducer::feed_columns`]) with the operations it applies to the rows in C order. The result is the bytes the C-order file of the same values gives, without
 //! the transpose a C-order read of such a file costs (each chunk of rows put in C order
 //! first, `crate::format::npy::chunks`).
 
@@ -13,27 +13,20 @@ use crate::error::{Error, Result};
 use crate::format::{TensorFile, Touch, fmt_shape, page_size};
 use crate::journal::Journal;
 use crate::layout::{Layout, Read, Write};
-use crate::ops::reduce::{Geometry, Reduce, ReduceOver};
+use crate::ops::reduce::{Geometry, Reduce, ReduceOver, column_partials_bytes};
 use crate::plan::Plan;
 use crate::scheduler;
-
-/// Bytes of one column's run a tile aims for: runs this long are read at close to the
-/// page cache's rate (a read of a few KiB costs more in the call than in the copy).
-const RUN_BYTES: u64 = 256 << 10;
 
 /// The fewest bytes of a column's run worth a window of its own, unless the run is the
 /// whole column.
 const MIN_RUN_BYTES: u64 = 16 << 10;
 
-/// Columns the host reducer takes together (its `COLUMN_GROUP`): a panel of a multiple
-/// of them keeps every group whole.
-const COLUMN_GROUP: usize = 8;
-
 /// The most columns in a tile: each is a mapped window of its own, and a slot's windows
 /// must stay well under the kernel's limit on a process's mappings (65530 by default).
 const MAX_PANEL: usize = 4096;
 
-/// One tile: rows `row..row + rows` of columns `c0..c0 + cols`.
+/// One tile: rows `row..row + rows` of columns `c0..c0 + cols`, one window of the file
+/// (`joined`: whole columns, one after another) or one per column.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct ColumnTile {
     /// Index in plan order.
@@ -42,11 +35,14 @@ pub(super) struct ColumnTile {
     cols: usize,
     row: u64,
     rows: u64,
+    joined: bool,
 }
 
 /// The tiles of a column-by-column reduction: panels of `panel` columns, each read in
 /// runs of `rows` rows (a multiple of the reduction's block rows, so each tile holds
-/// whole summation blocks but at the end), panel after panel.
+/// whole summation blocks but at the end), panel after panel. Where a tile holds whole
+/// columns of the file, its columns are one run of the file, read as one window
+/// (`joined`).
 struct ColumnPlan {
     /// Columns and rows of the tensor.
     cols: usize,
@@ -58,6 +54,7 @@ struct ColumnPlan {
     tile_rows: u64,
     es: u64,
     depth: usize,
+    joined: bool,
 }
 
 impl ColumnPlan {
@@ -81,9 +78,20 @@ impl Layout for ColumnPlan {
             cols: self.panel.min(self.cols - c0),
             row,
             rows: self.tile_rows.min(self.rows - row),
+            joined: self.joined,
         }
     }
     fn reads(&self, t: &ColumnTile, out: &mut Vec<Read>) {
+        if t.joined {
+            // whole columns of the file, one after another
+            out.push(Read {
+                input: 0,
+                start: t.c0 as u64 * self.file_rows,
+                len: t.cols as u64 * self.file_rows,
+                touch: Touch::All,
+            });
+            return;
+        }
         // each column's run of the tile's rows: one mapped window of the raw (columns,
         // file rows) view each
         out.extend((t.c0..t.c0 + t.cols).map(|c| Read {
@@ -101,8 +109,12 @@ impl Layout for ColumnPlan {
         self.depth
     }
     fn window_bytes(&self) -> u64 {
-        // each run's window mapped from the page boundary before it to the one after
-        self.panel as u64 * (self.tile_rows * self.es + 2 * page_size())
+        // each window mapped from the page boundary before it to the one after
+        if self.joined {
+            self.panel as u64 * self.tile_rows * self.es + 2 * page_size()
+        } else {
+            self.panel as u64 * (self.tile_rows * self.es + 2 * page_size())
+        }
     }
     fn out_slot_elems(&self) -> u64 {
         0
@@ -154,54 +166,53 @@ impl Engine {
         };
         let dtype = input.dtype();
         let (rows, cols) = (shape[0] as u64, shape[1]);
+        let file_rows = raw.shape()[1] as u64;
         let b = g.block_rows();
         let es = dtype.size() as u64;
-        // the result and the accumulators (totals, open blocks, shifts)
-        let acc = op.acc_bytes(dtype, input.missing().is_some()) as u64;
+        // the result, the accumulators (totals, open blocks, shifts) and the partials of
+        // the blocks of a tile
+        let acc = op.acc_bytes(dtype, input.missing().is_some());
         let result = g.out_per_outer() * op.output_dtype(dtype).size() as u64;
-        let resident = result + 2 * g.vcols() as u64 * (acc + 8);
+        let resident =
+            result + 2 * g.vcols() as u64 * (acc as u64 + 8) + column_partials_bytes(cols, acc);
         let depth = self.depth.max(1);
         let room = self
             .budget
             .limit()
             .saturating_sub(self.budget.reserved() + resident);
         let tile = (room / depth as u64).min(self.max_tile_bytes);
-        // runs of RUN_BYTES (whole blocks) of as many columns as fit; all the columns
-        // with longer runs when they fit; runs of one block when not even one run does
-        // (a run's window costs its bytes and up to a page of slack at each end)
+        // The longest runs the tile holds (whole blocks: the reducer accumulates blocks in
+        // parallel, whatever the columns), as many columns of them as fit. Long runs are
+        // few windows: each costs its map and unmap, and a window of whole 2 MiB pages of
+        // the page cache is mapped a large page at a time. Where runs are whole columns of
+        // the file, a tile's columns are one window.
         let slack = 2 * page_size();
-        let all_rows = rows.next_multiple_of(b);
-        let mut tile_rows = ((RUN_BYTES / es / b).max(1) * b).min(all_rows);
-        let mut panel = (tile / (tile_rows * es + slack)).min(cols.min(MAX_PANEL) as u64) as usize;
-        if panel == cols {
-            // (every column in one panel: longer runs where the tile holds them)
-            let per_column = (tile / cols as u64).saturating_sub(slack);
-            tile_rows = (per_column / es / b * b).clamp(tile_rows, all_rows);
-        } else if panel == 0 {
-            tile_rows = b.min(rows);
-            panel = (tile / (tile_rows * es + slack)).min(cols.min(MAX_PANEL) as u64) as usize;
-            if panel == 0 {
-                return Ok(None);
-            }
+        let joined_rows = rows == file_rows;
+        let fit = tile.saturating_sub(slack) / es;
+        let tile_rows = if fit >= rows { rows } else { fit / b * b };
+        if tile_rows == 0 {
+            return Ok(None);
         }
-        // whole groups of the columns the reducer takes together, where there are more
-        if panel > COLUMN_GROUP && panel < cols {
-            panel -= panel % COLUMN_GROUP;
-        }
+        let panel = if joined_rows && tile_rows == rows {
+            (fit / rows).min(cols as u64) as usize
+        } else {
+            (tile / (tile_rows * es + slack)).clamp(1, cols.min(MAX_PANEL) as u64) as usize
+        };
         // runs of a few pages that are not whole columns cost more in windows than they
         // read: the C-order read then
-        if tile_rows.min(rows) * es < MIN_RUN_BYTES && tile_rows < rows {
+        if tile_rows < rows && tile_rows * es < MIN_RUN_BYTES {
             return Ok(None);
         }
         let layout = ColumnPlan {
             cols,
             rows,
-            file_rows: raw.shape()[1] as u64,
+            file_rows,
             row0,
             panel,
-            tile_rows: tile_rows.min(rows).max(1),
+            tile_rows,
             es,
             depth,
+            joined: joined_rows && tile_rows == rows && panel > 1,
         };
         let num_tiles = layout.num_tiles();
         let window_bytes = layout.window_bytes();
@@ -230,11 +241,15 @@ impl Engine {
             budget: self.budget.limit(),
             after: None,
             bands_inner: false,
-            cut: Some(format!(
-                "runs of rows of {} column{} at a time, each column one run of the file",
-                panel,
-                if panel == 1 { "" } else { "s" }
-            )),
+            cut: Some(if layout.joined {
+                format!("whole columns, {panel} at a time: each tile one run of the file")
+            } else {
+                format!(
+                    "runs of rows of {} column{} at a time, each column one run of the file",
+                    panel,
+                    if panel == 1 { "" } else { "s" }
+                )
+            }),
         };
         Ok(Some(Columns {
             raw,
@@ -278,7 +293,14 @@ impl Engine {
         let kernel = self.kernel(|t: ColumnTile, ins: &[&[u8]], _: &mut [u8]| {
             // a resumed run's state, once, before its first tile
             restore_reducers(journal, &mut [&mut reducer])?;
-            reducer.feed_columns(t.c0, t.row, ins);
+            if t.joined {
+                // one window of whole columns: each column a run of it
+                let run = t.rows as usize * dtype.size();
+                let runs: Vec<&[u8]> = ins[0].chunks_exact(run).collect();
+                reducer.feed_columns(t.c0, t.row, &runs);
+            } else {
+                reducer.feed_columns(t.c0, t.row, ins);
+            }
             checkpoint_reducers(journal, t.index, &[reducer.as_ref()])
         });
         let mut hooks = self.hooks();

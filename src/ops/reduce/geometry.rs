@@ -13,6 +13,19 @@ pub(crate) const BLOCK_ELEMS: u64 = 1 << 17;
 /// the columns split across threads (no scratch); below, whole blocks run in parallel.
 pub(crate) const WIDE: usize = 1024;
 
+/// The most block partials a reducer fed column by column
+/// ([`super::TileReducer::feed_columns`]) holds at once, or one per column where there
+/// are more columns: its whole blocks are accumulated in parallel, a window of them at a
+/// time.
+pub(crate) const COLUMN_PARTIALS: usize = 4096;
+
+/// Bytes a reducer fed column by column holds beside its state while it takes a tile of
+/// `cols` columns: the partials of a window of whole blocks, `acc` bytes each.
+#[must_use]
+pub(crate) fn column_partials_bytes(cols: usize, acc: usize) -> u64 {
+    (COLUMN_PARTIALS.max(cols) * acc) as u64
+}
+
 /// Most runs of reduced and kept axes after the first reduced one (see the module's notes).
 const MAX_RUNS: usize = 12;
 

@@ -43,7 +43,7 @@
 mod geometry;
 mod partial;
 
-pub(crate) use geometry::{BLOCK_ELEMS, WIDE};
+pub(crate) use geometry::{BLOCK_ELEMS, COLUMN_PARTIALS, WIDE, column_partials_bytes};
 pub use geometry::{Geometry, row_step};
 pub use partial::{Partial, PartialHeader};
 
