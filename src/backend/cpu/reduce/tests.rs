@@ -193,15 +193,35 @@ fn positions_of_wide_integers_are_exact() {
 /// gives the bytes of the same matrix fed in C order, for every kind of reduction.
 #[test]
 fn columns_fed_in_runs_give_the_c_order_bytes() {
-    for (rows, cols) in [(2_003usize, 600usize), (9_001, 37), (5, 3)] {
+    for (rows, cols, dtype) in [
+        (2_003usize, 600usize, DType::F64),
+        (9_001, 37, DType::F64),
+        (5, 3, DType::F64),
+        (3_001, 45, DType::F32),
+        (700, 19, DType::I32),
+    ] {
         let n = rows * cols;
         // f64 values whose sums round, with ties for the positions
-        let x: Vec<f64> = (0..n)
+        let v: Vec<f64> = (0..n)
             .map(|i| ((i * 7919 % 1013) as f64) * 0.1 + 1.0 / ((i % 29) as f64 + 3.0))
             .collect();
+        // the elements as `dtype` (f32 sums round in f64 only over many rows)
+        let es = dtype.size();
+        let x: Vec<u8> = v
+            .iter()
+            .flat_map(|&e| match dtype {
+                DType::F32 => (e as f32 * 1e6).to_le_bytes().to_vec(),
+                DType::I32 => ((e * 1e6) as i32).to_le_bytes().to_vec(),
+                _ => e.to_le_bytes().to_vec(),
+            })
+            .collect();
         let g = Geometry::new(&[rows, cols], ReduceOver::Axis(0)).unwrap();
-        let by_cols: Vec<Vec<f64>> = (0..cols)
-            .map(|c| (0..rows).map(|r| x[r * cols + c]).collect())
+        let by_cols: Vec<Vec<u8>> = (0..cols)
+            .map(|c| {
+                (0..rows)
+                    .flat_map(|r| x[(r * cols + c) * es..(r * cols + c + 1) * es].to_vec())
+                    .collect()
+            })
             .collect();
         for op in [
             Reduce::Sum,
@@ -212,11 +232,11 @@ fn columns_fed_in_runs_give_the_c_order_bytes() {
             Reduce::ArgMin,
             Reduce::Count,
         ] {
-            let mut r = reducer(op, DType::F64, g, 2);
-            r.feed_bytes(0, bytemuck::cast_slice(&x));
+            let mut r = reducer(op, dtype, g, 2);
+            r.feed_bytes(0, &x);
             let want = r.into_bytes();
             for (panel, run) in [(cols, rows), (7, 1_000), (1, 333), (16, 1)] {
-                let mut r = reducer(op, DType::F64, g, 2);
+                let mut r = reducer(op, dtype, g, 2);
                 assert!(r.takes_columns());
                 for c0 in (0..cols).step_by(panel) {
                     let c1 = (c0 + panel).min(cols);
@@ -224,7 +244,7 @@ fn columns_fed_in_runs_give_the_c_order_bytes() {
                         let end = (row + run).min(rows);
                         let runs: Vec<&[u8]> = by_cols[c0..c1]
                             .iter()
-                            .map(|col| bytemuck::cast_slice(&col[row..end]))
+                            .map(|col| &col[row * es..end * es])
                             .collect();
                         r.feed_columns(c0, row as u64, &runs);
                     }
@@ -232,7 +252,7 @@ fn columns_fed_in_runs_give_the_c_order_bytes() {
                 r.finish_columns();
                 assert!(
                     r.into_bytes() == want,
-                    "{rows}x{cols} {op:?}: panels of {panel}, runs of {run} rows"
+                    "{rows}x{cols} {dtype} {op:?}: panels of {panel}, runs of {run} rows"
                 );
             }
         }
