@@ -19,6 +19,27 @@ use crate::error::Error;
 #[repr(transparent)]
 pub struct Bool(pub u8);
 
+/// A complex number as numpy stores `complex64` (`Complex<f32>`) and `complex128`
+/// (`Complex<f64>`): the real part, then the imaginary part.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[repr(C)]
+pub struct Complex<T> {
+    /// The real part.
+    pub re: T,
+    /// The imaginary part.
+    pub im: T,
+}
+
+// SAFETY: `repr(C)` of two fields of one type that is itself `Pod` (f32, f64): no padding,
+// every bit pattern valid, all zeros a valid value.
+unsafe impl Zeroable for Complex<f32> {}
+// SAFETY: as above.
+unsafe impl Pod for Complex<f32> {}
+// SAFETY: as above.
+unsafe impl Zeroable for Complex<f64> {}
+// SAFETY: as above.
+unsafe impl Pod for Complex<f64> {}
+
 /// The element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -50,10 +71,14 @@ pub enum DType {
     F32,
     /// IEEE double precision.
     F64,
+    /// numpy `complex64`: two f32, the real part then the imaginary part.
+    C64,
+    /// numpy `complex128`: two f64, the real part then the imaginary part.
+    C128,
 }
 
 impl DType {
-    /// Every dtype, in a fixed order.
+    /// Every real dtype, in a fixed order (the complex ones are [`DType::COMPLEX`]).
     pub const ALL: [DType; 13] = [
         DType::Bool,
         DType::U8,
@@ -70,6 +95,9 @@ impl DType {
         DType::F64,
     ];
 
+    /// The complex dtypes.
+    pub const COMPLEX: [DType; 2] = [DType::C64, DType::C128];
+
     /// Bytes per element.
     #[must_use]
     pub fn size(self) -> usize {
@@ -77,7 +105,90 @@ impl DType {
             DType::Bool | DType::U8 | DType::I8 => 1,
             DType::U16 | DType::I16 | DType::F16 | DType::BF16 => 2,
             DType::U32 | DType::I32 | DType::F32 => 4,
-            DType::U64 | DType::I64 | DType::F64 => 8,
+            DType::U64 | DType::I64 | DType::F64 | DType::C64 => 8,
+            DType::C128 => 16,
+        }
+    }
+
+    /// Bytes of the unit a byte-order swap reverses: the element, or each of a complex
+    /// element's two parts.
+    #[must_use]
+    pub fn swap_unit(self) -> usize {
+        match self {
+            DType::C64 | DType::C128 => self.size() / 2,
+            _ => self.size(),
+        }
+    }
+
+    /// True for complex64 and complex128.
+    #[must_use]
+    pub fn is_complex(self) -> bool {
+        matches!(self, DType::C64 | DType::C128)
+    }
+
+    /// The dtype of a complex element's parts (f32 for complex64, f64 for complex128);
+    /// the dtype itself for a real one.
+    #[must_use]
+    pub fn part(self) -> DType {
+        match self {
+            DType::C64 => DType::F32,
+            DType::C128 => DType::F64,
+            d => d,
+        }
+    }
+
+    /// The complex dtype whose parts are `self` (complex64 for f32, complex128 for f64);
+    /// `None` for the other dtypes.
+    #[must_use]
+    pub fn complex_of(self) -> Option<DType> {
+        match self {
+            DType::F32 => Some(DType::C64),
+            DType::F64 => Some(DType::C128),
+            _ => None,
+        }
+    }
+
+    /// `Ok` for a real dtype; for a complex one, the one-line refusal of `what` (an
+    /// operation, as a user names it) on complex arrays.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming `what`, the dtype and what does take complex arrays.
+    pub fn real_only(self, what: &str) -> Result<(), Error> {
+        if self.is_complex() {
+            return Err(self.complex_refusal(what));
+        }
+        Ok(())
+    }
+
+    /// The one-line refusal of `what` on an array of this (complex) dtype.
+    #[must_use]
+    pub fn complex_refusal(self, what: &str) -> Error {
+        Error::invalid(format!(
+            "{what} of a {} array is not supported: complex arrays can be converted, \
+             cast to a complex dtype, transposed, and reduced with sum, mean, var and std",
+            self.numpy_name()
+        ))
+    }
+
+    /// numpy's name of the dtype (`float32`, `complex64`, ...).
+    #[must_use]
+    pub fn numpy_name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::U8 => "uint8",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::C64 => "complex64",
+            DType::C128 => "complex128",
         }
     }
 
@@ -98,6 +209,8 @@ impl DType {
             DType::BF16 => "bf16",
             DType::F32 => "f32",
             DType::F64 => "f64",
+            DType::C64 => "c64",
+            DType::C128 => "c128",
         }
     }
 
@@ -130,6 +243,8 @@ impl DType {
             DType::BF16 => "bfloat16",
             DType::F32 => "<f4",
             DType::F64 => "<f8",
+            DType::C64 => "<c8",
+            DType::C128 => "<c16",
         }
     }
 
@@ -164,6 +279,8 @@ impl DType {
             "f2" => DType::F16,
             "f4" => DType::F32,
             "f8" => DType::F64,
+            "c8" => DType::C64,
+            "c16" => DType::C128,
             c if c.starts_with('O') => {
                 return Err(format!(
                     "object dtype '{}' is not supported (only numeric arrays can be streamed)",
@@ -172,7 +289,7 @@ impl DType {
             }
             _ => {
                 return Err(format!(
-                    "dtype '{}' is not supported (supported: bool, u8-u64, i8-i64, f16, bf16, f32, f64)",
+                    "dtype '{}' is not supported (supported: bool, u8-u64, i8-i64, f16, bf16, f32, f64, c64, c128)",
                     crate::error::shown(descr)
                 ));
             }
@@ -228,9 +345,11 @@ impl FromStr for DType {
             "bf16" | "bfloat16" => DType::BF16,
             "f32" | "float32" | "float" => DType::F32,
             "f64" | "float64" | "double" => DType::F64,
+            "c64" | "complex64" => DType::C64,
+            "c128" | "complex128" => DType::C128,
             _ => {
                 return Err(Error::invalid(format!(
-                    "unknown dtype '{s}': expected one of bool, u8, u16, u32, u64, i8, i16, i32, i64, f16, bf16, f32, f64"
+                    "unknown dtype '{s}': expected one of bool, u8, u16, u32, u64, i8, i16, i32, i64, f16, bf16, f32, f64, c64, c128"
                 )));
             }
         };
@@ -493,7 +612,7 @@ pub fn store_f64(src: &[f64], out: &mut [u8], dtype: DType) {
         _ => crate::dispatch_dtype!(dtype, T => {
             let o: &mut [T] = bytemuck::cast_slice_mut(out);
             o.iter_mut().zip(src).for_each(|(o, &v)| *o = T::from_f64(v));
-        }),
+        }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)")),
     }
 }
 
@@ -559,18 +678,21 @@ pub fn typed<T: Pod>(bytes: &[u8]) -> std::borrow::Cow<'_, [T]> {
     }
 }
 
-/// Runs `$body` with the type alias `$t` bound to the Rust type of the runtime dtype `$d`.
+/// Runs `$body` with the type alias `$t` bound to the [`Element`] type of the runtime real
+/// dtype `$d`, or `$complex` for a complex dtype (complex numbers are not [`Element`]s:
+/// each site says what it does with them, usually refuse them).
 ///
 /// ```
 /// use tilestream::{dispatch_dtype, DType, Element};
-/// let size = dispatch_dtype!(DType::F16, T => std::mem::size_of::<T>());
+/// let size = dispatch_dtype!(DType::F16, T => std::mem::size_of::<T>(), complex => 0);
 /// assert_eq!(size, 2);
 /// ```
 #[doc(hidden)]
 #[macro_export]
 macro_rules! dispatch_dtype {
-    ($d:expr, $t:ident => $body:expr) => {
+    ($d:expr, $t:ident => $body:expr, complex => $complex:expr) => {
         match $d {
+            $crate::DType::C64 | $crate::DType::C128 => $complex,
             $crate::DType::Bool => {
                 type $t = $crate::dtype::Bool;
                 $body

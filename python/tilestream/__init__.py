@@ -104,6 +104,8 @@ _NUMPY_OF = {
     "f16": "float16",
     "f32": "float32",
     "f64": "float64",
+    "c64": "complex64",
+    "c128": "complex128",
 }
 
 
@@ -143,7 +145,7 @@ def _ts_dtype(dtype: Any) -> Optional[str]:
             return k
     raise TypeError(
         f"tilestream: dtype {d} is not one tilestream handles "
-        "(bool, u8-u64, i8-i64, f16, bf16, f32, f64)"
+        "(bool, u8-u64, i8-i64, f16, bf16, f32, f64, c64, c128)"
     )
 
 

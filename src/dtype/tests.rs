@@ -4,7 +4,7 @@ use super::*;
 
 #[test]
 fn descr_roundtrip_for_every_dtype() {
-    for d in DType::ALL {
+    for d in DType::ALL.into_iter().chain(DType::COMPLEX) {
         assert_eq!(DType::from_npy_descr(d.npy_descr()), Ok(d));
         assert_eq!(d.name().parse::<DType>().ok(), Some(d));
     }
@@ -18,7 +18,14 @@ fn refuses_big_endian_and_object() {
             .contains("big-endian")
     );
     assert!(DType::from_npy_descr("|O").unwrap_err().contains("object"));
-    assert!(DType::from_npy_descr("<c8").is_err());
+    assert!(DType::from_npy_descr("<M8").unwrap_err().contains("'<M8'"));
+    // complex: each part is swapped on its own
+    assert_eq!(
+        DType::from_npy_descr_any_order(">c16"),
+        Ok((DType::C128, true))
+    );
+    assert_eq!((DType::C64.size(), DType::C64.swap_unit()), (8, 4));
+    assert_eq!((DType::C128.size(), DType::C128.swap_unit()), (16, 8));
     // single-byte types have no byte order
     assert_eq!(DType::from_npy_descr(">u1"), Ok(DType::U8));
 }

@@ -32,7 +32,8 @@ impl Array {
     }
 
     /// `values` as an array of `dtype` (each converted as [`Element::from_f64`] does:
-    /// exact for values the type holds).
+    /// exact for values the type holds; of a complex dtype, the real parts, the
+    /// imaginary parts zero).
     ///
     /// # Errors
     /// [`Error::Invalid`] if the count does not match the shape.
@@ -40,6 +41,11 @@ impl Array {
         let data = crate::dispatch_dtype!(dtype, T => {
             let v: Vec<T> = values.iter().map(|&x| T::from_f64(x)).collect();
             bytemuck::cast_slice::<T, u8>(&v).to_vec()
+        }, complex => {
+            let parts: Vec<f64> = values.iter().flat_map(|&x| [x, 0.0]).collect();
+            let mut data = vec![0u8; parts.len() * dtype.part().size()];
+            crate::dtype::store_f64(&parts, &mut data, dtype.part());
+            data
         });
         Self::from_bytes(dtype, shape, data)
     }
@@ -80,15 +86,21 @@ impl Array {
         (T::DTYPE == self.dtype).then(|| bytemuck::pod_collect_to_vec(&self.data))
     }
 
-    /// The elements widened to f64.
+    /// The elements widened to f64; of a complex array, the parts, interleaved (the real
+    /// part of each element, then its imaginary part: numpy's `a.view(float)`).
     #[must_use]
     pub fn to_f64(&self) -> Vec<f64> {
         crate::dispatch_dtype!(self.dtype, T => {
             bytemuck::pod_collect_to_vec::<u8, T>(&self.data).into_iter().map(Element::to_f64).collect()
-        })
+        }, complex => Array {
+            dtype: self.dtype.part(),
+            shape: vec![self.data.len() / self.dtype.part().size()],
+            data: self.data.clone(),
+        }.to_f64())
     }
 
-    /// Casts to another dtype (through f64, with tilestream's cast rules).
+    /// Casts to another dtype (through f64, with tilestream's cast rules; to a complex
+    /// dtype with zero imaginary parts, from one by the real parts, as numpy's `astype`).
     #[must_use]
     pub fn cast(&self, to: DType) -> Array {
         if to == self.dtype {
@@ -98,7 +110,13 @@ impl Array {
         // one call on the whole (small) array; alignment handled by the kernel
         let mut words = vec![0u64; out.len().div_ceil(8)];
         let dst = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..out.len()];
-        crate::backend::cpu::elementwise::affine_bytes(&self.data, self.dtype, dst, to, 1.0, 0.0);
+        if self.dtype.is_complex() || to.is_complex() {
+            crate::backend::cpu::elementwise::cast_bytes(&self.data, self.dtype, dst, to);
+        } else {
+            crate::backend::cpu::elementwise::affine_bytes(
+                &self.data, self.dtype, dst, to, 1.0, 0.0,
+            );
+        }
         out.copy_from_slice(dst);
         Array {
             dtype: to,

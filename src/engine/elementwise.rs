@@ -7,7 +7,7 @@ use std::path::Path;
 use super::nodata::{BoundMap, MapNodata};
 use super::{Engine, Ran, RunReport, check_not_input, decode_scratch, hold};
 use crate::backend::ElementwiseParams;
-use crate::backend::Family;
+use crate::backend::{Family, Kernels};
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape, window_slack};
@@ -40,10 +40,22 @@ impl Engine {
     /// # Errors
     /// [`Error::Budget`] if the budget is too small.
     pub fn plan_affine(&self, input: &TensorFile, out_dtype: Option<DType>) -> Result<Plan> {
+        input.dtype().real_only("affine")?;
+        out_dtype.unwrap_or(DType::F64).real_only("affine")?;
+        self.plan_one_to_one("affine", input, out_dtype)
+    }
+
+    /// The plan of an element-for-element operation `what` of one input (affine, cast).
+    fn plan_one_to_one(
+        &self,
+        what: &str,
+        input: &TensorFile,
+        out_dtype: Option<DType>,
+    ) -> Result<Plan> {
         let od = out_dtype.unwrap_or(input.dtype());
         let mut req = self.request(
             format!(
-                "affine of {} {} -> {od}",
+                "{what} of {} {} -> {od}",
                 fmt_shape(input.shape()),
                 input.dtype()
             ),
@@ -149,14 +161,23 @@ impl Engine {
     /// # Errors
     /// [`Error::Budget`] if the budget is too small.
     pub fn plan_cast(&self, input: &TensorFile, dtype: DType) -> Result<Plan> {
-        self.plan_affine(input, Some(dtype)).map(|mut p| {
-            p.what = format!(
-                "cast {} {} -> {dtype}",
-                fmt_shape(input.shape()),
-                input.dtype()
-            );
-            p
-        })
+        if input.dtype().is_complex() && !dtype.is_complex() {
+            return Err(Error::invalid(format!(
+                "{}: a cast of {} to {dtype} would drop the imaginary parts; cast to c64 or \
+                 c128",
+                input.path().display(),
+                input.dtype().numpy_name()
+            )));
+        }
+        self.plan_one_to_one("cast", input, Some(dtype))
+            .map(|mut p| {
+                p.what = format!(
+                    "cast {} {} -> {dtype}",
+                    fmt_shape(input.shape()),
+                    input.dtype()
+                );
+                p
+            })
     }
 
     /// Writes `input` cast to `dtype` to `out`, streaming. Integer to integer casts are
@@ -188,7 +209,12 @@ impl Engine {
                 })?;
             return Ok(self.report_boxes(&boxes, Ran::cpu(Family::Cast, op), shape, dtype, times));
         }
-        let dev = self.kernels_for(Family::Cast);
+        // the CUDA kernels cast real dtypes only
+        let dev: &dyn Kernels = if input.dtype().is_complex() || dtype.is_complex() {
+            &*self.backend
+        } else {
+            self.kernels_for(Family::Cast)
+        };
         let k = dev.elementwise_kernel(&ElementwiseParams::Cast, input.dtype(), dtype, &plan)?;
         let op = Ran::on(Family::Cast, op, super::on_gpu(dev));
         let times = self.run_to_file(&plan, &inputs, out, shape, dtype, 1, k)?;
@@ -283,6 +309,9 @@ impl Engine {
         }
         let shape = shape.map(|(s, _)| s).unwrap_or_default();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
+        for d in &dtypes {
+            d.real_only("an expression (map)")?;
+        }
         Ok((program, streams, shape, Self::map_default_dtype(&dtypes)))
     }
 
@@ -314,6 +343,7 @@ impl Engine {
     ) -> Result<Plan> {
         let (_, streams, shape, default) = Self::bind(src, inputs)?;
         let od = dtype.unwrap_or(default);
+        od.real_only("an expression (map)")?;
         let mut streams_files: Vec<&TensorFile> = Vec::new();
         for s in &streams {
             if !streams_files.iter().any(|f| std::ptr::eq(*f, s.file)) {
@@ -411,6 +441,8 @@ impl Engine {
     }
 
     pub(crate) fn matmul_shapes(x: &TensorFile, w: &TensorFile) -> Result<(usize, usize, usize)> {
+        x.dtype().real_only("matmul")?;
+        w.dtype().real_only("matmul")?;
         let (xs, ws) = (x.shape(), w.shape());
         if xs.len() != 2 || ws.len() != 2 {
             return Err(Error::invalid(format!(
@@ -443,6 +475,7 @@ impl Engine {
         dtype: Option<DType>,
     ) -> Result<Plan> {
         let (r, k, n) = Self::matmul_shapes(x, w)?;
+        dtype.unwrap_or(DType::F64).real_only("matmul")?;
         let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
         let od = dtype.unwrap_or(c);
         let w_bytes = (k * n * c.size()) as u64;
@@ -540,6 +573,7 @@ impl Engine {
     /// # Errors
     /// [`Error::Budget`] if the budget is too small.
     pub fn plan_generate(&self, shape: &[usize], dtype: DType) -> Result<Plan> {
+        dtype.real_only("generating")?;
         if shape.len() > crate::format::MAX_RANK {
             return Err(Error::invalid(format!(
                 "generate: a shape of {} dimensions; tilestream and numpy read at most {}",

@@ -100,7 +100,7 @@ impl Engine {
                         .flat_map(|u| u.edges().iter().map(|&x| T::from_f64(x)))
                         .collect();
                     bytemuck::cast_slice::<T, u8>(&v).to_vec()
-                });
+                }, complex => return Err(bin.complex_refusal("a histogram")));
                 (Rule::Uniform(per), Array::from_bytes(bin, eshape, data)?)
             }
         };
@@ -123,7 +123,7 @@ impl Engine {
             counts: vec![0; outputs * n],
             parts: Vec::new(),
             copies,
-        }));
+        }), complex => return Err(dtype.complex_refusal("a histogram")));
         let (r, times) = self.stream_reducer(input, &plan, Reduce::Count, g, pass, None, false)?;
         let mut cshape = kept;
         cshape.push(n);
@@ -150,6 +150,7 @@ impl Engine {
         over: impl Into<ReduceOver>,
         n: usize,
     ) -> Result<Plan> {
+        input.dtype().real_only("a histogram")?;
         let over = over.into();
         let shape = input.shape();
         let g = Geometry::new(shape, over)?;
@@ -216,7 +217,7 @@ impl Engine {
                     .into_iter()
                     .map(|x| (x.to_f64(), if T::DTYPE.is_float() { 0 } else { x.to_i128() }))
                     .collect()
-            })
+            }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"))
         };
         let ops: &[Reduce] = if masked {
             &[lo, hi, Reduce::Count]

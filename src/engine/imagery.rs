@@ -198,6 +198,8 @@ impl Engine {
         dtype: Option<DType>,
         out: Option<&Path>,
     ) -> Result<BoxPlan> {
+        input.dtype().real_only("a filter")?;
+        dtype.unwrap_or(DType::F64).real_only("a filter")?;
         let dims = image_dims(input, "stencil")?;
         let od = dtype.unwrap_or(input.dtype());
         let (ind, limit) = (input.dtype(), self.planning_device());
@@ -361,7 +363,12 @@ impl Engine {
             let src = plan.sources(tile);
             (src.row_len(), src.col_pos(tile.c0 as usize).unwrap_or(0))
         };
-        let dev = self.kernels_for(Family::Transpose);
+        // the CUDA kernels move elements of at most 8 bytes (a complex128 has 16)
+        let dev: &dyn crate::backend::Kernels = if es > 8 {
+            &*self.backend
+        } else {
+            self.kernels_for(Family::Transpose)
+        };
         let out_bytes = plan.out_slot_elems() * es as u64;
         let kernel =
             dev.transpose_kernel(es, plan.window_bytes(), out_bytes, plan.depth, Box::new(at))?;

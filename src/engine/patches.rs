@@ -136,6 +136,7 @@ impl Engine {
         spec: PatchSpec,
         format: PatchFormat,
     ) -> Result<BoxPlan> {
+        input.dtype().real_only("cutting patches (tiles)")?;
         let dims = image_dims(input, "tiles")?;
         if spec.size == 0 || spec.overlap >= spec.size {
             return Err(Error::Invalid(format!(

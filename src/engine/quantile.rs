@@ -56,6 +56,7 @@ impl Engine {
         spec: &Quantiles,
         width: Option<u32>,
     ) -> Result<(Plan, Digits)> {
+        input.dtype().real_only("a quantile")?;
         let shape = input.shape();
         let dtype = input.dtype();
         let g = Geometry::new(shape, over)?;
@@ -154,7 +155,7 @@ impl Engine {
         let dtype = input.dtype();
         let (data, times) = crate::dispatch_dtype!(dtype, T => {
             self.select::<T>(input, &plan, over, spec, digits)?
-        });
+        }, complex => return Err(dtype.complex_refusal("a quantile")));
         let out_dtype = spec.output_dtype(dtype);
         let out_shape = spec.out_shape(&over.out_shape(input.shape()));
         let array = Array::from_bytes(out_dtype, out_shape.clone(), data)?;
@@ -280,7 +281,7 @@ impl Engine {
         let step = sel.step();
         let ((counts, nan), times) = crate::dispatch_dtype!(sub.dtype(), T => {
             self.count_pass::<T>(&sub, &plan, g, step, digits.copies > 1, sel.missing())?
-        });
+        }, complex => return Err(sub.dtype().complex_refusal("a quantile")));
         let bytes = counts_bytes(&counts, &nan);
         let report = self.report(
             &plan,

@@ -153,6 +153,7 @@ impl Engine {
         stats: Option<&Path>,
         over: impl Into<ReduceOver>,
     ) -> Result<(RunReport, RunReport)> {
+        input.dtype().real_only("standardize")?;
         let over = over.into();
         // the output and the statistics: neither an input nor one path
         let w = |role, path| Written {
@@ -219,6 +220,7 @@ impl Engine {
         std: &Array,
         over: impl Into<ReduceOver>,
     ) -> Result<RunReport> {
+        input.dtype().real_only("standardize")?;
         let over = over.into();
         check_not_input(out.as_ref(), &[input])?;
         let inner = stats_inner(input, over)?;

@@ -189,7 +189,8 @@ fn attributes(c: &mut Cursor<'_>) -> std::result::Result<Vec<(String, String, f6
 
 fn value_f64(dt: DType, le: &[u8]) -> f64 {
     use crate::dtype::Element;
-    crate::dispatch_dtype!(dt, T => bytemuck::pod_read_unaligned::<T>(le).to_f64())
+    // NetCDF-3 has no complex type
+    crate::dispatch_dtype!(dt, T => bytemuck::pod_read_unaligned::<T>(le).to_f64(), complex => f64::NAN)
 }
 
 fn value_text(dt: DType, le: &[u8]) -> String {

@@ -45,14 +45,14 @@ impl TensorFile {
         if let Touch::Rows { row, runs, nruns } = touch {
             let mut v = self.runs_vec(start, count, row, &runs[..nruns])?;
             if self.swap {
-                swap_bytes(&mut v, self.info.dtype.size());
+                swap_bytes(&mut v, self.info.dtype.swap_unit());
             }
             return Ok(Window::owned(v));
         }
         if self.swap {
             // big-endian elements: read (never mapped) and swapped in place
             let mut v = self.runs_vec(start, count, count.max(1), &[(0, count)])?;
-            swap_bytes(&mut v, self.info.dtype.size());
+            swap_bytes(&mut v, self.info.dtype.swap_unit());
             return Ok(Window::owned(v));
         }
         let es = self.info.dtype.size() as u64;
@@ -190,7 +190,7 @@ impl TensorFile {
             }
         }
         if self.swap {
-            swap_bytes(&mut dst[..bytes], self.info.dtype.size());
+            swap_bytes(&mut dst[..bytes], self.info.dtype.swap_unit());
         }
         Ok(Some(bytes))
     }

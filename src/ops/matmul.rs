@@ -58,6 +58,6 @@ impl Resident {
     pub fn new(bytes: &[u8], d: DType, c: DType) -> Self {
         crate::dispatch_dtype!(d, T => {
             if c == DType::F32 { Resident::F32(widen::<T, f32>(bytes)) } else { Resident::F64(widen::<T, f64>(bytes)) }
-        })
+        }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"))
     }
 }

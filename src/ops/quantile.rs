@@ -295,7 +295,7 @@ impl Quantiles {
             };
             crate::dispatch_dtype!(out_dtype, O => {
                 out[k].extend_from_slice(bytemuck::bytes_of(&O::from_f64(v)));
-            });
+            }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
         }
     }
 }

@@ -9,6 +9,7 @@ mod batches;
 mod blocks;
 mod cog;
 mod common;
+mod complex;
 mod cuda_emulation;
 // NVRTC is reached through the `cuda` feature: a CPU-only build has no kernels to compile
 #[cfg(feature = "cuda")]

@@ -11,7 +11,7 @@
 
 use rayon::prelude::*;
 
-use crate::dtype::{DType, Element};
+use crate::dtype::{Complex, DType, Element};
 
 /// Elements per parallel work unit.
 pub const BLOCK: usize = 16 * 1024;
@@ -41,8 +41,8 @@ pub(crate) fn affine_bytes(
         crate::dispatch_dtype!(out_dtype, O => {
             let y: &mut [O] = bytemuck::cast_slice_mut(out);
             affine_typed::<I, O>(x, y, scale, offset);
-        });
-    });
+        }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
+    }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
 }
 
 fn cast_typed<I: Element, O: Element>(x: &[I], y: &mut [O]) {
@@ -62,13 +62,80 @@ fn cast_typed<I: Element, O: Element>(x: &[I], y: &mut [O]) {
         });
 }
 
-/// Casts one tile of bytes from `in_dtype` to `out_dtype`.
+/// A real element cast to a complex one of parts `P`: the real part by the cast rules,
+/// the imaginary part zero (numpy's `astype` to a complex dtype).
+fn real_to_complex<I: Element, P: Element>(x: &[I], y: &mut [Complex<P>])
+where
+    Complex<P>: bytemuck::Pod,
+{
+    let ints = !I::DTYPE.is_float();
+    let zero = P::from_f64(0.0);
+    y.par_chunks_mut(BLOCK)
+        .zip(x.par_chunks(BLOCK))
+        .for_each(|(yo, xi)| {
+            for (o, &i) in yo.iter_mut().zip(xi) {
+                let re = if ints {
+                    P::from_i128(i.to_i128())
+                } else {
+                    P::from_f64(i.to_f64())
+                };
+                *o = Complex { re, im: zero };
+            }
+        });
+}
+
+/// The real parts of complex elements of parts `P`, cast to `O` (numpy's `astype` of a
+/// complex array to a real dtype, which drops the imaginary parts: [`crate::Array::cast`]
+/// only; the cast operation refuses it).
+fn complex_to_real<P: Element, O: Element>(x: &[Complex<P>], y: &mut [O])
+where
+    Complex<P>: bytemuck::Pod,
+{
+    y.par_chunks_mut(BLOCK)
+        .zip(x.par_chunks(BLOCK))
+        .for_each(|(yo, xi)| {
+            for (o, c) in yo.iter_mut().zip(xi) {
+                *o = O::from_f64(c.re.to_f64());
+            }
+        });
+}
+
+/// Casts one tile of bytes from `in_dtype` to `out_dtype`. Between complex dtypes each
+/// part is cast as a float is; a real value becomes a complex one with a zero imaginary
+/// part; a complex value becomes a real one by its real part (numpy's `astype`).
 pub(crate) fn cast_bytes(inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype: DType) {
     use half::slice::HalfFloatSliceExt;
     use half::{bf16, f16};
     if in_dtype == out_dtype {
         out.copy_from_slice(inp);
         return;
+    }
+    match (in_dtype.is_complex(), out_dtype.is_complex()) {
+        // the parts, side by side, are an array of floats twice as long
+        (true, true) => return cast_bytes(inp, in_dtype.part(), out, out_dtype.part()),
+        (false, true) => {
+            crate::dispatch_dtype!(in_dtype, I => {
+                let x = crate::dtype::typed::<I>(inp);
+                if out_dtype == DType::C64 {
+                    real_to_complex::<I, f32>(&x, bytemuck::cast_slice_mut(out));
+                } else {
+                    real_to_complex::<I, f64>(&x, bytemuck::cast_slice_mut(out));
+                }
+            }, complex => {});
+            return;
+        }
+        (true, false) => {
+            crate::dispatch_dtype!(out_dtype, O => {
+                let y: &mut [O] = bytemuck::cast_slice_mut(out);
+                if in_dtype == DType::C64 {
+                    complex_to_real::<f32, O>(&crate::dtype::typed(inp), y);
+                } else {
+                    complex_to_real::<f64, O>(&crate::dtype::typed(inp), y);
+                }
+            }, complex => {});
+            return;
+        }
+        (false, false) => {}
     }
     if let (DType::F32, Ok(x)) = (in_dtype, bytemuck::try_cast_slice::<u8, f32>(inp)) {
         match out_dtype {
@@ -116,8 +183,8 @@ pub(crate) fn cast_bytes(inp: &[u8], in_dtype: DType, out: &mut [u8], out_dtype:
         let x: &[I] = &x;
         crate::dispatch_dtype!(out_dtype, O => {
             cast_typed::<I, O>(x, bytemuck::cast_slice_mut(out));
-        });
-    });
+        }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
+    }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
 }
 
 /// `out = cast((x - mean[c]) / std[c])` for one tile starting at flat element `start`,
@@ -162,5 +229,5 @@ pub(crate) fn standardize_bytes(
                 crate::dtype::store_f64(&tmp[..xs.len()], os, out_dtype);
             }
         });
-    });
+    }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
 }

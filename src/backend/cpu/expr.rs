@@ -183,7 +183,7 @@ fn load(bytes: &[u8], d: DType, dst: &mut [f64]) {
                 *o = bytemuck::pod_read_unaligned::<T>(c).to_f64();
             }),
         }
-    });
+    }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
 }
 
 use crate::dtype::store_f64 as store;

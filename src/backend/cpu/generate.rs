@@ -279,7 +279,7 @@ pub(crate) fn fill_bytes(
 ) {
     crate::dispatch_dtype!(dtype, T => {
         fill_typed::<T>(bytemuck::cast_slice_mut(out), start, last_dim, seed, dist);
-    });
+    }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
 }
 
 #[cfg(test)]

@@ -85,7 +85,9 @@ fn tile_in<C: Gemm>(
     let xs: std::borrow::Cow<'_, [C]> = if xd == C::DTYPE {
         crate::dtype::typed::<C>(x)
     } else {
-        std::borrow::Cow::Owned(crate::dispatch_dtype!(xd, T => widen::<T, C>(x)))
+        std::borrow::Cow::Owned(
+            crate::dispatch_dtype!(xd, T => widen::<T, C>(x), complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)")),
+        )
     };
     let rows = out.len() / od.size() / n;
     let cr = rows.div_ceil(threads * 4).max(16);

@@ -343,7 +343,7 @@ pub fn gather<F: Real>(job: &TileJob<'_>, padded: &mut [F], pw: usize) -> Result
             };
             let (k, off) = locate(&src, r, job.tile.index)?;
             let bytes = &job.windows[k][off * rl * es..(off + 1) * rl * es];
-            dispatch_dtype!(in_dtype, T => convert_row::<T, F>(bytes, prow, &cols, inside, cval));
+            dispatch_dtype!(in_dtype, T => convert_row::<T, F>(bytes, prow, &cols, inside, cval), complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
             Ok(())
         })
 }

@@ -15,8 +15,8 @@ const B: usize = 32;
 /// `row_len` elements of `es` bytes into `out` (`cols × rows`).
 ///
 /// # Errors
-/// [`Error::Internal`] if the window or the buffer is too short, or `es` is not 1, 2, 4
-/// or 8.
+/// [`Error::Internal`] if the window or the buffer is too short, or `es` is not 1, 2, 4,
+/// 8 or 16.
 pub fn transpose_block(
     window: &[u8],
     row_len: usize,
@@ -36,6 +36,8 @@ pub fn transpose_block(
         2 => typed::<u16>(window, row_len, c0, rows, cols, out),
         4 => typed::<u32>(window, row_len, c0, rows, cols, out),
         8 => typed::<u64>(window, row_len, c0, rows, cols, out),
+        // complex128: moved as two words (the staging buffer is aligned to 8 bytes)
+        16 => typed::<[u64; 2]>(window, row_len, c0, rows, cols, out),
         _ => {
             return Err(Error::Internal(format!(
                 "transpose: no kernel for {es}-byte elements"

@@ -304,6 +304,9 @@ impl Engine {
         if inputs.is_empty() {
             return Err(Error::invalid("batches need at least one input"));
         }
+        for f in inputs {
+            f.dtype().real_only("batches")?;
+        }
         let (rows, ins, grid) = match req.patches {
             None => {
                 let (rows, ins) = row_inputs(inputs)?;

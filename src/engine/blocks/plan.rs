@@ -330,6 +330,9 @@ impl Engine {
                 "a function over blocks needs at least one input",
             ));
         };
+        for f in inputs {
+            f.dtype().real_only("a function over blocks")?;
+        }
         let ((h, w), rank1, ins) = shared_grid(inputs)?;
         let (out_bands, out_dtype, out_rank) = match out {
             None => (0, None, 0),

@@ -149,6 +149,7 @@ impl Engine {
         // a device (or a simulated one, whose plans mirror a device's) reads in C order
         if over != ReduceOver::Axis(0)
             || shape.len() != 2
+            || input.dtype().is_complex()
             || input.info().is_empty()
             || self.planning_device().is_some()
             || super::super::on_gpu(self.kernels_for(Family::Reduce))

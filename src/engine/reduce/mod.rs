@@ -67,7 +67,6 @@ impl Engine {
     ) -> Result<Plan> {
         let shape = input.shape();
         let dtype = input.dtype();
-        let g = Geometry::new(shape, over)?;
         op.check_over(over)?;
         if input.info().is_empty() {
             return Err(Error::invalid(format!(
@@ -76,8 +75,18 @@ impl Engine {
                 fmt_shape(shape)
             )));
         }
-        let acc = op.acc_bytes(dtype, input.missing().is_some());
-        let result = g.outer * g.out_per_outer() * op.output_dtype(dtype).size() as u64;
+        // a complex input is reduced as the array of its parts (see `Parts`)
+        let (g, acc) = match Parts::view(input, op, over)? {
+            Some((part_op, shape, over)) => (
+                Geometry::new(&shape, over)?,
+                part_op.acc_bytes(dtype.part(), false),
+            ),
+            None => (
+                Geometry::new(shape, over)?,
+                op.acc_bytes(dtype, input.missing().is_some()),
+            ),
+        };
+        let result = g.outer * g.out_per_outer() * op.output_dtype(dtype.part()).size() as u64;
         let states = (self.backend.threads() as u64 + 1) * g.state_bytes(acc);
         let over_txt = over.describe();
         let mut req = self.request(
@@ -151,6 +160,9 @@ impl Engine {
         if let Some(columns) = self.plan_columns(input, op, over)? {
             return self.reduce_by_columns(input, op, columns, journal);
         }
+        if let Some((part_op, shape, parts_over)) = Parts::view(input, op, over)? {
+            return self.reduce_parts(input, op, over, (part_op, &shape, parts_over), journal);
+        }
         let plan = self.plan_reduce_rows(input, op, over)?;
         self.budget.reset_peak();
         let g = Geometry::new(input.shape(), over)?;
@@ -178,6 +190,59 @@ impl Engine {
             input.shape(),
             &out_shape,
             out_dtype,
+            times,
+        );
+        Ok((array, report))
+    }
+
+    /// [`Engine::reduce_with`] of a complex input: `op` over `over` as `part_op` over
+    /// `parts_over` of the array of its parts, of shape `parts_shape` (see [`Parts`]).
+    fn reduce_parts(
+        &self,
+        input: &TensorFile,
+        op: Reduce,
+        over: ReduceOver,
+        (part_op, parts_shape, parts_over): (Reduce, &[usize], ReduceOver),
+        journal: Option<&Journal>,
+    ) -> Result<(Array, RunReport)> {
+        let plan = self.plan_reduce_rows(input, op, over)?;
+        self.budget.reset_peak();
+        let g = Geometry::new(parts_shape, parts_over)?;
+        let _resident = self.budget.reserve(
+            "reduction result and accumulators",
+            plan.resident_bytes - input.read_scratch_bytes(),
+        )?;
+        let part = input.dtype().part();
+        let inner = self.backend.reducer(part_op, part, g, None)?;
+        let reducer: Box<dyn TileReducer> = Box::new(Parts { inner });
+        // on the host: a device kernel would take the tiles' starts as the parts'
+        let (mut reducer, times) =
+            self.stream_reducer(input, &plan, part_op, g, reducer, journal, false)?;
+        restore_reducers(journal, &mut [&mut reducer])?;
+        let out_shape = over.out_shape(input.shape());
+        let bytes = reducer.into_bytes();
+        let array = match op {
+            // the parts' sums and means, side by side, are the complex sums and means
+            Reduce::Sum | Reduce::Mean => Array::from_bytes(DType::C128, out_shape.clone(), bytes)?,
+            // numpy's var of a complex array: the mean of |x - mean|^2, the sum of its
+            // parts' variances
+            _ => {
+                let parts = bytemuck::pod_collect_to_vec::<u8, f64>(&bytes);
+                let var = parts.chunks_exact(2).map(|p| p[0] + p[1]);
+                let values: Vec<f64> = if op == part_op {
+                    var.collect()
+                } else {
+                    var.map(f64::sqrt).collect()
+                };
+                Array::from_f64(DType::F64, out_shape.clone(), &values)?
+            }
+        };
+        let report = self.report(
+            &plan,
+            Ran::on(Family::Reduce, plan.what.clone(), false),
+            input.shape(),
+            &out_shape,
+            array.dtype(),
             times,
         );
         Ok((array, report))
@@ -230,7 +295,11 @@ impl Engine {
         over: ReduceOver,
     ) -> Result<Vec<Array>> {
         let rows = input.shape().first().map_or(0, |&r| r as u64);
-        if ops.len() > 1 && rows > 0 && Geometry::new(input.shape(), over)?.outer == 1 {
+        if ops.len() > 1
+            && rows > 0
+            && !input.dtype().is_complex()
+            && Geometry::new(input.shape(), over)?.outer == 1
+        {
             match self.reduce_partials(input, ops, over, 0..rows) {
                 Ok((parts, _)) => {
                     return parts.into_iter().map(|p| merge_partials(&[p])).collect();
@@ -442,5 +511,93 @@ pub(super) fn refuse_no_position(op: Reduce, array: &Array) -> Result<()> {
                 "nanmax"
             }
         ))),
+    }
+}
+
+/// A complex input's reduction as a reduction of the array of its parts: a complex array
+/// of shape `S` is, byte for byte, a real array of shape `S + [2]` (each element's real
+/// part, then its imaginary part), and its tiles are that array's. The sum (or mean) over
+/// some axes of `S` is the parts' sum over the same axes, the real and imaginary totals
+/// side by side: the bytes of the complex result. numpy's variance of a complex array is
+/// the mean of `|x - mean|^2`, the sum of its parts' variances (the standard deviation
+/// that sum's square root). The other reductions are refused: numpy orders complex numbers
+/// by real part then imaginary part for min and max, and a `nan` form leaves out an
+/// element whose either part is NaN, which no reduction of the parts does.
+struct Parts {
+    inner: Box<dyn TileReducer>,
+}
+
+impl Parts {
+    /// For a complex `input`: the reduction of its parts that makes `op` over `over`, the
+    /// parts' shape, and the axes reduced in it. `None` for a real input.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a reduction complex inputs do not take.
+    fn view(
+        input: &TensorFile,
+        op: Reduce,
+        over: ReduceOver,
+    ) -> Result<Option<(Reduce, Vec<usize>, ReduceOver)>> {
+        let dtype = input.dtype();
+        if !dtype.is_complex() {
+            return Ok(None);
+        }
+        let part_op = match op {
+            Reduce::Sum | Reduce::Mean | Reduce::Var { .. } => op,
+            Reduce::Std { ddof } => Reduce::Var { ddof },
+            _ => return Err(dtype.complex_refusal(&format!("reduce {}", op.name()))),
+        };
+        let mut shape = input.shape().to_vec();
+        let rank = shape.len();
+        shape.push(2);
+        // every axis of the input, none of the parts' own
+        let over = match over {
+            ReduceOver::All if rank == 1 => ReduceOver::Axis(0),
+            ReduceOver::All => ReduceOver::axes(&(0..rank).collect::<Vec<_>>())?,
+            o => o,
+        };
+        Ok(Some((part_op, shape, over)))
+    }
+}
+
+impl TileReducer for Parts {
+    fn feed_bytes(&mut self, start: u64, bytes: &[u8]) {
+        self.inner.feed_bytes(2 * start, bytes);
+    }
+    fn into_bytes(self: Box<Self>) -> Vec<u8> {
+        self.inner.into_bytes()
+    }
+    fn state_len(&self) -> u64 {
+        self.inner.state_len()
+    }
+    fn state_parts(&self) -> Vec<&[u8]> {
+        self.inner.state_parts()
+    }
+    fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
+        self.inner.state_parts_mut()
+    }
+    fn finish_outers(&mut self, first: u64, totals: &[u8]) {
+        self.inner.finish_outers(first, totals);
+    }
+    fn collect_blocks(&mut self, shift: Option<&[f64]>) {
+        self.inner.collect_blocks(shift);
+    }
+    fn take_blocks(&mut self) -> Vec<u8> {
+        self.inner.take_blocks()
+    }
+    fn fold_blocks(&mut self, blocks: &[u8]) {
+        self.inner.fold_blocks(blocks);
+    }
+    fn finish_folded(&mut self) {
+        self.inner.finish_folded();
+    }
+    fn takes_columns(&self) -> bool {
+        false
+    }
+    fn feed_columns(&mut self, c0: usize, row: u64, runs: &[&[u8]]) {
+        self.inner.feed_columns(c0, row, runs);
+    }
+    fn finish_columns(&mut self) {
+        self.inner.finish_columns();
     }
 }

@@ -51,6 +51,7 @@ impl Engine {
         rows: std::ops::Range<u64>,
     ) -> Result<(Vec<Partial>, RunReport)> {
         let over = over.into();
+        input.dtype().real_only("a reduction in partials")?;
         let shape = input.shape();
         let n = shape.first().map_or(1, |&d| d as u64);
         let step = row_step(shape, over)?;

@@ -421,6 +421,11 @@ pub(crate) fn value_text(dtype: DType, bytes: &[u8]) -> String {
         DType::BF16 => crate::format::tiff::nodata_text(half::bf16::from_bits(read(b)).to_f64()),
         DType::F32 => crate::format::tiff::nodata_text(f64::from(read::<f32>(b))),
         DType::F64 => crate::format::tiff::nodata_text(read::<f64>(b)),
+        DType::C64 | DType::C128 => {
+            let p = dtype.part();
+            let h = dtype.size() / 2;
+            format!("{}+{}j", value_text(p, &b[..h]), value_text(p, &b[h..]))
+        }
     }
 }
 
@@ -457,7 +462,10 @@ fn attribute(l: &Lib, d: Hid, name: &str) -> std::result::Result<Option<(String,
     if big {
         buf[..es].reverse();
     }
-    let v = crate::dispatch_dtype!(dt, T => bytemuck::pod_read_unaligned::<T>(&buf[..es]).to_f64());
+    let Some(v) = crate::dispatch_dtype!(dt, T => Some(bytemuck::pod_read_unaligned::<T>(&buf[..es]).to_f64()), complex => None)
+    else {
+        return Ok(None);
+    };
     Ok(Some((value_text(dt, &buf[..es]), v)))
 }
 

@@ -251,11 +251,14 @@ impl NpyChunks {
             } else {
                 run as usize
             };
-            match es {
-                1 => place::<1>(&buf, step, &cols, e, m, self.swap, out),
-                2 => place::<2>(&buf, step, &cols, e, m, self.swap, out),
-                4 => place::<4>(&buf, step, &cols, e, m, self.swap, out),
-                _ => place::<8>(&buf, step, &cols, e, m, self.swap, out),
+            // a complex element's two parts are swapped one by one
+            match (es, self.dtype.swap_unit()) {
+                (1, _) => place::<1, 1>(&buf, step, &cols, e, m, self.swap, out),
+                (2, _) => place::<2, 2>(&buf, step, &cols, e, m, self.swap, out),
+                (4, _) => place::<4, 4>(&buf, step, &cols, e, m, self.swap, out),
+                (8, 4) => place::<8, 4>(&buf, step, &cols, e, m, self.swap, out),
+                (8, _) => place::<8, 8>(&buf, step, &cols, e, m, self.swap, out),
+                _ => place::<16, 8>(&buf, step, &cols, e, m, self.swap, out),
             }
             f += n;
         }
@@ -263,10 +266,10 @@ impl NpyChunks {
     }
 }
 
-/// Writes runs of `e` elements (run `r` at byte `r * step` of `buf`) into the C-order
-/// columns `cols[r]` of a chunk `m` elements wide, swapping bytes if asked; row by row,
-/// so the writes of one row of the chunk are close together.
-fn place<const ES: usize>(
+/// Writes runs of `e` elements of `ES` bytes (run `r` at byte `r * step` of `buf`) into
+/// the C-order columns `cols[r]` of a chunk `m` elements wide, swapping the bytes of each
+/// `UNIT` if asked; row by row, so the writes of one row of the chunk are close together.
+fn place<const ES: usize, const UNIT: usize>(
     buf: &[u8],
     step: usize,
     cols: &[usize],
@@ -281,7 +284,7 @@ fn place<const ES: usize>(
             let s = r * step + i * ES;
             let mut v: [u8; ES] = buf[s..s + ES].try_into().unwrap_or([0; ES]);
             if swap {
-                v.reverse();
+                v.chunks_exact_mut(UNIT).for_each(<[u8]>::reverse);
             }
             row[c * ES..(c + 1) * ES].copy_from_slice(&v);
         }

@@ -859,8 +859,7 @@ pub fn nodata_as(dtype: DType, text: &str) -> Option<f64> {
     use crate::dtype::Element;
     let v: f64 = text.trim().parse().ok()?;
     let sample = nodata_sample(dtype, text)?;
-    let back =
-        crate::dispatch_dtype!(dtype, T => bytemuck::pod_read_unaligned::<T>(&sample).to_f64());
+    let back = crate::dispatch_dtype!(dtype, T => bytemuck::pod_read_unaligned::<T>(&sample).to_f64(), complex => return None);
     (dtype.is_float() || back == v).then_some(back)
 }
 
@@ -875,7 +874,7 @@ pub fn nodata_round_trips(dtype: DType, text: &str) -> bool {
     };
     crate::dispatch_dtype!(dtype, T => {
         bytemuck::bytes_of(&T::from_f64(v)) == sample.as_slice()
-    })
+    }, complex => false)
 }
 
 /// A nodata value as GDAL's `GDAL_NODATA` tag text: `nan` for NaN, else the shortest

@@ -61,6 +61,12 @@ pub fn tiff_sample(dtype: DType) -> Result<(u16, u16)> {
         DType::U8 | DType::U16 | DType::U32 | DType::U64 => (1, bits),
         DType::I8 | DType::I16 | DType::I32 | DType::I64 => (2, bits),
         DType::F16 | DType::F32 | DType::F64 => (3, bits),
+        DType::C64 | DType::C128 => {
+            return Err(Error::invalid(format!(
+                "a GeoTIFF output of {} is not supported: write a .npy or a Zarr store",
+                dtype.numpy_name()
+            )));
+        }
         DType::Bool | DType::BF16 => {
             return Err(Error::invalid(format!(
                 "a GeoTIFF cannot hold {dtype}: give `dtype=u8` (for bool) or `dtype=f32` (for bf16)"

@@ -387,6 +387,13 @@ pub(crate) fn fill_value(meta: &Path, v: &Value, dtype: DType) -> Result<Vec<u8>
         let bits = u64::from_str_radix(hex, 16).map_err(|_| refuse())?;
         return Ok(bits.to_le_bytes()[..size].to_vec());
     }
+    if dtype.is_complex() {
+        // the specification's form: [real, imaginary], each as a float's fill value
+        let parts = v.as_array().filter(|a| a.len() == 2).ok_or_else(refuse)?;
+        let mut out = fill_value(meta, &parts[0], dtype.part())?;
+        out.extend(fill_value(meta, &parts[1], dtype.part())?);
+        return Ok(out);
+    }
     if dtype == DType::Bool {
         return v.as_bool().map(|b| vec![u8::from(b)]).ok_or_else(refuse);
     }

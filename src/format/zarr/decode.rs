@@ -422,7 +422,8 @@ impl ZarrDecoder {
         }
         let es = self.dtype.size();
         if chain.big_endian {
-            for e in data.chunks_exact_mut(es) {
+            // each of a complex element's parts is swapped on its own
+            for e in data.chunks_exact_mut(self.dtype.swap_unit()) {
                 e.reverse();
             }
         }

@@ -35,6 +35,8 @@ fn dtype_name(dtype: DType) -> &'static str {
         DType::BF16 => "bfloat16",
         DType::F32 => "float32",
         DType::F64 => "float64",
+        DType::C64 => "complex64",
+        DType::C128 => "complex128",
     }
 }
 
@@ -150,6 +152,7 @@ impl ZarrEncoder {
         let fill = match self.dtype {
             DType::Bool => json!(false),
             d if d.is_float() => json!(0.0),
+            d if d.is_complex() => json!([0.0, 0.0]),
             _ => json!(0),
         };
         let meta = json!({

@@ -71,12 +71,14 @@ fn zarr_dtype(path: &Path, name: &str) -> Result<DType> {
         "float32" => DType::F32,
         "float64" => DType::F64,
         "bfloat16" => DType::BF16,
+        "complex64" => DType::C64,
+        "complex128" => DType::C128,
         other => {
             return Err(Error::zarr(
                 path,
                 ZarrError::Unsupported,
                 format!(
-                    "Zarr data type `{other}` is not one tilestream handles (bool, ints, floats)"
+                    "Zarr data type `{other}` is not one tilestream handles (bool, ints, floats, complex64, complex128)"
                 ),
             ));
         }

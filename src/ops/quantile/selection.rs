@@ -313,7 +313,7 @@ impl Selection {
                 self.passes_left()
             )));
         }
-        Ok(crate::dispatch_dtype!(self.dtype, T => self.finish_typed::<T>()))
+        crate::dispatch_dtype!(self.dtype, T => Ok(self.finish_typed::<T>()), complex => Err(self.dtype.complex_refusal("a quantile")))
     }
 
     fn finish_typed<T: Element>(&self) -> Vec<u8> {

@@ -271,6 +271,10 @@ impl Reduce {
     pub fn output_dtype(self, input: DType) -> DType {
         match self {
             Reduce::Min | Reduce::Max | Reduce::NanMin | Reduce::NanMax => input,
+            // complex inputs: their sums and means are complex128, their variances f64
+            Reduce::Sum | Reduce::NanSum | Reduce::Mean | Reduce::NanMean if input.is_complex() => {
+                DType::C128
+            }
             Reduce::Sum | Reduce::NanSum if input.is_float() => DType::F64,
             Reduce::Sum | Reduce::NanSum if input.is_unsigned() => DType::U64,
             Reduce::Sum

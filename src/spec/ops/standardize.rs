@@ -104,7 +104,9 @@ impl Operation for StandardizeSpec {
 
     fn plan_tiles(&self, e: &Engine) -> Result<SpecPlan> {
         let std = Reduce::Std { ddof: self.ddof };
-        e.plan_reduce_rows(&self.input.open()?, std, self.over()?)
+        let x = self.input.open()?;
+        x.dtype().real_only("standardize")?;
+        e.plan_reduce_rows(&x, std, self.over()?)
             .map(SpecPlan::Flat)
     }
 

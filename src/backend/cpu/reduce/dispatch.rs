@@ -200,5 +200,5 @@ pub fn masked_reducer(
             None if T::DTYPE.is_float() => float::<T, _>(op, g, threads, NotNan),
             None => int::<T>(op, g, threads),
         }
-    })
+    }, complex => unreachable!("complex arrays are reduced as their parts (Engine::reduce)"))
 }

@@ -302,7 +302,7 @@ impl ReduceTile {
                 let x = T::from_f64(v);
                 let bytes = bytemuck::bytes_of(&x);
                 b[..bytes.len()].copy_from_slice(bytes);
-            });
+            }, complex => unreachable!("complex arrays are reduced as their parts (Engine::reduce)"));
             self.has_nodata = 1;
             self.nodata = u64::from_le_bytes(b);
         }

@@ -92,7 +92,7 @@ pub(super) fn nodata_replacement(nodata: f64, dtype: DType) -> f64 {
             f64::from_bits(nodata.to_bits() - 1)
         }
     } else {
-        let max = crate::dispatch_dtype!(dtype, T => Element::to_f64(T::HIGHEST));
+        let max = crate::dispatch_dtype!(dtype, T => Element::to_f64(T::HIGHEST), complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
         if nodata >= max {
             nodata - 1.0
         } else {
@@ -105,7 +105,7 @@ pub(super) fn nodata_replacement(nodata: f64, dtype: DType) -> f64 {
 pub(super) fn load_f64(bytes: &[u8], dtype: DType) -> Vec<f64> {
     crate::dispatch_dtype!(dtype, T => {
         crate::dtype::typed::<T>(bytes).iter().map(|v| Element::to_f64(*v)).collect()
-    })
+    }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"))
 }
 
 /// An overview level being computed and written.

@@ -1,0 +1,367 @@
+//! complex64 and complex128 arrays: read in both byte orders and both memory orders, and
+//! what tilestream runs on them (reductions that numpy defines as sums of the parts, casts
+//! between complex dtypes and from real ones, transposes, conversions to `.npy` and Zarr),
+//! checked against oracles computed here from the parts; every other operation refused in
+//! one line, leaving nothing behind.
+//!
+//! `python/tests/test_complex.py` checks the same against numpy itself.
+
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc, clippy::float_cmp)]
+
+use std::path::Path;
+
+use crate::common::{Lcg, engine_on, ok, read_npy_data, run, write_npy};
+use crate::npy_orders::write_stored;
+use tilestream::device::DeviceRequest;
+use tilestream::{DType, Reduce, ReduceOver, TensorFile};
+
+/// Integer-valued parts in [-500, 500): every sum of them is exact in f64, so the sums
+/// can be compared bit for bit whatever the order of summation.
+fn parts(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = Lcg(seed);
+    (0..2 * n)
+        .map(|_| (rng.next_u64() % 1000) as f64 - 500.0)
+        .collect()
+}
+
+/// The parts as the bytes of a complex `dtype` array (C order, little-endian).
+fn bytes_of(dtype: DType, parts: &[f64]) -> Vec<u8> {
+    match dtype {
+        DType::C64 => parts
+            .iter()
+            .flat_map(|&v| (v as f32).to_le_bytes())
+            .collect(),
+        _ => parts.iter().flat_map(|&v| v.to_le_bytes()).collect(),
+    }
+}
+
+/// The oracle: for each output of a reduction of a complex array of `shape` over the axes
+/// `axes`, the list of the flat indices of its elements.
+fn groups(shape: &[usize], axes: &[usize]) -> Vec<Vec<usize>> {
+    let n: usize = shape.iter().product();
+    let kept: Vec<usize> = (0..shape.len()).filter(|a| !axes.contains(a)).collect();
+    let outputs: usize = kept.iter().map(|&a| shape[a]).product();
+    let mut out = vec![Vec::new(); outputs];
+    for k in 0..n {
+        // the coordinates of k, then the C-order index of its kept ones
+        let mut rem = k;
+        let mut coord = vec![0; shape.len()];
+        for a in (0..shape.len()).rev() {
+            coord[a] = rem % shape[a];
+            rem /= shape[a];
+        }
+        let o = kept.iter().fold(0, |o, &a| o * shape[a] + coord[a]);
+        out[o].push(k);
+    }
+    out
+}
+
+/// What numpy gives for `op` of the elements `idx` of the complex array of `parts`: the
+/// complex sum or mean as (re, im), or the variance or standard deviation (the mean of
+/// `|x - mean|^2`, over `n - ddof`) as (value, 0).
+fn oracle(op: Reduce, parts: &[f64], idx: &[usize]) -> (f64, f64) {
+    let n = idx.len() as f64;
+    let re: f64 = idx.iter().map(|&k| parts[2 * k]).sum();
+    let im: f64 = idx.iter().map(|&k| parts[2 * k + 1]).sum();
+    match op {
+        Reduce::Sum => (re, im),
+        Reduce::Mean => (re / n, im / n),
+        Reduce::Var { ddof } | Reduce::Std { ddof } => {
+            let (mr, mi) = (re / n, im / n);
+            let ss: f64 = idx
+                .iter()
+                .map(|&k| (parts[2 * k] - mr).powi(2) + (parts[2 * k + 1] - mi).powi(2))
+                .sum();
+            let var = ss / (n - f64::from(ddof));
+            (
+                if matches!(op, Reduce::Std { .. }) {
+                    var.sqrt()
+                } else {
+                    var
+                },
+                0.0,
+            )
+        }
+        _ => unreachable!("not a reduction complex arrays take"),
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    a == b || (a - b).abs() <= 1e-12 * a.abs().max(b.abs()).max(1.0)
+}
+
+#[test]
+fn complex_reductions_equal_numpys_in_every_order_at_every_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: &[(&[usize], ReduceOver, &[usize])] = &[
+        (&[2003, 37], ReduceOver::Axis(0), &[0]),
+        (&[2003, 37], ReduceOver::Axis(1), &[1]),
+        (&[2003, 37], ReduceOver::All, &[0, 1]),
+        (&[13, 17, 19], ReduceOver::Axes(0b101), &[0, 2]),
+        (&[5001], ReduceOver::All, &[0]),
+    ];
+    let ops = [
+        Reduce::Sum,
+        Reduce::Mean,
+        Reduce::Var { ddof: 0 },
+        Reduce::Std { ddof: 1 },
+    ];
+    for dtype in DType::COMPLEX {
+        for (i, &(shape, over, axes)) in cases.iter().enumerate() {
+            let n: usize = shape.iter().product();
+            let p = parts(n, i as u64 + 1);
+            let c_bytes = bytes_of(dtype, &p);
+            let files: Vec<TensorFile> =
+                [(false, false), (true, false), (false, true), (true, true)]
+                    .into_iter()
+                    .map(|(fortran, big)| {
+                        let f = d.join(format!("{dtype}_{i}_{fortran}_{big}.npy"));
+                        write_stored(&f, dtype, shape, &c_bytes, fortran, big);
+                        TensorFile::open(&f).unwrap()
+                    })
+                    .collect();
+            let groups = groups(shape, axes);
+            for op in ops {
+                let what = format!("{dtype} {shape:?} {over:?} {op:?}");
+                let (first, _) = engine_on(DeviceRequest::Cpu, 64 << 20)
+                    .reduce(&files[0], op, over)
+                    .unwrap();
+                let want_dtype = if matches!(op, Reduce::Sum | Reduce::Mean) {
+                    DType::C128
+                } else {
+                    DType::F64
+                };
+                assert_eq!(first.dtype(), want_dtype, "{what}");
+                let got = first.to_f64();
+                for (o, idx) in groups.iter().enumerate() {
+                    let (re, im) = oracle(op, &p, idx);
+                    if want_dtype == DType::C128 {
+                        let exact = op == Reduce::Sum;
+                        let (a, b) = (got[2 * o], got[2 * o + 1]);
+                        assert!(
+                            if exact {
+                                a == re && b == im
+                            } else {
+                                close(a, re) && close(b, im)
+                            },
+                            "{what}: output {o} is {a}+{b}j, numpy's {re}+{im}j"
+                        );
+                    } else {
+                        assert!(
+                            close(got[o], re),
+                            "{what}: output {o} is {}, numpy's {re}",
+                            got[o]
+                        );
+                    }
+                }
+                // the same bytes from every order and at budgets of many tiles
+                for (k, x) in files.iter().enumerate() {
+                    for budget in [3 << 20, 64 << 20] {
+                        let (a, report) = engine_on(DeviceRequest::Cpu, budget)
+                            .reduce(x, op, over)
+                            .unwrap();
+                        assert!(a.bytes() == first.bytes(), "{what}: file {k} at {budget}");
+                        assert!(report.peak_reserved_bytes <= budget, "{what}: {budget}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn complex_casts_transposes_and_conversions_are_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let shape = [301usize, 77];
+    let n = shape[0] * shape[1];
+    // parts that are not integers: c128 to c64 rounds each part as f64 to f32 does
+    let mut rng = Lcg(7);
+    let p: Vec<f64> = (0..2 * n).map(|_| (rng.f64() - 0.4) * 1e5).collect();
+    let c128 = d.join("c128.npy");
+    write_stored(
+        &c128,
+        DType::C128,
+        &shape,
+        &bytes_of(DType::C128, &p),
+        true,
+        true,
+    );
+    for budget in ["3MiB", "64MiB"] {
+        // complex128 to complex64: each part rounded to nearest
+        let c64 = d.join(format!("c64_{budget}.npy"));
+        ok(&[
+            "--memory",
+            budget,
+            "cast",
+            path(&c128),
+            path(&c64),
+            "--dtype",
+            "c64",
+        ]);
+        let want: Vec<u8> = p.iter().flat_map(|&v| (v as f32).to_le_bytes()).collect();
+        assert!(read_npy_data(&c64) == want, "c128 -> c64 at {budget}");
+        assert!(
+            std::fs::read(&c64).unwrap()[..64]
+                .windows(5)
+                .any(|w| w == b"'<c8'")
+        );
+        // and back: exact
+        let back = d.join(format!("back_{budget}.npy"));
+        ok(&[
+            "--memory",
+            budget,
+            "convert",
+            path(&c64),
+            path(&back),
+            "--dtype",
+            "c128",
+        ]);
+        let want: Vec<u8> = p
+            .iter()
+            .flat_map(|&v| f64::from(v as f32).to_le_bytes())
+            .collect();
+        assert!(read_npy_data(&back) == want, "c64 -> c128 at {budget}");
+        // a Fortran-order, big-endian file converted: C order, little-endian, the same values
+        let conv = d.join(format!("conv_{budget}.npy"));
+        ok(&["--memory", budget, "convert", path(&c128), path(&conv)]);
+        assert!(
+            read_npy_data(&conv) == bytes_of(DType::C128, &p),
+            "convert at {budget}"
+        );
+        // transposed: element (j, i) is (i, j)
+        let t = d.join(format!("t_{budget}.npy"));
+        ok(&["--memory", budget, "transpose", path(&c128), path(&t)]);
+        let got = read_npy_data(&t);
+        for i in 0..shape[0] {
+            for j in 0..shape[1] {
+                let (s, o) = (i * shape[1] + j, j * shape[0] + i);
+                assert!(
+                    got[o * 16..o * 16 + 16] == bytes_of(DType::C128, &p[2 * s..2 * s + 2])[..],
+                    "transpose at {budget}: ({i}, {j})"
+                );
+            }
+        }
+        let t64 = d.join(format!("t64_{budget}.npy"));
+        ok(&["--memory", budget, "transpose", path(&c64), path(&t64)]);
+        let (src, got) = (read_npy_data(&c64), read_npy_data(&t64));
+        for i in 0..shape[0] {
+            for j in 0..shape[1] {
+                let (s, o) = (i * shape[1] + j, j * shape[0] + i);
+                assert!(
+                    got[o * 8..o * 8 + 8] == src[s * 8..s * 8 + 8],
+                    "transpose c64"
+                );
+            }
+        }
+    }
+    // real to complex: the real part cast, the imaginary part zero
+    let ints: Vec<i32> = (0..n as i32)
+        .map(|v| (v * 7919) % 200_001 - 100_000)
+        .collect();
+    let xi = d.join("ints.npy");
+    write_npy(&xi, DType::I32, &shape, bytemuck::cast_slice(&ints));
+    let ci = d.join("ints_c64.npy");
+    ok(&[
+        "--memory",
+        "256KiB",
+        "cast",
+        path(&xi),
+        path(&ci),
+        "--dtype",
+        "complex64",
+    ]);
+    let want: Vec<u8> = ints
+        .iter()
+        .flat_map(|&v| [(v as f32).to_le_bytes(), 0f32.to_le_bytes()])
+        .flatten()
+        .collect();
+    assert!(read_npy_data(&ci) == want, "i32 -> c64");
+    // a Zarr store of complex128 and back
+    let z = d.join("c.zarr");
+    ok(&["--memory", "4MiB", "convert", path(&c128), path(&z)]);
+    let meta: String = std::fs::read_to_string(z.join("zarr.json"))
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert!(
+        meta.contains("\"complex128\"") && meta.contains("\"fill_value\":[0.0,0.0]"),
+        "{meta}"
+    );
+    let from_z = d.join("from_zarr.npy");
+    ok(&["--memory", "1MiB", "convert", path(&z), path(&from_z)]);
+    assert!(
+        read_npy_data(&from_z) == bytes_of(DType::C128, &p),
+        "zarr round trip"
+    );
+    let info = ok(&["info", path(&c128)]);
+    assert!(
+        info.contains("c128") && info.contains("Fortran order, big-endian"),
+        "{info}"
+    );
+}
+
+#[test]
+fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let shape = [64usize, 48];
+    let c = d.join("c.npy");
+    write_npy(
+        &c,
+        DType::C64,
+        &shape,
+        &bytes_of(DType::C64, &parts(64 * 48, 3)),
+    );
+    let w = d.join("w.npy");
+    write_npy(&w, DType::F32, &[48, 4], &[0; 48 * 4 * 4]);
+    let x = path(&c);
+    let out = d.join("out.npy");
+    let o = path(&out);
+    let tif = d.join("out.tif");
+    let tiles = d.join("tiles");
+    let hist = d.join("h.npz");
+    let named = format!("x={x}");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["reduce", x, o, "--op", "max"],
+        vec!["reduce", x, o, "--op", "nansum", "--axis", "0"],
+        vec!["reduce", x, o, "--op", "argmin"],
+        vec!["reduce", x, o, "--op", "median"],
+        vec!["map", "x * 2", o, "--in", &named],
+        vec!["affine", x, o, "--scale", "2"],
+        vec!["cast", x, o, "--dtype", "f32"],
+        vec!["convert", x, path(&tif)],
+        vec!["stencil", x, o, "--filter", "gaussian:sigma=1"],
+        vec!["matmul", x, path(&w), o],
+        vec!["histogram", x, path(&hist), "--bins", "4"],
+        vec!["standardize", x, o],
+        vec!["tiles", x, path(&tiles), "--size", "16"],
+        vec!["gen", "--shape", "4x4", o, "--dtype", "c64"],
+    ];
+    for args in cases {
+        for plan in [false, true] {
+            let mut a = vec!["--memory", "1MiB"];
+            if plan {
+                a.push("plan");
+            }
+            a.extend(&args);
+            let r = run(&a);
+            let err = String::from_utf8_lossy(&r.stderr);
+            assert!(!r.status.success(), "{a:?} ran");
+            assert_eq!(err.trim_end().lines().count(), 1, "{a:?}: {err}");
+            assert!(
+                err.contains("complex64") || err.contains("c64") || err.contains("complex"),
+                "{a:?}: {err}"
+            );
+            assert!(
+                !out.exists() && !tif.exists() && !tiles.exists() && !hist.exists(),
+                "{a:?} left an output"
+            );
+        }
+    }
+}
