@@ -9,12 +9,15 @@ import pytest
 import tilestream as ts
 
 DTYPES = ["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
-          "float16", "float32", "float64"]
+          "float16", "float32", "float64", "complex64", "complex128"]
 
 
 def values(shape, dtype, seed=0):
     rng = np.random.default_rng(seed)
-    return (rng.normal(size=shape) * 50).astype(dtype)
+    a = rng.normal(size=shape) * 50
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * rng.normal(size=shape) * 20
+    return a.astype(dtype)
 
 
 def stored(a, order, byteorder):

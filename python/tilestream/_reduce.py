@@ -78,8 +78,9 @@ def reduce(
     ``axis`` (None: every element; an int, or a tuple of them as numpy's
     ``axis=(0, 2, 3)``) under the budget ``memory``; ``keepdims=True`` keeps the reduced
     axes as length 1. Returns an np.ndarray in the reduction's result dtype (f64 for
-    sums, means, variances of any input; the input's for min and max; int64 for count,
-    argmin and argmax), exactly the bytes
+    sums, means, variances of any real input; complex128 for the sums and means of a
+    complex one, whose variances are f64 and which takes sum, mean, var and std alone;
+    the input's for min and max; int64 for count, argmin and argmax), exactly the bytes
     ``tilestream reduce`` writes; with ``report=True``, a pair (array, RunReport).
 
     ``quantile`` (``q`` in [0, 1]), ``percentile`` (``q`` in [0, 100]), ``median`` and

@@ -20,7 +20,7 @@ pub struct RawSpec {
     /// Shape of a raw (headerless) input, e.g. 3075200x512.
     #[arg(long)]
     pub shape: Option<String>,
-    /// Dtype of a raw input (bool, u8..u64, i8..i64, f16, bf16, f32, f64).
+    /// Dtype of a raw input (bool, u8..u64, i8..i64, f16, bf16, f32, f64, c64, c128).
     #[arg(long = "in-dtype")]
     pub in_dtype: Option<String>,
 }

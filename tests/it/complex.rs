@@ -365,3 +365,68 @@ fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
         }
     }
 }
+
+/// GDAL's `CFloat32` and `CFloat64` GeoTIFFs (made by `gdal_translate` from ENVI complex
+/// rasters) read as GDAL reads them: plain, tiled and compressed, big-endian, pixel- and
+/// band-interleaved; a predictor on complex samples and GDAL's complex integers refused.
+#[test]
+fn complex_geotiffs_read_exactly_as_gdal_reads_them() {
+    use crate::common::gdal::{envi, gdal_tif, reads_as_gdal, refused};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (bands, h, w) = (2, 45, 70);
+    for (dtype, code) in [(DType::C64, 6u8), (DType::C128, 9)] {
+        let p: Vec<f64> = parts(bands * h * w, u64::from(code))
+            .iter()
+            .map(|v| v * 0.37)
+            .collect();
+        let raw = envi(
+            d,
+            &format!("{dtype}"),
+            code,
+            bands,
+            h,
+            w,
+            &bytes_of(dtype, &p),
+        );
+        let layouts: &[&[&str]] = &[
+            &[],
+            &[
+                "TILED=YES",
+                "BLOCKXSIZE=16",
+                "BLOCKYSIZE=32",
+                "COMPRESS=DEFLATE",
+            ],
+            &["ENDIANNESS=BIG", "INTERLEAVE=PIXEL"],
+            &[
+                "ENDIANNESS=BIG",
+                "TILED=YES",
+                "BLOCKXSIZE=32",
+                "BLOCKYSIZE=16",
+                "INTERLEAVE=BAND",
+            ],
+            &["COMPRESS=ZSTD", "BLOCKYSIZE=7", "INTERLEAVE=PIXEL"],
+        ];
+        for (k, co) in layouts.iter().enumerate() {
+            let tif = d.join(format!("{dtype}_{k}.tif"));
+            gdal_tif(&raw, &tif, co);
+            reads_as_gdal(&tif, d, &format!("{dtype} {co:?}"));
+        }
+        // GDAL writes the horizontal predictor on 64-bit samples only
+        if dtype == DType::C64 {
+            let tif = d.join(format!("{dtype}_p2.tif"));
+            gdal_tif(&raw, &tif, &["COMPRESS=DEFLATE", "PREDICTOR=2"]);
+            refused(&tif, d, "Predictor", &[]);
+        }
+    }
+    // GDAL's CInt16, made from a complex64 raster by gdal_translate -ot CInt16
+    let raw = envi(d, "ci", 6, 1, 8, 8, &bytes_of(DType::C64, &parts(64, 1)));
+    let tif = d.join("cint16.tif");
+    crate::common::gdal::ok(
+        crate::common::gdal::tool("gdal_translate")
+            .args(["-q", "-ot", "CInt16"])
+            .arg(&raw)
+            .arg(&tif),
+    );
+    refused(&tif, d, "CInt16", &[]);
+}

@@ -192,6 +192,7 @@ impl TiffChunks {
             row_bytes: (cw * spp * bits).div_ceil(8),
             spp,
             es,
+            unit: l.dtype.swap_unit(),
         };
         // the rows once unpacked into elements
         let stride = cw * spp * es;
@@ -317,7 +318,9 @@ impl TiffChunks {
                             1 => gather::<1>(row, spp, b, dst),
                             2 => gather::<2>(row, spp, b, dst),
                             4 => gather::<4>(row, spp, b, dst),
-                            _ => gather::<8>(row, spp, b, dst),
+                            8 => gather::<8>(row, spp, b, dst),
+                            // complex128
+                            _ => gather::<16>(row, spp, b, dst),
                         }
                     }
                 }

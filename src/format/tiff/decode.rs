@@ -221,6 +221,16 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
     if codec.uses_predictor() {
         match t.predictor {
             1 => {}
+            p if t.sample_format == 6 => {
+                return Err(Error::tiff_at(
+                    path,
+                    TiffError::UnsupportedTag {
+                        tag: "Predictor",
+                        value: format!("{p} on complex samples"),
+                        reason: "is not read by tilestream".into(),
+                    },
+                ));
+            }
             2 if matches!(t.bits, 8 | 16 | 32 | 64) => {}
             2 => {
                 return Err(Error::tiff_at(
@@ -305,6 +315,9 @@ pub struct ChunkRows {
     pub spp: usize,
     /// Bytes per sample.
     pub es: usize,
+    /// Bytes a big-endian file's sample is swapped in: the sample's, or each part's of a
+    /// complex one.
+    pub unit: usize,
 }
 
 impl ChunkRows {
@@ -492,7 +505,7 @@ pub fn unpredict(rows: &ChunkRows, little_endian: bool, predictor: u16, data: &m
     }
     let swap = es > 1 && little_endian != cfg!(target_endian = "little");
     if swap {
-        for s in data.chunks_exact_mut(es) {
+        for s in data.chunks_exact_mut(rows.unit) {
             s.reverse();
         }
     }
@@ -690,6 +703,7 @@ mod tests {
             row_bytes: 12,
             spp: 2,
             es: 2,
+            unit: 2,
         };
         unpredict(&rows, true, 2, &mut row);
         let got: Vec<u16> = row
@@ -771,6 +785,7 @@ mod tests {
             row_bytes: 4,
             spp: 1,
             es: 4,
+            unit: 4,
         };
         unpredict(&rows, false, 1, &mut row);
         assert_eq!(u32::from_ne_bytes(row.try_into().expect("4")), 0x0102_0304);
@@ -796,6 +811,7 @@ mod tests {
             row_bytes: n * 4,
             spp: 1,
             es: 4,
+            unit: 4,
         };
         unpredict(&rows, false, 3, &mut planes);
         let got: Vec<f32> = planes

@@ -247,6 +247,19 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
         (3, 16) => DType::F16,
         (3, 24 | 32) => DType::F32,
         (3, 64) => DType::F64,
+        // GDAL's CFloat32 and CFloat64: numpy's complex64 and complex128
+        (6, 64) => DType::C64,
+        (6, 128) => DType::C128,
+        (5, _) => {
+            return Err(Error::tiff(
+                path,
+                TiffError::Unsupported,
+                format!(
+                    "complex integer samples ({bits} bits, GDAL's CInt16/CInt32) have no numpy \
+                     dtype; convert them with gdal_translate -ot CFloat32 first"
+                ),
+            ));
+        }
         _ => {
             return Err(Error::tiff(
                 path,
@@ -254,7 +267,8 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
                 format!(
                     "BitsPerSample {bits} with SampleFormat {format} is not read by tilestream \
                      (it reads unsigned integers of 1 to 32 and 64 bits, signed integers of 8, \
-                     16, 32 and 64 bits, and 16, 24, 32 and 64-bit floats); convert it with \
+                     16, 32 and 64 bits, 16, 24, 32 and 64-bit floats, and 64 and 128-bit complex \
+                     floats); convert it with \
                      gdal_translate -ot Int16 (or -ot Float32) first"
                 ),
             ));
@@ -890,6 +904,10 @@ pub fn nodata_text(v: f64) -> String {
 
 /// The nodata text of a file as one sample of `dtype`, if that type holds it exactly.
 fn nodata_sample(dtype: DType, text: &str) -> Option<Vec<u8>> {
+    // tilestream takes no nodata value for complex samples
+    if dtype.is_complex() {
+        return None;
+    }
     let t = text.trim();
     let mut out = vec![0; dtype.size()];
     if dtype.is_float() {

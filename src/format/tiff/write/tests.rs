@@ -60,6 +60,7 @@ fn predicted_rows_are_undone_by_the_decoder() {
                     row_bytes,
                     spp,
                     es,
+                    unit: es,
                 };
                 unpredict(&geometry, true, predictor, &mut data);
                 assert_eq!(data, orig, "predictor {predictor} es {es} spp {spp}");
