@@ -1,6 +1,6 @@
 """complex64 and complex128 arrays as numpy writes them (C and Fortran order, little- and
-big-endian): read exactly as ``np.load`` reads them; reduced, cast, converted and
-transposed as numpy does; every other operation refused with a ValueError naming the
+big-endian): read exactly as ``np.load`` reads them; reduced, cast, scaled, converted
+and transposed as numpy does; every other operation refused with a ValueError naming the
 dtype."""
 
 import numpy as np
@@ -73,6 +73,12 @@ def test_casts_and_transposes_as_numpy(tmp_path):
     ts.cast(tmp_path / "c64.npy", tmp_path / "c128.npy", np.complex128, memory="4MiB")
     np.testing.assert_array_equal(np.load(tmp_path / "c128.npy"),
                                   a.astype(np.complex64).astype(np.complex128))
+    ts.affine(p, tmp_path / "y.npy", 2.5, -1.0, memory="4MiB")
+    y = np.load(tmp_path / "y.npy")
+    assert y.dtype == np.complex128
+    np.testing.assert_allclose(y, a * 2.5 - 1.0, rtol=1e-15)
+    ts.affine(p, tmp_path / "y64.npy", 2.0, dtype="c64", memory="4MiB")
+    np.testing.assert_array_equal(np.load(tmp_path / "y64.npy"), (a * 2.0).astype(np.complex64))
     ts.transpose(p, tmp_path / "t.npy", memory="4MiB")
     np.testing.assert_array_equal(np.load(tmp_path / "t.npy"), a.T)
     r = (np.arange(301 * 77, dtype=np.int64).reshape(301, 77) * 7919 - 10**6)
@@ -89,6 +95,7 @@ def test_what_complex_arrays_do_not_take_is_refused(tmp_path):
                  lambda: ts.reduce(p, "nanmean"),
                  lambda: ts.reduce(p, "median"),
                  lambda: ts.cast(p, out, "f32"),
+                 lambda: ts.affine(p, out, 2.0, dtype="f32"),
                  lambda: ts.map("x * 2", out, {"x": p}),
                  lambda: ts.convert(p, tmp_path / "out.tif")):
         with pytest.raises(ValueError, match="complex"):

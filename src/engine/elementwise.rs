@@ -40,8 +40,15 @@ impl Engine {
     /// # Errors
     /// [`Error::Budget`] if the budget is too small.
     pub fn plan_affine(&self, input: &TensorFile, out_dtype: Option<DType>) -> Result<Plan> {
-        input.dtype().real_only("affine")?;
-        out_dtype.unwrap_or(DType::F64).real_only("affine")?;
+        if input.dtype().is_complex() && !out_dtype.unwrap_or(input.dtype()).is_complex() {
+            return Err(Error::invalid(format!(
+                "{}: an affine of {} into {} would drop the imaginary parts; give a \
+                 complex dtype (c64, c128)",
+                input.path().display(),
+                input.dtype().numpy_name(),
+                out_dtype.unwrap_or(input.dtype())
+            )));
+        }
         self.plan_one_to_one("affine", input, out_dtype)
     }
 
@@ -149,7 +156,12 @@ impl Engine {
             return Ok(self.report_boxes(&boxes, Ran::cpu(Family::Affine, op), shape, od, times));
         }
         let params = ElementwiseParams::Affine { scale, offset };
-        let dev = self.kernels_for(Family::Affine);
+        // the CUDA kernels take real dtypes only
+        let dev: &dyn Kernels = if input.dtype().is_complex() || od.is_complex() {
+            &*self.backend
+        } else {
+            self.kernels_for(Family::Affine)
+        };
         let k = dev.elementwise_kernel(&params, input.dtype(), od, &plan)?;
         let times = self.run_to_file(&plan, &inputs, out, shape, od, 1, k)?;
         let op = Ran::on(Family::Affine, op, super::on_gpu(dev));

@@ -1,8 +1,9 @@
 //! complex64 and complex128 arrays: read in both byte orders and both memory orders, and
 //! what tilestream runs on them (reductions that numpy defines as sums of the parts, casts
-//! between complex dtypes and from real ones, transposes, conversions to `.npy` and Zarr),
-//! checked against oracles computed here from the parts; every other operation refused in
-//! one line, leaving nothing behind.
+//! between complex dtypes and from real ones, affines, transposes, conversions to `.npy`
+//! and Zarr), checked against oracles computed here from the parts; GDAL's complex
+//! GeoTIFFs against GDAL; every other operation refused in one line, leaving nothing
+//! behind.
 //!
 //! `python/tests/test_complex.py` checks the same against numpy itself.
 
@@ -260,6 +261,32 @@ fn complex_casts_transposes_and_conversions_are_exact() {
             }
         }
     }
+    // scaled and offset as numpy does for a real scale and offset: the real part
+    // `scale * re + offset` (rounded once), the imaginary part `scale * im`
+    for (dtype, name) in [(DType::C128, "c128"), (DType::C64, "c64")] {
+        let a = d.join(format!("affine_{name}.npy"));
+        ok(&[
+            "--memory",
+            "3MiB",
+            "affine",
+            path(&c128),
+            path(&a),
+            "--scale",
+            "2.5",
+            "--offset",
+            "-1",
+            "--dtype",
+            name,
+        ]);
+        let parts: Vec<f64> = p
+            .chunks_exact(2)
+            .flat_map(|c| [c[0].mul_add(2.5, -1.0), c[1] * 2.5])
+            .collect();
+        assert!(
+            read_npy_data(&a) == bytes_of(dtype, &parts),
+            "affine into {name}"
+        );
+    }
     // real to complex: the real part cast, the imaginary part zero
     let ints: Vec<i32> = (0..n as i32)
         .map(|v| (v * 7919) % 200_001 - 100_000)
@@ -333,7 +360,7 @@ fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
         vec!["reduce", x, o, "--op", "argmin"],
         vec!["reduce", x, o, "--op", "median"],
         vec!["map", "x * 2", o, "--in", &named],
-        vec!["affine", x, o, "--scale", "2"],
+        vec!["affine", x, o, "--scale", "2", "--dtype", "f32"],
         vec!["cast", x, o, "--dtype", "f32"],
         vec!["convert", x, path(&tif)],
         vec!["stencil", x, o, "--filter", "gaussian:sigma=1"],

@@ -26,7 +26,51 @@ fn affine_typed<I: Element, O: Element>(x: &[I], y: &mut [O], scale: f64, offset
         });
 }
 
-/// Computes `out = cast(scale * inp + offset)` for one tile of bytes.
+/// `scale * x + offset` of complex elements of parts `P` into complex elements of parts
+/// `Q`, numpy's for a real scale and offset: the real part `scale * re + offset` (rounded
+/// once, as the real affine), the imaginary part `scale * im`.
+fn affine_complex<P: Element, Q: Element>(
+    x: &[Complex<P>],
+    y: &mut [Complex<Q>],
+    scale: f64,
+    offset: f64,
+) where
+    Complex<P>: bytemuck::Pod,
+    Complex<Q>: bytemuck::Pod,
+{
+    y.par_chunks_mut(BLOCK)
+        .zip(x.par_chunks(BLOCK))
+        .for_each(|(yo, xi)| {
+            for (o, i) in yo.iter_mut().zip(xi) {
+                *o = Complex {
+                    re: Q::from_f64(i.re.to_f64().mul_add(scale, offset)),
+                    im: Q::from_f64(i.im.to_f64() * scale),
+                };
+            }
+        });
+}
+
+/// `scale * x + offset` of real elements into complex elements of parts `Q` (the
+/// imaginary parts zero).
+fn affine_to_complex<I: Element, Q: Element>(x: &[I], y: &mut [Complex<Q>], scale: f64, offset: f64)
+where
+    Complex<Q>: bytemuck::Pod,
+{
+    let zero = Q::from_f64(0.0);
+    y.par_chunks_mut(BLOCK)
+        .zip(x.par_chunks(BLOCK))
+        .for_each(|(yo, xi)| {
+            for (o, &i) in yo.iter_mut().zip(xi) {
+                *o = Complex {
+                    re: Q::from_f64(i.to_f64().mul_add(scale, offset)),
+                    im: zero,
+                };
+            }
+        });
+}
+
+/// Computes `out = cast(scale * inp + offset)` for one tile of bytes; of a complex input,
+/// into a complex output only (the engine refuses a real one).
 pub(crate) fn affine_bytes(
     inp: &[u8],
     in_dtype: DType,
@@ -35,14 +79,45 @@ pub(crate) fn affine_bytes(
     scale: f64,
     offset: f64,
 ) {
-    crate::dispatch_dtype!(in_dtype, I => {
-        let x = crate::dtype::typed::<I>(inp);
-        let x: &[I] = &x;
-        crate::dispatch_dtype!(out_dtype, O => {
-            let y: &mut [O] = bytemuck::cast_slice_mut(out);
-            affine_typed::<I, O>(x, y, scale, offset);
-        }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
-    }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
+    let y = &mut *out;
+    match (in_dtype, out_dtype) {
+        (DType::C64, DType::C64) => affine_complex::<f32, f32>(
+            &crate::dtype::typed(inp),
+            bytemuck::cast_slice_mut(y),
+            scale,
+            offset,
+        ),
+        (DType::C64, DType::C128) => affine_complex::<f32, f64>(
+            &crate::dtype::typed(inp),
+            bytemuck::cast_slice_mut(y),
+            scale,
+            offset,
+        ),
+        (DType::C128, DType::C64) => affine_complex::<f64, f32>(
+            &crate::dtype::typed(inp),
+            bytemuck::cast_slice_mut(y),
+            scale,
+            offset,
+        ),
+        (DType::C128, DType::C128) => affine_complex::<f64, f64>(
+            &crate::dtype::typed(inp),
+            bytemuck::cast_slice_mut(y),
+            scale,
+            offset,
+        ),
+        _ => crate::dispatch_dtype!(in_dtype, I => {
+            let x = crate::dtype::typed::<I>(inp);
+            let x: &[I] = &x;
+            match out_dtype {
+                DType::C64 => affine_to_complex::<I, f32>(x, bytemuck::cast_slice_mut(y), scale, offset),
+                DType::C128 => affine_to_complex::<I, f64>(x, bytemuck::cast_slice_mut(y), scale, offset),
+                _ => crate::dispatch_dtype!(out_dtype, O => {
+                    let y: &mut [O] = bytemuck::cast_slice_mut(y);
+                    affine_typed::<I, O>(x, y, scale, offset);
+                }, complex => {}),
+            }
+        }, complex => unreachable!("a complex input's affine writes a complex output (Engine::plan_affine)")),
+    }
 }
 
 fn cast_typed<I: Element, O: Element>(x: &[I], y: &mut [O]) {
