@@ -171,7 +171,8 @@ impl DType {
         ))
     }
 
-    /// numpy's name of the dtype (`float32`, `complex64`, ...).
+    /// numpy's name of the dtype (`float32`, `complex64`, ...), which is also its Zarr v3
+    /// `data_type`.
     #[must_use]
     pub fn numpy_name(self) -> &'static str {
         match self {

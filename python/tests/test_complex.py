@@ -101,3 +101,19 @@ def test_what_complex_arrays_do_not_take_is_refused(tmp_path):
         with pytest.raises(ValueError, match="complex"):
             call()
         assert not out.exists() and not (tmp_path / "out.tif").exists()
+
+
+def test_zarr_stores_both_ways(tmp_path):
+    import zarr
+    a = values((20, 30), "complex64", 2)
+    np.save(tmp_path / "a.npy", np.asfortranarray(a).astype(">c8"))
+    ts.convert(tmp_path / "a.npy", tmp_path / "a.zarr", memory="4MiB")
+    z = zarr.open_array(tmp_path / "a.zarr", mode="r")
+    assert z.dtype == np.complex64
+    np.testing.assert_array_equal(z[:], a)
+    # written by zarr-python, chunks left unwritten holding the fill value 1+2j
+    w = zarr.create_array(tmp_path / "w.zarr", shape=(20, 30), chunks=(7, 11),
+                          dtype="complex128", fill_value=1 + 2j)
+    w[:10] = a[:10]
+    np.testing.assert_array_equal(ts.read(ts.open(tmp_path / "w.zarr")), w[:])
+    assert w[15, 0] == 1 + 2j

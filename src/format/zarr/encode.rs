@@ -19,27 +19,6 @@ use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::zarr::{ZarrCompression, ZarrWriteOptions, chunk_shapes};
 
-/// The Zarr v3 name of a data type.
-fn dtype_name(dtype: DType) -> &'static str {
-    match dtype {
-        DType::Bool => "bool",
-        DType::I8 => "int8",
-        DType::I16 => "int16",
-        DType::I32 => "int32",
-        DType::I64 => "int64",
-        DType::U8 => "uint8",
-        DType::U16 => "uint16",
-        DType::U32 => "uint32",
-        DType::U64 => "uint64",
-        DType::F16 => "float16",
-        DType::BF16 => "bfloat16",
-        DType::F32 => "float32",
-        DType::F64 => "float64",
-        DType::C64 => "complex64",
-        DType::C128 => "complex128",
-    }
-}
-
 /// The layout and codecs of a store being written, and the chunk encoder.
 #[derive(Clone, Debug)]
 pub(crate) struct ZarrEncoder {
@@ -159,7 +138,7 @@ impl ZarrEncoder {
             "zarr_format": 3,
             "node_type": "array",
             "shape": self.shape,
-            "data_type": dtype_name(self.dtype),
+            "data_type": self.dtype.numpy_name(),
             "chunk_grid": {
                 "name": "regular",
                 "configuration": {"chunk_shape": self.outer}
