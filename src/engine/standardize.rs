@@ -221,6 +221,8 @@ impl Engine {
         over: impl Into<ReduceOver>,
     ) -> Result<RunReport> {
         input.dtype().real_only("standardize")?;
+        mean.dtype().real_only("standardize's mean")?;
+        std.dtype().real_only("standardize's std")?;
         let over = over.into();
         check_not_input(out.as_ref(), &[input])?;
         let inner = stats_inner(input, over)?;

@@ -249,6 +249,7 @@ impl OpSpec {
 /// [`Error::Invalid`] for a kernel of another rank or size; I/O and format errors.
 pub fn load_kernel(path: &Path) -> Result<(Vec<f64>, usize, usize)> {
     let t = TensorFile::open(path)?;
+    t.dtype().real_only("a convolve kernel")?;
     let (rows, cols) = match *t.shape() {
         [n] => (1, n),
         [r, c] => (r, c),

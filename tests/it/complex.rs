@@ -287,6 +287,42 @@ fn complex_casts_transposes_and_conversions_are_exact() {
             "affine into {name}"
         );
     }
+    // a complex result cast to complex64 on its way out
+    let s = d.join("sum_c64.npy");
+    ok(&[
+        "--memory",
+        "3MiB",
+        "reduce",
+        path(&c128),
+        path(&s),
+        "--op",
+        "sum",
+        "--axis",
+        "0",
+        "--dtype",
+        "c64",
+    ]);
+    let sums: Vec<f64> = (0..shape[1])
+        .flat_map(|j| {
+            let col = (0..shape[0]).map(|i| i * shape[1] + j);
+            let re: f64 = col.clone().map(|k| p[2 * k]).sum();
+            let im: f64 = col.map(|k| p[2 * k + 1]).sum();
+            [re, im]
+        })
+        .collect();
+    assert!(
+        std::fs::read(&s).unwrap()[..64]
+            .windows(5)
+            .any(|w| w == b"'<c8'")
+    );
+    let got: Vec<f32> = bytemuck::pod_collect_to_vec(&read_npy_data(&s));
+    for (k, (&g, &want)) in got.iter().zip(&sums).enumerate() {
+        // the f64 sum rounded to f32: within an f32 rounding of this order's sum
+        assert!(
+            (f64::from(g) - want).abs() <= 1e-6 * want.abs().max(1.0),
+            "sum as c64: part {k}: {g} against {want}"
+        );
+    }
     // real to complex: the real part cast, the imaginary part zero
     let ints: Vec<i32> = (0..n as i32)
         .map(|v| (v * 7919) % 200_001 - 100_000)
@@ -354,11 +390,17 @@ fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
     let tiles = d.join("tiles");
     let hist = d.join("h.npz");
     let named = format!("x={x}");
+    // a complex convolve kernel over a real image
+    let k = d.join("k.npy");
+    write_npy(&k, DType::C64, &[3, 3], &bytes_of(DType::C64, &parts(9, 4)));
+    let convolve = format!("convolve:{}", path(&k));
     let cases: Vec<Vec<&str>> = vec![
         vec!["reduce", x, o, "--op", "max"],
         vec!["reduce", x, o, "--op", "nansum", "--axis", "0"],
         vec!["reduce", x, o, "--op", "argmin"],
         vec!["reduce", x, o, "--op", "median"],
+        vec!["reduce", x, o, "--op", "sum", "--dtype", "f32"],
+        vec!["stencil", path(&w), o, "--filter", &convolve],
         vec!["map", "x * 2", o, "--in", &named],
         vec!["affine", x, o, "--scale", "2", "--dtype", "f32"],
         vec!["cast", x, o, "--dtype", "f32"],

@@ -114,8 +114,11 @@ impl Engine {
                 format!("result ({}) and accumulators", fmt_bytes(result))
             },
         );
-        req.scratch_per_elem = g.scratch_per_elem(acc) + extra_scratch;
-        if self.planning_device().is_some() {
+        // a complex element is two of the parts the reducer takes
+        let parts = if dtype.is_complex() { 2 } else { 1 };
+        req.scratch_per_elem = parts * g.scratch_per_elem(acc) + extra_scratch;
+        // a complex input is reduced on the host
+        if self.planning_device().is_some() && !dtype.is_complex() {
             // each stream's page-locked buffer of finished totals: at most
             // (tile / per + 2) outer indices of vcols accumulators
             let (vc, depth) = (g.vcols() as u64, req.depth.max(1) as u64);
@@ -347,6 +350,7 @@ impl Engine {
     ) -> Result<RunReport> {
         let over = over.into();
         check_not_input(out.as_ref(), &[input])?;
+        Self::check_result_cast(input, op, dtype)?;
         if self.out_region.is_some() {
             return Err(Error::invalid(
                 "a reduction's result is not written into rows of another file: merge \
@@ -487,6 +491,31 @@ pub(super) fn checkpoint_reducers(
     j.checkpoint(j.pass(), index, size, || {
         reducers.iter().flat_map(|r| r.state_parts()).collect()
     })
+}
+
+impl Engine {
+    /// Refuses a cast of a complex result (the sum or mean of a complex input) to a real
+    /// `dtype`, which would drop the imaginary parts.
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] naming the reduction and the dtypes.
+    pub(crate) fn check_result_cast(
+        input: &TensorFile,
+        op: Reduce,
+        dtype: Option<DType>,
+    ) -> Result<()> {
+        match dtype {
+            Some(d) if op.output_dtype(input.dtype()).is_complex() && !d.is_complex() => {
+                Err(Error::invalid(format!(
+                    "the {} of a {} array is complex: writing it as {d} would drop the \
+                     imaginary parts; give a complex dtype (c64, c128)",
+                    op.name(),
+                    input.dtype().numpy_name()
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Refuses the result of a `nanargmin` or `nanargmax` where a slice had no element that

@@ -207,7 +207,9 @@ impl Operation for ReduceSpec {
                 .map(SpecPlan::Flat);
         }
         let op = Reduce::parse(&self.reduce, self.ddof)?;
-        e.plan_reduce(&self.input.open()?, op, Axes::over(self.axis.as_ref())?)
+        let x = self.input.open()?;
+        Engine::check_result_cast(&x, op, self.dtype)?;
+        e.plan_reduce(&x, op, Axes::over(self.axis.as_ref())?)
             .map(SpecPlan::Flat)
     }
 
