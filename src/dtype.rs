@@ -1,6 +1,11 @@
 //! Element types: the [`DType`] tag read from file headers, and the [`Element`] trait that
 //! typed kernels are generic over.
 //!
+//! The complex dtypes (complex64, complex128) are no [`Element`]:
+//! [`dispatch_dtype!`](crate::dispatch_dtype) makes each of its sites say what it does
+//! with them, and the operations that do not take them refuse them at plan time
+//! ([`DType::real_only`]), so no kernel sees them by mistake.
+//!
 //! Conversions from `f64` are the casts tilestream applies everywhere a result changes
 //! type: to floats they round to nearest even (f16/bf16 through `half`), to integers they
 //! round toward zero, saturate at the type's limits and map NaN to 0, to bool they test
