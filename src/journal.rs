@@ -81,13 +81,23 @@ impl JobKey {
         }
     }
 
-    /// Adds an input file: its size, modification time and inode are recorded, so a
-    /// file changed since the interrupted run is detected.
+    /// Adds an input file: its size, modification time and inode are recorded (an
+    /// object's size, `ETag` and modification time), so an input changed since the
+    /// interrupted run is detected.
     ///
     /// # Errors
     /// [`Error::Io`] if the file cannot be inspected.
     pub fn input(mut self, path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if crate::io::remote::is_url(path) {
+            // an object: its size, ETag and modification time
+            crate::format::refuse_object(path)?;
+            let url = path.to_string_lossy();
+            let o = crate::io::remote::Object::open(&url)?;
+            self.inputs
+                .push((crate::io::remote::shown(&url), o.identity().to_string()));
+            return Ok(self);
+        }
         // `file.h5:/data`: the identity of the file it is in
         let file = crate::io::own_files::container_of(path);
         let m = std::fs::metadata(&file).map_err(|e| Error::io("open", &file, e))?;

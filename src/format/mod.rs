@@ -42,11 +42,11 @@ pub use crate::io::temp::{
 #[doc(hidden)]
 pub use crate::io::window::{Window, page_size, window_slack};
 pub use open::list_arrays;
+pub(crate) use open::refuse_object;
 pub use output::{OutRegion, OutputFile, commit_npy, create_npy_for_rows};
 pub use zarr::{commit_zarr, create_zarr_for_rows};
 
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -145,7 +145,7 @@ impl Touch {
 #[derive(Debug)]
 pub struct TensorFile {
     path: PathBuf,
-    file: File,
+    file: crate::io::source::Source,
     info: TensorInfo,
     /// Set when windows are decoded from compressed chunks rather than mapped.
     chunked: Option<Arc<chunked::Chunked>>,
@@ -326,22 +326,26 @@ impl TensorFile {
         self.info.dtype
     }
 
-    /// The underlying open file (used to compare identities of inputs and outputs).
+    /// The underlying open file (used to compare identities of inputs and outputs);
+    /// `None` for an object in an object store.
     #[must_use]
-    pub fn file(&self) -> &File {
-        &self.file
+    pub fn file(&self) -> Option<&File> {
+        self.file.file()
     }
-}
 
-fn read_up_to(file: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read(&mut buf[n..])? {
-            0 => break,
-            k => n += k,
-        }
+    /// Whether the input is an object in an object store (`s3://`, `https://`, ...),
+    /// read by ranged requests rather than mapped.
+    #[must_use]
+    pub fn is_object(&self) -> bool {
+        !self.file.mappable()
     }
-    Ok(n)
+
+    /// What identifies this version of an object input for a resumed run (size, `ETag`,
+    /// modification time); `None` for a local file.
+    #[must_use]
+    pub fn object_identity(&self) -> Option<&str> {
+        self.file.object_identity()
+    }
 }
 
 pub(crate) fn file_len(file: &File, path: &Path) -> Result<u64> {

@@ -7,11 +7,12 @@ use std::sync::Arc;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result, TiffError};
-use crate::io::own_files;
+use crate::io::source::Source;
+use crate::io::{own_files, remote};
 
 use super::{
     Format, NPY_HEADER_MAX, NodataFrom, TensorFile, TensorInfo, checked_nbytes, chunked, file_len,
-    fmt_shape, hdf5, is_npy_path, jp2, netcdf3, npy, read_up_to, tiff, zarr,
+    fmt_shape, hdf5, is_npy_path, jp2, netcdf3, npy, tiff, zarr,
 };
 
 impl TensorFile {
@@ -27,7 +28,12 @@ impl TensorFile {
     /// bytes (raw files need [`open_raw`](Self::open_raw)).
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        if let Some((file, dataset)) = hdf5::split_dataset(path) {
+        let object = remote::is_url(path);
+        if object {
+            if let Some(what) = not_read_as_object(path) {
+                return Err(object_refusal(path, what));
+            }
+        } else if let Some((file, dataset)) = hdf5::split_dataset(path) {
             return Self::open_hdf5(file, Some(&dataset));
         }
         if hdf5::is_hdf5_path(path) {
@@ -45,14 +51,22 @@ impl TensorFile {
         if !is_npy_path(path) {
             // no telling extension: recognise the format by its first bytes
             let mut magic = [0u8; 12];
-            let mut f = own_files::open_input(path)?;
-            let got = read_up_to(&mut f, &mut magic).unwrap_or(0);
+            let f = Source::open(path)?;
+            let got = f.read_at(&mut magic, 0).unwrap_or(0);
+            let refuse = |what| Err(object_refusal(path, what));
             if jp2::is_jp2(&magic[..got]) {
-                return Self::open_jp2(path);
+                return if object {
+                    refuse("JPEG 2000")
+                } else {
+                    Self::open_jp2(path)
+                };
             }
             match &magic[..got.min(8)] {
                 [b'I', b'I', 42 | 43, 0, ..] | [b'M', b'M', 0, 42 | 43, ..] => {
                     return Self::open_tiff(path);
+                }
+                m if object && (m == hdf5::SIGNATURE || netcdf3::is_netcdf3(m)) => {
+                    return refuse("HDF5 and NetCDF");
                 }
                 m if m == hdf5::SIGNATURE => return Self::open_hdf5(path, None),
                 m if netcdf3::is_netcdf3(m) => return Self::open_hdf5(path, None),
@@ -66,10 +80,12 @@ impl TensorFile {
                 }
             }
         }
-        let mut file = own_files::open_input(path)?;
-        let file_len = file_len(&file, path)?;
+        let file = Source::open(path)?;
+        let file_len = source_len(&file, path)?;
         let mut pre = [0u8; npy::PREAMBLE];
-        let got = read_up_to(&mut file, &mut pre).map_err(|e| Error::io("read", path, e))?;
+        let got = file
+            .read_at(&mut pre, 0)
+            .map_err(|e| Error::io("read", path, e))?;
         let hlen = npy::header_len(&pre[..got]).map_err(|source| Error::Npy {
             path: path.to_path_buf(),
             source,
@@ -158,14 +174,14 @@ impl TensorFile {
     pub fn open_tiff(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let (layout, georef) = tiff::read_layout(path)?;
-        let file = own_files::open_input(path)?;
+        let file = Source::open(path)?;
         let shape = layout.shape();
         let dtype = layout.dtype;
         let nbytes = checked_nbytes(path, &shape, dtype)?;
         let (data_offset, chunked) = match layout.contiguous_offset() {
             Some(off) => {
                 // mapped: a file shorter than its tables say would fault when read
-                let len = file_len(&file, path)?;
+                let len = source_len(&file, path)?;
                 if off.checked_add(nbytes).is_none_or(|end| end > len) {
                     return Err(Error::tiff(
                         path,
@@ -212,9 +228,12 @@ impl TensorFile {
     /// type tilestream does not handle; [`Error::Io`] if it cannot be read.
     pub fn open_zarr(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if remote::is_url(path) {
+            return Err(object_refusal(path, "Zarr"));
+        }
         let (layout, src) = zarr::ZarrChunks::open(path)?;
         let meta = path.join("zarr.json");
-        let file = own_files::open_input(&meta)?;
+        let file = Source::File(own_files::open_input(&meta)?);
         checked_nbytes(path, &layout.shape, layout.dtype)?;
         let c = chunked::Chunked::new(layout.shape.clone(), layout.dtype, Box::new(src));
         Ok(TensorFile {
@@ -248,6 +267,9 @@ impl TensorFile {
     /// [`Error::Io`] if it cannot be opened.
     pub fn open_hdf5(path: impl AsRef<Path>, dataset: Option<&str>) -> Result<Self> {
         let path = path.as_ref();
+        if remote::is_url(path) {
+            return Err(object_refusal(path, "HDF5 and NetCDF"));
+        }
         let file = own_files::open_input(path)?;
         let len = file_len(&file, path)?;
         let mut magic = [0u8; 4];
@@ -267,7 +289,7 @@ impl TensorFile {
         };
         Ok(TensorFile {
             path: path.to_path_buf(),
-            file,
+            file: Source::File(file),
             info: TensorInfo {
                 format,
                 dtype: layout.dtype,
@@ -294,6 +316,9 @@ impl TensorFile {
     /// file tilestream reads, or OpenJPEG is missing.
     pub fn open_jp2(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        if remote::is_url(path) {
+            return Err(object_refusal(path, "JPEG 2000"));
+        }
         let file = own_files::open_input(path)?;
         let layout = jp2::open(path, &file)?;
         let shape = layout.shape();
@@ -307,7 +332,7 @@ impl TensorFile {
         let c = chunked::Chunked::new(shape.clone(), dtype, Box::new(src));
         Ok(TensorFile {
             path: path.to_path_buf(),
-            file,
+            file: Source::File(file),
             info: TensorInfo {
                 format: Format::Jp2,
                 dtype,
@@ -352,8 +377,8 @@ impl TensorFile {
     /// A raw file holding exactly the data (`offset` `None`), or holding it from byte
     /// `offset` on.
     fn raw(path: &Path, shape: &[usize], dtype: DType, offset: Option<u64>) -> Result<Self> {
-        let file = own_files::open_input(path)?;
-        let len = file_len(&file, path)?;
+        let file = Source::open(path)?;
+        let len = source_len(&file, path)?;
         let nbytes = checked_nbytes(path, shape, dtype)?;
         let refusal = match offset {
             None if len != nbytes => Some(format!(
@@ -438,10 +463,7 @@ impl TensorFile {
         };
         Ok(TensorFile {
             path: self.path.clone(),
-            file: self
-                .file
-                .try_clone()
-                .map_err(|e| Error::io("open again", &self.path, e))?,
+            file: self.file.try_clone(&self.path)?,
             info,
             chunked: npy.as_ref().map(|n| n.chunked()).transpose()?,
             tiff: None,
@@ -502,4 +524,51 @@ pub fn list_arrays(path: &Path) -> Result<Vec<hdf5::DatasetEntry>> {
         return netcdf3::list(path);
     }
     hdf5::list(path)
+}
+
+/// The size of an input's bytes; a directory is refused as it is for local files.
+fn source_len(src: &Source, path: &Path) -> Result<u64> {
+    match src.file() {
+        Some(f) => file_len(f, path),
+        None => src.len(path),
+    }
+}
+
+/// The format of an object URL that tilestream does not read from object stores yet,
+/// told by its name: Zarr stores, HDF5 and NetCDF files, JPEG 2000.
+fn not_read_as_object(url: &Path) -> Option<&'static str> {
+    if zarr::is_zarr_path(url) {
+        Some("Zarr")
+    } else if hdf5::is_hdf5_path(url)
+        || url
+            .to_str()
+            .is_some_and(|u| u.contains(".h5:") || u.contains(".nc:"))
+    {
+        Some("HDF5 and NetCDF")
+    } else if jp2::is_jp2_path(url) {
+        Some("JPEG 2000")
+    } else {
+        None
+    }
+}
+
+/// Refuses, in one line, an object URL whose format (told by its name) is read from
+/// local files only; `Ok` for anything else (a local path, an object tilestream reads).
+///
+/// # Errors
+/// [`Error::Invalid`] naming the format.
+pub(crate) fn refuse_object(path: &Path) -> Result<()> {
+    match not_read_as_object(path) {
+        Some(what) if remote::is_url(path) => Err(object_refusal(path, what)),
+        _ => Ok(()),
+    }
+}
+
+/// The one-line refusal of an object whose format is read from local files only.
+fn object_refusal(url: &Path, what: &str) -> Error {
+    Error::invalid(format!(
+        "{}: {what} inputs are read from local files only; from object stores tilestream \
+         reads .npy, raw and GeoTIFF/COG objects (copy this one to a local path first)",
+        remote::shown(&url.to_string_lossy())
+    ))
 }

@@ -2,8 +2,6 @@
 //! checked again first), copied into a staging slot with `pread` (whole or by column
 //! runs of rows), or decoded chunk by chunk for compressed formats.
 
-use std::os::unix::fs::FileExt;
-
 use memmap2::MmapOptions;
 
 use crate::error::{Error, Result};
@@ -55,13 +53,21 @@ impl TensorFile {
             swap_bytes(&mut v, self.info.dtype.swap_unit());
             return Ok(Window::owned(v));
         }
+        if !self.file.mappable() {
+            // an object: read by ranges
+            let v = self.runs_vec(start, count, count.max(1), &[(0, count)])?;
+            return Ok(Window::owned(v));
+        }
         let es = self.info.dtype.size() as u64;
         let begin = self.info.data_offset + start * es;
         let len = count * es;
         if len == 0 {
             return Ok(Window::owned(Vec::new()));
         }
-        let now = file_len(&self.file, &self.path)?;
+        let Some(file) = self.file.file() else {
+            return Err(Error::Internal("a window of an object mapped".into()));
+        };
+        let now = file_len(file, &self.path)?;
         if begin + len > now {
             return Err(Error::format(
                 &self.path,
@@ -79,8 +85,8 @@ impl TensorFile {
         // SAFETY: the map is read-only and private to this process. Another process could
         // truncate or rewrite the file while it is mapped; the size was checked just above,
         // which is the best a reader of a shared file can do (documented in docs/limits.md).
-        let map = unsafe { opts.map(&self.file) }
-            .map_err(|e| Error::io("map a window of", &self.path, e))?;
+        let map =
+            unsafe { opts.map(file) }.map_err(|e| Error::io("map a window of", &self.path, e))?;
         // Pages already in the page cache are cheapest faulted in lazily by the compute
         // threads (the kernel maps them in batches); pages that are not are read here, in
         // the read stage, so disk I/O overlaps the compute of the previous tile.
@@ -113,7 +119,7 @@ impl TensorFile {
         let es = self.info.dtype.size() as u64;
         let rows = count / row.max(1);
         let end = self.info.data_offset + (start + count) * es;
-        let now = file_len(&self.file, &self.path)?;
+        let now = self.file.len(&self.path)?;
         if end > now {
             return Err(Error::format(
                 &self.path,

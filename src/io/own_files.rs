@@ -258,11 +258,19 @@ fn kind_of(t: std::fs::FileType) -> &'static str {
 /// Refuses an existing destination that finishing a run must not replace: anything but
 /// a regular file (or a symbolic link, which the output replaces, leaving its target
 /// alone) for a file output; anything but a Zarr v3 array store ([`zarr_array_store`])
-/// for a Zarr output. A destination that does not exist is fine.
+/// for a Zarr output. A destination that does not exist is fine; a URL
+/// (`s3://...`) is refused (outputs are local).
 ///
 /// # Errors
 /// [`Error::Invalid`] naming what is there and what to do.
 pub fn check_destination(dest: &Path, kind: Dest) -> Result<()> {
+    if super::remote::is_url(dest) {
+        return Err(Error::invalid(format!(
+            "{}: tilestream writes outputs to local paths only (objects are read, not yet \
+             written); write to a local path and upload it",
+            super::remote::shown(&dest.to_string_lossy())
+        )));
+    }
     let Ok(m) = std::fs::symlink_metadata(dest) else {
         return Ok(());
     };

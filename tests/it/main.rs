@@ -34,6 +34,9 @@ mod newcomer;
 mod nodata_reduce;
 mod npy_orders;
 mod numpy_interop;
+// object stores are read through the `remote` feature
+#[cfg(feature = "remote")]
+mod objects;
 mod pipeline;
 mod quantile;
 mod readme;

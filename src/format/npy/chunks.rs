@@ -16,8 +16,6 @@
 //! axis but the first) hold more than [`ROW_MAX`] bytes is refused: each of its C-order
 //! rows would gather elements from across the whole file.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -25,6 +23,7 @@ use crate::budget::fmt_bytes;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkSource, Chunked};
+use crate::io::source::Source;
 
 /// Bytes a chunk aims for (one read per run of rows: longer runs, fewer reads).
 pub(crate) const TARGET_F: u64 = 4 << 20;
@@ -44,7 +43,7 @@ const GAP_READ: u64 = 64 << 10;
 #[derive(Debug)]
 pub(crate) struct NpyChunks {
     path: PathBuf,
-    file: File,
+    file: Source,
     /// Byte offset of the file's element 0.
     offset: u64,
     /// The tensor's shape (a selection of rows of the file's, see `row0`).
@@ -67,7 +66,7 @@ impl NpyChunks {
     /// [`ROW_MAX`]; [`Error::Io`] if the file cannot be opened again.
     pub(crate) fn new(
         path: &Path,
-        file: &File,
+        file: &Source,
         offset: u64,
         shape: &[usize],
         dtype: DType,
@@ -92,9 +91,7 @@ impl NpyChunks {
         let chunk = chunk_shape(shape, es);
         Ok(NpyChunks {
             path: path.to_path_buf(),
-            file: file
-                .try_clone()
-                .map_err(|e| Error::io("open again", path, e))?,
+            file: file.try_clone(path)?,
             offset,
             shape: shape.to_vec(),
             file_rows: shape.first().map_or(1, |&d| d as u64),
@@ -136,10 +133,7 @@ impl NpyChunks {
         let es = self.dtype.size() as u64;
         Ok(NpyChunks {
             path: self.path.clone(),
-            file: self
-                .file
-                .try_clone()
-                .map_err(|e| Error::io("open again", &self.path, e))?,
+            file: self.file.try_clone(&self.path)?,
             offset: self.offset,
             chunk: chunk_shape(&shape, es),
             shape,

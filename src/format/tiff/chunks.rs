@@ -2,14 +2,13 @@
 //! bytes read with one positioned read and decoded by [`decode`](super::decode), exactly
 //! as GDAL reads them; sparse chunks read as the nodata value.
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::decode::ChunkRows;
 use super::{TiffLayout, decode, nodata_sample};
 use crate::error::{Error, Result, TiffError};
 use crate::format::chunked::ChunkSource;
+use crate::io::source::Source;
 
 /// Decodes the strips or tiles of a TIFF for [`Chunked`](crate::format::chunked::Chunked): each
 /// chunk's stored bytes are read with one positioned read and decoded by
@@ -17,7 +16,7 @@ use crate::format::chunked::ChunkSource;
 #[derive(Debug)]
 pub struct TiffChunks {
     path: PathBuf,
-    file: File,
+    file: Source,
     file_len: u64,
     layout: TiffLayout,
     chunk_shape: Vec<usize>,
@@ -42,11 +41,8 @@ impl TiffChunks {
             (_, true) => vec![1, ch, cw],
             (b, false) => vec![b, ch, cw],
         };
-        let file = crate::io::own_files::open_input(path)?;
-        let file_len = file
-            .metadata()
-            .map_err(|e| Error::io("read the size of", path, e))?
-            .len();
+        let file = Source::open(path)?;
+        let file_len = file.len(path)?;
         let sparse = nodata
             .and_then(|t| nodata_sample(layout.dtype, t))
             .unwrap_or_else(|| vec![0; layout.dtype.size()]);

@@ -33,9 +33,7 @@ pub mod webp;
 #[doc(hidden)]
 pub mod write;
 
-use std::fs::File;
 use std::io::BufReader;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use tiff::decoder::{ChunkType, Decoder, Limits};
@@ -43,6 +41,7 @@ use tiff::tags::Tag;
 
 use crate::dtype::DType;
 use crate::error::{Error, Result, TiffError};
+use crate::io::source::{Source, SourceReader};
 pub use chunks::TiffChunks;
 use decode::Codec;
 
@@ -282,7 +281,7 @@ fn sample_dtype(path: &Path, format: u16, bits: u16) -> Result<DType> {
 /// CMYK) and packed inks.
 fn cmyk_as_rgba(
     path: &Path,
-    d: &mut Decoder<BufReader<File>>,
+    d: &mut Decoder<Reader>,
     dtype: DType,
     bits: u16,
     bands: usize,
@@ -328,7 +327,7 @@ fn cmyk_as_rgba(
 /// libtiff does not take, or takes through its RGBA interface (CMYK, Palette).
 fn jpeg_tags(
     path: &Path,
-    d: &mut Decoder<BufReader<File>>,
+    d: &mut Decoder<Reader>,
     photometric: u16,
     bands: usize,
     planar: bool,
@@ -407,7 +406,7 @@ fn jpeg_tags(
 /// unassociated alpha, pixel interleave).
 fn lerc_tags(
     path: &Path,
-    d: &mut Decoder<BufReader<File>>,
+    d: &mut Decoder<Reader>,
     dtype: crate::dtype::DType,
     bits: u16,
     bands: usize,
@@ -470,14 +469,14 @@ fn lerc_tags(
 /// [`Error::Io`] if it cannot be opened; [`Error::Tiff`] if it is not a TIFF tilestream
 /// can read (signed packed samples, mixed sample types, JPEG).
 pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
-    let file = crate::io::own_files::open_input(path)?;
+    let file = Source::open(path)?;
     let mut head = [0u8; 4];
     file.read_exact_at(&mut head, 0)
         .map_err(|e| Error::io("read", path, e))?;
     let bigtiff = matches!(head, [b'I', b'I', 43, 0] | [b'M', b'M', 0, 43]);
     let mut d = decoder(path, file)?;
     let (width, height) = d.dimensions().map_err(|e| tiff_err(path, &e))?;
-    let tag_u16 = |d: &mut Decoder<BufReader<File>>, t: Tag, default: u16| -> Result<u16> {
+    let tag_u16 = |d: &mut Decoder<Reader>, t: Tag, default: u16| -> Result<u16> {
         Ok(d.find_tag_unsigned_vec::<u16>(t)
             .map_err(|e| tiff_err(path, &e))?
             .and_then(|v| v.first().copied())
@@ -641,7 +640,7 @@ const MAX_ENTRIES: u64 = 4096;
 /// Reads the first directory's entry count and the counts of its offset and byte-count
 /// tables straight from the file, before the `tiff` crate parses anything, and refuses a
 /// file whose tables would cost more than [`MAX_CHUNKS`] entries.
-fn precheck_tables(path: &Path, file: &File) -> Result<()> {
+fn precheck_tables(path: &Path, file: &Source) -> Result<()> {
     let mut head = [0u8; 16];
     let n = file
         .read_at(&mut head, 0)
@@ -819,11 +818,17 @@ pub fn georef_from_bytes(path: &Path, bytes: &[u8]) -> Result<GeoRef> {
     read_georef(path, &mut d)
 }
 
-fn decoder(path: &Path, file: File) -> Result<Decoder<BufReader<File>>> {
+/// What the `tiff` crate reads directories through: a buffered reader of a local file
+/// or of an object.
+type Reader = BufReader<SourceReader>;
+
+fn decoder(path: &Path, file: Source) -> Result<Decoder<Reader>> {
     precheck_tables(path, &file)?;
-    Ok(Decoder::new(BufReader::with_capacity(1 << 16, file))
-        .map_err(|e| tiff_err(path, &e))?
-        .with_limits(Limits::unlimited()))
+    Ok(
+        Decoder::new(BufReader::with_capacity(1 << 16, SourceReader::new(file)))
+            .map_err(|e| tiff_err(path, &e))?
+            .with_limits(Limits::unlimited()),
+    )
 }
 
 /// A `GDAL_NODATA` text, refused unless it is a plain number (as GDAL writes one:

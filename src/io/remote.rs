@@ -1,0 +1,458 @@
+//! Inputs that live in object stores — `s3://`, `gs://`, `az://`, `http://`, `https://` —
+//! read by byte ranges through the `object_store` crate, never downloaded whole.
+//!
+//! An object is opened with one metadata request (its size, `ETag` and modification time),
+//! then read with ranged GETs: a format asks for the bytes a tile needs exactly as it
+//! asks a local file (`read_exact_at`), so the buffers are the ones the planner already
+//! counts in the budget. Requests run on a small Tokio runtime of their own; the threads
+//! that read tiles in parallel each wait on their own request, so as many ranges are in
+//! flight as the read stage has reading threads.
+//!
+//! What the network can do wrong is handled here, once, for every format:
+//! - the transport's own retries (`object_store`'s backoff on 5xx answers and dropped
+//!   connections, never on 4xx), then a retry of a range that came back shorter than
+//!   asked or failed mid-body, with backoff, [`ATTEMPTS`] times in all;
+//! - errors on one line, naming the object by its URL without a query string (a
+//!   pre-signed URL's signature is a credential), with the values of the credential
+//!   variables in the environment blanked out of anything a server or library said.
+//!
+//! Credentials and endpoints come from the variables each store's documentation names
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+//! `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `AWS_SKIP_SIGNATURE` for public buckets;
+//! `GOOGLE_*`; `AZURE_*`), read by `object_store`'s `from_env` builders.
+
+use std::path::Path;
+
+/// The URL schemes read as objects.
+pub const SCHEMES: [&str; 7] = ["s3", "s3a", "gs", "az", "abfs", "http", "https"];
+
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+/// How many times a range is asked for before its error is the run's (each attempt
+/// already retries 5xx answers and dropped connections inside `object_store`).
+pub const ATTEMPTS: u32 = 4;
+
+/// Whether `path` is a URL of an object store rather than a local path: `scheme://`
+/// with one of [`SCHEMES`].
+#[must_use]
+pub fn is_url(path: &Path) -> bool {
+    path.to_str().is_some_and(|s| {
+        s.split_once("://").is_some_and(|(scheme, rest)| {
+            !rest.is_empty() && SCHEMES.contains(&scheme.to_ascii_lowercase().as_str())
+        })
+    })
+}
+
+/// `url` as it may be shown: without its query string or fragment (a pre-signed URL's
+/// signature) and without user information (`user:password@`).
+#[must_use]
+pub fn shown(url: &str) -> String {
+    let cut = url.find(['?', '#']).unwrap_or(url.len());
+    let (mut base, rest) = (url[..cut].to_string(), &url[cut..]);
+    if let Some((scheme, after)) = base.split_once("://") {
+        let host_end = after.find('/').unwrap_or(after.len());
+        if let Some(at) = after[..host_end].rfind('@') {
+            base = format!("{scheme}://{}", &after[at + 1..]);
+        }
+    }
+    if rest.is_empty() {
+        base
+    } else {
+        format!("{base}?…")
+    }
+}
+
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+/// The environment variables whose values are secrets: blanked out of every message.
+const SECRET_VARS: [&str; 8] = [
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ACCESS_KEY_ID",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCESS_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_CLIENT_SECRET",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+];
+
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+/// `text` on one line with every secret of the environment blanked out and every URL's
+/// query string cut.
+#[must_use]
+pub fn redacted(text: &str) -> String {
+    let mut t = text.replace(['\n', '\r'], " ");
+    for var in SECRET_VARS {
+        if let Ok(v) = std::env::var(var)
+            && v.len() >= 4
+        {
+            t = t.replace(&v, "***");
+        }
+    }
+    // query strings of URLs the message quotes (a signed request's signature)
+    let mut out = String::with_capacity(t.len());
+    let mut rest = t.as_str();
+    while let Some(i) = rest.find("://") {
+        let start = rest[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.'))
+            .map_or(0, |p| p + 1);
+        let end = rest[i..]
+            .find(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == ')' || c == '>')
+            .map_or(rest.len(), |e| i + e);
+        out.push_str(&rest[..start]);
+        out.push_str(&shown(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(feature = "remote")]
+mod imp {
+    use std::ops::Range;
+    use std::sync::{Arc, OnceLock};
+    use std::time::Duration;
+
+    use object_store::{ObjectStore, ObjectStoreScheme, path::Path as Key};
+
+    use super::{ATTEMPTS, redacted, shown};
+    use crate::error::{Error, Result};
+
+    /// An object opened for ranged reads.
+    #[derive(Debug)]
+    pub struct Object {
+        store: Arc<dyn ObjectStore>,
+        key: Key,
+        shown: String,
+        len: u64,
+        identity: String,
+    }
+
+    fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
+        static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+        RT.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("tilestream-net")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| std::io::Error::other(format!("cannot start the network runtime: {e}")))
+    }
+
+    /// An `object_store` error as an I/O error of the right kind, its text redacted.
+    fn io_error(e: &object_store::Error) -> std::io::Error {
+        use object_store::Error as E;
+        use std::io::ErrorKind as K;
+        let (kind, text) = match e {
+            E::NotFound { .. } => (K::NotFound, "no such object".to_string()),
+            E::PermissionDenied { .. } => (
+                K::PermissionDenied,
+                "access denied: check the credentials and the bucket's policy".to_string(),
+            ),
+            E::Unauthenticated { .. } => (
+                K::PermissionDenied,
+                "the store refused the credentials: check AWS_ACCESS_KEY_ID and \
+                 AWS_SECRET_ACCESS_KEY (or the store's own variables), or set \
+                 AWS_SKIP_SIGNATURE=true for a public bucket"
+                    .to_string(),
+            ),
+            other => (K::Other, redacted(&other.to_string())),
+        };
+        std::io::Error::new(kind, text)
+    }
+
+    /// Whether an error may pass if the request is made again (not a 4xx answer).
+    fn transient(e: &object_store::Error) -> bool {
+        use object_store::Error as E;
+        !matches!(
+            e,
+            E::NotFound { .. }
+                | E::PermissionDenied { .. }
+                | E::Unauthenticated { .. }
+                | E::InvalidPath { .. }
+                | E::NotSupported { .. }
+                | E::NotImplemented
+                | E::UnknownConfigurationKey { .. }
+        )
+    }
+
+    fn store_for(url: &url::Url) -> Result<(Arc<dyn ObjectStore>, Key)> {
+        let bad = |e: &dyn std::fmt::Display| {
+            Error::invalid(format!(
+                "{}: cannot reach this object store: {}",
+                shown(url.as_str()),
+                redacted(&e.to_string())
+            ))
+        };
+        let (scheme, key) = ObjectStoreScheme::parse(url).map_err(|e| bad(&e))?;
+        let retry = object_store::RetryConfig {
+            backoff: object_store::BackoffConfig {
+                init_backoff: Duration::from_millis(50),
+                max_backoff: Duration::from_secs(5),
+                base: 2.0,
+            },
+            max_retries: 5,
+            retry_timeout: Duration::from_secs(120),
+        };
+        let store: Arc<dyn ObjectStore> = match scheme {
+            ObjectStoreScheme::AmazonS3 => Arc::new(
+                object_store::aws::AmazonS3Builder::from_env()
+                    .with_url(url.as_str())
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
+            ObjectStoreScheme::GoogleCloudStorage => Arc::new(
+                object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                    .with_url(url.as_str())
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
+            ObjectStoreScheme::MicrosoftAzure => Arc::new(
+                object_store::azure::MicrosoftAzureBuilder::from_env()
+                    .with_url(url.as_str())
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| bad(&e))?,
+            ),
+            ObjectStoreScheme::Http => {
+                let base = format!(
+                    "{}://{}",
+                    url.scheme(),
+                    &url[url::Position::BeforeHost..url::Position::AfterPort]
+                );
+                Arc::new(
+                    object_store::http::HttpBuilder::new()
+                        .with_url(base)
+                        // the URL says http: the user asked for plain HTTP
+                        .with_client_options(
+                            object_store::ClientOptions::new()
+                                .with_allow_http(url.scheme() == "http"),
+                        )
+                        .with_retry(retry)
+                        .build()
+                        .map_err(|e| bad(&e))?,
+                )
+            }
+            _ => {
+                return Err(Error::invalid(format!(
+                    "{}: tilestream reads s3://, gs://, az://, http:// and https:// objects",
+                    shown(url.as_str())
+                )));
+            }
+        };
+        Ok((store, key))
+    }
+
+    impl Object {
+        /// Opens the object at `url`: one metadata request for its size and identity.
+        ///
+        /// # Errors
+        /// [`Error::Invalid`] for a URL that does not parse or a store that cannot be
+        /// configured; [`Error::Io`] if the object cannot be reached (missing, forbidden,
+        /// bad credentials, the server down), on one line.
+        pub fn open(url: &str) -> Result<Self> {
+            let shown_url = shown(url);
+            let parsed = url::Url::parse(url).map_err(|e| {
+                Error::invalid(format!("{shown_url}: not a URL tilestream can read: {e}"))
+            })?;
+            let (store, key) = store_for(&parsed)?;
+            let rt = runtime().map_err(|e| Error::io("open", &shown_url, e))?;
+            let meta = rt
+                .block_on(store.head(&key))
+                .map_err(|e| Error::io("open", &shown_url, io_error(&e)))?;
+            let identity = format!(
+                "{} {} {}",
+                meta.size,
+                meta.e_tag.as_deref().unwrap_or("-"),
+                meta.last_modified.timestamp_nanos_opt().unwrap_or_default()
+            );
+            Ok(Object {
+                store,
+                key,
+                shown: shown_url,
+                len: meta.size,
+                identity,
+            })
+        }
+
+        /// The object's size in bytes, as its metadata said when it was opened.
+        #[must_use]
+        pub fn len(&self) -> u64 {
+            self.len
+        }
+
+        /// What identifies this version of the object: its size, `ETag` and modification
+        /// time (a resumed run refuses an object changed since).
+        #[must_use]
+        pub fn identity(&self) -> &str {
+            &self.identity
+        }
+
+        /// Fills `buf` with the bytes from `offset`: one ranged request, asked again
+        /// (with backoff) when it fails in a way that may pass or comes back short.
+        ///
+        /// # Errors
+        /// `UnexpectedEof` past the object's end; the store's error, on one line, when
+        /// every attempt failed or the error cannot pass (missing, forbidden).
+        pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let end = offset
+                .checked_add(buf.len() as u64)
+                .filter(|&e| e <= self.len)
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!(
+                            "bytes {offset}..{} asked of an object of {} bytes",
+                            offset.saturating_add(buf.len() as u64),
+                            self.len
+                        ),
+                    )
+                })?;
+            let rt = runtime()?;
+            let range: Range<u64> = offset..end;
+            let mut last = String::new();
+            for attempt in 0..ATTEMPTS {
+                if attempt > 0 {
+                    std::thread::sleep(Duration::from_millis(100 << attempt));
+                }
+                match rt.block_on(self.store.get_range(&self.key, range.clone())) {
+                    Ok(bytes) if bytes.len() == buf.len() => {
+                        buf.copy_from_slice(&bytes);
+                        return Ok(());
+                    }
+                    Ok(bytes) => {
+                        last = format!(
+                            "the server sent {} bytes for a range of {}",
+                            bytes.len(),
+                            buf.len()
+                        );
+                    }
+                    Err(e) if transient(&e) => last = io_error(&e).to_string(),
+                    Err(e) => return Err(io_error(&e)),
+                }
+                tracing::debug!(object = %self.shown, attempt, "{last}");
+            }
+            Err(std::io::Error::other(format!(
+                "bytes {offset}..{end} failed {ATTEMPTS} times, last: {last}"
+            )))
+        }
+
+        /// Fills as much of `buf` as the object holds from `offset`; the count read.
+        ///
+        /// # Errors
+        /// As [`read_exact_at`](Self::read_exact_at).
+        pub fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+            let n = usize::try_from(self.len.saturating_sub(offset))
+                .unwrap_or(usize::MAX)
+                .min(buf.len());
+            self.read_exact_at(&mut buf[..n], offset)?;
+            Ok(n)
+        }
+    }
+}
+
+#[cfg(not(feature = "remote"))]
+mod imp {
+    use crate::error::{Error, Result};
+
+    /// An object in an object store: never made in a build without the `remote`
+    /// feature (the type is uninhabited).
+    #[derive(Debug)]
+    pub enum Object {}
+
+    impl Object {
+        /// Refuses: this build reads local files only.
+        ///
+        /// # Errors
+        /// Always [`Error::Invalid`].
+        pub fn open(url: &str) -> Result<Self> {
+            Err(Error::invalid(format!(
+                "{}: this build of tilestream reads local files only (it was built without \
+                 the `remote` feature)",
+                super::shown(url)
+            )))
+        }
+        /// Never called.
+        #[must_use]
+        pub fn len(&self) -> u64 {
+            match *self {}
+        }
+        /// Never called.
+        #[must_use]
+        pub fn identity(&self) -> &str {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
+        pub fn read_exact_at(&self, _: &mut [u8], _: u64) -> std::io::Result<()> {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
+        pub fn read_at(&self, _: &mut [u8], _: u64) -> std::io::Result<usize> {
+            match *self {}
+        }
+    }
+}
+
+pub use imp::Object;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_told_from_paths() {
+        for u in [
+            "s3://b/k.tif",
+            "HTTPS://h/x.npy",
+            "gs://b/k",
+            "az://c/k",
+            "http://127.0.0.1:9/a",
+        ] {
+            assert!(is_url(Path::new(u)), "{u}");
+        }
+        for p in [
+            "x.tif",
+            "/tmp/s3://x",
+            "s3:/b/k",
+            "ftp://h/x",
+            "s3://",
+            "dir/http://x",
+        ] {
+            assert!(!is_url(Path::new(p)), "{p}");
+        }
+    }
+
+    #[test]
+    fn shown_urls_lose_queries_and_user_information() {
+        assert_eq!(shown("s3://b/k.tif"), "s3://b/k.tif");
+        assert_eq!(
+            shown("https://h.example/k.tif?X-Amz-Signature=abcd&X-Amz-Credential=AKIA"),
+            "https://h.example/k.tif?…"
+        );
+        assert_eq!(
+            shown("https://user:secret@h.example/k"),
+            "https://h.example/k"
+        );
+        let r = redacted("GET https://h/k?sig=zz failed\nretry: \"http://a:b@h2/x?y\"");
+        assert!(
+            !r.contains("sig=zz") && !r.contains("a:b") && !r.contains('\n'),
+            "{r}"
+        );
+        assert!(
+            r.contains("https://h/k?…") && r.contains("http://h2/x?…"),
+            "{r}"
+        );
+    }
+}
