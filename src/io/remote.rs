@@ -63,13 +63,16 @@ pub fn shown(url: &str) -> String {
 
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 /// The environment variables whose values are secrets: blanked out of every message.
-const SECRET_VARS: [&str; 8] = [
+const SECRET_VARS: &[&str] = &[
     "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN",
     "AWS_ACCESS_KEY_ID",
     "AZURE_STORAGE_ACCOUNT_KEY",
     "AZURE_STORAGE_ACCESS_KEY",
     "AZURE_STORAGE_SAS_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+    "AZURE_STORAGE_TOKEN",
+    "AZURE_STORAGE_CLIENT_SECRET",
     "AZURE_CLIENT_SECRET",
     "GOOGLE_SERVICE_ACCOUNT_KEY",
 ];

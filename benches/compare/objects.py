@@ -1,0 +1,139 @@
+"""Inputs in object stores: a job on an object served over HTTP with a latency per request,
+against the same job on the local file, in one sitting (issue 49's measurement).
+
+A 4-band SIZE x SIZE u16 COG (Deflate, 512-pixel tiles) and a ROWS x 512 f32 `.npy` are
+served by tests/object_server.py with --latency-ms (default 20) on 127.0.0.1. Jobs: the
+masked NDVI of the COG, written as an f32 GeoTIFF, and the column mean of the `.npy`;
+each run on the local file and on the URL, alternating, median of --runs. Reported: wall
+time, peak RSS (/usr/bin/time -v), requests and bytes the server sent, the bytes against
+the object's size, and the time against the local run's plus the latency of the requests
+divided by the reading threads (the issue's bound: within 2x of that).
+
+    python3 benches/compare/objects.py [--size 4000] [--rows 400000] [--runs 3] [--readme]
+"""
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TS = ROOT / "target" / "release" / "tilestream"
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def timed(cmd):
+    """(seconds, peak RSS in MiB) of a command."""
+    t = time.perf_counter()
+    r = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
+    dt = time.perf_counter() - t
+    if r.returncode != 0:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{r.stderr}")
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
+    return dt, rss / 1024
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=4000)
+    ap.add_argument("--rows", type=int, default=400000)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--memory", default="64MiB")
+    ap.add_argument("--readme", action="store_true", help="write the table into docs/object-stores.md")
+    a = ap.parse_args()
+    if not TS.exists():
+        sh(["cargo", "build", "--release", "--quiet"], cwd=ROOT)
+    work = Path(tempfile.mkdtemp(prefix="ts-objects-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    try:
+        scene_npy = work / "scene.npy"
+        sh([TS, "gen", scene_npy, "--shape", f"4x{a.size}x{a.size}", "--dtype", "u16",
+            "--dist", "uniform", "--low", "0", "--high", "10000", "--memory", "256MiB"])
+        scene = work / "scene.tif"
+        sh([TS, "convert", scene_npy, scene, "--cog", "--memory", "512MiB"])
+        scene_npy.unlink()
+        x = work / "x.npy"
+        sh([TS, "gen", x, "--shape", f"{a.rows}x512", "--memory", "256MiB"])
+        srv = subprocess.Popen([sys.executable, ROOT / "tests" / "object_server.py", "--root", work,
+                                "--latency-ms", str(a.latency_ms)],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        port = int(srv.stdout.readline())
+        base = f"http://127.0.0.1:{port}"
+
+        def stats(path):
+            with urllib.request.urlopen(f"{base}/{path}") as r:
+                return json.loads(r.read() or b"{}")
+
+        jobs = {
+            "masked NDVI, 4-band COG": (scene, lambda src, out: [
+                TS, "map", "(s[3] - s[2]) / (s[3] + s[2])", out, "--in", f"s={src}",
+                "--dtype", "f32", "--memory", a.memory]),
+            "column mean, f32 .npy": (x, lambda src, out: [
+                TS, "reduce", src, out, "--op", "mean", "--axis", "0", "--memory", a.memory]),
+        }
+        rows = []
+        threads = os.cpu_count() or 1
+        for name, (path, cmd) in jobs.items():
+            ext = ".tif" if path.suffix == ".tif" else ".npy"
+            local_out, obj_out = work / f"l{ext}", work / f"o{ext}"
+            t_local, t_obj, rss_local, rss_obj, sent, reqs = [], [], [], [], [], []
+            for _ in range(a.runs):
+                dt, rss = timed(cmd(path, local_out))
+                t_local.append(dt)
+                rss_local.append(rss)
+                stats("_reset")
+                dt, rss = timed(cmd(f"{base}/slow/{path.name}", obj_out))
+                st = stats("_stats")
+                t_obj.append(dt)
+                rss_obj.append(rss)
+                sent.append(st["bytes"])
+                reqs.append(st["requests"])
+            same = local_out.read_bytes() == obj_out.read_bytes()
+            size = path.stat().st_size
+            tl, to = statistics.median(t_local), statistics.median(t_obj)
+            r = statistics.median(reqs)
+            bound = tl + r * a.latency_ms / 1000 / threads
+            rows.append((name, size, tl, to, r, statistics.median(sent) / size, bound, to / bound,
+                         max(rss_local), max(rss_obj), same))
+        srv.stdin.close()
+        srv.wait(timeout=10)
+    finally:
+        for f in work.iterdir():
+            f.unlink()
+        work.rmdir()
+    lines = [
+        f"4-band {a.size}x{a.size} u16 COG and {a.rows}x512 f32 .npy served over HTTP on "
+        f"127.0.0.1 with {a.latency_ms:g} ms per request, --memory {a.memory}, {threads} cores, "
+        f"median of {a.runs} alternating runs, warm page cache.",
+        "",
+        "| job | object size | local s | object s | requests | bytes sent / size | "
+        "bound s (local + requests x latency / threads) | object / bound | peak RSS local | "
+        "peak RSS object | same bytes |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for (name, size, tl, to, r, ratio, bound, rel, rl, ro, same) in rows:
+        lines.append(f"| {name} | {size / 2**20:.0f} MiB | {tl:.2f} | {to:.2f} | {r:.0f} | "
+                     f"{ratio:.3f} | {bound:.2f} | {rel:.2f} | {rl:.0f} MiB | {ro:.0f} MiB | "
+                     f"{'yes' if same else 'NO'} |")
+    table = "\n".join(lines)
+    print(table)
+    if a.readme:
+        doc = ROOT / "docs" / "object-stores.md"
+        text = doc.read_text()
+        text = re.sub(r"<!-- bench:objects -->.*?<!-- /bench:objects -->",
+                      f"<!-- bench:objects -->\n{table}\n<!-- /bench:objects -->", text, flags=re.S)
+        doc.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
