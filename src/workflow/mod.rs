@@ -160,8 +160,17 @@ impl Workflow {
         for (name, p) in &spec.inputs {
             let line = line_of(&text, p.span().start);
             check_name(name).map_err(|m| at(line, format!("input `{name}`: {m}")))?;
-            let full = replaced(in_paths, name).unwrap_or_else(|| base.join(p.get_ref()));
-            if !full.exists() {
+            let full = replaced(in_paths, name).unwrap_or_else(|| {
+                let given = Path::new(p.get_ref());
+                // an object's URL is not relative to the pipeline file's folder
+                if crate::io::remote::is_url(given) {
+                    given.to_path_buf()
+                } else {
+                    base.join(given)
+                }
+            });
+            // (an object is looked for when it is opened, with one request)
+            if !crate::io::remote::is_url(&full) && !full.exists() {
                 return Err(at(
                     line,
                     format!("input `{name}`: {} does not exist", full.display()),
@@ -192,7 +201,19 @@ impl Workflow {
                     format!("output `{name}` is not produced by any step"),
                 ));
             }
-            let dest = replaced(out_paths, name).unwrap_or_else(|| base.join(p.get_ref()));
+            let dest = replaced(out_paths, name).unwrap_or_else(|| {
+                let given = Path::new(p.get_ref());
+                if crate::io::remote::is_url(given) {
+                    given.to_path_buf()
+                } else {
+                    base.join(given)
+                }
+            });
+            if crate::io::remote::is_url(&dest) {
+                // outputs are local: the destination gate says so in its words
+                crate::io::own_files::check_destination(&dest, crate::io::own_files::Dest::File)
+                    .map_err(|e| at(line, e.to_string()))?;
+            }
             if let Some((other, _)) = outputs.iter().find(|(_, d)| **d == dest) {
                 return Err(at(
                     line,

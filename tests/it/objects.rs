@@ -201,6 +201,31 @@ fn http_objects_read_as_their_local_files_even_when_the_server_misbehaves() {
             }
         }
     }
+    // a pipeline file naming an object among its inputs; an object as its output is refused
+    let pipe = |input: &str, out: &str| {
+        let f = dir.path().join("p.toml");
+        std::fs::write(
+            &f,
+            format!(
+                "memory = \"4MiB\"\n[inputs]\nx = \"{input}\"\n[[steps]]\nop = \"map\"\n\
+                 expr = \"x * 2 + 1\"\nout = \"y\"\n[outputs]\ny = \"{out}\"\n"
+            ),
+        )
+        .unwrap();
+        run(&["run", f.to_str().unwrap()])
+    };
+    let o = pipe("x.npy", "local.npy");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = pipe(&server.url("drop/x.npy"), "got.npy");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (local, got) = (dir.path().join("local.npy"), dir.path().join("got.npy"));
+    assert_eq!(std::fs::read(&local).unwrap(), std::fs::read(&got).unwrap());
+    let o = pipe("x.npy", &server.url("ok/y.npy"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("writes outputs to local paths only"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+
     // a budget that holds a row of the file's tiles: each byte sent about once
     let big = dir.path().join("big");
     std::fs::create_dir(&big).unwrap();

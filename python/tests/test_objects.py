@@ -1,0 +1,49 @@
+"""Inputs in object stores from Python: ``tilestream.open("http://...")`` and the
+operations on it read by ranged requests, equal to the same calls on the local file,
+with the server of the Rust tests (``tests/object_server.py``) misbehaving on request."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tilestream as ts
+
+SERVER = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "object_server.py")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("objects")
+    a = np.random.default_rng(3).normal(size=(257, 129)).astype("<f4")
+    np.save(root / "a.npy", a)
+    np.save(root / "b.npy", a.astype(">f8").T)  # Fortran order, big-endian
+    p = subprocess.Popen([sys.executable, SERVER, "--root", str(root), "--latency-ms", "5"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    port = int(p.stdout.readline())
+    yield root, f"http://127.0.0.1:{port}"
+    p.stdin.close()
+    p.wait(timeout=10)
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail500", "short", "drop"])
+@pytest.mark.parametrize("name", ["a.npy", "b.npy"])
+def test_objects_read_as_the_local_file(served, mode, name):
+    root, base = served
+    want = np.load(root / name)
+    t = ts.open(f"{base}/{mode}/{name}")
+    assert t.shape == want.shape and t.dtype == want.dtype.newbyteorder("=")
+    np.testing.assert_array_equal(np.asarray(t), want)
+    for axis in (0, 1):
+        got = ts.reduce(t, "mean", axis, memory="1MiB")
+        np.testing.assert_array_equal(got, ts.reduce(str(root / name), "mean", axis, memory="1MiB"))
+
+
+def test_a_missing_object_is_one_line(served):
+    _, base = served
+    with pytest.raises(Exception) as e:
+        ts.open(f"{base}/ok/none.npy?sig=topsecret")
+    msg = str(e.value)
+    assert "no such object" in msg and "topsecret" not in msg and "\n" not in msg
