@@ -37,8 +37,8 @@ def test_objects_read_as_the_local_file(served, mode, name):
     assert t.shape == want.shape and t.dtype == want.dtype.newbyteorder("=")
     np.testing.assert_array_equal(np.asarray(t), want)
     for axis in (0, 1):
-        got = ts.reduce(t, "mean", axis, memory="1MiB")
-        np.testing.assert_array_equal(got, ts.reduce(str(root / name), "mean", axis, memory="1MiB"))
+        got = ts.reduce(t, "mean", axis, memory="4MiB")
+        np.testing.assert_array_equal(got, ts.reduce(str(root / name), "mean", axis, memory="4MiB"))
 
 
 def test_a_missing_object_is_one_line(served):
