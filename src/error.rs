@@ -542,10 +542,11 @@ impl Error {
 
     /// The message on one line, as a person reads it: control characters that a path or
     /// name brought in (a newline, a carriage return, an escape) are written as escapes
-    /// (`\n`), so an error is always one line.
+    /// (`\n`), so an error is always one line; the URLs it quotes lose their query
+    /// strings and user information ([`redact_urls`]), which may be credentials.
     #[must_use]
     pub fn one_line(&self) -> String {
-        let text = self.to_string();
+        let text = redact_urls(&self.to_string());
         if !text.chars().any(char::is_control) {
             return text;
         }
@@ -588,9 +589,63 @@ pub(crate) fn shown(s: &str) -> String {
     out
 }
 
+/// `url` as it may be shown: without its query string or fragment (a pre-signed URL's
+/// signature) and without user information (`user:password@`); a query becomes `?…`.
+#[must_use]
+pub fn shown_url(url: &str) -> String {
+    let cut = url.find(['?', '#']).unwrap_or(url.len());
+    let (mut base, rest) = (url[..cut].to_string(), &url[cut..]);
+    if let Some((scheme, after)) = base.split_once("://") {
+        let host_end = after.find('/').unwrap_or(after.len());
+        if let Some(at) = after[..host_end].rfind('@') {
+            base = format!("{scheme}://{}", &after[at + 1..]);
+        }
+    }
+    if rest.is_empty() {
+        base
+    } else {
+        format!("{base}?…")
+    }
+}
+
+/// `text` with every URL it quotes (`scheme://...`, up to white space or a quote) shown
+/// as [`shown_url`] shows it: what errors and the resume journal write.
+#[must_use]
+pub fn redact_urls(text: &str) -> String {
+    if !text.contains("://") {
+        return text.to_string();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let start = rest[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.'))
+            .map_or(0, |p| p + 1);
+        let end = rest[i..]
+            .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ')' | '>' | ','))
+            .map_or(rest.len(), |e| i + e);
+        out.push_str(&rest[..start]);
+        out.push_str(&shown_url(&rest[start..end]));
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{ArgKind, command_line_flag, render_arguments};
+    use super::{ArgKind, Error, command_line_flag, redact_urls, render_arguments, shown_url};
+
+    #[test]
+    fn quoted_urls_lose_queries_and_user_information() {
+        assert_eq!(shown_url("s3://b/k.tif"), "s3://b/k.tif");
+        assert_eq!(shown_url("https://u:pw@h/k?sig=1#f"), "https://h/k?…");
+        let t = redact_urls("cannot open https://h/k?X-Amz-Signature=abc, or 'http://a:b@h2/x?y'");
+        assert_eq!(t, "cannot open https://h/k?…, or 'http://h2/x?…'");
+        assert_eq!(redact_urls("no urls here: a/b?c"), "no urls here: a/b?c");
+        let e = Error::invalid("x https://h/k?token=zz y");
+        assert_eq!(e.one_line(), "x https://h/k?… y");
+    }
 
     /// The library names arguments by its own names; the command line writes its flags
     /// in their place, and text in backticks that names no argument stays as it is.

@@ -76,7 +76,8 @@ impl JobKey {
     #[must_use]
     pub fn new(op: impl Into<String>) -> Self {
         JobKey {
-            op: op.into().replace(['\n', '\r'], " "),
+            // a pre-signed URL's query is a credential: never written to the journal
+            op: crate::error::redact_urls(&op.into().replace(['\n', '\r'], " ")),
             inputs: Vec::new(),
         }
     }

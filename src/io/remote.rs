@@ -42,23 +42,10 @@ pub fn is_url(path: &Path) -> bool {
     })
 }
 
-/// `url` as it may be shown: without its query string or fragment (a pre-signed URL's
-/// signature) and without user information (`user:password@`).
+/// `url` as it may be shown: without its query string or user information.
 #[must_use]
 pub fn shown(url: &str) -> String {
-    let cut = url.find(['?', '#']).unwrap_or(url.len());
-    let (mut base, rest) = (url[..cut].to_string(), &url[cut..]);
-    if let Some((scheme, after)) = base.split_once("://") {
-        let host_end = after.find('/').unwrap_or(after.len());
-        if let Some(at) = after[..host_end].rfind('@') {
-            base = format!("{scheme}://{}", &after[at + 1..]);
-        }
-    }
-    if rest.is_empty() {
-        base
-    } else {
-        format!("{base}?…")
-    }
+    crate::error::shown_url(url)
 }
 
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
@@ -91,21 +78,7 @@ pub fn redacted(text: &str) -> String {
         }
     }
     // query strings of URLs the message quotes (a signed request's signature)
-    let mut out = String::with_capacity(t.len());
-    let mut rest = t.as_str();
-    while let Some(i) = rest.find("://") {
-        let start = rest[..i]
-            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '+' || c == '-' || c == '.'))
-            .map_or(0, |p| p + 1);
-        let end = rest[i..]
-            .find(|c: char| c.is_whitespace() || c == '"' || c == '\'' || c == ')' || c == '>')
-            .map_or(rest.len(), |e| i + e);
-        out.push_str(&rest[..start]);
-        out.push_str(&shown(&rest[start..end]));
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
+    crate::error::redact_urls(&t)
 }
 
 #[cfg(feature = "remote")]
@@ -261,6 +234,14 @@ mod imp {
             let parsed = url::Url::parse(url).map_err(|e| {
                 Error::invalid(format!("{shown_url}: not a URL tilestream can read: {e}"))
             })?;
+            if parsed.query().is_some() || !parsed.username().is_empty() {
+                // object_store sends neither: a pre-signed URL would be asked for unsigned
+                return Err(Error::invalid(format!(
+                    "{shown_url}: URLs carrying credentials (a query string such as a \
+                     pre-signed URL's, or user:password@) are not read; give the object as \
+                     s3://, gs:// or az:// with the store's credential variables"
+                )));
+            }
             let (store, key) = store_for(&parsed)?;
             let rt = runtime().map_err(|e| Error::io("open", &shown_url, e))?;
             let meta = rt

@@ -290,6 +290,17 @@ fn object_refusals_are_one_line_and_write_nothing() {
         !err.contains("feedc0ffee") && err.contains("none.npy?…"),
         "{err}"
     );
+    assert!(
+        err.contains("pre-signed") && e.status.code() == Some(2),
+        "{err}"
+    );
+    let userinfo = format!("http://user:hunter22@127.0.0.1:{}/ok/x.npy", server.port);
+    let e = run(&reduce(&userinfo, o));
+    let err = String::from_utf8_lossy(&e.stderr);
+    assert!(
+        !err.contains("hunter22") && err.contains("credentials"),
+        "{err}"
+    );
     // formats read from local files only
     for name in ["s.zarr", "d.h5", "d.nc", "i.jp2"] {
         refused(
