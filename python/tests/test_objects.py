@@ -43,7 +43,17 @@ def test_objects_read_as_the_local_file(served, mode, name):
 
 def test_a_missing_object_is_one_line(served):
     _, base = served
-    with pytest.raises(Exception) as e:
-        ts.open(f"{base}/ok/none.npy?sig=topsecret")
+    with pytest.raises(FileNotFoundError) as e:
+        ts.open(f"{base}/ok/none.npy")
     msg = str(e.value)
-    assert "no such object" in msg and "topsecret" not in msg and "\n" not in msg
+    assert "no such object" in msg and "none.npy" in msg and "\n" not in msg
+
+
+def test_a_url_carrying_credentials_is_refused_without_them(served):
+    _, base = served
+    for url in (f"{base}/ok/a.npy?X-Amz-Signature=topsecret",
+                base.replace("http://", "http://user:topsecret@") + "/ok/a.npy"):
+        with pytest.raises(ValueError) as e:
+            ts.open(url)
+        msg = str(e.value)
+        assert "credentials" in msg and "topsecret" not in msg and "\n" not in msg
