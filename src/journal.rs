@@ -96,7 +96,7 @@ impl JobKey {
             let url = path.to_string_lossy();
             let o = crate::io::remote::Object::open(&url)?;
             self.inputs
-                .push((crate::io::remote::shown(&url), o.identity().to_string()));
+                .push((crate::error::shown_url(&url), o.identity().to_string()));
             return Ok(self);
         }
         // `file.h5:/data`: the identity of the file it is in

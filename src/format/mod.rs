@@ -332,20 +332,6 @@ impl TensorFile {
     pub fn file(&self) -> Option<&File> {
         self.file.file()
     }
-
-    /// Whether the input is an object in an object store (`s3://`, `https://`, ...),
-    /// read by ranged requests rather than mapped.
-    #[must_use]
-    pub fn is_object(&self) -> bool {
-        !self.file.mappable()
-    }
-
-    /// What identifies this version of an object input for a resumed run (size, `ETag`,
-    /// modification time); `None` for a local file.
-    #[must_use]
-    pub fn object_identity(&self) -> Option<&str> {
-        self.file.object_identity()
-    }
 }
 
 pub(crate) fn file_len(file: &File, path: &Path) -> Result<u64> {

@@ -29,11 +29,8 @@ impl TensorFile {
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
         let object = remote::is_url(path);
-        if object {
-            if let Some(what) = not_read_as_object(path) {
-                return Err(object_refusal(path, what));
-            }
-        } else if let Some((file, dataset)) = hdf5::split_dataset(path) {
+        refuse_object(path)?;
+        if !object && let Some((file, dataset)) = hdf5::split_dataset(path) {
             return Self::open_hdf5(file, Some(&dataset));
         }
         if hdf5::is_hdf5_path(path) {
@@ -173,8 +170,9 @@ impl TensorFile {
     /// tilestream can read.
     pub fn open_tiff(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let (layout, georef) = tiff::read_layout(path)?;
+        // one open (for an object, one metadata request) for the tables and the chunks
         let file = Source::open(path)?;
+        let (layout, georef) = tiff::read_layout_of(path, file.try_clone(path)?)?;
         let shape = layout.shape();
         let dtype = layout.dtype;
         let nbytes = checked_nbytes(path, &shape, dtype)?;
@@ -195,7 +193,12 @@ impl TensorFile {
                 (off, None)
             }
             None => {
-                let src = tiff::TiffChunks::new(path, layout.clone(), georef.nodata.as_deref())?;
+                let src = tiff::TiffChunks::new(
+                    path,
+                    file.try_clone(path)?,
+                    layout.clone(),
+                    georef.nodata.as_deref(),
+                )?;
                 let c = chunked::Chunked::new(shape.clone(), dtype, Box::new(src));
                 (0, Some(Arc::new(c)))
             }
@@ -569,6 +572,6 @@ fn object_refusal(url: &Path, what: &str) -> Error {
     Error::invalid(format!(
         "{}: {what} inputs are read from local files only; from object stores tilestream \
          reads .npy, raw and GeoTIFF/COG objects (copy this one to a local path first)",
-        remote::shown(&url.to_string_lossy())
+        crate::error::shown_url(&url.to_string_lossy())
     ))
 }

@@ -268,7 +268,7 @@ pub fn check_destination(dest: &Path, kind: Dest) -> Result<()> {
         return Err(Error::invalid(format!(
             "{}: tilestream writes outputs to local paths only (objects are read, not yet \
              written); write to a local path and upload it",
-            super::remote::shown(&dest.to_string_lossy())
+            crate::error::shown_url(&dest.to_string_lossy())
         )));
     }
     let Ok(m) = std::fs::symlink_metadata(dest) else {

@@ -42,12 +42,6 @@ pub fn is_url(path: &Path) -> bool {
     })
 }
 
-/// `url` as it may be shown: without its query string or user information.
-#[must_use]
-pub fn shown(url: &str) -> String {
-    crate::error::shown_url(url)
-}
-
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 /// The environment variables whose values are secrets: blanked out of every message.
 const SECRET_VARS: &[&str] = &[
@@ -89,8 +83,8 @@ mod imp {
 
     use object_store::{ObjectStore, ObjectStoreScheme, path::Path as Key};
 
-    use super::{ATTEMPTS, redacted, shown};
-    use crate::error::{Error, Result};
+    use super::{ATTEMPTS, redacted};
+    use crate::error::{Error, Result, shown_url as shown};
 
     /// An object opened for ranged reads.
     #[derive(Debug)]
@@ -359,7 +353,7 @@ mod imp {
             Err(Error::invalid(format!(
                 "{}: this build of tilestream reads local files only (it was built without \
                  the `remote` feature)",
-                super::shown(url)
+                crate::error::shown_url(url)
             )))
         }
         /// Never called.
@@ -420,6 +414,7 @@ mod tests {
 
     #[test]
     fn shown_urls_lose_queries_and_user_information() {
+        use crate::error::shown_url as shown;
         assert_eq!(shown("s3://b/k.tif"), "s3://b/k.tif");
         assert_eq!(
             shown("https://h.example/k.tif?X-Amz-Signature=abcd&X-Amz-Credential=AKIA"),

@@ -112,16 +112,6 @@ impl Source {
             Source::Object(o) => Ok(Source::Object(Arc::clone(o))),
         }
     }
-
-    /// What identifies this version of the input for a resumed run: an object's size,
-    /// `ETag` and modification time; `None` for a local file (its metadata is used).
-    #[must_use]
-    pub fn object_identity(&self) -> Option<&str> {
-        match self {
-            Source::File(_) => None,
-            Source::Object(o) => Some(o.identity()),
-        }
-    }
 }
 
 /// A reader with a position over a [`Source`], for parsers that want `Read + Seek`

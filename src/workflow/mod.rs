@@ -160,15 +160,7 @@ impl Workflow {
         for (name, p) in &spec.inputs {
             let line = line_of(&text, p.span().start);
             check_name(name).map_err(|m| at(line, format!("input `{name}`: {m}")))?;
-            let full = replaced(in_paths, name).unwrap_or_else(|| {
-                let given = Path::new(p.get_ref());
-                // an object's URL is not relative to the pipeline file's folder
-                if crate::io::remote::is_url(given) {
-                    given.to_path_buf()
-                } else {
-                    base.join(given)
-                }
-            });
+            let full = replaced(in_paths, name).unwrap_or_else(|| beside(base, p.get_ref()));
             // (an object is looked for when it is opened, with one request)
             if !crate::io::remote::is_url(&full) && !full.exists() {
                 return Err(at(
@@ -201,14 +193,7 @@ impl Workflow {
                     format!("output `{name}` is not produced by any step"),
                 ));
             }
-            let dest = replaced(out_paths, name).unwrap_or_else(|| {
-                let given = Path::new(p.get_ref());
-                if crate::io::remote::is_url(given) {
-                    given.to_path_buf()
-                } else {
-                    base.join(given)
-                }
-            });
+            let dest = replaced(out_paths, name).unwrap_or_else(|| beside(base, p.get_ref()));
             if crate::io::remote::is_url(&dest) {
                 // outputs are local: the destination gate says so in its words
                 crate::io::own_files::check_destination(&dest, crate::io::own_files::Dest::File)
@@ -271,3 +256,14 @@ impl Workflow {
 pub use crate::spec::load_kernel;
 
 mod run;
+
+/// A path the pipeline file gives, relative to the file's folder `base`; an object's URL
+/// stays as it is (it is relative to nothing).
+fn beside(base: &Path, given: &str) -> PathBuf {
+    let given = Path::new(given);
+    if crate::io::remote::is_url(given) {
+        given.to_path_buf()
+    } else {
+        base.join(given)
+    }
+}

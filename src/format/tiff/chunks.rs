@@ -27,12 +27,17 @@ pub struct TiffChunks {
 }
 
 impl TiffChunks {
-    /// A chunk source for the TIFF at `path` with the given layout; `nodata` is the
-    /// file's `GDAL_NODATA` text, which sparse chunks read as.
+    /// A chunk source for the TIFF at `path`, open as `file`, with the given layout;
+    /// `nodata` is the file's `GDAL_NODATA` text, which sparse chunks read as.
     ///
     /// # Errors
-    /// [`Error::Io`] if the file cannot be opened.
-    pub fn new(path: &Path, layout: TiffLayout, nodata: Option<&str>) -> Result<Self> {
+    /// [`Error::Io`] if the file's size cannot be read.
+    pub fn new(
+        path: &Path,
+        file: Source,
+        layout: TiffLayout,
+        nodata: Option<&str>,
+    ) -> Result<Self> {
         let (cw, ch) = layout.chunk;
         let chunk_shape = match (layout.bands, layout.planar) {
             (1, _) => vec![ch, cw],
@@ -41,7 +46,6 @@ impl TiffChunks {
             (_, true) => vec![1, ch, cw],
             (b, false) => vec![b, ch, cw],
         };
-        let file = Source::open(path)?;
         let file_len = file.len(path)?;
         let sparse = nodata
             .and_then(|t| nodata_sample(layout.dtype, t))

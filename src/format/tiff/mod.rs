@@ -469,7 +469,15 @@ fn lerc_tags(
 /// [`Error::Io`] if it cannot be opened; [`Error::Tiff`] if it is not a TIFF tilestream
 /// can read (signed packed samples, mixed sample types, JPEG).
 pub fn read_layout(path: &Path) -> Result<(TiffLayout, GeoRef)> {
-    let file = Source::open(path)?;
+    read_layout_of(path, Source::open(path)?)
+}
+
+/// [`read_layout`] of the TIFF `path` already open as `file` (an object is then not asked
+/// for its metadata again).
+///
+/// # Errors
+/// As [`read_layout`].
+pub fn read_layout_of(path: &Path, file: Source) -> Result<(TiffLayout, GeoRef)> {
     let mut head = [0u8; 4];
     file.read_exact_at(&mut head, 0)
         .map_err(|e| Error::io("read", path, e))?;

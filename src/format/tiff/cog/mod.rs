@@ -220,7 +220,12 @@ fn overview_pass(
     resampling: Resampling,
     sh: &Shared,
 ) -> Result<()> {
-    let chunks = TiffChunks::new(main, layout.clone(), georef.nodata.as_deref())?;
+    let chunks = TiffChunks::new(
+        main,
+        crate::io::source::Source::open(main)?,
+        layout.clone(),
+        georef.nodata.as_deref(),
+    )?;
     let (w, h, t, es, nb) = (layout.width, layout.height, sh.t, sh.es, sh.nb);
     let across = w.div_ceil(t);
     let groups = if sh.pixel { 1 } else { layout.bands };
