@@ -94,7 +94,12 @@ impl JobKey {
             // an object: its size, ETag and modification time
             crate::format::refuse_object(path)?;
             let url = path.to_string_lossy();
-            let o = crate::io::remote::Object::open(&url)?;
+            // a Zarr store: its metadata object (as a local store's directory)
+            let o = if crate::format::zarr::is_zarr_path(path) {
+                crate::io::remote::Object::open(&path.join("zarr.json").to_string_lossy())?
+            } else {
+                crate::io::remote::Object::open(&url)?
+            };
             self.inputs
                 .push((crate::error::shown_url(&url), o.identity().to_string()));
             return Ok(self);

@@ -7,6 +7,7 @@ by the first part of the URL path:
   /ok/NAME          serves NAME
   /fail500/NAME     answers 500 once per range, then serves
   /short/NAME       sends fewer bytes than the range asks (and says so in Content-Length)
+                    (the directories of a Zarr store are served as keys: /ok/s.zarr/c/0/0)
   /drop/NAME        says the full length, sends half, and closes the connection
   /slow/NAME        waits --latency-ms before each answer (always)
   /forbidden/NAME   answers 403 (always)
@@ -38,6 +39,9 @@ def main():
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # headers and body go out in two writes: with Nagle's algorithm the body waits for
+        # the client's delayed ACK, 40 ms a request
+        disable_nagle_algorithm = True
 
         def log_message(self, *a):  # quiet
             pass
@@ -106,7 +110,8 @@ def main():
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-            key = (mode, full, start, end)
+            # a range taken up where a dropped answer stopped (same end) is not dropped again
+            key = (mode, full, end) if mode == "drop" else (mode, full, start, end)
             with LOCK:
                 first = key not in SEEN
                 SEEN.add(key)
@@ -116,7 +121,9 @@ def main():
                 return self._plain(500, b"injected failure")
             n = end - start
             send = n
-            if not head and first and mode == "short" and n > 1:
+            # a whole object sent short with a Content-Length to match is only a smaller
+            # object: the injected fault is a range answered short
+            if not head and first and mode == "short" and partial and n > 1:
                 send = n // 2
             self.send_response(206 if partial else 200)
             self.send_header("Accept-Ranges", "bytes")

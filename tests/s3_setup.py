@@ -1,7 +1,8 @@
 """Prepares a moto S3 server (started with INITIAL_NO_AUTH_ACTION_COUNT=4, so that it
 checks signatures and policies after four requests) for tests/it/objects.rs: an IAM user
 allowed into bucket `data` only, a bucket `secret` it may not read, and the given files
-uploaded into `data` under their base names. Prints the user's key id and secret.
+uploaded into `data` under their base names (a directory, such as a Zarr store,
+file by file under its name). Prints the user's key id and secret.
 
     python tests/s3_setup.py http://127.0.0.1:PORT FILE...
 """
@@ -47,7 +48,16 @@ def main():
     )
     s3.create_bucket(Bucket="data")
     for f in sys.argv[2:]:
-        s3.upload_file(f, "data", os.path.basename(f))
+        base = os.path.basename(f.rstrip("/"))
+        if os.path.isdir(f):
+            # a Zarr store: each file under its path within the store
+            for dirpath, _, names in os.walk(f):
+                for n in names:
+                    full = os.path.join(dirpath, n)
+                    rel = os.path.relpath(full, f).replace(os.sep, "/")
+                    s3.upload_file(full, "data", f"{base}/{rel}")
+        else:
+            s3.upload_file(f, "data", base)
     print(key["AccessKeyId"], key["SecretAccessKey"])
 
 

@@ -231,12 +231,8 @@ impl TensorFile {
     /// type tilestream does not handle; [`Error::Io`] if it cannot be read.
     pub fn open_zarr(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        if remote::is_url(path) {
-            return Err(object_refusal(path, "Zarr"));
-        }
         let (layout, src) = zarr::ZarrChunks::open(path)?;
-        let meta = path.join("zarr.json");
-        let file = Source::File(own_files::open_input(&meta)?);
+        let file = Source::open(&path.join("zarr.json"))?;
         checked_nbytes(path, &layout.shape, layout.dtype)?;
         let c = chunked::Chunked::new(layout.shape.clone(), layout.dtype, Box::new(src));
         Ok(TensorFile {
@@ -540,9 +536,7 @@ fn source_len(src: &Source, path: &Path) -> Result<u64> {
 /// The format of an object URL that tilestream does not read from object stores yet,
 /// told by its name: Zarr stores, HDF5 and NetCDF files, JPEG 2000.
 fn not_read_as_object(url: &Path) -> Option<&'static str> {
-    if zarr::is_zarr_path(url) {
-        Some("Zarr")
-    } else if hdf5::is_hdf5_path(url)
+    if hdf5::is_hdf5_path(url)
         || url
             .to_str()
             .is_some_and(|u| u.contains(".h5:") || u.contains(".nc:"))

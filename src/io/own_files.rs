@@ -222,6 +222,26 @@ pub fn open_input(path: &Path) -> Result<File> {
 /// As [`open_input`]; [`Error::Invalid`] if it is larger than `max` or not UTF-8.
 pub fn read_small_input(path: &Path, max: u64) -> Result<String> {
     use std::io::Read as _;
+    let too_large = || {
+        Error::invalid(format!(
+            "{}: larger than {max} bytes; this is not the small text file expected here",
+            path.display()
+        ))
+    };
+    if super::remote::is_url(path) {
+        let url = path.to_str().unwrap_or_default();
+        return match super::remote::fetch_whole(url, max)? {
+            Some(super::remote::Whole::Bytes(b)) => String::from_utf8(b).map_err(|_| {
+                Error::invalid(format!("{}: not UTF-8 text", crate::error::shown_url(url)))
+            }),
+            Some(super::remote::Whole::TooLarge(_)) => Err(too_large()),
+            None => Err(Error::io(
+                "open",
+                crate::error::shown_url(url),
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+            )),
+        };
+    }
     let file = open_input(path)?;
     let mut text = String::new();
     let n = file
@@ -229,10 +249,7 @@ pub fn read_small_input(path: &Path, max: u64) -> Result<String> {
         .read_to_string(&mut text)
         .map_err(|e| Error::io("read", path, e))?;
     if n as u64 > max {
-        return Err(Error::invalid(format!(
-            "{}: larger than {max} bytes; this is not the small text file expected here",
-            path.display()
-        )));
+        return Err(too_large());
     }
     Ok(text)
 }

@@ -75,6 +75,16 @@ pub fn redacted(text: &str) -> String {
     crate::error::redact_urls(&t)
 }
 
+/// What [`fetch_whole`] found at a key.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+#[derive(Debug)]
+pub enum Whole {
+    /// The object's bytes.
+    Bytes(Vec<u8>),
+    /// Its size, larger than allowed: nothing of it was read.
+    TooLarge(u64),
+}
+
 #[cfg(feature = "remote")]
 mod imp {
     use std::ops::Range;
@@ -83,7 +93,7 @@ mod imp {
 
     use object_store::{ObjectStore, ObjectStoreScheme, path::Path as Key};
 
-    use super::{ATTEMPTS, redacted};
+    use super::{ATTEMPTS, Whole, redacted};
     use crate::error::{Error, Result, shown_url as shown};
 
     /// An object opened for ranged reads.
@@ -216,6 +226,111 @@ mod imp {
         Ok((store, key))
     }
 
+    /// Clients made so far, by scheme, host or bucket, and the store variables they were
+    /// made with: a store of many objects (a Zarr store's chunks) shares one client, its
+    /// connections and its credentials, rather than building one per object.
+    fn cached_store(url: &url::Url) -> Result<(Arc<dyn ObjectStore>, Key)> {
+        type Clients = std::sync::Mutex<std::collections::HashMap<String, Arc<dyn ObjectStore>>>;
+        static CLIENTS: OnceLock<Clients> = OnceLock::new();
+        let mut id = format!("{}://{}", url.scheme(), url.authority());
+        for (k, v) in std::env::vars() {
+            if ["AWS_", "GOOGLE_", "AZURE_"]
+                .iter()
+                .any(|p| k.starts_with(p))
+            {
+                id.push_str(&format!("\0{k}={v}"));
+            }
+        }
+        let clients = CLIENTS.get_or_init(Clients::default);
+        let (fresh, key) = match clients.lock().ok().and_then(|c| c.get(&id).cloned()) {
+            Some(store) => {
+                let (_, key) = ObjectStoreScheme::parse(url).map_err(|e| {
+                    Error::invalid(format!(
+                        "{}: {}",
+                        shown(url.as_str()),
+                        redacted(&e.to_string())
+                    ))
+                })?;
+                return Ok((store, key));
+            }
+            None => store_for(url)?,
+        };
+        if let Ok(mut c) = clients.lock() {
+            // a handful of stores in a process; a long-lived one using many is not kept
+            // growing
+            if c.len() >= 64 {
+                c.clear();
+            }
+            c.insert(id, Arc::clone(&fresh));
+        }
+        Ok((fresh, key))
+    }
+
+    /// The URL parsed, refused if it carries credentials, and its store's client.
+    fn locate(url: &str) -> Result<(Arc<dyn ObjectStore>, Key, String)> {
+        let shown_url = shown(url);
+        let parsed = url::Url::parse(url).map_err(|e| {
+            Error::invalid(format!("{shown_url}: not a URL tilestream can read: {e}"))
+        })?;
+        if parsed.query().is_some() || !parsed.username().is_empty() {
+            // object_store sends neither: a pre-signed URL would be asked for unsigned
+            return Err(Error::invalid(format!(
+                "{shown_url}: URLs carrying credentials (a query string such as a \
+                 pre-signed URL's, or user:password@) are not read; give the object as \
+                 s3://, gs:// or az:// with the store's credential variables"
+            )));
+        }
+        let (store, key) = cached_store(&parsed)?;
+        Ok((store, key, shown_url))
+    }
+
+    /// The whole object at `url`, in one request, when it is at most `max` bytes (its
+    /// size is known from the answer's headers, before its body is read); `None` if
+    /// there is no such object. A body cut short is asked for again, [`ATTEMPTS`] times
+    /// in all.
+    ///
+    /// # Errors
+    /// As [`Object::open`].
+    pub fn fetch_whole(url: &str, max: u64) -> Result<Option<Whole>> {
+        let (store, key, shown_url) = locate(url)?;
+        let rt = runtime().map_err(|e| Error::io("open", &shown_url, e))?;
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            // the transport has retried with backoff already: a second attempt at once (a
+            // short body, a range answered wrong), then backing off
+            if attempt > 1 {
+                std::thread::sleep(Duration::from_millis(100 << attempt));
+            }
+            let got = rt.block_on(async {
+                let r = store.get(&key).await?;
+                let size = r.meta.size;
+                if size > max {
+                    return Ok((size, None));
+                }
+                // hyper holds the body to the length its headers gave
+                Ok::<_, object_store::Error>((size, Some(Vec::from(r.bytes().await?))))
+            });
+            match got {
+                Ok((size, None)) => return Ok(Some(Whole::TooLarge(size))),
+                Ok((size, Some(body))) if body.len() as u64 == size => {
+                    return Ok(Some(Whole::Bytes(body)));
+                }
+                Ok((size, Some(body))) => {
+                    last = format!("the server sent {} bytes of {size}", body.len());
+                }
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) if transient(&e) => last = io_error(&e).to_string(),
+                Err(e) => return Err(Error::io("read", &shown_url, io_error(&e))),
+            }
+            tracing::debug!(object = %shown_url, attempt, "{last}");
+        }
+        Err(Error::io(
+            "read",
+            &shown_url,
+            std::io::Error::other(format!("failed {ATTEMPTS} times, last: {last}")),
+        ))
+    }
+
     impl Object {
         /// Opens the object at `url`: one metadata request for its size and identity.
         ///
@@ -225,35 +340,40 @@ mod imp {
         /// bad credentials, the server down), on one line.
         pub fn open(url: &str) -> Result<Self> {
             let shown_url = shown(url);
-            let parsed = url::Url::parse(url).map_err(|e| {
-                Error::invalid(format!("{shown_url}: not a URL tilestream can read: {e}"))
-            })?;
-            if parsed.query().is_some() || !parsed.username().is_empty() {
-                // object_store sends neither: a pre-signed URL would be asked for unsigned
-                return Err(Error::invalid(format!(
-                    "{shown_url}: URLs carrying credentials (a query string such as a \
-                     pre-signed URL's, or user:password@) are not read; give the object as \
-                     s3://, gs:// or az:// with the store's credential variables"
-                )));
-            }
-            let (store, key) = store_for(&parsed)?;
+            Self::open_if_exists(url)?.ok_or_else(|| {
+                Error::io(
+                    "open",
+                    &shown_url,
+                    std::io::Error::new(std::io::ErrorKind::NotFound, "no such object"),
+                )
+            })
+        }
+
+        /// [`Object::open`], `None` when there is no object at `url`.
+        ///
+        /// # Errors
+        /// As [`Object::open`], but for a missing object.
+        pub fn open_if_exists(url: &str) -> Result<Option<Self>> {
+            let (store, key, shown_url) = locate(url)?;
             let rt = runtime().map_err(|e| Error::io("open", &shown_url, e))?;
-            let meta = rt
-                .block_on(store.head(&key))
-                .map_err(|e| Error::io("open", &shown_url, io_error(&e)))?;
+            let meta = match rt.block_on(store.head(&key)) {
+                Ok(m) => m,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(Error::io("open", &shown_url, io_error(&e))),
+            };
             let identity = format!(
                 "{} {} {}",
                 meta.size,
                 meta.e_tag.as_deref().unwrap_or("-"),
                 meta.last_modified.timestamp_nanos_opt().unwrap_or_default()
             );
-            Ok(Object {
+            Ok(Some(Object {
                 store,
                 key,
                 shown: shown_url,
                 len: meta.size,
                 identity,
-            })
+            }))
         }
 
         /// The object's size in bytes, as its metadata said when it was opened.
@@ -296,7 +416,8 @@ mod imp {
             let range: Range<u64> = offset..end;
             let mut last = String::new();
             for attempt in 0..ATTEMPTS {
-                if attempt > 0 {
+                // as in fetch_whole: the second attempt at once, then backing off
+                if attempt > 1 {
                     std::thread::sleep(Duration::from_millis(100 << attempt));
                 }
                 match rt.block_on(self.store.get_range(&self.key, range.clone())) {
@@ -344,7 +465,23 @@ mod imp {
     #[derive(Debug)]
     pub enum Object {}
 
+    /// Refuses: this build reads local files only.
+    ///
+    /// # Errors
+    /// Always [`Error::Invalid`].
+    pub fn fetch_whole(url: &str, _max: u64) -> Result<Option<super::Whole>> {
+        Object::open(url).map(|o| match o {})
+    }
+
     impl Object {
+        /// Refuses: this build reads local files only.
+        ///
+        /// # Errors
+        /// Always [`Error::Invalid`].
+        pub fn open_if_exists(url: &str) -> Result<Option<Self>> {
+            Self::open(url).map(Some)
+        }
+
         /// Refuses: this build reads local files only.
         ///
         /// # Errors
@@ -383,7 +520,7 @@ mod imp {
     }
 }
 
-pub use imp::Object;
+pub use imp::{Object, fetch_whole};
 
 #[cfg(test)]
 mod tests {

@@ -120,7 +120,9 @@ fn moto_server(py: &std::ffi::OsStr) -> Server {
 }
 
 /// Local inputs of every kind read from objects: `.npy`, raw, a tiled GeoTIFF and a COG,
-/// `rows` x `cols` f32 in 64-pixel tiles.
+/// `rows` x `cols` f32 in 64-pixel tiles, a Zarr store in chunks of 64 x 64 (zstd) and a
+/// sharded one (shards of 128 x 128 holding chunks of 32 x 32), each missing a chunk or
+/// a shard.
 fn inputs(dir: &Path, rows: usize, cols: usize) -> Vec<(&'static str, Vec<String>)> {
     let x = dir.join("x.npy");
     let shape = format!("{rows}x{cols}");
@@ -139,6 +141,27 @@ fn inputs(dir: &Path, rows: usize, cols: usize) -> Vec<(&'static str, Vec<String
         a.extend_from_slice(extra);
         ok(&a);
     }
+    for (name, extra) in [
+        ("x.zarr", &["--zarr-chunks", "64x64"][..]),
+        (
+            "xs.zarr",
+            &["--zarr-chunks", "32x32", "--zarr-shard", "128x128"][..],
+        ),
+    ] {
+        let out = dir.join(name);
+        let mut a = vec![
+            "convert",
+            x.to_str().unwrap(),
+            out.to_str().unwrap(),
+            "--memory",
+            "4MiB",
+        ];
+        a.extend_from_slice(extra);
+        ok(&a);
+    }
+    // sparse stores: a missing chunk and a missing shard read as the fill value
+    std::fs::remove_file(dir.join("x.zarr/c/1/1")).unwrap();
+    std::fs::remove_file(dir.join("xs.zarr/c/1/0")).unwrap();
     let bytes = std::fs::read(&x).unwrap();
     std::fs::write(dir.join("x.raw"), &bytes[bytes.len() - rows * cols * 4..]).unwrap();
     let raw = vec![
@@ -152,6 +175,8 @@ fn inputs(dir: &Path, rows: usize, cols: usize) -> Vec<(&'static str, Vec<String
         ("x.raw", raw),
         ("x.tif", vec![]),
         ("xc.tif", vec![]),
+        ("x.zarr", vec![]),
+        ("xs.zarr", vec![]),
     ]
 }
 
@@ -239,13 +264,25 @@ fn http_objects_read_as_their_local_files_even_when_the_server_misbehaves() {
             &got,
             "32MiB",
         );
-        let size = std::fs::metadata(big.join(name)).unwrap().len();
+        let size = stored_bytes(&big.join(name));
         let sent = server.bytes_sent();
         assert!(
             sent <= size + size / 4,
             "{name}: {sent} bytes sent for a file of {size}"
         );
     }
+}
+
+/// Bytes of a file, or of every file under a directory (a Zarr store).
+fn stored_bytes(p: &Path) -> u64 {
+    let m = std::fs::metadata(p).unwrap();
+    if !m.is_dir() {
+        return m.len();
+    }
+    std::fs::read_dir(p)
+        .unwrap()
+        .map(|e| stored_bytes(&e.unwrap().path()))
+        .sum()
 }
 
 /// The arguments of a column mean of `input` into `o`.
@@ -282,6 +319,21 @@ fn object_refusals_are_one_line_and_write_nothing() {
     refused(&reduce(&missing, o), 1, "no such object", &out);
     let forbidden = server.url("forbidden/x.npy");
     refused(&reduce(&forbidden, o), 1, "access denied", &out);
+    // a Zarr store: none there, one forbidden
+    let z = dir.path().join("s.zarr");
+    ok(&["convert", x.to_str().unwrap(), z.to_str().unwrap()]);
+    refused(
+        &reduce(&server.url("ok/none.zarr"), o),
+        1,
+        "zarr.json",
+        &out,
+    );
+    refused(
+        &reduce(&server.url("forbidden/s.zarr"), o),
+        1,
+        "access denied",
+        &out,
+    );
     // a pre-signed URL's query is a credential: never shown
     let signed = server.url("ok/none.npy?X-Amz-Signature=feedc0ffee");
     let e = run(&reduce(&signed, o));
@@ -302,7 +354,7 @@ fn object_refusals_are_one_line_and_write_nothing() {
         "{err}"
     );
     // formats read from local files only
-    for name in ["s.zarr", "d.h5", "d.nc", "i.jp2"] {
+    for name in ["d.h5", "d.nc", "i.jp2"] {
         refused(
             &reduce(&server.url(&format!("ok/{name}")), o),
             2,

@@ -15,12 +15,14 @@
 use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use crate::dtype::DType;
 use crate::error::{Error, Result, ZarrError};
+use crate::io::remote::{self, Object};
+use crate::io::source::Source;
 
 use crate::format::zarr::codec::{Chain, Compressor, Storage, max_encoded};
 pub use crate::format::zarr::codec::{Codecs, parse};
@@ -39,7 +41,11 @@ const INDEX_ENTRIES: usize = 4096;
 /// Decodes chunks (or, for sharded arrays, inner chunks) of one Zarr v3 array.
 #[derive(Debug)]
 pub struct ZarrDecoder {
+    /// The store: a local directory, or the URL of an object-store prefix (its keys
+    /// joined with `/`, as a path joins them).
     root: PathBuf,
+    /// Whether `root` is a URL ([`remote::is_url`]).
+    remote: bool,
     dtype: DType,
     /// The unit decoded: the chunk, or the inner chunk of a sharded array.
     unit: Vec<usize>,
@@ -56,9 +62,17 @@ pub struct ZarrDecoder {
 /// Missing chunk directories remembered (then forgotten all at once).
 const MISSING_DIRS: usize = 1024;
 
+/// A shard's decoded index, (offset, bytes) per inner chunk, and for a shard in an object
+/// store the object its inner chunks are read from (opened once, with the index).
+#[derive(Debug)]
+struct Shard {
+    index: Vec<u64>,
+    object: Option<Arc<Object>>,
+}
+
 #[derive(Debug, Default)]
 struct IndexCache {
-    map: HashMap<Vec<usize>, Option<Arc<Vec<u64>>>>,
+    map: HashMap<Vec<usize>, Option<Arc<Shard>>>,
     order: VecDeque<Vec<usize>>,
     held: u64,
 }
@@ -87,6 +101,7 @@ impl ZarrDecoder {
             .product();
         let mut dec = ZarrDecoder {
             root: root.to_path_buf(),
+            remote: remote::is_url(root),
             dtype,
             unit,
             codecs,
@@ -192,28 +207,19 @@ impl ZarrDecoder {
             Storage::Plain(chain) => {
                 let path = self.root.join(self.key(pos));
                 let what = format!("chunk {pos:?}");
-                match self.open_chunk(&path)? {
-                    None => None,
-                    Some(f) => {
-                        let len = f
-                            .metadata()
-                            .map_err(|e| Error::io("inspect", &path, e))?
-                            .len();
-                        let max = chain.max_stored(self.unit_bytes());
-                        if len > max {
-                            return Err(Error::zarr_at(
-                                &path,
-                                ZarrError::StoredTooLarge {
-                                    chunk: what,
-                                    stored: len,
-                                    chunk_size: crate::budget::fmt_bytes(self.unit_bytes()),
-                                    max,
-                                },
-                            ));
-                        }
-                        Some((read_at(&f, &path, 0, len)?, path, what))
-                    }
-                }
+                let max = chain.max_stored(self.unit_bytes());
+                self.read_whole(&path, max, |stored| {
+                    Error::zarr_at(
+                        &path,
+                        ZarrError::StoredTooLarge {
+                            chunk: what.clone(),
+                            stored,
+                            chunk_size: crate::budget::fmt_bytes(self.unit_bytes()),
+                            max,
+                        },
+                    )
+                })?
+                .map(|bytes| (bytes, path, what))
             }
             Storage::Sharded { per_shard, .. } => {
                 let shard: Vec<usize> = pos.iter().zip(per_shard).map(|(&p, &n)| p / n).collect();
@@ -225,8 +231,8 @@ impl ZarrDecoder {
                 let what = format!("inner chunk {pos:?} of shard {shard:?}");
                 match self.index(&shard, &path)? {
                     None => None,
-                    Some(index) => {
-                        let (off, n) = (index[2 * within], index[2 * within + 1]);
+                    Some(sh) => {
+                        let (off, n) = (sh.index[2 * within], sh.index[2 * within + 1]);
                         if off == u64::MAX && n == u64::MAX {
                             None
                         } else {
@@ -241,14 +247,25 @@ impl ZarrDecoder {
                                     },
                                 ));
                             }
-                            let f = open_chunk(&path)?.ok_or_else(|| {
-                                Error::zarr(
-                                    &path,
-                                    ZarrError::Corrupt,
-                                    "the shard disappeared while it was read",
-                                )
-                            })?;
-                            Some((read_at(&f, &path, off, n)?, path, what))
+                            let bytes = match &sh.object {
+                                Some(o) => {
+                                    let mut buf = vec![0u8; n as usize];
+                                    o.read_exact_at(&mut buf, off)
+                                        .map_err(|e| Error::io("read", &path, e))?;
+                                    buf
+                                }
+                                None => {
+                                    let f = open_chunk(&path)?.ok_or_else(|| {
+                                        Error::zarr(
+                                            &path,
+                                            ZarrError::Corrupt,
+                                            "the shard disappeared while it was read",
+                                        )
+                                    })?;
+                                    read_at(&Source::File(f), &path, off, n)?
+                                }
+                            };
+                            Some((bytes, path, what))
                         }
                     }
                 }
@@ -267,7 +284,7 @@ impl ZarrDecoder {
 
     /// The index of the shard at `shard`, stored at `path`: (offset, bytes) per inner
     /// chunk; `None` for a shard with no file.
-    fn index(&self, shard: &[usize], path: &Path) -> Result<Option<Arc<Vec<u64>>>> {
+    fn index(&self, shard: &[usize], path: &Path) -> Result<Option<Arc<Shard>>> {
         // first in, first out: tiles visit shards in order, so the oldest goes first
         if let Ok(c) = self.indexes.lock()
             && let Some(v) = c.map.get(shard).cloned()
@@ -283,13 +300,10 @@ impl ZarrDecoder {
         else {
             return Ok(None);
         };
-        let idx = match self.open_chunk(path)? {
+        let idx = match self.open_blob(path)? {
             None => None,
             Some(f) => {
-                let len = f
-                    .metadata()
-                    .map_err(|e| Error::io("inspect", path, e))?
-                    .len();
+                let len = f.len(path)?;
                 let entries = self.index_bytes();
                 let size = entries + if *index_crc { 4 } else { 0 };
                 if len < size {
@@ -342,7 +356,11 @@ impl ZarrDecoder {
                         ));
                     }
                 }
-                Some(Arc::new(v))
+                let object = match f {
+                    Source::Object(o) => Some(o),
+                    Source::File(_) => None,
+                };
+                Some(Arc::new(Shard { index: v, object }))
             }
         };
         if let Ok(mut c) = self.indexes.lock() {
@@ -364,6 +382,45 @@ impl ZarrDecoder {
             c.order.push_back(shard.to_vec());
         }
         Ok(idx)
+    }
+
+    /// The chunk or shard at `path` opened for positioned reads (an object: one metadata
+    /// request); `None` if there is none.
+    fn open_blob(&self, path: &Path) -> Result<Option<Source>> {
+        if self.remote {
+            let url = path.to_str().unwrap_or_default();
+            return Ok(Object::open_if_exists(url)?.map(|o| Source::Object(Arc::new(o))));
+        }
+        Ok(self.open_chunk(path)?.map(Source::File))
+    }
+
+    /// The whole chunk at `path` (an object: one request); `None` if there is none;
+    /// `too_large(size)` if it is larger than `max` bytes (nothing of it read).
+    fn read_whole(
+        &self,
+        path: &Path,
+        max: u64,
+        too_large: impl FnOnce(u64) -> Error,
+    ) -> Result<Option<Vec<u8>>> {
+        if self.remote {
+            let url = path.to_str().unwrap_or_default();
+            return match remote::fetch_whole(url, max)? {
+                Some(remote::Whole::TooLarge(n)) => Err(too_large(n)),
+                Some(remote::Whole::Bytes(b)) => Ok(Some(b)),
+                None => Ok(None),
+            };
+        }
+        let Some(f) = self.open_chunk(path)? else {
+            return Ok(None);
+        };
+        let len = f
+            .metadata()
+            .map_err(|e| Error::io("inspect", path, e))?
+            .len();
+        if len > max {
+            return Err(too_large(len));
+        }
+        read_at(&Source::File(f), path, 0, len).map(Some)
     }
 
     /// [`open_chunk`], skipping the `open` of a chunk whose directory is known missing.
@@ -462,7 +519,7 @@ fn open_chunk(path: &Path) -> Result<Option<File>> {
     }
 }
 
-fn read_at(f: &File, path: &Path, off: u64, n: u64) -> Result<Vec<u8>> {
+fn read_at(f: &Source, path: &Path, off: u64, n: u64) -> Result<Vec<u8>> {
     let mut buf = vec![0u8; n as usize];
     f.read_exact_at(&mut buf, off)
         .map_err(|e| Error::io("read", path, e))?;

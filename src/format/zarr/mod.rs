@@ -107,15 +107,26 @@ pub fn read_layout(path: &Path) -> Result<ZarrLayout> {
 /// [`read_layout`], with the codecs parsed for decoding.
 fn read_meta(path: &Path) -> Result<(ZarrLayout, decode::Codecs)> {
     let meta_path = path.join("zarr.json");
-    if !meta_path.is_file() {
-        let msg = if path.join(".zarray").is_file() || path.join(".zgroup").is_file() {
-            "a Zarr v2 store: tilestream reads Zarr v3 (convert with zarr-python or zarrs)"
-        } else {
-            "no zarr.json here: not a Zarr v3 array"
-        };
-        return Err(Error::zarr(path, ZarrError::Unsupported, msg));
-    }
-    let text = crate::io::own_files::read_small_input(&meta_path, ZARR_JSON_MAX)?;
+    let text = match crate::io::own_files::read_small_input(&meta_path, ZARR_JSON_MAX) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            let v2 = [".zarray", ".zgroup"].iter().any(|k| {
+                let p = path.join(k);
+                if crate::io::remote::is_url(path) {
+                    let url = p.to_str().unwrap_or_default();
+                    matches!(crate::io::remote::Object::open_if_exists(url), Ok(Some(_)))
+                } else {
+                    p.is_file()
+                }
+            });
+            let msg = if v2 {
+                "a Zarr v2 store: tilestream reads Zarr v3 (convert with zarr-python or zarrs)"
+            } else {
+                "no zarr.json here: not a Zarr v3 array"
+            };
+            return Err(Error::zarr(path, ZarrError::Unsupported, msg));
+        }
+        r => r?,
+    };
     let m: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
         Error::zarr(
             &meta_path,
