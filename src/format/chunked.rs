@@ -33,6 +33,10 @@ const CHUNK_OVERHEAD: u64 = 96;
 /// parallel work does not dominate decoding.
 const BATCH_TARGET: u64 = 1 << 20;
 
+/// Chunks a batch of a source fetched over a network aims for (when the budget holds
+/// them): as many requests in flight at once.
+const NETWORK_BATCH: u64 = 32;
+
 /// Pieces of windows gathered before the chunks they need are decoded: bounds the
 /// bookkeeping of a tile whatever the chunk size (a store of 1x1 chunks has one piece
 /// per element).
@@ -59,6 +63,55 @@ pub trait ChunkSource: Send + Sync + fmt::Debug {
     fn work_bytes(&self) -> u64 {
         0
     }
+    /// Memory each chunk of a batch holds while [`ChunkSource::decode_batch`] runs,
+    /// beyond its decoded bytes: a source that fetches a whole batch's stored bytes at
+    /// once (an object store's, in concurrent requests) holds them all. 0 for sources
+    /// that read each chunk as they decode it.
+    fn fetch_bytes(&self) -> u64 {
+        0
+    }
+    /// Decodes the chunk at `pos[i]` into `outs[i]` for each `i`, as
+    /// [`ChunkSource::decode`] does. By default each on its own, in parallel on the I/O
+    /// pool, `per_task` chunks to a task (a batch no larger than that on this thread);
+    /// a source read over a network fetches the batch with fewer, concurrent requests.
+    ///
+    /// # Errors
+    /// The first chunk that fails to read or decode.
+    fn decode_batch(
+        &self,
+        pos: &[Vec<usize>],
+        outs: &mut [Vec<u8>],
+        per_task: usize,
+    ) -> Result<()> {
+        decode_each(self, pos, outs, per_task)
+    }
+}
+
+/// [`ChunkSource::decode_batch`]'s default: each chunk decoded on its own, in parallel.
+///
+/// # Errors
+/// The first chunk that fails to read or decode.
+pub fn decode_each<S: ChunkSource + ?Sized>(
+    source: &S,
+    pos: &[Vec<usize>],
+    outs: &mut [Vec<u8>],
+    per_task: usize,
+) -> Result<()> {
+    // a batch one task would decode anyway is decoded here: handing it to the pool and
+    // waiting costs more than decoding small chunks (a TIFF of 16 x 16 tiles: about 80 us
+    // a batch)
+    if pos.len() <= per_task {
+        return pos
+            .iter()
+            .zip(outs.iter_mut())
+            .try_for_each(|(p, o)| source.decode(p, o));
+    }
+    crate::io::pool::install(|| {
+        pos.par_iter()
+            .zip(outs.par_iter_mut())
+            .with_min_len(per_task)
+            .try_for_each(|(p, o)| source.decode(p, o))
+    })
 }
 
 /// A chunked tensor: its shape, dtype and the source of its chunks.
@@ -214,7 +267,8 @@ impl Chunked {
     /// working memory of each thread decoding them.
     fn batch_cost(&self, batch: usize) -> u64 {
         let threads = crate::io::pool::threads().min(batch).max(1);
-        batch as u64 * (self.chunk_bytes() + CHUNK_OVERHEAD) + threads as u64 * self.work()
+        batch as u64 * (self.chunk_bytes() + CHUNK_OVERHEAD + self.source.fetch_bytes())
+            + threads as u64 * self.work()
     }
 
     /// The smallest decode scratch: one chunk decoded at a time, no cache.
@@ -232,7 +286,18 @@ impl Chunked {
         let n_chunks = self.num_chunks().max(1);
         let threads = crate::io::pool::threads() as u64;
         let unit = self.chunk_bytes() + CHUNK_OVERHEAD;
-        let want_batch = (2 * threads).max(BATCH_TARGET / unit).min(n_chunks).max(1) as usize;
+        // a source fetched over a network keeps more requests in flight than there are
+        // threads: its batch is what hides the latency of each request
+        let network = if self.source.fetch_bytes() > 0 {
+            NETWORK_BATCH
+        } else {
+            1
+        };
+        let want_batch = (2 * threads)
+            .max(BATCH_TARGET / unit)
+            .max(network)
+            .min(n_chunks)
+            .max(1) as usize;
         let avail = share.saturating_sub(self.source.resident_bytes());
         // first a batch per thread pair (halved until it fits), then the cache, then a
         // larger batch with what is left (for small chunks, whose decoding is cheap next
@@ -287,7 +352,7 @@ impl Chunked {
         let batch = self.batch.load(Ordering::Relaxed);
         let cache = self.cache_capacity();
         format!(
-            "{} at a time of {} chunks of {}, {}",
+            "{} at a time of {} chunks of {}, {}{}",
             batch,
             crate::format::fmt_shape(self.chunk_shape()),
             fmt_bytes(self.chunk_bytes()),
@@ -295,6 +360,11 @@ impl Chunked {
                 "no chunk cache".to_string()
             } else {
                 format!("{} chunk cache", fmt_bytes(cache))
+            },
+            if self.source.fetch_bytes() > 0 {
+                format!("; up to {batch} requests in flight")
+            } else {
+                String::new()
             }
         )
     }
@@ -425,40 +495,43 @@ impl Chunked {
         // small chunks go to a thread several at a time
         let per_task = (BATCH_TARGET as usize / 8 / chunk_bytes.max(1)).max(1);
         let rank = grid.len();
-        let decode = |pieces: &&[Piece]| -> Result<Vec<u8>> {
-            let mut pos = vec![0usize; rank];
-            let mut rem = pieces[0].key;
-            for a in (0..rank).rev() {
-                pos[a] = (rem % grid[a] as u64) as usize;
-                rem /= grid[a] as u64;
-            }
+        for b in missing.chunks(batch) {
+            let pos: Vec<Vec<usize>> = b
+                .iter()
+                .map(|pieces| {
+                    let mut pos = vec![0usize; rank];
+                    let mut rem = pieces[0].key;
+                    for a in (0..rank).rev() {
+                        pos[a] = (rem % grid[a] as u64) as usize;
+                        rem /= grid[a] as u64;
+                    }
+                    pos
+                })
+                .collect();
             // a spare buffer is zeroed as a fresh one would be: a source may leave bytes
             // it does not write (past the tensor's edge, a short last strip) as they are
-            let spare = self.spare.lock().ok().and_then(|mut s| s.pop());
-            let mut buf = match spare.filter(|b| b.len() == chunk_bytes) {
-                Some(mut b) => {
-                    b.fill(0);
-                    b
+            let mut reused: Vec<Vec<u8>> = match self.spare.lock() {
+                Ok(mut s) => {
+                    let keep = s.len().saturating_sub(b.len());
+                    s.split_off(keep)
                 }
-                None => vec![0u8; chunk_bytes],
+                Err(_) => Vec::new(),
             };
-            self.source.decode(&pos, &mut buf)?;
-            self.decoded.fetch_add(1, Ordering::Relaxed);
-            Ok(buf)
-        };
-        for b in missing.chunks(batch) {
-            // a batch one task would decode anyway is decoded here: handing it to the
-            // pool and waiting costs more than decoding small chunks (a TIFF of 16 x 16
-            // tiles: about 80 us a batch)
-            let decoded: Vec<Result<Vec<u8>>> = if b.len() <= per_task {
-                b.iter().map(decode).collect()
+            reused.retain(|v| v.len() == chunk_bytes);
+            if reused.len() > per_task {
+                crate::io::pool::install(|| reused.par_iter_mut().for_each(|v| v.fill(0)));
             } else {
-                crate::io::pool::install(|| {
-                    b.par_iter().with_min_len(per_task).map(decode).collect()
-                })
-            };
-            for (pieces, buf) in b.iter().zip(decoded) {
-                let buf = Arc::new(buf?);
+                for v in &mut reused {
+                    v.fill(0);
+                }
+            }
+            let fresh = b.len() - reused.len();
+            let mut bufs = reused;
+            bufs.extend((0..fresh).map(|_| vec![0u8; chunk_bytes]));
+            self.source.decode_batch(&pos, &mut bufs, per_task)?;
+            self.decoded.fetch_add(b.len() as u64, Ordering::Relaxed);
+            for (pieces, buf) in b.iter().zip(bufs) {
+                let buf = Arc::new(buf);
                 copy(outs, pieces, &buf);
                 let dropped = match self.cache.lock() {
                     Ok(mut c) => c.put(pieces[0].key, buf),

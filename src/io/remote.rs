@@ -284,32 +284,32 @@ mod imp {
         Ok((store, key, shown_url))
     }
 
-    /// The whole object at `url`, in one request, when it is at most `max` bytes (its
-    /// size is known from the answer's headers, before its body is read); `None` if
-    /// there is no such object. A body cut short is asked for again, [`ATTEMPTS`] times
-    /// in all.
-    ///
-    /// # Errors
-    /// As [`Object::open`].
-    pub fn fetch_whole(url: &str, max: u64) -> Result<Option<Whole>> {
-        let (store, key, shown_url) = locate(url)?;
-        let rt = runtime().map_err(|e| Error::io("open", &shown_url, e))?;
+    /// The whole object at `key`, when it is at most `max` bytes; `None` if there is no
+    /// such object. A body of another length than its headers gave is asked for again at
+    /// once, an error that may pass after a backoff, [`ATTEMPTS`] times in all.
+    async fn whole_checked(
+        store: &dyn ObjectStore,
+        key: &Key,
+        max: u64,
+        shown_url: &str,
+    ) -> Result<Option<Whole>> {
         let mut last = String::new();
         for attempt in 0..ATTEMPTS {
             // the transport has retried with backoff already: a second attempt at once (a
             // short body, a range answered wrong), then backing off
             if attempt > 1 {
-                std::thread::sleep(Duration::from_millis(100 << attempt));
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
             }
-            let got = rt.block_on(async {
-                let r = store.get(&key).await?;
+            let got = async {
+                let r = store.get(key).await?;
                 let size = r.meta.size;
                 if size > max {
                     return Ok((size, None));
                 }
                 // hyper holds the body to the length its headers gave
                 Ok::<_, object_store::Error>((size, Some(Vec::from(r.bytes().await?))))
-            });
+            }
+            .await;
             match got {
                 Ok((size, None)) => return Ok(Some(Whole::TooLarge(size))),
                 Ok((size, Some(body))) if body.len() as u64 == size => {
@@ -320,15 +320,92 @@ mod imp {
                 }
                 Err(object_store::Error::NotFound { .. }) => return Ok(None),
                 Err(e) if transient(&e) => last = io_error(&e).to_string(),
-                Err(e) => return Err(Error::io("read", &shown_url, io_error(&e))),
+                Err(e) => return Err(Error::io("read", shown_url, io_error(&e))),
             }
             tracing::debug!(object = %shown_url, attempt, "{last}");
         }
         Err(Error::io(
             "read",
-            &shown_url,
+            shown_url,
             std::io::Error::other(format!("failed {ATTEMPTS} times, last: {last}")),
         ))
+    }
+
+    /// The whole object at `url`, in one request, when it is at most `max` bytes (its
+    /// size is known from the answer's headers, before its body is read); `None` if
+    /// there is no such object.
+    ///
+    /// # Errors
+    /// As [`Object::open`].
+    pub fn fetch_whole(url: &str, max: u64) -> Result<Option<Whole>> {
+        let (store, key, shown_url) = locate(url)?;
+        let rt = runtime().map_err(|e| Error::io("open", &shown_url, e))?;
+        rt.block_on(whole_checked(store.as_ref(), &key, max, &shown_url))
+    }
+
+    /// [`fetch_whole`] of each of `urls`, all requests in flight at once; the answers in
+    /// the order of `urls`.
+    ///
+    /// # Errors
+    /// The first failure, as [`fetch_whole`]'s (the other requests are cancelled).
+    pub fn fetch_whole_many(urls: &[String], max: u64) -> Result<Vec<Option<Whole>>> {
+        let located = urls.iter().map(|u| locate(u)).collect::<Result<Vec<_>>>()?;
+        let Some((_, _, first)) = located.first() else {
+            return Ok(Vec::new());
+        };
+        let rt = runtime().map_err(|e| Error::io("open", first, e))?;
+        rt.block_on(async {
+            let mut set = tokio::task::JoinSet::new();
+            for (i, (store, key, shown_url)) in located.into_iter().enumerate() {
+                set.spawn(async move {
+                    (
+                        i,
+                        whole_checked(store.as_ref(), &key, max, &shown_url).await,
+                    )
+                });
+            }
+            let mut out: Vec<Option<Whole>> = (0..urls.len()).map(|_| None).collect();
+            while let Some(done) = set.join_next().await {
+                let (i, r) = done.map_err(|e| Error::Internal(format!("a request task: {e}")))?;
+                out[i] = r?;
+            }
+            Ok(out)
+        })
+    }
+
+    /// The bytes of `range` of the object at `key`: a range answered short or wrong is
+    /// asked for again at once, an error that may pass after a backoff, [`ATTEMPTS`]
+    /// times in all.
+    async fn range_checked(
+        store: &dyn ObjectStore,
+        key: &Key,
+        range: Range<u64>,
+        shown_url: &str,
+    ) -> std::io::Result<Vec<u8>> {
+        let want = range.end - range.start;
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            // as in whole_checked: the second attempt at once, then backing off
+            if attempt > 1 {
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+            }
+            match store.get_range(key, range.clone()).await {
+                Ok(bytes) if bytes.len() as u64 == want => return Ok(Vec::from(bytes)),
+                Ok(bytes) => {
+                    last = format!(
+                        "the server sent {} bytes for a range of {want}",
+                        bytes.len()
+                    );
+                }
+                Err(e) if transient(&e) => last = io_error(&e).to_string(),
+                Err(e) => return Err(io_error(&e)),
+            }
+            tracing::debug!(object = %shown_url, attempt, "{last}");
+        }
+        Err(std::io::Error::other(format!(
+            "bytes {}..{} failed {ATTEMPTS} times, last: {last}",
+            range.start, range.end
+        )))
     }
 
     impl Object {
@@ -413,33 +490,53 @@ mod imp {
                     )
                 })?;
             let rt = runtime()?;
-            let range: Range<u64> = offset..end;
-            let mut last = String::new();
-            for attempt in 0..ATTEMPTS {
-                // as in fetch_whole: the second attempt at once, then backing off
-                if attempt > 1 {
-                    std::thread::sleep(Duration::from_millis(100 << attempt));
-                }
-                match rt.block_on(self.store.get_range(&self.key, range.clone())) {
-                    Ok(bytes) if bytes.len() == buf.len() => {
-                        buf.copy_from_slice(&bytes);
-                        return Ok(());
-                    }
-                    Ok(bytes) => {
-                        last = format!(
-                            "the server sent {} bytes for a range of {}",
-                            bytes.len(),
-                            buf.len()
-                        );
-                    }
-                    Err(e) if transient(&e) => last = io_error(&e).to_string(),
-                    Err(e) => return Err(io_error(&e)),
-                }
-                tracing::debug!(object = %self.shown, attempt, "{last}");
+            let bytes = rt.block_on(range_checked(
+                self.store.as_ref(),
+                &self.key,
+                offset..end,
+                &self.shown,
+            ))?;
+            buf.copy_from_slice(&bytes);
+            Ok(())
+        }
+
+        /// The bytes of each of `ranges`, all requests in flight at once; in the order
+        /// of `ranges`.
+        ///
+        /// # Errors
+        /// As [`read_exact_at`](Self::read_exact_at), for the first range that fails (the
+        /// other requests are cancelled).
+        pub fn read_ranges(&self, ranges: &[Range<u64>]) -> std::io::Result<Vec<Vec<u8>>> {
+            if let Some(r) = ranges.iter().find(|r| r.start > r.end || r.end > self.len) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "bytes {}..{} asked of an object of {} bytes",
+                        r.start, r.end, self.len
+                    ),
+                ));
             }
-            Err(std::io::Error::other(format!(
-                "bytes {offset}..{end} failed {ATTEMPTS} times, last: {last}"
-            )))
+            let rt = runtime()?;
+            rt.block_on(async {
+                let mut set = tokio::task::JoinSet::new();
+                for (i, r) in ranges.iter().enumerate() {
+                    let (store, key, shown) = (
+                        Arc::clone(&self.store),
+                        self.key.clone(),
+                        self.shown.clone(),
+                    );
+                    let r = r.clone();
+                    set.spawn(
+                        async move { (i, range_checked(store.as_ref(), &key, r, &shown).await) },
+                    );
+                }
+                let mut out: Vec<Vec<u8>> = vec![Vec::new(); ranges.len()];
+                while let Some(done) = set.join_next().await {
+                    let (i, r) = done.map_err(std::io::Error::other)?;
+                    out[i] = r?;
+                }
+                Ok(out)
+            })
         }
 
         /// Fills as much of `buf` as the object holds from `offset`; the count read.
@@ -471,6 +568,14 @@ mod imp {
     /// Always [`Error::Invalid`].
     pub fn fetch_whole(url: &str, _max: u64) -> Result<Option<super::Whole>> {
         Object::open(url).map(|o| match o {})
+    }
+
+    /// Refuses: this build reads local files only.
+    ///
+    /// # Errors
+    /// Always [`Error::Invalid`] (when `urls` is not empty).
+    pub fn fetch_whole_many(urls: &[String], max: u64) -> Result<Vec<Option<super::Whole>>> {
+        urls.iter().map(|u| fetch_whole(u, max)).collect()
     }
 
     impl Object {
@@ -514,13 +619,20 @@ mod imp {
         ///
         /// # Errors
         /// Never.
+        pub fn read_ranges(&self, _: &[std::ops::Range<u64>]) -> std::io::Result<Vec<Vec<u8>>> {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
         pub fn read_at(&self, _: &mut [u8], _: u64) -> std::io::Result<usize> {
             match *self {}
         }
     }
 }
 
-pub use imp::{Object, fetch_whole};
+pub use imp::{Object, fetch_whole, fetch_whole_many};
 
 #[cfg(test)]
 mod tests {

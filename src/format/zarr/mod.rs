@@ -287,6 +287,23 @@ impl ChunkSource for ZarrChunks {
     fn work_bytes(&self) -> u64 {
         self.decoder.work_bytes()
     }
+
+    fn fetch_bytes(&self) -> u64 {
+        self.decoder.fetch_bytes()
+    }
+
+    fn decode_batch(
+        &self,
+        pos: &[Vec<usize>],
+        outs: &mut [Vec<u8>],
+        per_task: usize,
+    ) -> Result<()> {
+        if self.decoder.is_remote() {
+            self.decoder.decode_batch(pos, outs)
+        } else {
+            crate::format::chunked::decode_each(self, pos, outs, per_task)
+        }
+    }
 }
 
 /// Compression of written Zarr chunks.
