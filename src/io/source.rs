@@ -114,6 +114,76 @@ impl Source {
     }
 }
 
+/// Two ranges of an object needed at once are fetched with one request when at most this
+/// many bytes lie between them (and no more than a chunk of the format stores, see
+/// [`fetch_coalesced`]): at 100 MB/s a gap of 256 KiB costs 2.6 ms of transfer, against
+/// the 10 to 50 ms of a request to an object store.
+pub const COALESCE_GAP: u64 = 256 << 10;
+
+/// Ranges `(offset, length)` sorted by offset, merged into spans: a range joins the span
+/// before it when at most `gap` bytes lie between them. Each span with the positions (in
+/// `ranges`) of the ranges it holds.
+#[must_use]
+pub fn coalesce(ranges: &[(u64, u64)], gap: u64) -> Vec<(std::ops::Range<u64>, Vec<usize>)> {
+    let mut spans: Vec<(std::ops::Range<u64>, Vec<usize>)> = Vec::new();
+    for (k, &(off, n)) in ranges.iter().enumerate() {
+        let end = off + n;
+        match spans.last_mut() {
+            Some((span, members)) if off <= span.end.saturating_add(gap) => {
+                span.start = span.start.min(off);
+                span.end = span.end.max(end);
+                members.push(k);
+            }
+            _ => spans.push((off..end, vec![k])),
+        }
+    }
+    spans
+}
+
+/// One request's worth of [`fetch_coalesced`]: the bytes of a span and the ranges in it.
+#[derive(Debug)]
+pub struct Span {
+    /// Where the span lies in the object.
+    pub range: std::ops::Range<u64>,
+    /// The positions (in the ranges asked for) of the ranges it holds.
+    pub members: Vec<usize>,
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Span {
+    /// The bytes of the range `(offset, length)`, which lies within the span.
+    #[must_use]
+    pub fn part(&self, offset: u64, len: u64) -> &[u8] {
+        let from = (offset - self.range.start) as usize;
+        &self.bytes[from..from + len as usize]
+    }
+}
+
+/// The bytes of `ranges` (`(offset, length)`, sorted by offset) of an object, fetched
+/// [`coalesce`]d by `gap` with every request in flight at once.
+///
+/// # Errors
+/// The first request that fails, as [`Object::read_ranges`].
+pub fn fetch_coalesced(
+    object: &Object,
+    ranges: &[(u64, u64)],
+    gap: u64,
+) -> std::io::Result<Vec<Span>> {
+    let spans = coalesce(ranges, gap);
+    let want: Vec<std::ops::Range<u64>> = spans.iter().map(|s| s.0.clone()).collect();
+    let data = object.read_ranges(&want)?;
+    Ok(spans
+        .into_iter()
+        .zip(data)
+        .map(|((range, members), bytes)| Span {
+            range,
+            members,
+            bytes,
+        })
+        .collect())
+}
+
 /// A reader with a position over a [`Source`], for parsers that want `Read + Seek`
 /// (the `tiff` crate reading directories). Reads of an object go through
 /// [`BLOCK`]-sized, aligned blocks, the last [`BLOCKS`] of them kept, so a parser's
@@ -196,5 +266,34 @@ impl Seek for SourceReader {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, "seek before the start")
         })?;
         Ok(self.pos)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_coalesce_across_small_gaps_only() {
+        // adjacent, a gap of 10, a gap of exactly `gap`, one past it, an overlap
+        let ranges = [
+            (0, 100),
+            (100, 50),
+            (160, 40),
+            (300, 10),
+            (411, 5),
+            (412, 2),
+        ];
+        let spans = coalesce(&ranges, 100);
+        let got: Vec<(std::ops::Range<u64>, Vec<usize>)> = spans;
+        assert_eq!(
+            got,
+            vec![(0..310, vec![0, 1, 2, 3]), (411..416, vec![4, 5])]
+        );
+        // no gap allowed: only touching ranges merge
+        let spans = coalesce(&ranges, 0);
+        assert_eq!(spans.len(), 4, "{spans:?}");
+        assert_eq!(spans[0], (0..150, vec![0, 1]));
+        assert!(coalesce(&[], 10).is_empty());
     }
 }

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use super::decode::ChunkRows;
 use super::{TiffLayout, decode, nodata_sample};
 use crate::error::{Error, Result, TiffError};
-use crate::format::chunked::ChunkSource;
-use crate::io::source::Source;
+use crate::format::chunked::{ChunkSource, decode_each};
+use crate::io::source::{COALESCE_GAP, Source, fetch_coalesced};
 
 /// Decodes the strips or tiles of a TIFF for [`Chunked`](crate::format::chunked::Chunked): each
 /// chunk's stored bytes are read with one positioned read and decoded by
@@ -118,7 +118,94 @@ impl ChunkSource for TiffChunks {
         stored + packed + if spp > 1 { unpacked } else { 0 }
     }
 
+    fn fetch_bytes(&self) -> u64 {
+        match self.file {
+            // a batch's stored chunks fetched at once, with the gaps between them
+            Source::Object(_) => {
+                let most = self.chunk_stored_max();
+                most + COALESCE_GAP.min(most)
+            }
+            Source::File(_) => 0,
+        }
+    }
+
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
+        self.decode_with(pos, out, None)
+    }
+
+    fn decode_batch(
+        &self,
+        pos: &[Vec<usize>],
+        outs: &mut [Vec<u8>],
+        per_task: usize,
+    ) -> Result<()> {
+        use rayon::prelude::*;
+        let l = &self.layout;
+        let Source::Object(object) = &self.file else {
+            return decode_each(self, pos, outs, per_task);
+        };
+        if l.cmyk && l.planar {
+            return decode_each(self, pos, outs, per_task);
+        }
+        // the stored bytes of every chunk of the batch that can be read (a sparse chunk
+        // has none; one that could not be is left to `decode` to refuse), fetched with
+        // the requests in flight at once, neighbours within a gap in one
+        let most = self.chunk_stored_max();
+        let mut want: Vec<(u64, u64, usize)> = pos
+            .iter()
+            .enumerate()
+            .filter_map(|(k, p)| {
+                let i = self.index_of(p);
+                let (off, n) = (l.offsets[i], l.byte_counts[i]);
+                let readable =
+                    n > 0 && n <= most && off.checked_add(n).is_some_and(|e| e <= self.file_len);
+                readable.then_some((off, n, k))
+            })
+            .collect();
+        want.sort_unstable();
+        let ranges: Vec<(u64, u64)> = want.iter().map(|w| (w.0, w.1)).collect();
+        let spans = fetch_coalesced(object, &ranges, COALESCE_GAP.min(most))
+            .map_err(|e| Error::io("read", &self.path, e))?;
+        let mut pre: Vec<Option<&[u8]>> = vec![None; pos.len()];
+        for span in &spans {
+            for &m in &span.members {
+                let (off, n, k) = want[m];
+                pre[k] = Some(span.part(off, n));
+            }
+        }
+        crate::io::pool::install(|| {
+            pos.par_iter()
+                .zip(outs.par_iter_mut())
+                .zip(pre.par_iter())
+                .try_for_each(|((p, o), pre)| self.decode_with(p, o, *pre))
+        })
+    }
+}
+
+impl TiffChunks {
+    /// The index of the chunk at grid position `pos` in the offset tables.
+    fn index_of(&self, pos: &[usize]) -> usize {
+        let l = &self.layout;
+        let (band, cy, cx) = match pos.len() {
+            2 => (0, pos[0], pos[1]),
+            _ => (pos[0], pos[1], pos[2]),
+        };
+        band * l.chunks_per_plane() + cy * l.chunks_across() + cx
+    }
+
+    /// The most stored bytes a chunk of this file is read with: the largest byte count,
+    /// no more than a full chunk's codec allows.
+    fn chunk_stored_max(&self) -> u64 {
+        let l = &self.layout;
+        let (cw, ch) = l.chunk;
+        let spp = if l.planar { 1 } else { l.bands };
+        let row_bytes = (cw * spp * usize::from(l.bits)).div_ceil(8);
+        self.largest_stored(ch * row_bytes, ch)
+    }
+
+    /// [`ChunkSource::decode`], with the chunk's stored bytes already fetched (`pre`) or
+    /// read now.
+    fn decode_with(&self, pos: &[usize], out: &mut [u8], pre: Option<&[u8]>) -> Result<()> {
         let l = &self.layout;
         let (band, cy, cx) = match pos.len() {
             2 => (0, pos[0], pos[1]),
@@ -127,7 +214,7 @@ impl ChunkSource for TiffChunks {
         let at = cy * l.chunks_across() + cx;
         if !(l.cmyk && l.planar) {
             let index = band * l.chunks_per_plane() + at;
-            let sparse = self.decode_stored(index, band, cy, cx, out)?;
+            let sparse = self.decode_stored(index, band, cy, cx, out, pre)?;
             if l.cmyk && !sparse {
                 cmyk_to_rgba(out);
             }
@@ -138,7 +225,8 @@ impl ChunkSource for TiffChunks {
         let plane = out.len() / 4;
         let mut sparse = false;
         for (ink, dst) in out.chunks_exact_mut(plane).enumerate() {
-            sparse |= self.decode_stored(ink * l.chunks_per_plane() + at, ink, cy, cx, dst)?;
+            sparse |=
+                self.decode_stored(ink * l.chunks_per_plane() + at, ink, cy, cx, dst, None)?;
         }
         if sparse {
             self.fill_sparse(out);
@@ -147,9 +235,7 @@ impl ChunkSource for TiffChunks {
         }
         Ok(())
     }
-}
 
-impl TiffChunks {
     /// The stored bytes of the largest chunk, as far as `decode` reads them (chunks of
     /// `need` decoded bytes in `rows` rows).
     fn largest_stored(&self, need: usize, rows: usize) -> u64 {
@@ -164,8 +250,9 @@ impl TiffChunks {
     }
 
     /// Decodes the stored chunk `index` (of `band`, at chunk row `cy` and column `cx`)
-    /// into `out`, its samples gathered into band planes; returns true for a sparse
-    /// chunk, which reads as the sparse value.
+    /// into `out`, its samples gathered into band planes, from its stored bytes `pre`
+    /// when they were fetched already; returns true for a sparse chunk, which reads as
+    /// the sparse value.
     fn decode_stored(
         &self,
         index: usize,
@@ -173,6 +260,7 @@ impl TiffChunks {
         cy: usize,
         cx: usize,
         out: &mut [u8],
+        pre: Option<&[u8]>,
     ) -> Result<bool> {
         let l = &self.layout;
         let es = l.dtype.size();
@@ -233,9 +321,13 @@ impl TiffChunks {
         };
         SCRATCH.with_borrow_mut(|(stored, decoded, packed)| {
             stored.resize(count as usize, 0);
-            self.file
-                .read_exact_at(stored, offset)
-                .map_err(|e| Error::io("read", &self.path, e))?;
+            match pre {
+                Some(b) => stored.copy_from_slice(b),
+                None => self
+                    .file
+                    .read_exact_at(stored, offset)
+                    .map_err(|e| Error::io("read", &self.path, e))?,
+            }
             if l.lsb_first {
                 for b in stored.iter_mut() {
                     *b = b.reverse_bits();

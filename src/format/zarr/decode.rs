@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use crate::dtype::DType;
 use crate::error::{Error, Result, ZarrError};
 use crate::io::remote::{self, Object};
-use crate::io::source::Source;
+use crate::io::source::{COALESCE_GAP, Source, fetch_coalesced};
 
 use crate::format::zarr::codec::{Chain, Compressor, Storage, max_encoded};
 pub use crate::format::zarr::codec::{Codecs, parse};
@@ -59,11 +59,6 @@ pub struct ZarrDecoder {
     missing_dirs: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
-/// Two ranges of a shard needed by one batch are fetched with one request when at most
-/// this many bytes lie between them: at 100 MB/s a gap of 256 KiB costs 2.6 ms of
-/// transfer, against the 10 to 50 ms of a request to an object store.
-pub const COALESCE_GAP: u64 = 256 << 10;
-
 /// Where an inner chunk is stored (see [`ZarrDecoder::inner_entry`]).
 #[derive(Debug)]
 struct InnerEntry {
@@ -72,26 +67,6 @@ struct InnerEntry {
     n: u64,
     path: PathBuf,
     what: String,
-}
-
-/// Ranges `(offset, length)` sorted by offset, merged into spans: a range joins the span
-/// before it when at most `gap` bytes lie between them. Each span with the positions (in
-/// `ranges`) of the ranges it holds.
-#[must_use]
-pub fn coalesce(ranges: &[(u64, u64)], gap: u64) -> Vec<(std::ops::Range<u64>, Vec<usize>)> {
-    let mut spans: Vec<(std::ops::Range<u64>, Vec<usize>)> = Vec::new();
-    for (k, &(off, n)) in ranges.iter().enumerate() {
-        let end = off + n;
-        match spans.last_mut() {
-            Some((span, members)) if off <= span.end.saturating_add(gap) => {
-                span.start = span.start.min(off);
-                span.end = span.end.max(end);
-                members.push(k);
-            }
-            _ => spans.push((off..end, vec![k])),
-        }
-    }
-    spans
 }
 
 /// Missing chunk directories remembered (then forgotten all at once).
@@ -429,16 +404,13 @@ impl ZarrDecoder {
                         .iter()
                         .filter_map(|&i| entries[i].as_ref().map(|e| (e.off, e.n)))
                         .collect();
-                    let spans = coalesce(&ranges, self.coalesce_gap());
-                    let fetched = object
-                        .read_ranges(&spans.iter().map(|s| s.0.clone()).collect::<Vec<_>>())
+                    let spans = fetch_coalesced(object, &ranges, self.coalesce_gap())
                         .map_err(|err| Error::io("read", &first.path, err))?;
-                    for ((span, members), data) in spans.iter().zip(fetched) {
-                        for &k in members {
+                    for span in &spans {
+                        for &k in &span.members {
                             let i = group[k];
                             if let Some(e) = entries[i].as_ref() {
-                                let from = (e.off - span.start) as usize;
-                                let bytes = data[from..from + e.n as usize].to_vec();
+                                let bytes = span.part(e.off, e.n).to_vec();
                                 stored[i] = Some((bytes, e.path.clone(), e.what.clone()));
                             }
                         }

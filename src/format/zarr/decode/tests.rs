@@ -163,27 +163,3 @@ fn codec_chains_outside_the_specification_are_refused() {
         assert!(e.to_string().contains(says), "{e}");
     }
 }
-
-#[test]
-fn ranges_coalesce_across_small_gaps_only() {
-    // adjacent, a gap of 10, a gap of exactly `gap`, one past it, an overlap
-    let ranges = [
-        (0, 100),
-        (100, 50),
-        (160, 40),
-        (300, 10),
-        (411, 5),
-        (412, 2),
-    ];
-    let spans = coalesce(&ranges, 100);
-    let got: Vec<(std::ops::Range<u64>, Vec<usize>)> = spans;
-    assert_eq!(
-        got,
-        vec![(0..310, vec![0, 1, 2, 3]), (411..416, vec![4, 5])]
-    );
-    // no gap allowed: only touching ranges merge
-    let spans = coalesce(&ranges, 0);
-    assert_eq!(spans.len(), 4, "{spans:?}");
-    assert_eq!(spans[0], (0..150, vec![0, 1]));
-    assert!(coalesce(&[], 10).is_empty());
-}
