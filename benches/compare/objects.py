@@ -9,7 +9,8 @@ means of the `.npy` and the store; each run on the local input and on the URL,
 alternating, median of --runs. Reported: wall
 time, peak RSS (/usr/bin/time -v), requests and bytes the server sent, the bytes against
 the object's size, and the time against the local run's plus the latency of the requests
-divided by the reading threads (the issue's bound: within 2x of that).
+divided by the requests in flight (the issue's bound: within 2x of that; in flight: what
+`tilestream plan` says for a chunked input, the reading threads for a .npy).
 
     python3 benches/compare/objects.py [--size 4000] [--rows 400000] [--zarr-rows 200000]
         [--runs 3] [--readme]
@@ -45,6 +46,10 @@ def timed(cmd):
         sys.exit(f"failed: {' '.join(map(str, cmd))}\n{r.stderr}")
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", r.stderr).group(1))
     return dt, rss / 1024
+
+
+def same_output(a, b):
+    return a.read_bytes() == b.read_bytes()
 
 
 def stored_bytes(p):
@@ -118,13 +123,19 @@ def main():
                 rss_obj.append(rss)
                 sent.append(st["bytes"])
                 reqs.append(st["requests"])
-            same = local_out.read_bytes() == obj_out.read_bytes()
+            # requests in flight: the batch the plan gives a chunked input, else the
+            # reading threads
+            plan = subprocess.run([TS, "plan"] + [str(c) for c in cmd(f"{base}/ok/{path.name}", obj_out)[1:]],
+                                  capture_output=True, text=True).stdout
+            m = re.search(r"up to (\d+) requests in flight", plan)
+            conc = int(m.group(1)) if m else threads
+            same = same_output(local_out, obj_out)
             size = stored_bytes(path)
             tl, to = statistics.median(t_local), statistics.median(t_obj)
             r = statistics.median(reqs)
-            bound = tl + r * a.latency_ms / 1000 / threads
-            rows.append((name, size, tl, to, r, statistics.median(sent) / size, bound, to / bound,
-                         max(rss_local), max(rss_obj), same))
+            bound = tl + r * a.latency_ms / 1000 / conc
+            rows.append((name, size, tl, to, r, conc, statistics.median(sent) / size, bound,
+                         to / bound, max(rss_local), max(rss_obj), same))
         srv.stdin.close()
         srv.wait(timeout=10)
     finally:
@@ -135,15 +146,15 @@ def main():
         f"127.0.0.1 with {a.latency_ms:g} ms per request, --memory {a.memory}, {threads} cores, "
         f"median of {a.runs} alternating runs, warm page cache.",
         "",
-        "| job | object size | local s | object s | requests | bytes sent / size | "
-        "bound s (local + requests x latency / threads) | object / bound | peak RSS local | "
+        "| job | object size | local s | object s | requests | in flight | bytes sent / size | "
+        "bound s (local + requests x latency / in flight) | object / bound | peak RSS local | "
         "peak RSS object | same bytes |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for (name, size, tl, to, r, ratio, bound, rel, rl, ro, same) in rows:
+    for (name, size, tl, to, r, conc, ratio, bound, rel, rl, ro, same) in rows:
         lines.append(f"| {name} | {size / 2**20:.0f} MiB | {tl:.2f} | {to:.2f} | {r:.0f} | "
-                     f"{ratio:.3f} | {bound:.2f} | {rel:.2f} | {rl:.0f} MiB | {ro:.0f} MiB | "
-                     f"{'yes' if same else 'NO'} |")
+                     f"{conc} | {ratio:.3f} | {bound:.2f} | {rel:.2f} | {rl:.0f} MiB | "
+                     f"{ro:.0f} MiB | {'yes' if same else 'NO'} |")
     table = "\n".join(lines)
     print(table)
     if a.readme:
