@@ -20,6 +20,15 @@ def served(tmp_path_factory):
     a = np.random.default_rng(3).normal(size=(257, 129)).astype("<f4")
     np.save(root / "a.npy", a)
     np.save(root / "b.npy", a.astype(">f8").T)  # Fortran order, big-endian
+    # Zarr v3 stores written by zarr-python: plain chunks, and shards of inner chunks
+    # with the last rows' shards missing (read as the fill value)
+    import zarr
+    z = zarr.create_array(root / "c.zarr", shape=a.shape, chunks=(64, 32), dtype="<f4",
+                          fill_value=np.float32(-1))
+    z[...] = a
+    z = zarr.create_array(root / "s.zarr", shape=a.shape, chunks=(16, 16), shards=(64, 64),
+                          dtype="<f4", fill_value=np.float32(-1))
+    z[:192] = a[:192]  # the shards of the last rows never written
     p = subprocess.Popen([sys.executable, SERVER, "--root", str(root), "--latency-ms", "5"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     port = int(p.stdout.readline())
@@ -39,6 +48,21 @@ def test_objects_read_as_the_local_file(served, mode, name):
     for axis in (0, 1):
         got = ts.reduce(t, "mean", axis, memory="4MiB")
         np.testing.assert_array_equal(got, ts.reduce(str(root / name), "mean", axis, memory="4MiB"))
+
+
+@pytest.mark.parametrize("mode", ["ok", "fail500", "short", "drop"])
+@pytest.mark.parametrize("name", ["c.zarr", "s.zarr"])
+def test_zarr_stores_read_as_zarr_python_reads_them(served, mode, name):
+    import zarr
+    root, base = served
+    want = np.asarray(zarr.open_array(root / name, mode="r"))
+    t = ts.open(f"{base}/{mode}/{name}")
+    assert t.shape == want.shape and t.dtype == want.dtype
+    np.testing.assert_array_equal(np.asarray(t), want)
+    if name == "s.zarr":
+        assert (want[192:] == -1).all()
+    got = ts.reduce(t, "sum", 0, memory="2MiB")
+    np.testing.assert_array_equal(got, ts.reduce(str(root / name), "sum", 0, memory="2MiB"))
 
 
 def test_a_missing_object_is_one_line(served):
