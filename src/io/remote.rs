@@ -226,35 +226,60 @@ mod imp {
         Ok((store, key))
     }
 
-    /// Clients made so far, by scheme, host or bucket, and the store variables they were
-    /// made with: a store of many objects (a Zarr store's chunks) shares one client, its
-    /// connections and its credentials, rather than building one per object.
+    /// The URL of `key` up to the key: scheme, host, and the bucket or container where
+    /// the path names it (path-style S3 and Azure URLs); the whole URL when a segment
+    /// holds an encoded `/`, which the key splits in two.
+    fn client_prefix(url: &url::Url, key: &Key) -> String {
+        let segments: Vec<&str> = url
+            .path_segments()
+            .map(Iterator::collect)
+            .unwrap_or_default();
+        let above = if segments
+            .iter()
+            .any(|s| s.to_ascii_lowercase().contains("%2f"))
+        {
+            segments.len()
+        } else {
+            segments.len().saturating_sub(key.parts().count())
+        };
+        format!(
+            "{}://{}/{}",
+            url.scheme(),
+            url.authority(),
+            segments[..above].join("/")
+        )
+    }
+
+    /// Clients made so far, by the URL up to the object's key (scheme, host, and the
+    /// bucket or container where the URL's path names it, as path-style S3 and Azure
+    /// URLs do) and the store variables they were made with: a store of many objects (a
+    /// Zarr store's chunks) shares one client, its connections and its credentials,
+    /// rather than building one per object.
     fn cached_store(url: &url::Url) -> Result<(Arc<dyn ObjectStore>, Key)> {
         type Clients = std::sync::Mutex<std::collections::HashMap<String, Arc<dyn ObjectStore>>>;
         static CLIENTS: OnceLock<Clients> = OnceLock::new();
-        let mut id = format!("{}://{}", url.scheme(), url.authority());
-        for (k, v) in std::env::vars() {
-            if ["AWS_", "GOOGLE_", "AZURE_"]
-                .iter()
-                .any(|p| k.starts_with(p))
+        let (_, key) = ObjectStoreScheme::parse(url).map_err(|e| {
+            Error::invalid(format!(
+                "{}: cannot reach this object store: {}",
+                shown(url.as_str()),
+                redacted(&e.to_string())
+            ))
+        })?;
+        let mut id = client_prefix(url, &key);
+        for (k, v) in std::env::vars_os() {
+            if let (Some(k), Some(v)) = (k.to_str(), v.to_str())
+                && ["AWS_", "GOOGLE_", "AZURE_"]
+                    .iter()
+                    .any(|p| k.starts_with(p))
             {
                 id.push_str(&format!("\0{k}={v}"));
             }
         }
         let clients = CLIENTS.get_or_init(Clients::default);
-        let (fresh, key) = match clients.lock().ok().and_then(|c| c.get(&id).cloned()) {
-            Some(store) => {
-                let (_, key) = ObjectStoreScheme::parse(url).map_err(|e| {
-                    Error::invalid(format!(
-                        "{}: {}",
-                        shown(url.as_str()),
-                        redacted(&e.to_string())
-                    ))
-                })?;
-                return Ok((store, key));
-            }
-            None => store_for(url)?,
-        };
+        if let Some(store) = clients.lock().ok().and_then(|c| c.get(&id).cloned()) {
+            return Ok((store, key));
+        }
+        let (fresh, key) = store_for(url)?;
         if let Ok(mut c) = clients.lock() {
             // a handful of stores in a process; a long-lived one using many is not kept
             // growing
@@ -366,7 +391,9 @@ mod imp {
             }
             let mut out: Vec<Option<Whole>> = (0..urls.len()).map(|_| None).collect();
             while let Some(done) = set.join_next().await {
-                let (i, r) = done.map_err(|e| Error::Internal(format!("a request task: {e}")))?;
+                let (i, r) = done.map_err(|e| {
+                    Error::Internal(format!("a request task: {}", redacted(&e.to_string())))
+                })?;
                 out[i] = r?;
             }
             Ok(out)
@@ -519,7 +546,8 @@ mod imp {
             let rt = runtime()?;
             rt.block_on(async {
                 let mut set = tokio::task::JoinSet::new();
-                for (i, r) in ranges.iter().enumerate() {
+                // an empty range is no request (a store refuses it)
+                for (i, r) in ranges.iter().enumerate().filter(|(_, r)| r.start < r.end) {
                     let (store, key, shown) = (
                         Arc::clone(&self.store),
                         self.key.clone(),
@@ -532,7 +560,8 @@ mod imp {
                 }
                 let mut out: Vec<Vec<u8>> = vec![Vec::new(); ranges.len()];
                 while let Some(done) = set.join_next().await {
-                    let (i, r) = done.map_err(std::io::Error::other)?;
+                    let (i, r) =
+                        done.map_err(|e| std::io::Error::other(redacted(&e.to_string())))?;
                     out[i] = r?;
                 }
                 Ok(out)
@@ -549,6 +578,47 @@ mod imp {
                 .min(buf.len());
             self.read_exact_at(&mut buf[..n], offset)?;
             Ok(n)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn clients_are_shared_within_a_bucket_only() {
+            let prefix = |u: &str| {
+                let url = url::Url::parse(u).expect("a URL");
+                let (_, key) = ObjectStoreScheme::parse(&url).expect("a store URL");
+                client_prefix(&url, &key)
+            };
+            // virtual-hosted and scheme URLs: the bucket is the host
+            assert_eq!(prefix("s3://a/x/y.tif"), prefix("s3://a/z.tif"));
+            assert_ne!(prefix("s3://a/k"), prefix("s3://b/k"));
+            // path-style: the bucket is the first segment
+            let (pa, pb) = (
+                prefix("https://s3.us-west-2.amazonaws.com/bucket-a/a.tif"),
+                prefix("https://s3.us-west-2.amazonaws.com/bucket-b/a.tif"),
+            );
+            assert_ne!(pa, pb);
+            assert_eq!(
+                pa,
+                prefix("https://s3.us-west-2.amazonaws.com/bucket-a/d/c/0/0")
+            );
+            assert_ne!(
+                prefix("https://acct.blob.core.windows.net/c1/k"),
+                prefix("https://acct.blob.core.windows.net/c2/k")
+            );
+            // a plain HTTP server: one client per host
+            assert_eq!(
+                prefix("http://127.0.0.1:9/a/b"),
+                prefix("http://127.0.0.1:9/c")
+            );
+            // an encoded slash: never shared
+            assert_ne!(
+                prefix("https://s3.us-west-2.amazonaws.com/bucket-a/x%2Fy"),
+                prefix("https://s3.us-west-2.amazonaws.com/bucket-b/x%2Fy")
+            );
         }
     }
 }

@@ -24,6 +24,8 @@ pub struct TiffChunks {
     /// nodata value when the file has one that the sample type holds, else zero (GDAL's
     /// rule).
     sparse: Vec<u8>,
+    /// The largest byte count of the offset tables (asked for by every batch).
+    most_stored: u64,
 }
 
 impl TiffChunks {
@@ -50,6 +52,7 @@ impl TiffChunks {
         let sparse = nodata
             .and_then(|t| nodata_sample(layout.dtype, t))
             .unwrap_or_else(|| vec![0; layout.dtype.size()]);
+        let most_stored = layout.byte_counts.iter().copied().max().unwrap_or(0);
         Ok(TiffChunks {
             path: path.to_path_buf(),
             file,
@@ -57,6 +60,7 @@ impl TiffChunks {
             layout,
             chunk_shape,
             sparse,
+            most_stored,
         })
     }
 }
@@ -239,8 +243,8 @@ impl TiffChunks {
     /// The stored bytes of the largest chunk, as far as `decode` reads them (chunks of
     /// `need` decoded bytes in `rows` rows).
     fn largest_stored(&self, need: usize, rows: usize) -> u64 {
-        let most = self.layout.byte_counts.iter().copied().max().unwrap_or(0);
-        most.min(stored_limit(self.layout.codec, need, rows))
+        self.most_stored
+            .min(stored_limit(self.layout.codec, need, rows))
     }
 
     fn fill_sparse(&self, out: &mut [u8]) {

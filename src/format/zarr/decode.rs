@@ -214,8 +214,9 @@ impl ZarrDecoder {
 
     /// Memory each unit of a [`ZarrDecoder::decode_batch`] holds beyond its decoded
     /// bytes: a store in an object store has the whole batch's stored bytes fetched at
-    /// once (a shard's with the gaps of coalesced requests, and a copy of each inner
-    /// chunk's bytes cut from them); a local store reads each as it decodes it (0).
+    /// once (a shard's with the gaps of coalesced requests, a copy of each inner chunk's
+    /// bytes cut from them, and the shard's index); a local store reads each as it
+    /// decodes it (0).
     #[must_use]
     pub fn fetch_bytes(&self) -> u64 {
         if !self.remote {
@@ -224,7 +225,9 @@ impl ZarrDecoder {
         let stored = self.chain().max_stored(self.unit_bytes());
         match &self.codecs.storage {
             Storage::Plain(_) => stored,
-            Storage::Sharded { .. } => 2 * stored + self.coalesce_gap(),
+            // and the index of its shard, which the batch holds until it is decoded (a
+            // batch may span as many shards as it has chunks)
+            Storage::Sharded { .. } => 2 * stored + self.coalesce_gap() + self.index_bytes(),
         }
     }
 
