@@ -309,22 +309,48 @@ mod imp {
         Ok((store, key, shown_url))
     }
 
+    /// What one attempt at a request came to: its answer (or an error that cannot pass),
+    /// or why it is to be made again.
+    enum Attempt<T> {
+        Done(T),
+        Again(String),
+    }
+
+    /// Makes a request up to [`ATTEMPTS`] times: the transport has retried with backoff
+    /// already, so a second attempt goes at once (a short body, a range answered wrong),
+    /// later ones after a backoff. `Err` holds why the last attempt failed.
+    async fn with_attempts<T, F, Fut>(
+        shown_url: &str,
+        mut once: F,
+    ) -> std::result::Result<T, String>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Attempt<T>>,
+    {
+        let mut last = String::new();
+        for attempt in 0..ATTEMPTS {
+            if attempt > 1 {
+                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
+            }
+            match once().await {
+                Attempt::Done(v) => return Ok(v),
+                Attempt::Again(why) => last = why,
+            }
+            tracing::debug!(object = %shown_url, attempt, "{last}");
+        }
+        Err(last)
+    }
+
     /// The whole object at `key`, when it is at most `max` bytes; `None` if there is no
-    /// such object. A body of another length than its headers gave is asked for again at
-    /// once, an error that may pass after a backoff, [`ATTEMPTS`] times in all.
+    /// such object. A body of another length than its headers gave, or an error that
+    /// may pass, is asked for again ([`with_attempts`]).
     async fn whole_checked(
         store: &dyn ObjectStore,
         key: &Key,
         max: u64,
         shown_url: &str,
     ) -> Result<Option<Whole>> {
-        let mut last = String::new();
-        for attempt in 0..ATTEMPTS {
-            // the transport has retried with backoff already: a second attempt at once (a
-            // short body, a range answered wrong), then backing off
-            if attempt > 1 {
-                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-            }
+        let got = with_attempts(shown_url, || async move {
             let got = async {
                 let r = store.get(key).await?;
                 let size = r.meta.size;
@@ -336,24 +362,26 @@ mod imp {
             }
             .await;
             match got {
-                Ok((size, None)) => return Ok(Some(Whole::TooLarge(size))),
+                Ok((size, None)) => Attempt::Done(Ok(Some(Whole::TooLarge(size)))),
                 Ok((size, Some(body))) if body.len() as u64 == size => {
-                    return Ok(Some(Whole::Bytes(body)));
+                    Attempt::Done(Ok(Some(Whole::Bytes(body))))
                 }
                 Ok((size, Some(body))) => {
-                    last = format!("the server sent {} bytes of {size}", body.len());
+                    Attempt::Again(format!("the server sent {} bytes of {size}", body.len()))
                 }
-                Err(object_store::Error::NotFound { .. }) => return Ok(None),
-                Err(e) if transient(&e) => last = io_error(&e).to_string(),
-                Err(e) => return Err(Error::io("read", shown_url, io_error(&e))),
+                Err(object_store::Error::NotFound { .. }) => Attempt::Done(Ok(None)),
+                Err(e) if transient(&e) => Attempt::Again(io_error(&e).to_string()),
+                Err(e) => Attempt::Done(Err(Error::io("read", shown_url, io_error(&e)))),
             }
-            tracing::debug!(object = %shown_url, attempt, "{last}");
-        }
-        Err(Error::io(
-            "read",
-            shown_url,
-            std::io::Error::other(format!("failed {ATTEMPTS} times, last: {last}")),
-        ))
+        })
+        .await;
+        got.unwrap_or_else(|last| {
+            Err(Error::io(
+                "read",
+                shown_url,
+                std::io::Error::other(format!("failed {ATTEMPTS} times, last: {last}")),
+            ))
+        })
     }
 
     /// The whole object at `url`, in one request, when it is at most `max` bytes (its
@@ -400,9 +428,8 @@ mod imp {
         })
     }
 
-    /// The bytes of `range` of the object at `key`: a range answered short or wrong is
-    /// asked for again at once, an error that may pass after a backoff, [`ATTEMPTS`]
-    /// times in all.
+    /// The bytes of `range` of the object at `key`: a range answered short or wrong, or
+    /// an error that may pass, is asked for again ([`with_attempts`]).
     async fn range_checked(
         store: &dyn ObjectStore,
         key: &Key,
@@ -410,29 +437,27 @@ mod imp {
         shown_url: &str,
     ) -> std::io::Result<Vec<u8>> {
         let want = range.end - range.start;
-        let mut last = String::new();
-        for attempt in 0..ATTEMPTS {
-            // as in whole_checked: the second attempt at once, then backing off
-            if attempt > 1 {
-                tokio::time::sleep(Duration::from_millis(100 << attempt)).await;
-            }
-            match store.get_range(key, range.clone()).await {
-                Ok(bytes) if bytes.len() as u64 == want => return Ok(Vec::from(bytes)),
-                Ok(bytes) => {
-                    last = format!(
+        let got = with_attempts(shown_url, || {
+            let range = range.clone();
+            async move {
+                match store.get_range(key, range).await {
+                    Ok(bytes) if bytes.len() as u64 == want => Attempt::Done(Ok(Vec::from(bytes))),
+                    Ok(bytes) => Attempt::Again(format!(
                         "the server sent {} bytes for a range of {want}",
                         bytes.len()
-                    );
+                    )),
+                    Err(e) if transient(&e) => Attempt::Again(io_error(&e).to_string()),
+                    Err(e) => Attempt::Done(Err(io_error(&e))),
                 }
-                Err(e) if transient(&e) => last = io_error(&e).to_string(),
-                Err(e) => return Err(io_error(&e)),
             }
-            tracing::debug!(object = %shown_url, attempt, "{last}");
-        }
-        Err(std::io::Error::other(format!(
-            "bytes {}..{} failed {ATTEMPTS} times, last: {last}",
-            range.start, range.end
-        )))
+        })
+        .await;
+        got.unwrap_or_else(|last| {
+            Err(std::io::Error::other(format!(
+                "bytes {}..{} failed {ATTEMPTS} times, last: {last}",
+                range.start, range.end
+            )))
+        })
     }
 
     impl Object {
