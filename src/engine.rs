@@ -685,7 +685,7 @@ fn chunk_rows(shape: &[usize], inputs: &[&TensorFile]) -> Option<usize> {
         return None;
     }
     inputs.iter().find_map(|f| {
-        let c = f.chunked()?.chunk_shape();
+        let c = f.aligned_chunk_shape()?;
         (f.shape() == shape && c.len() == rank && c[rank - 2] > 1).then(|| c[rank - 2])
     })
 }

@@ -29,7 +29,7 @@ impl Engine {
             return;
         }
         req.bands_inner = inputs.iter().find_map(|f| {
-            let c = f.chunked()?.chunk_shape();
+            let c = f.aligned_chunk_shape()?;
             (f.shape() == req.shape.as_slice() && c.len() == 3 && c[0] == req.shape[0] && c[0] > 1)
                 .then_some(c[1])
         });

@@ -27,6 +27,7 @@ mod open;
 mod output;
 mod read;
 pub mod tiff;
+mod view;
 pub mod zarr;
 
 pub(crate) use kind::CodecSpec;
@@ -166,6 +167,9 @@ pub struct TensorFile {
     /// Where the nodata value comes from: the file, or
     /// [`with_nodata`](Self::with_nodata).
     given_nodata: NodataFrom,
+    /// Where this tensor lies in its file's when it is a [`window`](Self::window) of it;
+    /// `None` for the whole.
+    view: Option<Box<view::View>>,
 }
 
 /// Where an input's nodata value comes from.
@@ -206,6 +210,9 @@ impl TensorFile {
     /// (`None` for other formats or a file without georeferencing).
     #[must_use]
     pub fn georef(&self) -> Option<&tiff::GeoRef> {
+        if let Some(v) = &self.view {
+            return v.georef.as_ref();
+        }
         self.tiff()
             .map(|t| t.1)
             .or(self.jp2().map(|j| &j.georef))
@@ -293,6 +300,9 @@ impl TensorFile {
     /// # Errors
     /// As for [`TensorFile::map_window_touch`].
     pub fn map_windows(&self, reqs: &[(u64, u64, Touch)]) -> Result<Vec<Window>> {
+        if let Some(parts) = self.view_pieces(reqs) {
+            return self.read_pieces(reqs, &parts);
+        }
         match &self.chunked {
             Some(c) => Ok(c.read(reqs)?.into_iter().map(Window::owned).collect()),
             None => reqs

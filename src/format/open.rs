@@ -157,6 +157,7 @@ impl TensorFile {
             jp2: None,
             swap: h.big_endian && !h.fortran,
             given_nodata: NodataFrom::File,
+            view: None,
             npy,
         })
     }
@@ -220,6 +221,7 @@ impl TensorFile {
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
+            view: None,
         })
     }
 
@@ -252,6 +254,7 @@ impl TensorFile {
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
+            view: None,
         })
     }
 
@@ -303,6 +306,7 @@ impl TensorFile {
             npy: None,
             swap,
             given_nodata: NodataFrom::File,
+            view: None,
         })
     }
 
@@ -346,6 +350,7 @@ impl TensorFile {
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
+            view: None,
         })
     }
 
@@ -410,16 +415,17 @@ impl TensorFile {
             npy: None,
             swap: false,
             given_nodata: NodataFrom::File,
+            view: None,
         })
     }
 
     /// The rows `[rows.start, rows.end)` of the leading axis as a tensor of their own, with
     /// no copy: the same file, its data starting `rows.start` rows further in (how a
-    /// cluster task reads its share of an input). Only uncompressed inputs (`.npy` in any
-    /// order, raw) can be cut so; GeoTIFF and Zarr inputs are refused.
+    /// cluster task reads its share of an input). An input decoded in chunks (GeoTIFF,
+    /// Zarr) gives a [`window`](Self::window) of its leading axis.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a rank-0 or compressed input or rows out of range;
+    /// [`Error::Invalid`] for a rank-0 input or rows out of range;
     /// [`Error::Io`] if the file cannot be opened again.
     pub fn rows(&self, rows: std::ops::Range<u64>) -> Result<Self> {
         let shape = &self.info.shape;
@@ -429,16 +435,6 @@ impl TensorFile {
                 self.path.display()
             )));
         };
-        if (self.chunked.is_some() && self.npy.is_none())
-            || self.tiff.is_some()
-            || self.zarr.is_some()
-        {
-            return Err(Error::invalid(format!(
-                "{}: rows can be selected only from an uncompressed .npy or raw input, not a \
-                 GeoTIFF or Zarr store",
-                self.path.display()
-            )));
-        }
         if rows.start > rows.end || rows.end > n as u64 {
             return Err(Error::invalid(format!(
                 "{}: rows {}..{} are out of range for {} rows",
@@ -447,6 +443,13 @@ impl TensorFile {
                 rows.end,
                 n
             )));
+        }
+        if (self.chunked.is_some() && self.npy.is_none()) || self.view.is_some() {
+            // decoded in chunks (GeoTIFF, Zarr, HDF5, JPEG 2000), or a window already: a
+            // window of the leading axis
+            let mut ranges = vec![rows];
+            ranges.extend(shape[1..].iter().map(|&d| 0..d as u64));
+            return self.window(&ranges);
         }
         let row_bytes =
             shape[1..].iter().map(|&d| d as u64).product::<u64>() * self.info.dtype.size() as u64;
@@ -472,6 +475,7 @@ impl TensorFile {
             npy,
             swap: self.swap,
             given_nodata: self.given_nodata.clone(),
+            view: None,
         })
     }
 
@@ -484,6 +488,9 @@ impl TensorFile {
     /// # Errors
     /// As [`open_raw_at`](Self::open_raw_at).
     pub(crate) fn fortran_columns(&self) -> Result<Option<(Self, u64)>> {
+        if self.view.is_some() {
+            return Ok(None);
+        }
         let Some((offset, file_rows, row0)) = self.npy.as_ref().and_then(|n| n.column_runs())
         else {
             return Ok(None);

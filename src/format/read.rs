@@ -34,12 +34,50 @@ impl TensorFile {
     /// # Errors
     /// As for [`TensorFile::map_window`].
     pub fn map_window_touch(&self, start: u64, count: u64, touch: Touch) -> Result<Window> {
-        if self.chunked.is_some() {
+        if self.chunked.is_some() || self.view.is_some() {
             let mut w = self.map_windows(&[(start, count, touch)])?;
             return w
                 .pop()
                 .ok_or_else(|| Error::Internal("no window decoded".into()));
         }
+        self.map_file_window(start, count, touch)
+    }
+
+    /// The windows of a [`window`](Self::window) of the file: each request's `parts`
+    /// (reads of the file's elements, from [`TensorFile::view_pieces`]) one after
+    /// another. A request of one part is mapped as it would be for the whole file.
+    pub(crate) fn read_pieces(
+        &self,
+        reqs: &[(u64, u64, Touch)],
+        parts: &[Vec<(u64, u64, Touch)>],
+    ) -> Result<Vec<Window>> {
+        if let Some(c) = &self.chunked {
+            return Ok(c
+                .read_joined(parts)?
+                .into_iter()
+                .map(Window::owned)
+                .collect());
+        }
+        let es = self.info.dtype.size() as u64;
+        reqs.iter()
+            .zip(parts)
+            .map(|(&(_, count, touch), part)| match part.as_slice() {
+                [(s, n, t)] => self.map_file_window(*s, *n, *t),
+                _ => {
+                    let mut v = vec![0u8; (touch.touched(count) * es) as usize];
+                    let mut at = 0;
+                    for &(s, n, t) in part {
+                        at += self.read_file_into(s, n, t, &mut v[at..])?;
+                    }
+                    Ok(Window::owned(v))
+                }
+            })
+            .collect()
+    }
+
+    /// [`TensorFile::map_window_touch`] of the file's own elements (not a window's) of
+    /// a file that is not decoded in chunks.
+    fn map_file_window(&self, start: u64, count: u64, touch: Touch) -> Result<Window> {
         if let Touch::Rows { row, runs, nruns } = touch {
             let mut v = self.runs_vec(start, count, row, &runs[..nruns])?;
             if self.swap {
@@ -188,6 +226,25 @@ impl TensorFile {
         if self.chunked.is_some() {
             return Ok(None);
         }
+        if let Some(parts) = self.view_pieces(&[(start, count, touch)]) {
+            let mut at = 0;
+            for &(s, n, t) in parts.iter().flatten() {
+                at += self.read_file_into(s, n, t, &mut dst[at..])?;
+            }
+            return Ok(Some(at));
+        }
+        self.read_file_into(start, count, touch, dst).map(Some)
+    }
+
+    /// [`TensorFile::read_into`] of the file's own elements (not a window's) of a file
+    /// that is not decoded in chunks; returns the bytes written.
+    fn read_file_into(
+        &self,
+        start: u64,
+        count: u64,
+        touch: Touch,
+        dst: &mut [u8],
+    ) -> Result<usize> {
         let bytes = (touch.touched(count) * self.info.dtype.size() as u64) as usize;
         match touch {
             Touch::All => self.pread_runs(start, count, count.max(1), &[(0, count)], dst)?,
@@ -198,7 +255,7 @@ impl TensorFile {
         if self.swap {
             swap_bytes(&mut dst[..bytes], self.info.dtype.swap_unit());
         }
-        Ok(Some(bytes))
+        Ok(bytes)
     }
 }
 

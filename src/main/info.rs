@@ -27,6 +27,12 @@ pub(crate) fn info(path: &PathBuf, raw: &RawSpec, json: bool) -> Result<()> {
         });
         if let Some(o) = v.as_object_mut() {
             o.extend(layout(&t));
+            if let Some(origin) = t.window_origin() {
+                o.insert(
+                    "window".into(),
+                    serde_json::json!({"origin": origin, "file_shape": t.file_shape()}),
+                );
+            }
         }
         println!("{v}");
     } else {
@@ -212,6 +218,14 @@ fn print_text(path: &Path, t: &TensorFile, format: &str) {
         fmt_shape(&i.shape),
         i.shape.len()
     );
+    if let Some(origin) = t.window_origin() {
+        let at: Vec<String> = origin.iter().map(ToString::to_string).collect();
+        println!(
+            "  window:      of the file's {}, from element ({})",
+            fmt_shape(t.file_shape()),
+            at.join(", ")
+        );
+    }
     println!("  dtype:       {}", i.dtype);
     println!("  elements:    {}", i.len());
     if let Some(order) = t.npy_order() {

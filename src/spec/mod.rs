@@ -35,6 +35,11 @@ pub struct Source {
     /// it has none); `None` for what the file says (a GeoTIFF's GDAL nodata tag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodata: Option<String>,
+    /// Only a box of the input ([`TensorFile::window`]): `[start, end)` of each of its
+    /// last axes (an image's rows and columns, every band kept). Applied before `rows`,
+    /// which then counts the box's rows. `None` for the whole tensor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<Vec<(u64, u64)>>,
 }
 
 /// The layout of a raw input.
@@ -65,6 +70,7 @@ impl Source {
             raw: None,
             rows: None,
             nodata: None,
+            window: None,
         }
     }
 
@@ -81,11 +87,21 @@ impl Source {
         }
     }
 
-    /// Opens the whole tensor, whatever `rows` says.
+    /// Opens the whole tensor (its `window` when it has one), whatever `rows` says.
     ///
     /// # Errors
-    /// As [`TensorFile::open`] or [`TensorFile::open_raw`].
+    /// As [`TensorFile::open`] or [`TensorFile::open_raw`], and [`TensorFile::window`]
+    /// with `window`.
     pub fn open_whole(&self) -> Result<TensorFile> {
+        let file = self.open_file()?;
+        match &self.window {
+            Some(w) => file.window(&w.iter().map(|&(a, b)| a..b).collect::<Vec<_>>()),
+            None => Ok(file),
+        }
+    }
+
+    /// Opens the file's whole tensor with its nodata value.
+    fn open_file(&self) -> Result<TensorFile> {
         let file = match &self.raw {
             Some(r) if r.offset > 0 => {
                 TensorFile::open_raw_at(&self.path, &r.shape, r.dtype, r.offset)

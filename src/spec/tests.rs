@@ -32,6 +32,7 @@ fn specs_round_trip_through_json_with_defaults() {
             }),
             rows: None,
             nodata: None,
+            window: None,
         },
         output: "g.tif".into(),
         filter: "gaussian:sigma=2".into(),

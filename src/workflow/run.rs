@@ -86,6 +86,7 @@ impl Workflow {
                 raw: Some(layout),
                 rows: None,
                 nodata: None,
+                window: None,
             };
             v.add(&j.out, placeholder)?;
         }
