@@ -345,11 +345,64 @@ class Tensor:
         or None."""
         return self._info.get("georef")
 
+    @property
+    def window(self) -> Optional[tuple]:
+        """Where this tensor lies in its file's when it is a window of it (``t[a:b, c:d]``):
+        a ``(start, stop)`` pair for each axis the window narrows from the last; None for
+        the whole tensor."""
+        w = self._source.get("window")
+        return None if w is None else tuple((int(a), int(b)) for a, b in w)
+
     def __len__(self) -> int:
         return self.shape[0] if self.shape else 0
 
+    def __getitem__(self, key: Any) -> "Tensor":
+        """A box of this tensor (``t[1000:3000, 2000:4000]``, ``t[..., 1000:3000, 2000:4000]``
+        for rows and columns of every band) as a Tensor of its own: nothing is read, and
+        the operations given it read only the box (a COG's tiles or a Zarr store's chunks
+        it touches). Slices of step 1 only; a GeoTIFF's georeferencing moves to the box's
+        first pixel. ``np.asarray(t[...])`` reads the box."""
+        if self._source.get("rows") is not None:
+            raise ValueError("tilestream: a Tensor of a task's rows cannot be sliced again")
+        key = key if isinstance(key, tuple) else (key,)
+        if sum(k is Ellipsis for k in key) > 1:
+            raise IndexError("tilestream: an index can only have a single ellipsis ('...')")
+        if Ellipsis in key:
+            at = key.index(Ellipsis)
+            fill = self.ndim - (len(key) - 1)
+            key = key[:at] + (slice(None),) * max(fill, 0) + key[at + 1:]
+        if len(key) > self.ndim:
+            raise IndexError(
+                f"tilestream: too many indices for a tensor of {self.ndim} dimensions")
+        key = key + (slice(None),) * (self.ndim - len(key))
+        old = self.window or ()
+        # the file's axis offsets where this tensor is already a window of it
+        shift = [0] * (self.ndim - len(old)) + [a for a, _ in old]
+        ranges = []
+        for axis, (k, n) in enumerate(zip(key, self.shape)):
+            if not isinstance(k, slice):
+                raise TypeError(
+                    f"tilestream: a Tensor is sliced with start:stop ranges, not "
+                    f"{type(k).__name__} (axis {axis}: to keep one index i, give i:i+1)")
+            start, stop, step = k.indices(n)
+            if step != 1:
+                raise ValueError(
+                    f"tilestream: slices of a Tensor have step 1 (axis {axis} has {step})")
+            stop = max(stop, start)
+            ranges.append((shift[axis] + start, shift[axis] + stop))
+        # leading axes kept whole are left out of the window
+        lead = 0
+        while (lead < len(ranges) - len(old) and ranges[lead] == (0, self.shape[lead])):
+            lead += 1
+        source = {**self._source, "window": [list(r) for r in ranges[lead:]]}
+        if not source["window"]:
+            source.pop("window")
+        return Tensor(source, json.loads(_ts.info(json.dumps(source))))
+
     def __repr__(self) -> str:
-        return f"Tensor({self.path!r}, shape={self.shape}, dtype={self.dtype}, format={self.format!r})"
+        w = f", window={self.window}" if self.window else ""
+        return (f"Tensor({self.path!r}, shape={self.shape}, dtype={self.dtype}, "
+                f"format={self.format!r}{w})")
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         budget = _budget_bytes(_OPTIONS["memory"])
@@ -633,7 +686,7 @@ def iter_tiles(t: Any, *, memory: Any = None) -> Iterator[tuple]:
             f"{budget} bytes",
             row_bytes,
         )
-    mapped = t.format in ("npy", "raw") and t.nbytes > 0
+    mapped = t.format in ("npy", "raw") and t.nbytes > 0 and t.window is None
     buf = None if mapped else np.empty((min(per, n),) + tuple(t.shape[1:]), dtype=t.dtype)
     for i, start in enumerate(range(0, n, per)):
         stop = min(start + per, n)

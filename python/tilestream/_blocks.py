@@ -626,18 +626,14 @@ def _step(step_json: str, budget: int, cache: dict) -> Tuple[str, str, Any]:
     declares ``working``) on the engine's budget; returns the blocks request and the
     output (JSON) and the callback. Kept in ``cache`` (one pipeline call's) by the step,
     so the pipeline's plan and its run measure once."""
-    from . import _np_dtype, open as ts_open
+    from . import _np_dtype, Tensor
 
     if step_json in cache:
         return cache[step_json]
     step = json.loads(step_json)
     fn = _resolve(step["function"])
-    inputs = [
-        ts_open(s["path"], shape=s["raw"]["shape"], dtype=_np_dtype(s["raw"]["dtype"]),
-                offset=s["raw"].get("offset", 0))
-        if s.get("raw") else ts_open(s["path"])
-        for s in step["input"]
-    ]
+    # each input as its spec gives it (raw layout, window, nodata)
+    inputs = [Tensor(s, json.loads(_ts.info(json.dumps(s)))) for s in step["input"]]
     halo = step.get("halo") or [0]
     halo = halo[0] if len(halo) == 1 else halo
     dtype = _np_dtype(step["dtype"]) if step.get("dtype") else None

@@ -23,12 +23,13 @@ class _SourceBase(TypedDict):
 
 
 class Source(_SourceBase, total=False):
-    """Where an operation reads a tensor: a file, a raw file's layout, the rows of a
-    cluster task's share."""
+    """Where an operation reads a tensor: a file, a raw file's layout, a box of it, the
+    rows of a cluster task's share."""
 
     raw: RawLayout
     rows: Tuple[int, int]
     nodata: str  # in place of the file's nodata value: "-9999", "nan", "none"
+    window: List[Tuple[int, int]]  # [start, stop) of each of the last axes, before rows
 
 
 class _ReduceBase(TypedDict):

@@ -283,6 +283,13 @@ impl Chunked {
     /// share allows, which is faster (decoding in parallel, and chunk rows shared by
     /// consecutive tiles decoded once). Empties the cache.
     pub fn fit_scratch(&self, share: u64) {
+        self.fit_scratch_across(share, None);
+    }
+
+    /// [`Chunked::fit_scratch`] for reads that touch only `across_window` chunks of the last
+    /// axis (a window's columns; `None`: all of them), whose chunk rows the cache is
+    /// sized to hold.
+    pub fn fit_scratch_across(&self, share: u64, across_window: Option<u64>) {
         let n_chunks = self.num_chunks().max(1);
         let threads = crate::io::pool::threads() as u64;
         let unit = self.chunk_bytes() + CHUNK_OVERHEAD;
@@ -313,6 +320,7 @@ impl Chunked {
             (Some(&n), Some(&c)) => n.div_ceil(c.max(1)) as u64,
             _ => 1,
         };
+        let across = across.min(across_window.unwrap_or(u64::MAX)).max(1);
         let ideal = (3 * across * unit)
             .min(CACHE_MAX.max(unit))
             .min(n_chunks * unit);

@@ -290,7 +290,7 @@ impl TensorFile {
     /// (see [`chunked::Chunked::fit_scratch`]); nothing for mapped files.
     pub fn fit_read_scratch(&self, share: u64) {
         if let Some(c) = &self.chunked {
-            c.fit_scratch(share);
+            c.fit_scratch_across(share, self.window_chunks_across());
         }
     }
 

@@ -192,8 +192,11 @@ impl TensorFile {
                 read(piece, first + at as u64)
             });
         }
-        // runs of each row: whole rows per piece, pieces across threads
         let row_bytes = (width * es) as usize;
+        if let crate::io::source::Source::Object(o) = &self.file {
+            return self.fetch_runs(o, base, rows, row, runs, row_bytes, &mut dst[..total]);
+        }
+        // runs of each row: whole rows per piece, pieces across threads
         crate::format::par_pieces_of(&mut dst[..total], row_bytes, |at, piece| {
             for (r, dst_row) in ((at / row_bytes) as u64..).zip(piece.chunks_mut(row_bytes)) {
                 let mut o = 0usize;
@@ -205,6 +208,60 @@ impl TensorFile {
             }
             Ok(())
         })
+    }
+
+    /// [`TensorFile::pread_runs`]'s column runs of `rows` rows of an object (`base` the
+    /// byte of the first row), `row_bytes` of `dst` a row: many rows' runs fetched at
+    /// once, in concurrent requests, runs close together in one request (the gap between
+    /// them at most the shortest run, so a request holds at most twice the bytes it
+    /// needs), a group of at most [`RUNS_GROUP_BYTES`] of them at a time. A request a run
+    /// would cost a round trip per row of a window.
+    #[allow(clippy::too_many_arguments)]
+    fn fetch_runs(
+        &self,
+        object: &crate::io::remote::Object,
+        base: u64,
+        rows: u64,
+        row: u64,
+        runs: &[(u64, u64)],
+        row_bytes: usize,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let es = self.info.dtype.size() as u64;
+        let shortest = runs
+            .iter()
+            .map(|r| r.1 * es)
+            .filter(|&n| n > 0)
+            .min()
+            .unwrap_or(1);
+        let gap = shortest.min(crate::io::source::COALESCE_GAP);
+        let per_group = (RUNS_GROUP_BYTES / row_bytes.max(1) as u64).clamp(1, RUNS_GROUP_ROWS);
+        let mut r0 = 0u64;
+        while r0 < rows {
+            let r1 = (r0 + per_group).min(rows);
+            // (file offset, bytes, where in dst), sorted by offset
+            let mut items: Vec<(u64, u64, usize)> = Vec::new();
+            for r in r0..r1 {
+                let mut at = (r as usize) * row_bytes;
+                for &(c0, n) in runs {
+                    items.push((base + (r * row + c0) * es, n * es, at));
+                    at += (n * es) as usize;
+                }
+            }
+            items.sort_unstable_by_key(|i| i.0);
+            let ranges: Vec<(u64, u64)> = items.iter().map(|i| (i.0, i.1)).collect();
+            let spans = crate::io::source::fetch_coalesced(object, &ranges, gap)
+                .map_err(|e| Error::io("read a window of", &self.path, e))?;
+            for span in &spans {
+                for &k in &span.members {
+                    let (off, n, at) = items[k];
+                    let from = (off - span.range.start) as usize;
+                    dst[at..at + n as usize].copy_from_slice(&span.bytes[from..from + n as usize]);
+                }
+            }
+            r0 = r1;
+        }
+        Ok(())
     }
 
     /// Reads the elements `[start, start + count)` as `touch` says straight into `dst`
@@ -258,6 +315,13 @@ impl TensorFile {
         Ok(bytes)
     }
 }
+
+/// Most bytes of rows whose column runs [`TensorFile::fetch_runs`] fetches at once from an
+/// object (what it holds beyond the window is at most twice that).
+const RUNS_GROUP_BYTES: u64 = 4 << 20;
+
+/// Most rows whose runs are fetched at once: with one run a row, the requests in flight.
+const RUNS_GROUP_ROWS: u64 = 32;
 
 /// Reverses the bytes of each element of `es` bytes in `buf` (big-endian to native),
 /// across threads when it is large.

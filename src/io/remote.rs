@@ -104,7 +104,16 @@ mod imp {
         shown: String,
         len: u64,
         identity: String,
+        /// The object's first [`HEAD_BYTES`] (or all of it when smaller), fetched by the
+        /// first read that lies within them when opened by [`Object::open_with_head`].
+        head: Option<OnceLock<Vec<u8>>>,
     }
+
+    /// Bytes a file format's first reads are served from ([`Object::open_with_head`]): a
+    /// TIFF's header and directories, a `.npy` header, in one request instead of one
+    /// for each of a parser's small reads (at 100 MB/s, 64 KiB costs under 1 ms against
+    /// the 10 to 50 ms of a request).
+    pub const HEAD_BYTES: u64 = 64 << 10;
 
     fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
         static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
@@ -502,7 +511,21 @@ mod imp {
                 shown: shown_url,
                 len: meta.size,
                 identity,
+                head: None,
             }))
+        }
+
+        /// [`Object::open`], with the object's first [`HEAD_BYTES`] fetched in one request
+        /// by the first read within them and kept: what an input parsed by small reads
+        /// at its start (a TIFF's directories, a `.npy` header) is opened with. Not for
+        /// the many objects of a store (a Zarr shard's), each of which would keep them.
+        ///
+        /// # Errors
+        /// As [`Object::open`].
+        pub fn open_with_head(url: &str) -> Result<Self> {
+            let mut o = Self::open(url)?;
+            o.head = Some(OnceLock::new());
+            Ok(o)
         }
 
         /// The object's size in bytes, as its metadata said when it was opened.
@@ -542,6 +565,24 @@ mod imp {
                     )
                 })?;
             let rt = runtime()?;
+            if let Some(head) = &self.head
+                && end <= HEAD_BYTES.min(self.len)
+            {
+                let bytes = match head.get() {
+                    Some(b) => b,
+                    None => {
+                        let first = rt.block_on(range_checked(
+                            self.store.as_ref(),
+                            &self.key,
+                            0..HEAD_BYTES.min(self.len),
+                            &self.shown,
+                        ))?;
+                        head.get_or_init(|| first)
+                    }
+                };
+                buf.copy_from_slice(&bytes[offset as usize..end as usize]);
+                return Ok(());
+            }
             let bytes = rt.block_on(range_checked(
                 self.store.as_ref(),
                 &self.key,
@@ -680,6 +721,14 @@ mod imp {
         /// Always [`Error::Invalid`].
         pub fn open_if_exists(url: &str) -> Result<Option<Self>> {
             Self::open(url).map(Some)
+        }
+
+        /// Refuses: this build reads local files only.
+        ///
+        /// # Errors
+        /// Always [`Error::Invalid`].
+        pub fn open_with_head(url: &str) -> Result<Self> {
+            Self::open(url)
         }
 
         /// Refuses: this build reads local files only.

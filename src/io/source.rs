@@ -30,7 +30,7 @@ impl Source {
     pub fn open(path: &Path) -> Result<Self> {
         if remote::is_url(path) {
             let url = path.to_str().unwrap_or_default();
-            return Ok(Source::Object(Arc::new(Object::open(url)?)));
+            return Ok(Source::Object(Arc::new(Object::open_with_head(url)?)));
         }
         super::own_files::open_input(path).map(Source::File)
     }

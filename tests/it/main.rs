@@ -50,4 +50,5 @@ mod tiff_codecs;
 mod tiff_jpeg;
 mod tiff_matrix;
 mod tiff_packed;
+mod window;
 mod zarr;

@@ -297,6 +297,19 @@ impl TensorFile {
         aligned.then_some(c)
     }
 
+    /// How many chunks of the last axis a window's columns touch, for the chunk cache to
+    /// hold rows of (`None` for a whole tensor or a mapped one).
+    pub(crate) fn window_chunks_across(&self) -> Option<u64> {
+        let v = self.view.as_deref()?;
+        let cw = *self.chunked.as_deref()?.chunk_shape().last()? as u64;
+        let (o, w) = (*v.origin.last()?, *v.shape.last()? as u64);
+        Some(if w == 0 {
+            1
+        } else {
+            (o + w - 1) / cw.max(1) - o / cw.max(1) + 1
+        })
+    }
+
     /// The reads of the file that lay out the window's `(start, count, touch)`, one
     /// list per request; `None` when this tensor is the whole of its file.
     pub(crate) fn view_pieces(&self, reqs: &[Req]) -> Option<Vec<Vec<Req>>> {
