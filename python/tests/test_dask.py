@@ -185,6 +185,40 @@ def test_map_files_equals_one_process(client, tmp_path):
         assert same_file(tmp_path / "one.npy", o)
 
 
+def test_objects_and_windows_split_over_the_cluster_equal_one_process(client, tmp_path):
+    """Inputs given as URLs (served over HTTP by the object tests' server) and windows
+    of compressed inputs (a GeoTIFF's rows, split into windows of them by the tasks) are
+    reduced and mapped as one process does; map_files takes URLs as they are."""
+    a = data((3000, 96), "float32", 4)
+    np.save(tmp_path / "x.npy", a)
+    ts.convert(tmp_path / "x.npy", tmp_path / "x.tif", memory="4MiB")
+    server = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "object_server.py")
+    srv = subprocess.Popen([sys.executable, server, "--root", str(tmp_path)],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        base = f"http://127.0.0.1:{int(srv.stdout.readline())}/ok"
+        sources = [f"{base}/x.npy", f"{base}/x.tif", ts.open(tmp_path / "x.tif"),
+                   ts.open(tmp_path / "x.tif")[100:2900, 5:90],
+                   ts.open(f"{base}/x.npy")[7:2999, 1:95]]
+        for src in sources:
+            one = ts.reduce(src, "mean", 0, memory="4MiB")
+            for rows in (256, 700):
+                got = tsd.reduce(src, "mean", 0, client=client, block_rows=rows,
+                                 memory="4MiB")
+                assert got.dtype == one.dtype and got.tobytes() == one.tobytes(), (src, rows)
+        want = a[100:2900, 5:90].astype(np.float64).mean(0)
+        np.testing.assert_allclose(ts.reduce(sources[3], "mean", 0), want, rtol=1e-12)
+        os.link(tmp_path / "x.tif", tmp_path / "y.tif")
+        outs = tsd.map_files(ts.convert, [f"{base}/x.npy", f"{base}/y.tif"], tmp_path / "out",
+                             client=client, suffix=".npy", memory="4MiB")
+        assert [os.path.basename(o) for o in outs] == ["x.npy", "y.npy"]
+        for o in outs:
+            assert np.array_equal(np.load(o), a)
+    finally:
+        srv.stdin.close()
+        srv.wait(timeout=10)
+
+
 def test_filters_of_one_row_shares_and_relative_paths(client, tmp_path, monkeypatch):
     # shares of 1 and 2 rows: the reflected rows near the image's edges lie in the
     # neighbours' shares (an asymmetric box of 4 reaches 2 rows up and 1 down)

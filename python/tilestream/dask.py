@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import re
 import os
 import shutil
 import uuid
@@ -171,11 +172,20 @@ def _gather(c: Any, kind: str, fn: Callable[..., Any], shares: List[Tuple[int, i
         raise
 
 
+def _where(path: Any) -> str:
+    """``path`` as every worker finds it: a URL (``s3://``, ``https://``) as it is, a
+    local path made absolute (workers may run in another working directory)."""
+    p = os.fspath(path)
+    return p if _URL.match(p) else os.path.abspath(p)
+
+
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def _src(x: Any) -> dict:
-    """The source of ``x`` with an absolute path: workers may run elsewhere, in another
-    working directory."""
+    """The source of ``x`` with a path every worker finds (:func:`_where`)."""
     s = dict(_source(x))
-    s["path"] = os.path.abspath(s["path"])
+    s["path"] = _where(s["path"])
     return s
 
 
@@ -241,8 +251,9 @@ def reduce(
     threads: Optional[int] = None,
     _hook: Optional[Callable[[], Any]] = None,
 ) -> np.ndarray:
-    """Reduces ``path`` (an uncompressed ``.npy``, raw file or ``np.memmap``) over
-    ``axis`` on the cluster: the same np.ndarray, byte for byte, as
+    """Reduces ``path`` (any input: a file, a URL, a ``Tensor`` or window of one, an
+    ``np.memmap``; a compressed one is split into windows of its rows) over ``axis``
+    on the cluster: the same np.ndarray, byte for byte, as
     :func:`tilestream.reduce` (``axis`` an int or a tuple of them, ``keepdims`` as
     there; ``nodata`` as there: the value the ``nan`` forms and ``count`` leave out).
     ``block_rows`` is the rows per task (rounded up to the reduction's step; default: four
@@ -624,7 +635,7 @@ def map_files(fn: Any, paths: Iterable[Any], out_dir: Any, *,
     os.makedirs(out_dir, exist_ok=True)
     jobs = []
     for p in paths:
-        p = os.path.abspath(p)
+        p = _where(p)
         name = os.path.basename(p.rstrip("/"))
         if suffix is not None:
             name = os.path.splitext(name)[0] + suffix
