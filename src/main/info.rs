@@ -122,7 +122,7 @@ fn print_datasets(path: &Path, all: &[tilestream::format::hdf5::DatasetEntry], j
 /// georeferencing.
 fn layout(t: &TensorFile) -> serde_json::Map<String, serde_json::Value> {
     let mut layout = serde_json::Map::new();
-    if let Some((l, g)) = t.tiff() {
+    if let Some((l, _)) = t.tiff() {
         layout.insert(
             "chunks".into(),
             serde_json::json!({
@@ -154,7 +154,8 @@ fn layout(t: &TensorFile) -> serde_json::Map<String, serde_json::Value> {
             }
             .into(),
         );
-        if !g.is_empty() {
+        // the georeferencing of what is read (a window's starts at its first pixel)
+        if let Some(g) = t.georef() {
             layout.insert(
                 "georef".into(),
                 serde_json::json!({
@@ -326,9 +327,12 @@ fn print_zarr(z: &tilestream::format::zarr::ZarrLayout) {
 
 /// The lines of a GeoTIFF's layout and georeferencing.
 fn print_tiff(t: &TensorFile) {
-    let Some((l, g)) = t.tiff() else {
+    let Some((l, _)) = t.tiff() else {
         return;
     };
+    // the georeferencing of what is read (a window's starts at its first pixel)
+    let none = tilestream::format::tiff::GeoRef::default();
+    let g = t.georef().unwrap_or(&none);
     println!(
         "  layout:      {} {}x{} ({} of them), {} interleave, {}",
         if l.tiled { "tiles" } else { "strips" },
