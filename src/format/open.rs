@@ -444,9 +444,13 @@ impl TensorFile {
                 n
             )));
         }
-        if (self.chunked.is_some() && self.npy.is_none()) || self.view.is_some() {
-            // decoded in chunks (GeoTIFF, Zarr, HDF5, JPEG 2000), or a window already: a
-            // window of the leading axis
+        if (self.chunked.is_some() && self.npy.is_none())
+            || self.view.is_some()
+            || self.tiff.is_some()
+        {
+            // decoded in chunks (GeoTIFF, Zarr, HDF5, JPEG 2000), a GeoTIFF (its nodata
+            // and georeferencing kept, even when its data is mapped), or a window
+            // already: a window of the leading axis
             let mut ranges = vec![rows];
             ranges.extend(shape[1..].iter().map(|&d| 0..d as u64));
             return self.window(&ranges);

@@ -316,9 +316,10 @@ impl TensorFile {
     }
 }
 
-/// Most bytes of rows whose column runs [`TensorFile::fetch_runs`] fetches at once from an
-/// object (what it holds beyond the window is at most twice that).
-const RUNS_GROUP_BYTES: u64 = 4 << 20;
+/// Most bytes of rows' column runs [`TensorFile::fetch_runs`] fetches at once from an
+/// object: the requests' bodies it holds beside the window are at most twice that (1 MiB
+/// a reading thread, part of the fixed overhead).
+const RUNS_GROUP_BYTES: u64 = 512 << 10;
 
 /// Most rows whose runs are fetched at once: with one run a row, the requests in flight.
 const RUNS_GROUP_ROWS: u64 = 32;

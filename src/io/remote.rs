@@ -516,9 +516,11 @@ mod imp {
         }
 
         /// [`Object::open`], with the object's first [`HEAD_BYTES`] fetched in one request
-        /// by the first read within them and kept: what an input parsed by small reads
-        /// at its start (a TIFF's directories, a `.npy` header) is opened with. Not for
-        /// the many objects of a store (a Zarr shard's), each of which would keep them.
+        /// by the first read within them and kept: what an input opened as a file is
+        /// opened with (`Source::open`: a TIFF's directories, a `.npy` header are parsed
+        /// by small reads at its start). Not for the many objects of a store (a Zarr
+        /// shard's), each of which would keep them. Two threads reading first at once
+        /// may each fetch them; the first kept wins.
         ///
         /// # Errors
         /// As [`Object::open`].

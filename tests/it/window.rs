@@ -293,6 +293,51 @@ fn operations_over_a_window_are_operations_over_the_box() {
     }
 }
 
+/// Rows of a GeoTIFF (a cluster task's share), mapped or decoded, keep its nodata value
+/// and move its georeferencing to their first row, as GDAL's `-srcwin` of them does.
+#[test]
+fn rows_of_a_geotiff_keep_its_nodata_and_georeferencing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // one band: the leading axis, which a task's share cuts, is the image's rows
+    let (h, w) = (60, 40);
+    let raw = envi(dir.path(), "x", 12, 1, h, w, &pattern("u16", 1, h, w));
+    // uncompressed band-sequential strips are mapped; tiles are decoded
+    for (k, co) in [
+        &["INTERLEAVE=BAND"][..],
+        &["TILED=YES", "COMPRESS=DEFLATE"][..],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let tif = dir.path().join(format!("r{k}.tif"));
+        gdal_tif(&raw, &tif, co);
+        let whole = tilestream::TensorFile::open(&tif).expect("open");
+        assert_eq!(whole.chunked().is_none(), k == 0, "{co:?}");
+        let rows = whole.rows(10..50).expect("rows");
+        assert_eq!(rows.shape(), &[40, w]);
+        assert_eq!(rows.missing(), Some(0.0), "{co:?}: the nodata value");
+        let g = dir.path().join(format!("g{k}.tif"));
+        crate::common::gdal::ok(
+            tool("gdal_translate")
+                .args(["-q", "-srcwin", "0", "10", &w.to_string(), "40"])
+                .arg(&tif)
+                .arg(&g),
+        );
+        let gt: Vec<f64> = georef_of(&g)
+            .0
+            .as_array()
+            .expect("geotransform")
+            .iter()
+            .map(|v| v.as_f64().expect("number"))
+            .collect();
+        let ours = rows
+            .georef()
+            .and_then(|r| r.geotransform())
+            .expect("georef");
+        assert_eq!(ours.to_vec(), gt, "{co:?}: the rows' geotransform");
+    }
+}
+
 /// A window out of range, or one that does not parse, is one line, exit 2, and
 /// nothing is written.
 #[test]

@@ -255,6 +255,8 @@ impl TensorFile {
             zarr: self.zarr.clone(),
             hdf5: self.hdf5.clone(),
             jp2: self.jp2.clone(),
+            // the same decoding of this tensor's rows (all of them: `shape` is this
+            // tensor's, not the window's; reads go through the view)
             npy: match &self.npy {
                 Some(n) => Some(Box::new(n.rows(0, shape.first().map_or(0, |&d| d as u64))?)),
                 None => None,
