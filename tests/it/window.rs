@@ -332,7 +332,7 @@ fn rows_of_a_geotiff_keep_its_nodata_and_georeferencing() {
             .collect();
         let ours = rows
             .georef()
-            .and_then(|r| r.geotransform())
+            .and_then(tilestream::GeoRef::geotransform)
             .expect("georef");
         assert_eq!(ours.to_vec(), gt, "{co:?}: the rows' geotransform");
     }
