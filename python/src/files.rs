@@ -96,6 +96,13 @@ pub(crate) fn info(py: Python<'_>, source: &str) -> PyResult<String> {
             // whether the nan reductions leave a nodata value out (the file's, or the
             // source's in its place)
             "masked": t.missing().is_some(),
+            // whether its bytes can be mapped as they are by np.memmap (a local .npy or
+            // raw file of native C order, and no window of one): what iter_tiles maps
+            "mappable": matches!(t.info().format, Format::Npy { .. } | Format::Raw)
+                && t.file().is_some()
+                && t.chunked().is_none()
+                && t.npy_order().is_none()
+                && t.window_origin().is_none(),
         })
         .to_string())
     })

@@ -73,3 +73,16 @@ def test_bad_slices_are_refused(inputs):
         t[:, :, :, :]
     assert "window=" in repr(t[..., 1:5])
     assert t[:].window is None and t[:].shape == t.shape
+
+
+def test_iter_tiles_of_every_npy_order_reads_the_array(tmp_path):
+    """Blocks of a big-endian or Fortran-order .npy are its values (they were the file's
+    bytes mapped as native C order: wrong values), as are those of a C-order one."""
+    a = np.arange(600 * 7, dtype="<f4").reshape(600, 7) * 1.5
+    cases = {"c.npy": a, "be.npy": a.astype(">f4"), "f.npy": np.asfortranarray(a),
+             "fbe.npy": np.asfortranarray(a.astype(">f8"))}
+    for name, arr in cases.items():
+        np.save(tmp_path / name, arr)
+        blocks = [b.copy() for _, _, b in ts.iter_tiles(tmp_path / name, memory="16KiB")]
+        assert len(blocks) > 1
+        assert np.array_equal(np.concatenate(blocks), arr.astype(arr.dtype.newbyteorder("="))), name

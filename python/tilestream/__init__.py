@@ -686,7 +686,10 @@ def iter_tiles(t: Any, *, memory: Any = None) -> Iterator[tuple]:
             f"{budget} bytes",
             row_bytes,
         )
-    mapped = t.format in ("npy", "raw") and t.nbytes > 0 and t.window is None
+    # mapped only where the file's bytes are the array as they are (a local .npy or raw
+    # file of native C order): a Fortran-order or big-endian .npy, an object and a
+    # window are read through tilestream
+    mapped = bool(t._info.get("mappable")) and t.nbytes > 0
     buf = None if mapped else np.empty((min(per, n),) + tuple(t.shape[1:]), dtype=t.dtype)
     for i, start in enumerate(range(0, n, per)):
         stop = min(start + per, n)
