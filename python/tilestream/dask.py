@@ -51,8 +51,8 @@ from __future__ import annotations
 
 import fcntl
 import json
-import re
 import os
+import re
 import shutil
 import uuid
 from typing import Any, Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
@@ -172,14 +172,14 @@ def _gather(c: Any, kind: str, fn: Callable[..., Any], shares: List[Tuple[int, i
         raise
 
 
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
 def _where(path: Any) -> str:
     """``path`` as every worker finds it: a URL (``s3://``, ``https://``) as it is, a
     local path made absolute (workers may run in another working directory)."""
     p = os.fspath(path)
     return p if _URL.match(p) else os.path.abspath(p)
-
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 def _src(x: Any) -> dict:

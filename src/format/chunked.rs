@@ -385,7 +385,7 @@ impl Chunked {
     /// # Errors
     /// The first chunk that fails to decode.
     pub fn read(&self, windows: &[(u64, u64, Touch)]) -> Result<Vec<Vec<u8>>> {
-        let parts: Vec<Vec<(u64, u64, Touch)>> = windows.iter().map(|&w| vec![w]).collect();
+        let parts: Vec<&[(u64, u64, Touch)]> = windows.iter().map(std::slice::from_ref).collect();
         self.read_joined(&parts)
     }
 
@@ -395,7 +395,10 @@ impl Chunked {
     ///
     /// # Errors
     /// The first chunk that fails to decode.
-    pub fn read_joined(&self, windows: &[Vec<(u64, u64, Touch)>]) -> Result<Vec<Vec<u8>>> {
+    pub fn read_joined<P: AsRef<[(u64, u64, Touch)]>>(
+        &self,
+        windows: &[P],
+    ) -> Result<Vec<Vec<u8>>> {
         let es = self.dtype.size();
         let rank = self.shape.len();
         let chunk = self.chunk_shape().to_vec();
@@ -411,7 +414,7 @@ impl Chunked {
         let mut outs: Vec<Vec<u8>> = windows
             .iter()
             .map(|parts| {
-                let elems: u64 = parts.iter().map(|&(_, n, t)| t.touched(n)).sum();
+                let elems: u64 = parts.as_ref().iter().map(|&(_, n, t)| t.touched(n)).sum();
                 vec![0u8; elems as usize * es]
             })
             .collect();
@@ -419,62 +422,46 @@ impl Chunked {
         let mut coords = vec![0usize; rank];
         for (w, parts) in windows.iter().enumerate() {
             let mut out_at = 0usize;
-            for &(start, count, touch) in parts {
-                let rows = match touch {
-                    Touch::All => 1,
-                    Touch::Rows { row, .. } => count / row.max(1),
-                };
-                for r in 0..rows {
-                    let segs: &[(u64, u64)] = match &touch {
-                        Touch::All => &[(0, count)],
-                        Touch::Rows { runs, nruns, .. } => &runs[..*nruns],
-                    };
-                    let base = match touch {
-                        Touch::All => start,
-                        Touch::Rows { row, .. } => start + r * row,
-                    };
-                    for &(c0, n) in segs {
-                        // split at the tensor's rows (runs along the last axis)
-                        let mut e = base + c0;
-                        let end = e + n;
-                        while e < end {
-                            let run_end = ((e / last + 1) * last).min(end);
-                            let mut rem = e;
-                            for a in (0..rank).rev() {
-                                let d = self.shape[a].max(1) as u64;
-                                coords[a] = (rem % d) as usize;
-                                rem /= d;
-                            }
-                            let c_first = coords[rank - 1];
-                            let c_end = c_first + (run_end - e) as usize;
-                            // the chunk row holding this run, then the chunks along the last axis
-                            let mut key_prefix = 0u64;
-                            let mut within_prefix = 0usize;
-                            for a in 0..rank - 1 {
-                                key_prefix =
-                                    key_prefix * grid[a] as u64 + (coords[a] / chunk[a]) as u64;
-                                within_prefix = within_prefix * chunk[a] + coords[a] % chunk[a];
-                            }
-                            let mut c = c_first;
-                            while c < c_end {
-                                let cx = c / cw;
-                                let piece_end = ((cx + 1) * cw).min(c_end);
-                                group.push(Piece {
-                                    key: key_prefix * grid[rank - 1] as u64 + cx as u64,
-                                    out: w,
-                                    out_at: out_at + (c - c_first),
-                                    at: within_prefix * cw + c % cw,
-                                    len: piece_end - c,
-                                });
-                                if group.len() == PIECE_GROUP {
-                                    self.serve(&mut group, &mut outs, &grid)?;
-                                }
-                                c = piece_end;
-                            }
-                            out_at += (run_end - e) as usize;
-                            e = run_end;
-                        }
+            let runs = parts.as_ref().iter().flat_map(|&(s, n, t)| t.runs(s, n));
+            for (first, n) in runs {
+                // split at the tensor's rows (runs along the last axis)
+                let mut e = first;
+                let end = e + n;
+                while e < end {
+                    let run_end = ((e / last + 1) * last).min(end);
+                    let mut rem = e;
+                    for a in (0..rank).rev() {
+                        let d = self.shape[a].max(1) as u64;
+                        coords[a] = (rem % d) as usize;
+                        rem /= d;
                     }
+                    let c_first = coords[rank - 1];
+                    let c_end = c_first + (run_end - e) as usize;
+                    // the chunk row holding this run, then the chunks along the last axis
+                    let mut key_prefix = 0u64;
+                    let mut within_prefix = 0usize;
+                    for a in 0..rank - 1 {
+                        key_prefix = key_prefix * grid[a] as u64 + (coords[a] / chunk[a]) as u64;
+                        within_prefix = within_prefix * chunk[a] + coords[a] % chunk[a];
+                    }
+                    let mut c = c_first;
+                    while c < c_end {
+                        let cx = c / cw;
+                        let piece_end = ((cx + 1) * cw).min(c_end);
+                        group.push(Piece {
+                            key: key_prefix * grid[rank - 1] as u64 + cx as u64,
+                            out: w,
+                            out_at: out_at + (c - c_first),
+                            at: within_prefix * cw + c % cw,
+                            len: piece_end - c,
+                        });
+                        if group.len() == PIECE_GROUP {
+                            self.serve(&mut group, &mut outs, &grid)?;
+                        }
+                        c = piece_end;
+                    }
+                    out_at += (run_end - e) as usize;
+                    e = run_end;
                 }
             }
         }

@@ -130,6 +130,21 @@ pub enum Touch {
 }
 
 impl Touch {
+    /// The runs of elements `(first, count)` the read `(start, count)` of this touch
+    /// covers, in the order its window lays them out: the whole range, or each row's
+    /// column runs.
+    pub(crate) fn runs(self, start: u64, count: u64) -> impl Iterator<Item = (u64, u64)> {
+        let (rows, row, runs, nruns) = match self {
+            Touch::All => (1, 0, [(0, count), (0, 0), (0, 0)], 1),
+            Touch::Rows { row, runs, nruns } => (count / row.max(1), row, runs, nruns),
+        };
+        (0..rows).flat_map(move |r| {
+            runs.into_iter()
+                .take(nruns)
+                .map(move |(c0, n)| (start + r * row + c0, n))
+        })
+    }
+
     /// Elements touched in a window of `len` elements.
     #[must_use]
     pub fn touched(&self, len: u64) -> u64 {
@@ -210,9 +225,14 @@ impl TensorFile {
     /// (`None` for other formats or a file without georeferencing).
     #[must_use]
     pub fn georef(&self) -> Option<&tiff::GeoRef> {
-        if let Some(v) = &self.view {
-            return v.georef.as_ref();
+        match &self.view {
+            Some(v) => v.georef.as_ref(),
+            None => self.file_georef(),
         }
+    }
+
+    /// The georeferencing the file holds (a window's is moved from it).
+    fn file_georef(&self) -> Option<&tiff::GeoRef> {
         self.tiff()
             .map(|t| t.1)
             .or(self.jp2().map(|j| &j.georef))

@@ -91,10 +91,7 @@ impl View {
             out.push((start, count, touch));
             return;
         }
-        let w = self.shape[n - 1] as u64;
-        let wp = self.parent[n - 1] as u64;
-        let shift = self.origin[n - 1];
-        let block = self.block_rows();
+        let (w, wp, shift) = self.last_axis();
         match touch {
             Touch::Rows { row, runs, nruns }
                 if row == w && start.is_multiple_of(w) && count.is_multiple_of(w) =>
@@ -110,6 +107,7 @@ impl View {
                     runs: moved,
                     nruns,
                 };
+                let block = self.block_rows();
                 let mut i = start / w;
                 let end = (start + count) / w;
                 while i < end {
@@ -118,33 +116,32 @@ impl View {
                     i += rows;
                 }
             }
-            Touch::Rows { row, runs, nruns } => {
-                // rows that are not the window's: each run on its own
-                for r in 0..count / row.max(1) {
-                    for &(c0, len) in &runs[..nruns] {
-                        self.flat(start + r * row + c0, len, w, wp, shift, block, out);
-                    }
+            // the whole range, or rows that are not the window's: each run on its own
+            _ => {
+                for (s, len) in touch.runs(start, count) {
+                    self.flat(s, len, out);
                 }
             }
-            Touch::All => self.flat(start, count, w, wp, shift, block, out),
         }
+    }
+
+    /// The window's row length, the file's, and the window's first column.
+    fn last_axis(&self) -> (u64, u64, u64) {
+        let n = self.shape.len();
+        (
+            self.shape[n - 1] as u64,
+            self.parent[n - 1] as u64,
+            self.origin[n - 1],
+        )
     }
 
     /// [`View::pieces`] of `[start, start + count)` read whole: partial rows as
     /// contiguous ranges, whole rows as column runs of the file's rows (one contiguous
     /// range when the window spans whole rows). Ranges that follow one another in the
     /// file are merged.
-    #[allow(clippy::too_many_arguments)]
-    fn flat(
-        &self,
-        start: u64,
-        count: u64,
-        w: u64,
-        wp: u64,
-        shift: u64,
-        block: u64,
-        out: &mut Vec<Req>,
-    ) {
+    fn flat(&self, start: u64, count: u64, out: &mut Vec<Req>) {
+        let (w, wp, shift) = self.last_axis();
+        let block = self.block_rows();
         let whole_rows = w == wp;
         let end = start + count;
         let mut e = start;
@@ -234,13 +231,7 @@ impl TensorFile {
         }
         // the georeferencing of the window's first pixel (a GeoTIFF's rows and columns
         // are its last two axes)
-        let file_georef = self
-            .tiff
-            .as_deref()
-            .map(|t| &t.1)
-            .or(self.jp2.as_deref().map(|j| &j.georef))
-            .filter(|g| !g.is_empty());
-        view.georef = file_georef.map(|g| {
+        view.georef = self.file_georef().map(|g| {
             let at = |back: usize| n.checked_sub(back).map_or(0.0, |a| view.origin[a] as f64);
             g.shifted(at(2), at(1))
         });
