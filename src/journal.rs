@@ -530,6 +530,12 @@ impl Journal {
         for s in &self.slots {
             let _ = std::fs::remove_file(s);
         }
+        if crate::io::remote::is_url(&self.dest)
+            && let Some(spool) = self.path.parent()
+        {
+            // an object output's spool directory, once nothing is left in it
+            let _ = std::fs::remove_dir(spool);
+        }
     }
 }
 

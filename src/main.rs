@@ -273,6 +273,18 @@ fn main_inner(cli: Cli) -> Result<()> {
             devices(json);
             Ok(())
         }
+        Cmd::Clean { dir } if tilestream::format::is_url(&dir) => {
+            let done = tilestream::format::clean_object_leftovers(&dir)?;
+            for d in &done {
+                println!("{d}");
+            }
+            println!(
+                "{} left-over(s) of killed runs to {} removed",
+                done.len(),
+                tilestream::error::shown_url(&dir.to_string_lossy())
+            );
+            Ok(())
+        }
         Cmd::Clean { dir } => {
             let removed = tilestream::format::clean_stale(&dir, None)?;
             for p in &removed {

@@ -399,7 +399,7 @@ def affine(path: Any, out: Any, scale: float = 1.0, offset: float = 0.0, *, dtyp
     Zarr store written chunk rows by chunk rows for a name ending in ``.zarr``, with
     ``zarr_chunks=``, ``zarr_shard=``, ``zarr_compress=`` as in :func:`tilestream.affine`;
     ``nodata`` and ``ignore_nodata`` as there)."""
-    spec = _specs.affine(_src(path), os.path.abspath(out), scale, offset,
+    spec = _specs.affine(_src(path), _where(out), scale, offset,
                          dtype=_ts_dtype(dtype), nodata=_nodata_spec(nodata, ignore_nodata))
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("affine", kw))
@@ -410,7 +410,7 @@ def cast(path: Any, out: Any, dtype: Any, *, client: Any = None,
          threads: Optional[int] = None, _hook: Optional[Callable[[], Any]] = None,
          **kw: Any) -> Any:
     """:func:`tilestream.cast` on the cluster, by row ranges of ``out`` (as :func:`affine`)."""
-    spec = _specs.cast(_src(path), os.path.abspath(out), _ts_dtype(dtype))
+    spec = _specs.cast(_src(path), _where(out), _ts_dtype(dtype))
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("cast", kw))
 
@@ -422,7 +422,7 @@ def map(expr: str, out: Any, inputs: Mapping[str, Any], *, dtype: Any = None,
         **kw: Any) -> Any:
     """:func:`tilestream.map` on the cluster, by row ranges of ``out`` (as :func:`affine`);
     ``nodata``, ``ignore_nodata`` and ``input_nodata`` as in :func:`tilestream.map`."""
-    spec = _specs.map(expr, [(k, _src(v)) for k, v in inputs.items()], os.path.abspath(out),
+    spec = _specs.map(expr, [(k, _src(v)) for k, v in inputs.items()], _where(out),
                       dtype=_ts_dtype(dtype),
                       nodata=_nodata_spec(nodata, ignore_nodata, input_nodata))
     return _run_rows(spec, ["inputs"], out, client, block_rows, memory, threads, _hook,
@@ -435,7 +435,7 @@ def matmul(x: Any, w: Any, out: Any, *, dtype: Any = None, client: Any = None,
            **kw: Any) -> Any:
     """:func:`tilestream.matmul` on the cluster: each task multiplies its rows of ``x``
     by the whole ``w`` (outputs as :func:`affine`)."""
-    spec = _specs.matmul(_src(x), _src(w), os.path.abspath(out), dtype=_ts_dtype(dtype))
+    spec = _specs.matmul(_src(x), _src(w), _where(out), dtype=_ts_dtype(dtype))
     return _run_rows(spec, ["x"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("matmul", kw))
 
@@ -449,7 +449,7 @@ def stencil(path: Any, out: Any, filter: str, *, boundary: str = "reflect", dtyp
     as :func:`affine`)."""
     if filter.startswith("convolve:"):
         filter = "convolve:" + os.path.abspath(filter[len("convolve:"):])
-    spec = _specs.stencil(_src(path), os.path.abspath(out), filter, boundary=boundary,
+    spec = _specs.stencil(_src(path), _where(out), filter, boundary=boundary,
                           dtype=_ts_dtype(dtype))
     return _run_rows(spec, ["input"], out, client, block_rows, memory, threads, _hook,
                      _zarr_kw("stencil", kw))
@@ -478,7 +478,7 @@ def standardize(path: Any, out: Any, *, ddof: int = 0, dtype: Any = None, axis: 
     # both statistics in one pass, the bytes one process computes
     mean, std = _reduce_many(path, [("mean", 0), ("std", ddof)], 0 if ax is None else ax, c,
                              None, memory, threads, _hook)
-    dest = os.path.abspath(out)
+    dest = _where(out)
     d, name = os.path.split(dest)
     # named as tilestream's temporary files, and locked while the job runs: `tilestream
     # clean` removes them if the client dies, and leaves them alone until then
@@ -542,7 +542,7 @@ def _map_rows(fn: Callable[..., Any], inputs: Sequence[Any], out: Any, halo: Any
     c = _client(client)
     if out is None:
         raise TypeError("tilestream: give out=, the file the results are written to")
-    dest = os.path.abspath(out)
+    dest = _where(out)
     if not dest.lower().endswith(".npy"):
         raise ValueError(
             f"tilestream.dask: map_blocks and map_overlap write a .npy output, not {out}: "

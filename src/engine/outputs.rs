@@ -241,15 +241,15 @@ impl Engine {
         .into()
     }
 
-    /// Finishes `output`; a COG's overviews are built with what the budget has left,
-    /// reserved for the time.
+    /// Finishes `output`; a COG's overviews are built, and an object output's parts
+    /// uploaded, with what the budget has left, reserved for the time.
     pub(super) fn finish_output(&self, mut output: OutputFile) -> Result<()> {
         // a streamed output is written: its encoder's memory goes to building a COG
         output.release_stream_memory();
-        let _encoding = if output.builds_cog() {
+        let _encoding = if output.builds_cog() || crate::io::remote::is_url(output.path()) {
             let free = self.budget.limit().saturating_sub(self.budget.reserved());
             output.set_encode_memory(free);
-            Some(self.budget.reserve("COG overviews", free)?)
+            Some(self.budget.reserve("COG overviews and upload", free)?)
         } else {
             None
         };

@@ -36,6 +36,8 @@ pub use kind::{Format, OutFormat};
 pub(crate) use crate::io::own_files::dir_and_name;
 #[doc(hidden)]
 pub use crate::io::own_files::same_file;
+pub use crate::io::remote::is_url;
+pub use crate::io::remote::upload::clean_leftovers as clean_object_leftovers;
 #[doc(hidden)]
 pub use crate::io::temp::{
     JOURNAL_MAGIC, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, lock, temp_beside,

@@ -173,7 +173,10 @@ impl OutputFile {
     ) -> Result<Self> {
         let nbytes = checked_nbytes(dest, shape, dtype)?;
         own_files::check_destination(dest, format.dest())?;
-        if let Ok((dir, name)) = dir_and_name(dest) {
+        if crate::io::remote::is_url(dest) {
+            // what a killed run to this same object left: its upload, its chunks
+            let _ = crate::io::remote::upload::clean_leftovers(dest);
+        } else if let Ok((dir, name)) = dir_and_name(dest) {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
         }
@@ -544,7 +547,7 @@ impl OutputFile {
                 self.dest.display()
             )));
         }
-        finish_file(tmp, &self.dest, self.durable)
+        finish_file(tmp, &self.dest, self.durable, self.finish_memory)
     }
 
     /// The open temporary file (used to compare identities of inputs and outputs).
@@ -556,11 +559,22 @@ impl OutputFile {
 
 /// Flushes the temporary file `tmp` (when `durable`) and renames it onto `dest`, then
 /// syncs the directory so the rename survives a crash: how every file output is put in
-/// place.
+/// place. An object output (`s3://...`) is uploaded instead, within `memory`
+/// ([`crate::io::remote::upload`]).
 ///
 /// # Errors
-/// [`Error::Io`] if the flush or rename fails; the temporary file is removed then.
-pub(crate) fn finish_file(tmp: tempfile::NamedTempFile, dest: &Path, durable: bool) -> Result<()> {
+/// [`Error::Io`] if the flush, rename or upload fails; the temporary file is removed then.
+pub(crate) fn finish_file(
+    tmp: tempfile::NamedTempFile,
+    dest: &Path,
+    durable: bool,
+    memory: u64,
+) -> Result<()> {
+    if crate::io::remote::is_url(dest) {
+        let len = file_len(tmp.as_file(), tmp.path())?;
+        crate::fault::crash_point(|| "built".into());
+        return crate::io::remote::upload::upload_output(tmp.as_file(), len, dest, memory);
+    }
     // what may have appeared at the destination while the run went on
     own_files::check_destination(dest, own_files::Dest::File)?;
     if durable {

@@ -43,7 +43,15 @@ pub fn own_temp_name(name: &str) -> Option<(&str, &str)> {
 /// named after (`.NAME.MARK.tilestream-tmp`): its file name, or for a name too long to
 /// take the 25 bytes more (a file name holds 255), its first 180 bytes, `~` and 16 hex
 /// digits of checksums of the whole name.
+/// An object output's (`s3://...`): its spool directory ([`spool_dir`]) and its key's
+/// last segment.
 pub(crate) fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
+    if super::remote::is_url(dest) {
+        let url = dest.to_string_lossy();
+        let url = url.trim_end_matches('/');
+        let name = url.rsplit('/').next().unwrap_or_default().to_string();
+        return Ok((spool_dir(url)?, temp_stem(name)));
+    }
     let name = dest
         .file_name()
         .ok_or_else(|| Error::invalid(format!("{}: not a file name", dest.display())))?
@@ -54,6 +62,58 @@ pub(crate) fn dir_and_name(dest: &Path) -> Result<(PathBuf, String)> {
         _ => PathBuf::from("."),
     };
     Ok((dir, temp_stem(name)))
+}
+
+/// The local directory where the temporary file, journal and upload record of the object
+/// output `url` lie while it is built: `objects/` and 16 hex digits of a hash of the URL
+/// in the state directory, `$TILESTREAM_STATE_DIR`, else `$XDG_STATE_HOME/tilestream`,
+/// else `~/.local/state/tilestream` (made, private to the user, when missing). It is
+/// on the local disk, not in the temporary directory (often memory), since an output
+/// file is built there whole before it is uploaded.
+///
+/// # Errors
+/// [`Error::Io`] if it cannot be made.
+pub fn spool_dir(url: &str) -> Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    let root = match std::env::var_os("TILESTREAM_STATE_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => match (std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME")) {
+            (Some(x), _) if !x.is_empty() => PathBuf::from(x).join("tilestream"),
+            (_, Some(h)) if !h.is_empty() => PathBuf::from(h).join(".local/state/tilestream"),
+            _ => std::env::temp_dir().join("tilestream-state"),
+        },
+    };
+    // FNV-1a: stable across versions and machines, unlike std's hasher
+    let hash = url
+        .trim_end_matches('/')
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+    let dir = root.join("objects").join(format!("{hash:016x}"));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| Error::io("create the spool directory", &dir, e))?;
+    Ok(dir)
+}
+
+/// Refuses an object (`s3://...`) as the output of a job split over a cluster: its
+/// tasks fill one file or store in place, which must be a path every worker reaches.
+///
+/// # Errors
+/// [`Error::Invalid`] for a URL.
+pub fn refuse_shared_object(dest: &Path) -> Result<()> {
+    if super::remote::is_url(dest) {
+        return Err(Error::invalid(format!(
+            "{}: a job split over a cluster writes its output in place, at a path every \
+             worker reaches (a shared file system), not to an object store; write it there \
+             and upload it, or run it in one process",
+            crate::error::shown_url(&dest.to_string_lossy())
+        )));
+    }
+    Ok(())
 }
 
 /// The name temporary files of an output named `name` are named after (see
@@ -275,18 +335,25 @@ fn kind_of(t: std::fs::FileType) -> &'static str {
 /// Refuses an existing destination that finishing a run must not replace: anything but
 /// a regular file (or a symbolic link, which the output replaces, leaving its target
 /// alone) for a file output; anything but a Zarr v3 array store ([`zarr_array_store`])
-/// for a Zarr output. A destination that does not exist is fine; a URL
-/// (`s3://...`) is refused (outputs are local).
+/// for a Zarr output. A destination that does not exist is fine. A URL (`s3://...`) must
+/// name a store that takes writes, and for a Zarr output hold no store yet.
 ///
 /// # Errors
 /// [`Error::Invalid`] naming what is there and what to do.
 pub fn check_destination(dest: &Path, kind: Dest) -> Result<()> {
     if super::remote::is_url(dest) {
-        return Err(Error::invalid(format!(
-            "{}: tilestream writes outputs to local paths only (objects are read, not yet \
-             written); write to a local path and upload it",
-            crate::error::shown_url(&dest.to_string_lossy())
-        )));
+        let bucket = super::remote::upload::Bucket::open(&dest.to_string_lossy())?;
+        if kind == Dest::Store && bucket.exists("zarr.json")? {
+            // no atomic exchange of a store's keys: replacing it in place would leave a
+            // mix of both arrays if the run failed
+            return Err(Error::invalid(format!(
+                "{}: a Zarr store is already there; tilestream does not replace a store in \
+                 an object store (its chunks cannot be swapped at once): delete it or choose \
+                 another prefix",
+                bucket.shown()
+            )));
+        }
+        return Ok(());
     }
     let Ok(m) = std::fs::symlink_metadata(dest) else {
         return Ok(());
@@ -372,6 +439,20 @@ pub fn check_run_paths(writes: &[Written<'_>], reads: &[(&str, &Path)]) -> Resul
 /// Whether `a` and `b` are one place: the same file or directory when both exist
 /// (device and inode, through links), the same name in the same directory otherwise.
 fn same_place(a: &Path, b: &Path) -> bool {
+    if super::remote::is_url(a) || super::remote::is_url(b) {
+        // objects: the same URL, or one within the other (a store and a key in it)
+        let norm = |p: &Path| {
+            let u = p.to_string_lossy();
+            let u = u.trim_end_matches('/');
+            match u.split_once("://") {
+                Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
+                None => u.to_string(),
+            }
+        };
+        let (a, b) = (norm(a), norm(b));
+        let within = |x: &str, y: &str| x.strip_prefix(y).is_some_and(|r| r.starts_with('/'));
+        return a == b || within(&a, &b) || within(&b, &a);
+    }
     match (a.exists(), b.exists()) {
         (true, true) => same_file(a, b),
         (false, false) => place(a).is_some_and(|p| Some(p) == place(b)),

@@ -32,7 +32,7 @@ pub const SCHEMES: [&str; 7] = ["s3", "s3a", "gs", "az", "abfs", "http", "https"
 pub const ATTEMPTS: u32 = 4;
 
 /// Whether `path` is a URL of an object store rather than a local path: `scheme://`
-/// with one of [`SCHEMES`].
+/// with one of the schemes tilestream reads (`s3`, `gs`, `az`, `http(s)`...).
 #[must_use]
 pub fn is_url(path: &Path) -> bool {
     path.to_str().is_some_and(|s| {
@@ -115,7 +115,7 @@ mod imp {
     /// the 10 to 50 ms of a request).
     pub const HEAD_BYTES: u64 = 64 << 10;
 
-    fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
+    pub(super) fn runtime() -> std::io::Result<&'static tokio::runtime::Runtime> {
         static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
         RT.get_or_init(|| {
             tokio::runtime::Builder::new_multi_thread()
@@ -130,7 +130,7 @@ mod imp {
     }
 
     /// An `object_store` error as an I/O error of the right kind, its text redacted.
-    fn io_error(e: &object_store::Error) -> std::io::Error {
+    pub(super) fn io_error(e: &object_store::Error) -> std::io::Error {
         use object_store::Error as E;
         use std::io::ErrorKind as K;
         let (kind, text) = match e {
@@ -152,7 +152,7 @@ mod imp {
     }
 
     /// Whether an error may pass if the request is made again (not a 4xx answer).
-    fn transient(e: &object_store::Error) -> bool {
+    pub(super) fn transient(e: &object_store::Error) -> bool {
         use object_store::Error as E;
         !matches!(
             e,
@@ -166,7 +166,22 @@ mod imp {
         )
     }
 
-    fn store_for(url: &url::Url) -> Result<(Arc<dyn ObjectStore>, Key)> {
+    /// A store's client, of its concrete type: what reading ([`store_for`]) and writing
+    /// (`super::upload`) make theirs from.
+    pub(super) enum Built {
+        /// `s3://` and S3 endpoints.
+        S3(object_store::aws::AmazonS3),
+        /// `gs://`.
+        Gcs(object_store::gcp::GoogleCloudStorage),
+        /// `az://`, `abfs://`.
+        Azure(object_store::azure::MicrosoftAzure),
+        /// `http(s)://`: read only.
+        Http(object_store::http::HttpStore),
+    }
+
+    /// The client of `url`'s store, configured from the environment, with the retry
+    /// policy of every request, and the object's key.
+    pub(super) fn build(url: &url::Url) -> Result<(Built, Key)> {
         let bad = |e: &dyn std::fmt::Display| {
             Error::invalid(format!(
                 "{}: cannot reach this object store: {}",
@@ -184,22 +199,22 @@ mod imp {
             max_retries: 5,
             retry_timeout: Duration::from_secs(120),
         };
-        let store: Arc<dyn ObjectStore> = match scheme {
-            ObjectStoreScheme::AmazonS3 => Arc::new(
+        let built = match scheme {
+            ObjectStoreScheme::AmazonS3 => Built::S3(
                 object_store::aws::AmazonS3Builder::from_env()
                     .with_url(url.as_str())
                     .with_retry(retry)
                     .build()
                     .map_err(|e| bad(&e))?,
             ),
-            ObjectStoreScheme::GoogleCloudStorage => Arc::new(
+            ObjectStoreScheme::GoogleCloudStorage => Built::Gcs(
                 object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_url(url.as_str())
                     .with_retry(retry)
                     .build()
                     .map_err(|e| bad(&e))?,
             ),
-            ObjectStoreScheme::MicrosoftAzure => Arc::new(
+            ObjectStoreScheme::MicrosoftAzure => Built::Azure(
                 object_store::azure::MicrosoftAzureBuilder::from_env()
                     .with_url(url.as_str())
                     .with_retry(retry)
@@ -212,7 +227,7 @@ mod imp {
                     url.scheme(),
                     &url[url::Position::BeforeHost..url::Position::AfterPort]
                 );
-                Arc::new(
+                Built::Http(
                     object_store::http::HttpBuilder::new()
                         .with_url(base)
                         // the URL says http: the user asked for plain HTTP
@@ -231,6 +246,17 @@ mod imp {
                     shown(url.as_str())
                 )));
             }
+        };
+        Ok((built, key))
+    }
+
+    fn store_for(url: &url::Url) -> Result<(Arc<dyn ObjectStore>, Key)> {
+        let (built, key) = build(url)?;
+        let store: Arc<dyn ObjectStore> = match built {
+            Built::S3(s) => Arc::new(s),
+            Built::Gcs(s) => Arc::new(s),
+            Built::Azure(s) => Arc::new(s),
+            Built::Http(s) => Arc::new(s),
         };
         Ok((store, key))
     }
@@ -302,6 +328,13 @@ mod imp {
 
     /// The URL parsed, refused if it carries credentials, and its store's client.
     fn locate(url: &str) -> Result<(Arc<dyn ObjectStore>, Key, String)> {
+        let (parsed, shown_url) = parse(url)?;
+        let (store, key) = cached_store(&parsed)?;
+        Ok((store, key, shown_url))
+    }
+
+    /// `url` parsed, refused if it carries credentials, and as errors show it.
+    pub(super) fn parse(url: &str) -> Result<(url::Url, String)> {
         let shown_url = shown(url);
         let parsed = url::Url::parse(url).map_err(|e| {
             Error::invalid(format!("{shown_url}: not a URL tilestream can read: {e}"))
@@ -314,13 +347,12 @@ mod imp {
                  s3://, gs:// or az:// with the store's credential variables"
             )));
         }
-        let (store, key) = cached_store(&parsed)?;
-        Ok((store, key, shown_url))
+        Ok((parsed, shown_url))
     }
 
     /// What one attempt at a request came to: its answer (or an error that cannot pass),
     /// or why it is to be made again.
-    enum Attempt<T> {
+    pub(super) enum Attempt<T> {
         Done(T),
         Again(String),
     }
@@ -328,7 +360,7 @@ mod imp {
     /// Makes a request up to [`ATTEMPTS`] times: the transport has retried with backoff
     /// already, so a second attempt goes at once (a short body, a range answered wrong),
     /// later ones after a backoff. `Err` holds why the last attempt failed.
-    async fn with_attempts<T, F, Fut>(
+    pub(super) async fn with_attempts<T, F, Fut>(
         shown_url: &str,
         mut once: F,
     ) -> std::result::Result<T, String>
@@ -779,6 +811,8 @@ mod imp {
 }
 
 pub use imp::{Object, fetch_whole, fetch_whole_many};
+
+pub mod upload;
 
 #[cfg(test)]
 mod tests {

@@ -168,10 +168,14 @@ docs/pipelines.md and examples/pipeline.toml.")]
         dry_run: bool,
     },
     /// Remove what killed runs left in a directory: temporary outputs and pipeline
-    /// intermediates that no running tilestream holds.
-    #[command(after_help = "Example:\n  tilestream clean out/")]
+    /// intermediates that no running tilestream holds. Given an object output's URL:
+    /// abort its killed run's multipart upload, delete the chunks of its unfinished Zarr
+    /// store, and remove its local spool files.
+    #[command(
+        after_help = "Examples:\n  tilestream clean out/\n  tilestream clean s3://bucket/out.zarr"
+    )]
     Clean {
-        /// The directory (default: the current one).
+        /// The directory (default: the current one), or an object output's URL.
         #[arg(default_value = ".")]
         dir: PathBuf,
     },

@@ -195,9 +195,12 @@ impl Workflow {
             }
             let dest = replaced(out_paths, name).unwrap_or_else(|| beside(base, p.get_ref()));
             if crate::io::remote::is_url(&dest) {
-                // outputs are local: the destination gate says so in its words
-                crate::io::own_files::check_destination(&dest, crate::io::own_files::Dest::File)
-                    .map_err(|e| at(line, e.to_string()))?;
+                // an object: one that takes writes (the gate says why not in its words)
+                crate::io::own_files::check_destination(
+                    &dest,
+                    crate::io::own_files::Dest::of(&dest),
+                )
+                .map_err(|e| at(line, e.to_string()))?;
             }
             if let Some((other, _)) = outputs.iter().find(|(_, d)| **d == dest) {
                 return Err(at(

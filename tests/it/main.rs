@@ -36,6 +36,7 @@ mod npy_orders;
 mod numpy_interop;
 // object stores are read through the `remote` feature
 #[cfg(feature = "remote")]
+mod object_outputs;
 mod objects;
 mod pipeline;
 mod quantile;

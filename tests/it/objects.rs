@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 use super::common::{bin, ok, python, run};
 
 /// A server process the test started, stopped when dropped.
-struct Server {
+pub(super) struct Server {
     child: Child,
-    port: u16,
+    pub(super) port: u16,
 }
 
 impl Drop for Server {
@@ -62,7 +62,7 @@ impl Server {
     }
 }
 
-fn root() -> PathBuf {
+pub(super) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
@@ -87,7 +87,7 @@ fn http_server(py: &std::ffi::OsStr, dir: &Path) -> Server {
 }
 
 /// A port free now on 127.0.0.1.
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -97,7 +97,7 @@ fn free_port() -> u16 {
 
 /// A moto S3 server that checks signatures and policies (after the four requests
 /// `tests/s3_setup.py` makes without them).
-fn moto_server(py: &std::ffi::OsStr) -> Server {
+pub(super) fn moto_server(py: &std::ffi::OsStr) -> Server {
     let port = free_port();
     let child = Command::new(py)
         .args([
@@ -255,7 +255,7 @@ fn http_objects_read_as_their_local_files_even_when_the_server_misbehaves() {
     let o = pipe("x.npy", &server.url("ok/y.npy"));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("writes outputs to local paths only"), "{err}");
+    assert!(err.contains("objects over http(s) are read only"), "{err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 
     // a budget that holds a row of the file's tiles: each byte sent about once
@@ -410,7 +410,7 @@ fn object_refusals_are_one_line_and_write_nothing() {
             &out,
         );
     }
-    // outputs are local
+    // an HTTP server takes no writes
     let url_out = server.url("ok/out.npy");
     let args = [
         "reduce",
@@ -424,7 +424,8 @@ fn object_refusals_are_one_line_and_write_nothing() {
     let r = run(&args);
     let err = String::from_utf8_lossy(&r.stderr);
     assert_eq!(r.status.code(), Some(2), "{err}");
-    assert!(err.contains("writes outputs to local paths only"), "{err}");
+    assert!(err.contains("objects over http(s) are read only"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     assert!(!dir.path().join("out.npy").exists());
     // a server that is not there: an error after the retries, not a hang or a panic
     let port = free_port();

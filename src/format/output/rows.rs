@@ -108,6 +108,7 @@ impl OutputFile {
 /// [`Error::Io`] if the directory is missing or not writable or the file cannot be
 /// sized; [`Error::Invalid`] if `dest` is something tilestream does not replace.
 pub fn create_npy_for_rows(dest: &Path, shape: &[usize], dtype: DType) -> Result<PathBuf> {
+    own_files::refuse_shared_object(dest)?;
     let out = OutputFile::create_as(dest, shape, dtype, OutFormat::Npy)?;
     let Target::Temp(tmp) = out.tmp else {
         return Err(Error::Internal(
@@ -152,5 +153,5 @@ pub fn commit_npy(tmp: &Path, dest: &Path, durable: bool) -> Result<()> {
         file,
         tempfile::TempPath::try_from_path(tmp).map_err(|e| Error::io("open", tmp, e))?,
     );
-    super::finish_file(tmp, dest, durable)
+    super::finish_file(tmp, dest, durable, 64 << 20)
 }

@@ -126,7 +126,7 @@ impl StreamWriter for TiffStream {
     fn finish(&self, tmp: NamedTempFile, dest: &Path, durable: bool, memory: u64) -> Result<()> {
         TiffStream::finish(self, tmp.as_file(), dest)?;
         let tmp = cog_of(tmp, dest, self.options(), memory)?;
-        finish_file(tmp, dest, durable)
+        finish_file(tmp, dest, durable, memory)
     }
 }
 

@@ -182,6 +182,7 @@ pub fn create_zarr_for_rows(
     dtype: DType,
     opts: &ZarrWriteOptions,
 ) -> Result<PathBuf> {
+    own_files::refuse_shared_object(dest)?;
     own_files::check_destination(dest, own_files::Dest::Store)?;
     let (parent, name) = dir_and_name(dest)?;
     let dir = tempfile::Builder::new()

@@ -9,6 +9,14 @@
 //! with the default chunks, 512 rows of one 2-D plane); a box plan cut along the chunk
 //! grid holds those across one box.
 //!
+//! An object output (`s3://...`) is built in its local spool directory the same way, and
+//! each run of chunks, once stored there, is uploaded and its files removed
+//! (`crate::io::remote::upload`): the local store holds only the chunks in flight, and
+//! `zarr.json` is uploaded last, when every chunk is in. The keys uploaded are logged
+//! beforehand in a record beside the spool (`.NAME.chunk-keys.tilestream-tmp`), from which a
+//! failed run's chunks are deleted, and a killed run's by `tilestream clean URL` or the
+//! next run to the same URL.
+//!
 //! Each run of consecutive chunks stored together is reported
 //! ([`ZarrStream::take_appended`], with the CRC-32 of its chunk files) for the resume
 //! journal; a resumed run keeps the runs whose files still have their checksums and
@@ -29,6 +37,7 @@ use crate::format::lock;
 use crate::format::zarr::encode::ZarrEncoder;
 use crate::format::zarr::{ZarrWriteOptions, chunk_shapes, encode_chunk_range};
 use crate::io::own_files;
+use crate::io::remote::upload::{self, Bucket};
 
 /// The most outer chunks a stream encodes at once.
 const MAX_BATCH: u64 = 16;
@@ -53,6 +62,10 @@ pub struct ZarrStream {
     reserved: Option<Reservation>,
     /// Writing rows of an existing store: what of the run it keeps and where that goes.
     rows: Option<StoreRows>,
+    /// An object output's destination, where each run of chunks is uploaded.
+    bucket: Option<Bucket>,
+    /// An object output's record of the chunk keys uploaded, held while the run lives.
+    record: Option<File>,
 }
 
 /// The rows of an existing store a run writes ([`ZarrStream::into_rows`]): elements
@@ -83,6 +96,8 @@ struct Inner {
     /// Set once the store is renamed into place or kept for a resume: not removed on
     /// drop.
     settled: bool,
+    /// An object output's chunk keys uploaded by this run (deleted if it fails).
+    uploaded: Vec<String>,
 }
 
 /// The first axis whose chunk is longer than 1 (the last if none).
@@ -175,6 +190,18 @@ impl ZarrStream {
         memory: Option<Reservation>,
         adopt: bool,
     ) -> Result<Self> {
+        let (bucket, record) = if crate::io::remote::is_url(dest) {
+            if !adopt {
+                // chunks a killed run to the same URL left
+                upload::clean_leftovers(dest)?;
+            }
+            (
+                Some(Bucket::open(&dest.to_string_lossy())?),
+                Some(upload::hold_chunks_record(dest)?),
+            )
+        } else {
+            (None, None)
+        };
         let usable = adopt && only_files_and_dirs(dir);
         if !usable && std::fs::symlink_metadata(dir).is_ok() {
             std::fs::remove_dir_all(dir).map_err(|e| Error::io("remove", dir, e))?;
@@ -202,10 +229,13 @@ impl ZarrStream {
                 asm,
                 appended: Vec::new(),
                 settled: false,
+                uploaded: Vec::new(),
             }),
             _lock: Some(held),
             reserved: memory,
             rows: None,
+            bucket,
+            record,
         })
     }
 
@@ -254,6 +284,7 @@ impl ZarrStream {
                 appended: Vec::new(),
                 // the store is the job's: never removed here
                 settled: true,
+                uploaded: Vec::new(),
             }),
             _lock: None,
             reserved: memory,
@@ -262,6 +293,8 @@ impl ZarrStream {
                 at: at_row * row,
                 chunks: chunk_rows as usize * per_chunk_row,
             }),
+            bucket: None,
+            record: None,
         })
     }
 
@@ -328,7 +361,7 @@ impl ZarrStream {
         };
         let mut guard = self.lock()?;
         let inner = &mut *guard;
-        let (asm, appended) = (&mut inner.asm, &mut inner.appended);
+        let (asm, appended, uploaded) = (&mut inner.asm, &mut inner.appended, &mut inner.uploaded);
         let grid = &self.chunk_grid;
         asm.feed(start, bytes, |done| {
             for run in consecutive_runs(done) {
@@ -336,6 +369,9 @@ impl ZarrStream {
                 let n = run.len();
                 self.store_run(grid, &run)?;
                 let (crc, counts) = self.files_crc(first..first + n)?;
+                if let Some(bucket) = &self.bucket {
+                    self.upload_run(bucket, first..first + n, uploaded)?;
+                }
                 appended.push(ChunkRun {
                     first,
                     offset: 0,
@@ -376,9 +412,88 @@ impl ZarrStream {
         )
     }
 
+    /// The key of outer chunk `k` within the store (`c/0/1`).
+    fn chunk_key(&self, k: usize) -> String {
+        let mut key = String::from("c");
+        for i in self.chunk_grid.position(k) {
+            key.push('/');
+            key.push_str(&i.to_string());
+        }
+        key
+    }
+
+    /// Uploads the files of outer chunks `chunks` (an object output's), logging their
+    /// keys in the store's record first, then removes the files.
+    fn upload_run(
+        &self,
+        bucket: &Bucket,
+        chunks: std::ops::Range<usize>,
+        uploaded: &mut Vec<String>,
+    ) -> Result<()> {
+        let mut items = Vec::new();
+        let mut files = Vec::new();
+        for k in chunks {
+            let path = self.encoder.chunk_path(&self.chunk_grid.position(k));
+            match std::fs::read(&path) {
+                Ok(bytes) => items.push((self.chunk_key(k), bytes)),
+                // all fill value: not stored
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("read", &path, e)),
+            }
+            files.push(path);
+        }
+        let keys: Vec<String> = items.iter().map(|(k, _)| k.clone()).collect();
+        if let Some(record) = &self.record {
+            upload::log_chunks(record, &keys)?;
+        }
+        bucket.put_many(items)?;
+        uploaded.extend(keys);
+        for f in files {
+            let _ = std::fs::remove_file(f);
+        }
+        Ok(())
+    }
+
     /// CRC-32 of the files of outer chunks `chunks` (flat grid indices), in order, and
     /// their lengths; a chunk without a file (all fill value, which is not stored) counts as a marker byte and length 0.
+    /// An object output's chunks are read from the store when resuming (their files
+    /// are removed once uploaded).
     fn files_crc(&self, chunks: std::ops::Range<usize>) -> Result<(u32, Vec<u64>)> {
+        self.crc_of(chunks, false)
+    }
+
+    /// [`files_crc`](Self::files_crc), of the chunks uploaded when `uploaded` (an
+    /// object output's, resuming).
+    fn crc_of(&self, chunks: std::ops::Range<usize>, uploaded: bool) -> Result<(u32, Vec<u64>)> {
+        if let (true, Some(bucket)) = (uploaded, &self.bucket) {
+            let urls: Vec<String> = chunks.map(|k| bucket.url_of(&self.chunk_key(k))).collect();
+            // a chunk is at most its raw size and a few bytes of codec framing
+            let max = self.encoder.outer().iter().product::<usize>() as u64
+                * self.encoder.dtype().size() as u64
+                * 2
+                + (1 << 20);
+            let mut h = crc32fast::Hasher::new_with_initial(self.seed);
+            let mut lens = Vec::with_capacity(urls.len());
+            for got in crate::io::remote::fetch_whole_many(&urls, max)? {
+                match got {
+                    Some(crate::io::remote::Whole::Bytes(b)) => {
+                        h.update(b"+");
+                        h.update(&b);
+                        lens.push(b.len() as u64);
+                    }
+                    // larger than any chunk this run stores: not its chunk
+                    Some(crate::io::remote::Whole::TooLarge(n)) => {
+                        h.update(b"?");
+                        lens.push(n);
+                    }
+                    None => {
+                        h.update(b"-");
+                        lens.push(0);
+                    }
+                }
+            }
+            return Ok((h.finalize(), lens));
+        }
         let mut h = crc32fast::Hasher::new_with_initial(self.seed);
         let mut buf = vec![0u8; 64 << 10];
         let mut lens = Vec::with_capacity(chunks.len());
@@ -433,7 +548,11 @@ impl ZarrStream {
             if d.counts.is_empty()
                 || run.end > self.chunks()
                 || run.clone().any(|k| inner.asm.is_done(k))
-                || self.files_crc(run.clone()).ok().map(|c| c.0) != Some(d.crc)
+                || self
+                    .crc_of(run.clone(), self.bucket.is_some())
+                    .ok()
+                    .map(|c| c.0)
+                    != Some(d.crc)
             {
                 break;
             }
@@ -475,6 +594,17 @@ impl ZarrStream {
             // rows of a store: its chunks are in place, the job renames the store
             return Ok(());
         }
+        if let Some(bucket) = &self.bucket {
+            // every chunk is in: the metadata last, then the spool and the record go
+            let meta = self.dir.join("zarr.json");
+            let text = std::fs::read(&meta).map_err(|e| Error::io("read", &meta, e))?;
+            crate::fault::crash_point(|| "chunks-uploaded".into());
+            bucket.put_many(vec![("zarr.json".into(), text)])?;
+            inner.settled = true;
+            let _ = std::fs::remove_dir_all(&self.dir);
+            upload::forget_chunks(&self.dest);
+            return Ok(());
+        }
         // an old store is replaced atomically: a kill at any instant leaves it or this one;
         // locked until it is in place: `clean` never takes a finished store for a stale one
         let done = own_files::replace_dir(&self.dir, &self.dest);
@@ -493,8 +623,15 @@ impl ZarrStream {
 impl Drop for ZarrStream {
     fn drop(&mut self) {
         // a failed run leaves nothing behind
-        if self.inner.lock().is_ok_and(|i| !i.settled) {
+        if let Ok(i) = self.inner.lock()
+            && !i.settled
+        {
             let _ = std::fs::remove_dir_all(&self.dir);
+            if let Some(bucket) = &self.bucket
+                && bucket.delete_many(&i.uploaded).is_ok()
+            {
+                upload::forget_chunks(&self.dest);
+            }
         }
     }
 }

@@ -1,0 +1,644 @@
+//! Outputs written to object stores (`s3://`, `gs://`, `az://`; `http(s)://` is read
+//! only). An output is built as a local file is (the temporary file and journal of an
+//! object output lie in its spool directory, `crate::io::own_files::spool_dir`), and
+//! what puts a finished local output in place is, for an object, an upload:
+//!
+//! - a file (`.npy`, raw, GeoTIFF, COG): one `PUT` when it fits one part, else a
+//!   multipart upload in parts of at least 8 MiB, as many in flight as the memory given
+//!   holds (at most 8), completed only when every part is in, aborted on any failure,
+//!   so that nothing appears at the key unless the whole file does. The upload's id is
+//!   written to a record beside the spool (`.NAME.upload-id.tilestream-tmp`) before the
+//!   first part, and removed once completed or aborted: a killed run's upload is
+//!   aborted by `tilestream clean URL` ([`abort_recorded`]), since a store cannot be
+//!   asked which uploads are open by `object_store`;
+//! - a Zarr store: each run of chunks as it is encoded ([`Bucket::put_many`]), then
+//!   `zarr.json` last, so a reader never sees an array whose chunks are missing.
+//!
+//! Every request is retried as reads are (`object_store`'s backoff on 5xx and dropped
+//! connections, then [`super::ATTEMPTS`] attempts); errors are one line, redacted.
+
+use std::fs::File;
+use std::path::Path;
+
+/// The smallest part of a multipart upload: S3's minimum is 5 MiB; 8 MiB parts keep a
+/// 6 GB output under 800 requests and S3's limit of 10,000 parts away until 80 GB
+/// (larger files take larger parts).
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+pub const MIN_PART: u64 = 8 << 20;
+
+/// The most parts in flight at once.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+const MAX_IN_FLIGHT: u64 = 8;
+
+/// What a record of an open multipart upload starts with.
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+const RECORD_MAGIC: &str = "tilestream-upload 1";
+
+/// The part size and parts in flight of an upload of `len` bytes within `memory`: parts of
+/// [`MIN_PART`] or more (S3 takes at most 10,000), at least one in flight whatever the
+/// memory (one part is within the fixed overhead the budget allows).
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+#[must_use]
+pub fn part_plan(len: u64, memory: u64) -> (u64, u64) {
+    let part = MIN_PART.max(len.div_ceil(9_000).next_multiple_of(1 << 20));
+    (part, (memory / part).clamp(1, MAX_IN_FLIGHT))
+}
+
+#[cfg(feature = "remote")]
+mod imp {
+    use std::fs::File;
+    use std::io::Write as _;
+    use std::os::unix::fs::FileExt as _;
+    use std::path::Path;
+    use std::sync::Arc;
+
+    use object_store::multipart::{MultipartStore, PartId};
+    use object_store::{ObjectStore, PutPayload, path::Path as Key};
+
+    use super::super::imp::{
+        Attempt, Built, build, io_error, parse, runtime, transient, with_attempts,
+    };
+    use super::{RECORD_MAGIC, part_plan};
+    use crate::error::{Error, Result};
+
+    /// A store that takes whole objects and multipart uploads.
+    trait WriteStore: ObjectStore + MultipartStore {}
+    impl<T: ObjectStore + MultipartStore> WriteStore for T {}
+
+    /// Where an output goes: a key (a file) or a prefix (a Zarr store's keys below it)
+    /// in a store that takes writes.
+    pub struct Bucket {
+        store: Arc<dyn WriteStore>,
+        key: Key,
+        url: String,
+        shown: String,
+    }
+
+    impl std::fmt::Debug for Bucket {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Bucket")
+                .field("url", &self.shown)
+                .finish_non_exhaustive()
+        }
+    }
+
+    /// An error of a write request, on one line.
+    fn failed(what: &'static str, shown: &str, e: &object_store::Error) -> Error {
+        Error::io(what, shown, io_error(e))
+    }
+
+    fn gave_up(what: &'static str, shown: &str, last: &str) -> Error {
+        Error::io(
+            what,
+            shown,
+            std::io::Error::other(format!(
+                "failed {} times, last: {last}",
+                super::super::ATTEMPTS
+            )),
+        )
+    }
+
+    /// Makes the request `once` with [`with_attempts`]: errors that may pass are tried
+    /// again, the others are the answer.
+    async fn attempts<T, F, Fut>(what: &'static str, shown: &str, mut once: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = object_store::Result<T>>,
+    {
+        let got = with_attempts(shown, || {
+            let f = once();
+            async move {
+                match f.await {
+                    Ok(v) => Attempt::Done(Ok(v)),
+                    Err(e) if transient(&e) => Attempt::Again(io_error(&e).to_string()),
+                    Err(e) => Attempt::Done(Err(failed(what, shown, &e))),
+                }
+            }
+        })
+        .await;
+        got.unwrap_or_else(|last| Err(gave_up(what, shown, &last)))
+    }
+
+    impl Bucket {
+        /// The destination at `url`; no request is made.
+        ///
+        /// # Errors
+        /// [`Error::Invalid`] for a URL that does not parse, carries credentials, or
+        /// names an `http(s)://` server (read only).
+        pub fn open(url: &str) -> Result<Self> {
+            let (parsed, shown) = parse(url)?;
+            let (built, key) = build(&parsed)?;
+            let store: Arc<dyn WriteStore> = match built {
+                Built::S3(s) => Arc::new(s),
+                Built::Gcs(s) => Arc::new(s),
+                Built::Azure(s) => Arc::new(s),
+                Built::Http(_) => {
+                    return Err(Error::invalid(format!(
+                        "{shown}: objects over http(s) are read only; write outputs to \
+                         s3://, gs://, az:// or a local path"
+                    )));
+                }
+            };
+            if key.as_ref().is_empty() {
+                return Err(Error::invalid(format!(
+                    "{shown}: names a bucket, not an object in it; give a key \
+                     (s3://bucket/out.npy)"
+                )));
+            }
+            Ok(Bucket {
+                store,
+                key,
+                url: url.trim_end_matches('/').to_string(),
+                shown,
+            })
+        }
+
+        /// The key of `rel` below this one (`""`: this key).
+        fn key_of(&self, rel: &str) -> Result<Key> {
+            if rel.is_empty() {
+                return Ok(self.key.clone());
+            }
+            Key::parse(format!("{}/{rel}", self.key)).map_err(|e| {
+                Error::Internal(format!(
+                    "object key {rel}: {}",
+                    super::super::redacted(&e.to_string())
+                ))
+            })
+        }
+
+        /// The URL of `rel` below this key.
+        #[must_use]
+        pub fn url_of(&self, rel: &str) -> String {
+            if rel.is_empty() {
+                self.url.clone()
+            } else {
+                format!("{}/{rel}", self.url)
+            }
+        }
+
+        /// The URL, as errors show it.
+        #[must_use]
+        pub fn shown(&self) -> &str {
+            &self.shown
+        }
+
+        /// Whether an object is at `rel` below this key.
+        ///
+        /// # Errors
+        /// [`Error::Io`] if the store cannot be asked (forbidden, unreachable).
+        pub fn exists(&self, rel: &str) -> Result<bool> {
+            let key = self.key_of(rel)?;
+            let rt = runtime().map_err(|e| Error::io("open", &self.shown, e))?;
+            let shown = crate::error::shown_url(&self.url_of(rel));
+            rt.block_on(async {
+                match attempts("look up", &shown, || self.store.head(&key)).await {
+                    Ok(_) => Ok(true),
+                    Err(Error::Io { source, .. })
+                        if source.kind() == std::io::ErrorKind::NotFound =>
+                    {
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
+                }
+            })
+        }
+
+        /// Stores `items` (keys below this one and their bytes), all requests in flight
+        /// at once.
+        ///
+        /// # Errors
+        /// [`Error::Io`] for the first that failed (forbidden, every attempt failed).
+        pub fn put_many(&self, items: Vec<(String, Vec<u8>)>) -> Result<()> {
+            if items.is_empty() {
+                return Ok(());
+            }
+            let rt = runtime().map_err(|e| Error::io("write", &self.shown, e))?;
+            let keyed = items
+                .into_iter()
+                .map(|(rel, bytes)| {
+                    Ok((
+                        self.key_of(&rel)?,
+                        crate::error::shown_url(&self.url_of(&rel)),
+                        PutPayload::from(bytes),
+                    ))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            rt.block_on(async {
+                let mut set = tokio::task::JoinSet::new();
+                for (key, shown, payload) in keyed {
+                    let store = Arc::clone(&self.store);
+                    set.spawn(async move {
+                        attempts("write", &shown, || store.put(&key, payload.clone()))
+                            .await
+                            .map(drop)
+                    });
+                }
+                while let Some(done) = set.join_next().await {
+                    done.map_err(|e| Error::Internal(format!("an upload task: {e}")))??;
+                }
+                Ok(())
+            })
+        }
+
+        /// Deletes the objects at `rels` below this key, those that are there (best
+        /// effort: what a failed run stored).
+        ///
+        /// # Errors
+        /// [`Error::Io`] for the first that could not be deleted.
+        pub fn delete_many(&self, rels: &[String]) -> Result<()> {
+            let rt = runtime().map_err(|e| Error::io("delete", &self.shown, e))?;
+            let keys = rels
+                .iter()
+                .map(|r| Ok((self.key_of(r)?, crate::error::shown_url(&self.url_of(r)))))
+                .collect::<Result<Vec<_>>>()?;
+            rt.block_on(async {
+                let mut set = tokio::task::JoinSet::new();
+                for (key, shown) in keys {
+                    let store = Arc::clone(&self.store);
+                    set.spawn(async move {
+                        match attempts("delete", &shown, || store.delete(&key)).await {
+                            Err(Error::Io { source, .. })
+                                if source.kind() == std::io::ErrorKind::NotFound =>
+                            {
+                                Ok(())
+                            }
+                            other => other,
+                        }
+                    });
+                }
+                let mut first = Ok(());
+                while let Some(done) = set.join_next().await {
+                    let r = done.map_err(|e| Error::Internal(format!("a delete task: {e}")))?;
+                    if first.is_ok() {
+                        first = r;
+                    }
+                }
+                first
+            })
+        }
+
+        /// Uploads the first `len` bytes of `file` to this key: one request when they fit
+        /// one part, else a multipart upload ([`part_plan`] within `memory`) recorded in
+        /// `record` while open, completed only when every part is in, aborted on failure.
+        /// Nothing is at the key unless all of the file is.
+        ///
+        /// # Errors
+        /// [`Error::Io`] for a failed read of `file`, a request that failed for good, or
+        /// a record that cannot be written; the upload is aborted then.
+        pub fn upload_file(&self, file: &File, len: u64, memory: u64, record: &Path) -> Result<()> {
+            let (part, in_flight) = part_plan(len, memory);
+            let rt = runtime().map_err(|e| Error::io("write", &self.shown, e))?;
+            let read = |at: u64, n: u64| -> Result<Vec<u8>> {
+                let mut buf = vec![0u8; usize::try_from(n).unwrap_or(usize::MAX)];
+                file.read_exact_at(&mut buf, at)
+                    .map_err(|e| Error::io("read", &self.shown, e))?;
+                Ok(buf)
+            };
+            if len <= part {
+                let payload = PutPayload::from(read(0, len)?);
+                return rt
+                    .block_on(attempts("write", &self.shown, || {
+                        self.store.put(&self.key, payload.clone())
+                    }))
+                    .map(drop);
+            }
+            let id = rt.block_on(attempts("start an upload to", &self.shown, || {
+                self.store.create_multipart(&self.key)
+            }))?;
+            let held = write_record(record, &self.url, &id).inspect_err(|_| {
+                let _ = rt.block_on(self.store.abort_multipart(&self.key, &id));
+            })?;
+            crate::fault::crash_point(|| "upload-started".into());
+            let parts = len.div_ceil(part);
+            let sent: Result<Vec<PartId>> = (|| {
+                let mut ids = Vec::with_capacity(parts as usize);
+                let mut first = 0;
+                while first < parts {
+                    let last = (first + in_flight).min(parts);
+                    let batch = (first..last)
+                        .map(|i| {
+                            let at = i * part;
+                            Ok((i, PutPayload::from(read(at, part.min(len - at))?)))
+                        })
+                        .collect::<Result<Vec<_>>>()?;
+                    let done = rt.block_on(async {
+                        let mut set = tokio::task::JoinSet::new();
+                        for (i, payload) in batch {
+                            let (store, key, id) =
+                                (Arc::clone(&self.store), self.key.clone(), id.clone());
+                            let shown = self.shown.clone();
+                            set.spawn(async move {
+                                let idx = usize::try_from(i).unwrap_or(usize::MAX);
+                                let r = attempts("write", &shown, || {
+                                    store.put_part(&key, &id, idx, payload.clone())
+                                })
+                                .await;
+                                (i, r)
+                            });
+                        }
+                        let mut got = Vec::new();
+                        while let Some(done) = set.join_next().await {
+                            let (i, r) =
+                                done.map_err(|e| Error::Internal(format!("an upload task: {e}")))?;
+                            got.push((i, r?));
+                        }
+                        got.sort_by_key(|(i, _)| *i);
+                        Ok::<_, Error>(got)
+                    })?;
+                    ids.extend(done.into_iter().map(|(_, p)| p));
+                    crate::fault::crash_point(|| format!("upload-part:{}", last - 1));
+                    first = last;
+                }
+                Ok(ids)
+            })();
+            let finished = sent.and_then(|ids| {
+                rt.block_on(attempts("finish the upload to", &self.shown, || {
+                    self.store.complete_multipart(&self.key, &id, ids.clone())
+                }))
+            });
+            if finished.is_err() {
+                let _ = rt.block_on(self.store.abort_multipart(&self.key, &id));
+            }
+            drop(held);
+            let _ = std::fs::remove_file(record);
+            finished.map(drop)
+        }
+
+        /// Aborts the multipart upload `id` to this key (one already gone is fine).
+        fn abort(&self, id: &str) -> Result<()> {
+            let rt = runtime().map_err(|e| Error::io("abort", &self.shown, e))?;
+            let id = id.to_string();
+            match rt.block_on(attempts("abort the upload to", &self.shown, || {
+                self.store.abort_multipart(&self.key, &id)
+            })) {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                    Ok(())
+                }
+                other => other,
+            }
+        }
+    }
+
+    /// Writes the record of upload `id` to `url` at `record`, flushed and locked while the
+    /// upload lives (a record locked by a live run is not aborted by `clean`).
+    fn write_record(record: &Path, url: &str, id: &str) -> Result<File> {
+        let mut f = crate::io::own_files::open_own(record, true)?;
+        let _ = crate::io::temp::lock(&f);
+        f.set_len(0).map_err(|e| Error::io("write", record, e))?;
+        writeln!(f, "{RECORD_MAGIC}\n{url}\n{id}")
+            .and_then(|()| f.sync_data())
+            .map_err(|e| Error::io("write", record, e))?;
+        Ok(f)
+    }
+
+    /// Aborts the multipart upload a killed run recorded at `record` and removes the
+    /// record; the URL it was to, or `None` when `record` is not such a record or a live
+    /// run holds it.
+    ///
+    /// # Errors
+    /// [`Error::Io`] if the record cannot be read or the store refuses the abort.
+    pub fn abort_recorded(record: &Path) -> Result<Option<String>> {
+        let Ok(f) = crate::io::own_files::open_own(record, false) else {
+            return Ok(None);
+        };
+        if !crate::io::temp::lock(&f) {
+            return Ok(None);
+        }
+        let text = crate::io::own_files::read_small_input(record, 64 << 10)?;
+        let mut lines = text.lines();
+        let (Some(RECORD_MAGIC), Some(url), Some(id)) = (lines.next(), lines.next(), lines.next())
+        else {
+            return Ok(None);
+        };
+        let bucket = Bucket::open(url)?;
+        bucket.abort(id)?;
+        std::fs::remove_file(record).map_err(|e| Error::io("remove", record, e))?;
+        Ok(Some(bucket.shown.clone()))
+    }
+}
+
+#[cfg(not(feature = "remote"))]
+mod imp {
+    use std::fs::File;
+    use std::path::Path;
+
+    use crate::error::{Error, Result};
+
+    /// A destination in an object store: never made in a build without the `remote`
+    /// feature (the type is uninhabited).
+    #[derive(Debug)]
+    pub enum Bucket {}
+
+    /// Refuses: this build writes local files only.
+    fn refused(url: &str) -> Error {
+        Error::invalid(format!(
+            "{}: this build of tilestream writes local files only (it was built without \
+             the `remote` feature)",
+            crate::error::shown_url(url)
+        ))
+    }
+
+    impl Bucket {
+        /// Refuses: this build writes local files only.
+        ///
+        /// # Errors
+        /// Always [`Error::Invalid`].
+        pub fn open(url: &str) -> Result<Self> {
+            Err(refused(url))
+        }
+        /// Never called.
+        #[must_use]
+        pub fn url_of(&self, _: &str) -> String {
+            match *self {}
+        }
+        /// Never called.
+        #[must_use]
+        pub fn shown(&self) -> &str {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
+        pub fn exists(&self, _: &str) -> Result<bool> {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
+        pub fn put_many(&self, _: Vec<(String, Vec<u8>)>) -> Result<()> {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
+        pub fn delete_many(&self, _: &[String]) -> Result<()> {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
+        pub fn upload_file(&self, _: &File, _: u64, _: u64, _: &Path) -> Result<()> {
+            match *self {}
+        }
+    }
+
+    /// Nothing to abort in a build that writes no objects.
+    ///
+    /// # Errors
+    /// Never.
+    #[allow(clippy::unnecessary_wraps)]
+    pub fn abort_recorded(_: &Path) -> Result<Option<String>> {
+        Ok(None)
+    }
+}
+
+pub use imp::{Bucket, abort_recorded};
+
+/// What a record of a Zarr object output's uploaded chunks starts with.
+const CHUNKS_MAGIC: &str = "tilestream-chunks 1";
+
+/// The record of the chunk keys a Zarr object output at `url` uploaded (in its spool
+/// directory).
+fn chunks_record(url: &Path) -> crate::error::Result<std::path::PathBuf> {
+    let (dir, name) = crate::io::own_files::dir_and_name(url)?;
+    Ok(dir.join(format!(
+        ".{name}.chunk-keys{}",
+        crate::io::own_files::TEMP_SUFFIX
+    )))
+}
+
+/// Opens (making it when missing) the record of the chunk keys the Zarr object output at
+/// `url` uploads, locked while its run lives so that no `clean` deletes them meanwhile.
+///
+/// # Errors
+/// [`crate::error::Error::Io`] if it cannot be made or another run holds it.
+pub fn hold_chunks_record(url: &Path) -> crate::error::Result<File> {
+    use std::io::Write as _;
+    let path = chunks_record(url)?;
+    let mut f = crate::io::own_files::open_own(&path, true)?;
+    if !crate::io::temp::lock(&f) {
+        return Err(crate::error::Error::invalid(format!(
+            "{}: another tilestream run is writing this output",
+            crate::error::shown_url(&url.to_string_lossy())
+        )));
+    }
+    let len = f.metadata().map_or(0, |m| m.len());
+    if len == 0 {
+        writeln!(f, "{CHUNKS_MAGIC}\n{}", url.to_string_lossy())
+            .map_err(|e| crate::error::Error::io("write", &path, e))?;
+    }
+    Ok(f)
+}
+
+/// Logs `keys` (below the store's URL) in the record `f` ([`hold_chunks_record`]),
+/// flushed, before they are uploaded.
+///
+/// # Errors
+/// [`crate::error::Error::Io`] if it cannot be written.
+pub fn log_chunks(mut f: &File, keys: &[String]) -> crate::error::Result<()> {
+    use std::io::Write as _;
+    let mut text = String::new();
+    for k in keys {
+        text.push_str(k);
+        text.push('\n');
+    }
+    f.write_all(text.as_bytes())
+        .and_then(|()| f.sync_data())
+        .map_err(|e| {
+            crate::error::Error::io("write", Path::new("the record of uploaded chunks"), e)
+        })
+}
+
+/// Removes the record of the Zarr object output at `url`'s chunks (its store is
+/// finished, or its chunks deleted).
+pub fn forget_chunks(url: &Path) {
+    if let Ok(p) = chunks_record(url) {
+        let _ = std::fs::remove_file(p);
+    }
+}
+
+/// Removes what killed runs writing the object output `url` left: aborts its recorded
+/// multipart upload, deletes the chunks a Zarr store's record lists when the store has
+/// no `zarr.json` (never finished), and removes their records and the local spool's
+/// temporary files. A record a live run holds is left alone. Returns what was done, a
+/// line each.
+///
+/// # Errors
+/// [`crate::error::Error::Io`] if the store refuses a request or a record cannot be
+/// read.
+pub fn clean_leftovers(url: &Path) -> crate::error::Result<Vec<String>> {
+    let (dir, name) = crate::io::own_files::dir_and_name(url)?;
+    let mut done = Vec::new();
+    if let Some(u) = abort_recorded(&record_path(&dir, &name))? {
+        done.push(format!("aborted the unfinished upload to {u}"));
+    }
+    let path = chunks_record(url)?;
+    if let Ok(f) = crate::io::own_files::open_own(&path, false) {
+        if !crate::io::temp::lock(&f) {
+            return Ok(done);
+        }
+        let text = std::fs::read_to_string(&path)
+            .map_err(|e| crate::error::Error::io("read", &path, e))?;
+        let mut lines = text.lines();
+        if lines.next() == Some(CHUNKS_MAGIC) && lines.next() == Some(&*url.to_string_lossy()) {
+            let bucket = Bucket::open(&url.to_string_lossy())?;
+            if !bucket.exists("zarr.json")? {
+                let keys: Vec<String> = lines.map(str::to_string).collect();
+                for batch in keys.chunks(64) {
+                    bucket.delete_many(batch)?;
+                }
+                done.push(format!(
+                    "deleted {} chunk(s) of the unfinished store {}",
+                    keys.len(),
+                    bucket.shown()
+                ));
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+    }
+    for p in crate::io::temp::clean_stale(&dir, Some(&name))? {
+        done.push(format!("removed {}", p.display()));
+    }
+    Ok(done)
+}
+
+/// The record of `name`'s open multipart upload in the spool directory `dir`.
+#[must_use]
+pub fn record_path(dir: &Path, name: &str) -> std::path::PathBuf {
+    dir.join(format!(
+        ".{name}.upload-id{}",
+        crate::io::own_files::TEMP_SUFFIX
+    ))
+}
+
+/// Uploads the finished local file `file` (of `len` bytes) to `url`, the record of its
+/// upload kept in the spool directory of `url` while it is open ([`Bucket::upload_file`]).
+///
+/// # Errors
+/// As [`Bucket::upload_file`].
+pub fn upload_output(file: &File, len: u64, url: &Path, memory: u64) -> crate::error::Result<()> {
+    let (dir, name) = crate::io::own_files::dir_and_name(url)?;
+    let bucket = Bucket::open(&url.to_string_lossy())?;
+    bucket.upload_file(file, len, memory, &record_path(&dir, &name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_are_large_enough_and_fit_the_memory() {
+        // a small file: one part of the minimum, one in flight whatever the memory
+        assert_eq!(part_plan(1 << 20, 0), (MIN_PART, 1));
+        assert_eq!(part_plan(100 << 20, 64 << 20), (MIN_PART, 8));
+        assert_eq!(part_plan(100 << 20, 20 << 20), (MIN_PART, 2));
+        // 200 GB: at most 10,000 parts, whole MiB each
+        let (part, _) = part_plan(200 << 30, 1 << 30);
+        assert!((200u64 << 30).div_ceil(part) <= 10_000, "{part}");
+        assert_eq!(part % (1 << 20), 0);
+    }
+}
