@@ -5,6 +5,7 @@ AWS_SECRET_ACCESS_KEY):
     python tests/s3_get.py ENDPOINT get BUCKET PREFIX DEST   # every key under PREFIX into DEST
     python tests/s3_get.py ENDPOINT keys BUCKET PREFIX       # the keys under PREFIX, a line each
     python tests/s3_get.py ENDPOINT uploads BUCKET           # open multipart uploads, a line each
+    python tests/s3_get.py ENDPOINT put BUCKET KEY FILE      # FILE stored at KEY
 """
 
 import os
@@ -19,6 +20,9 @@ def main():
     if cmd == "uploads":
         for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []):
             print(u["Key"], u["UploadId"])
+        return
+    if cmd == "put":
+        s3.upload_file(sys.argv[5], bucket, sys.argv[4])
         return
     prefix = sys.argv[4]
     keys = []

@@ -329,6 +329,11 @@ def _run_rows(spec: dict, inputs: Sequence[str], out: Any, client: Any,
     """Makes the output (a ``.npy`` file, or a Zarr store for a name ending in ``.zarr``),
     runs ``spec`` by row ranges on the cluster, then puts the output in place (or
     removes it if a task failed for good)."""
+    if _URL.match(os.fspath(spec["output"])):
+        raise ValueError(
+            f"tilestream.dask: {spec['output']}: a job split over a cluster writes its output in "
+            "place, at a path every worker reaches (a shared file system), not to an object "
+            "store; write it there and upload it, or run it in one process (tilestream.map ...)")
     c = _client(client)
     zarr = zarr or {}
     layout = json.loads(_ts.output_layout(json.dumps(spec)))

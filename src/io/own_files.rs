@@ -342,8 +342,15 @@ fn kind_of(t: std::fs::FileType) -> &'static str {
 /// [`Error::Invalid`] naming what is there and what to do.
 pub fn check_destination(dest: &Path, kind: Dest) -> Result<()> {
     if super::remote::is_url(dest) {
-        let bucket = super::remote::upload::Bucket::open(&dest.to_string_lossy())?;
-        if kind == Dest::Store && bucket.exists("zarr.json")? {
+        use super::remote::upload;
+        let bucket = upload::Bucket::open(&dest.to_string_lossy())?;
+        if kind == Dest::File {
+            // one request now, so that a bucket the user may not reach fails before the
+            // run rather than after it
+            bucket.exists("")?;
+            return Ok(());
+        }
+        if bucket.exists("zarr.json")? {
             // no atomic exchange of a store's keys: replacing it in place would leave a
             // mix of both arrays if the run failed
             return Err(Error::invalid(format!(
@@ -352,6 +359,9 @@ pub fn check_destination(dest: &Path, kind: Dest) -> Result<()> {
                  another prefix",
                 bucket.shown()
             )));
+        }
+        if !upload::has_chunks_record(dest) && !bucket.is_empty_prefix()? {
+            return Err(upload::prefix_not_empty(&bucket));
         }
         return Ok(());
     }

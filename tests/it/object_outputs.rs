@@ -201,13 +201,20 @@ fn every_output_format_is_written_to_s3_as_it_is_written_locally() {
     }
     assert!(s3.uploads().is_empty(), "{:?}", s3.uploads());
     assert!(s3.state_files().is_empty(), "{:?}", s3.state_files());
-    // an output over its input, an existing store: refused before anything is written
+    // an output over its input, an existing store, a prefix holding objects of someone
+    // else's: refused before anything is written
+    let foreign = dir.path().join("x.npy");
+    s3.get(&["put", "data", "f.zarr/c/9/9", foreign.to_str().unwrap()]);
     for (args, fragment) in [
         (
             map_args("x=s3://data/o.npy", "s3://data/o.npy", &[]),
             "also an input",
         ),
         (map_args(&x, "s3://data/o.zarr", &[]), "already there"),
+        (
+            map_args(&x, "s3://data/f.zarr", &[]),
+            "objects are already under this prefix",
+        ),
     ] {
         let o = s3.cmd(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
@@ -278,6 +285,13 @@ fn killed_object_outputs_leave_nothing_visible_and_are_cleaned_or_resumed() {
     let got = dir.path().join("got.zarr");
     s3.get(&["get", "data", "r.zarr", got.to_str().unwrap()]);
     assert!(files(&local) == files(&got), "the resumed store differs");
+
+    // killed, then run again without --resume: the killed run's chunks go first
+    killed(&map_args(&x, "s3://data/a.zarr", &[]), "written:0:15");
+    s3.ok(&map_args(&x, "s3://data/a.zarr", &[]));
+    let got = dir.path().join("got-a.zarr");
+    s3.get(&["get", "data", "a.zarr", got.to_str().unwrap()]);
+    assert!(files(&local) == files(&got), "the store run again differs");
 
     // killed again, then cleaned: its chunks are deleted, a finished store is not touched
     killed(&map_args(&x, "s3://data/q.zarr", &[]), "written:0:15");

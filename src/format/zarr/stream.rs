@@ -96,8 +96,9 @@ struct Inner {
     /// Set once the store is renamed into place or kept for a resume: not removed on
     /// drop.
     settled: bool,
-    /// An object output's chunk keys uploaded by this run (deleted if it fails).
-    uploaded: Vec<String>,
+    /// Set once an object output's `zarr.json` was sent: a failed run deletes it first
+    /// (it may have landed though the answer was lost).
+    meta_sent: bool,
 }
 
 /// The first axis whose chunk is longer than 1 (the last if none).
@@ -191,14 +192,16 @@ impl ZarrStream {
         adopt: bool,
     ) -> Result<Self> {
         let (bucket, record) = if crate::io::remote::is_url(dest) {
+            let bucket = Bucket::open(&dest.to_string_lossy())?;
             if !adopt {
-                // chunks a killed run to the same URL left
+                // chunks a killed run to the same URL left; then nothing may be there, or
+                // a chunk this store leaves out (all fill value) would be read from it
                 upload::clean_leftovers(dest)?;
+                if !bucket.is_empty_prefix()? {
+                    return Err(upload::prefix_not_empty(&bucket));
+                }
             }
-            (
-                Some(Bucket::open(&dest.to_string_lossy())?),
-                Some(upload::hold_chunks_record(dest)?),
-            )
+            (Some(bucket), Some(upload::hold_chunks_record(dest)?))
         } else {
             (None, None)
         };
@@ -229,7 +232,7 @@ impl ZarrStream {
                 asm,
                 appended: Vec::new(),
                 settled: false,
-                uploaded: Vec::new(),
+                meta_sent: false,
             }),
             _lock: Some(held),
             reserved: memory,
@@ -284,7 +287,7 @@ impl ZarrStream {
                 appended: Vec::new(),
                 // the store is the job's: never removed here
                 settled: true,
-                uploaded: Vec::new(),
+                meta_sent: false,
             }),
             _lock: None,
             reserved: memory,
@@ -361,7 +364,7 @@ impl ZarrStream {
         };
         let mut guard = self.lock()?;
         let inner = &mut *guard;
-        let (asm, appended, uploaded) = (&mut inner.asm, &mut inner.appended, &mut inner.uploaded);
+        let (asm, appended) = (&mut inner.asm, &mut inner.appended);
         let grid = &self.chunk_grid;
         asm.feed(start, bytes, |done| {
             for run in consecutive_runs(done) {
@@ -370,7 +373,7 @@ impl ZarrStream {
                 self.store_run(grid, &run)?;
                 let (crc, counts) = self.files_crc(first..first + n)?;
                 if let Some(bucket) = &self.bucket {
-                    self.upload_run(bucket, first..first + n, uploaded)?;
+                    self.upload_run(bucket, first..first + n)?;
                 }
                 appended.push(ChunkRun {
                     first,
@@ -423,13 +426,9 @@ impl ZarrStream {
     }
 
     /// Uploads the files of outer chunks `chunks` (an object output's), logging their
-    /// keys in the store's record first, then removes the files.
-    fn upload_run(
-        &self,
-        bucket: &Bucket,
-        chunks: std::ops::Range<usize>,
-        uploaded: &mut Vec<String>,
-    ) -> Result<()> {
+    /// keys in the store's record first (a failed run deletes what the record lists),
+    /// then removes the files.
+    fn upload_run(&self, bucket: &Bucket, chunks: std::ops::Range<usize>) -> Result<()> {
         let mut items = Vec::new();
         let mut files = Vec::new();
         for k in chunks {
@@ -447,7 +446,6 @@ impl ZarrStream {
             upload::log_chunks(record, &keys)?;
         }
         bucket.put_many(items)?;
-        uploaded.extend(keys);
         for f in files {
             let _ = std::fs::remove_file(f);
         }
@@ -599,6 +597,7 @@ impl ZarrStream {
             let meta = self.dir.join("zarr.json");
             let text = std::fs::read(&meta).map_err(|e| Error::io("read", &meta, e))?;
             crate::fault::crash_point(|| "chunks-uploaded".into());
+            inner.meta_sent = true;
             bucket.put_many(vec![("zarr.json".into(), text)])?;
             inner.settled = true;
             let _ = std::fs::remove_dir_all(&self.dir);
@@ -627,10 +626,14 @@ impl Drop for ZarrStream {
             && !i.settled
         {
             let _ = std::fs::remove_dir_all(&self.dir);
-            if let Some(bucket) = &self.bucket
-                && bucket.delete_many(&i.uploaded).is_ok()
-            {
-                upload::forget_chunks(&self.dest);
+            if let (Some(bucket), Some(record)) = (&self.bucket, &self.record) {
+                // the metadata first: never an array over chunks being deleted
+                let meta = !i.meta_sent || bucket.delete_many(&["zarr.json".into()]).is_ok();
+                // every chunk the record lists: this run's and an interrupted one's it
+                // took up
+                if meta && upload::delete_recorded_chunks(record, &self.dest, bucket).is_ok() {
+                    upload::forget_chunks(&self.dest);
+                }
             }
         }
     }

@@ -203,6 +203,18 @@ mod imp {
             })
         }
 
+        /// Whether no object lies below this key (`KEY/...`).
+        ///
+        /// # Errors
+        /// [`Error::Io`] if the store cannot be listed (forbidden, unreachable).
+        pub fn is_empty_prefix(&self) -> Result<bool> {
+            let rt = runtime().map_err(|e| Error::io("list", &self.shown, e))?;
+            let found = rt.block_on(attempts("list", &self.shown, || {
+                self.store.list_with_delimiter(Some(&self.key))
+            }))?;
+            Ok(found.objects.is_empty() && found.common_prefixes.is_empty())
+        }
+
         /// Stores `items` (keys below this one and their bytes), all requests in flight
         /// at once.
         ///
@@ -302,6 +314,8 @@ mod imp {
                     }))
                     .map(drop);
             }
+            // an upload a killed run left open for this key: aborted, not forgotten
+            abort_recorded(record)?;
             let id = rt.block_on(attempts("start an upload to", &self.shown, || {
                 self.store.create_multipart(&self.key)
             }))?;
@@ -359,8 +373,9 @@ mod imp {
             if finished.is_err() {
                 let _ = rt.block_on(self.store.abort_multipart(&self.key, &id));
             }
-            drop(held);
+            // unlinked while still locked: `clean` never reads another run's record here
             let _ = std::fs::remove_file(record);
+            drop(held);
             finished.map(drop)
         }
 
@@ -383,7 +398,12 @@ mod imp {
     /// upload lives (a record locked by a live run is not aborted by `clean`).
     fn write_record(record: &Path, url: &str, id: &str) -> Result<File> {
         let mut f = crate::io::own_files::open_own(record, true)?;
-        let _ = crate::io::temp::lock(&f);
+        if !crate::io::temp::lock(&f) {
+            return Err(Error::invalid(format!(
+                "{}: another tilestream run is uploading this output",
+                crate::error::shown_url(url)
+            )));
+        }
         f.set_len(0).map_err(|e| Error::io("write", record, e))?;
         writeln!(f, "{RECORD_MAGIC}\n{url}\n{id}")
             .and_then(|()| f.sync_data())
@@ -404,7 +424,9 @@ mod imp {
         if !crate::io::temp::lock(&f) {
             return Ok(None);
         }
-        let text = crate::io::own_files::read_small_input(record, 64 << 10)?;
+        // through the locked descriptor: the record this process holds, whatever the
+        // path names now
+        let text = super::read_locked(&f, record)?;
         let mut lines = text.lines();
         let (Some(RECORD_MAGIC), Some(url), Some(id)) = (lines.next(), lines.next(), lines.next())
         else {
@@ -413,6 +435,7 @@ mod imp {
         let bucket = Bucket::open(url)?;
         bucket.abort(id)?;
         std::fs::remove_file(record).map_err(|e| Error::io("remove", record, e))?;
+        drop(f);
         Ok(Some(bucket.shown.clone()))
     }
 }
@@ -461,6 +484,13 @@ mod imp {
         /// # Errors
         /// Never.
         pub fn exists(&self, _: &str) -> Result<bool> {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
+        pub fn is_empty_prefix(&self) -> Result<bool> {
             match *self {}
         }
         /// Never called.
@@ -528,7 +558,7 @@ pub fn hold_chunks_record(url: &Path) -> crate::error::Result<File> {
     }
     let len = f.metadata().map_or(0, |m| m.len());
     if len == 0 {
-        writeln!(f, "{CHUNKS_MAGIC}\n{}", url.to_string_lossy())
+        writeln!(f, "{CHUNKS_MAGIC}\n{}", url_text(url))
             .map_err(|e| crate::error::Error::io("write", &path, e))?;
     }
     Ok(f)
@@ -551,6 +581,64 @@ pub fn log_chunks(mut f: &File, keys: &[String]) -> crate::error::Result<()> {
         .map_err(|e| {
             crate::error::Error::io("write", Path::new("the record of uploaded chunks"), e)
         })
+}
+
+/// `url` as records name it: without a trailing `/` (the spool directory is the same
+/// either way).
+fn url_text(url: &Path) -> String {
+    url.to_string_lossy().trim_end_matches('/').to_string()
+}
+
+/// The text of the record `f` (opened from `path`), read through its descriptor.
+fn read_locked(mut f: &File, path: &Path) -> crate::error::Result<String> {
+    use std::io::{Read as _, Seek as _};
+    let mut text = String::new();
+    f.seek(std::io::SeekFrom::Start(0))
+        .and_then(|_| f.read_to_string(&mut text))
+        .map_err(|e| crate::error::Error::io("read", path, e))?;
+    Ok(text)
+}
+
+/// Whether a record of chunks uploaded to the Zarr object output `url` is in its spool
+/// directory (a killed run's, whose chunks a new run deletes first).
+#[must_use]
+pub fn has_chunks_record(url: &Path) -> bool {
+    chunks_record(url).is_ok_and(|p| p.is_file())
+}
+
+/// Deletes the chunks the record `f` (held, [`hold_chunks_record`]) lists for the store
+/// `bucket` at `url`, 64 requests at a time; how many it listed. A record of another URL
+/// or not tilestream's deletes nothing.
+///
+/// # Errors
+/// [`crate::error::Error::Io`] if the record cannot be read or a delete fails.
+pub fn delete_recorded_chunks(
+    f: &File,
+    url: &Path,
+    bucket: &Bucket,
+) -> crate::error::Result<usize> {
+    let path = chunks_record(url)?;
+    let text = read_locked(f, &path)?;
+    let mut lines = text.lines();
+    if lines.next() != Some(CHUNKS_MAGIC) || lines.next() != Some(&*url_text(url)) {
+        return Ok(0);
+    }
+    let keys: Vec<String> = lines.map(str::to_string).collect();
+    for batch in keys.chunks(64) {
+        bucket.delete_many(batch)?;
+    }
+    Ok(keys.len())
+}
+
+/// The refusal of a Zarr object output whose prefix holds objects no run of it uploaded:
+/// a chunk the new store leaves out (all fill value) would be read from them.
+#[must_use]
+pub fn prefix_not_empty(bucket: &Bucket) -> crate::error::Error {
+    crate::error::Error::invalid(format!(
+        "{}: objects are already under this prefix, and no tilestream run to it left them; \
+         a Zarr store is written to an empty prefix: delete them or choose another prefix",
+        bucket.shown()
+    ))
 }
 
 /// Removes the record of the Zarr object output at `url`'s chunks (its store is
@@ -581,24 +669,16 @@ pub fn clean_leftovers(url: &Path) -> crate::error::Result<Vec<String>> {
         if !crate::io::temp::lock(&f) {
             return Ok(done);
         }
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| crate::error::Error::io("read", &path, e))?;
-        let mut lines = text.lines();
-        if lines.next() == Some(CHUNKS_MAGIC) && lines.next() == Some(&*url.to_string_lossy()) {
-            let bucket = Bucket::open(&url.to_string_lossy())?;
-            if !bucket.exists("zarr.json")? {
-                let keys: Vec<String> = lines.map(str::to_string).collect();
-                for batch in keys.chunks(64) {
-                    bucket.delete_many(batch)?;
-                }
-                done.push(format!(
-                    "deleted {} chunk(s) of the unfinished store {}",
-                    keys.len(),
-                    bucket.shown()
-                ));
-            }
-            let _ = std::fs::remove_file(&path);
+        let bucket = Bucket::open(&url.to_string_lossy())?;
+        // a finished store's chunks are its own: only its record goes
+        if !bucket.exists("zarr.json")? {
+            let n = delete_recorded_chunks(&f, url, &bucket)?;
+            done.push(format!(
+                "deleted {n} chunk(s) of the unfinished store {}",
+                bucket.shown()
+            ));
         }
+        let _ = std::fs::remove_file(&path);
     }
     for p in crate::io::temp::clean_stale(&dir, Some(&name))? {
         done.push(format!("removed {}", p.display()));
