@@ -60,13 +60,14 @@ def main():
                    AWS_REGION="us-east-1", AWS_ENDPOINT_URL=endpoint, AWS_ALLOW_HTTP="true",
                    TILESTREAM_STATE_DIR=str(work / "state"))
         os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
+        s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
         for _ in range(300):
             try:
-                s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
-                s3.create_bucket(Bucket="b")
+                s3.list_buckets()
                 break
-            except Exception:
+            except Exception:  # not up yet
                 time.sleep(0.2)
+        s3.create_bucket(Bucket="bench")
         x = work / "x.npy"
         m = np.lib.format.open_memmap(x, mode="w+", dtype="<f4", shape=(a.rows, 512))
         for i in range(0, a.rows, 65536):
@@ -78,22 +79,22 @@ def main():
         for r in range(a.runs):
             for name in ("o.npy", "o.zarr"):
                 local = work / f"local-{name}"
-                for target, key in ((str(local), "local"), (f"s3://b/r{r}-{name}", "s3")):
+                for target, key in ((str(local), "local"), (f"s3://bench/r{r}-{name}", "s3")):
                     cmd = [str(TS), "map", "--in", f"x={x}", "x*2+1", target, "--memory", a.memory]
                     runs.setdefault((name, key), []).append(timed(cmd, env))
                     if key == "local" and r < a.runs - 1:
                         shutil.rmtree(local) if local.is_dir() else local.unlink()
             t = time.perf_counter()
-            s3.upload_file(str(work / "local-o.npy"), "b", f"boto-{r}.npy")
+            s3.upload_file(str(work / "local-o.npy"), "bench", f"boto-{r}.npy")
             runs.setdefault(("boto3 upload", "s3"), []).append((time.perf_counter() - t, 0))
         # the bytes: the last run's objects against the local outputs
-        same_npy = s3.get_object(Bucket="b", Key=f"r{a.runs - 1}-o.npy")["Body"].read() == \
+        same_npy = s3.get_object(Bucket="bench", Key=f"r{a.runs - 1}-o.npy")["Body"].read() == \
             (work / "local-o.npy").read_bytes()
         same_zarr = True
         for f in (work / "local-o.zarr").rglob("*"):
             if f.is_file():
                 key = f"r{a.runs - 1}-o.zarr/{f.relative_to(work / 'local-o.zarr')}"
-                same_zarr &= s3.get_object(Bucket="b", Key=key)["Body"].read() == f.read_bytes()
+                same_zarr &= s3.get_object(Bucket="bench", Key=key)["Body"].read() == f.read_bytes()
         med = {k: (statistics.median(t for t, _ in v), max(m for _, m in v))
                for k, v in runs.items()}
         print(f"input {a.rows} x 512 f32 ({size / 2**20:.0f} MiB), --memory {a.memory}, "

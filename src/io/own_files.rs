@@ -345,9 +345,9 @@ pub fn check_destination(dest: &Path, kind: Dest) -> Result<()> {
         use super::remote::upload;
         let bucket = upload::Bucket::open(&dest.to_string_lossy())?;
         if kind == Dest::File {
-            // one request now, so that a bucket the user may not reach fails before the
-            // run rather than after it
-            bucket.exists("")?;
+            // one request now, so that a bucket that is not there, or that the user may
+            // not reach, fails before the run rather than after it
+            bucket.is_empty_prefix()?;
             return Ok(());
         }
         if bucket.exists("zarr.json")? {

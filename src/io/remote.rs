@@ -58,6 +58,21 @@ const SECRET_VARS: &[&str] = &[
     "GOOGLE_SERVICE_ACCOUNT_KEY",
 ];
 
+/// Secrets read from elsewhere than the environment (an AWS profile's keys).
+static SECRETS: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+/// Blanks `secret` out of every message from now on, as [`redacted`] does the values of
+/// the credential variables.
+pub(crate) fn add_secret(secret: &str) {
+    if secret.len() >= 4
+        && let Ok(mut s) = SECRETS.lock()
+        && !s.iter().any(|x| x == secret)
+    {
+        s.push(secret.to_string());
+    }
+}
+
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 /// `text` on one line with every secret of the environment blanked out and every URL's
 /// query string cut.
@@ -70,6 +85,9 @@ pub fn redacted(text: &str) -> String {
         {
             t = t.replace(&v, "***");
         }
+    }
+    for v in SECRETS.lock().map(|s| s.clone()).unwrap_or_default() {
+        t = t.replace(&v, "***");
     }
     // query strings of URLs the message quotes (a signed request's signature)
     crate::error::redact_urls(&t)
@@ -146,6 +164,14 @@ mod imp {
                  AWS_SKIP_SIGNATURE=true for a public bucket"
                     .to_string(),
             ),
+            // answers object_store passes on as they came (a listing's, a write's)
+            other if other.to_string().contains("<Code>NoSuchBucket</Code>") => {
+                (K::NotFound, "no such bucket".to_string())
+            }
+            other if other.to_string().contains("<Code>AccessDenied</Code>") => (
+                K::PermissionDenied,
+                "access denied: check the credentials and the bucket's policy".to_string(),
+            ),
             other => (K::Other, redacted(&other.to_string())),
         };
         std::io::Error::new(kind, text)
@@ -154,6 +180,17 @@ mod imp {
     /// Whether an error may pass if the request is made again (not a 4xx answer).
     pub(super) fn transient(e: &object_store::Error) -> bool {
         use object_store::Error as E;
+        // a 4xx answer passed on as it came: asking again gets the same (but a timeout
+        // or throttling: 408, 429)
+        if let E::Generic { .. } = e {
+            let t = e.to_string();
+            if t.contains("non-2xx status code: 4")
+                && !t.contains("status code: 408")
+                && !t.contains("status code: 429")
+            {
+                return false;
+            }
+        }
         !matches!(
             e,
             E::NotFound { .. }
@@ -200,13 +237,37 @@ mod imp {
             retry_timeout: Duration::from_secs(120),
         };
         let built = match scheme {
-            ObjectStoreScheme::AmazonS3 => Built::S3(
-                object_store::aws::AmazonS3Builder::from_env()
+            ObjectStoreScheme::AmazonS3 => {
+                let mut b = object_store::aws::AmazonS3Builder::from_env()
                     .with_url(url.as_str())
-                    .with_retry(retry)
-                    .build()
-                    .map_err(|e| bad(&e))?,
-            ),
+                    .with_retry(retry);
+                if let Some(p) = super::profile::from_env()? {
+                    let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
+                    if let (Some(k), Some(s)) = (p.key_id, p.secret) {
+                        b = b.with_access_key_id(k).with_secret_access_key(s);
+                        if let Some(t) = p.token {
+                            b = b.with_token(t);
+                        }
+                    }
+                    if let Some(r) = p
+                        .region
+                        .filter(|_| !set("AWS_REGION") && !set("AWS_DEFAULT_REGION"))
+                    {
+                        b = b.with_region(r);
+                    }
+                    if let Some(e) = p
+                        .endpoint
+                        .filter(|_| !set("AWS_ENDPOINT_URL") && !set("AWS_ENDPOINT"))
+                    {
+                        if e.starts_with("http://") {
+                            // the profile names a plain-HTTP endpoint (a local server)
+                            b = b.with_allow_http(true);
+                        }
+                        b = b.with_endpoint(e);
+                    }
+                }
+                Built::S3(b.build().map_err(|e| bad(&e))?)
+            }
             ObjectStoreScheme::GoogleCloudStorage => Built::Gcs(
                 object_store::gcp::GoogleCloudStorageBuilder::from_env()
                     .with_url(url.as_str())
@@ -812,6 +873,8 @@ mod imp {
 
 pub use imp::{Object, fetch_whole, fetch_whole_many};
 
+#[cfg(feature = "remote")]
+mod profile;
 pub mod upload;
 
 #[cfg(test)]

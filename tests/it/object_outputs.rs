@@ -222,16 +222,22 @@ fn every_output_format_is_written_to_s3_as_it_is_written_locally() {
         assert!(err.contains(fragment), "{err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
-    // a bucket the user may not write: one line, nothing left anywhere
-    let o = s3
-        .cmd(&map_args(&x, "s3://secret/o.npy", &[]))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("access denied"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(!err.contains(&s3.secret));
+    // a bucket the user may not write (or that is not there, which S3 answers alike to a
+    // user who may reach only their own): one line, nothing left
+    for (url, fragment) in [
+        ("s3://secret/o.npy", "access denied"),
+        ("s3://secret/o.zarr", "access denied"),
+        ("s3://nobucket/o.npy", "access denied"),
+    ] {
+        let o = s3.cmd(&map_args(&x, url, &[])).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(fragment), "{url}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(!err.contains(&s3.secret));
+        // refused before the run: no report of a run
+        assert!(o.stdout.is_empty(), "{url}: ran before failing");
+    }
     assert!(s3.state_files().is_empty(), "{:?}", s3.state_files());
 }
 
@@ -308,4 +314,64 @@ fn killed_object_outputs_leave_nothing_visible_and_are_cleaned_or_resumed() {
         let text = String::from_utf8_lossy(&f.1);
         assert!(!text.contains(&s3.secret), "the secret in {}", f.0);
     }
+}
+
+#[test]
+fn a_named_aws_profile_gives_the_credentials_region_and_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(s3) = setup(dir.path()) else {
+        return;
+    };
+    let (creds, conf) = (dir.path().join("credentials"), dir.path().join("config"));
+    std::fs::write(
+        &creds,
+        format!(
+            "[default]\naws_access_key_id = AKIANOTAKEY\naws_secret_access_key = nope\n\n\
+             [tsprof]\naws_access_key_id = {}\naws_secret_access_key = {}\n",
+            s3.id, s3.secret
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        &conf,
+        format!(
+            "[profile tsprof]\nregion = us-east-1\nendpoint_url = {}\n",
+            s3.endpoint
+        ),
+    )
+    .unwrap();
+    let x = format!("x={}", dir.path().join("x.npy").display());
+    let with_profile = |profile: &str, args: &[&str]| {
+        let mut c = bin();
+        c.args(args);
+        for v in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_REGION",
+            "AWS_DEFAULT_REGION",
+            "AWS_ENDPOINT_URL",
+            "AWS_ALLOW_HTTP",
+        ] {
+            c.env_remove(v);
+        }
+        c.env("AWS_PROFILE", profile)
+            .env("AWS_SHARED_CREDENTIALS_FILE", &creds)
+            .env("AWS_CONFIG_FILE", &conf)
+            .env("TILESTREAM_STATE_DIR", &s3.state);
+        c.output().unwrap()
+    };
+    let o = with_profile("tsprof", &map_args(&x, "s3://data/p.npy", &[]));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains(&s3.secret), "{err}");
+    assert_eq!(s3.keys("p.npy"), ["p.npy"]);
+    let o = with_profile("tsprof", &["info", "s3://data/p.npy"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // a profile that is not there: one line, exit 2
+    let o = with_profile("nope", &["info", "s3://data/p.npy"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("no such profile"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
 }
