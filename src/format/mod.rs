@@ -37,7 +37,6 @@ pub(crate) use crate::io::own_files::dir_and_name;
 #[doc(hidden)]
 pub use crate::io::own_files::same_file;
 pub use crate::io::remote::is_url;
-pub use crate::io::remote::upload::clean_leftovers as clean_object_leftovers;
 #[doc(hidden)]
 pub use crate::io::temp::{
     JOURNAL_MAGIC, PIPELINE_DIR_PREFIX, TEMP_SUFFIX, clean_stale, lock, temp_beside,
@@ -46,6 +45,7 @@ pub use crate::io::temp::{
 pub use crate::io::window::{Window, page_size, window_slack};
 pub use open::list_arrays;
 pub(crate) use open::refuse_object;
+pub use output::objects::clean_leftovers as clean_object_leftovers;
 pub use output::{OutRegion, OutputFile, commit_npy, create_npy_for_rows};
 pub use zarr::{commit_zarr, create_zarr_for_rows};
 

@@ -15,6 +15,7 @@ use crate::io::own_files::{TEMP_SUFFIX, dir_and_name};
 use crate::io::temp::{clean_stale, lock, temp_beside};
 use crate::io::window::whole_pages;
 
+pub(crate) mod objects;
 mod rows;
 pub(crate) use rows::is_temp_of;
 pub use rows::{commit_npy, create_npy_for_rows};
@@ -175,7 +176,7 @@ impl OutputFile {
         own_files::check_destination(dest, format.dest())?;
         if crate::io::remote::is_url(dest) {
             // what a killed run to this same object left: its upload, its chunks
-            let _ = crate::io::remote::upload::clean_leftovers(dest);
+            let _ = objects::clean_leftovers(dest);
         } else if let Ok((dir, name)) = dir_and_name(dest) {
             // what a killed run of this same output left behind
             let _ = clean_stale(&dir, Some(&name));
@@ -573,7 +574,7 @@ pub(crate) fn finish_file(
     if crate::io::remote::is_url(dest) {
         let len = file_len(tmp.as_file(), tmp.path())?;
         crate::fault::crash_point(|| "built".into());
-        return crate::io::remote::upload::upload_output(tmp.as_file(), len, dest, memory);
+        return objects::upload_output(tmp.as_file(), len, dest, memory);
     }
     // what may have appeared at the destination while the run went on
     own_files::check_destination(dest, own_files::Dest::File)?;

@@ -99,6 +99,18 @@ pub fn spool_dir(url: &str) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// A record an object output `url` keeps in its spool directory ([`spool_dir`]) while a
+/// run writes it: `.NAME.KIND.tilestream-tmp`, `KIND` holding a `-` so that no temporary
+/// output's name is one (`upload-id`: an open multipart upload; `chunk-keys`: the keys a
+/// Zarr store uploaded; see `crate::format::output::objects`).
+///
+/// # Errors
+/// As [`spool_dir`].
+pub(crate) fn object_record(url: &Path, kind: &str) -> Result<PathBuf> {
+    let (dir, name) = dir_and_name(url)?;
+    Ok(dir.join(format!(".{name}.{kind}{TEMP_SUFFIX}")))
+}
+
 /// Refuses an object (`s3://...`) as the output of a job split over a cluster: its
 /// tasks fill one file or store in place, which must be a path every worker reaches.
 ///
@@ -360,7 +372,8 @@ pub fn check_destination(dest: &Path, kind: Dest) -> Result<()> {
                 bucket.shown()
             )));
         }
-        if !upload::has_chunks_record(dest) && !bucket.is_empty_prefix()? {
+        let recorded = object_record(dest, "chunk-keys").is_ok_and(|p| p.is_file());
+        if !recorded && !bucket.is_empty_prefix()? {
             return Err(upload::prefix_not_empty(&bucket));
         }
         return Ok(());

@@ -34,10 +34,11 @@ use crate::error::{Error, Result};
 use crate::format::chunk_assembly::ChunkRun;
 use crate::format::chunk_assembly::{ChunkAssembly, ChunkGrid, consecutive_runs};
 use crate::format::lock;
+use crate::format::output::objects as upload;
 use crate::format::zarr::encode::ZarrEncoder;
 use crate::format::zarr::{ZarrWriteOptions, chunk_shapes, encode_chunk_range};
 use crate::io::own_files;
-use crate::io::remote::upload::{self, Bucket};
+use crate::io::remote::upload::Bucket;
 
 /// The most outer chunks a stream encodes at once.
 const MAX_BATCH: u64 = 16;
@@ -198,7 +199,7 @@ impl ZarrStream {
                 // a chunk this store leaves out (all fill value) would be read from it
                 upload::clean_leftovers(dest)?;
                 if !bucket.is_empty_prefix()? {
-                    return Err(upload::prefix_not_empty(&bucket));
+                    return Err(crate::io::remote::upload::prefix_not_empty(&bucket));
                 }
             }
             (Some(bucket), Some(upload::hold_chunks_record(dest)?))

@@ -7,18 +7,15 @@
 //!   multipart upload in parts of at least 8 MiB, as many in flight as the memory given
 //!   holds (at most 8), completed only when every part is in, aborted on any failure,
 //!   so that nothing appears at the key unless the whole file does. The upload's id is
-//!   written to a record beside the spool (`.NAME.upload-id.tilestream-tmp`) before the
-//!   first part, and removed once completed or aborted: a killed run's upload is
-//!   aborted by `tilestream clean URL` ([`abort_recorded`]), since a store cannot be
-//!   asked which uploads are open by `object_store`;
+//!   handed to an [`UploadRecord`] before the first part and taken back once completed
+//!   or aborted (`crate::format::output::objects` keeps it in the spool, so that a
+//!   killed run's upload is aborted by `tilestream clean URL`: a store cannot be asked
+//!   which uploads are open through `object_store`);
 //! - a Zarr store: each run of chunks as it is encoded ([`Bucket::put_many`]), then
 //!   `zarr.json` last, so a reader never sees an array whose chunks are missing.
 //!
 //! Every request is retried as reads are (`object_store`'s backoff on 5xx and dropped
 //! connections, then [`super::ATTEMPTS`] attempts); errors are one line, redacted.
-
-use std::fs::File;
-use std::path::Path;
 
 /// The smallest part of a multipart upload: S3's minimum is 5 MiB; 8 MiB parts keep a
 /// 6 GB output under 800 requests and S3's limit of 10,000 parts away until 80 GB
@@ -30,10 +27,6 @@ pub const MIN_PART: u64 = 8 << 20;
 #[cfg_attr(not(feature = "remote"), allow(dead_code))]
 const MAX_IN_FLIGHT: u64 = 8;
 
-/// What a record of an open multipart upload starts with.
-#[cfg_attr(not(feature = "remote"), allow(dead_code))]
-const RECORD_MAGIC: &str = "tilestream-upload 1";
-
 /// The part size and parts in flight of an upload of `len` bytes within `memory`: parts of
 /// [`MIN_PART`] or more (S3 takes at most 10,000), at least one in flight whatever the
 /// memory (one part is within the fixed overhead the budget allows).
@@ -44,12 +37,24 @@ pub fn part_plan(len: u64, memory: u64) -> (u64, u64) {
     (part, (memory / part).clamp(1, MAX_IN_FLIGHT))
 }
 
+#[cfg_attr(not(feature = "remote"), allow(dead_code))]
+/// Where a multipart upload's id is kept while it is open, so that a killed run's upload
+/// can be aborted later (a store cannot be asked which uploads are open through
+/// `object_store`): `crate::format::output::objects` keeps it in a file of the spool.
+pub trait UploadRecord {
+    /// The upload `id` to `url` has started: keep it (an error aborts the upload).
+    ///
+    /// # Errors
+    /// Whatever keeping it fails with.
+    fn started(&mut self, url: &str, id: &str) -> crate::error::Result<()>;
+    /// The upload is completed or aborted: forget it.
+    fn ended(&mut self);
+}
+
 #[cfg(feature = "remote")]
 mod imp {
     use std::fs::File;
-    use std::io::Write as _;
     use std::os::unix::fs::FileExt as _;
-    use std::path::Path;
     use std::sync::Arc;
 
     use object_store::multipart::{MultipartStore, PartId};
@@ -58,7 +63,7 @@ mod imp {
     use super::super::imp::{
         Attempt, Built, build, io_error, parse, runtime, transient, with_attempts,
     };
-    use super::{RECORD_MAGIC, part_plan};
+    use super::{UploadRecord, part_plan};
     use crate::error::{Error, Result};
 
     /// A store that takes whole objects and multipart uploads.
@@ -297,7 +302,13 @@ mod imp {
         /// # Errors
         /// [`Error::Io`] for a failed read of `file`, a request that failed for good, or
         /// a record that cannot be written; the upload is aborted then.
-        pub fn upload_file(&self, file: &File, len: u64, memory: u64, record: &Path) -> Result<()> {
+        pub fn upload_file(
+            &self,
+            file: &File,
+            len: u64,
+            memory: u64,
+            record: &mut dyn UploadRecord,
+        ) -> Result<()> {
             let (part, in_flight) = part_plan(len, memory);
             let rt = runtime().map_err(|e| Error::io("write", &self.shown, e))?;
             let read = |at: u64, n: u64| -> Result<Vec<u8>> {
@@ -314,12 +325,10 @@ mod imp {
                     }))
                     .map(drop);
             }
-            // an upload a killed run left open for this key: aborted, not forgotten
-            abort_recorded(record)?;
             let id = rt.block_on(attempts("start an upload to", &self.shown, || {
                 self.store.create_multipart(&self.key)
             }))?;
-            let held = write_record(record, &self.url, &id).inspect_err(|_| {
+            record.started(&self.url, &id).inspect_err(|_| {
                 let _ = rt.block_on(self.store.abort_multipart(&self.key, &id));
             })?;
             crate::fault::crash_point(|| "upload-started".into());
@@ -373,14 +382,15 @@ mod imp {
             if finished.is_err() {
                 let _ = rt.block_on(self.store.abort_multipart(&self.key, &id));
             }
-            // unlinked while still locked: `clean` never reads another run's record here
-            let _ = std::fs::remove_file(record);
-            drop(held);
+            record.ended();
             finished.map(drop)
         }
 
         /// Aborts the multipart upload `id` to this key (one already gone is fine).
-        fn abort(&self, id: &str) -> Result<()> {
+        ///
+        /// # Errors
+        /// [`Error::Io`] if the store refuses.
+        pub fn abort(&self, id: &str) -> Result<()> {
             let rt = runtime().map_err(|e| Error::io("abort", &self.shown, e))?;
             let id = id.to_string();
             match rt.block_on(attempts("abort the upload to", &self.shown, || {
@@ -393,57 +403,11 @@ mod imp {
             }
         }
     }
-
-    /// Writes the record of upload `id` to `url` at `record`, flushed and locked while the
-    /// upload lives (a record locked by a live run is not aborted by `clean`).
-    fn write_record(record: &Path, url: &str, id: &str) -> Result<File> {
-        let mut f = crate::io::own_files::open_own(record, true)?;
-        if !crate::io::temp::lock(&f) {
-            return Err(Error::invalid(format!(
-                "{}: another tilestream run is uploading this output",
-                crate::error::shown_url(url)
-            )));
-        }
-        f.set_len(0).map_err(|e| Error::io("write", record, e))?;
-        writeln!(f, "{RECORD_MAGIC}\n{url}\n{id}")
-            .and_then(|()| f.sync_data())
-            .map_err(|e| Error::io("write", record, e))?;
-        Ok(f)
-    }
-
-    /// Aborts the multipart upload a killed run recorded at `record` and removes the
-    /// record; the URL it was to, or `None` when `record` is not such a record or a live
-    /// run holds it.
-    ///
-    /// # Errors
-    /// [`Error::Io`] if the record cannot be read or the store refuses the abort.
-    pub fn abort_recorded(record: &Path) -> Result<Option<String>> {
-        let Ok(f) = crate::io::own_files::open_own(record, false) else {
-            return Ok(None);
-        };
-        if !crate::io::temp::lock(&f) {
-            return Ok(None);
-        }
-        // through the locked descriptor: the record this process holds, whatever the
-        // path names now
-        let text = super::read_locked(&f, record)?;
-        let mut lines = text.lines();
-        let (Some(RECORD_MAGIC), Some(url), Some(id)) = (lines.next(), lines.next(), lines.next())
-        else {
-            return Ok(None);
-        };
-        let bucket = Bucket::open(url)?;
-        bucket.abort(id)?;
-        std::fs::remove_file(record).map_err(|e| Error::io("remove", record, e))?;
-        drop(f);
-        Ok(Some(bucket.shown.clone()))
-    }
 }
 
 #[cfg(not(feature = "remote"))]
 mod imp {
     use std::fs::File;
-    use std::path::Path;
 
     use crate::error::{Error, Result};
 
@@ -511,124 +475,26 @@ mod imp {
         ///
         /// # Errors
         /// Never.
-        pub fn upload_file(&self, _: &File, _: u64, _: u64, _: &Path) -> Result<()> {
+        pub fn upload_file(
+            &self,
+            _: &File,
+            _: u64,
+            _: u64,
+            _: &mut dyn super::UploadRecord,
+        ) -> Result<()> {
+            match *self {}
+        }
+        /// Never called.
+        ///
+        /// # Errors
+        /// Never.
+        pub fn abort(&self, _: &str) -> Result<()> {
             match *self {}
         }
     }
-
-    /// Nothing to abort in a build that writes no objects.
-    ///
-    /// # Errors
-    /// Never.
-    #[allow(clippy::unnecessary_wraps)]
-    pub fn abort_recorded(_: &Path) -> Result<Option<String>> {
-        Ok(None)
-    }
 }
 
-pub use imp::{Bucket, abort_recorded};
-
-/// What a record of a Zarr object output's uploaded chunks starts with.
-const CHUNKS_MAGIC: &str = "tilestream-chunks 1";
-
-/// The record of the chunk keys a Zarr object output at `url` uploaded (in its spool
-/// directory).
-fn chunks_record(url: &Path) -> crate::error::Result<std::path::PathBuf> {
-    let (dir, name) = crate::io::own_files::dir_and_name(url)?;
-    Ok(dir.join(format!(
-        ".{name}.chunk-keys{}",
-        crate::io::own_files::TEMP_SUFFIX
-    )))
-}
-
-/// Opens (making it when missing) the record of the chunk keys the Zarr object output at
-/// `url` uploads, locked while its run lives so that no `clean` deletes them meanwhile.
-///
-/// # Errors
-/// [`crate::error::Error::Io`] if it cannot be made or another run holds it.
-pub fn hold_chunks_record(url: &Path) -> crate::error::Result<File> {
-    use std::io::Write as _;
-    let path = chunks_record(url)?;
-    let mut f = crate::io::own_files::open_own(&path, true)?;
-    if !crate::io::temp::lock(&f) {
-        return Err(crate::error::Error::invalid(format!(
-            "{}: another tilestream run is writing this output",
-            crate::error::shown_url(&url.to_string_lossy())
-        )));
-    }
-    let len = f.metadata().map_or(0, |m| m.len());
-    if len == 0 {
-        writeln!(f, "{CHUNKS_MAGIC}\n{}", url_text(url))
-            .map_err(|e| crate::error::Error::io("write", &path, e))?;
-    }
-    Ok(f)
-}
-
-/// Logs `keys` (below the store's URL) in the record `f` ([`hold_chunks_record`]),
-/// flushed, before they are uploaded.
-///
-/// # Errors
-/// [`crate::error::Error::Io`] if it cannot be written.
-pub fn log_chunks(mut f: &File, keys: &[String]) -> crate::error::Result<()> {
-    use std::io::Write as _;
-    let mut text = String::new();
-    for k in keys {
-        text.push_str(k);
-        text.push('\n');
-    }
-    f.write_all(text.as_bytes())
-        .and_then(|()| f.sync_data())
-        .map_err(|e| {
-            crate::error::Error::io("write", Path::new("the record of uploaded chunks"), e)
-        })
-}
-
-/// `url` as records name it: without a trailing `/` (the spool directory is the same
-/// either way).
-fn url_text(url: &Path) -> String {
-    url.to_string_lossy().trim_end_matches('/').to_string()
-}
-
-/// The text of the record `f` (opened from `path`), read through its descriptor.
-fn read_locked(mut f: &File, path: &Path) -> crate::error::Result<String> {
-    use std::io::{Read as _, Seek as _};
-    let mut text = String::new();
-    f.seek(std::io::SeekFrom::Start(0))
-        .and_then(|_| f.read_to_string(&mut text))
-        .map_err(|e| crate::error::Error::io("read", path, e))?;
-    Ok(text)
-}
-
-/// Whether a record of chunks uploaded to the Zarr object output `url` is in its spool
-/// directory (a killed run's, whose chunks a new run deletes first).
-#[must_use]
-pub fn has_chunks_record(url: &Path) -> bool {
-    chunks_record(url).is_ok_and(|p| p.is_file())
-}
-
-/// Deletes the chunks the record `f` (held, [`hold_chunks_record`]) lists for the store
-/// `bucket` at `url`, 64 requests at a time; how many it listed. A record of another URL
-/// or not tilestream's deletes nothing.
-///
-/// # Errors
-/// [`crate::error::Error::Io`] if the record cannot be read or a delete fails.
-pub fn delete_recorded_chunks(
-    f: &File,
-    url: &Path,
-    bucket: &Bucket,
-) -> crate::error::Result<usize> {
-    let path = chunks_record(url)?;
-    let text = read_locked(f, &path)?;
-    let mut lines = text.lines();
-    if lines.next() != Some(CHUNKS_MAGIC) || lines.next() != Some(&*url_text(url)) {
-        return Ok(0);
-    }
-    let keys: Vec<String> = lines.map(str::to_string).collect();
-    for batch in keys.chunks(64) {
-        bucket.delete_many(batch)?;
-    }
-    Ok(keys.len())
-}
+pub use imp::Bucket;
 
 /// The refusal of a Zarr object output whose prefix holds objects no run of it uploaded:
 /// a chunk the new store leaves out (all fill value) would be read from them.
@@ -639,71 +505,6 @@ pub fn prefix_not_empty(bucket: &Bucket) -> crate::error::Error {
          a Zarr store is written to an empty prefix: delete them or choose another prefix",
         bucket.shown()
     ))
-}
-
-/// Removes the record of the Zarr object output at `url`'s chunks (its store is
-/// finished, or its chunks deleted).
-pub fn forget_chunks(url: &Path) {
-    if let Ok(p) = chunks_record(url) {
-        let _ = std::fs::remove_file(p);
-    }
-}
-
-/// Removes what killed runs writing the object output `url` left: aborts its recorded
-/// multipart upload, deletes the chunks a Zarr store's record lists when the store has
-/// no `zarr.json` (never finished), and removes their records and the local spool's
-/// temporary files. A record a live run holds is left alone. Returns what was done, a
-/// line each.
-///
-/// # Errors
-/// [`crate::error::Error::Io`] if the store refuses a request or a record cannot be
-/// read.
-pub fn clean_leftovers(url: &Path) -> crate::error::Result<Vec<String>> {
-    let (dir, name) = crate::io::own_files::dir_and_name(url)?;
-    let mut done = Vec::new();
-    if let Some(u) = abort_recorded(&record_path(&dir, &name))? {
-        done.push(format!("aborted the unfinished upload to {u}"));
-    }
-    let path = chunks_record(url)?;
-    if let Ok(f) = crate::io::own_files::open_own(&path, false) {
-        if !crate::io::temp::lock(&f) {
-            return Ok(done);
-        }
-        let bucket = Bucket::open(&url.to_string_lossy())?;
-        // a finished store's chunks are its own: only its record goes
-        if !bucket.exists("zarr.json")? {
-            let n = delete_recorded_chunks(&f, url, &bucket)?;
-            done.push(format!(
-                "deleted {n} chunk(s) of the unfinished store {}",
-                bucket.shown()
-            ));
-        }
-        let _ = std::fs::remove_file(&path);
-    }
-    for p in crate::io::temp::clean_stale(&dir, Some(&name))? {
-        done.push(format!("removed {}", p.display()));
-    }
-    Ok(done)
-}
-
-/// The record of `name`'s open multipart upload in the spool directory `dir`.
-#[must_use]
-pub fn record_path(dir: &Path, name: &str) -> std::path::PathBuf {
-    dir.join(format!(
-        ".{name}.upload-id{}",
-        crate::io::own_files::TEMP_SUFFIX
-    ))
-}
-
-/// Uploads the finished local file `file` (of `len` bytes) to `url`, the record of its
-/// upload kept in the spool directory of `url` while it is open ([`Bucket::upload_file`]).
-///
-/// # Errors
-/// As [`Bucket::upload_file`].
-pub fn upload_output(file: &File, len: u64, url: &Path, memory: u64) -> crate::error::Result<()> {
-    let (dir, name) = crate::io::own_files::dir_and_name(url)?;
-    let bucket = Bucket::open(&url.to_string_lossy())?;
-    bucket.upload_file(file, len, memory, &record_path(&dir, &name))
 }
 
 #[cfg(test)]
