@@ -416,14 +416,15 @@ impl ZarrStream {
         )
     }
 
-    /// The key of outer chunk `k` within the store (`c/0/1`).
+    /// The key of outer chunk `k` within the store (`c/0/1`): its file's path in the
+    /// store being built, as the encoder names it.
     fn chunk_key(&self, k: usize) -> String {
-        let mut key = String::from("c");
-        for i in self.chunk_grid.position(k) {
-            key.push('/');
-            key.push_str(&i.to_string());
-        }
-        key
+        let path = self.encoder.chunk_path(&self.chunk_grid.position(k));
+        let rel = path.strip_prefix(&self.dir).unwrap_or(&path);
+        rel.components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/")
     }
 
     /// Uploads the files of outer chunks `chunks` (an object output's), logging their
@@ -453,46 +454,46 @@ impl ZarrStream {
         Ok(())
     }
 
-    /// CRC-32 of the files of outer chunks `chunks` (flat grid indices), in order, and
-    /// their lengths; a chunk without a file (all fill value, which is not stored) counts as a marker byte and length 0.
-    /// An object output's chunks are read from the store when resuming (their files
-    /// are removed once uploaded).
-    fn files_crc(&self, chunks: std::ops::Range<usize>) -> Result<(u32, Vec<u64>)> {
-        self.crc_of(chunks, false)
-    }
-
-    /// [`files_crc`](Self::files_crc), of the chunks uploaded when `uploaded` (an
-    /// object output's, resuming).
-    fn crc_of(&self, chunks: std::ops::Range<usize>, uploaded: bool) -> Result<(u32, Vec<u64>)> {
-        if let (true, Some(bucket)) = (uploaded, &self.bucket) {
-            let urls: Vec<String> = chunks.map(|k| bucket.url_of(&self.chunk_key(k))).collect();
-            // a chunk is at most its raw size and a few bytes of codec framing
-            let max = self.encoder.outer().iter().product::<usize>() as u64
-                * self.encoder.dtype().size() as u64
-                * 2
-                + (1 << 20);
-            let mut h = crc32fast::Hasher::new_with_initial(self.seed);
-            let mut lens = Vec::with_capacity(urls.len());
-            for got in crate::io::remote::fetch_whole_many(&urls, max)? {
-                match got {
-                    Some(crate::io::remote::Whole::Bytes(b)) => {
-                        h.update(b"+");
-                        h.update(&b);
-                        lens.push(b.len() as u64);
-                    }
-                    // larger than any chunk this run stores: not its chunk
-                    Some(crate::io::remote::Whole::TooLarge(n)) => {
-                        h.update(b"?");
-                        lens.push(n);
-                    }
-                    None => {
-                        h.update(b"-");
-                        lens.push(0);
-                    }
+    /// [`files_crc`](Self::files_crc) of an object output's chunks, read back from
+    /// `bucket` (their files are removed once uploaded): what a resumed run checks.
+    fn objects_crc(
+        &self,
+        bucket: &Bucket,
+        chunks: std::ops::Range<usize>,
+    ) -> Result<(u32, Vec<u64>)> {
+        let urls: Vec<String> = chunks.map(|k| bucket.url_of(&self.chunk_key(k))).collect();
+        // a chunk is at most its raw size and a few bytes of codec framing
+        let max = self.encoder.outer().iter().product::<usize>() as u64
+            * self.encoder.dtype().size() as u64
+            * 2
+            + (1 << 20);
+        let mut h = crc32fast::Hasher::new_with_initial(self.seed);
+        let mut lens = Vec::with_capacity(urls.len());
+        for got in crate::io::remote::fetch_whole_many(&urls, max)? {
+            match got {
+                Some(crate::io::remote::Whole::Bytes(b)) => {
+                    h.update(b"+");
+                    h.update(&b);
+                    lens.push(b.len() as u64);
+                }
+                // larger than any chunk this run stores: not its chunk
+                Some(crate::io::remote::Whole::TooLarge(n)) => {
+                    h.update(b"?");
+                    lens.push(n);
+                }
+                None => {
+                    h.update(b"-");
+                    lens.push(0);
                 }
             }
-            return Ok((h.finalize(), lens));
         }
+        Ok((h.finalize(), lens))
+    }
+
+    /// CRC-32 of the files of outer chunks `chunks` (flat grid indices), in order, and
+    /// their lengths; a chunk without a file (all fill value, which is not stored)
+    /// counts as a marker byte and length 0.
+    fn files_crc(&self, chunks: std::ops::Range<usize>) -> Result<(u32, Vec<u64>)> {
         let mut h = crc32fast::Hasher::new_with_initial(self.seed);
         let mut buf = vec![0u8; 64 << 10];
         let mut lens = Vec::with_capacity(chunks.len());
@@ -547,10 +548,12 @@ impl ZarrStream {
             if d.counts.is_empty()
                 || run.end > self.chunks()
                 || run.clone().any(|k| inner.asm.is_done(k))
-                || self
-                    .crc_of(run.clone(), self.bucket.is_some())
-                    .ok()
-                    .map(|c| c.0)
+                || match &self.bucket {
+                    Some(b) => self.objects_crc(b, run.clone()),
+                    None => self.files_crc(run.clone()),
+                }
+                .ok()
+                .map(|c| c.0)
                     != Some(d.crc)
             {
                 break;

@@ -87,6 +87,11 @@ mod imp {
         }
     }
 
+    /// Whether `r` failed because there is no such object (or upload).
+    fn not_found<T>(r: &Result<T>) -> bool {
+        matches!(r, Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound)
+    }
+
     /// An error of a write request, on one line.
     fn failed(what: &'static str, shown: &str, e: &object_store::Error) -> Error {
         Error::io(what, shown, io_error(e))
@@ -195,17 +200,12 @@ mod imp {
             let key = self.key_of(rel)?;
             let rt = runtime().map_err(|e| Error::io("open", &self.shown, e))?;
             let shown = crate::error::shown_url(&self.url_of(rel));
-            rt.block_on(async {
-                match attempts("look up", &shown, || self.store.head(&key)).await {
-                    Ok(_) => Ok(true),
-                    Err(Error::Io { source, .. })
-                        if source.kind() == std::io::ErrorKind::NotFound =>
-                    {
-                        Ok(false)
-                    }
-                    Err(e) => Err(e),
-                }
-            })
+            let r = rt.block_on(attempts("look up", &shown, || self.store.head(&key)));
+            if not_found(&r) {
+                Ok(false)
+            } else {
+                r.map(|_| true)
+            }
         }
 
         /// Whether no object lies below this key (`KEY/...`).
@@ -273,14 +273,8 @@ mod imp {
                 for (key, shown) in keys {
                     let store = Arc::clone(&self.store);
                     set.spawn(async move {
-                        match attempts("delete", &shown, || store.delete(&key)).await {
-                            Err(Error::Io { source, .. })
-                                if source.kind() == std::io::ErrorKind::NotFound =>
-                            {
-                                Ok(())
-                            }
-                            other => other,
-                        }
+                        let r = attempts("delete", &shown, || store.delete(&key)).await;
+                        if not_found(&r) { Ok(()) } else { r }
                     });
                 }
                 let mut first = Ok(());
@@ -393,14 +387,10 @@ mod imp {
         pub fn abort(&self, id: &str) -> Result<()> {
             let rt = runtime().map_err(|e| Error::io("abort", &self.shown, e))?;
             let id = id.to_string();
-            match rt.block_on(attempts("abort the upload to", &self.shown, || {
+            let r = rt.block_on(attempts("abort the upload to", &self.shown, || {
                 self.store.abort_multipart(&self.key, &id)
-            })) {
-                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                    Ok(())
-                }
-                other => other,
-            }
+            }));
+            if not_found(&r) { Ok(()) } else { r }
         }
     }
 }
