@@ -1,6 +1,7 @@
 //! Unit tests of element types and casts.
 #![allow(clippy::unwrap_used, clippy::float_cmp)]
 use super::*;
+use half::{bf16, f16};
 
 #[test]
 fn descr_roundtrip_for_every_dtype() {

@@ -8,8 +8,9 @@ use std::ops::Range;
 use rayon::prelude::*;
 
 use crate::dtype::Element;
-use crate::ops::reduce::{BLOCK_ELEMS, COLUMN_PARTIALS, Geometry, TileReducer, WIDE};
+use crate::ops::reduce::{BLOCK_ELEMS, Geometry, TileReducer, WIDE};
 
+mod columns;
 mod dispatch;
 mod kernels;
 
@@ -147,110 +148,6 @@ fn accumulate_rows<T: Element, K: Kernel<T>>(
             k.push(a, x, s);
         }
     }
-}
-
-/// Rows `rows` of each column of `group` (runs of a column-major matrix, at most
-/// [`COLUMN_GROUP`] of them) pushed onto `acc`, row after row: for each column the
-/// operations [`accumulate`] applies to it when the rows come in C order, the columns
-/// interleaved so that their chains of dependent operations overlap.
-fn push_columns<T: Element, K: Kernel<T>>(
-    k: &K,
-    group: &[&[T]],
-    rows: Range<usize>,
-    acc: &mut [K::A],
-    shift: &[f64],
-) {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: the CPU supports AVX2, checked just above.
-        unsafe { push_columns_avx2::<T, K>(k, group, rows, acc, shift) };
-        return;
-    }
-    push_columns_any::<T, K>(k, group, rows, acc, shift);
-}
-
-/// [`push_columns_any`] compiled for AVX2.
-///
-/// # Safety
-/// The CPU must support AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn push_columns_avx2<T: Element, K: Kernel<T>>(
-    k: &K,
-    group: &[&[T]],
-    rows: Range<usize>,
-    acc: &mut [K::A],
-    shift: &[f64],
-) {
-    push_columns_any::<T, K>(k, group, rows, acc, shift);
-}
-
-#[inline(always)]
-#[allow(clippy::inline_always)]
-fn push_columns_any<T: Element, K: Kernel<T>>(
-    k: &K,
-    group: &[&[T]],
-    rows: Range<usize>,
-    acc: &mut [K::A],
-    shift: &[f64],
-) {
-    // columns taken 8, then 4 at a time (each group's pointers and accumulators held in
-    // registers, no bounds checks in the loop), the last one to three one by one
-    let (mut acc, mut group, mut shift) = (acc, group, shift);
-    while !group.is_empty() {
-        let w = match group.len() {
-            8.. => push_fixed::<T, K, 8>(k, group, rows.clone(), acc, shift),
-            4.. => push_fixed::<T, K, 4>(k, group, rows.clone(), acc, shift),
-            _ => push_fixed::<T, K, 1>(k, group, rows.clone(), acc, shift),
-        };
-        acc = &mut acc[w..];
-        group = &group[w..];
-        shift = &shift[w..];
-    }
-}
-
-/// [`push_columns_any`] for the first `W` columns of `group`; returns `W`.
-#[inline(always)]
-#[allow(clippy::inline_always)]
-fn push_fixed<T: Element, K: Kernel<T>, const W: usize>(
-    k: &K,
-    group: &[&[T]],
-    rows: Range<usize>,
-    acc: &mut [K::A],
-    shift: &[f64],
-) -> usize {
-    let n = rows.len();
-    let cols: [&[T]; W] = std::array::from_fn(|c| &group[c][rows.clone()]);
-    let s: [f64; W] = std::array::from_fn(|c| shift[c]);
-    let mut a: [K::A; W] = std::array::from_fn(|c| acc[c]);
-    // rows 8 at a time: each column's 8 read with one load, then row `i` of every column
-    // in turn (the compiler transposes them in registers)
-    let whole = n / 8 * 8;
-    let mut i = 0;
-    while i < whole {
-        let chunk: [[T; 8]; W] = std::array::from_fn(|c| {
-            let mut v = [cols[c][i]; 8];
-            v.copy_from_slice(&cols[c][i..i + 8]);
-            v
-        });
-        // an index, not an iterator: row `r` of every column's chunk in turn
-        #[allow(clippy::needless_range_loop)]
-        for r in 0..8 {
-            for c in 0..W {
-                k.push(&mut a[c], chunk[c][r], s[c]);
-            }
-        }
-        i += 8;
-    }
-    // the last rows: an index, not an iterator over one column
-    #[allow(clippy::needless_range_loop)]
-    for i in whole..n {
-        for c in 0..W {
-            k.push(&mut a[c], cols[c][i], s[c]);
-        }
-    }
-    acc[..W].copy_from_slice(&a);
-    W
 }
 
 /// A block of one row (`seg` one row that starts a block) pushed onto `zero` and merged
@@ -533,102 +430,6 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
             }
         } else {
             out[0] = self.k.finish_lanes(t, self.g.len);
-        }
-    }
-
-    /// Feeds rows `row..row + rows` of columns `c0..c0 + cols` given column by column
-    /// (see [`TileReducer::feed_columns`]) with the operations [`Reducer::feed`] applies
-    /// when the rows come in C order: pushed onto the column's open block, merged into its
-    /// total where a block ends.
-    ///
-    /// A block starts from `zero` and its partial is merged into the total in block
-    /// order, so the whole blocks of the tile are accumulated independently, in
-    /// parallel (each from `zero`, [`COLUMN_GROUP`] blocks interleaved so that their chains
-    /// of dependent operations overlap), then merged column by column in block order: the
-    /// same operations in the same order, whatever the number of threads or columns. The
-    /// rows before the first block boundary continue the open block; the rows after the
-    /// last one open the next.
-    fn columns(&mut self, c0: usize, row: u64, runs: &[&[T]]) {
-        let cols = runs.len();
-        let rows = runs.first().map_or(0, |r| r.len());
-        if rows == 0 {
-            return;
-        }
-        let b = self.g.block_rows();
-        let zero = self.k.zero();
-        let k = &self.k;
-        let st = &mut self.live;
-        if K::NEEDS_SHIFT && !st.shift_given && row == 0 {
-            // the shift of a column is its element of row 0, as when fed in C order
-            for (s, run) in st.shift[c0..c0 + cols].iter_mut().zip(runs) {
-                *s = k.shift(run[0]);
-            }
-        }
-        let State {
-            open, total, shift, ..
-        } = st;
-        let (open, total, shift) = (
-            &mut open[c0..c0 + cols],
-            &mut total[c0..c0 + cols],
-            &shift[c0..c0 + cols],
-        );
-        // the rows that continue the open block, closing it where the block ends there
-        let head = ((b - row % b) % b).min(rows as u64) as usize;
-        if head > 0 {
-            push_columns::<T, K>(k, runs, 0..head, open, shift);
-            if (row + head as u64).is_multiple_of(b) {
-                for (t, o) in total.iter_mut().zip(open.iter_mut()) {
-                    K::merge(t, o);
-                    *o = zero;
-                }
-            }
-        }
-        // whole blocks, a window of them at a time (each column's partials merged in
-        // block order, window after window): block `j0 + j` of column `c` is unit
-        // `c * win + j` of a window of `win` blocks
-        let bu = b as usize;
-        let blocks = (rows - head) / bu;
-        let step = (COLUMN_PARTIALS / cols).clamp(1, blocks.max(1));
-        let per_task = (TASK_ELEMS / bu).max(1).next_multiple_of(COLUMN_GROUP);
-        let mut partial = Vec::new();
-        for j0 in (0..blocks).step_by(step) {
-            let win = step.min(blocks - j0);
-            partial.clear();
-            partial.resize(cols * win, zero);
-            partial
-                .par_chunks_mut(per_task)
-                .enumerate()
-                .for_each(|(ti, task)| {
-                    let first = ti * per_task;
-                    for (gi, group) in task.chunks_mut(COLUMN_GROUP).enumerate() {
-                        let u0 = first + gi * COLUMN_GROUP;
-                        let mut slices = [&runs[0][..0]; COLUMN_GROUP];
-                        let mut shifts = [0.0; COLUMN_GROUP];
-                        for (i, (sl, sh)) in slices.iter_mut().zip(&mut shifts).enumerate() {
-                            if i < group.len() {
-                                let (c, j) = ((u0 + i) / win, (u0 + i) % win);
-                                let at = head + (j0 + j) * bu;
-                                *sl = &runs[c][at..at + bu];
-                                *sh = shift[c];
-                            }
-                        }
-                        let n = group.len();
-                        push_columns::<T, K>(k, &slices[..n], 0..bu, group, &shifts[..n]);
-                    }
-                });
-            total
-                .par_iter_mut()
-                .zip(partial.par_chunks(win))
-                .for_each(|(t, parts)| {
-                    for p in parts {
-                        K::merge(t, p);
-                    }
-                });
-        }
-        // the rows that open the next block (the open block is `zero` here)
-        let tail = head + blocks * bu;
-        if tail < rows {
-            push_columns::<T, K>(k, runs, tail..rows, open, shift);
         }
     }
 

@@ -5,7 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use super::decode::ChunkRows;
-use super::{TiffLayout, decode, nodata_sample};
+use super::nodata::nodata_sample;
+use super::{TiffLayout, decode};
 use crate::error::{Error, Result, TiffError};
 use crate::format::chunked::{ChunkSource, decode_each};
 use crate::io::source::{COALESCE_GAP, Source, fetch_coalesced};

@@ -1,4 +1,5 @@
 //! Unit tests of GeoTIFF reading and its helpers.
+use super::nodata::nodata_sample;
 use super::*;
 
 #[test]

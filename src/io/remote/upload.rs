@@ -60,7 +60,7 @@ mod imp {
     use object_store::multipart::{MultipartStore, PartId};
     use object_store::{ObjectStore, PutPayload, path::Path as Key};
 
-    use super::super::imp::{
+    use super::super::client::{
         Attempt, Built, build, io_error, parse, runtime, transient, with_attempts,
     };
     use super::{UploadRecord, part_plan};
