@@ -127,7 +127,7 @@ pub(super) fn read_georef<R: std::io::Read + std::io::Seek>(
 /// read as a GeoTIFF file's is.
 ///
 /// # Errors
-/// [`Error::Tiff`] when the bytes are no TIFF or its tags cannot be read.
+/// [`Error::Tiff`](crate::Error::Tiff) when the bytes are no TIFF or its tags cannot be read.
 pub fn georef_from_bytes(path: &Path, bytes: &[u8]) -> Result<GeoRef> {
     let mut d = Decoder::new(std::io::Cursor::new(bytes))
         .map_err(|e| tiff_err(path, &e))?
