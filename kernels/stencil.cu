@@ -1,5 +1,5 @@
 // Neighbourhood filters over one tile's padded box, with the CPU's order of operations
-// (src/backend/cpu/stencil.rs): the box is gathered on the host (the boundary modes,
+// (src/spec/ops/stencil/cpu.rs): the box is gathered on the host (the boundary modes,
 // the CPU's own code), then these kernels run the filter's passes on the device, in the
 // filter's float type F (f32, or f64 for wide inputs). Compiled with --fmad=false, each
 // sum is the CPU's sequence of roundings: a tap sum is w[0]*x0, then + w[t]*xt in tap
@@ -88,7 +88,7 @@ template <> struct TsKey<double> {
 // rank S*S/2 in the total order, as the CPU's select_nth_unstable_by(total_cmp) picks
 // (elements equal in that order have the same bits, so any selection gives the same
 // value). A sorting network over the window held in registers: TsMedianNet<S>::sort,
-// straight-line compare-exchanges generated on the host (src/backend/cuda/stencil.rs,
+// straight-line compare-exchanges generated on the host (src/spec/ops/stencil/cuda.rs,
 // median_networks: Batcher's odd-even merge sort, 394 comparators for S = 7 against
 // 1176 for an odd-even transposition sort), emitted after this file.
 template <int S> struct TsMedianNet;

@@ -34,6 +34,7 @@ use crate::scheduler::{self, InputStream, Progress, StageTimes, Stream};
 mod array;
 mod batches;
 mod blocks;
+mod box_op;
 mod boxed;
 mod elementwise;
 mod histogram;
@@ -55,6 +56,7 @@ pub use blocks::{
     Block, BlockFn, BlockInput, BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan,
     FunctionRunner, Working,
 };
+pub(crate) use box_op::ImageNeeds;
 pub(crate) use imagery::transposed_shape;
 pub use nodata::MapNodata;
 pub use patches::{Edge, PatchFormat, PatchSpec};
@@ -640,7 +642,7 @@ fn decode_scratch(limit: u64, inputs: &[&TensorFile]) -> (u64, String) {
 }
 
 /// Adds `bytes` of `what` to a plan's resident bytes and their description.
-fn hold(bytes: &mut u64, desc: &mut String, add: u64, what: String) {
+pub(crate) fn hold(bytes: &mut u64, desc: &mut String, add: u64, what: String) {
     *bytes += add;
     if desc.is_empty() {
         *desc = what;
@@ -649,7 +651,7 @@ fn hold(bytes: &mut u64, desc: &mut String, add: u64, what: String) {
     }
 }
 
-fn check_not_input(out: &Path, inputs: &[&TensorFile]) -> Result<()> {
+pub(crate) fn check_not_input(out: &Path, inputs: &[&TensorFile]) -> Result<()> {
     for i in inputs {
         if same_file(out, i.path()) {
             return Err(Error::invalid(format!(

@@ -125,13 +125,13 @@ pub use format::{
 };
 pub use journal::JobKey;
 pub use ops::generate::Dist;
-pub use ops::stencil::{Filter, Stencil};
 pub use ops::{Axis, Partial, Reduce, ReduceOver, row_step};
 pub use plan::Plan;
 pub use scheduler::Progress;
 pub use shape::{fmt_shape, parse_shape};
 // the spec of each operation is in `spec` (`spec::ReduceSpec`...), beside the list of
 // them: adding an operation does not touch this file
+pub use spec::stencil::{Filter, Stencil};
 pub use spec::{OpSpec, OutputLayout, RawLayout, Source, SpecPlan};
 pub use tiling::{Boundary, BoxPlan, Edges};
 pub use workflow::Workflow;

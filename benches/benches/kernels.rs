@@ -18,7 +18,8 @@ use tilestream::backend::{Backend, CpuBackend};
 use tilestream::ops::expr::{Program, parse};
 use tilestream::ops::matmul::{Resident, compute_dtype};
 use tilestream::ops::reduce::{Geometry, Reduce, ReduceOver};
-use tilestream::ops::stencil::{Filter, Stencil, TileJob};
+use tilestream::spec::stencil::cpu::run_tile;
+use tilestream::spec::stencil::{Filter, Stencil, TileJob};
 use tilestream::tiling::{Boundary, BoxPlan, BoxRequest, Cuts, OutMap};
 
 /// A 16 MiB tile: 8192 rows x 512 f32 (the size the planner picks by default).
@@ -177,7 +178,8 @@ fn stencils_and_layout(c: &mut Criterion) {
                     in_dtype: DType::F32,
                     out_dtype: DType::F32,
                 };
-                cpu.stencil(&job, &mut arena, &mut out).unwrap();
+                cpu.install(&mut || run_tile(&job, &mut arena, &mut out))
+                    .unwrap();
             });
         });
     }

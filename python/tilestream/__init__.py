@@ -46,24 +46,18 @@ from . import _tilestream as _ts
 
 __version__ = _ts.version()
 
+# with the operations of _ops.py, added from its own list below
 __all__ = [
     "Batches",
     "BudgetError",
     "Plan",
     "RunReport",
     "Tensor",
-    "affine",
     "batches",
-    "cast",
-    "clip",
-    "convert",
-    "gen",
     "histogram",
     "iter_tiles",
-    "map",
     "map_blocks",
     "map_overlap",
-    "matmul",
     "open",
     "plan",
     "read",
@@ -71,10 +65,6 @@ __all__ = [
     "reduce_blocks",
     "run",
     "set_options",
-    "standardize",
-    "stencil",
-    "tiles",
-    "transpose",
 ]
 
 #: The memory budget was too small for the operation (``MemoryError``). ``smallest`` is
@@ -642,11 +632,12 @@ def run(pipeline: PathLike, *, dry_run: bool = False, memory: Any = None,
 
 from ._read import iter_tiles, read  # noqa: E402
 from ._reduce import _axes, _histogram_bins, _histogram_run, _keep, histogram, reduce  # noqa: E402
-from ._ops import (  # noqa: E402
-    affine, cast, clip, convert, gen, map, matmul, standardize, stencil, tiles, transpose,
-)
+from . import _ops  # noqa: E402
+from ._ops import *  # noqa: E402,F401,F403 (the operations writing a file: _ops.__all__)
 from ._blocks import map_blocks, map_overlap  # noqa: E402
 from ._reduce_blocks import reduce_blocks  # noqa: E402
+
+__all__ += _ops.__all__
 
 # batches for a training loop (defined in _batches.py)
 

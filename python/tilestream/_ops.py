@@ -23,6 +23,22 @@ from . import (  # the package's helpers: this module is imported once they are 
     open,
 )
 
+#: The operations of this module, which the package re-exports as they are (a new
+#: operation is a function here and its name in this list).
+__all__ = [
+    "affine",
+    "cast",
+    "clip",
+    "convert",
+    "gen",
+    "map",
+    "matmul",
+    "standardize",
+    "stencil",
+    "tiles",
+    "transpose",
+]
+
 
 def map(
     expr: str,

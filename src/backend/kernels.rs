@@ -5,6 +5,11 @@
 //! method on it, as candle's `BackendDevice`/`BackendStorage` and burn's op families do.
 //! The engine plans a run, asks the chosen device for the kernel and streams the tiles
 //! through it; it never names the device's types.
+//!
+//! An operation with kernels of its own (a neighbourhood filter) is a [`BoxOp`]: the
+//! device calls back into it for its kernel, as candle's `CustomOp` has a `cpu_fwd` and a
+//! `cuda_fwd`, so such an operation lives in one folder with its kernels and adding one
+//! touches no file here.
 
 use crate::budget::Reservation;
 use crate::dtype::DType;
@@ -13,12 +18,12 @@ use crate::ops::expr::Program;
 use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
-use crate::ops::stencil::Stencil;
 use crate::plan::{Plan, Tile};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::{BoxPlan, BoxTile};
 
-use super::{Device, Family};
+use super::cuda::CudaDevice;
+use super::{Backend, Device, Family};
 
 /// A kernel a device prepared for one run, over tiles of type `T`.
 pub type BoxKernel<'a, T> = Box<dyn TileKernel<T> + 'a>;
@@ -166,15 +171,16 @@ pub trait Kernels: Send + Sync {
         reducer: Box<dyn TileReducer>,
     ) -> Result<Box<dyn ReduceKernel + 'a>>;
 
-    /// A neighbourhood filter over the boxes of `plan`; `scratch` pays for its working
-    /// memory (the host's arena, or the page-locked buffer a device gathers boxes into)
-    /// for as long as the kernel lives.
+    /// The kernel of an operation of its own over the boxes of `plan` ([`BoxOp`]),
+    /// asked of `op` for this device; `scratch` pays for its working memory (the host's
+    /// arena, or the page-locked buffer a device gathers boxes into) for as long as the
+    /// kernel lives.
     ///
     /// # Errors
     /// As [`Kernels::elementwise_kernel`].
-    fn stencil_kernel<'a>(
+    fn box_op_kernel<'a>(
         &'a self,
-        stencil: &'a Stencil,
+        op: &'a dyn BoxOp,
         plan: &'a BoxPlan,
         input: DType,
         output: DType,
@@ -194,6 +200,45 @@ pub trait Kernels: Send + Sync {
         out_bytes: u64,
         lanes: usize,
         at: BlockAt<'a>,
+    ) -> Result<BoxKernel<'a, BoxTile>>;
+}
+
+/// An operation over box tiles that brings its own kernels, one per device: the device
+/// the engine chose asks it for the kernel of a run ([`Kernels::box_op_kernel`]). A
+/// neighbourhood filter is one (`spec/ops/stencil/`).
+pub trait BoxOp: Sync {
+    /// What it is to reports and to placement: its name, and whether it has a CUDA
+    /// kernel for these parameters.
+    fn family(&self) -> Family;
+
+    /// Its kernel on the host backend `host` (which runs the work of a tile on its own
+    /// threads, [`Backend::install`]), over the boxes of `plan`, from `input` to `output`
+    /// elements; `scratch` pays for its working memory.
+    ///
+    /// # Errors
+    /// If the kernel cannot be prepared.
+    fn host_kernel<'a>(
+        &'a self,
+        host: &'a dyn Backend,
+        plan: &'a BoxPlan,
+        input: DType,
+        output: DType,
+        scratch: Reservation,
+    ) -> Result<BoxKernel<'a, BoxTile>>;
+
+    /// Its kernel on the CUDA device `dev` (asked only when [`BoxOp::family`] says it has
+    /// one); `scratch` pays for the page-locked buffer the host gathers boxes into. In a
+    /// build without the `cuda` feature no device exists to call this with.
+    ///
+    /// # Errors
+    /// If the kernel cannot be compiled or its memory allocated.
+    fn cuda_kernel<'a>(
+        &'a self,
+        dev: &'a std::sync::Arc<CudaDevice>,
+        plan: &'a BoxPlan,
+        input: DType,
+        output: DType,
+        scratch: Reservation,
     ) -> Result<BoxKernel<'a, BoxTile>>;
 }
 

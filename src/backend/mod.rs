@@ -14,7 +14,7 @@ pub mod cuda;
 mod kernels;
 
 pub use cpu::{CpuBackend, max_threads};
-pub use kernels::{BlockAt, BoxKernel, ElementwiseParams, Kernels, ReduceKernel};
+pub use kernels::{BlockAt, BoxKernel, BoxOp, ElementwiseParams, Kernels, ReduceKernel};
 
 use std::fmt;
 
@@ -25,7 +25,6 @@ use crate::ops::expr::Program;
 use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
-use crate::ops::stencil::TileJob;
 use crate::scheduler::{InPlace, Morsel, Pending, Slot, TileKernel};
 
 /// Where a backend computes.
@@ -71,12 +70,12 @@ pub enum Family {
     Reduce,
     /// `(x - mean) / std` per column.
     Standardize,
-    /// Neighbourhood filters other than medians.
-    Stencil,
-    /// A median filter over a `side × side` window.
-    Median {
-        /// Window side.
-        side: usize,
+    /// An operation with kernels of its own ([`BoxOp`]): a neighbourhood filter.
+    Op {
+        /// Its name in run reports and notes.
+        name: &'static str,
+        /// Whether the CUDA backend has a kernel for it, with these parameters.
+        cuda: bool,
     },
     /// Transposes of matrices and band stacks.
     Transpose,
@@ -85,7 +84,7 @@ pub enum Family {
 }
 
 impl Family {
-    /// The operation's name in run reports and notes (`stencil` for a median too).
+    /// The operation's name in run reports and notes.
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
@@ -98,7 +97,7 @@ impl Family {
             Family::Patches => "tiles",
             Family::Reduce => "reduce",
             Family::Standardize => "standardize",
-            Family::Stencil | Family::Median { .. } => "stencil",
+            Family::Op { name, .. } => name,
             Family::Transpose => "transpose",
             Family::Blocks => "a function over blocks",
         }
@@ -233,12 +232,12 @@ pub trait Backend: Kernels + Send + Sync {
         dist: Dist,
     ) -> Result<()>;
 
-    /// Runs one tile of a neighbourhood filter into `out`, with `arena` as reusable
-    /// scratch (see [`crate::ops::stencil`]).
+    /// Runs `f` on this backend's worker threads: a kernel of an operation's own
+    /// ([`BoxOp`]) splits its tile with rayon inside the pool `--threads` sized.
     ///
     /// # Errors
-    /// If the backend fails to run the kernel.
-    fn stencil(&self, job: &TileJob<'_>, arena: &mut Vec<f64>, out: &mut [u8]) -> Result<()>;
+    /// Whatever `f` returns.
+    fn install(&self, f: &mut (dyn FnMut() -> Result<()> + Send)) -> Result<()>;
 
     /// Transposes the `rows × cols` block at column `c0` of a window of full rows of
     /// `row_len` elements of `es` bytes into `out` (`cols × rows`).

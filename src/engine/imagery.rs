@@ -1,5 +1,6 @@
-//! Engine entry points for box-tiled operations on images: neighbourhood filters and
-//! out-of-core transpose (cutting an image into patch files is `patches.rs`). They share the box
+//! Engine entry points for box-tiled operations on images: the out-of-core transpose,
+//! and what operations with kernels of their own share with it (`box_op.rs`; cutting an
+//! image into patch files is `patches.rs`). They share the box
 //! planner of [`crate::tiling`] and the pipeline's general [`Layout`] form.
 //!
 //! [`Layout`]: crate::scheduler::Layout
@@ -9,11 +10,9 @@ use std::path::Path;
 use super::boxed::BandsTogether;
 use super::{Engine, Ran, RunReport, check_not_input};
 use crate::backend::Family;
-use crate::backend::cuda::stencil::StencilProgram;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
-use crate::ops::stencil::Stencil;
 use crate::scheduler::{self, Hooks, Layout, TileKernel};
 use crate::tiling::{Boundary, BoxPlan, BoxRequest, BoxTile, Cuts, Halo, OutMap, Scratch};
 
@@ -169,128 +168,6 @@ impl Engine {
                 scheduler::run_layout(plan, &[input], &self.budget, Some(output), hooks, kernel)
             }
         })
-    }
-
-    /// Plans a filter without running it.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for an input that is not an image; [`Error::Budget`] if not
-    /// even a one-pixel tile fits.
-    pub fn plan_stencil(
-        &self,
-        input: &TensorFile,
-        stencil: &Stencil,
-        dtype: Option<DType>,
-    ) -> Result<BoxPlan> {
-        self.plan_stencil_to(input, stencil, dtype, None)
-    }
-
-    /// [`Engine::plan_stencil`] of a run writing `out`: a GeoTIFF or Zarr output is
-    /// encoded as the run writes it when the budget also holds its encoder (the boxes are
-    /// then cut along its chunks), else refused.
-    ///
-    /// # Errors
-    /// As [`Engine::plan_stencil`].
-    pub fn plan_stencil_to(
-        &self,
-        input: &TensorFile,
-        stencil: &Stencil,
-        dtype: Option<DType>,
-        out: Option<&Path>,
-    ) -> Result<BoxPlan> {
-        input.dtype().real_only("a filter")?;
-        dtype.unwrap_or(DType::F64).real_only("a filter")?;
-        let dims = image_dims(input, "stencil")?;
-        let od = dtype.unwrap_or(input.dtype());
-        let (ind, limit) = (input.dtype(), self.planning_device());
-        let out_chunks = out.map_or_else(Vec::new, |o| {
-            self.box_out_chunks(o, input.shape(), od, false)
-        });
-        let attempt = |scratch_limit: u64| {
-            let mut req = self.box_request_at(
-                scratch_limit,
-                input,
-                format!(
-                    "{} ({} boundary) of {} {} -> {od}",
-                    stencil.filter,
-                    stencil.boundary,
-                    fmt_shape(input.shape()),
-                    input.dtype()
-                ),
-                dims,
-                (input.dtype().size() as u64, od.size() as u64),
-                stencil.halos(),
-                stencil.boundary,
-                stencil.scratch(input.dtype()),
-                Cuts::Auto { prefer_rows: true },
-                OutMap::Same,
-            );
-            if let crate::ops::stencil::Filter::Convolve { weights, .. } = &stencil.filter {
-                super::hold(
-                    &mut req.resident_bytes,
-                    &mut req.resident_what,
-                    16 * weights.len() as u64,
-                    "convolution kernel".to_string(),
-                );
-            }
-            along_out_chunks(req, out_chunks.clone(), |req| {
-                fit_device(req, limit, |plan| {
-                    StencilProgram::new(stencil, plan, ind, od).map_or(0, |p| {
-                        let (lane, weights) = p.device_bytes(plan.tile);
-                        plan.depth.max(1) as u64 * lane + weights
-                    })
-                })
-            })
-        };
-        self.scratch_giving_way(&[input], !out_chunks.is_empty(), attempt)
-    }
-
-    /// Filters each band of a rank-2 `(H, W)` or rank-3 `(bands, H, W)` image with
-    /// `stencil`, writing `out` (same shape, `dtype` or the input's). The result equals
-    /// filtering the whole image at once: tiles overlap by the filter's halo.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a bad input or `out` being the input; [`Error::Budget`];
-    /// I/O errors. On error nothing is left at `out`.
-    pub fn stencil(
-        &self,
-        input: &TensorFile,
-        out: impl AsRef<Path>,
-        stencil: &Stencil,
-        dtype: Option<DType>,
-    ) -> Result<RunReport> {
-        check_not_input(out.as_ref(), &[input])?;
-        let od = dtype.unwrap_or(input.dtype());
-        let plan = self.plan_stencil_to(input, stencil, dtype, Some(out.as_ref()))?;
-        self.budget.reset_peak();
-        let scratch = self.budget.reserve(
-            "filter scratch and kernel",
-            plan.scratch_bytes + plan.resident_bytes - input.read_scratch_bytes(),
-        )?;
-        let family = match stencil.filter {
-            crate::ops::stencil::Filter::Median { size } => Family::Median { side: size },
-            _ => Family::Stencil,
-        };
-        // on a GPU the page-locked buffer the host gathers each box into replaces the
-        // CPU's scratch: the same reservation pays for it
-        let dev = self.kernels_for(family);
-        let gpu = super::on_gpu(dev);
-        let kernel = dev.stencil_kernel(stencil, &plan, input.dtype(), od, scratch)?;
-        let times = self.run_box(&plan, input, out.as_ref(), input.shape(), od, kernel)?;
-        let op = format!(
-            "stencil {} ({} boundary) of {}",
-            stencil.filter,
-            stencil.boundary,
-            input.path().display()
-        );
-        Ok(self.report_tiles(
-            (plan.num_tiles, vec![plan.tile.0, plan.tile.1], plan.depth),
-            Ran::on(family, op, gpu),
-            input.shape(),
-            input.shape(),
-            od,
-            times,
-        ))
     }
 
     /// Plans a transpose without running it.

@@ -2,7 +2,7 @@
 //! input's element type: the halo rows and columns around the tile, taken from the image
 //! or made up at its edges by the boundary mode (or left out, [`Edges::Clip`]).
 //!
-//! The filters gather into their float type (`backend::cpu::stencil`); a user's
+//! The filters gather into their float type (`spec/ops/stencil/cpu.rs`); a user's
 //! function over blocks ([`crate::engine`]'s `run_blocks`) gets the input's own bytes, so
 //! this gather copies elements as they are and needs no dtype dispatch.
 

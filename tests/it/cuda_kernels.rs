@@ -141,7 +141,7 @@ fn every_transpose_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
 )]
 fn every_stencil_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
-    use tilestream::backend::cuda::stencil::{all_stencil_kernels, stencil_source};
+    use tilestream::spec::stencil::cuda::{all_stencil_kernels, stencil_source};
     let names = all_stencil_kernels();
     compiles_everywhere("stencil", &stencil_source(&names), &names);
 }

@@ -13,10 +13,10 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
-use tilestream::backend::cpu::stencil::gather;
-use tilestream::backend::cuda::stencil::{Buf, StencilProgram, Val, stencil_source};
-use tilestream::ops::stencil::{Filter, Stencil, TileJob};
 use tilestream::scheduler::Layout;
+use tilestream::spec::stencil::cpu::gather;
+use tilestream::spec::stencil::cuda::{Buf, StencilProgram, Val, stencil_source};
+use tilestream::spec::stencil::{Filter, Stencil, TileJob};
 use tilestream::tiling::Boundary;
 use tilestream::{DType, Engine, MemoryBudget, TensorFile};
 

@@ -864,7 +864,7 @@ fn format_by_option_or_by_content_whatever_the_name() {
 
 #[test]
 fn each_compressed_chunk_is_decoded_once_per_pass() {
-    use tilestream::ops::stencil::{Filter, Stencil};
+    use tilestream::spec::stencil::{Filter, Stencil};
     use tilestream::{DType, Engine, MemoryBudget, TensorFile};
     let dir = tempfile::tempdir().expect("tempdir");
     let (bands, h, w) = (4, 300, 700);

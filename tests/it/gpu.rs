@@ -481,7 +481,7 @@ fn transpose_agrees_on_every_device_and_budget() {
 /// mode, f32 and f64 arithmetic; a device's bytes equal the CPU's at every budget.
 #[test]
 fn filters_agree_on_every_device_and_budget() {
-    use tilestream::ops::stencil::{Filter, Stencil};
+    use tilestream::spec::stencil::{Filter, Stencil};
     use tilestream::tiling::Boundary;
     let dir = tempfile::tempdir().unwrap();
     let f = |s: &str| Filter::parse(s, |_| unreachable!()).unwrap();

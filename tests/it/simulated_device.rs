@@ -11,7 +11,7 @@
 
 use std::path::Path;
 
-use tilestream::ops::stencil::{Filter, Stencil};
+use tilestream::spec::stencil::{Filter, Stencil};
 use tilestream::tiling::Boundary;
 use tilestream::{DType, Engine, MemoryBudget, Reduce, ReduceOver, RunReport, TensorFile};
 

@@ -228,8 +228,8 @@ fn a_region_keeps_only_its_rows_of_a_run_with_halo_rows() {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("img.npy");
     write_npy(&src, DType::F32, &[128, 64], &data(DType::F32, 128 * 64, 5));
-    let stencil = tilestream::ops::stencil::Stencil::new(
-        tilestream::ops::stencil::Filter::parse("box:size=3", |_| unreachable!()).unwrap(),
+    let stencil = tilestream::spec::stencil::Stencil::new(
+        tilestream::spec::stencil::Filter::parse("box:size=3", |_| unreachable!()).unwrap(),
         "reflect".parse().unwrap(),
     )
     .unwrap();
@@ -454,8 +454,8 @@ fn filter_tasks_with_halo_rows_stream_their_rows_into_a_zarr_store() {
         &[h as usize, w],
         &data(DType::F32, h as usize * w, 9),
     );
-    let stencil = tilestream::ops::stencil::Stencil::new(
-        tilestream::ops::stencil::Filter::parse("gaussian:sigma=1", |_| unreachable!()).unwrap(),
+    let stencil = tilestream::spec::stencil::Stencil::new(
+        tilestream::spec::stencil::Filter::parse("gaussian:sigma=1", |_| unreachable!()).unwrap(),
         "reflect".parse().unwrap(),
     )
     .unwrap();

@@ -1,6 +1,6 @@
 //! Filters, transpose and patches against untiled oracles, and the oracle against scipy.
 //!
-//! The oracle here is written independently of `src/ops/stencil.rs`: whole images, f64,
+//! The oracle here is written independently of `src/spec/ops/stencil/`: whole images, f64,
 //! one plain loop per 1-D pass, boundaries resolved by walking the mirror/wrap instead of
 //! modular arithmetic. It is itself checked against scipy goldens (`tests/golden`, made by
 //! `tests/golden/make_stencil_golden.py`).
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use crate::common::{Lcg, read_npy_data, write_npy};
 use tilestream::engine::{Edge, PatchSpec};
-use tilestream::ops::stencil::{Filter, Stencil};
+use tilestream::spec::stencil::{Filter, Stencil};
 use tilestream::tiling::Boundary;
 use tilestream::{DType, Engine, MemoryBudget, TensorFile};
 

@@ -4,7 +4,7 @@
 
 use super::CpuBackend;
 use crate::backend::{
-    Backend, BlockAt, BoxKernel, Device, ElementwiseParams, Family, Kernels, OnBackend,
+    Backend, BlockAt, BoxKernel, BoxOp, Device, ElementwiseParams, Family, Kernels, OnBackend,
     ReduceKernel,
 };
 use crate::budget::Reservation;
@@ -14,7 +14,6 @@ use crate::ops::expr::Program;
 use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
-use crate::ops::stencil::{Stencil, TileJob};
 use crate::plan::{Plan, Tile};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::{BoxPlan, BoxTile};
@@ -120,31 +119,15 @@ impl Kernels for CpuBackend {
         }))
     }
 
-    fn stencil_kernel<'a>(
+    fn box_op_kernel<'a>(
         &'a self,
-        stencil: &'a Stencil,
+        op: &'a dyn BoxOp,
         plan: &'a BoxPlan,
         input: DType,
         output: DType,
         scratch: Reservation,
     ) -> Result<BoxKernel<'a, BoxTile>> {
-        // the arena lives as long as the kernel, paid for by `scratch`
-        let mut arena = Vec::new();
-        Ok(Box::new(OnBackend::new(
-            self,
-            move |tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
-                let _paid = &scratch;
-                let job = TileJob {
-                    stencil,
-                    plan,
-                    tile: &tile,
-                    windows,
-                    in_dtype: input,
-                    out_dtype: output,
-                };
-                Backend::stencil(self, &job, &mut arena, o)
-            },
-        )))
+        op.host_kernel(self, plan, input, output, scratch)
     }
 
     fn transpose_kernel<'a>(

@@ -9,7 +9,6 @@ pub mod generate;
 mod kernels;
 pub mod matmul;
 pub mod reduce;
-pub mod stencil;
 pub mod transpose;
 
 use std::sync::Arc;
@@ -23,7 +22,6 @@ use crate::ops::expr::Program;
 use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
-use crate::ops::stencil::TileJob;
 
 /// Runs kernels on a rayon pool of a fixed size.
 #[derive(Clone, Debug)]
@@ -215,8 +213,8 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn stencil(&self, job: &TileJob<'_>, arena: &mut Vec<f64>, out: &mut [u8]) -> Result<()> {
-        self.pool.install(|| stencil::run_tile(job, arena, out))
+    fn install(&self, f: &mut (dyn FnMut() -> Result<()> + Send)) -> Result<()> {
+        self.pool.install(f)
     }
 
     fn transpose(

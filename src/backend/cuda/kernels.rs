@@ -1,22 +1,20 @@
 //! The CUDA device's [`Kernels`]: each family's kernel prepared on the device (compiled
 //! with NVRTC, resident operands uploaded, page-locked slots and streams set up) by the
-//! `CudaDevice` methods of `runtime.rs`, `reduce.rs`, `stencil_runtime.rs` and
-//! `transpose.rs`. In a build without the `cuda` feature `CudaDevice` is uninhabited, so
+//! `CudaDevice` methods of `runtime.rs`, `reduce.rs` and `transpose.rs`; an operation
+//! with kernels of its own prepares its kernel itself ([`BoxOp`]). In a build without the `cuda` feature `CudaDevice` is uninhabited, so
 //! this impl exists there too and no method of it can be reached.
 
 use std::sync::Arc;
 
-use super::stencil::StencilProgram;
 use super::{BlockAt, CudaDevice, CudaReduce, ElementwiseParams};
-use crate::backend::{BoxKernel, Device, Family, Kernels, ReduceKernel};
+use crate::backend::{BoxKernel, BoxOp, Device, Family, Kernels, ReduceKernel};
 use crate::budget::Reservation;
 use crate::dtype::DType;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::ops::expr::Program;
 use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
-use crate::ops::stencil::Stencil;
 use crate::plan::{Plan, Tile};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::{BoxPlan, BoxTile};
@@ -98,20 +96,15 @@ impl Kernels for Arc<CudaDevice> {
         Ok(Box::new(DeviceReduce(k)))
     }
 
-    fn stencil_kernel<'a>(
+    fn box_op_kernel<'a>(
         &'a self,
-        stencil: &'a Stencil,
+        op: &'a dyn BoxOp,
         plan: &'a BoxPlan,
         input: DType,
         output: DType,
         scratch: Reservation,
     ) -> Result<BoxKernel<'a, BoxTile>> {
-        // has_kernel(Family::Median { side }) refused the medians it has no program for
-        let program = StencilProgram::new(stencil, plan, input, output).ok_or_else(|| {
-            Error::Internal(format!("no GPU program for the filter {}", stencil.filter))
-        })?;
-        let k = CudaDevice::stencil(self, program, stencil, plan, input, scratch)?;
-        Ok(Box::new(k))
+        op.cuda_kernel(self, plan, input, output, scratch)
     }
 
     fn transpose_kernel<'a>(

@@ -8,18 +8,15 @@
 
 mod kernels;
 pub mod source;
-pub mod stencil;
 
 pub use crate::backend::{BlockAt, ElementwiseParams};
 
 #[cfg(feature = "cuda")]
-mod queue;
+pub(crate) mod queue;
 #[cfg(feature = "cuda")]
 mod reduce;
 #[cfg(feature = "cuda")]
 mod runtime;
-#[cfg(feature = "cuda")]
-mod stencil_runtime;
 #[cfg(feature = "cuda")]
 mod transpose;
 #[cfg(feature = "cuda")]
@@ -27,26 +24,24 @@ pub use reduce::CudaReduce;
 #[cfg(feature = "cuda")]
 pub use runtime::{CudaDevice, CudaElementwise, page_locked};
 #[cfg(feature = "cuda")]
-pub use stencil_runtime::CudaStencil;
-#[cfg(feature = "cuda")]
 pub use transpose::CudaTranspose;
 
 #[cfg(not(feature = "cuda"))]
 mod stub;
 #[cfg(not(feature = "cuda"))]
-pub use stub::{CudaDevice, CudaElementwise, CudaReduce, CudaStencil, CudaTranspose, page_locked};
+pub use stub::{CudaDevice, CudaElementwise, CudaReduce, CudaTranspose, page_locked};
 
 /// Whether the CUDA backend has a kernel for `family`: every family but patches and the
-/// column statistics of `standardize` (its first pass), and
-/// medians up to [`stencil::MAX_GPU_MEDIAN`] wide (a median's window is sorted in
-/// registers). The same answer in a build without the `cuda` feature, where no device
-/// can be opened to run them.
+/// column statistics of `standardize` (its first pass), and the operations with kernels
+/// of their own that say they have one ([`Family::Op`](crate::backend::Family::Op)). The
+/// same answer in a build without the `cuda` feature, where no device can be opened to
+/// run them.
 #[must_use]
 pub fn has_kernel(family: crate::backend::Family) -> bool {
     use crate::backend::Family;
     match family {
         Family::Patches | Family::ColumnStats | Family::Blocks => false,
-        Family::Median { side } => side <= stencil::MAX_GPU_MEDIAN,
+        Family::Op { cuda, .. } => cuda,
         Family::Affine
         | Family::Cast
         | Family::Generate
@@ -54,7 +49,6 @@ pub fn has_kernel(family: crate::backend::Family) -> bool {
         | Family::Matmul
         | Family::Reduce
         | Family::Standardize
-        | Family::Stencil
         | Family::Transpose => true,
     }
 }

@@ -31,7 +31,7 @@ pub(super) enum ArgValue {
 ///
 /// # Errors
 /// [`Error::Device`] if the event cannot be created or recorded.
-pub(super) fn record_now(ctx: &Arc<CudaContext>, stream: &CudaStream) -> Result<CudaEvent> {
+pub(crate) fn record_now(ctx: &Arc<CudaContext>, stream: &CudaStream) -> Result<CudaEvent> {
     // blocking sync: the write stage waiting on a tile sleeps instead of spinning a core
     // the read stage (and a filter's host gather) could use
     ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC))
@@ -44,14 +44,14 @@ pub(super) fn record_now(ctx: &Arc<CudaContext>, stream: &CudaStream) -> Result<
 
 /// A tile in flight: waiting synchronizes its event; dropped unwaited (a panic), it
 /// still waits before its slots are freed, so no copy lands in freed memory.
-pub(super) struct InFlight<T> {
+pub(crate) struct InFlight<T> {
     event: Arc<CudaEvent>,
     morsel: Option<Morsel<T>>,
 }
 
 impl<T: Send + 'static> InFlight<T> {
     /// The pending handle of tile `morsel`, done when `event` is.
-    pub(super) fn pending(event: Arc<CudaEvent>, morsel: Morsel<T>) -> Pending<T> {
+    pub(crate) fn pending(event: Arc<CudaEvent>, morsel: Morsel<T>) -> Pending<T> {
         let flight = InFlight {
             event,
             morsel: Some(morsel),
@@ -90,7 +90,7 @@ pub(super) struct Launch {
 /// still run; its device buffers, resident operands and module are freed only after
 /// this. (cudarc frees device memory on the default stream, which is not ordered with
 /// the lanes' non-blocking streams.)
-pub(super) fn drain(lanes: impl IntoIterator<Item = Arc<CudaStream>>) {
+pub(crate) fn drain(lanes: impl IntoIterator<Item = Arc<CudaStream>>) {
     for stream in lanes {
         let _ = stream.synchronize();
     }
@@ -106,7 +106,7 @@ impl Drop for Drain {
     }
 }
 
-pub(super) fn driver(action: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
+pub(crate) fn driver(action: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
     move |e| {
         Error::Device(DeviceError::Driver {
             action,

@@ -37,9 +37,9 @@ const BLOCK: u32 = 256;
 
 /// A CUDA device opened for an engine's runs, with its memory budget.
 pub struct CudaDevice {
-    pub(super) ctx: Arc<CudaContext>,
+    pub(crate) ctx: Arc<CudaContext>,
     info: GpuInfo,
-    pub(super) budget: MemoryBudget,
+    pub(crate) budget: MemoryBudget,
     pub(super) sms: u32,
 }
 
@@ -210,7 +210,7 @@ impl CudaDevice {
     }
 
     /// Copies `bytes` to a new device buffer, waiting until the copy is done.
-    pub(super) fn upload(&self, action: &'static str, bytes: &[u8]) -> Result<CudaSlice<u8>> {
+    pub(crate) fn upload(&self, action: &'static str, bytes: &[u8]) -> Result<CudaSlice<u8>> {
         let stream = self.ctx.default_stream();
         let buf = stream
             .clone_htod(if bytes.is_empty() { &[0u8][..] } else { bytes })
@@ -283,7 +283,7 @@ impl CudaDevice {
     }
 
     /// Compiles `src` for this device and loads the kernels `names` from it.
-    pub(super) fn functions(
+    pub(crate) fn functions(
         &self,
         what: &str,
         src: &str,
@@ -364,7 +364,7 @@ impl CudaDevice {
 impl CudaDevice {
     /// The launch shape of a grid-stride kernel over `threads` elements: blocks of
     /// [`BLOCK`] threads, at most 32 blocks per multiprocessor.
-    pub(super) fn grid(&self, threads: u64) -> LaunchConfig {
+    pub(crate) fn grid(&self, threads: u64) -> LaunchConfig {
         let blocks = threads
             .div_ceil(u64::from(BLOCK))
             .clamp(1, u64::from(self.sms) * 32);

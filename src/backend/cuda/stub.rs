@@ -216,32 +216,3 @@ impl TileKernel<BoxTile> for CudaTranspose<'_> {
         match self.never {}
     }
 }
-
-/// A filter on a device; none exists without CUDA support.
-pub struct CudaStencil<'a> {
-    never: std::convert::Infallible,
-    _at: std::marker::PhantomData<&'a ()>,
-}
-
-impl CudaDevice {
-    /// Prepares a filter.
-    ///
-    /// # Errors
-    /// None: no device exists to call this on.
-    pub fn stencil<'a>(
-        self: &Arc<Self>,
-        _program: super::stencil::StencilProgram,
-        _stencil: &'a crate::ops::stencil::Stencil,
-        _plan: &'a crate::tiling::BoxPlan,
-        _input: DType,
-        _host: Reservation,
-    ) -> Result<CudaStencil<'a>> {
-        match **self {}
-    }
-}
-
-impl TileKernel<BoxTile> for CudaStencil<'_> {
-    fn submit(&mut self, _m: Morsel<BoxTile>) -> Result<Pending<BoxTile>> {
-        match self.never {}
-    }
-}

@@ -180,7 +180,7 @@ mod matmul;
 mod reduce;
 pub use reduce::{Axes, Qs};
 mod standardize;
-mod stencil;
+pub mod stencil;
 mod tiles;
 mod transpose;
 

@@ -1,20 +1,19 @@
 //! The neighbourhood filters on a GPU, as data: [`StencilProgram`] turns a compiled
-//! filter (`crate::ops::stencil`) into the CUDA kernels it needs (`kernels/stencil.cu`)
+//! filter ([`Stencil`](super::Stencil)) into the CUDA kernels it needs (`kernels/stencil.cu`)
 //! and, for each tile, the launches that run its passes over the tile's padded box,
-//! with the same geometry as the CPU's kernel (`src/backend/cpu/stencil.rs`). Pure, so
-//! the launch sequence is checked without a GPU: `tests/it/cuda_stencil_emulation.rs`
-//! runs it on the host against the CPU backend; the CUDA runtime (`stencil_runtime.rs`)
-//! only executes it.
+//! with the same geometry as the CPU's kernel (`cpu.rs` beside it). Pure, so the launch
+//! sequence is checked without a GPU: `tests/it/cuda_stencil_emulation.rs` runs it on
+//! the host against the CPU backend; the CUDA runtime (`cuda_run.rs`) only executes it.
 
 use std::fmt::Write as _;
 
-use super::source::{COMMON, cuda_type};
+use super::filter::{Kernel1, Pass, Stencil};
+use crate::backend::cuda::source::{COMMON, cuda_type};
 use crate::dtype::DType;
-use crate::ops::stencil::{Kernel1, Pass, Stencil};
 use crate::tiling::{Boundary, BoxPlan, BoxTile, Halo};
 
 /// The stencil kernels' templates.
-pub const STENCIL: &str = include_str!("../../../kernels/stencil.cu");
+pub const STENCIL: &str = include_str!("../../../../kernels/stencil.cu");
 
 /// Largest median window a GPU computes (its values are sorted in registers); larger
 /// ones run on the CPU.

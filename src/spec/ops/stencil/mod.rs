@@ -1,12 +1,25 @@
 //! `stencil`: a neighbourhood filter (gaussian, box, sobel, median, convolve) over box
-//! tiles with halos, exact at every budget.
+//! tiles with halos, exact at every budget. The whole operation is this folder: its spec
+//! and subcommand (here), what a filter is (`filter.rs`), its plan and run (`run.rs`),
+//! its CPU kernel (`cpu.rs`) and its CUDA kernel (`cuda.rs`, the launches as data, and
+//! `cuda_run.rs`, which runs them; `kernels/stencil.cu`).
+
+#[doc(hidden)]
+pub mod cpu;
+#[doc(hidden)]
+pub mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_run;
+mod filter;
+mod run;
+
+pub use filter::{Filter, Stencil, TileJob};
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::{Operation, PipelineStep, Tiling};
-use crate::ops::stencil::{Filter, Stencil};
 use crate::spec::{OutputLayout, Source, SpecPlan, georef_from, load_kernel};
 use crate::tiling::Boundary;
 use crate::{DType, Engine, Error, Result, RunReport};
@@ -148,6 +161,7 @@ pub struct StencilArgs {
     /// Output dtype (default: the input's; integers round toward zero and saturate).
     #[arg(long)]
     pub dtype: Option<String>,
+    /// The layout of a raw input (`--shape`, `--in-dtype`).
     #[command(flatten)]
     pub raw: crate::spec::cli::RawSpec,
 }

@@ -15,14 +15,14 @@ use cudarc::driver::{
     result,
 };
 
-use super::queue::{InFlight, drain, driver, record_now};
-use super::runtime::CudaDevice;
-use super::stencil::{Buf, StencilProgram, Val};
-use crate::backend::cpu::stencil::gather;
+use super::cpu::gather;
+use super::cuda::{Buf, StencilProgram, Val};
+use super::filter::{Stencil, TileJob};
+use crate::backend::cuda::CudaDevice;
+use crate::backend::cuda::queue::{InFlight, drain, driver, record_now};
 use crate::budget::Reservation;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
-use crate::ops::stencil::{Stencil, TileJob};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::{BoxPlan, BoxTile};
 
@@ -37,7 +37,7 @@ struct Lane {
 }
 
 /// A filter prepared on a device for one plan's box tiles.
-pub struct CudaStencil<'a> {
+pub(super) struct CudaStencil<'a> {
     dev: Arc<CudaDevice>,
     program: StencilProgram,
     funcs: HashMap<String, CudaFunction>,
@@ -54,97 +54,93 @@ pub struct CudaStencil<'a> {
     _host: Reservation,
 }
 
-impl CudaDevice {
-    /// Prepares `program` (the filter `stencil` over `plan`'s tiles, from `input` dtype)
-    /// on `lanes` streams: compiles its kernels, uploads its weights and allocates every
-    /// device buffer the run needs from the device budget, and the page-locked buffer
-    /// the host gathers padded boxes into (`host`, which pays for it from the host
-    /// budget: the plan's filter scratch, which the CPU's kernel would have used).
-    ///
-    /// # Errors
-    /// [`Error::Budget`] when the buffers do not fit the device budget, [`Error::Device`]
-    /// when compiling or a driver call fails.
-    pub fn stencil<'a>(
-        self: &Arc<Self>,
-        program: StencilProgram,
-        stencil: &'a Stencil,
-        plan: &'a BoxPlan,
-        input: DType,
-        host: Reservation,
-    ) -> Result<CudaStencil<'a>> {
-        let names = program.kernels();
-        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        let funcs: HashMap<String, CudaFunction> = names
-            .iter()
-            .cloned()
-            .zip(self.functions("stencil", &program.source(), &refs)?)
-            .collect();
-        let f = program.float.size();
-        let (padded, pass, tile) = program.buffer_elems(plan.tile);
-        let (per_lane, wbytes) = program.device_bytes(plan.tile);
-        let resident = self
-            .budget
-            .reserve("filter weights on the device", wbytes)?;
-        let mut weights = Vec::with_capacity(program.weights.len());
-        for w in &program.weights {
-            let bytes: Vec<u8> = if program.float == DType::F64 {
-                bytemuck::cast_slice(w).to_vec()
-            } else {
-                let v: Vec<f32> = w.iter().map(|&x| x as f32).collect();
-                bytemuck::cast_slice(&v).to_vec()
-            };
-            weights.push(self.upload("upload the filter weights", &bytes)?);
-        }
-        let mut ring = Vec::with_capacity(plan.depth.max(1));
-        for _ in 0..plan.depth.max(1) {
-            let r = self.budget.reserve(
-                "one stream's padded box, intermediate and tile buffers on the device",
-                per_lane,
-            )?;
-            let stream = self.ctx.new_stream().map_err(driver("create a stream"))?;
-            let alloc = |n: usize| {
-                stream
-                    .alloc_zeros::<u8>(n.max(1))
-                    .map_err(driver("allocate device memory"))
-            };
-            let (p, q, a, b, o) = (
-                alloc(padded * f)?,
-                alloc(pass * f)?,
-                alloc(tile * f)?,
-                alloc(tile * f)?,
-                alloc(tile * program.out.size())?,
-            );
-            ring.push(Lane {
-                stream,
-                padded: p,
-                pass: q,
-                tile_a: a,
-                tile_b: b,
-                out: o,
-                _reservation: r,
-            });
-        }
-        // Page-locked and write-combined (cudarc's `alloc_pinned`): the host only writes
-        // it (the gather writes each element once, row by row, never reading it back) and
-        // the device only reads it, the case write-combining is for.
-        // SAFETY: u8 is valid for any bits; the host writes each box before it is copied.
-        let host_buf = unsafe { self.ctx.alloc_pinned::<u8>((padded * f).max(1)) }
-            .map_err(driver("allocate page-locked memory"))?;
-        Ok(CudaStencil {
-            dev: Arc::clone(self),
-            program,
-            funcs,
-            weights,
-            lanes: ring,
-            host: host_buf,
-            uploaded: None,
-            stencil,
-            plan,
-            input,
-            _resident: resident,
-            _host: host,
-        })
+/// Prepares `program` (the filter `stencil` over `plan`'s tiles, from `input` dtype)
+/// on `lanes` streams: compiles its kernels, uploads its weights and allocates every
+/// device buffer the run needs from the device budget, and the page-locked buffer
+/// the host gathers padded boxes into (`host`, which pays for it from the host
+/// budget: the plan's filter scratch, which the CPU's kernel would have used).
+///
+/// # Errors
+/// [`Error::Budget`] when the buffers do not fit the device budget, [`Error::Device`]
+/// when compiling or a driver call fails.
+pub(super) fn prepare<'a>(
+    dev: &Arc<CudaDevice>,
+    program: StencilProgram,
+    stencil: &'a Stencil,
+    plan: &'a BoxPlan,
+    input: DType,
+    host: Reservation,
+) -> Result<CudaStencil<'a>> {
+    let names = program.kernels();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let funcs: HashMap<String, CudaFunction> = names
+        .iter()
+        .cloned()
+        .zip(dev.functions("stencil", &program.source(), &refs)?)
+        .collect();
+    let f = program.float.size();
+    let (padded, pass, tile) = program.buffer_elems(plan.tile);
+    let (per_lane, wbytes) = program.device_bytes(plan.tile);
+    let resident = dev.budget.reserve("filter weights on the device", wbytes)?;
+    let mut weights = Vec::with_capacity(program.weights.len());
+    for w in &program.weights {
+        let bytes: Vec<u8> = if program.float == DType::F64 {
+            bytemuck::cast_slice(w).to_vec()
+        } else {
+            let v: Vec<f32> = w.iter().map(|&x| x as f32).collect();
+            bytemuck::cast_slice(&v).to_vec()
+        };
+        weights.push(dev.upload("upload the filter weights", &bytes)?);
     }
+    let mut ring = Vec::with_capacity(plan.depth.max(1));
+    for _ in 0..plan.depth.max(1) {
+        let r = dev.budget.reserve(
+            "one stream's padded box, intermediate and tile buffers on the device",
+            per_lane,
+        )?;
+        let stream = dev.ctx.new_stream().map_err(driver("create a stream"))?;
+        let alloc = |n: usize| {
+            stream
+                .alloc_zeros::<u8>(n.max(1))
+                .map_err(driver("allocate device memory"))
+        };
+        let (p, q, a, b, o) = (
+            alloc(padded * f)?,
+            alloc(pass * f)?,
+            alloc(tile * f)?,
+            alloc(tile * f)?,
+            alloc(tile * program.out.size())?,
+        );
+        ring.push(Lane {
+            stream,
+            padded: p,
+            pass: q,
+            tile_a: a,
+            tile_b: b,
+            out: o,
+            _reservation: r,
+        });
+    }
+    // Page-locked and write-combined (cudarc's `alloc_pinned`): the host only writes
+    // it (the gather writes each element once, row by row, never reading it back) and
+    // the device only reads it, the case write-combining is for.
+    // SAFETY: u8 is valid for any bits; the host writes each box before it is copied.
+    let host_buf = unsafe { dev.ctx.alloc_pinned::<u8>((padded * f).max(1)) }
+        .map_err(driver("allocate page-locked memory"))?;
+    Ok(CudaStencil {
+        dev: Arc::clone(dev),
+        program,
+        funcs,
+        weights,
+        lanes: ring,
+        host: host_buf,
+        uploaded: None,
+        stencil,
+        plan,
+        input,
+        _resident: resident,
+        _host: host,
+    })
 }
 
 impl CudaStencil<'_> {

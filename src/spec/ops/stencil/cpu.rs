@@ -1,4 +1,4 @@
-//! The CPU kernel of the neighbourhood filters ([`crate::ops::stencil`] compiles them):
+//! The CPU kernel of the neighbourhood filters ([`Stencil`](super::Stencil) compiles them):
 //! a tile's padded box is gathered from its source rows into a float scratch buffer,
 //! each pass runs over it (rows split across the rayon pool), and the result is stored
 //! in the output dtype.
@@ -7,11 +7,13 @@ use std::ops::{Add, Mul, Sub};
 
 use rayon::prelude::*;
 
+use super::filter::{Kernel1, Pass, Stencil, TileJob};
+use crate::backend::{Backend, BoxKernel, OnBackend};
+use crate::budget::Reservation;
 use crate::dispatch_dtype;
 use crate::dtype::{DType, Element, store_f64, typed};
 use crate::error::{Error, Result};
-use crate::ops::stencil::{Kernel1, Pass, Stencil, TileJob};
-use crate::tiling::{Boundary, Halo, Sources};
+use crate::tiling::{Boundary, BoxPlan, BoxTile, Halo, Sources};
 
 /// The float type filters compute in.
 pub trait Real:
@@ -73,6 +75,35 @@ impl Real for f64 {
     fn total_cmp(&self, other: &Self) -> std::cmp::Ordering {
         f64::total_cmp(self, other)
     }
+}
+
+/// The filter's kernel on the host backend `host`: each tile gathered, filtered and
+/// stored on the backend's own threads, in an arena that lives as long as the kernel and
+/// is paid for by `scratch`.
+pub(super) fn host_kernel<'a>(
+    host: &'a dyn Backend,
+    stencil: &'a Stencil,
+    plan: &'a BoxPlan,
+    input: DType,
+    output: DType,
+    scratch: Reservation,
+) -> BoxKernel<'a, BoxTile> {
+    let mut arena = Vec::new();
+    Box::new(OnBackend::new(
+        host,
+        move |tile: BoxTile, windows: &[&[u8]], o: &mut [u8]| {
+            let _paid = &scratch;
+            let job = TileJob {
+                stencil,
+                plan,
+                tile: &tile,
+                windows,
+                in_dtype: input,
+                out_dtype: output,
+            };
+            host.install(&mut || run_tile(&job, &mut arena, o))
+        },
+    ))
 }
 
 /// Runs one tile of a filter into `out` (the tile's `rows × cols` elements of
