@@ -89,7 +89,7 @@ template <> struct TsKey<double> {
 // (elements equal in that order have the same bits, so any selection gives the same
 // value). A sorting network over the window held in registers: TsMedianNet<S>::sort,
 // straight-line compare-exchanges generated on the host (src/spec/ops/stencil/cuda.rs,
-// median_networks: Batcher's odd-even merge sort, 394 comparators for S = 7 against
+// sorting_network: Batcher's odd-even merge sort, 394 comparators for S = 7 against
 // 1176 for an odd-even transposition sort), emitted after this file.
 template <int S> struct TsMedianNet;
 #define TS_CX(x, y)                                   \

@@ -22,8 +22,7 @@ use crate::plan::{Plan, Tile};
 use crate::scheduler::{Morsel, Pending, Slot, TileKernel};
 use crate::tiling::{BoxPlan, BoxTile};
 
-use super::cuda::CudaDevice;
-use super::{Backend, Device, Family};
+use super::{BoxOp, Device, Family};
 
 /// A kernel a device prepared for one run, over tiles of type `T`.
 pub type BoxKernel<'a, T> = Box<dyn TileKernel<T> + 'a>;
@@ -200,45 +199,6 @@ pub trait Kernels: Send + Sync {
         out_bytes: u64,
         lanes: usize,
         at: BlockAt<'a>,
-    ) -> Result<BoxKernel<'a, BoxTile>>;
-}
-
-/// An operation over box tiles that brings its own kernels, one per device: the device
-/// the engine chose asks it for the kernel of a run ([`Kernels::box_op_kernel`]). A
-/// neighbourhood filter is one (`spec/ops/stencil/`).
-pub trait BoxOp: Sync {
-    /// What it is to reports and to placement: its name, and whether it has a CUDA
-    /// kernel for these parameters.
-    fn family(&self) -> Family;
-
-    /// Its kernel on the host backend `host` (which runs the work of a tile on its own
-    /// threads, [`Backend::install`]), over the boxes of `plan`, from `input` to `output`
-    /// elements; `scratch` pays for its working memory.
-    ///
-    /// # Errors
-    /// If the kernel cannot be prepared.
-    fn host_kernel<'a>(
-        &'a self,
-        host: &'a dyn Backend,
-        plan: &'a BoxPlan,
-        input: DType,
-        output: DType,
-        scratch: Reservation,
-    ) -> Result<BoxKernel<'a, BoxTile>>;
-
-    /// Its kernel on the CUDA device `dev` (asked only when [`BoxOp::family`] says it has
-    /// one); `scratch` pays for the page-locked buffer the host gathers boxes into. In a
-    /// build without the `cuda` feature no device exists to call this with.
-    ///
-    /// # Errors
-    /// If the kernel cannot be compiled or its memory allocated.
-    fn cuda_kernel<'a>(
-        &'a self,
-        dev: &'a std::sync::Arc<CudaDevice>,
-        plan: &'a BoxPlan,
-        input: DType,
-        output: DType,
-        scratch: Reservation,
     ) -> Result<BoxKernel<'a, BoxTile>>;
 }
 

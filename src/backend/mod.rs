@@ -14,7 +14,7 @@ pub mod cuda;
 mod kernels;
 
 pub use cpu::{CpuBackend, max_threads};
-pub use kernels::{BlockAt, BoxKernel, BoxOp, ElementwiseParams, Kernels, ReduceKernel};
+pub use kernels::{BlockAt, BoxKernel, ElementwiseParams, Kernels, ReduceKernel};
 
 use std::fmt;
 
@@ -26,6 +26,7 @@ use crate::ops::generate::Dist;
 use crate::ops::matmul::Resident;
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 use crate::scheduler::{InPlace, Morsel, Pending, Slot, TileKernel};
+use crate::tiling::{BoxPlan, BoxTile};
 
 /// Where a backend computes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -255,6 +256,45 @@ pub trait Backend: Kernels + Send + Sync {
         es: usize,
         out: &mut [u8],
     ) -> Result<()>;
+}
+
+/// An operation over box tiles that brings its own kernels, one per device: the device
+/// the engine chose asks it for the kernel of a run ([`Kernels::box_op_kernel`]). A
+/// neighbourhood filter is one (`spec/ops/stencil/`).
+pub trait BoxOp: Sync {
+    /// What it is to reports and to placement: its name, and whether it has a CUDA
+    /// kernel for these parameters.
+    fn family(&self) -> Family;
+
+    /// Its kernel on the host backend `host` (which runs the work of a tile on its own
+    /// threads, [`Backend::install`]), over the boxes of `plan`, from `input` to `output`
+    /// elements; `scratch` pays for its working memory.
+    ///
+    /// # Errors
+    /// If the kernel cannot be prepared.
+    fn host_kernel<'a>(
+        &'a self,
+        host: &'a dyn Backend,
+        plan: &'a BoxPlan,
+        input: DType,
+        output: DType,
+        scratch: Reservation,
+    ) -> Result<BoxKernel<'a, BoxTile>>;
+
+    /// Its kernel on the CUDA device `dev` (asked only when [`BoxOp::family`] says it has
+    /// one); `scratch` pays for the page-locked buffer the host gathers boxes into. In a
+    /// build without the `cuda` feature no device exists to call this with.
+    ///
+    /// # Errors
+    /// If the kernel cannot be compiled or its memory allocated.
+    fn cuda_kernel<'a>(
+        &'a self,
+        dev: &'a std::sync::Arc<cuda::CudaDevice>,
+        plan: &'a BoxPlan,
+        input: DType,
+        output: DType,
+        scratch: Reservation,
+    ) -> Result<BoxKernel<'a, BoxTile>>;
 }
 
 /// A synchronous kernel on a backend: `compute(tile, inputs, output)` runs each tile where

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use super::imagery::{along_out_chunks, fit_device, image_dims};
-use super::{Engine, Ran, RunReport, check_not_input, hold, on_gpu};
+use super::{Engine, Ran, RunReport, hold, on_gpu};
 use crate::backend::BoxOp;
 use crate::dtype::DType;
 use crate::error::Result;
@@ -90,11 +90,12 @@ impl Engine {
     /// Runs `op` over the boxes of `plan` (from [`Engine::plan_image_op`]), reading
     /// `input` and writing `out` (same shape, `od` elements), on the device chosen for
     /// it: the GPU when the engine computes on one and `op` has a CUDA kernel, else the
-    /// host. `what` names the run in its report.
+    /// host. `scratch_what` names its scratch and resident data in the budget's
+    /// accounts, `what` the run in its report. The caller has refused an `out` that is
+    /// the input (`check_not_input`) before planning.
     ///
     /// # Errors
-    /// [`crate::Error::Invalid`] for `out` being the input; [`crate::Error::Budget`]; I/O
-    /// errors. On error nothing is left at `out`.
+    /// [`crate::Error::Budget`]; I/O errors. On error nothing is left at `out`.
     pub(crate) fn run_box_op(
         &self,
         op: &dyn BoxOp,
@@ -102,14 +103,13 @@ impl Engine {
         out: &Path,
         plan: &BoxPlan,
         od: DType,
-        what: String,
+        (scratch_what, what): (&str, String),
     ) -> Result<RunReport> {
-        check_not_input(out, &[input])?;
         self.budget.reset_peak();
-        // on a GPU the page-locked buffer the host gathers each box into replaces the
-        // CPU's scratch: the same reservation pays for it
+        // what a device's kernel stages on the host (the page-locked buffer a filter
+        // gathers each box into) replaces the CPU's scratch: the same reservation pays
         let scratch = self.budget.reserve(
-            "filter scratch and kernel",
+            scratch_what,
             plan.scratch_bytes + plan.resident_bytes - input.read_scratch_bytes(),
         )?;
         let family = op.family();

@@ -97,7 +97,8 @@ impl Engine {
             stencil.boundary,
             input.path().display()
         );
-        self.run_box_op(stencil, input, out, &plan, od, what)
+        let scratch_what = "filter scratch and kernel";
+        self.run_box_op(stencil, input, out, &plan, od, (scratch_what, what))
     }
 }
 
