@@ -5,7 +5,6 @@
 use std::path::Path;
 
 use crate::error::{Error, Result};
-use crate::format::{tiff, zarr};
 
 /// How a tensor is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,9 +60,9 @@ impl OutFormat {
     pub fn of(dest: &Path) -> Self {
         if crate::format::is_npy_path(dest) {
             OutFormat::Npy
-        } else if tiff::is_tiff_path(dest) {
+        } else if is_tiff_name(dest) {
             OutFormat::GeoTiff
-        } else if zarr::is_zarr_path(dest) {
+        } else if crate::io::own_files::Dest::of(dest) == crate::io::own_files::Dest::Store {
             OutFormat::Zarr
         } else {
             OutFormat::Raw
@@ -125,4 +124,12 @@ impl<'a, B: Fn() -> Error> CodecSpec<'a, B> {
     pub fn bad(&self) -> Error {
         (self.bad)()
     }
+}
+
+/// True if the path names a TIFF (`.tif` or `.tiff`, case-insensitive). Here rather than
+/// in `tiff/`, which names this module's kinds: the kinds name no format's module.
+#[must_use]
+pub(crate) fn is_tiff_name(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"))
 }

@@ -576,8 +576,7 @@ fn decoder(path: &Path, file: Source) -> Result<Decoder<Reader>> {
 /// True if the path names a TIFF (`.tif` or `.tiff`, case-insensitive).
 #[must_use]
 pub fn is_tiff_path(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("tif") || e.eq_ignore_ascii_case("tiff"))
+    crate::format::kind::is_tiff_name(path)
 }
 
 pub use crate::format::tiff::write::{
