@@ -374,56 +374,87 @@ impl TiffChunks {
                 // in the file's byte order, as libtiff leaves them
                 decode::unpredict(&geometry, l.little_endian, 1, target);
             } else if l.packed() {
-                // no predictor is allowed on packed samples (decode::validate)
                 packed.resize(need, 0);
-                if let decode::Codec::Fax(kind) = l.codec {
-                    super::fax::decode(kind, stored, cw, packed).map_err(failed)?;
-                } else {
-                    decode::decompress(&self.path, &what, l.codec, stored, packed)?;
-                }
-                if l.dtype == crate::dtype::DType::F32 {
-                    decode::unpack_fp24(
-                        packed,
-                        geometry.row_bytes,
-                        cw * spp,
-                        l.little_endian,
-                        target,
-                    );
-                } else {
-                    decode::unpack_samples(
-                        packed,
-                        geometry.row_bytes,
-                        cw * spp,
-                        bits,
-                        l.little_endian,
-                        es,
-                        target,
-                    );
-                }
+                self.decode_packed(stored, packed, &geometry, &what, &failed, target)?;
             } else {
                 decode::decompress(&self.path, &what, l.codec, stored, target)?;
                 decode::unpredict(&geometry, l.little_endian, l.predictor, target);
             }
             if spp > 1 {
-                // pixel-interleaved: gather each band's samples into its plane
-                for y in 0..rows {
-                    let row = &decoded[y * stride..(y + 1) * stride];
-                    for b in 0..spp {
-                        let at = (b * ch + y) * cw * es;
-                        let dst = &mut out[at..at + cw * es];
-                        match es {
-                            1 => gather::<1>(row, spp, b, dst),
-                            2 => gather::<2>(row, spp, b, dst),
-                            4 => gather::<4>(row, spp, b, dst),
-                            8 => gather::<8>(row, spp, b, dst),
-                            // complex128
-                            _ => gather::<16>(row, spp, b, dst),
-                        }
-                    }
-                }
+                to_planes(decoded, out, rows, (cw, ch), spp, es);
             }
             Ok(false)
         })
+    }
+
+    /// Packed samples (bit depths other than 8, 16, 32 and 64, and 24-bit floats): the
+    /// chunk's `stored` bytes decompressed into `packed` (its `geometry`'s bytes), then
+    /// unpacked into elements in `target`. No predictor is allowed on packed samples
+    /// (`decode::validate`).
+    fn decode_packed(
+        &self,
+        stored: &[u8],
+        packed: &mut [u8],
+        geometry: &ChunkRows,
+        what: &str,
+        failed: &dyn Fn(String) -> Error,
+        target: &mut [u8],
+    ) -> Result<()> {
+        let l = &self.layout;
+        let (cw, spp) = (l.chunk.0, geometry.spp);
+        if let decode::Codec::Fax(kind) = l.codec {
+            super::fax::decode(kind, stored, cw, packed).map_err(failed)?;
+        } else {
+            decode::decompress(&self.path, what, l.codec, stored, packed)?;
+        }
+        if l.dtype == crate::dtype::DType::F32 {
+            decode::unpack_fp24(
+                packed,
+                geometry.row_bytes,
+                cw * spp,
+                l.little_endian,
+                target,
+            );
+        } else {
+            decode::unpack_samples(
+                packed,
+                geometry.row_bytes,
+                cw * spp,
+                usize::from(l.bits),
+                l.little_endian,
+                geometry.es,
+                target,
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Pixel-interleaved rows (`rows` rows of `cw` pixels of `spp` samples of `es` bytes)
+/// gathered into each band's plane of a chunk's slot `out` (`ch` rows a plane).
+fn to_planes(
+    decoded: &[u8],
+    out: &mut [u8],
+    rows: usize,
+    (cw, ch): (usize, usize),
+    spp: usize,
+    es: usize,
+) {
+    let stride = cw * spp * es;
+    for y in 0..rows {
+        let row = &decoded[y * stride..(y + 1) * stride];
+        for b in 0..spp {
+            let at = (b * ch + y) * cw * es;
+            let dst = &mut out[at..at + cw * es];
+            match es {
+                1 => gather::<1>(row, spp, b, dst),
+                2 => gather::<2>(row, spp, b, dst),
+                4 => gather::<4>(row, spp, b, dst),
+                8 => gather::<8>(row, spp, b, dst),
+                // complex128
+                _ => gather::<16>(row, spp, b, dst),
+            }
+        }
     }
 }
 

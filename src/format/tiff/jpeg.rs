@@ -319,51 +319,7 @@ fn decode_with(
             chunk.width, chunk.rows
         ));
     }
-    let sampling = match sub {
-        // 4:4:4 and grey
-        0 | 3 => (1, 1),
-        1 => (2, 1),
-        2 => (2, 2),
-        4 => (1, 2),
-        5 => (4, 1),
-        _ => (0, 0),
-    };
-    let (format, want_cs) = match chunk.output {
-        Output::Gray => (TJPF_GRAY, Some(TJCS_GRAY)),
-        Output::YcbcrToRgb => (TJPF_RGB, Some(TJCS_YCBCR)),
-        Output::Raw3 => (-1, None),
-        Output::Raw4 => (TJPF_CMYK, Some(TJCS_CMYK)),
-    };
-    if let Some(want) = want_cs
-        && cs != want
-    {
-        return Err(format!(
-            "the JPEG stream's colour space ({}) is not the {} the TIFF tags say",
-            cs_name(cs),
-            cs_name(want)
-        ));
-    }
-    match chunk.output {
-        Output::YcbcrToRgb => {
-            if let Some(tag) = chunk.subsampling
-                && (u32::from(tag.0), u32::from(tag.1)) != sampling
-            {
-                return Err(format!(
-                    "the JPEG stream is sampled {}x{} where the YCbCrSubsampling tag says {}x{}",
-                    sampling.0, sampling.1, tag.0, tag.1
-                ));
-            }
-        }
-        // libtiff takes these components as they are, each at full resolution
-        Output::Raw3 | Output::Raw4 if sub != 0 => {
-            return Err(
-                "the JPEG stream's components are subsampled, which libtiff refuses \
-                 outside YCbCr"
-                    .into(),
-            );
-        }
-        _ => {}
-    }
+    let format = checked_format(chunk, sub, cs)?;
     let decoded = |rc: c_int| {
         if rc == 0 {
             Ok(())
@@ -441,6 +397,58 @@ fn decode_with(
         }
         Ok(())
     })
+}
+
+/// The pixel format to decode a chunk's stream into, once its sampling (`sub`) and
+/// colour space (`cs`), from its header, are what the TIFF tags say (`Raw3` decodes
+/// component planes: no pixel format).
+fn checked_format(chunk: &Chunk<'_>, sub: c_int, cs: c_int) -> Result<c_int, String> {
+    let sampling = match sub {
+        // 4:4:4 and grey
+        0 | 3 => (1, 1),
+        1 => (2, 1),
+        2 => (2, 2),
+        4 => (1, 2),
+        5 => (4, 1),
+        _ => (0, 0),
+    };
+    let (format, want_cs) = match chunk.output {
+        Output::Gray => (TJPF_GRAY, Some(TJCS_GRAY)),
+        Output::YcbcrToRgb => (TJPF_RGB, Some(TJCS_YCBCR)),
+        Output::Raw3 => (-1, None),
+        Output::Raw4 => (TJPF_CMYK, Some(TJCS_CMYK)),
+    };
+    if let Some(want) = want_cs
+        && cs != want
+    {
+        return Err(format!(
+            "the JPEG stream's colour space ({}) is not the {} the TIFF tags say",
+            cs_name(cs),
+            cs_name(want)
+        ));
+    }
+    match chunk.output {
+        Output::YcbcrToRgb => {
+            if let Some(tag) = chunk.subsampling
+                && (u32::from(tag.0), u32::from(tag.1)) != sampling
+            {
+                return Err(format!(
+                    "the JPEG stream is sampled {}x{} where the YCbCrSubsampling tag says {}x{}",
+                    sampling.0, sampling.1, tag.0, tag.1
+                ));
+            }
+        }
+        // libtiff takes these components as they are, each at full resolution
+        Output::Raw3 | Output::Raw4 if sub != 0 => {
+            return Err(
+                "the JPEG stream's components are subsampled, which libtiff refuses \
+                 outside YCbCr"
+                    .into(),
+            );
+        }
+        _ => {}
+    }
+    Ok(format)
 }
 
 fn cs_name(cs: c_int) -> &'static str {
