@@ -642,7 +642,7 @@ fn decode_scratch(limit: u64, inputs: &[&TensorFile]) -> (u64, String) {
 }
 
 /// Adds `bytes` of `what` to a plan's resident bytes and their description.
-pub(crate) fn hold(bytes: &mut u64, desc: &mut String, add: u64, what: String) {
+fn hold(bytes: &mut u64, desc: &mut String, add: u64, what: String) {
     *bytes += add;
     if desc.is_empty() {
         *desc = what;

@@ -39,7 +39,7 @@ const BLOCK: u32 = 256;
 pub struct CudaDevice {
     pub(crate) ctx: Arc<CudaContext>,
     info: GpuInfo,
-    pub(crate) budget: MemoryBudget,
+    pub(super) budget: MemoryBudget,
     pub(super) sms: u32,
 }
 

@@ -81,7 +81,9 @@ pub(super) fn prepare<'a>(
     let f = program.float.size();
     let (padded, pass, tile) = program.buffer_elems(plan.tile);
     let (per_lane, wbytes) = program.device_bytes(plan.tile);
-    let resident = dev.budget.reserve("filter weights on the device", wbytes)?;
+    let resident = dev
+        .budget()
+        .reserve("filter weights on the device", wbytes)?;
     let mut weights = Vec::with_capacity(program.weights.len());
     for w in &program.weights {
         let bytes: Vec<u8> = if program.float == DType::F64 {
@@ -94,7 +96,7 @@ pub(super) fn prepare<'a>(
     }
     let mut ring = Vec::with_capacity(plan.depth.max(1));
     for _ in 0..plan.depth.max(1) {
-        let r = dev.budget.reserve(
+        let r = dev.budget().reserve(
             "one stream's padded box, intermediate and tile buffers on the device",
             per_lane,
         )?;
