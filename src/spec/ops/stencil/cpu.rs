@@ -7,7 +7,7 @@ use std::ops::{Add, Mul, Sub};
 
 use rayon::prelude::*;
 
-use super::filter::{Kernel1, Pass, Stencil, TileJob};
+use super::{Kernel1, Pass, Stencil, TileJob};
 use crate::backend::{Backend, BoxKernel, OnBackend};
 use crate::budget::Reservation;
 use crate::dispatch_dtype;
@@ -323,7 +323,7 @@ fn separable<F: Real>(
 
 /// Fills the padded box (`(th + halo) × pw` values of `F`, `pw` the tile's columns plus
 /// the column halo) from the tile's windows, applying the boundary mode: what every
-/// pass reads. Public for the CUDA kernel (`cuda_run.rs`), which gathers on the host and runs the
+/// pass reads. Public for the CUDA kernel (`cuda.rs`), which gathers on the host and runs the
 /// passes on the device, and for its tests.
 ///
 /// # Errors
