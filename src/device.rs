@@ -13,6 +13,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 mod compile;
+// NVRTC compilation and its caches: for the backend, the tests and the GPU kit
+#[doc(hidden)]
 pub use compile::*;
 
 /// The device a run asks for.
@@ -154,6 +156,7 @@ fn no_device(requested: usize, count: usize) -> String {
     }
 }
 
+#[doc(hidden)]
 /// The compiler's log made fit for one line: whitespace runs become one space, at most
 /// 600 characters.
 #[must_use]
@@ -196,6 +199,7 @@ pub fn nvrtc_available() -> bool {
     imp::nvrtc_available()
 }
 
+#[doc(hidden)]
 /// What this process has done with CUDA so far: contexts created and kernel sets
 /// compiled. A device's context is created once per process and kept; a kernel set is
 /// compiled once per (source, architecture): tests check both stay that way.
@@ -209,6 +213,7 @@ pub struct Counters {
     pub disk_loads: usize,
 }
 
+#[doc(hidden)]
 /// The counters of this process (see [`Counters`]).
 #[must_use]
 pub fn counters() -> Counters {

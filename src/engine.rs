@@ -220,6 +220,7 @@ impl Engine {
         self.driver_bytes
     }
 
+    #[doc(hidden)]
     /// Plans every operation as it would on a GPU with a device budget of `memory` bytes,
     /// without a GPU: the tiles are sized for both budgets and the host's share of a
     /// device run (page-locked totals, a decoded window beside the slots) is counted, as
@@ -269,6 +270,7 @@ impl Engine {
         Ok(self)
     }
 
+    #[doc(hidden)]
     /// Uses another backend.
     #[must_use]
     pub fn with_backend(mut self, backend: Arc<dyn Backend>) -> Self {
@@ -286,6 +288,7 @@ impl Engine {
         self
     }
 
+    #[doc(hidden)]
     /// Makes the runs of this engine write their output into rows of an existing `.npy`
     /// at the output path (made whole beforehand, by
     /// [`create_npy_for_rows`](crate::format::create_npy_for_rows)) instead of creating
@@ -298,7 +301,7 @@ impl Engine {
     }
 
     /// Makes the runs of this engine resumable: each keeps a journal beside its output
-    /// (see [`crate::journal`]) that records the tiles done; with `resume`, a run takes
+    /// (see [`JobKey`](crate::JobKey)) that records the tiles done; with `resume`, a run takes
     /// up what an interrupted run of the same `key` left and continues after its last
     /// completed tile. An interrupted run (Ctrl-C, [`Engine::cancel_token`]) then keeps
     /// its temporary output and journal instead of removing them. `key` must describe

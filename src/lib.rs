@@ -37,11 +37,11 @@
 //! - [`OpSpec`] ([`spec`]): one serialisable description of every operation, run by
 //!   [`Engine::run_spec`] (the path of the command line and the Python package);
 //!   [`Workflow`] ([`workflow`]): pipeline files.
-//! - [`format`](mod@format): `.npy` (1.0/2.0/3.0), raw, GeoTIFF ([`format::tiff`]) and Zarr v3
-//!   ([`format::zarr`]) files, mapped or decoded windows, atomic outputs. Any operation
-//!   takes a GeoTIFF or Zarr input and writes one when the output path says so (or
-//!   [`Engine::with_out_format`]); [`Engine::with_georef`] carries a scene's
-//!   georeferencing to its outputs.
+//! - [`format`](mod@format): `.npy` (1.0/2.0/3.0), raw, GeoTIFF/COG, Zarr v3, HDF5,
+//!   NetCDF and JPEG 2000 files ([`TensorFile::open`]), mapped or decoded windows, atomic
+//!   outputs. Any operation takes such an input and writes a GeoTIFF or Zarr output when
+//!   the output path says so (or [`Engine::with_out_format`]); [`Engine::with_georef`]
+//!   carries a scene's georeferencing to its outputs.
 //! - [`device`]: GPUs: probing them, the CUDA driver and NVRTC ([`DeviceRequest`]).
 //! - Filters ([`Filter`], [`Stencil`], [`Boundary`]), reductions ([`Reduce`],
 //!   [`ReduceOver`], [`Partial`] for a cluster job), the write options of GeoTIFF
@@ -49,8 +49,9 @@
 //!   the errors ([`Error`], its budget, `.npy`, TIFF and Zarr kinds) are re-exported here.
 //!
 //! The layers inside (budget, planners, scheduler, backends, formats' decoders) are
-//! described in `docs/architecture.md`; their modules are public for the tests and
-//! benchmarks but not part of the documented API.
+//! described in `docs/architecture.md`. Some of their modules are public for the command
+//! line, the Python package, the integration tests, the benchmarks and the fuzz targets,
+//! but hidden here: they are not part of the API and change without notice.
 //!
 //! ## Features
 //! - `cuda` (default): the CUDA backend ([`device`], [`Engine::with_device`]). The
@@ -66,38 +67,32 @@
 //! `--no-default-features --features cli` a CPU-only command line.
 
 // What a library user reaches: the items re-exported below, and the modules `format`
-// (file formats and their write options), `device` (GPUs), `spec` (the operations) and
-// `workflow` (pipeline files). The other modules are public for the integration tests,
-// the benchmarks and the fuzz targets, and hidden from the documentation.
+// (opening files, the write options of outputs), `device` (GPUs), `spec` (the operations)
+// and `workflow` (pipeline files). The hidden public modules are for the command line,
+// the Python binding, the integration tests, the benchmarks and the fuzz targets; the
+// rest is private to the crate.
 #[doc(hidden)]
 pub mod backend;
-#[doc(hidden)]
-pub mod budget;
+pub(crate) mod budget;
 pub mod device;
 #[doc(hidden)]
 pub mod dtype;
-#[doc(hidden)]
-pub mod engine;
+pub(crate) mod engine;
 #[doc(hidden)]
 pub mod error;
-#[doc(hidden)]
-pub mod fault;
+pub(crate) mod fault;
 pub mod format;
 #[doc(hidden)]
 pub mod fuzz_checks;
 pub(crate) mod io;
-#[doc(hidden)]
-pub mod journal;
-#[doc(hidden)]
-pub mod layout;
+pub(crate) mod journal;
+pub(crate) mod layout;
 #[doc(hidden)]
 pub mod ops;
-#[doc(hidden)]
-pub mod plan;
+pub(crate) mod plan;
 #[doc(hidden)]
 pub mod scheduler;
-#[doc(hidden)]
-pub mod shape;
+pub(crate) mod shape;
 pub mod spec;
 #[doc(hidden)]
 pub mod tiling;
@@ -105,27 +100,24 @@ pub mod workflow;
 
 use std::path::Path;
 
-pub use backend::{Backend, CpuBackend};
-pub use budget::{BudgetError, MemoryBudget, Reservation, fmt_bytes, parse_size};
+// What a library user needs, documented at the root.
+pub use budget::{BudgetError, MemoryBudget, fmt_bytes, parse_size};
 pub use device::{DeviceError, DeviceRequest};
 pub use dtype::{DType, Element};
 pub use engine::{
     Array, Batch, BatchPart, BatchPlan, BatchRequest, BatchStream, Block, BlockFn, BlockInput,
     BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan, Edge, Engine, FunctionRunner, MapNodata,
     Next, PatchFormat, PatchSpec, RunReport, Shuffle, ShuffleWindow, Working, merge_partials,
-    peak_rss, write_npz,
+    write_npz,
 };
 pub use error::{Error, FormatErrorKind, NpyError, Result, TiffError, ZarrError};
-pub use format::tiff::cog::{CogOptions, Overviews, Resampling};
-pub use format::tiff::{GeoRef, TiffCompression, TiffPredictor, TiffWriteOptions};
-pub use format::zarr::{ZarrCompression, ZarrWriteOptions};
 pub use format::{
-    Format, OutFormat, OutRegion, TensorFile, TensorInfo, commit_npy, commit_zarr,
-    create_npy_for_rows, create_zarr_for_rows,
+    CogOptions, Format, GeoRef, OutFormat, Overviews, Resampling, TensorFile, TensorInfo,
+    TiffCompression, TiffPredictor, TiffWriteOptions, ZarrCompression, ZarrWriteOptions,
 };
 pub use journal::JobKey;
 pub use ops::generate::Dist;
-pub use ops::{Axis, Partial, Reduce, ReduceOver, row_step};
+pub use ops::{Axis, Partial, Reduce, ReduceOver};
 pub use plan::Plan;
 pub use scheduler::Progress;
 pub use shape::{fmt_shape, parse_shape};
@@ -135,6 +127,20 @@ pub use spec::stencil::{Filter, Stencil};
 pub use spec::{OpSpec, OutputLayout, RawLayout, Source, SpecPlan};
 pub use tiling::{Boundary, BoxPlan, Edges};
 pub use workflow::Workflow;
+
+// The plumbing of the command line, the Python package and its cluster jobs (outputs
+// created once and filled by region, journals, the backend seam): public for them, not
+// part of the documented API.
+#[doc(hidden)]
+pub use backend::{Backend, CpuBackend};
+#[doc(hidden)]
+pub use budget::Reservation;
+#[doc(hidden)]
+pub use engine::peak_rss;
+#[doc(hidden)]
+pub use format::{OutRegion, commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows};
+#[doc(hidden)]
+pub use ops::row_step;
 
 /// Reduces the `.npy` file at `path` under `budget`, with all cores: the everyday call.
 ///

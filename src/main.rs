@@ -9,7 +9,7 @@ use std::time::Instant;
 
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tilestream::budget::fmt_bytes;
+use tilestream::fmt_bytes;
 use tilestream::format::parse_shape;
 use tilestream::format::tiff::TiffWriteOptions;
 use tilestream::format::tiff::cog::CogOptions;
@@ -250,14 +250,14 @@ fn devices(json: bool) {
             g.name,
             g.compute_capability.0,
             g.compute_capability.1,
-            tilestream::budget::fmt_bytes(g.free_bytes),
-            tilestream::budget::fmt_bytes(g.total_bytes)
+            tilestream::fmt_bytes(g.free_bytes),
+            tilestream::fmt_bytes(g.total_bytes)
         );
     }
     if !gpus.is_empty() {
         println!(
             "driver host memory: {} for one device (a GPU run counts it in --memory)",
-            tilestream::budget::fmt_bytes(driver)
+            tilestream::fmt_bytes(driver)
         );
     }
     if let Some(w) = why {

@@ -166,7 +166,7 @@ pub struct Plan {
     /// Cloud-Optimized GeoTIFF's overviews): shown last.
     pub after: Option<String>,
     /// The tiles visit the bands (axis 0) of each position one after another: tile `i`
-    /// is the tile `i / bands` of band `i % bands` (see [`PlanRequest::bands_inner`]).
+    /// is the tile `i / bands` of band `i % bands`.
     pub bands_inner: bool,
     /// How the tiles are cut, in a plan's printout, where it is not by the rule above
     /// (a Fortran-order file's panels of columns); `None` for that rule.

@@ -202,6 +202,7 @@ impl Engine {
         self.write_reduced(&array, out.as_ref(), report)
     }
 
+    #[doc(hidden)]
     /// The selection [`Engine::quantile`] would run, before its first pass, for a
     /// cluster to run pass by pass: each pass counted over shares of the rows by
     /// [`Engine::quantile_counts`] (on any machine, under any budget that holds the
@@ -228,6 +229,7 @@ impl Engine {
         )
     }
 
+    #[doc(hidden)]
     /// Counts the next pass of `sel` over the rows `rows` of `input` (the whole input the
     /// selection is of): bytes for [`Selection::add`], and the run's report. The counts
     /// of shares covering the rows add up to the counts of one pass over the whole input,

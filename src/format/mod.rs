@@ -1,4 +1,5 @@
-//! File formats: opening `.npy`, raw, GeoTIFF ([`tiff`]) and Zarr v3 ([`zarr`]) arrays,
+//! File formats: opening `.npy`, raw, GeoTIFF/COG, Zarr v3, HDF5/NetCDF and JPEG 2000 arrays
+//! ([`TensorFile::open`]), the write options of GeoTIFF, COG and Zarr outputs,
 //! reading windows of them, and creating outputs that appear at their path only once
 //! complete. A format is a folder here (or one file when it is small); what every format
 //! shares (windows, positioned reads, temporary files, locks) is in `crate::io`.
@@ -18,16 +19,22 @@ pub(crate) mod chunk_assembly;
 pub mod chunked;
 mod encode_queue;
 pub(crate) mod encoding;
+#[doc(hidden)]
 pub mod hdf5;
+#[doc(hidden)]
 pub mod jp2;
 mod kind;
+#[doc(hidden)]
 pub mod netcdf3;
+#[doc(hidden)]
 pub mod npy;
 mod open;
 mod output;
 mod read;
+#[doc(hidden)]
 pub mod tiff;
 mod view;
+#[doc(hidden)]
 pub mod zarr;
 
 pub(crate) use kind::CodecSpec;
@@ -36,6 +43,7 @@ pub use kind::{Format, OutFormat};
 pub(crate) use crate::io::own_files::dir_and_name;
 #[doc(hidden)]
 pub use crate::io::own_files::same_file;
+#[doc(hidden)]
 pub use crate::io::remote::is_url;
 #[doc(hidden)]
 pub use crate::io::temp::{
@@ -45,9 +53,18 @@ pub use crate::io::temp::{
 pub use crate::io::window::{Window, page_size, window_slack};
 pub use open::list_arrays;
 pub(crate) use open::refuse_object;
+// a cluster job's outputs: created once, filled region by region by its tasks, committed
+// once (the Python package's `tilestream.dask` drives them)
+#[doc(hidden)]
 pub use output::objects::clean_leftovers as clean_object_leftovers;
+#[doc(hidden)]
 pub use output::{OutRegion, OutputFile, commit_npy, create_npy_for_rows};
+#[doc(hidden)]
 pub use zarr::{commit_zarr, create_zarr_for_rows};
+// what a library user sets to write a GeoTIFF, COG or Zarr output
+pub use tiff::cog::{CogOptions, Overviews, Resampling};
+pub use tiff::{GeoRef, TiffCompression, TiffPredictor, TiffWriteOptions};
+pub use zarr::{ZarrCompression, ZarrWriteOptions};
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -112,6 +129,7 @@ pub(crate) fn checked_nbytes(path: &Path, shape: &[usize], dtype: DType) -> Resu
     })
 }
 
+#[doc(hidden)]
 /// Which part of a mapped window a tile reads.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Touch {
@@ -147,6 +165,7 @@ impl Touch {
         })
     }
 
+    #[doc(hidden)]
     /// Elements touched in a window of `len` elements.
     #[must_use]
     pub fn touched(&self, len: u64) -> u64 {
@@ -199,24 +218,28 @@ enum NodataFrom {
 }
 
 impl TensorFile {
+    #[doc(hidden)]
     /// The dataset of an HDF5 or NetCDF-4 input.
     #[must_use]
     pub fn hdf5(&self) -> Option<&hdf5::Hdf5Layout> {
         self.hdf5.as_deref()
     }
 
+    #[doc(hidden)]
     /// The layout of a Zarr input.
     #[must_use]
     pub fn zarr(&self) -> Option<&zarr::ZarrLayout> {
         self.zarr.as_deref()
     }
 
+    #[doc(hidden)]
     /// The TIFF layout and georeferencing, for a TIFF input.
     #[must_use]
     pub fn tiff(&self) -> Option<(&tiff::TiffLayout, &tiff::GeoRef)> {
         self.tiff.as_deref().map(|(l, g)| (l, g))
     }
 
+    #[doc(hidden)]
     /// The layout of a JPEG 2000 input.
     #[must_use]
     pub fn jp2(&self) -> Option<&jp2::Jp2Layout> {
@@ -295,12 +318,14 @@ impl TensorFile {
         }
     }
 
+    #[doc(hidden)]
     /// The chunk decoder of a compressed input (`None` when windows are mapped).
     #[must_use]
     pub fn chunked(&self) -> Option<&chunked::Chunked> {
         self.chunked.as_deref()
     }
 
+    #[doc(hidden)]
     /// Memory that reading this input needs beyond its windows (decode scratch of a
     /// compressed file; 0 for mapped files).
     #[must_use]
@@ -308,6 +333,7 @@ impl TensorFile {
         self.chunked.as_ref().map_or(0, |c| c.scratch_bytes())
     }
 
+    #[doc(hidden)]
     /// Sizes the decode scratch of a compressed input to `share` bytes where it can
     /// (see [`chunked::Chunked::fit_scratch`]); nothing for mapped files.
     pub fn fit_read_scratch(&self, share: u64) {
@@ -316,6 +342,7 @@ impl TensorFile {
         }
     }
 
+    #[doc(hidden)]
     /// Reads several windows at once; for a compressed file each chunk they touch is
     /// decoded once for all of them.
     ///
@@ -358,6 +385,7 @@ impl TensorFile {
         self.info.dtype
     }
 
+    #[doc(hidden)]
     /// The underlying open file (used to compare identities of inputs and outputs);
     /// `None` for an object in an object store.
     #[must_use]
@@ -374,6 +402,7 @@ pub(crate) fn file_len(file: &File, path: &Path) -> Result<u64> {
     Ok(m.len())
 }
 
+#[doc(hidden)]
 /// True if the path names a `.npy` file (by extension, case-insensitive).
 #[must_use]
 pub fn is_npy_path(path: &Path) -> bool {

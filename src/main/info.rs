@@ -234,20 +234,20 @@ fn print_text(path: &Path, t: &TensorFile, format: &str) {
             "  data:        {} bytes ({}) at offset {}, {order}: read as C order, \
              little-endian",
             i.nbytes(),
-            tilestream::budget::fmt_bytes(i.nbytes()),
+            tilestream::fmt_bytes(i.nbytes()),
             i.data_offset
         );
     } else if t.chunked().is_some() {
         println!(
             "  data:        {} bytes ({}) decoded",
             i.nbytes(),
-            tilestream::budget::fmt_bytes(i.nbytes())
+            tilestream::fmt_bytes(i.nbytes())
         );
     } else {
         println!(
             "  data:        {} bytes ({}) at offset {}",
             i.nbytes(),
-            tilestream::budget::fmt_bytes(i.nbytes()),
+            tilestream::fmt_bytes(i.nbytes()),
             i.data_offset
         );
     }

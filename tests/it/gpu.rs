@@ -16,7 +16,7 @@ use tilestream::{DType, Engine, MemoryBudget, TensorFile};
 use crate::common::{read_npy_data, write_npy};
 
 fn engine(device: DeviceRequest, budget: &str) -> Engine {
-    let budget = tilestream::budget::parse_size(budget).unwrap();
+    let budget = tilestream::parse_size(budget).unwrap();
     Engine::new(MemoryBudget::new(
         budget + crate::common::driver_share(device),
     ))

@@ -57,6 +57,13 @@ fn root_exports(src: &Path) -> Vec<(String, String)> {
     let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
     let mut out = Vec::new();
     for stmt in lib.split(';') {
+        // the comments and attributes (`#[doc(hidden)]`) before a `pub use`
+        let stmt: String = stmt
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//") && !l.starts_with("#["))
+            .collect::<Vec<_>>()
+            .join(" ");
         let Some(rest) = stmt.trim().strip_prefix("pub use ") else {
             continue;
         };

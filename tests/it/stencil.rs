@@ -9,10 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use crate::common::{Lcg, read_npy_data, write_npy};
-use tilestream::engine::{Edge, PatchSpec};
 use tilestream::spec::stencil::{Filter, Stencil};
 use tilestream::tiling::Boundary;
 use tilestream::{DType, Engine, MemoryBudget, TensorFile};
+use tilestream::{Edge, PatchSpec};
 
 fn golden(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -180,6 +180,7 @@ mod matmul;
 mod reduce;
 pub use reduce::{Axes, Qs};
 mod standardize;
+#[doc(hidden)]
 pub mod stencil;
 mod tiles;
 mod transpose;
