@@ -101,14 +101,14 @@ pub mod workflow;
 use std::path::Path;
 
 // What a library user needs, documented at the root.
-pub use budget::{BudgetError, MemoryBudget, fmt_bytes, parse_size};
+pub use budget::{BudgetError, MemoryBudget, Reservation, fmt_bytes, parse_size};
 pub use device::{DeviceError, DeviceRequest};
 pub use dtype::{DType, Element};
 pub use engine::{
     Array, Batch, BatchPart, BatchPlan, BatchRequest, BatchStream, Block, BlockFn, BlockInput,
     BlockOut, BlockShape, Blocks, BlocksOut, BlocksPlan, Edge, Engine, FunctionRunner, MapNodata,
-    Next, PatchFormat, PatchSpec, RunReport, Shuffle, ShuffleWindow, Working, merge_partials,
-    write_npz,
+    Next, PatchFormat, PatchSpec, ProgressCallback, RunReport, Shuffle, ShuffleWindow, Working,
+    merge_partials, write_npz,
 };
 pub use error::{Error, FormatErrorKind, NpyError, Result, TiffError, ZarrError};
 pub use format::{
@@ -117,7 +117,9 @@ pub use format::{
 };
 pub use journal::JobKey;
 pub use ops::generate::Dist;
-pub use ops::{Axis, Partial, Reduce, ReduceOver};
+pub use ops::histogram::Bins;
+pub use ops::quantile::Quantiles;
+pub use ops::{Axis, Partial, Reduce, ReduceOver, row_step};
 pub use plan::Plan;
 pub use scheduler::Progress;
 pub use shape::{fmt_shape, parse_shape};
@@ -129,18 +131,14 @@ pub use tiling::{Boundary, BoxPlan, Edges};
 pub use workflow::Workflow;
 
 // The plumbing of the command line, the Python package and its cluster jobs (outputs
-// created once and filled by region, journals, the backend seam): public for them, not
+// created once and filled by region, the backend seam): public for them, not
 // part of the documented API.
 #[doc(hidden)]
 pub use backend::{Backend, CpuBackend};
 #[doc(hidden)]
-pub use budget::Reservation;
-#[doc(hidden)]
 pub use engine::peak_rss;
 #[doc(hidden)]
 pub use format::{OutRegion, commit_npy, commit_zarr, create_npy_for_rows, create_zarr_for_rows};
-#[doc(hidden)]
-pub use ops::row_step;
 
 /// Reduces the `.npy` file at `path` under `budget`, with all cores: the everyday call.
 ///

@@ -174,6 +174,7 @@ pub struct Plan {
 }
 
 impl Plan {
+    #[doc(hidden)]
     /// Plans `req`.
     ///
     /// # Errors
@@ -323,6 +324,7 @@ impl Plan {
         })
     }
 
+    #[doc(hidden)]
     /// The `i`-th tile: in C order of the tiled space, or with the bands inner
     /// ([`Plan::bands_inner`]).
     #[must_use]
@@ -357,6 +359,7 @@ impl Plan {
         }
     }
 
+    #[doc(hidden)]
     /// All tiles in order.
     pub fn tiles(&self) -> impl Iterator<Item = Tile> + '_ {
         (0..self.num_tiles).map(|i| self.tile(i))

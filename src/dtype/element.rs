@@ -12,7 +12,7 @@ use super::{Bool, DType};
 
 /// A Rust type that is the in-memory form of one [`DType`].
 ///
-/// Kernels are generic over `Element`; [`dispatch_dtype!`](crate::dispatch_dtype) turns a
+/// Kernels are generic over `Element`; the crate's `dispatch_dtype!` macro turns a
 /// runtime [`DType`] into the matching type.
 pub trait Element: Pod + Send + Sync + PartialOrd + fmt::Debug + 'static {
     /// The tag of this type.

@@ -47,7 +47,7 @@ pub enum OutFormat {
 impl OutFormat {
     /// What a destination of this format is on disk: a file, or a Zarr store.
     #[must_use]
-    pub fn dest(self) -> crate::io::own_files::Dest {
+    pub(crate) fn dest(self) -> crate::io::own_files::Dest {
         match self {
             OutFormat::Zarr => crate::io::own_files::Dest::Store,
             _ => crate::io::own_files::Dest::File,

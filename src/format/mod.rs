@@ -4,7 +4,7 @@
 //! complete. A format is a folder here (or one file when it is small); what every format
 //! shares (windows, positioned reads, temporary files, locks) is in `crate::io`.
 //!
-//! Input data is only ever reached through [`Window`]s: a memory map of the byte range one
+//! Input data is only ever reached through windows: a memory map of the byte range one
 //! tile needs (page-aligned outward), prefaulted by the read stage and unmapped as soon as
 //! the compute stage is done with it, so resident memory stays bounded by the windows in
 //! flight. The whole file is never mapped, which is what lets a 6 GB file be processed
@@ -51,6 +51,7 @@ pub use crate::io::temp::{
 };
 #[doc(hidden)]
 pub use crate::io::window::{Window, page_size, window_slack};
+pub use hdf5::DatasetEntry;
 pub use open::list_arrays;
 pub(crate) use open::refuse_object;
 // a cluster job's outputs: created once, filled region by region by its tasks, committed
@@ -265,7 +266,7 @@ impl TensorFile {
     }
 
     /// The GDAL nodata value of a GeoTIFF input, as its text and as the value its
-    /// samples hold there ([`tiff::nodata_as`]); `None` without one, or with one its
+    /// samples hold there; `None` without one, or with one its
     /// sample type cannot hold (no pixel is nodata then).
     #[must_use]
     pub fn nodata(&self) -> Option<(&str, f64)> {

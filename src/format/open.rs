@@ -312,7 +312,7 @@ impl TensorFile {
 
     /// Opens a JPEG 2000 file (`.jp2`, or a raw `.j2k`/`.j2c` codestream): its image as
     /// `(bands, rows, columns)` or `(rows, columns)`, decoded block by block by OpenJPEG
-    /// as GDAL decodes it (see [`jp2`]).
+    /// as GDAL decodes it (`src/format/jp2/`).
     ///
     /// # Errors
     /// [`Error::Io`] if it cannot be opened; [`Error::Format`] if it is not a JPEG 2000
@@ -526,7 +526,8 @@ impl TensorFile {
 /// lists for a file of several.
 ///
 /// # Errors
-/// As [`hdf5::list`]; [`Error::Io`] if the file cannot be read.
+/// [`Error::Format`] if the file is not one the HDF5 library opens, or the library is
+/// missing; [`Error::Io`] if the file cannot be read.
 pub fn list_arrays(path: &Path) -> Result<Vec<hdf5::DatasetEntry>> {
     let f = own_files::open_input(path)?;
     let mut magic = [0u8; 4];

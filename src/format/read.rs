@@ -9,6 +9,7 @@ use crate::format::{TensorFile, Touch, Window, file_len, page_size};
 use crate::io::window::{fully_resident, populate};
 
 impl TensorFile {
+    #[doc(hidden)]
     /// Maps the elements `[start, start + count)` (flat C-order indices), prefaulting the
     /// pages so that the compute stage does not stall on them.
     ///
@@ -21,6 +22,7 @@ impl TensorFile {
         self.map_window_touch(start, count, Touch::All)
     }
 
+    #[doc(hidden)]
     /// Reads the elements `[start, start + count)` as `touch` says: [`Touch::All`] maps
     /// them like [`TensorFile::map_window`]; [`Touch::Rows`] reads only the column runs of
     /// each row, with positioned reads, into a compact owned buffer (each row the runs
@@ -264,6 +266,7 @@ impl TensorFile {
         Ok(())
     }
 
+    #[doc(hidden)]
     /// Reads the elements `[start, start + count)` as `touch` says straight into `dst`
     /// with positioned reads, laid out as [`TensorFile::map_window_touch`] lays out its
     /// window (the whole range, or each row's column runs one after another), with no

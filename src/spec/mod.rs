@@ -223,7 +223,7 @@ impl OpSpec {
     /// Every path the operation writes: its output (or `tiles`' patch directory) and
     /// `standardize`'s statistics file.
     #[must_use]
-    pub fn writes(&self) -> Vec<Written<'_>> {
+    pub(crate) fn writes(&self) -> Vec<Written<'_>> {
         self.operation().writes()
     }
 

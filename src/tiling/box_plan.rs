@@ -120,8 +120,10 @@ pub struct BoxPlan {
     pub row_groups: Vec<usize>,
     /// Column positions of the tiles `(first, cols)`.
     pub col_cuts: Vec<(i64, usize)>,
+    #[doc(hidden)]
     /// Halo along rows.
     pub halo_rows: Halo,
+    #[doc(hidden)]
     /// Halo along columns.
     pub halo_cols: Halo,
     /// Boundary mode.
@@ -153,8 +155,10 @@ pub struct BoxPlan {
     pub in_bytes: u64,
     /// Bytes per output staging element.
     pub out_bytes: u64,
+    #[doc(hidden)]
     /// Where the output goes.
     pub out: OutMap,
+    #[doc(hidden)]
     /// The chunks of an output encoded as it is written (see [`BoxRequest`]).
     pub out_chunks: Option<OutChunks>,
     /// What its encoder holds (included in `reserved_bytes`).
@@ -178,6 +182,7 @@ pub(super) fn window_bytes(req: &BoxRequest, th: u64, tw: u64) -> u64 {
 }
 
 impl BoxPlan {
+    #[doc(hidden)]
     /// Plans `req`.
     ///
     /// # Errors
@@ -264,6 +269,7 @@ impl BoxPlan {
         })
     }
 
+    #[doc(hidden)]
     /// The tile with index `i`: band-major, then groups of row blocks
     /// ([`BoxPlan::row_groups`]), then column blocks, then the row blocks of the group
     /// (row blocks, then column blocks, when each group is one row block).
@@ -291,6 +297,7 @@ impl BoxPlan {
         }
     }
 
+    #[doc(hidden)]
     /// The `i`-th tile with the bands of each box position one after another (position,
     /// then band) instead of band-major: its `index` is `i`.
     #[must_use]
@@ -302,6 +309,7 @@ impl BoxPlan {
         t
     }
 
+    #[doc(hidden)]
     /// The source rows and column runs of tile `t`'s padded box.
     #[must_use]
     pub fn sources(&self, t: &BoxTile) -> Sources {

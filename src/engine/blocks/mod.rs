@@ -88,7 +88,7 @@ pub struct Blocks {
     /// Only the blocks of these rows `[first, end)` of the image, their halo read from
     /// the rows around them (the boundary only at the image's edges): a share of a job
     /// split over a cluster, each writing its rows of one output made beforehand
-    /// ([`Engine::with_output_region`]). `None` for all of them.
+    /// (the Python package's `tilestream.dask`). `None` for all of them.
     pub rows: Option<(usize, usize)>,
     /// Gather the padded blocks into page-locked host memory of CUDA device `n`'s driver
     /// (`Some(n)`), for a function that copies its blocks to that GPU itself

@@ -137,7 +137,7 @@ pub(crate) struct Opened {
     pub chunks: Option<chunks::Hdf5Chunks>,
 }
 
-/// One dataset of a file, as [`list`] gives it.
+/// One dataset of a file, as [`list_arrays`](crate::format::list_arrays) gives it.
 #[derive(Clone, Debug)]
 pub struct DatasetEntry {
     /// Its path in the file.

@@ -95,7 +95,7 @@ impl TiffPredictor {
     }
 }
 
-/// How [`write_tiled`](super::write_tiled) lays out a GeoTIFF.
+/// How a GeoTIFF output is laid out and compressed.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TiffWriteOptions {
     /// Tile side in pixels (a multiple of 16).
@@ -113,7 +113,7 @@ pub struct TiffWriteOptions {
     /// BigTIFF: `None` chooses it when the data passes 4 GB; `Some` forces it on or off
     /// (off fails for files that need it).
     pub bigtiff: Option<bool>,
-    /// Written as a Cloud-Optimized GeoTIFF with these overviews ([`crate::format::tiff::cog`]).
+    /// Written as a Cloud-Optimized GeoTIFF with these overviews.
     pub cog: Option<CogOptions>,
 }
 

@@ -78,6 +78,7 @@ impl PartialHeader {
 /// saying what it is, and its payload (summation-block partials or results).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Partial {
+    #[doc(hidden)]
     /// What it is the partial of.
     pub header: PartialHeader,
     /// Block partials (accumulators) or results, as bytes.

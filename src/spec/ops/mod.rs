@@ -178,6 +178,8 @@ mod histogram;
 mod map;
 mod matmul;
 mod reduce;
+pub use function::WorkingMemory;
+pub use histogram::{BinsSpec, ExtremeValue};
 pub use reduce::{Axes, Qs};
 mod standardize;
 #[doc(hidden)]

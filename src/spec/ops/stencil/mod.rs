@@ -352,6 +352,7 @@ impl Stencil {
         })
     }
 
+    #[doc(hidden)]
     /// Halos along rows and columns.
     #[must_use]
     pub fn halos(&self) -> (Halo, Halo) {
@@ -402,6 +403,7 @@ impl Stencil {
         )
     }
 
+    #[doc(hidden)]
     /// Scratch bytes per element of the padded box, of a row pass and of the tile.
     #[must_use]
     pub fn scratch(&self, dtype: DType) -> crate::tiling::Scratch {
