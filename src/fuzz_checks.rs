@@ -197,6 +197,28 @@ pub fn webp_chunk(data: &[u8]) -> bool {
     })
 }
 
+/// Decodes `data` as one LZMA-compressed TIFF chunk (`src/format/tiff/lzma.rs`): bytes
+/// 0-1 are the chunk's decoded size (a little-endian u16), the rest its `.xz` stream,
+/// decoded within the memory its block header declares (at most 64 MiB of dictionary,
+/// xz's largest preset: a stream that declares more is refused, as a plan's limit does).
+/// Checks: nothing is written past the chunk, a refusal is one line. Returns whether the
+/// chunk decoded.
+///
+/// # Panics
+/// When one of those properties does not hold.
+#[must_use]
+pub fn lzma_chunk(data: &[u8]) -> bool {
+    use crate::format::tiff::lzma::{DECODER_OVERHEAD, decode, memory_limit};
+    let [s0, s1, stored @ ..] = data else {
+        return false;
+    };
+    let size = usize::from(u16::from_le_bytes([*s0, *s1]));
+    guarded(size, |out| {
+        let limit = memory_limit(stored)?.min((64 << 20) + DECODER_OVERHEAD);
+        decode(stored, out, limit)
+    })
+}
+
 /// Decodes `data` as one LERC-compressed TIFF chunk (`src/format/tiff/lerc.rs`): the
 /// first bytes choose the additional compression, the sample type, the alpha mask, the
 /// byte order, the samples a pixel, the width and the rows; the rest is the stored blob.

@@ -707,17 +707,19 @@ fn grid_changes_and_impossible_outputs_are_explicit() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot hold bool"));
     assert!(!b.exists());
-    // a codec tilestream does not decode (LZMA) is refused with a way out
-    let lzma = dir.path().join("lzma.tif");
-    gdal_tif(&raw, &lzma, &["COMPRESS=LZMA"]);
+    // a codec tilestream does not decode (JPEG-XL, which this GDAL does not write: its
+    // Compression tag set by hand) is refused with a way out
+    let jxl = dir.path().join("jxl.tif");
+    gdal_tif(&raw, &jxl, &["COMPRESS=DEFLATE"]);
+    set_compression(&jxl, 50002);
     let out = Command::new(BIN)
-        .args(["info", lzma.to_str().expect("utf8")])
+        .args(["info", jxl.to_str().expect("utf8")])
         .output()
         .expect("spawn");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("lzma") && err.contains("gdal_translate"),
+        err.contains("jpeg-xl") && err.contains("gdal_translate"),
         "{err}"
     );
 }
@@ -1534,4 +1536,18 @@ fn a_compressed_input_decodes_one_chunk_at_a_time_to_leave_the_encoder_room() {
         ]);
         assert!(npy_data(&got) == npy_data(&want), "{job:?}: other values");
     }
+}
+
+/// Sets the `Compression` tag (259) of the little-endian classic TIFF `tif` to `code`.
+fn set_compression(tif: &std::path::Path, code: u16) {
+    let mut b = std::fs::read(tif).expect("read");
+    assert_eq!(&b[..4], b"II*\0", "a little-endian classic TIFF");
+    let u16_at = |b: &[u8], i: usize| usize::from(u16::from_le_bytes([b[i], b[i + 1]]));
+    let ifd = u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize;
+    let entry = (0..u16_at(&b, ifd))
+        .map(|e| ifd + 2 + 12 * e)
+        .find(|&at| u16_at(&b, at) == 259)
+        .expect("a Compression tag");
+    b[entry + 8..entry + 10].copy_from_slice(&code.to_le_bytes());
+    std::fs::write(tif, b).expect("write");
 }

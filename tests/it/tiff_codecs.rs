@@ -1,8 +1,9 @@
-//! WebP- and LERC-compressed TIFFs read exactly as GDAL reads them, GDAL's reading the
-//! oracle: WebP lossy and lossless, RGB and RGBA, tiles and strips that do not divide
-//! the image; LERC of every sample type it stores, lossless and within an error bound,
-//! with Deflate or Zstandard on top, both interleaves, both byte orders, invalid pixels
-//! (NaN floats, an 8-bit alpha stored as the mask). What GDAL reads differently by
+//! WebP-, LERC- and LZMA-compressed TIFFs read exactly as GDAL reads them, GDAL's
+//! reading the oracle: WebP lossy and lossless, RGB and RGBA, tiles and strips that do
+//! not divide the image; LERC of every sample type it stores, lossless and within an
+//! error bound, with Deflate or Zstandard on top, both interleaves, both byte orders,
+//! invalid pixels (NaN floats, an 8-bit alpha stored as the mask); LZMA of every sample
+//! type, with the predictors, at every preset's dictionary within the budget. What GDAL reads differently by
 //! version or wrongly (interleaved floats with invalid pixels, a big-endian file's
 //! NaN), damaged chunks and a missing library are refused in one line, no output left.
 
@@ -11,7 +12,7 @@ use std::path::Path;
 
 use crate::common::gdal::{
     TYPES, convert_at, envi, gdal_read, gdal_tif, noisy_image, npy_data, ok, pattern,
-    reads_as_gdal, refused, tool,
+    reads_as_gdal, reads_as_gdal_at, refused, tool,
 };
 
 /// The byte offset and count of the first chunk of a little-endian classic TIFF.
@@ -304,4 +305,102 @@ fn what_gdal_reads_differently_or_not_at_all_is_refused_in_one_line() {
             &[(var, "/nonexistent/libnothing.so")],
         );
     }
+}
+
+#[test]
+fn lzma_tiffs_read_exactly_as_gdal_reads_them() {
+    // every sample type, strips and tiles that do not divide the image, both interleaves
+    // and byte orders, the predictors, and the presets from the smallest dictionary
+    // (256 KiB) to the largest (64 MiB), each read at a budget that holds its decoder
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (67, 101);
+    let mut n = 0;
+    for &(dt, code, _) in &TYPES {
+        let bands = 2;
+        let raw = envi(dir.path(), dt, code, bands, h, w, &pattern(dt, bands, h, w));
+        let predictor = if dt.starts_with('f') {
+            "PREDICTOR=3"
+        } else {
+            "PREDICTOR=2"
+        };
+        let layouts: [(&[&str], &[&str]); 4] = [
+            (&["COMPRESS=LZMA"], &["24MiB", "256MiB"]),
+            (
+                &[
+                    "COMPRESS=LZMA",
+                    "LZMA_PRESET=0",
+                    predictor,
+                    "TILED=YES",
+                    "BLOCKXSIZE=32",
+                    "BLOCKYSIZE=16",
+                ],
+                &["2MiB", "64MiB"],
+            ),
+            (
+                &[
+                    "COMPRESS=LZMA",
+                    "LZMA_PRESET=1",
+                    "INTERLEAVE=BAND",
+                    "BLOCKYSIZE=20",
+                ],
+                &["4MiB"],
+            ),
+            (
+                &[
+                    "COMPRESS=LZMA",
+                    "LZMA_PRESET=9",
+                    predictor,
+                    "ENDIANNESS=BIG",
+                    "BLOCKYSIZE=30",
+                ],
+                &["160MiB"],
+            ),
+        ];
+        for (co, budgets) in layouts {
+            n += 1;
+            let tif = dir.path().join(format!("z{n}.tif"));
+            gdal_tif(&raw, &tif, co);
+            reads_as_gdal_at(&tif, dir.path(), &format!("{dt} {co:?}"), budgets);
+        }
+    }
+}
+
+#[test]
+fn lzma_tiffs_are_refused_in_one_line_where_they_cannot_be_read_exactly() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (h, w) = (40, 50);
+    let raw = envi(dir.path(), "src", 2, 1, h, w, &pattern("i16", 1, h, w));
+    // a budget that cannot hold liblzma's dictionary (8 MiB at GDAL's default preset):
+    // refused before the run, saying so
+    let tif = dir.path().join("z.tif");
+    gdal_tif(&raw, &tif, &["COMPRESS=LZMA"]);
+    let npy = dir.path().join("small.npy");
+    let out = convert_at(&tif, &npy, "1MiB");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("budget") || err.contains("memory"), "{err}");
+    assert!(!npy.exists());
+    // a damaged stream: its check fails
+    let bad = dir.path().join("bad.tif");
+    std::fs::copy(&tif, &bad).expect("copy");
+    let (offset, count) = first_chunk(&bad);
+    assert!(count > 64, "a chunk of {count} bytes");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&bad)
+        .expect("open");
+    f.write_all_at(&[0x5A; 8], offset + count / 2)
+        .expect("damage");
+    refused(&bad, dir.path(), "damaged", &[]);
+    // a chunk that is not an .xz stream at all: refused when the file is opened
+    f.write_all_at(&[0x5A; 8], offset).expect("damage");
+    refused(&bad, dir.path(), ".xz", &[]);
+    // the library missing: one line saying what to install
+    refused(
+        &tif,
+        dir.path(),
+        "TILESTREAM_LZMA",
+        &[("TILESTREAM_LZMA", "/nonexistent/libnothing.so")],
+    );
 }

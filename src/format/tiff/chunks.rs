@@ -114,13 +114,23 @@ impl ChunkSource for TiffChunks {
             let blob = super::lerc::blob_limit(interleaved as usize) as u64;
             return stored + blob + pixels + 2 * interleaved;
         }
+        // liblzma's memory (its dictionary: the stream's choice, see `lzma.rs`), which
+        // it is held to
+        let lzma = match l.codec {
+            decode::Codec::Lzma(limit) => limit,
+            _ => 0,
+        };
         if !l.packed() {
-            return 0;
+            if lzma == 0 {
+                return 0;
+            }
+            return lzma + self.largest_stored(interleaved as usize, ch);
         }
         let unpacked = (ch * cw * spp * l.dtype.size()) as u64;
         let packed = (ch * (cw * spp * usize::from(l.bits)).div_ceil(8)) as u64;
         let stored = self.largest_stored(packed as usize, ch);
-        stored + packed + if spp > 1 { unpacked } else { 0 }
+        let interleaving = if spp > 1 { unpacked } else { 0 };
+        stored + packed + interleaving + lzma
     }
 
     fn fetch_bytes(&self) -> u64 {

@@ -39,6 +39,10 @@ pub enum Codec {
     /// 34887: LERC, with or without Deflate or Zstandard on top, decoded by the LERC
     /// library ([`lerc`](super::lerc)).
     Lerc,
+    /// 34925: LZMA (an `.xz` stream a chunk), decoded by liblzma ([`lzma`](super::lzma))
+    /// within the memory it holds: the memory limit read from the file's first chunk
+    /// (0 until the file's layout is read).
+    Lzma(u64),
 }
 
 impl Codec {
@@ -57,16 +61,20 @@ impl Codec {
             7 => Codec::Jpeg,
             50001 => Codec::WebP,
             34887 => Codec::Lerc,
+            34925 => Codec::Lzma(0),
             _ => return None,
         })
     }
 
     /// Whether libtiff applies the `Predictor` tag with this codec (it registers the
-    /// predictor only for LZW, Deflate and ZSTD among these; a predictor tag on an
+    /// predictor only for LZW, Deflate, ZSTD and LZMA among these; a predictor tag on an
     /// uncompressed or `PackBits` file is ignored by GDAL, so it is here too).
     #[must_use]
     pub fn uses_predictor(self) -> bool {
-        matches!(self, Codec::Lzw | Codec::Deflate | Codec::Zstd)
+        matches!(
+            self,
+            Codec::Lzw | Codec::Deflate | Codec::Zstd | Codec::Lzma(_)
+        )
     }
 }
 
@@ -154,7 +162,7 @@ pub fn validate(path: &Path, t: &SampleTags) -> Result<Codec> {
                 value: format!("{} ({})", t.compression, compression_label(t.compression)),
                 reason: format!(
                     "is not decoded by tilestream ({hint}it decodes none, LZW, Deflate, PackBits, \
-                     ZSTD, CCITT fax, JPEG, WebP and LERC); convert with gdal_translate -co \
+                     ZSTD, LZMA, CCITT fax, JPEG, WebP and LERC); convert with gdal_translate -co \
                      COMPRESS=DEFLATE first"
                 ),
             },
@@ -386,6 +394,11 @@ pub fn decompress(path: &Path, what: &str, codec: Codec, src: &[u8], out: &mut [
                     Failed(e) => corrupt(&e),
                 })?;
             }
+        }
+        Codec::Lzma(memlimit) => {
+            // liblzma decodes the whole stream into the chunk, no further: a stream that
+            // decodes past it, or short of it, is refused
+            super::lzma::decode(src, out, memlimit).map_err(|e| corrupt(&e))?;
         }
         Codec::Zstd => {
             let d = zstd::stream::read::Decoder::with_buffer(src).map_err(|e| corrupt(&e))?;

@@ -27,6 +27,7 @@ pub mod fax;
 mod georef;
 pub mod jpeg;
 pub mod lerc;
+pub mod lzma;
 mod nodata;
 mod options;
 mod precheck;
@@ -505,6 +506,10 @@ pub fn read_layout_of(path: &Path, file: Source) -> Result<(TiffLayout, GeoRef)>
     let offsets = d.get_tag_u64_vec(off_tag).map_err(|e| tiff_err(path, &e))?;
     let byte_counts = d.get_tag_u64_vec(cnt_tag).map_err(|e| tiff_err(path, &e))?;
     let georef = read_georef(path, &mut d)?;
+    let codec = match codec {
+        Codec::Lzma(_) => Codec::Lzma(lzma_limit(path, &mut d, &offsets, &byte_counts)?),
+        c => c,
+    };
     let layout = TiffLayout {
         width: width as usize,
         height: height as usize,
@@ -563,6 +568,37 @@ impl TiffLayout {
 /// What the `tiff` crate reads directories through: a buffered reader of a local file
 /// or of an object.
 type Reader = BufReader<SourceReader>;
+
+/// The memory liblzma needs for the chunks of an LZMA-compressed file: what the `.xz`
+/// header of its first stored chunk declares ([`lzma::memory_limit`]). libtiff writes
+/// every chunk of a file with the same options, and a chunk that needs more is refused
+/// when it is decoded.
+fn lzma_limit(
+    path: &Path,
+    d: &mut Decoder<Reader>,
+    offsets: &[u64],
+    counts: &[u64],
+) -> Result<u64> {
+    use std::io::{Read, Seek, SeekFrom};
+    let Some((&offset, &count)) = offsets.iter().zip(counts).find(|&(_, &n)| n > 0) else {
+        return Ok(lzma::DECODER_OVERHEAD);
+    };
+    let mut head =
+        vec![0u8; usize::try_from(count).map_or(lzma::HEADER_BYTES, |n| n.min(lzma::HEADER_BYTES))];
+    let r = d.inner();
+    r.seek(SeekFrom::Start(offset))
+        .and_then(|_| r.read_exact(&mut head))
+        .map_err(|e| Error::io("read", path, e))?;
+    lzma::memory_limit(&head).map_err(|reason| {
+        Error::tiff_at(
+            path,
+            TiffError::Decode {
+                chunk: "the first chunk".into(),
+                reason,
+            },
+        )
+    })
+}
 
 fn decoder(path: &Path, file: Source) -> Result<Decoder<Reader>> {
     precheck_tables(path, &file)?;
