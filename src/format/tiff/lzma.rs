@@ -249,7 +249,10 @@ mod tests {
         // target); odd codes are 3 times a power of two
         assert_eq!(memory_limit(&header(22)), Ok((8 << 20) + DECODER_OVERHEAD));
         assert_eq!(memory_limit(&header(28)), Ok((64 << 20) + DECODER_OVERHEAD));
-        assert_eq!(memory_limit(&header(12)), Ok((256 << 10) + DECODER_OVERHEAD));
+        assert_eq!(
+            memory_limit(&header(12)),
+            Ok((256 << 10) + DECODER_OVERHEAD)
+        );
         assert_eq!(memory_limit(&header(23)), Ok((12 << 20) + DECODER_OVERHEAD));
         assert_eq!(
             memory_limit(&header(40)),
