@@ -20,9 +20,7 @@ use crate::error::Error;
 
 mod element;
 
-pub use element::{Element, store_f64};
-#[doc(hidden)]
-pub use element::{bf16_from_f64, f16_from_f64, f32_round_to_odd};
+pub use element::{Element, bf16_from_f64, f16_from_f64, f32_round_to_odd, store_f64};
 
 /// A one-byte boolean element (0 = false, anything else = true), as numpy stores `bool`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Pod, Zeroable)]

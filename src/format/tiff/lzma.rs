@@ -210,9 +210,10 @@ pub fn decode(stored: &[u8], out: &mut [u8], memlimit: u64) -> Result<(), String
             limit.div_ceil(1 << 20),
             memlimit.div_ceil(1 << 20)
         )),
-        // the output is full while the stream goes on, or the stream ends early
+        // the output is full while the stream goes on (or its end is missing), or the
+        // stream ends early
         LZMA_BUF_ERROR if out_pos == out.len() => Err(format!(
-            "the chunk decodes to more than the {} bytes it holds",
+            "the chunk's LZMA stream does not end after the {} bytes the chunk holds",
             out.len()
         )),
         LZMA_BUF_ERROR => Err(format!(

@@ -583,8 +583,8 @@ fn lzma_limit(
     let Some((&offset, &count)) = offsets.iter().zip(counts).find(|&(_, &n)| n > 0) else {
         return Ok(lzma::DECODER_OVERHEAD);
     };
-    let mut head =
-        vec![0u8; usize::try_from(count).map_or(lzma::HEADER_BYTES, |n| n.min(lzma::HEADER_BYTES))];
+    // at most HEADER_BYTES, so the cast cannot truncate
+    let mut head = vec![0u8; count.min(lzma::HEADER_BYTES as u64) as usize];
     let r = d.inner();
     r.seek(SeekFrom::Start(offset))
         .and_then(|_| r.read_exact(&mut head))
