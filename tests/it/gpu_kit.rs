@@ -54,10 +54,12 @@ fn smoke_and_bench_run_in_cpu_mode() {
     if summary.is_empty() {
         return;
     }
-    assert!(summary.contains("cases: 35"), "{summary}");
+    assert!(summary.contains("cases: 56"), "{summary}");
     for case in [
         "matmul",
         "reduce-std-all",
+        "reduce-nanvar-0",
+        "reduce-count-nodata",
         "stencil-median-size7",
         "ndvi-masked",
     ] {
