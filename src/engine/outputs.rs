@@ -430,17 +430,13 @@ impl Engine {
             }
             return Ok(());
         }
-        crate::format::tiff::image_dims(shape)?;
-        crate::format::tiff::tiff_sample(dtype)?;
-        self.tiff_out
-            .predictor
-            .tag(dtype, self.tiff_out.compression)
-            .map(|_| ())
+        self.tiff_out.check_writes(shape, dtype)
     }
 
     /// The line a plan shows for building the overviews of a COG written to `out`
     /// (`None` when it is not one); refuses what the run refuses before it starts
-    /// ([`Engine::check_tiff_output`], and a budget that cannot build the overviews).
+    /// ([`Engine::check_tiff_output`], and a budget that cannot build the overviews:
+    /// `TiffWriteOptions::cog_plan_line`).
     ///
     /// # Errors
     /// [`crate::Error::Invalid`] for options that cannot write the output, overviews the
@@ -453,22 +449,11 @@ impl Engine {
     ) -> crate::Result<Option<String>> {
         self.check_tiff_output(out, shape, dtype)?;
         // check_tiff_output refused --cog for any other format
-        let Some(cog) = &self.tiff_out.cog else {
+        if self.tiff_out.cog.is_none() {
             return Ok(None);
-        };
-        let opts = self.tiff_options(out, shape);
-        crate::format::tiff::cog::check_budget(shape, dtype, &opts, cog, self.budget.limit())?;
-        let need = crate::format::tiff::cog::memory_needed(shape, dtype, &opts, cog)?;
-        let (_, h, w) = crate::format::tiff::image_dims(shape)?;
-        let levels =
-            crate::format::tiff::cog::overview_sizes(w, h, opts.tile.max(16), cog.overviews)?.len();
-        let resampling = format!("{:?}", cog.resampling).to_lowercase();
-        Ok(Some(format!(
-            "COG overviews: {levels} level{} ({resampling}), built in one pass over the \
-             written image within {} (a row of tiles of the image and of each level)",
-            if levels == 1 { "" } else { "s" },
-            crate::budget::fmt_bytes(need)
-        )))
+        }
+        self.tiff_options(out, shape)
+            .cog_plan_line(shape, dtype, self.budget.limit())
     }
 
     /// The GeoTIFF options for an output of `shape` at `out`.
