@@ -436,7 +436,7 @@ impl Engine {
     /// The line a plan shows for building the overviews of a COG written to `out`
     /// (`None` when it is not one); refuses what the run refuses before it starts
     /// ([`Engine::check_tiff_output`], and a budget that cannot build the overviews:
-    /// `TiffWriteOptions::cog_plan_line`).
+    /// `format::tiff::cog::plan_line`).
     ///
     /// # Errors
     /// [`crate::Error::Invalid`] for options that cannot write the output, overviews the
@@ -452,8 +452,8 @@ impl Engine {
         if self.tiff_out.cog.is_none() {
             return Ok(None);
         }
-        self.tiff_options(out, shape)
-            .cog_plan_line(shape, dtype, self.budget.limit())
+        let opts = self.tiff_options(out, shape);
+        crate::format::tiff::cog::plan_line(&opts, shape, dtype, self.budget.limit())
     }
 
     /// The GeoTIFF options for an output of `shape` at `out`.

@@ -144,34 +144,6 @@ impl TiffWriteOptions {
         super::tiff_sample(dtype)?;
         self.predictor.tag(dtype, self.compression).map(|_| ())
     }
-
-    /// The line a plan shows for building the overviews of the COG these options write
-    /// for an image of `shape` and `dtype` within `budget` bytes (`None` when they write
-    /// no COG).
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for overviews the image cannot have or the budget cannot build.
-    pub(crate) fn cog_plan_line(
-        &self,
-        shape: &[usize],
-        dtype: DType,
-        budget: u64,
-    ) -> Result<Option<String>> {
-        let Some(cog) = &self.cog else {
-            return Ok(None);
-        };
-        super::cog::check_budget(shape, dtype, self, cog, budget)?;
-        let need = super::cog::memory_needed(shape, dtype, self, cog)?;
-        let (_, h, w) = super::image_dims(shape)?;
-        let levels = super::cog::overview_sizes(w, h, self.tile.max(16), cog.overviews)?.len();
-        let resampling = format!("{:?}", cog.resampling).to_lowercase();
-        Ok(Some(format!(
-            "COG overviews: {levels} level{} ({resampling}), built in one pass over the \
-             written image within {} (a row of tiles of the image and of each level)",
-            if levels == 1 { "" } else { "s" },
-            crate::budget::fmt_bytes(need)
-        )))
-    }
 }
 
 /// How overview pixels are computed from the level above.

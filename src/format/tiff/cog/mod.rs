@@ -121,6 +121,33 @@ pub fn memory_needed(
     Ok(need)
 }
 
+/// The line a plan shows for building the overviews of the COG `opts` write for an
+/// image of `shape` and `dtype` within `budget` bytes (`None` when they write no COG).
+///
+/// # Errors
+/// [`Error::Invalid`] for overviews the image cannot have or the budget cannot build.
+pub(crate) fn plan_line(
+    opts: &TiffWriteOptions,
+    shape: &[usize],
+    dtype: DType,
+    budget: u64,
+) -> Result<Option<String>> {
+    let Some(cog) = &opts.cog else {
+        return Ok(None);
+    };
+    check_budget(shape, dtype, opts, cog, budget)?;
+    let need = memory_needed(shape, dtype, opts, cog)?;
+    let (_, h, w) = crate::format::tiff::image_dims(shape)?;
+    let levels = overview_sizes(w, h, opts.tile.max(16), cog.overviews)?.len();
+    let resampling = format!("{:?}", cog.resampling).to_lowercase();
+    Ok(Some(format!(
+        "COG overviews: {levels} level{} ({resampling}), built in one pass over the \
+         written image within {} (a row of tiles of the image and of each level)",
+        if levels == 1 { "" } else { "s" },
+        fmt_bytes(need)
+    )))
+}
+
 /// Refuses, before a run, a COG whose overviews `budget` cannot build.
 ///
 /// # Errors
