@@ -2,10 +2,10 @@
 # Run HERE (the machine with cargo), before a GPU session. Builds what the GPU kit
 # (benches/gpu/kit.py) needs on the GPU machine, which has the driver, NVRTC and Python
 # but no Rust: the release binary and the integration tests (NVRTC tests compiled in:
-# TILESTREAM_REQUIRE_NVRTC=1), stripped, into target/gpu/ (the binaries gzipped; kit.py unpacks them). Prints their sizes (the
-# device tool carries at most 64 MiB) and the newest GLIBC symbol they need (the GPU
-# image is Ubuntu 22.04 or 24.04: glibc 2.35 at the oldest). Carry with
-# `carry: ["target/gpu"]`.
+# TILESTREAM_REQUIRE_NVRTC=1), stripped and gzipped (kit.py unpacks them there), into
+# target/gpu/. Prints their sizes (the device tool carries at most 64 MiB) and the
+# newest GLIBC symbol they need (the GPU image is Ubuntu 22.04 or 24.04: glibc 2.35 at
+# the oldest). Carry with `carry: ["target/gpu"]`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 venv=target/test-venv
