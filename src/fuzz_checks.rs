@@ -421,10 +421,27 @@ pub fn fax_chunk(data: &[u8]) -> bool {
     }
 }
 
+/// The filters [`hdf5_chunk`] chooses from, by its filter bytes (modulo their number): the
+/// registered id and the client data, `None` standing for the element size.
+pub const HDF5_FILTERS: [(i32, &[Option<u32>]); 11] = [
+    (1, &[Some(6)]),
+    (2, &[None]),
+    (3, &[]),
+    (32000, &[]),
+    (32001, &[]),
+    (32015, &[]),
+    (32004, &[Some(0)]),
+    (32008, &[Some(0), Some(0), None, Some(0), Some(0)]),
+    (32008, &[Some(0), Some(0), None, Some(16), Some(0)]),
+    (32008, &[Some(0), Some(0), None, Some(0), Some(2)]),
+    (32008, &[Some(0), Some(0), None, Some(0), Some(3)]),
+];
+
 /// One HDF5 chunk through its filter pipeline ([`crate::format::hdf5::chunks::decode_stored`],
 /// what every chunk tilestream reads goes through). The first byte is the number of
 /// filters (0 to 4), the next four choose them (deflate, shuffle, fletcher32, LZF, Blosc,
-/// Zstandard), then the element size (1 to 8), the filter mask, the chunk's size (two
+/// Zstandard, LZ4, bitshuffle in default blocks or blocks of 16 elements, bitshuffle with
+/// LZ4, bitshuffle with Zstandard: [`HDF5_FILTERS`]), then the element size (1 to 8), the filter mask, the chunk's size (two
 /// bytes, little-endian); the rest is the stored chunk. Checks: no panic; a decoded
 /// chunk has exactly the chunk's size; a refusal is one line. Returns whether it decoded.
 ///
@@ -432,15 +449,20 @@ pub fn fax_chunk(data: &[u8]) -> bool {
 /// When one of those properties does not hold.
 #[must_use]
 pub fn hdf5_chunk(data: &[u8]) -> bool {
-    const IDS: [i32; 6] = [1, 2, 3, 32000, 32001, 32015];
     let [n, f0, f1, f2, f3, es, mask, s0, s1, stored @ ..] = data else {
         return false;
     };
-    let filters: Vec<i32> = [f0, f1, f2, f3][..usize::from(n % 5)]
-        .iter()
-        .map(|&&f| IDS[usize::from(f) % IDS.len()])
-        .collect();
     let es = usize::from(es % 8) + 1;
+    let filters: Vec<crate::format::hdf5::Filter> = [f0, f1, f2, f3][..usize::from(n % 5)]
+        .iter()
+        .map(|&&f| {
+            let (id, params) = HDF5_FILTERS[usize::from(f) % HDF5_FILTERS.len()];
+            crate::format::hdf5::Filter {
+                id,
+                params: params.iter().map(|&p| p.unwrap_or(es as u32)).collect(),
+            }
+        })
+        .collect();
     let size = usize::from(u16::from_le_bytes([*s0, *s1]));
     match crate::format::hdf5::chunks::decode_stored(&filters, es, u32::from(*mask), size, stored) {
         Ok(chunk) => {

@@ -26,6 +26,8 @@ FILTERS = {
     "lzf": dict(compression="lzf"),
     "zstd": dict(hdf5plugin.Zstd(clevel=3)),
     "blosc": dict(hdf5plugin.Blosc(cname="lz4", clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE)),
+    "lz4": dict(hdf5plugin.LZ4()),
+    "bitshuffle_lz4": dict(hdf5plugin.Bitshuffle(cname="lz4")),
 }
 
 
@@ -44,6 +46,24 @@ def values(rng, dt, shape):
         flat[1], flat[3], flat[5] = np.nan, np.inf, -np.inf
         flat[7] = -0.0
     return a
+
+
+def quietly(read):
+    """read(), with what C filters print to stdout (the LZ4 filter prints its errors)
+    sent to /dev/null instead of into the case lines."""
+    import ctypes
+    libc = ctypes.CDLL(None)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    try:
+        return read()
+    finally:
+        libc.fflush(None)
+        os.dup2(saved, 1)
+        os.close(null)
+        os.close(saved)
 
 
 def save_oracle(d, name, a):
@@ -96,6 +116,30 @@ def write(d):
         # a chunk that did not compress is stored as it is, its filter's mask bit set
         noise = rng.integers(0, 255, size=(64, 64), dtype="u1")
         f.create_dataset("mask/lzf_incompressible", data=noise, chunks=(64, 64), compression="lzf")
+        # LZ4 and bitshuffle (hdf5plugin): several blocks, blocks stored as they are,
+        # elements past the last multiple of 8, each compressor, filters around them
+        bs = hdf5plugin.Bitshuffle
+        f.create_dataset("lz4x/small_blocks", data=values(rng, "i4", (200, 50)), chunks=(100, 50),
+                         **hdf5plugin.LZ4(nbytes=1000))
+        f.create_dataset("lz4x/noise_blocks", data=noise, chunks=(64, 64), **hdf5plugin.LZ4(nbytes=512))
+        f.create_dataset("lz4x/shuffle_fletcher", data=values(rng, ">f8", (40, 30)), chunks=(16, 16),
+                         shuffle=True, fletcher32=True, **hdf5plugin.LZ4())
+        f.create_dataset("bshuf/plain_odd", data=values(rng, "f4", (1000,)), chunks=(61,),
+                         **bs(cname="none"))
+        f.create_dataset("bshuf/plain_default_blocks", data=values(rng, "f4", (5003,)), chunks=(5003,),
+                         **bs(cname="none"))
+        f.create_dataset("bshuf/plain_blocks", data=values(rng, "f8", (50, 7)), chunks=(50, 7),
+                         **bs(nelems=64, cname="none"))
+        f.create_dataset("bshuf/zstd_blocks", data=values(rng, "i2", (64, 64)), chunks=(64, 64),
+                         **bs(nelems=256, cname="zstd"))
+        f.create_dataset("bshuf/zstd_odd", data=values(rng, ">u4", (3, 333)), chunks=(3, 111),
+                         **bs(cname="zstd"))
+        f.create_dataset("bshuf/lz4_big", data=values(rng, "u1", (300, 100)), chunks=(150, 100),
+                         **bs(cname="lz4"))
+        f.create_dataset("bshuf/lz4_odd_blocks", data=values(rng, "u2", (1001,)), chunks=(1001,),
+                         **bs(nelems=40, cname="lz4"))
+        f.create_dataset("bshuf/lz4_fletcher", data=values(rng, "i8", (33, 9)), chunks=(33, 9),
+                         fletcher32=True, **bs(cname="lz4"))
     with h5py.File(path, "r") as f:
         names = []
         f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
@@ -208,6 +252,34 @@ def hostile(d):
             out.append((p + ":/x", "h5py=" + save_oracle(d, "oracle_damaged_lzf", h5py.File(p)["x"][()])))
         else:
             out.append((p + ":/x", "damaged_" + name))
+    # LZ4 and bitshuffle+LZ4 have no checksum either: where h5py reads a damaged chunk,
+    # tilestream reads the same; where h5py refuses it, tilestream refuses it
+    for name, kw in [("lz4", hdf5plugin.LZ4()), ("bitshuffle_lz4", hdf5plugin.Bitshuffle(cname="lz4"))]:
+        for at in [14, 40, 300]:
+            p = os.path.join(d, f"damaged_{name}_{at}.h5")
+            with h5py.File(p, "w") as f:
+                f.create_dataset("x", data=a, chunks=(64, 64), **kw)
+            with h5py.File(p, "r") as f:
+                off = f["x"].id.get_chunk_info(0).byte_offset
+            with open(p, "r+b") as fh:
+                fh.seek(off + at)
+                b = fh.read(16)
+                fh.seek(off + at)
+                fh.write(bytes(x ^ 0x5A for x in b))
+            try:
+                with h5py.File(p, "r") as f:
+                    read = quietly(lambda: f["x"][()])
+                out.append((p + ":/x", "h5py=" + save_oracle(d, f"oracle_damaged_{name}_{at}", read)))
+            except OSError:
+                out.append((p + ":/x", "damaged_plugin"))
+    # an LZ4 and a bitshuffle chunk whose headers claim 16 MiB for a chunk of 16 KiB
+    for name, kw in [("lz4", hdf5plugin.LZ4()), ("bitshuffle_lz4", hdf5plugin.Bitshuffle(cname="lz4"))]:
+        p = os.path.join(d, f"bomb_{name}.h5")
+        with h5py.File(p, "w") as f:
+            ds = f.create_dataset("x", shape=(64, 64), dtype="f4", chunks=(64, 64), **kw)
+            ds.id.write_direct_chunk((0, 0), (16 << 20).to_bytes(8, "big") + (8192).to_bytes(4, "big")
+                                     + bytes(64))
+        out.append((p + ":/x", "bomb_plugin"))
     # a file cut short: its chunks run past its end
     cut = os.path.join(d, "truncated.h5")
     with h5py.File(cut, "w") as f:
@@ -257,7 +329,9 @@ def seeds(d):
     """The fuzz target hdf5_chunk's seeds (fuzz/corpus/hdf5_chunk): real chunks of each
     filter pipeline h5py and hdf5plugin write, behind the target's header (filters,
     element size, mask, chunk size)."""
-    ids = [1, 2, 3, 32000, 32001, 32015]
+    # src/fuzz_checks.rs HDF5_FILTERS: (id, bitshuffle's compressor) -> filter byte
+    ids = {(1, None): 0, (2, None): 1, (3, None): 2, (32000, None): 3, (32001, None): 4,
+           (32015, None): 5, (32004, None): 6, (32008, 0): 7, (32008, 2): 9, (32008, 3): 10}
     rng = np.random.default_rng(9)
     pipelines = {
         "none": {},
@@ -269,6 +343,11 @@ def seeds(d):
         "shuffle_lzf": dict(compression="lzf", shuffle=True),
         "zstd": dict(hdf5plugin.Zstd()),
         "blosc": dict(hdf5plugin.Blosc()),
+        "lz4": dict(hdf5plugin.LZ4(nbytes=1000)),
+        "shuffle_lz4": dict(hdf5plugin.LZ4(), shuffle=True),
+        "bitshuffle": dict(hdf5plugin.Bitshuffle(cname="none")),
+        "bitshuffle_lz4": dict(hdf5plugin.Bitshuffle(cname="lz4")),
+        "bitshuffle_zstd": dict(hdf5plugin.Bitshuffle(cname="zstd")),
     }
     path = os.path.join(d, "seeds.h5")
     for dt in ["u1", "i2", "f4", "f8"]:
@@ -280,10 +359,13 @@ def seeds(d):
             for name in pipelines:
                 ds = f[name]
                 dcpl = ds.id.get_create_plist()
-                used = [dcpl.get_filter(i)[0] for i in range(dcpl.get_nfilters())]
+                used = []
+                for i in range(dcpl.get_nfilters()):
+                    fid, _, params, _ = dcpl.get_filter(i)
+                    used.append((fid, params[4] if fid == 32008 else None))
                 mask, chunk = ds.id.read_direct_chunk((16, 0))
                 size = 16 * 40 * a.dtype.itemsize
-                head = bytes([len(used)] + [ids.index(u) for u in used] + [0] * (4 - len(used))
+                head = bytes([len(used)] + [ids[u] for u in used] + [0] * (4 - len(used))
                              + [a.dtype.itemsize - 1, mask]) + size.to_bytes(2, "little")
                 with open(os.path.join(d, f"seed_{name}_{dt}"), "wb") as fh:
                     fh.write(head + chunk)

@@ -12,6 +12,7 @@ use crate::error::{Error, Result};
 use crate::format::chunked::{ChunkSource, Chunked};
 
 use super::lib::{self, DEFAULT, Hid};
+use super::plugins::{self, Bitshuffle};
 use super::{Filter, Hdf5Layout, Stored};
 
 /// An open file and dataset of the library, closed when dropped.
@@ -49,11 +50,18 @@ enum Source {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Undo {
     Deflate,
-    Shuffle { size: usize },
+    Shuffle {
+        size: usize,
+    },
     Fletcher32,
     Lzf,
     Blosc,
     Zstd,
+    /// The LZ4 filter (32004), `cd_values[0]` bytes a block when written (0: 1 GiB).
+    Lz4 {
+        block: u32,
+    },
+    Bitshuffle(Bitshuffle),
 }
 
 /// An HDF5 dataset's chunks, for [`Chunked`].
@@ -75,6 +83,8 @@ pub struct Hdf5Chunks {
     /// Most bytes a stored chunk may have: what the filters can make of a chunk at
     /// most (a larger one is damaged, and refused before it is read).
     max_stored: u64,
+    /// Bytes a decode holds beside its two buffers (a bitshuffle block decompressed).
+    scratch: u64,
 }
 
 /// Most rows of elements a dataset with no chunks of its own (compact, never written)
@@ -115,7 +125,13 @@ impl Hdf5Chunks {
         let max_stored = filters.iter().fold(chunk_bytes as u64, |n, f| match f {
             Undo::Fletcher32 => n + 4,
             Undo::Shuffle { .. } => n,
+            Undo::Lz4 { block } => plugins::lz4_max_stored(*block, n),
+            Undo::Bitshuffle(b) => b.max_stored(n),
             _ => crate::format::zarr::codec::max_encoded(n),
+        });
+        let scratch = filters.iter().fold(0, |s, f| match f {
+            Undo::Bitshuffle(b) => s.max(b.scratch_bytes(chunk_bytes as u64)),
+            _ => s,
         });
         Ok(Hdf5Chunks {
             path: path.to_path_buf(),
@@ -129,6 +145,7 @@ impl Hdf5Chunks {
             source,
             fill,
             max_stored,
+            scratch,
         })
     }
 
@@ -344,6 +361,19 @@ fn run_steps(
                 v.truncate(n);
                 v
             }
+            Undo::Lz4 { .. } | Undo::Bitshuffle(_) => {
+                let mut v = if last { Vec::new() } else { take(size) };
+                let dest: &mut [u8] = if last { out } else { &mut v };
+                let n = match *f {
+                    Undo::Bitshuffle(b) => plugins::undo_bitshuffle(b, data, dest)?,
+                    _ => plugins::undo_lz4(data, dest)?,
+                };
+                if last {
+                    return if n == size { Ok(()) } else { Err(wrong(n)) };
+                }
+                v.truncate(n);
+                v
+            }
         };
         give(std::mem::replace(data, next));
     }
@@ -354,16 +384,16 @@ fn run_steps(
     Ok(())
 }
 
-/// Decodes one stored chunk of `size` bytes through the filter pipeline `filters`
-/// (registered HDF5 filter ids, in the order applied when writing; shuffle's element
-/// size is `es`), skipping those `mask` marks: what [`Hdf5Chunks`] does with each chunk
+/// Decodes one stored chunk of `size` bytes through the filter pipeline `filters` (in
+/// the order applied when writing, each with its client data; a shuffle without any
+/// shuffles elements of `es` bytes), skipping those `mask` marks: what [`Hdf5Chunks`] does with each chunk
 /// it reads, for the fuzz target.
 ///
 /// # Errors
 /// A one-line reason: an unknown filter, a damaged stream, a checksum mismatch, or a
 /// chunk that does not decode to `size` bytes.
 pub fn decode_stored(
-    filters: &[i32],
+    filters: &[Filter],
     es: usize,
     mask: u32,
     size: usize,
@@ -371,15 +401,7 @@ pub fn decode_stored(
 ) -> std::result::Result<Vec<u8>, String> {
     let undo = filters
         .iter()
-        .map(|&id| {
-            undo_of(
-                &Filter {
-                    id,
-                    params: vec![es as u32],
-                },
-                es,
-            )
-        })
+        .map(|f| undo_of(f, es))
         .collect::<std::result::Result<Vec<_>, String>>()?;
     let mut out = vec![0u8; size];
     let mut data = take(stored.len());
@@ -412,10 +434,14 @@ fn undo_of(f: &Filter, es: usize) -> std::result::Result<Undo, String> {
         32000 => Undo::Lzf,
         32001 => Undo::Blosc,
         32015 => Undo::Zstd,
+        32004 => Undo::Lz4 {
+            block: f.params.first().copied().unwrap_or(0),
+        },
+        32008 => Undo::Bitshuffle(Bitshuffle::from_params(&f.params)?),
         _ => {
             return Err(format!(
                 "its {} filter is not one tilestream decodes (deflate, shuffle, fletcher32, \
-                 lzf, blosc and zstd are): rewrite it with h5repack -f GZIP=4",
+                 lzf, blosc, zstd, lz4 and bitshuffle are): rewrite it with h5repack -f GZIP=4",
                 f.name()
             ));
         }
@@ -474,12 +500,13 @@ impl ChunkSource for Hdf5Chunks {
         // bytes first) and the one it writes (the last stage writes into the decoded
         // chunk itself, counted apart), and the thread's pool keeps at most those two;
         // as the pool reuses them for either, each may grow to the larger of a stored
-        // chunk and a decoded one, which is the stored bound
+        // chunk and a decoded one, which is the stored bound; a compressed bitshuffle
+        // stage also holds one decompressed block
         let one = self.max_stored.max(self.chunk_bytes as u64);
         if self.filters.is_empty() {
             one
         } else {
-            2 * one
+            2 * one + self.scratch
         }
     }
 }

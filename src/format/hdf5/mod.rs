@@ -10,16 +10,18 @@
 //! - a **chunked** dataset is a grid of chunks: each chunk's stored bytes are read by
 //!   the library as they are in the file (one caller at a time), then decoded by
 //!   tilestream ([`chunks::Hdf5Chunks`]) in parallel, its filters undone within the
-//!   chunk's size (deflate, shuffle, fletcher32, LZF, Zstandard, Blosc); chunks never
+//!   chunk's size (deflate, shuffle, fletcher32, LZF, Zstandard, Blosc, and in
+//!   `plugins.rs` LZ4 and bitshuffle); chunks never
 //!   written hold the fill value, as h5py reads them;
 //! - a **compact** dataset (at most 64 KiB, inside the object header) is read whole by
 //!   the library.
 //!
 //! Anything that cannot be read exactly (a datatype tilestream lacks, n-bit or
-//! scale-offset packing, szip, external or virtual storage) is refused in one line.
+//! scale-offset packing, szip, bzip2, external or virtual storage) is refused in one line.
 
 pub mod chunks;
 pub(crate) mod lib;
+mod plugins;
 
 use std::os::raw::c_uint;
 use std::path::Path;
@@ -72,7 +74,7 @@ pub enum Storage {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Filter {
     /// The filter's registered id (1 deflate, 2 shuffle, 3 fletcher32, 32000 LZF,
-    /// 32001 Blosc, 32015 Zstandard).
+    /// 32001 Blosc, 32004 LZ4, 32008 bitshuffle, 32015 Zstandard).
     pub id: i32,
     /// The filter's client data.
     pub params: Vec<u32>,
@@ -96,7 +98,11 @@ impl Filter {
             32000 => "lzf".into(),
             32001 => "blosc".into(),
             32004 => "lz4".into(),
-            32008 => "bitshuffle".into(),
+            32008 => match self.params.get(4) {
+                Some(2) => "bitshuffle+lz4".into(),
+                Some(3) => "bitshuffle+zstd".into(),
+                _ => "bitshuffle".into(),
+            },
             32015 => "zstd".into(),
             32026 => "blosc2".into(),
             id => format!("filter {id}"),
