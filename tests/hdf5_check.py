@@ -101,6 +101,20 @@ def write(d):
                 for fname, kw in FILTERS.items():
                     f.create_dataset(f"{fname}/{tag}", data=a, chunks=(8, 6), **kw)
                 compact(f, f"compact_{tag}", a[:5, :7].copy())
+        # complex numbers as h5py writes them: a compound of the real and imaginary
+        # parts {r, i}, in both byte orders, each part swapped on its own
+        for order in "<>":
+            for t in ["c8", "c16"]:
+                dt = np.dtype(order + t)
+                tag = ("le" if order == "<" else "be") + "_" + t
+                parts = values(rng, {"c8": "f4", "c16": "f8"}[t], (2, 23, 11))
+                a = (parts[0] + 1j * parts[1][::-1]).astype(dt)
+                f.create_dataset(f"complex/contiguous_{tag}", data=a)
+                f.create_dataset(f"complex/gzip_shuffle_{tag}", data=a, chunks=(8, 4), compression="gzip",
+                                 shuffle=True)
+                compact(f, f"complex/compact_{tag}", a[:3, :4].copy())
+        s = f.create_dataset("complex/fill", shape=(20, 9), dtype=">c16", chunks=(8, 8), fillvalue=1.5 - 2j)
+        s[8:16, :] = 3 + 4j
         a = rng.standard_normal((5, 17, 13)).astype("f4")
         f.create_dataset("rank3/gzip", data=a, chunks=(2, 5, 4), compression="gzip")
         f.create_dataset("rank1/lzf", data=np.arange(1000, dtype="i4"), chunks=(64,), compression="lzf")
@@ -294,13 +308,15 @@ def hostile(d):
     with h5py.File(other, "w") as f:
         f.create_dataset("bzip2", data=a, chunks=(16, 16), **hdf5plugin.BZip2())
         f.create_dataset("scaleoffset", data=a, chunks=(16, 16), scaleoffset=2)
-        f.create_dataset("complex", data=a.astype("c8"))
+        f.create_dataset("record", data=np.zeros(5, dtype=[("x", "f4"), ("y", "i2")]))
+        # two f4 members named as complex parts, but the imaginary one first
+        f.create_dataset("swapped_parts", data=np.zeros(5, dtype=[("i", "f4"), ("r", "f4")]))
         f.create_dataset("strings", data=np.array([b"a", b"bc"]))
         f.create_group("group")
         # a cycle of hard links: listing must end
         f["group/loop"] = f["group"]
         f["group/inner"] = a
-    for n in ["bzip2", "scaleoffset", "complex", "strings", "group", "missing"]:
+    for n in ["bzip2", "scaleoffset", "record", "swapped_parts", "strings", "group", "missing"]:
         out.append((f"{other}:/{n}", "unsupported_" + n))
     # NetCDF-3: a file cut short, a text variable
     nc3 = os.path.join(d, "classic.nc")

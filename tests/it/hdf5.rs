@@ -200,7 +200,8 @@ fn damaged_and_unsupported_files_end_in_one_line_with_no_output() {
             "bzip2 filter is not one tilestream decodes",
         ),
         ("unsupported_scaleoffset", "scaleoffset filter"),
-        ("unsupported_complex", "compound"),
+        ("unsupported_record", "a compound (a record"),
+        ("unsupported_swapped_parts", "a compound (a record"),
         ("unsupported_strings", "a string"),
         ("unsupported_group", "no dataset '/group'"),
         ("unsupported_missing", "no dataset '/missing'"),
@@ -257,8 +258,8 @@ fn damaged_and_unsupported_files_end_in_one_line_with_no_output() {
         .0;
     let listing = ok(&["info", unsupported]);
     assert_eq!(listing.matches("/group/inner").count(), 1, "{listing}");
-    assert!(listing.contains("5 datasets"), "{listing}");
-    assert!(listing.contains("/complex  (not read: "), "{listing}");
+    assert!(listing.contains("6 datasets"), "{listing}");
+    assert!(listing.contains("/record  (not read: "), "{listing}");
 }
 
 #[test]

@@ -454,7 +454,6 @@ impl ChunkSource for Hdf5Chunks {
     }
 
     fn decode(&self, pos: &[usize], out: &mut [u8]) -> Result<()> {
-        let es = self.dtype.size();
         let mut k = 0usize;
         for (p, g) in pos.iter().zip(&self.grid) {
             k = k * g + p;
@@ -481,7 +480,7 @@ impl ChunkSource for Hdf5Chunks {
             }
         }
         if self.big_endian {
-            for e in out.chunks_exact_mut(es) {
+            for e in out.chunks_exact_mut(self.dtype.swap_unit()) {
                 e.reverse();
             }
         }

@@ -35,6 +35,7 @@ pub(crate) const UNDEF: u64 = u64::MAX;
 pub(crate) const T_INTEGER: c_int = 0;
 pub(crate) const T_FLOAT: c_int = 1;
 pub(crate) const T_ENUM: c_int = 8;
+pub(crate) const T_COMPOUND: c_int = 6;
 /// `H5S_class_t` values.
 pub(crate) const S_SCALAR: c_int = 0;
 pub(crate) const S_SIMPLE: c_int = 1;
@@ -142,6 +143,8 @@ hdf5_functions! {
     tget_nmembers = "H5Tget_nmembers": fn(Hid) -> c_int;
     tget_member_name = "H5Tget_member_name": fn(Hid, c_uint) -> *mut c_char;
     tget_member_value = "H5Tget_member_value": fn(Hid, c_uint, *mut c_void) -> Herr;
+    tget_member_offset = "H5Tget_member_offset": fn(Hid, c_uint) -> usize;
+    tget_member_type = "H5Tget_member_type": fn(Hid, c_uint) -> Hid;
     tclose = "H5Tclose": fn(Hid) -> Herr;
     pget_layout = "H5Pget_layout": fn(Hid) -> c_int;
     pget_chunk = "H5Pget_chunk": fn(Hid, c_int, *mut Hsize) -> c_int;

@@ -390,21 +390,66 @@ fn dtype_of(l: &Lib, t: Hid) -> std::result::Result<(DType, bool), String> {
                 }
                 Ok((dt, big))
             }
+            lib::T_COMPOUND => complex_of(l, t, size).ok_or_else(|| {
+                "its datatype is a compound (a record: tilestream reads integers, IEEE \
+                 floats, h5py's booleans and complex numbers)"
+                    .to_string()
+            }),
             c => Err(format!(
-                "its datatype is {} (tilestream reads integers, IEEE floats and h5py's \
-                 booleans)",
+                "its datatype is {} (tilestream reads integers, IEEE floats, h5py's \
+                 booleans and complex numbers)",
                 match c {
                     2 => "a time",
                     3 => "a string",
                     4 => "a bitfield",
                     5 => "opaque",
-                    6 => "a compound (a record, or complex numbers)",
                     7 => "a reference",
                     9 => "variable-length",
                     10 => "an array type",
                     _ => "of an unknown class",
                 }
             )),
+        }
+    }
+}
+
+/// A compound of `size` bytes that holds complex numbers as h5py writes them (and
+/// netCDF4-python, `nc-complex`, HDF5.jl): two members, the real part at 0 and the
+/// imaginary part at `size / 2`, IEEE floats of one type and byte order, named as such
+/// (`r`/`i`, `re`/`im`, `real`/`imag`: first a name starting with r, then one with i).
+/// `None` for any other compound.
+///
+/// # Safety
+/// `t` is an open compound datatype.
+unsafe fn complex_of(l: &Lib, t: Hid, size: usize) -> Option<(DType, bool)> {
+    // SAFETY: per the contract; member indices below the member count
+    unsafe {
+        if (l.tget_nmembers)(t) != 2 {
+            return None;
+        }
+        let name = |i| {
+            l.take_string((l.tget_member_name)(t, i))
+                .map(|n| n.to_ascii_lowercase())
+        };
+        let (re, im) = (name(0)?, name(1)?);
+        if !re.starts_with('r') || !im.starts_with('i') {
+            return None;
+        }
+        if (l.tget_member_offset)(t, 0) != 0 || (l.tget_member_offset)(t, 1) != size / 2 {
+            return None;
+        }
+        let part = |i| -> Option<(DType, bool)> {
+            let m = l.id((l.tget_member_type)(t, i), l.tclose).ok()?;
+            if (l.tget_class)(m.raw) != lib::T_FLOAT {
+                return None;
+            }
+            dtype_of(l, m.raw).ok()
+        };
+        let (a, b) = (part(0)?, part(1)?);
+        match (a, a == b, size) {
+            ((DType::F32, big), true, 8) => Some((DType::C64, big)),
+            ((DType::F64, big), true, 16) => Some((DType::C128, big)),
+            _ => None,
         }
     }
 }
@@ -430,7 +475,9 @@ pub(crate) fn value_text(dtype: DType, bytes: &[u8]) -> String {
         DType::C64 | DType::C128 => {
             let p = dtype.part();
             let h = dtype.size() / 2;
-            format!("{}+{}j", value_text(p, &b[..h]), value_text(p, &b[h..]))
+            let (re, im) = (value_text(p, &b[..h]), value_text(p, &b[h..]));
+            let sign = if im.starts_with('-') { "" } else { "+" };
+            format!("{re}{sign}{im}j")
         }
     }
 }
@@ -505,7 +552,9 @@ fn describe(
             return Err(l.last_error());
         }
         if big_endian {
-            fill.reverse();
+            for u in fill.chunks_exact_mut(dtype.swap_unit()) {
+                u.reverse();
+            }
         }
         if fill_state == 2 {
             fill_value = Some(value_text(dtype, &fill));
