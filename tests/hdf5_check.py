@@ -28,6 +28,8 @@ FILTERS = {
     "blosc": dict(hdf5plugin.Blosc(cname="lz4", clevel=5, shuffle=hdf5plugin.Blosc.SHUFFLE)),
     "lz4": dict(hdf5plugin.LZ4()),
     "bitshuffle_lz4": dict(hdf5plugin.Bitshuffle(cname="lz4")),
+    "szip_nn": dict(compression="szip", compression_opts=("nn", 8)),
+    "szip_ec": dict(compression="szip", compression_opts=("ec", 32)),
 }
 
 
@@ -140,6 +142,15 @@ def write(d):
                          shuffle=True, fletcher32=True, **hdf5plugin.LZ4())
         f.create_dataset("bshuf/plain_odd", data=values(rng, "f4", (1000,)), chunks=(61,),
                          **bs(cname="none"))
+        # szip: scanlines that are not whole blocks (libsz pads them), several scanlines,
+        # and after shuffle
+        f.create_dataset("szipx/padded_scanlines", data=values(rng, "u2", (40, 50)), chunks=(40, 50),
+                         compression="szip", compression_opts=("nn", 32))
+        smooth = np.arange(3600).reshape(6, 20, 30) / 4.0
+        f.create_dataset("szipx/rank3_f8", data=smooth, chunks=(3, 10, 30),
+                         compression="szip", compression_opts=("ec", 16))
+        f.create_dataset("szipx/shuffle_i4", data=values(rng, "i4", (64, 64)), chunks=(32, 64),
+                         shuffle=True, compression="szip", compression_opts=("nn", 16))
         f.create_dataset("bshuf/plain_default_blocks", data=values(rng, "f4", (5003,)), chunks=(5003,),
                          **bs(cname="none"))
         f.create_dataset("bshuf/plain_blocks", data=values(rng, "f8", (50, 7)), chunks=(50, 7),
@@ -266,13 +277,17 @@ def hostile(d):
             out.append((p + ":/x", "h5py=" + save_oracle(d, "oracle_damaged_lzf", h5py.File(p)["x"][()])))
         else:
             out.append((p + ":/x", "damaged_" + name))
-    # LZ4 and bitshuffle+LZ4 have no checksum either: where h5py reads a damaged chunk,
+    # LZ4, bitshuffle+LZ4 and szip have no checksum either: where h5py reads a damaged chunk,
     # tilestream reads the same; where h5py refuses it, tilestream refuses it
-    for name, kw in [("lz4", hdf5plugin.LZ4()), ("bitshuffle_lz4", hdf5plugin.Bitshuffle(cname="lz4"))]:
+    szip = dict(compression="szip", compression_opts=("nn", 16))
+    for name, kw in [("lz4", hdf5plugin.LZ4()), ("bitshuffle_lz4", hdf5plugin.Bitshuffle(cname="lz4")),
+                     ("szip", szip)]:
         for at in [14, 40, 300]:
             p = os.path.join(d, f"damaged_{name}_{at}.h5")
             with h5py.File(p, "w") as f:
-                f.create_dataset("x", data=a, chunks=(64, 64), **kw)
+                # szip stores noise as it is (its mask bit set): give it what compresses
+                data = np.arange(64 * 64, dtype="f4").reshape(64, 64) if name == "szip" else a
+                f.create_dataset("x", data=data, chunks=(64, 64), **kw)
             with h5py.File(p, "r") as f:
                 off = f["x"].id.get_chunk_info(0).byte_offset
             with open(p, "r+b") as fh:
@@ -286,13 +301,15 @@ def hostile(d):
                 out.append((p + ":/x", "h5py=" + save_oracle(d, f"oracle_damaged_{name}_{at}", read)))
             except OSError:
                 out.append((p + ":/x", "damaged_plugin"))
-    # an LZ4 and a bitshuffle chunk whose headers claim 16 MiB for a chunk of 16 KiB
-    for name, kw in [("lz4", hdf5plugin.LZ4()), ("bitshuffle_lz4", hdf5plugin.Bitshuffle(cname="lz4"))]:
+    # LZ4, bitshuffle and szip chunks whose headers claim 16 MiB for a chunk of 16 KiB
+    big = (16 << 20).to_bytes(8, "big") + (8192).to_bytes(4, "big")
+    for name, kw, head in [("lz4", hdf5plugin.LZ4(), big),
+                           ("bitshuffle_lz4", hdf5plugin.Bitshuffle(cname="lz4"), big),
+                           ("szip", szip, (16 << 20).to_bytes(4, "little"))]:
         p = os.path.join(d, f"bomb_{name}.h5")
         with h5py.File(p, "w") as f:
             ds = f.create_dataset("x", shape=(64, 64), dtype="f4", chunks=(64, 64), **kw)
-            ds.id.write_direct_chunk((0, 0), (16 << 20).to_bytes(8, "big") + (8192).to_bytes(4, "big")
-                                     + bytes(64))
+            ds.id.write_direct_chunk((0, 0), head + bytes(64))
         out.append((p + ":/x", "bomb_plugin"))
     # a file cut short: its chunks run past its end
     cut = os.path.join(d, "truncated.h5")
@@ -347,7 +364,8 @@ def seeds(d):
     element size, mask, chunk size)."""
     # src/fuzz_checks.rs HDF5_FILTERS: (id, bitshuffle's compressor) -> filter byte
     ids = {(1, None): 0, (2, None): 1, (3, None): 2, (32000, None): 3, (32001, None): 4,
-           (32015, None): 5, (32004, None): 6, (32008, 0): 7, (32008, 2): 9, (32008, 3): 10}
+           (32015, None): 5, (32004, None): 6, (32008, 0): 7, (32008, 2): 9, (32008, 3): 10,
+           (4, (169, 16, 8, 40)): 11, (4, (169, 16, 32, 40)): 12}
     rng = np.random.default_rng(9)
     pipelines = {
         "none": {},
@@ -364,13 +382,16 @@ def seeds(d):
         "bitshuffle": dict(hdf5plugin.Bitshuffle(cname="none")),
         "bitshuffle_lz4": dict(hdf5plugin.Bitshuffle(cname="lz4")),
         "bitshuffle_zstd": dict(hdf5plugin.Bitshuffle(cname="zstd")),
+        "szip": dict(compression="szip", compression_opts=("nn", 16)),
     }
     path = os.path.join(d, "seeds.h5")
     for dt in ["u1", "i2", "f4", "f8"]:
         a = (rng.standard_normal((48, 40)) * 100).astype(dt)
         with h5py.File(path, "w") as f:
             for name, kw in pipelines.items():
-                f.create_dataset(name, data=a, chunks=(16, 40), **kw)
+                # szip stores noise as it is: give it a ramp, which it compresses
+                data = np.arange(48 * 40).reshape(48, 40).astype(dt) if name == "szip" else a
+                f.create_dataset(name, data=data, chunks=(16, 40), **kw)
         with h5py.File(path, "r") as f:
             for name in pipelines:
                 ds = f[name]
@@ -378,7 +399,9 @@ def seeds(d):
                 used = []
                 for i in range(dcpl.get_nfilters()):
                     fid, _, params, _ = dcpl.get_filter(i)
-                    used.append((fid, params[4] if fid == 32008 else None))
+                    used.append((fid, params[4] if fid == 32008 else tuple(params) if fid == 4 else None))
+                if any(u not in ids for u in used):
+                    continue  # szip of a pixel size the target does not choose
                 mask, chunk = ds.id.read_direct_chunk((16, 0))
                 size = 16 * 40 * a.dtype.itemsize
                 head = bytes([len(used)] + [ids[u] for u in used] + [0] * (4 - len(used))

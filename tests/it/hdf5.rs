@@ -1,8 +1,8 @@
 //! HDF5 and NetCDF-4 inputs, checked against h5py and netCDF4-python: `tests/hdf5_check.py`
 //! writes files as those libraries write them (every integer and float dtype in both byte
 //! orders, contiguous, compact and chunked with no filter, deflate+shuffle+fletcher32,
-//! LZF, Zstandard, Blosc, LZ4 and bitshuffle (alone, with LZ4, with Zstandard; several
-//! blocks, elements past the last multiple of 8); booleans, rank 0 to 3, empty, fill values of unwritten
+//! LZF, Zstandard, Blosc, LZ4, bitshuffle (alone, with LZ4, with Zstandard; several
+//! blocks, elements past the last multiple of 8) and szip; complex numbers; booleans, rank 0 to 3, empty, fill values of unwritten
 //! chunks and datasets, chunks stored unfiltered by their mask, a user block, NetCDF-4
 //! variables with `_FillValue` and packing) and saves each dataset as h5py/netCDF4 read
 //! it; tilestream must read every one exactly so at two budgets. Damaged and unsupported

@@ -13,6 +13,7 @@ use crate::format::chunked::{ChunkSource, Chunked};
 
 use super::lib::{self, DEFAULT, Hid};
 use super::plugins::{self, Bitshuffle};
+use super::szip::{self, Szip};
 use super::{Filter, Hdf5Layout, Stored};
 
 /// An open file and dataset of the library, closed when dropped.
@@ -62,6 +63,7 @@ enum Undo {
         block: u32,
     },
     Bitshuffle(Bitshuffle),
+    Szip(Szip),
 }
 
 /// An HDF5 dataset's chunks, for [`Chunked`].
@@ -131,6 +133,7 @@ impl Hdf5Chunks {
         });
         let scratch = filters.iter().fold(0, |s, f| match f {
             Undo::Bitshuffle(b) => s.max(b.scratch_bytes(chunk_bytes as u64)),
+            Undo::Szip(z) => s.max(z.scratch_bytes(chunk_bytes as u64)),
             _ => s,
         });
         Ok(Hdf5Chunks {
@@ -361,11 +364,12 @@ fn run_steps(
                 v.truncate(n);
                 v
             }
-            Undo::Lz4 { .. } | Undo::Bitshuffle(_) => {
+            Undo::Lz4 { .. } | Undo::Bitshuffle(_) | Undo::Szip(_) => {
                 let mut v = if last { Vec::new() } else { take(size) };
                 let dest: &mut [u8] = if last { out } else { &mut v };
                 let n = match *f {
                     Undo::Bitshuffle(b) => plugins::undo_bitshuffle(b, data, dest)?,
+                    Undo::Szip(z) => szip::undo(z, data, dest)?,
                     _ => plugins::undo_lz4(data, dest)?,
                 };
                 if last {
@@ -438,10 +442,12 @@ fn undo_of(f: &Filter, es: usize) -> std::result::Result<Undo, String> {
             block: f.params.first().copied().unwrap_or(0),
         },
         32008 => Undo::Bitshuffle(Bitshuffle::from_params(&f.params)?),
+        4 => Undo::Szip(Szip::from_params(&f.params)?),
         _ => {
             return Err(format!(
                 "its {} filter is not one tilestream decodes (deflate, shuffle, fletcher32, \
-                 lzf, blosc, zstd, lz4 and bitshuffle are): rewrite it with h5repack -f GZIP=4",
+                 lzf, blosc, zstd, lz4, bitshuffle and szip are): rewrite it with h5repack -f \
+                 GZIP=4",
                 f.name()
             ));
         }
@@ -500,7 +506,7 @@ impl ChunkSource for Hdf5Chunks {
         // chunk itself, counted apart), and the thread's pool keeps at most those two;
         // as the pool reuses them for either, each may grow to the larger of a stored
         // chunk and a decoded one, which is the stored bound; a compressed bitshuffle
-        // stage also holds one decompressed block
+        // stage also holds one decompressed block, and libsz its padded copy
         let one = self.max_stored.max(self.chunk_bytes as u64);
         if self.filters.is_empty() {
             one

@@ -10,18 +10,19 @@
 //! - a **chunked** dataset is a grid of chunks: each chunk's stored bytes are read by
 //!   the library as they are in the file (one caller at a time), then decoded by
 //!   tilestream ([`chunks::Hdf5Chunks`]) in parallel, its filters undone within the
-//!   chunk's size (deflate, shuffle, fletcher32, LZF, Zstandard, Blosc, and in
-//!   `plugins.rs` LZ4 and bitshuffle); chunks never
+//!   chunk's size (deflate, shuffle, fletcher32, LZF, Zstandard, Blosc; LZ4 and
+//!   bitshuffle in `plugins.rs`; szip by libaec in `szip.rs`); chunks never
 //!   written hold the fill value, as h5py reads them;
 //! - a **compact** dataset (at most 64 KiB, inside the object header) is read whole by
 //!   the library.
 //!
 //! Anything that cannot be read exactly (a datatype tilestream lacks, n-bit or
-//! scale-offset packing, szip, bzip2, external or virtual storage) is refused in one line.
+//! scale-offset packing, bzip2, external or virtual storage) is refused in one line.
 
 pub mod chunks;
 pub(crate) mod lib;
 mod plugins;
+mod szip;
 
 use std::os::raw::c_uint;
 use std::path::Path;
