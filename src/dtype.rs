@@ -173,8 +173,8 @@ impl DType {
     pub fn complex_refusal(self, what: &str) -> Error {
         Error::invalid(format!(
             "{what} of a {} array is not supported: complex arrays can be converted, \
-             cast to a complex dtype, scaled and offset (affine), transposed, and reduced \
-             with sum, mean, var and std",
+             cast to a complex dtype, scaled and offset (affine), transposed, multiplied \
+             (matmul), and reduced with sum, mean, var and std",
             self.numpy_name()
         ))
     }

@@ -1,6 +1,6 @@
 """complex64 and complex128 arrays as numpy writes them (C and Fortran order, little- and
 big-endian): read exactly as ``np.load`` reads them; reduced, cast, scaled, converted
-and transposed as numpy does; every other operation refused with a ValueError naming the
+transposed and multiplied (matmul) as numpy does; every other operation refused with a ValueError naming the
 dtype."""
 
 import numpy as np
@@ -85,6 +85,25 @@ def test_casts_and_transposes_as_numpy(tmp_path):
     np.save(tmp_path / "r.npy", r)
     ts.cast(tmp_path / "r.npy", tmp_path / "rc.npy", "complex64", memory="4MiB")
     np.testing.assert_array_equal(np.load(tmp_path / "rc.npy"), r.astype(np.complex64))
+
+
+@pytest.mark.parametrize("order,byteorder", ORDERS)
+def test_matmul_as_numpy(tmp_path, order, byteorder):
+    x = values((517, 33), "complex64", 3)
+    p = tmp_path / "x.npy"
+    save(p, x, order, byteorder)
+    for w in (values((33, 7), "complex64", 4), values((33, 7), "complex128", 5),
+              np.random.default_rng(6).normal(size=(33, 7)).astype("float32")):
+        np.save(tmp_path / "w.npy", w)
+        y = ts.matmul(p, tmp_path / "w.npy", tmp_path / "y.npy", memory="256KiB")
+        want = x @ w
+        assert np.load(tmp_path / "y.npy").dtype == want.dtype
+        np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want,
+                                   rtol=1e-5 if want.dtype == np.complex64 else 1e-12,
+                                   atol=1e-3 if want.dtype == np.complex64 else 1e-9)
+    with pytest.raises(ValueError, match="imaginary"):
+        ts.matmul(p, tmp_path / "w.npy", tmp_path / "r.npy", dtype="float32")
+    assert not (tmp_path / "r.npy").exists()
 
 
 def test_what_complex_arrays_do_not_take_is_refused(tmp_path):

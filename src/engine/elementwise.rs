@@ -453,8 +453,6 @@ impl Engine {
     }
 
     pub(crate) fn matmul_shapes(x: &TensorFile, w: &TensorFile) -> Result<(usize, usize, usize)> {
-        x.dtype().real_only("matmul")?;
-        w.dtype().real_only("matmul")?;
         let (xs, ws) = (x.shape(), w.shape());
         if xs.len() != 2 || ws.len() != 2 {
             return Err(Error::invalid(format!(
@@ -487,10 +485,10 @@ impl Engine {
         dtype: Option<DType>,
     ) -> Result<Plan> {
         let (r, k, n) = Self::matmul_shapes(x, w)?;
-        dtype.unwrap_or(DType::F64).real_only("matmul")?;
-        let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
-        let od = dtype.unwrap_or(c);
-        let w_bytes = (k * n * c.size()) as u64;
+        let form = crate::ops::matmul::MatmulForm::new(x.dtype(), w.dtype(), dtype)?;
+        let (c, od) = (form.compute, form.out);
+        let (kr, nr) = (form.k_real(k), form.n_real(n));
+        let w_bytes = form.resident_bytes(k, n);
         if w_bytes > self.budget.limit() {
             return Err(Error::Budget(crate::budget::BudgetError::TooSmall {
                 what: format!(
@@ -498,7 +496,7 @@ impl Engine {
                     fmt_shape(w.shape()),
                     w.dtype()
                 ),
-                arithmetic: format!("W alone needs {k} x {n} x {} B", c.size()),
+                arithmetic: format!("W alone needs {kr} x {nr} x {} B", c.size()),
                 needed: w_bytes
                     + (k * x.dtype().size() + n * od.size()) as u64 * 3
                     + 3 * window_slack(),
@@ -526,8 +524,15 @@ impl Engine {
             w_bytes,
             format!("W as {c}"),
         );
-        req.scratch_per_elem = (if x.dtype() == c { 0 } else { k * c.size() }
-            + if od == c { 0 } else { n * (c.size() + 8) }) as u64;
+        req.scratch_per_elem = (if x.dtype().part() == c {
+            0
+        } else {
+            kr * c.size()
+        } + if od.part() == c {
+            0
+        } else {
+            nr * (c.size() + 8)
+        }) as u64;
         req.min_tile = 1;
         // on a GPU: each stream's row tile of X and of Y, and W resident
         self.on_device(&mut req, 0, 0, w_bytes);
@@ -552,8 +557,8 @@ impl Engine {
     ) -> Result<RunReport> {
         check_not_input(out.as_ref(), &[x, w])?;
         let (r, k, n) = Self::matmul_shapes(x, w)?;
-        let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
-        let od = dtype.unwrap_or(c);
+        let form = crate::ops::matmul::MatmulForm::new(x.dtype(), w.dtype(), dtype)?;
+        let od = form.out;
         let plan = self.plan_writing(out.as_ref(), &[r, n], od, |e| e.plan_matmul(x, w, dtype))?;
         self.budget.reset_peak();
         let _w_reservation = self.budget.reserve(
@@ -564,7 +569,7 @@ impl Engine {
         )?;
         let resident = {
             let win = w.map_window(0, (k * n) as u64)?;
-            crate::ops::matmul::Resident::new(win.bytes(), w.dtype(), c)
+            crate::ops::matmul::Resident::of_form(win.bytes(), w.dtype(), form, k, n)
         };
         let inputs = [InputStream {
             file: x,
@@ -572,7 +577,15 @@ impl Engine {
             per_item: k as u64,
         }];
         let dev = self.kernels_for(Family::Matmul);
-        let kernel = dev.matmul_kernel(&resident, x.dtype(), od, k, n, &plan)?;
+        // complex rows are read and written as the real rows of their parts
+        let kernel = dev.matmul_kernel(
+            &resident,
+            x.dtype().part(),
+            od.part(),
+            form.k_real(k),
+            form.n_real(n),
+            &plan,
+        )?;
         let times =
             self.run_to_file(&plan, &inputs, out.as_ref(), &[r, n], od, n as u64, kernel)?;
         let op = format!("matmul {} @ {}", x.path().display(), w.path().display());

@@ -9,8 +9,18 @@
 //! Compute type: f32 when both operands are f16, bf16, f32, bool or integers of up to 16
 //! bits (all exact in f32), f64 otherwise. Inputs are converted to it per tile; the result
 //! is cast to the output dtype once.
+//!
+//! **Complex operands** run on the same real kernels ([`MatmulForm`]): a complex X of
+//! R x K is, byte for byte, the real R x 2K array of its parts, and a complex result of
+//! R x N the real R x 2N one; W is embedded once into the real matrix that maps the one
+//! to the other (each complex `w` as the 2 x 2 block `[[re, im], [-im, re]]`, or the
+//! row `[re, im]` for a real X), so that `re(y) = Σ re(x)re(w) - im(x)im(w)` and
+//! `im(y) = Σ re(x)im(w) + im(x)re(w)`, numpy's complex product, each accumulated along
+//! K as the real kernels accumulate. The parts are computed in f32 when every part is
+//! exact in f32 (complex64, and the real dtypes above), else in f64.
 
 use crate::dtype::{DType, Element};
+use crate::error::{Error, Result};
 
 /// W converted to the compute type.
 #[derive(Debug)]
@@ -44,6 +54,76 @@ pub fn compute_dtype(x: DType, w: DType) -> DType {
     }
 }
 
+/// How `x @ w` runs on the real kernels: the compute type, the output dtype, and whether
+/// X and the result are complex (each complex element two real columns).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulForm {
+    /// The real type the kernels compute in (f32 or f64).
+    pub compute: DType,
+    /// The output's dtype.
+    pub out: DType,
+    /// X is complex: its rows are read as twice as many real parts.
+    pub x_complex: bool,
+    /// W is complex.
+    pub w_complex: bool,
+    /// The output is complex: its rows are written as twice as many real parts.
+    pub out_complex: bool,
+}
+
+impl MatmulForm {
+    /// The form of `x @ w` (dtypes `x` and `w`) written as `out` (default: the compute
+    /// type, or the complex dtype of its parts when an operand is complex, as numpy's).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for a real output of a complex product (it would drop the
+    /// imaginary parts).
+    pub fn new(x: DType, w: DType, out: Option<DType>) -> Result<Self> {
+        let compute = compute_dtype(x.part(), w.part());
+        let complex = x.is_complex() || w.is_complex();
+        let default = if complex {
+            compute.complex_of().unwrap_or(DType::C128)
+        } else {
+            compute
+        };
+        let out = out.unwrap_or(default);
+        if complex && !out.is_complex() {
+            return Err(Error::invalid(format!(
+                "matmul of {} @ {} into {} would drop the imaginary parts: give a complex \
+                 --dtype (complex64 or complex128), or leave it out for {}",
+                x.numpy_name(),
+                w.numpy_name(),
+                out.numpy_name(),
+                default.numpy_name()
+            )));
+        }
+        Ok(MatmulForm {
+            compute,
+            out,
+            x_complex: x.is_complex(),
+            w_complex: w.is_complex(),
+            out_complex: out.is_complex(),
+        })
+    }
+
+    /// Real columns of X the kernels read for `k` columns of X.
+    #[must_use]
+    pub fn k_real(self, k: usize) -> usize {
+        if self.x_complex { 2 * k } else { k }
+    }
+
+    /// Real columns of the result the kernels write for `n` columns of it.
+    #[must_use]
+    pub fn n_real(self, n: usize) -> usize {
+        if self.out_complex { 2 * n } else { n }
+    }
+
+    /// Bytes of W once embedded in the compute type, for W of `k x n`.
+    #[must_use]
+    pub fn resident_bytes(self, k: usize, n: usize) -> u64 {
+        (self.k_real(k) * self.n_real(n) * self.compute.size()) as u64
+    }
+}
+
 /// Converts `bytes` of `T` to `C` (through f64, exact for the compute types chosen).
 pub(crate) fn widen<T: Element, C: Element>(bytes: &[u8]) -> Vec<C> {
     bytemuck::pod_collect_to_vec::<u8, T>(bytes)
@@ -56,8 +136,62 @@ impl Resident {
     /// Converts W's bytes (dtype `d`) to the compute type `c`.
     #[must_use]
     pub fn new(bytes: &[u8], d: DType, c: DType) -> Self {
-        crate::dispatch_dtype!(d, T => {
-            if c == DType::F32 { Resident::F32(widen::<T, f32>(bytes)) } else { Resident::F64(widen::<T, f64>(bytes)) }
-        }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"))
+        if c == DType::F32 {
+            Resident::F32(parts::<f32>(bytes, d))
+        } else {
+            Resident::F64(parts::<f64>(bytes, d))
+        }
     }
+
+    /// W (`k x n` elements of dtype `d`, `bytes`) in the real form `f` runs it in: as
+    /// [`Resident::new`] when nothing is complex, else embedded (see the module's docs).
+    #[must_use]
+    pub fn of_form(bytes: &[u8], d: DType, f: MatmulForm, k: usize, n: usize) -> Self {
+        if !f.x_complex && !f.out_complex {
+            return Self::new(bytes, d, f.compute);
+        }
+        if f.compute == DType::F32 {
+            Resident::F32(embed(&parts::<f32>(bytes, d), f, k, n))
+        } else {
+            Resident::F64(embed(&parts::<f64>(bytes, d), f, k, n))
+        }
+    }
+}
+
+/// The values of `bytes` of dtype `d` in `C`: each element, or each part of a complex one.
+fn parts<C: Element>(bytes: &[u8], d: DType) -> Vec<C> {
+    crate::dispatch_dtype!(d.part(), T => widen::<T, C>(bytes), complex => unreachable!("a part dtype is real"))
+}
+
+/// W's values `v` (`k x n`, each complex element two parts when `f.w_complex`) embedded
+/// in the real `k_real x n_real` matrix of `f`.
+fn embed<C: Element + std::ops::Neg<Output = C>>(
+    v: &[C],
+    f: MatmulForm,
+    k: usize,
+    n: usize,
+) -> Vec<C> {
+    let (kr, nr) = (f.k_real(k), f.n_real(n));
+    let zero = C::from_f64(0.0);
+    let mut out = vec![zero; kr * nr];
+    let (xs, os) = (usize::from(f.x_complex) + 1, usize::from(f.out_complex) + 1);
+    for i in 0..k {
+        for j in 0..n {
+            let (re, im) = if f.w_complex {
+                (v[2 * (i * n + j)], v[2 * (i * n + j) + 1])
+            } else {
+                (v[i * n + j], zero)
+            };
+            let (r0, c0) = (i * xs, j * os);
+            out[r0 * nr + c0] = re;
+            if f.out_complex {
+                out[r0 * nr + c0 + 1] = im;
+            }
+            if f.x_complex {
+                out[(r0 + 1) * nr + c0] = -im;
+                out[(r0 + 1) * nr + c0 + 1] = re;
+            }
+        }
+    }
+    out
 }

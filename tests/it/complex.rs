@@ -1,7 +1,7 @@
 //! complex64 and complex128 arrays: read in both byte orders and both memory orders, and
 //! what tilestream runs on them (reductions that numpy defines as sums of the parts, casts
-//! between complex dtypes and from real ones, affines, transposes, conversions to `.npy`
-//! and Zarr), checked against oracles computed here from the parts; GDAL's complex
+//! between complex dtypes and from real ones, affines, transposes, matmul, conversions to
+//! `.npy` and Zarr), checked against oracles computed here from the parts; GDAL's complex
 //! GeoTIFFs against GDAL; every other operation refused in one line, leaving nothing
 //! behind.
 //!
@@ -369,6 +369,81 @@ fn complex_casts_transposes_and_conversions_are_exact() {
     );
 }
 
+/// The bytes of `v` (each complex value two parts) as `dtype`.
+fn values_as(dtype: DType, v: &[f64]) -> Vec<u8> {
+    match dtype {
+        DType::C64 | DType::F32 => v.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+        _ => v.iter().flat_map(|&x| x.to_le_bytes()).collect(),
+    }
+}
+
+/// `x @ w` with complex operands (and a real one beside a complex one) equals the complex
+/// product computed here, bit for bit (small integer parts: every sum is exact in f32),
+/// in numpy's dtype (or the one asked for), whatever the budget cuts it into.
+#[test]
+fn complex_matmul_equals_the_complex_product_at_every_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (r, k, n) = (700usize, 13usize, 6usize);
+    let small = |len: usize, seed: u64| -> Vec<f64> {
+        let mut rng = Lcg(seed);
+        (0..len)
+            .map(|_| (rng.next_u64() % 17) as f64 - 8.0)
+            .collect()
+    };
+    // (x dtype, w dtype, --dtype, the product's dtype)
+    let cases = [
+        (DType::C64, DType::C64, None, DType::C64),
+        (DType::C128, DType::F64, None, DType::C128),
+        (DType::F32, DType::C64, None, DType::C64),
+        (DType::C64, DType::F32, None, DType::C64),
+        (DType::C64, DType::C64, Some("complex128"), DType::C128),
+        (DType::F32, DType::F32, Some("complex64"), DType::C64),
+    ];
+    for (case, &(xd, wd, asked, want_dtype)) in cases.iter().enumerate() {
+        let parts_of = |dt: DType| if dt.is_complex() { 2 } else { 1 };
+        let xv = small(r * k * parts_of(xd), 10 + case as u64);
+        let wv = small(k * n * parts_of(wd), 20 + case as u64);
+        let at = |v: &[f64], dt: DType, i: usize| -> (f64, f64) {
+            if dt.is_complex() {
+                (v[2 * i], v[2 * i + 1])
+            } else {
+                (v[i], 0.0)
+            }
+        };
+        let mut want = Vec::with_capacity(2 * r * n);
+        for i in 0..r {
+            for j in 0..n {
+                let (mut re, mut im) = (0.0, 0.0);
+                for l in 0..k {
+                    let (a, b) = at(&xv, xd, i * k + l);
+                    let (c, e) = at(&wv, wd, l * n + j);
+                    re += a * c - b * e;
+                    im += a * e + b * c;
+                }
+                want.extend([re, im]);
+            }
+        }
+        let want = values_as(want_dtype, &want);
+        let (x, w) = (d.join("x.npy"), d.join("w.npy"));
+        write_npy(&x, xd, &[r, k], &values_as(xd, &xv));
+        write_npy(&w, wd, &[k, n], &values_as(wd, &wv));
+        for budget in ["64KiB", "16MiB"] {
+            let out = d.join(format!("y{case}_{budget}.npy"));
+            let mut args = vec!["matmul", path(&x), path(&w), path(&out)];
+            args.extend(["--memory", budget, "--progress", "never"]);
+            if let Some(a) = asked {
+                args.extend(["--dtype", a]);
+            }
+            ok(&args);
+            let info = TensorFile::open(&out).unwrap();
+            assert_eq!(info.dtype(), want_dtype, "case {case}");
+            assert_eq!(info.shape(), &[r, n], "case {case}");
+            assert!(read_npy_data(&out) == want, "case {case} at {budget}");
+        }
+    }
+}
+
 #[test]
 fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -406,7 +481,7 @@ fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
         vec!["cast", x, o, "--dtype", "f32"],
         vec!["convert", x, path(&tif)],
         vec!["stencil", x, o, "--filter", "gaussian:sigma=1"],
-        vec!["matmul", x, path(&w), o],
+        vec!["matmul", x, path(&w), o, "--dtype", "f32"],
         vec!["histogram", x, path(&hist), "--bins", "4"],
         vec!["standardize", x, o],
         vec!["tiles", x, path(&tiles), "--size", "16"],

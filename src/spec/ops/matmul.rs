@@ -44,10 +44,10 @@ impl Operation for MatmulSpec {
     fn output_layout(&self) -> Result<OutputLayout> {
         let (x, w) = (self.x.open()?, self.w.open()?);
         let (r, _, n) = Engine::matmul_shapes(&x, &w)?;
-        let c = crate::ops::matmul::compute_dtype(x.dtype(), w.dtype());
+        let form = crate::ops::matmul::MatmulForm::new(x.dtype(), w.dtype(), self.dtype)?;
         Ok(OutputLayout {
             shape: vec![r, n],
-            dtype: self.dtype.unwrap_or(c),
+            dtype: form.out,
             halo_rows: (0, 0),
         })
     }
@@ -71,7 +71,8 @@ impl Operation for MatmulSpec {
   tilestream matmul x.npy w.npy proj.npy --memory 512MiB    # 3075200x512 @ 512x64
 
 Kernel: matrixmultiply's blocked sgemm/dgemm, rows split across --threads. Computed in f32
-when both operands are exact in f32 (f16, bf16, f32, small integers), else in f64."
+when both operands are exact in f32 (f16, bf16, f32, small integers, complex64's parts),
+else in f64. Complex operands give a complex product (complex64 or complex128, as numpy)."
 )]
 pub struct MatmulArgs {
     /// Left operand X (R x K), streamed by row tiles.
@@ -80,7 +81,8 @@ pub struct MatmulArgs {
     pub w: PathBuf,
     /// Output file (R x N; .npy, or raw for any other extension).
     pub output: PathBuf,
-    /// Output dtype (default: f32 when both operands are exact in f32, f64 otherwise).
+    /// Output dtype (default: f32 when both operands are exact in f32, f64 otherwise;
+    /// complex64 or complex128 when an operand is complex).
     #[arg(long)]
     pub dtype: Option<String>,
 }
