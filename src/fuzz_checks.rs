@@ -423,7 +423,7 @@ pub fn fax_chunk(data: &[u8]) -> bool {
 
 /// The filters [`hdf5_chunk`] chooses from, by its filter bytes (modulo their number): the
 /// registered id and the client data, `None` standing for the element size.
-pub const HDF5_FILTERS: [(i32, &[Option<u32>]); 13] = [
+pub const HDF5_FILTERS: [(i32, &[Option<u32>]); 14] = [
     (1, &[Some(6)]),
     (2, &[None]),
     (3, &[]),
@@ -438,14 +438,15 @@ pub const HDF5_FILTERS: [(i32, &[Option<u32>]); 13] = [
     // szip as h5py writes ("nn", 16) for chunks 40 elements wide: 8- and 32-bit pixels
     (4, &[Some(169), Some(16), Some(8), Some(40)]),
     (4, &[Some(169), Some(16), Some(32), Some(40)]),
+    (307, &[Some(9)]),
 ];
 
 /// One HDF5 chunk through its filter pipeline ([`crate::format::hdf5::chunks::decode_stored`],
 /// what every chunk tilestream reads goes through). The first byte is the number of
 /// filters (0 to 4), the next four choose them (deflate, shuffle, fletcher32, LZF, Blosc,
 /// Zstandard, LZ4, bitshuffle in default blocks or blocks of 16 elements, bitshuffle with
-/// LZ4, bitshuffle with Zstandard, szip of 8- or 32-bit pixels: [`HDF5_FILTERS`]), then
-/// the element size (1 to 8), the filter mask, the chunk's size (two
+/// LZ4, bitshuffle with Zstandard, szip of 8- or 32-bit pixels, bzip2: [`HDF5_FILTERS`]),
+/// then the element size (1 to 8), the filter mask, the chunk's size (two
 /// bytes, little-endian); the rest is the stored chunk. Checks: no panic; a decoded
 /// chunk has exactly the chunk's size; a refusal is one line. Returns whether it decoded.
 ///

@@ -8,6 +8,7 @@ read it, saved as little-endian C-order .npy (the oracle tilestream's reading mu
     python tests/hdf5_check.py docs tests/data  # the files the docs' commands name
 """
 
+import bz2
 import os
 import sys
 import zlib
@@ -30,6 +31,7 @@ FILTERS = {
     "bitshuffle_lz4": dict(hdf5plugin.Bitshuffle(cname="lz4")),
     "szip_nn": dict(compression="szip", compression_opts=("nn", 8)),
     "szip_ec": dict(compression="szip", compression_opts=("ec", 32)),
+    "bzip2": dict(hdf5plugin.BZip2()),
 }
 
 
@@ -281,7 +283,7 @@ def hostile(d):
     # tilestream reads the same; where h5py refuses it, tilestream refuses it
     szip = dict(compression="szip", compression_opts=("nn", 16))
     for name, kw in [("lz4", hdf5plugin.LZ4()), ("bitshuffle_lz4", hdf5plugin.Bitshuffle(cname="lz4")),
-                     ("szip", szip)]:
+                     ("szip", szip), ("bzip2", hdf5plugin.BZip2())]:
         for at in [14, 40, 300]:
             p = os.path.join(d, f"damaged_{name}_{at}.h5")
             with h5py.File(p, "w") as f:
@@ -301,15 +303,18 @@ def hostile(d):
                 out.append((p + ":/x", "h5py=" + save_oracle(d, f"oracle_damaged_{name}_{at}", read)))
             except OSError:
                 out.append((p + ":/x", "damaged_plugin"))
-    # LZ4, bitshuffle and szip chunks whose headers claim 16 MiB for a chunk of 16 KiB
+    # LZ4, bitshuffle and szip chunks whose headers claim 16 MiB for a chunk of 16 KiB, and
+    # a bzip2 stream of 16 MiB
     big = (16 << 20).to_bytes(8, "big") + (8192).to_bytes(4, "big")
     for name, kw, head in [("lz4", hdf5plugin.LZ4(), big),
                            ("bitshuffle_lz4", hdf5plugin.Bitshuffle(cname="lz4"), big),
-                           ("szip", szip, (16 << 20).to_bytes(4, "little"))]:
+                           ("szip", szip, (16 << 20).to_bytes(4, "little")),
+                           ("bzip2", hdf5plugin.BZip2(), None)]:
         p = os.path.join(d, f"bomb_{name}.h5")
         with h5py.File(p, "w") as f:
             ds = f.create_dataset("x", shape=(64, 64), dtype="f4", chunks=(64, 64), **kw)
-            ds.id.write_direct_chunk((0, 0), head + bytes(64))
+            stored = head + bytes(64) if head else bz2.compress(bytes(16 << 20), 9)
+            ds.id.write_direct_chunk((0, 0), stored)
         out.append((p + ":/x", "bomb_plugin"))
     # a file cut short: its chunks run past its end
     cut = os.path.join(d, "truncated.h5")
@@ -323,7 +328,7 @@ def hostile(d):
     # filters and types tilestream does not decode
     other = os.path.join(d, "unsupported.h5")
     with h5py.File(other, "w") as f:
-        f.create_dataset("bzip2", data=a, chunks=(16, 16), **hdf5plugin.BZip2())
+        f.create_dataset("zfp", data=a, chunks=(16, 16), **hdf5plugin.Zfp(rate=8.0))
         f.create_dataset("scaleoffset", data=a, chunks=(16, 16), scaleoffset=2)
         f.create_dataset("record", data=np.zeros(5, dtype=[("x", "f4"), ("y", "i2")]))
         # two f4 members named as complex parts, but the imaginary one first
@@ -333,7 +338,7 @@ def hostile(d):
         # a cycle of hard links: listing must end
         f["group/loop"] = f["group"]
         f["group/inner"] = a
-    for n in ["bzip2", "scaleoffset", "record", "swapped_parts", "strings", "group", "missing"]:
+    for n in ["zfp", "scaleoffset", "record", "swapped_parts", "strings", "group", "missing"]:
         out.append((f"{other}:/{n}", "unsupported_" + n))
     # NetCDF-3: a file cut short, a text variable
     nc3 = os.path.join(d, "classic.nc")
@@ -365,7 +370,7 @@ def seeds(d):
     # src/fuzz_checks.rs HDF5_FILTERS: (id, bitshuffle's compressor) -> filter byte
     ids = {(1, None): 0, (2, None): 1, (3, None): 2, (32000, None): 3, (32001, None): 4,
            (32015, None): 5, (32004, None): 6, (32008, 0): 7, (32008, 2): 9, (32008, 3): 10,
-           (4, (169, 16, 8, 40)): 11, (4, (169, 16, 32, 40)): 12}
+           (4, (169, 16, 8, 40)): 11, (4, (169, 16, 32, 40)): 12, (307, None): 13}
     rng = np.random.default_rng(9)
     pipelines = {
         "none": {},
@@ -383,6 +388,7 @@ def seeds(d):
         "bitshuffle_lz4": dict(hdf5plugin.Bitshuffle(cname="lz4")),
         "bitshuffle_zstd": dict(hdf5plugin.Bitshuffle(cname="zstd")),
         "szip": dict(compression="szip", compression_opts=("nn", 16)),
+        "bzip2": dict(hdf5plugin.BZip2()),
     }
     path = os.path.join(d, "seeds.h5")
     for dt in ["u1", "i2", "f4", "f8"]:

@@ -2,7 +2,7 @@
 //! writes files as those libraries write them (every integer and float dtype in both byte
 //! orders, contiguous, compact and chunked with no filter, deflate+shuffle+fletcher32,
 //! LZF, Zstandard, Blosc, LZ4, bitshuffle (alone, with LZ4, with Zstandard; several
-//! blocks, elements past the last multiple of 8) and szip; complex numbers; booleans, rank 0 to 3, empty, fill values of unwritten
+//! blocks, elements past the last multiple of 8), szip and bzip2; complex numbers; booleans, rank 0 to 3, empty, fill values of unwritten
 //! chunks and datasets, chunks stored unfiltered by their mask, a user block, NetCDF-4
 //! variables with `_FillValue` and packing) and saves each dataset as h5py/netCDF4 read
 //! it; tilestream must read every one exactly so at two budgets. Damaged and unsupported
@@ -196,8 +196,8 @@ fn damaged_and_unsupported_files_end_in_one_line_with_no_output() {
         ("damaged_fletcher", "fletcher32 checksum does not match"),
         ("truncated_chunked", "truncated"),
         (
-            "unsupported_bzip2",
-            "bzip2 filter is not one tilestream decodes",
+            "unsupported_zfp",
+            "zfp filter is not one tilestream decodes",
         ),
         ("unsupported_scaleoffset", "scaleoffset filter"),
         ("unsupported_record", "a compound (a record"),

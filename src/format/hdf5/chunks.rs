@@ -64,6 +64,7 @@ enum Undo {
     },
     Bitshuffle(Bitshuffle),
     Szip(Szip),
+    Bzip2,
 }
 
 /// An HDF5 dataset's chunks, for [`Chunked`].
@@ -364,12 +365,13 @@ fn run_steps(
                 v.truncate(n);
                 v
             }
-            Undo::Lz4 { .. } | Undo::Bitshuffle(_) | Undo::Szip(_) => {
+            Undo::Lz4 { .. } | Undo::Bitshuffle(_) | Undo::Szip(_) | Undo::Bzip2 => {
                 let mut v = if last { Vec::new() } else { take(size) };
                 let dest: &mut [u8] = if last { out } else { &mut v };
                 let n = match *f {
                     Undo::Bitshuffle(b) => plugins::undo_bitshuffle(b, data, dest)?,
                     Undo::Szip(z) => szip::undo(z, data, dest)?,
+                    Undo::Bzip2 => super::bzip2::undo(data, dest)?,
                     _ => plugins::undo_lz4(data, dest)?,
                 };
                 if last {
@@ -443,11 +445,12 @@ fn undo_of(f: &Filter, es: usize) -> std::result::Result<Undo, String> {
         },
         32008 => Undo::Bitshuffle(Bitshuffle::from_params(&f.params)?),
         4 => Undo::Szip(Szip::from_params(&f.params)?),
+        307 => Undo::Bzip2,
         _ => {
             return Err(format!(
                 "its {} filter is not one tilestream decodes (deflate, shuffle, fletcher32, \
-                 lzf, blosc, zstd, lz4, bitshuffle and szip are): rewrite it with h5repack -f \
-                 GZIP=4",
+                 lzf, blosc, zstd, lz4, bitshuffle, szip and bzip2 are): rewrite it with \
+                 h5repack -f GZIP=4",
                 f.name()
             ));
         }

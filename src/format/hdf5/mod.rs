@@ -11,14 +11,16 @@
 //!   the library as they are in the file (one caller at a time), then decoded by
 //!   tilestream ([`chunks::Hdf5Chunks`]) in parallel, its filters undone within the
 //!   chunk's size (deflate, shuffle, fletcher32, LZF, Zstandard, Blosc; LZ4 and
-//!   bitshuffle in `plugins.rs`; szip by libaec in `szip.rs`); chunks never
+//!   bitshuffle in `plugins.rs`; szip by libaec in `szip.rs`; bzip2 by libbz2 in
+//!   `bzip2.rs`); chunks never
 //!   written hold the fill value, as h5py reads them;
 //! - a **compact** dataset (at most 64 KiB, inside the object header) is read whole by
 //!   the library.
 //!
 //! Anything that cannot be read exactly (a datatype tilestream lacks, n-bit or
-//! scale-offset packing, bzip2, external or virtual storage) is refused in one line.
+//! scale-offset packing, external or virtual storage) is refused in one line.
 
+mod bzip2;
 pub mod chunks;
 pub(crate) mod lib;
 mod plugins;
@@ -105,6 +107,7 @@ impl Filter {
                 _ => "bitshuffle".into(),
             },
             32015 => "zstd".into(),
+            32013 => "zfp".into(),
             32026 => "blosc2".into(),
             id => format!("filter {id}"),
         }
