@@ -119,6 +119,11 @@ def write(d):
                 compact(f, f"complex/compact_{tag}", a[:3, :4].copy())
         s = f.create_dataset("complex/fill", shape=(20, 9), dtype=">c16", chunks=(8, 8), fillvalue=1.5 - 2j)
         s[8:16, :] = 3 + 4j
+        # complex attributes (as NetCDF-style packing and fill): not numbers tilestream
+        # uses, never read into an 8-byte buffer
+        s.attrs["scale_factor"] = np.complex128(1 + 2j)
+        s.attrs["_FillValue"] = np.complex128(1.5 - 2j)
+        s.attrs["add_offset"] = np.complex64(3j)
         a = rng.standard_normal((5, 17, 13)).astype("f4")
         f.create_dataset("rank3/gzip", data=a, chunks=(2, 5, 4), compression="gzip")
         f.create_dataset("rank1/lzf", data=np.arange(1000, dtype="i4"), chunks=(64,), compression="lzf")
@@ -316,6 +321,17 @@ def hostile(d):
             stored = head + bytes(64) if head else bz2.compress(bytes(16 << 20), 9)
             ds.id.write_direct_chunk((0, 0), stored)
         out.append((p + ":/x", "bomb_plugin"))
+    # an szip chunk cut short whose scanlines are padded to whole blocks: libsz would
+    # hand back its own uninitialised buffer as the missing pixels; refused
+    cut_szip = os.path.join(d, "truncated_szip.h5")
+    with h5py.File(cut_szip, "w") as f:
+        ramp = np.arange(64 * 40, dtype="u2").reshape(64, 40)
+        ds = f.create_dataset("x", data=ramp, chunks=(64, 40), compression="szip", compression_opts=("nn", 32))
+        mask, _ = ds.id.read_direct_chunk((0, 0))
+        assert mask == 0, "the szip chunk was stored as it is"
+        _, chunk = ds.id.read_direct_chunk((0, 0))
+        ds.id.write_direct_chunk((0, 0), chunk[: len(chunk) // 2])
+    out.append((cut_szip + ":/x", "truncated_szip"))
     # a file cut short: its chunks run past its end
     cut = os.path.join(d, "truncated.h5")
     with h5py.File(cut, "w") as f:
@@ -333,12 +349,15 @@ def hostile(d):
         f.create_dataset("record", data=np.zeros(5, dtype=[("x", "f4"), ("y", "i2")]))
         # two f4 members named as complex parts, but the imaginary one first
         f.create_dataset("swapped_parts", data=np.zeros(5, dtype=[("i", "f4"), ("r", "f4")]))
+        # a record whose members only begin like a complex number's parts
+        f.create_dataset("rate_intensity", data=np.zeros(5, dtype=[("rate", "f4"), ("intensity", "f4")]))
         f.create_dataset("strings", data=np.array([b"a", b"bc"]))
         f.create_group("group")
         # a cycle of hard links: listing must end
         f["group/loop"] = f["group"]
         f["group/inner"] = a
-    for n in ["zfp", "scaleoffset", "record", "swapped_parts", "strings", "group", "missing"]:
+    for n in ["zfp", "scaleoffset", "record", "swapped_parts", "rate_intensity", "strings", "group",
+              "missing"]:
         out.append((f"{other}:/{n}", "unsupported_" + n))
     # NetCDF-3: a file cut short, a text variable
     nc3 = os.path.join(d, "classic.nc")

@@ -117,10 +117,17 @@ impl MatmulForm {
         if self.out_complex { 2 * n } else { n }
     }
 
-    /// Bytes of W once embedded in the compute type, for W of `k x n`.
+    /// Bytes of W once in the compute type, for W of `k x n`: embedded, and while it is
+    /// embedded also its values (each complex one two parts), held beside it.
     #[must_use]
     pub fn resident_bytes(self, k: usize, n: usize) -> u64 {
-        (self.k_real(k) * self.n_real(n) * self.compute.size()) as u64
+        let embedded = self.k_real(k) * self.n_real(n);
+        let values = if self.x_complex || self.out_complex {
+            k * n * if self.w_complex { 2 } else { 1 }
+        } else {
+            0
+        };
+        ((embedded + values) * self.compute.size()) as u64
     }
 }
 
@@ -194,4 +201,55 @@ fn embed<C: Element + std::ops::Neg<Output = C>>(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn complex_products_take_numpys_dtype() {
+        use DType::{Bool, C64, C128, F16, F32, F64, I16, I32, I64, U8};
+        // (x, w, numpy's dtype of x @ w)
+        for (x, w, want) in [
+            (C64, C64, C64),
+            (C64, F64, C128),
+            (C64, U8, C64),
+            (C64, I16, C64),
+            (C64, F16, C64),
+            (C64, Bool, C64),
+            (C64, I32, C128),
+            (C64, I64, C128),
+            (F32, C64, C64),
+            (F64, C64, C128),
+            (C128, F32, C128),
+            (C128, C64, C128),
+        ] {
+            let f = MatmulForm::new(x, w, None).expect("a complex product");
+            assert_eq!(f.out, want, "{x} @ {w}");
+            assert!(f.out_complex);
+        }
+        let f = MatmulForm::new(F32, F32, None).expect("real");
+        assert_eq!((f.out, f.out_complex), (F32, false));
+        assert!(MatmulForm::new(C64, F32, Some(F64)).is_err());
+    }
+
+    #[test]
+    fn the_embedding_holds_each_complex_product() {
+        // x = [1+2i, 3-1i] (one row), w = [[2+1i], [-1+4i]]: x @ w = (1+2i)(2+1i) +
+        // (3-1i)(-1+4i) = (0+5i) + (1+13i) = 1+18i
+        let f = MatmulForm::new(DType::C64, DType::C64, None).expect("complex");
+        let w: Vec<u8> = [2.0f32, 1.0, -1.0, 4.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let Resident::F32(e) = Resident::of_form(&w, DType::C64, f, 2, 1) else {
+            panic!("f32 compute")
+        };
+        let x = [1.0f32, 2.0, 3.0, -1.0];
+        let y: Vec<f32> = (0..2)
+            .map(|j| (0..4).map(|i| x[i] * e[i * 2 + j]).sum())
+            .collect();
+        assert_eq!(y, [1.0, 18.0]);
+    }
 }

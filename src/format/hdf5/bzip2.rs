@@ -56,13 +56,35 @@ fn library() -> Result<&'static LibBz2, String> {
     LIB.get_or_init(load).as_ref().map_err(Clone::clone)
 }
 
-/// Undoes the bzip2 filter: decodes the stored chunk `data` into the front of `dest` and
-/// returns the bytes decoded.
+/// The block size (in 100 000 bytes, 1 to 9) of the filter's client data `params`
+/// (`cd_values[0]`, 9 when absent): what libbz2's tables for its streams take.
+pub(super) fn level_of(params: &[u32]) -> u32 {
+    params.first().copied().unwrap_or(9).clamp(1, 9)
+}
+
+/// Bytes libbz2 holds to decode a stream of blocks of `level` x 100 000 bytes (its
+/// default decoder, not `small`: 100 KB and four bytes a block byte).
+pub(super) fn scratch_bytes(level: u32) -> u64 {
+    100_000 + 400_000 * u64::from(level)
+}
+
+/// Undoes the bzip2 filter written with blocks of `level` x 100 000 bytes: decodes the
+/// stored chunk `data` into the front of `dest` and returns the bytes decoded.
 ///
 /// # Errors
-/// A one-line reason: libbz2 missing, a chunk of 4 GiB or more, a stream that decodes
-/// past `dest`, a damaged or cut stream.
-pub(super) fn undo(data: &[u8], dest: &mut [u8]) -> Result<usize, String> {
+/// A one-line reason: a stream of larger blocks than its filter's (whose tables the
+/// budget does not hold), libbz2 missing, a chunk of 4 GiB or more, a stream that
+/// decodes past `dest`, a damaged or cut stream.
+pub(super) fn undo(level: u32, data: &[u8], dest: &mut [u8]) -> Result<usize, String> {
+    if let [b'B', b'Z', b'h', d @ b'1'..=b'9', ..] = data {
+        let blocks = u32::from(d - b'0');
+        if blocks > level {
+            return Err(format!(
+                "its bzip2 stream has blocks of {blocks}00k, larger than its filter's \
+                 {level}00k"
+            ));
+        }
+    }
     let lib = library()?;
     let (Ok(n), Ok(cap)) = (c_uint::try_from(data.len()), c_uint::try_from(dest.len())) else {
         return Err("it is a bzip2 chunk of 4 GiB or more, which libbz2 cannot take".into());
@@ -103,9 +125,12 @@ mod tests {
     fn what_is_not_a_whole_stream_is_refused_in_one_line() {
         let mut out = vec![0u8; 64];
         // not bzip2 at all, and a stream header with nothing after it
-        for bad in [&b"not bzip2"[..], b"BZh9", b""] {
-            let e = undo(bad, &mut out).expect_err("refused");
-            assert!(!e.contains('\n'), "{e}");
+        for bad in [&b"not bzip2"[..], b"BZh9", b"", b"BZh9\x31\x41\x59"] {
+            let e = undo(9, bad, &mut out).expect_err("refused");
+            assert!(!e.contains('\n') && !e.contains("not installed"), "{e}");
         }
+        // blocks larger than the filter's (whose tables the budget counts)
+        let e = undo(1, b"BZh9\x31\x41\x59", &mut out).expect_err("refused");
+        assert!(e.contains("larger than its filter's 100k"), "{e}");
     }
 }

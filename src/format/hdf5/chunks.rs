@@ -64,7 +64,10 @@ enum Undo {
     },
     Bitshuffle(Bitshuffle),
     Szip(Szip),
-    Bzip2,
+    /// bzip2 (307), in blocks of this many 100 000 bytes.
+    Bzip2 {
+        level: u32,
+    },
 }
 
 /// An HDF5 dataset's chunks, for [`Chunked`].
@@ -135,6 +138,7 @@ impl Hdf5Chunks {
         let scratch = filters.iter().fold(0, |s, f| match f {
             Undo::Bitshuffle(b) => s.max(b.scratch_bytes(chunk_bytes as u64)),
             Undo::Szip(z) => s.max(z.scratch_bytes(chunk_bytes as u64)),
+            Undo::Bzip2 { level } => s.max(super::bzip2::scratch_bytes(*level)),
             _ => s,
         });
         Ok(Hdf5Chunks {
@@ -365,13 +369,13 @@ fn run_steps(
                 v.truncate(n);
                 v
             }
-            Undo::Lz4 { .. } | Undo::Bitshuffle(_) | Undo::Szip(_) | Undo::Bzip2 => {
+            Undo::Lz4 { .. } | Undo::Bitshuffle(_) | Undo::Szip(_) | Undo::Bzip2 { .. } => {
                 let mut v = if last { Vec::new() } else { take(size) };
                 let dest: &mut [u8] = if last { out } else { &mut v };
                 let n = match *f {
                     Undo::Bitshuffle(b) => plugins::undo_bitshuffle(b, data, dest)?,
                     Undo::Szip(z) => szip::undo(z, data, dest)?,
-                    Undo::Bzip2 => super::bzip2::undo(data, dest)?,
+                    Undo::Bzip2 { level } => super::bzip2::undo(level, data, dest)?,
                     _ => plugins::undo_lz4(data, dest)?,
                 };
                 if last {
@@ -445,7 +449,9 @@ fn undo_of(f: &Filter, es: usize) -> std::result::Result<Undo, String> {
         },
         32008 => Undo::Bitshuffle(Bitshuffle::from_params(&f.params)?),
         4 => Undo::Szip(Szip::from_params(&f.params)?),
-        307 => Undo::Bzip2,
+        307 => Undo::Bzip2 {
+            level: super::bzip2::level_of(&f.params),
+        },
         _ => {
             return Err(format!(
                 "its {} filter is not one tilestream decodes (deflate, shuffle, fletcher32, \
@@ -509,7 +515,8 @@ impl ChunkSource for Hdf5Chunks {
         // chunk itself, counted apart), and the thread's pool keeps at most those two;
         // as the pool reuses them for either, each may grow to the larger of a stored
         // chunk and a decoded one, which is the stored bound; a compressed bitshuffle
-        // stage also holds one decompressed block, and libsz its padded copy
+        // stage also holds one decompressed block (and a Zstandard context), szip its
+        // padded copy, bzip2 libbz2's tables
         let one = self.max_stored.max(self.chunk_bytes as u64);
         if self.filters.is_empty() {
             one

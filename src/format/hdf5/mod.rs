@@ -419,8 +419,8 @@ fn dtype_of(l: &Lib, t: Hid) -> std::result::Result<(DType, bool), String> {
 
 /// A compound of `size` bytes that holds complex numbers as h5py writes them (and
 /// netCDF4-python, `nc-complex`, HDF5.jl): two members, the real part at 0 and the
-/// imaginary part at `size / 2`, IEEE floats of one type and byte order, named as such
-/// (`r`/`i`, `re`/`im`, `real`/`imag`: first a name starting with r, then one with i).
+/// imaginary part at `size / 2`, IEEE floats of one type and byte order, named `r`/`i`,
+/// `re`/`im` or `real`/`imag` (in any case).
 /// `None` for any other compound.
 ///
 /// # Safety
@@ -435,8 +435,11 @@ unsafe fn complex_of(l: &Lib, t: Hid, size: usize) -> Option<(DType, bool)> {
             l.take_string((l.tget_member_name)(t, i))
                 .map(|n| n.to_ascii_lowercase())
         };
-        let (re, im) = (name(0)?, name(1)?);
-        if !re.starts_with('r') || !im.starts_with('i') {
+        let names = (name(0)?, name(1)?);
+        if !matches!(
+            (names.0.as_str(), names.1.as_str()),
+            ("r", "i") | ("re", "im") | ("real", "imag")
+        ) {
             return None;
         }
         if (l.tget_member_offset)(t, 0) != 0 || (l.tget_member_offset)(t, 1) != size / 2 {
@@ -507,11 +510,15 @@ fn attribute(l: &Lib, d: Hid, name: &str) -> std::result::Result<Option<(String,
     }
     // SAFETY: open attribute
     let t = l.id(unsafe { (l.aget_type)(a.raw) }, l.tclose)?;
+    // a complex attribute (16 bytes for complex128) is not a number tilestream uses
     let Ok((dt, big)) = dtype_of(l, t.raw) else {
         return Ok(None);
     };
     let mut buf = [0u8; 8];
-    // SAFETY: one element of at most 8 bytes, read in its own type
+    if dt.is_complex() || dt.size() > buf.len() {
+        return Ok(None);
+    }
+    // SAFETY: one element of at most 8 bytes (checked just above), read in its own type
     if unsafe { (l.aread)(a.raw, t.raw, buf.as_mut_ptr().cast()) } < 0 {
         return Err(l.last_error());
     }

@@ -98,7 +98,9 @@ impl Bitshuffle {
         match self.codec {
             BitCodec::None => 0,
             // a compressed chunk names its block size: at most the chunk
-            BitCodec::Lz4 | BitCodec::Zstd => n,
+            BitCodec::Lz4 => n,
+            // and a Zstandard decompression context (about 160 KB)
+            BitCodec::Zstd => n + (256 << 10),
         }
     }
 }
@@ -245,6 +247,13 @@ pub(super) fn undo_bitshuffle(
         BitCodec::None => Vec::new(),
         BitCodec::Lz4 | BitCodec::Zstd => vec![0u8; block.min(elems) * es],
     };
+    // one Zstandard context for the chunk's blocks
+    let mut zstd = match p.codec {
+        BitCodec::Zstd => {
+            Some(zstd::bulk::Decompressor::new().map_err(|e| format!("Zstandard: {e}"))?)
+        }
+        _ => None,
+    };
     let mut done = 0usize;
     for m in sizes {
         let bytes = m * es;
@@ -260,10 +269,8 @@ pub(super) fn undo_bitshuffle(
                 let s = data.get(at..at.saturating_add(stored)).ok_or_else(short)?;
                 at += stored;
                 let tmp = &mut scratch[..bytes];
-                if p.codec == BitCodec::Lz4 {
-                    lz4_block(s, tmp)?;
-                } else {
-                    match zstd::bulk::decompress_to_buffer(s, tmp) {
+                if let Some(z) = zstd.as_mut() {
+                    match z.decompress_to_buffer(s, tmp) {
                         Ok(n) if n == bytes => {}
                         Ok(n) => {
                             return Err(format!(
@@ -276,6 +283,8 @@ pub(super) fn undo_bitshuffle(
                             ));
                         }
                     }
+                } else {
+                    lz4_block(s, tmp)?;
                 }
                 tmp
             }
