@@ -13,10 +13,12 @@ what ``/usr/bin/time -v`` reports). The three means must agree (to f32 rounding 
 the others, which sum in another order).
 
     python benches/compare/hdf5.py --rows 1000000 --bin target/release/tilestream
+    python benches/compare/hdf5.py --filter bitshuffle-lz4   # or lz4, szip, bzip2, zstd
 
-The file (--rows x 512 f32 values, N(col/100, 1) rounded to 1/64 so that deflate has
-something to do, chunks of 2048 x 512 = 4 MiB, gzip level 1 with shuffle) is written by
-h5py into --work; --clean deletes it afterwards.
+The file (--rows x 512 f32 values, N(col/100, 1) rounded to 1/64 so that the compressors
+have something to do, chunks of 2048 x 512 = 4 MiB; --filter gzip, the default, is level
+1 with shuffle; the others are hdf5plugin's or h5py's own with their defaults, szip
+`nn` in blocks of 16) is written by h5py into --work; --clean deletes it afterwards.
 """
 import argparse
 import os
@@ -28,15 +30,25 @@ from pathlib import Path
 
 import numpy as np
 
+FILTERS = {
+    "gzip": "dict(compression='gzip', compression_opts=1, shuffle=True)",
+    "lz4": "dict(hdf5plugin.LZ4())",
+    "bitshuffle-lz4": "dict(hdf5plugin.Bitshuffle(cname='lz4'))",
+    "zstd": "dict(hdf5plugin.Zstd())",
+    "szip": "dict(compression='szip', compression_opts=('nn', 16))",
+    "bzip2": "dict(hdf5plugin.BZip2())",
+}
+
 WRITE = """
 import sys
 import h5py
+import hdf5plugin
 import numpy as np
 rows, cols = int(sys.argv[2]), 512
 rng = np.random.default_rng(0)
 with h5py.File(sys.argv[1], "w") as f:
     d = f.create_dataset("x", shape=(rows, cols), dtype="f4", chunks=(2048, cols),
-                         compression="gzip", compression_opts=1, shuffle=True)
+                         **FILTER)
     step = 32768
     for r in range(0, rows, step):
         n = min(step, rows - r)
@@ -47,6 +59,7 @@ with h5py.File(sys.argv[1], "w") as f:
 H5PY = """
 import sys
 import h5py
+import hdf5plugin
 import numpy as np
 with h5py.File(sys.argv[1], "r") as f:
     d = f["x"]
@@ -59,6 +72,7 @@ with h5py.File(sys.argv[1], "r") as f:
 
 XARRAY = """
 import sys
+import hdf5plugin
 import numpy as np
 import xarray as xr
 ds = xr.open_dataset(sys.argv[1], engine="h5netcdf", phony_dims="sort",
@@ -87,13 +101,16 @@ def main():
     ap.add_argument("--bin", default="target/release/tilestream")
     ap.add_argument("--work", default="target/bench-hdf5")
     ap.add_argument("--clean", action="store_true")
+    ap.add_argument("--filter", choices=sorted(FILTERS), default="gzip")
     a = ap.parse_args()
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    h5 = work / f"big_{a.rows}.h5"
+    suffix = "" if a.filter == "gzip" else f"_{a.filter}"
+    h5 = work / f"big_{a.rows}{suffix}.h5"
     if not h5.exists():
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-c", WRITE, str(h5), str(a.rows)], check=True)
+        write = WRITE.replace("FILTER", FILTERS[a.filter])
+        subprocess.run([sys.executable, "-c", write, str(h5), str(a.rows)], check=True)
         print(f"wrote {h5} ({h5.stat().st_size / 1e9:.2f} GB stored, "
               f"{a.rows * 512 * 4 / 1e9:.2f} GB of f32) in {time.perf_counter() - t:.0f} s")
     outs = {k: work / f"mean_{k}.npy" for k in ("tilestream", "h5py", "xarray")}
@@ -103,6 +120,10 @@ def main():
         "h5py": [sys.executable, "-c", H5PY, str(h5), str(outs["h5py"])],
         "xarray": [sys.executable, "-c", XARRAY, str(h5), str(outs["xarray"])],
     }
+    if subprocess.run([sys.executable, "-c", "import xarray, h5netcdf, dask"],
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        print("xarray, h5netcdf or dask is not installed: left out")
+        del cmds["xarray"]
     for c in cmds.values():  # warm the page cache and every import
         run(c)
     times = {k: [] for k in cmds}
@@ -113,10 +134,10 @@ def main():
             times[k].append(s)
             peaks[k] = max(peaks[k], rss)
     ref = np.load(outs["tilestream"])
-    for k in ("h5py", "xarray"):
+    for k in [k for k in cmds if k != "tilestream"]:
         np.testing.assert_allclose(np.load(outs[k]), ref, rtol=1e-6, atol=1e-9, err_msg=k)
     base = statistics.median(times["tilestream"])
-    print(f"column mean of {a.rows}x512 f32 ({a.rows * 2048 / 2**30:.2f} GiB), "
+    print(f"column mean of {a.rows}x512 f32 ({a.rows * 2048 / 2**30:.2f} GiB, {a.filter}), "
           f"{h5.stat().st_size / 2**30:.2f} GiB stored, medians of {a.runs}, warm:")
     for k in cmds:
         m = statistics.median(times[k])
