@@ -151,6 +151,20 @@ fn lz4_block(src: &[u8], dst: &mut [u8]) -> Result<(), String> {
     }
 }
 
+/// Decodes one Zstandard frame `src` into exactly `dst`, with the chunk's context `z`.
+fn zstd_block(z: &mut zstd::bulk::Decompressor, src: &[u8], dst: &mut [u8]) -> Result<(), String> {
+    let bytes = dst.len();
+    match z.decompress_to_buffer(src, dst) {
+        Ok(n) if n == bytes => Ok(()),
+        Ok(n) => Err(format!(
+            "a Zstandard block of it holds {n} bytes, not {bytes}"
+        )),
+        Err(e) => Err(format!(
+            "a Zstandard block of it does not decode to {bytes} bytes: {e}"
+        )),
+    }
+}
+
 /// Undoes the LZ4 filter (32004): decodes the stored chunk `data` into the front of
 /// `dest` and returns the bytes decoded.
 ///
@@ -269,22 +283,9 @@ pub(super) fn undo_bitshuffle(
                 let s = data.get(at..at.saturating_add(stored)).ok_or_else(short)?;
                 at += stored;
                 let tmp = &mut scratch[..bytes];
-                if let Some(z) = zstd.as_mut() {
-                    match z.decompress_to_buffer(s, tmp) {
-                        Ok(n) if n == bytes => {}
-                        Ok(n) => {
-                            return Err(format!(
-                                "a Zstandard block of it holds {n} bytes, not {bytes}"
-                            ));
-                        }
-                        Err(e) => {
-                            return Err(format!(
-                                "a Zstandard block of it does not decode to {bytes} bytes: {e}"
-                            ));
-                        }
-                    }
-                } else {
-                    lz4_block(s, tmp)?;
+                match zstd.as_mut() {
+                    Some(z) => zstd_block(z, s, tmp)?,
+                    None => lz4_block(s, tmp)?,
                 }
                 tmp
             }
