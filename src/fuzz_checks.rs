@@ -63,10 +63,12 @@ pub fn npy_header(data: &[u8]) -> NpyOutcome {
     NpyOutcome::Accepted(h.dtype, h.shape, bytes)
 }
 
-/// Parses `data` (when UTF-8) as a `map` expression; when it parses, compiles it and
-/// evaluates it over a small block of every input (f32, 37 elements: a partial block)
-/// into f16 and f64 outputs. Checks that messages are one line and carry a column
-/// within the text, and that evaluation does not panic. Returns whether it parsed.
+/// Parses `data` (when UTF-8) as a `map` expression; when it parses, compiles it with
+/// real inputs and again with complex ones and evaluates each program that compiles
+/// over a small block of every input (f32 or complex64, 37 elements: a partial block)
+/// into f16 and f64 outputs (complex64 and complex128 for a complex value). Checks
+/// that messages are one line and parse errors carry a column within the text, and
+/// that evaluation does not panic. Returns whether it parsed.
 ///
 /// # Panics
 /// When one of those properties does not hold.
@@ -89,16 +91,32 @@ pub fn expr(data: &[u8]) -> bool {
             return false;
         }
     };
-    let program = Program::compile(&e);
-    let values: Vec<f32> = (0..N).map(|i| i as f32 * 0.75 - 9.0).collect();
+    let values: Vec<f32> = (0..2 * N).map(|i| i as f32 * 0.375 - 9.0).collect();
     let bytes: &[u8] = bytemuck::cast_slice(&values);
-    let inputs = vec![bytes; program.streams.len()];
-    let dtypes = vec![DType::F32; program.streams.len()];
-    for out_dtype in [DType::F16, DType::F64] {
-        // staging buffers are 8-byte aligned in the pipeline: the same here
-        let mut words = vec![0u64; (N * out_dtype.size()).div_ceil(8)];
-        let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..N * out_dtype.size()];
-        crate::backend::cpu::expr::eval_tile(&program, &inputs, &dtypes, out, out_dtype);
+    // the inputs real (f32), then complex (complex64: the same values as parts)
+    for (complex, in_dtype) in [(false, DType::F32), (true, DType::C64)] {
+        let program = match Program::compile_typed(&e, |_| complex) {
+            Ok(p) => p,
+            Err(err) => {
+                let m = err.to_string();
+                assert!(!m.is_empty() && !m.contains('\n'), "bad message: {m:?}");
+                continue;
+            }
+        };
+        let inputs = vec![&bytes[..N * in_dtype.size()]; program.streams.len()];
+        let dtypes = vec![in_dtype; program.streams.len()];
+        // a complex value goes to complex outputs only (the engine refuses the others)
+        let outs = if program.is_complex() {
+            [DType::C64, DType::C128]
+        } else {
+            [DType::F16, DType::F64]
+        };
+        for out_dtype in outs {
+            // staging buffers are 8-byte aligned in the pipeline: the same here
+            let mut words = vec![0u64; (N * out_dtype.size()).div_ceil(8)];
+            let out = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..N * out_dtype.size()];
+            crate::backend::cpu::expr::eval_tile(&program, &inputs, &dtypes, out, out_dtype);
+        }
     }
     true
 }

@@ -60,7 +60,7 @@ fn expressions_and_casts(c: &mut Criterion) {
     let mut out = vec![0u8; bytes.len() * 2];
     let mut g = c.benchmark_group("elementwise");
     g.throughput(Throughput::Bytes(bytes.len() as u64));
-    let program = Program::compile(&parse("x*2+1").unwrap());
+    let program = Program::compile(&parse("x*2+1").unwrap()).unwrap();
     g.bench_function("map_x*2+1_to_f16", |b| {
         b.iter(|| {
             cpu.map(
@@ -73,7 +73,7 @@ fn expressions_and_casts(c: &mut Criterion) {
             .unwrap();
         });
     });
-    let heavy = Program::compile(&parse("where(x > 0, sqrt(x), exp(x)) * 0.5").unwrap());
+    let heavy = Program::compile(&parse("where(x > 0, sqrt(x), exp(x)) * 0.5").unwrap()).unwrap();
     g.bench_function("map_where_sqrt_exp_to_f32", |b| {
         b.iter(|| {
             cpu.map(

@@ -1,7 +1,10 @@
 """complex64 and complex128 arrays as numpy writes them (C and Fortran order, little- and
 big-endian): read exactly as ``np.load`` reads them; reduced, cast, scaled, converted
-transposed and multiplied (matmul) as numpy does; every other operation refused with a ValueError naming the
-dtype."""
+transposed and multiplied (matmul) as numpy does; complex expressions (``map``) computed
+bit for bit as numpy computes them on complex128; every other operation refused with a
+ValueError naming the dtype."""
+
+import math
 
 import numpy as np
 import pytest
@@ -115,7 +118,8 @@ def test_what_complex_arrays_do_not_take_is_refused(tmp_path):
                  lambda: ts.reduce(p, "median"),
                  lambda: ts.cast(p, out, "f32"),
                  lambda: ts.affine(p, out, 2.0, dtype="f32"),
-                 lambda: ts.map("x * 2", out, {"x": p}),
+                 lambda: ts.map("sqrt(x)", out, {"x": p}),
+                 lambda: ts.map("x * 2", out, {"x": p}, dtype="f32"),
                  lambda: ts.convert(p, tmp_path / "out.tif")):
         with pytest.raises(ValueError, match="complex"):
             call()
@@ -136,3 +140,121 @@ def test_zarr_stores_both_ways(tmp_path):
     w[:10] = a[:10]
     np.testing.assert_array_equal(ts.read(ts.open(tmp_path / "w.zarr")), w[:])
     assert w[15, 0] == 1 + 2j
+
+
+def special_complex(n, seed):
+    """complex128 values whose parts span 1e-6 to 1e6, with every pair of zeros of both
+    signs, infinities, NaN, 1, -1 and 1e300 among the first."""
+    rng = np.random.default_rng(seed)
+    sp = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e300])
+    re = rng.standard_normal(n) * np.exp(rng.uniform(-14, 14, n))
+    im = rng.standard_normal(n) * np.exp(rng.uniform(-14, 14, n))
+    re[:64], im[:64] = np.repeat(sp, 8), np.tile(sp, 8)
+    z = np.empty(n, np.complex128)
+    z.real, z.imag = re, im
+    return z
+
+
+def same_bits(got, want):
+    """Equal bits part by part, or NaN where numpy has NaN."""
+    g, w = np.asarray(got), np.asarray(want)
+    assert g.dtype == w.dtype, (g.dtype, w.dtype)
+    if np.iscomplexobj(w):
+        return same_bits(g.real.copy(), w.real.copy()) & same_bits(g.imag.copy(), w.imag.copy())
+    return (g.view(np.uint8).reshape(len(g), -1) == w.view(np.uint8).reshape(len(w), -1)).all(1) | (
+        np.isnan(g) & np.isnan(w))
+
+
+def test_map_computes_what_numpy_computes(tmp_path):
+    """Every operation complex values take, against numpy's complex128 arithmetic (the
+    product and the absolute value as numpy computes them on a CPU with FMA); complex64
+    inputs are widened to complex128 first and the result rounded once, at a budget
+    that cuts the arrays into many tiles."""
+    n = 20_000
+    a = special_complex(n, 1)
+    b = special_complex(n, 2)[::-1].copy()
+    b.real[300:500] = a.real[300:500]
+    x = np.random.default_rng(3).standard_normal(n) * 10
+    x[:5] = [0.0, -0.0, np.inf, np.nan, 1.0]
+    with np.errstate(over="ignore"):
+        b64 = b.astype(np.complex64)
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "b.npy", b64)
+    np.save(tmp_path / "x.npy", x.astype(np.float32))
+    bw, xw = b64.astype(np.complex128), x.astype(np.float32).astype(np.float64)
+    inputs = {n: tmp_path / f"{n}.npy" for n in ("a", "b", "x")}
+    # conjugates computed apart: numpy multiplies into a temporary it can reuse
+    # (``a * np.conj(b)``) with its scalar loop, which rounds each product on its own
+    ca, cb = np.conj(a), np.conj(bw)
+    with np.errstate(all="ignore"):
+        cases = {
+            "a + b - x": a + bw - xw,
+            "a * b": a * bw,
+            "a * x + 1": a * xw + 1,
+            "a / b": a / bw,
+            "x / a - a / 3": xw / a - a / 3,
+            "-a * 2j": -a * 2j,
+            "conj(a) * b": ca * bw,
+            "min(a, b) + max(b, a)": np.minimum(a, bw) + np.maximum(bw, a),
+            "clip(a, b, 1 + 1j)": np.clip(a, bw, 1 + 1j),
+            "where(a, b, x)": np.where(a, bw, xw),
+            "abs(a) + abs(b) * 2": np.abs(a) + np.abs(bw) * 2,
+            "(a < b) + (a <= b) * 2 + (a > b) * 4 + (a >= b) * 8 + (a == b) * 16 + (a != b) * 32":
+                (a < bw) + (a <= bw) * 2.0 + (a > bw) * 4.0 + (a >= bw) * 8.0 + (a == bw) * 16.0
+                + (a != bw) * 32.0,
+            "isnan(a) + isnan(b) * 2": np.isnan(a) + np.isnan(bw) * 2.0,
+            "real(a) - imag(b) + imag(x)": a.real - bw.imag + np.imag(xw),
+            "abs(a * conj(b)) ** 2": np.abs(a * cb) ** 2,
+            "x ** 2 + x ** 0.5 + x ** -1": xw ** 2 + xw ** 0.5 + xw ** -1,
+        }
+    bad = []
+    for k, (expr, want) in enumerate(cases.items()):
+        out = tmp_path / f"o{k}.npy"
+        # x alone is float32: its value is computed in f64, asked for as such here
+        ts.map(expr, out, inputs, memory="256KiB",
+               dtype="float64" if expr.startswith("x **") else None)
+        got = np.load(out)
+        ok = same_bits(got, want)
+        if not ok.all():
+            i = int(np.argmin(ok))
+            bad.append(f"{expr}: {np.mean(~ok):.4%} differ, first at {i}: a={a[i]} b={bw[i]} "
+                       f"x={xw[i]}: got {got[i]}, numpy {want[i]}")
+        # complex64 out: the complex128 value's parts rounded once
+        if np.iscomplexobj(want):
+            ts.map(expr, out, inputs, dtype="complex64", memory="256KiB")
+            with np.errstate(over="ignore"):
+                want64 = want.astype(np.complex64)
+            assert same_bits(np.load(out), want64).all(), expr
+    assert not bad, "\n".join(bad)
+
+
+def test_angle_is_the_c_librarys_atan2(tmp_path):
+    """np.angle is arctan2(imag, real); tilestream's is the C library's atan2, which
+    numpy's SIMD arctan2 (AVX-512) may differ from in the last place."""
+    a = special_complex(5000, 4)
+    np.save(tmp_path / "a.npy", a)
+    ts.map("angle(a)", tmp_path / "o.npy", {"a": tmp_path / "a.npy"})
+    want = np.array([math.atan2(z.imag, z.real) for z in a])
+    assert same_bits(np.load(tmp_path / "o.npy"), want).all()
+    assert np.allclose(np.load(tmp_path / "o.npy"), np.angle(a), rtol=4e-16, atol=0,
+                       equal_nan=True)
+
+
+def test_complex_map_defaults_and_refusals(tmp_path):
+    with np.errstate(over="ignore"):
+        a = special_complex(100, 5).astype(np.complex64)
+    np.save(tmp_path / "a.npy", a)
+    inputs = {"a": tmp_path / "a.npy"}
+    out = tmp_path / "o.npy"
+    # numpy's dtypes: complex64 in, complex64 out; its absolute value float32
+    ts.map("a * 2", out, inputs)
+    assert np.load(out).dtype == np.complex64
+    ts.map("abs(a)", out, inputs)
+    assert np.load(out).dtype == np.float32
+    out.unlink()
+    for expr, dtype, match in [("exp(a)", None, "exp\\(\\) of a complex value is not supported"),
+                               ("a * 2", "float64", "imaginary part"),
+                               ("a ** 3", None, "z \\* z is a square")]:
+        with pytest.raises(ValueError, match=match):
+            ts.map(expr, out, inputs, dtype=dtype)
+        assert not out.exists()

@@ -257,7 +257,18 @@ impl Engine {
         e: &Expr,
         inputs: &[(&str, &'a TensorFile)],
     ) -> Result<(Program, Vec<InputStream<'a>>, Vec<usize>, DType)> {
-        let program = Program::compile(e);
+        let is_complex = |r: &expr::InputRef| {
+            inputs
+                .iter()
+                .find(|(n, _)| *n == r.name)
+                .is_some_and(|(_, f)| f.dtype().is_complex())
+        };
+        let program = Program::compile_typed(e, is_complex).map_err(|err| {
+            Error::invalid(format!(
+                "expression '{}': {err}",
+                crate::format::npy::shown(src)
+            ))
+        })?;
         if program.streams.is_empty() {
             return Err(Error::invalid(format!(
                 "expression '{src}' uses no input: name one given with `in=NAME=FILE`"
@@ -321,17 +332,41 @@ impl Engine {
         }
         let shape = shape.map(|(s, _)| s).unwrap_or_default();
         let dtypes: Vec<DType> = streams.iter().map(|s| s.file.dtype()).collect();
-        for d in &dtypes {
-            d.real_only("an expression (map)")?;
-        }
-        Ok((program, streams, shape, Self::map_default_dtype(&dtypes)))
+        let real = Self::map_default_dtype(&dtypes);
+        let default = if program.is_complex() {
+            // complex64 over f16/bf16/f32 parts, as numpy promotes them
+            real.complex_of().unwrap_or(DType::C64)
+        } else {
+            real
+        };
+        Ok((program, streams, shape, default))
     }
 
-    /// The dtype `map` writes by default over inputs of `dtypes`: the widest float input;
-    /// f32 for f16 with bf16; f64 if no input is a float.
+    /// Refuses an `od` output of `program`'s value that would drop an imaginary part
+    /// (numpy warns and drops it).
+    pub(super) fn check_map_output(src: &str, program: &Program, od: DType) -> Result<()> {
+        if program.is_complex() && !od.is_complex() {
+            return Err(Error::invalid(format!(
+                "expression '{}' has a complex value, which a {od} output would lose the \
+                 imaginary part of: take abs(), real() or imag() of it, or write complex64 \
+                 or complex128",
+                crate::format::npy::shown(src)
+            )));
+        }
+        Ok(())
+    }
+
+    /// The dtype `map` writes by default over inputs of `dtypes` when its value is real:
+    /// the widest float input (a complex input counts as its parts' float); f32 for f16
+    /// with bf16; f64 if no input is a float. A complex value takes the complex dtype of
+    /// those parts (complex64 for f16, bf16 and f32).
     #[must_use]
     pub fn map_default_dtype(dtypes: &[DType]) -> DType {
-        let floats: Vec<DType> = dtypes.iter().copied().filter(|d| d.is_float()).collect();
+        let floats: Vec<DType> = dtypes
+            .iter()
+            .map(|d| d.part())
+            .filter(|d| d.is_float())
+            .collect();
         if floats.is_empty() || floats.contains(&DType::F64) {
             DType::F64
         } else if floats.contains(&DType::F32)
@@ -353,9 +388,9 @@ impl Engine {
         inputs: &[(&str, &TensorFile)],
         dtype: Option<DType>,
     ) -> Result<Plan> {
-        let (_, streams, shape, default) = Self::bind(src, inputs)?;
+        let (program, streams, shape, default) = Self::bind(src, inputs)?;
         let od = dtype.unwrap_or(default);
-        od.real_only("an expression (map)")?;
+        Self::check_map_output(src, &program, od)?;
         let mut streams_files: Vec<&TensorFile> = Vec::new();
         for s in &streams {
             if !streams_files.iter().any(|f| std::ptr::eq(*f, s.file)) {

@@ -31,6 +31,13 @@ impl Engine {
         if !masks && rule.value.is_none() {
             return Ok(None);
         }
+        if input.dtype().is_complex() {
+            return Err(Error::invalid(format!(
+                "an affine of a {} input with a nodata value is not supported: give no \
+                 nodata value (its pixels are all computed)",
+                input.dtype()
+            )));
+        }
         let src = format!(
             "fma(x, {}, {})",
             expr::literal(scale),
@@ -59,6 +66,7 @@ impl Engine {
         let e = Self::parse_expr(src)?;
         let (program, streams, shape, default) = Self::bind_expr(src, &e, inputs)?;
         let od = dtype.unwrap_or(default);
+        Self::check_map_output(src, &program, od)?;
         check_named(rule, inputs)?;
         let masks = if rule.ignore_inputs {
             Vec::new()
@@ -183,9 +191,10 @@ fn output_value(
 ) -> Result<Option<f64>> {
     use crate::format::tiff::{nodata_as, nodata_text};
     let value = match &rule.value {
-        Some(text) => Some(output_nodata(text, od)?),
+        // a complex output's masked pixels: the value as the real part, +0 imaginary
+        Some(text) => Some(output_nodata(text, od.part())?),
         None if masks.is_empty() => None,
-        None if od.is_float() => Some(f64::NAN),
+        None if od.is_float() || od.is_complex() => Some(f64::NAN),
         None => {
             // an integer output: the inputs' nodata value, when they share one it holds
             let v = masks[0].1;

@@ -15,14 +15,20 @@
 //! prod   := unary (('*' | '/') unary)*
 //! unary  := '-' unary | power
 //! power  := atom ('**' unary)?                    right-associative: 2**-1, -x**2 = -(x**2)
-//! atom   := number | name | name '[' int ']' | name '(' args ')' | '(' expr ')'
+//! atom   := number | number 'j' | name | name '[' int ']' | name '(' args ')' | '(' expr ')'
 //! ```
 //! Functions: `abs sqrt exp log log1p sin cos tanh floor ceil round isnan` (one argument),
-//! `min max` (two), `clip(x, lo, hi)`, `where(cond, a, b)` and `fma(a, b, c)` (three:
+//! `min max atan2` (two), `clip(x, lo, hi)`, `where(cond, a, b)` and `fma(a, b, c)` (three:
 //! `a * b + c` rounded once, as `affine` computes it). Comparisons and
 //! `isnan` give 1.0 or 0.0; `where` takes its condition as true when non-zero. `round`
 //! rounds half to even, as numpy does. Arithmetic follows IEEE: `x / 0` is ±inf, `log(-1)`
 //! is NaN; NaN compares false (`!=` true).
+//!
+//! Complex values (complex inputs, imaginary literals `2j`, `complex(re, im)`) take
+//! `+ - * /`, unary minus, the comparisons, `abs isnan min max clip where` and
+//! `real imag conj angle`, each computed as numpy computes it on complex128 (the
+//! compiler lowers them to real instructions on the parts: see [`Program`]); the other
+//! functions and `**` refuse them when the program is compiled.
 
 use std::fmt;
 
@@ -73,6 +79,21 @@ pub enum BinOp {
     Min,
     /// `max(a, b)` (NaN if either is NaN, as numpy's `maximum`)
     Max,
+    /// `atan2(y, x)`: the angle of the point (x, y), as the C library computes it
+    Atan2,
+}
+
+/// Functions of complex values: what a complex number is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ComplexFn {
+    /// `real(z)`: the real part (a real value: itself)
+    Real,
+    /// `imag(z)`: the imaginary part (a real value: 0)
+    Imag,
+    /// `conj(z)`: the complex conjugate (a real value: itself)
+    Conj,
+    /// `angle(z)`: `atan2(imag(z), real(z))`, numpy's `np.angle`
+    Angle,
 }
 
 /// One-argument functions (and unary minus).
@@ -111,6 +132,8 @@ pub enum UnOp {
 pub enum Expr {
     /// A numeric literal.
     Num(f64),
+    /// An imaginary literal (`2j`: the complex number 0 + 2i).
+    Imag(f64),
     /// An input, optionally indexed along its leading axis (`s[7]`).
     Var {
         /// The input's name.
@@ -128,11 +151,19 @@ pub enum Expr {
     Where(Box<Expr>, Box<Expr>, Box<Expr>),
     /// `fma(a, b, c)`: `a * b + c` rounded once.
     Fma(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// `clip(x, lo, hi)`: `min(max(x, lo), hi)` for real values; numpy's `clip` of
+    /// complex ones (which orders them without `maximum`'s NaN rules).
+    Clip(Box<Expr>, Box<Expr>, Box<Expr>),
+    /// `real`, `imag`, `conj` or `angle` of a value.
+    Complex(ComplexFn, Box<Expr>),
+    /// `complex(re, im)`: the complex number of two real values.
+    MakeComplex(Box<Expr>, Box<Expr>),
 }
 
 #[derive(Clone, Debug, PartialEq)]
 enum Tok {
     Num(f64),
+    Imag(f64),
     Name(String),
     Op(&'static str),
     End,
@@ -170,7 +201,18 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
                 column: col,
                 message: format!("'{text}' is not a number"),
             })?;
-            out.push((Tok::Num(v), col));
+            // Python's imaginary literal: `2j`, `1.5e-3J`
+            if i < b.len()
+                && (b[i] == b'j' || b[i] == b'J')
+                && !b
+                    .get(i + 1)
+                    .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_')
+            {
+                i += 1;
+                out.push((Tok::Imag(v), col));
+            } else {
+                out.push((Tok::Num(v), col));
+            }
         } else if c.is_ascii_alphabetic() || c == b'_' {
             let start = i;
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
@@ -365,6 +407,7 @@ impl Parser {
         let (tok, col) = self.bump();
         match tok {
             Tok::Num(v) => Ok(Expr::Num(v)),
+            Tok::Imag(v) => Ok(Expr::Imag(v)),
             Tok::Op("(") => {
                 let e = self.expr()?;
                 self.expect(")")?;
@@ -460,20 +503,36 @@ impl Parser {
             arity(1)?;
             return Ok(Expr::Unary(op, Box::new(args.remove(0))));
         }
+        let part = match name {
+            "real" => Some(ComplexFn::Real),
+            "imag" => Some(ComplexFn::Imag),
+            "conj" => Some(ComplexFn::Conj),
+            "angle" => Some(ComplexFn::Angle),
+            _ => None,
+        };
+        if let Some(f) = part {
+            arity(1)?;
+            return Ok(Expr::Complex(f, Box::new(args.remove(0))));
+        }
         let mut it = args.clone().into_iter().map(Box::new);
         match name {
-            "min" | "max" => {
+            "min" | "max" | "atan2" => {
                 arity(2)?;
                 let (a, b) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
                 Ok(Expr::Binary(
-                    if name == "min" {
-                        BinOp::Min
-                    } else {
-                        BinOp::Max
+                    match name {
+                        "min" => BinOp::Min,
+                        "max" => BinOp::Max,
+                        _ => BinOp::Atan2,
                     },
                     a,
                     b,
                 ))
+            }
+            "complex" => {
+                arity(2)?;
+                let (a, b) = (it.next().unwrap_or_default(), it.next().unwrap_or_default());
+                Ok(Expr::MakeComplex(a, b))
             }
             "clip" => {
                 arity(3)?;
@@ -482,11 +541,7 @@ impl Parser {
                     it.next().unwrap_or_default(),
                     it.next().unwrap_or_default(),
                 );
-                Ok(Expr::Binary(
-                    BinOp::Min,
-                    Box::new(Expr::Binary(BinOp::Max, x, lo)),
-                    hi,
-                ))
+                Ok(Expr::Clip(x, lo, hi))
             }
             "where" => {
                 arity(3)?;
@@ -509,7 +564,7 @@ impl Parser {
             _ => Err(ParseError {
                 column: col,
                 message: format!(
-                    "unknown function '{name}' (known: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip where fma)"
+                    "unknown function '{name}' (known: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max atan2 clip where fma real imag conj angle complex)"
                 ),
             }),
         }
@@ -525,6 +580,7 @@ impl Default for Expr {
 fn describe(t: &Tok) -> String {
     match t {
         Tok::Num(v) => format!("number {v}"),
+        Tok::Imag(v) => format!("number {v}j"),
         Tok::Name(n) => format!("'{n}'"),
         Tok::Op(o) => format!("'{o}'"),
         Tok::End => "the end of the expression".into(),
@@ -577,8 +633,9 @@ pub fn parse(src: &str) -> Result<Expr, ParseError> {
     Ok(e)
 }
 
+mod complex;
 mod program;
-pub use program::{InputRef, Instr, Operand, Program};
+pub use program::{CompileError, InputRef, Instr, Operand, Program};
 pub(crate) use program::{bin, un};
 
 #[cfg(test)]

@@ -172,7 +172,7 @@ impl<'a> Fuser<'a> {
         // other operations read their inputs from files
         for name in &names {
             if self.virt.contains_key(name) {
-                self.materialize(name, line, None);
+                self.materialize(name, line, false);
             }
         }
         let what = format!("{} {}", st.op, describe(st, &names));
@@ -272,19 +272,20 @@ impl<'a> Fuser<'a> {
             let uses = expr_names(&expr).iter().filter(|(n, _)| *n == name).count();
             if indexed {
                 // indexing needs the value on disk
-                self.materialize(&name, line, None);
+                self.materialize(&name, line, false);
             } else if own_rule
                 || expr.len() + uses * (v.len() + 2) > FUSED_MAX
                 || paren_depth(&expr) + 1 + paren_depth(&v) > FUSED_DEPTH
             {
                 // a step with a rule of its own reads the value from a file, and so does
                 // one whose expression fusing would grow past the cap (a value used twice
-                // per step doubles it each step): the value is written in f64, which is
-                // what the fused evaluation carries, and its pixels where an input is
+                // per step doubles it each step): the value is written in f64 (complex128
+                // for a complex value), which is what the fused evaluation carries, and
+                // its pixels where an input is
                 // nodata are NaN, which the step that reads it masks again (an integer
                 // output with no nodata value to give them is refused)
                 let real = expand_names(&v, &self.proxy);
-                self.materialize(&name, line, Some(DType::F64));
+                self.materialize(&name, line, true);
                 self.proxy.insert(name.clone(), real);
             } else {
                 expr = substitute(&expr, &name, &format!("({v})"));
@@ -299,6 +300,7 @@ impl<'a> Fuser<'a> {
                     like: like_of(&expr, &self.proxy),
                     expr,
                     dtype,
+                    wide: false,
                     nodata: rule,
                 }),
                 out: st.out.clone(),
@@ -310,15 +312,18 @@ impl<'a> Fuser<'a> {
         Ok(())
     }
 
-    /// Writes a fused (virtual) value to disk before a step that needs it as a file.
-    fn materialize(&mut self, name: &str, line: usize, dtype: Option<DType>) {
+    /// Writes a fused (virtual) value to disk before a step that needs it as a file:
+    /// `wide`, in the dtype the fused evaluation carries (f64, complex128 for a complex
+    /// value), else in its default dtype.
+    fn materialize(&mut self, name: &str, line: usize, wide: bool) {
         if let Some(expr) = self.virt.remove(name) {
             self.jobs.push(Planned {
                 what: format!("map '{expr}'"),
                 job: Job::Map(FusedMap {
                     like: like_of(&expr, &self.proxy),
                     expr,
-                    dtype,
+                    dtype: None,
+                    wide,
                     nodata: crate::MapNodata::default(),
                 }),
                 out: name.to_string(),

@@ -70,6 +70,9 @@ pub(crate) use names::expr_names;
 struct FusedMap {
     expr: String,
     dtype: Option<DType>,
+    /// Written in the dtype the fused evaluation carries (f64, or complex128 for a
+    /// complex value): a value written out only because fusing it grew too long.
+    wide: bool,
     /// Names whose dtypes decide the default output dtype, when the expression reads
     /// values written in f64 only because fusing them grew too long (empty: the
     /// expression's own names).

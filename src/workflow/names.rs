@@ -28,8 +28,12 @@ fn idents(chars: &[char]) -> Vec<(usize, usize, Option<char>)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < chars.len() {
-        // an identifier starts with a letter or `_` not glued to a number (1e-3)
-        if is_ident_start(chars[i]) && (i == 0 || !chars[i - 1].is_ascii_alphanumeric()) {
+        // an identifier starts with a letter or `_` not glued to a number (1e-3, 2j, and
+        // after a trailing point: 2.e3, 2.j)
+        let glued = i > 0
+            && (chars[i - 1].is_ascii_alphanumeric()
+                || (chars[i - 1] == '.' && i > 1 && chars[i - 2].is_ascii_digit()));
+        if is_ident_start(chars[i]) && !glued {
             let start = i;
             while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
                 i += 1;
@@ -115,6 +119,10 @@ mod tests {
         let names: Vec<&str> = n.iter().map(|(s, _)| s.as_str()).collect();
         assert_eq!(names, ["x", "x", "s", "y1e"]);
         assert!(n[2].1);
+        // imaginary literals and exponents after a trailing point are no names
+        let n = expr_names("z * 2j + 2.j - 2.e3 + .5J + j");
+        let names: Vec<&str> = n.iter().map(|(s, _)| s.as_str()).collect();
+        assert_eq!(names, ["z", "j"]);
         assert_eq!(
             substitute("x + exp(x) * xx", "x", "(a*2)"),
             "(a*2) + exp((a*2)) * xx"

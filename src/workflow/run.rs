@@ -212,7 +212,7 @@ impl Workflow {
         let expr = &m.expr;
         let named = Self::named(expr, &v.files);
         let refs: Vec<(&str, &TensorFile)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
-        let dtype = &Self::map_dtype(m.dtype, &m.like, &v.files)?;
+        let dtype = &Self::map_dtype(m, &v.files)?;
         // refused before anything runs, as the run would refuse it
         let rule = Self::map_rule(&m.nodata, expr, &v.written);
         let bound = Engine::bind_map(expr, &refs, *dtype, &rule)?;
@@ -239,18 +239,22 @@ impl Workflow {
         Ok((text, shape, od, bound.nodata))
     }
 
-    /// The dtype of a map job: the one given, else (for a job reading values written in
-    /// f64 for length) the default over the names they stand for, so that the output is
-    /// what a fused evaluation would have written.
-    fn map_dtype(
-        dtype: Option<DType>,
-        like: &[String],
-        files: &BTreeMap<String, TensorFile>,
-    ) -> Result<Option<DType>> {
-        if dtype.is_some() || like.is_empty() {
-            return Ok(dtype);
+    /// The dtype of a map job: the one given, else for a value written out wide, f64
+    /// (complex128 for a complex value), else (for a job reading values written wide)
+    /// the default over the names they stand for, so that the output is what a fused
+    /// evaluation would have written.
+    fn map_dtype(m: &FusedMap, files: &BTreeMap<String, TensorFile>) -> Result<Option<DType>> {
+        if m.dtype.is_some() || (!m.wide && m.like.is_empty()) {
+            return Ok(m.dtype);
         }
-        let dtypes = like
+        let named = Self::named(&m.expr, files);
+        let refs: Vec<(&str, &TensorFile)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+        let complex = Engine::bind(&m.expr, &refs)?.0.is_complex();
+        if m.wide {
+            return Ok(Some(if complex { DType::C128 } else { DType::F64 }));
+        }
+        let dtypes = m
+            .like
             .iter()
             .map(|n| {
                 files
@@ -259,7 +263,12 @@ impl Workflow {
                     .ok_or_else(|| Error::Internal(format!("pipeline value `{n}` missing")))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Some(Engine::map_default_dtype(&dtypes)))
+        let real = Engine::map_default_dtype(&dtypes);
+        Ok(Some(if complex {
+            real.complex_of().unwrap_or(DType::C64)
+        } else {
+            real
+        }))
     }
 
     /// The files an expression names.
@@ -328,7 +337,7 @@ impl Workflow {
                     .map(|(n, t)| (n, Source::file(t.path())))
                     .collect(),
                 output: out.to_path_buf(),
-                dtype: Self::map_dtype(m.dtype, &m.like, &v.files)?,
+                dtype: Self::map_dtype(m, &v.files)?,
                 nodata: m.nodata.value.clone(),
                 ignore_nodata: m.nodata.ignore_inputs,
                 input_nodata: Self::map_rule(&m.nodata, &m.expr, &v.written).inputs,

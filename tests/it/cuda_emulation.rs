@@ -377,7 +377,7 @@ fn every_fused_map_kernel_matches_the_cpu_backend_bit_for_bit() {
     let mut cases = Vec::new();
     let mut first = true;
     for (k, e) in EXPRESSIONS.iter().enumerate() {
-        let program = Program::compile(&parse(e).unwrap());
+        let program = Program::compile(&parse(e).unwrap()).unwrap();
         // streams in order of first use: x first in every expression here
         assert_eq!(
             program.streams.len(),
@@ -626,4 +626,130 @@ fn every_generate_kernel_matches_the_cpu_backend_bit_for_bit() {
             "ts_normal_quantile({p:e})"
         );
     }
+}
+
+/// Expressions over complex values (`x` complex64, `y` complex128): every operation
+/// complex values take, as the compiler lowers it to real instructions.
+const COMPLEX_EXPRESSIONS: &[&str] = &[
+    "x * y + x / y - 2j",
+    "-x / 3 + conj(y) * 1.5",
+    "abs(x) + abs(y) * 2",
+    "(x < y) + (x <= y) * 2 + (x > y) * 4 + (x >= y) * 8 + (x == y) * 16 + (x != y) * 32",
+    "min(x, y) + max(y, x)",
+    "clip(x, y, 1 + 1j) - clip(y, -1j, x)",
+    "where(x, y, 1j) + isnan(y)",
+    "real(x) * imag(y) + angle(x)",
+    "complex(abs(x), real(y))",
+];
+
+/// The fused `map` kernels of complex expressions (complex inputs read as parts, complex
+/// outputs written as parts), on the host, byte for byte against the CPU backend.
+#[test]
+#[cfg_attr(
+    not(tilestream_cxx),
+    ignore = "needs a C++ compiler with _Float16 (g++ 12 or later) as `c++` when the tests are built"
+)]
+fn every_complex_map_kernel_matches_the_cpu_backend_bit_for_bit() {
+    use tilestream::backend::cuda::source::{COMMON, cuda_type, map_kernel_name, map_source};
+    use tilestream::ops::expr::{Program, parse};
+    let dir = tempfile::tempdir().unwrap();
+    let backend = CpuBackend::new(Some(1)).unwrap();
+    let special = [
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ];
+    // every pair of special parts, then a ramp
+    let mut parts: Vec<f64> = Vec::new();
+    for &r in &special {
+        for &i in &special {
+            parts.extend([r, i]);
+        }
+    }
+    parts.extend((0..3000).map(|i| ((i * 7919) % 3001) as f64 * 0.013 - 19.0));
+    let n = parts.len() / 2;
+    let xs: Vec<f32> = parts.iter().map(|&v| v as f32).collect();
+    let ys: Vec<f64> = parts.iter().rev().copied().collect();
+    let (xb, yb): (&[u8], &[u8]) = (bytemuck::cast_slice(&xs), bytemuck::cast_slice(&ys));
+    let ins = [DType::C64, DType::C128];
+    let mut src = String::from(PRELUDE);
+    src.push_str(COMMON);
+    let mut main = String::from(
+        "#include <stdio.h>\nint main(int argc, char** argv) {\n    if (argc != 2) return 2;\n",
+    );
+    let _ = writeln!(
+        main,
+        "    static float x[{}]; static double y[{}]; static unsigned char out[{}];",
+        2 * n,
+        2 * n,
+        n * 16
+    );
+    main.push_str(
+        "    char p[4096]; snprintf(p, sizeof p, \"%s/x.bin\", argv[1]); FILE* f = fopen(p, \"rb\");\n    if (!f || fread(x, 1, sizeof x, f) != sizeof x) return 3; fclose(f);\n    snprintf(p, sizeof p, \"%s/y.bin\", argv[1]); f = fopen(p, \"rb\");\n    if (!f || fread(y, 1, sizeof y, f) != sizeof y) return 3; fclose(f);\n",
+    );
+    let mut cases = Vec::new();
+    for (k, e) in COMPLEX_EXPRESSIONS.iter().enumerate() {
+        let program = Program::compile_typed(&parse(e).unwrap(), |_| true).unwrap();
+        assert_eq!(program.streams.len(), 2, "{e}");
+        assert_eq!(program.streams[0].name, "x", "{e}");
+        let outs = if program.is_complex() {
+            [DType::C128, DType::C64]
+        } else {
+            [DType::F64, DType::F32]
+        };
+        for od in outs {
+            let name = map_kernel_name(&program, &ins, od);
+            let kernel = map_source(&name, &program, &ins, od);
+            src.push_str(&kernel[COMMON.len()..]);
+            let _ = writeln!(
+                main,
+                "    {name}((const ts_f32*)x, (const ts_f64*)y, ({}*)out, {n}ull); snprintf(p, sizeof p, \"%s/{k}-{}.bin\", argv[1]); f = fopen(p, \"wb\"); fwrite(out, 1, {}, f); fclose(f);",
+                cuda_type(od.part()),
+                od.name(),
+                n * od.size()
+            );
+            cases.push((k, program.clone(), od));
+        }
+    }
+    main.push_str("    return 0;\n}\n");
+    src.push_str(&main);
+    let exe = compile(dir.path(), &src);
+    std::fs::write(dir.path().join("x.bin"), xb).unwrap();
+    std::fs::write(dir.path().join("y.bin"), yb).unwrap();
+    let st = Command::new(&exe).arg(dir.path()).status().unwrap();
+    assert!(
+        st.success(),
+        "the emulated complex map kernels failed: {st}"
+    );
+    let mut bad = Vec::new();
+    for (k, program, od) in cases {
+        let got = std::fs::read(dir.path().join(format!("{k}-{}.bin", od.name()))).unwrap();
+        let mut want = vec![0u8; n * od.size()];
+        backend
+            .map(&program, &[xb, yb], &ins, &mut want, od)
+            .unwrap();
+        // a complex output compared part by part
+        let (pd, count) = if od.is_complex() {
+            (od.part(), 2 * n)
+        } else {
+            (od, n)
+        };
+        for e in 0..count {
+            let (g, gn) = element(&got, pd, e);
+            let (w, wn) = element(&want, pd, e);
+            // atan2 is the math library's: the host's here, the same as the CPU's
+            if g != w && !(gn && wn) {
+                bad.push(format!(
+                    "'{}' to {od}: part {e}: kernel {g:#x}, CPU {w:#x}",
+                    COMPLEX_EXPRESSIONS[k]
+                ));
+                break;
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
 }

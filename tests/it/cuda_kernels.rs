@@ -80,7 +80,7 @@ fn every_fused_map_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     use tilestream::backend::cuda::source::{map_kernel_name, map_source};
     use tilestream::ops::expr::{Program, parse};
     for e in crate::cuda_emulation::EXPRESSIONS {
-        let program = Program::compile(&parse(e).unwrap());
+        let program = Program::compile(&parse(e).unwrap()).unwrap();
         let ins = [DType::U16, DType::F32][..program.streams.len()].to_vec();
         for od in [DType::F32, DType::F16, DType::U8] {
             let name = map_kernel_name(&program, &ins, od);

@@ -10,6 +10,7 @@ mod blocks;
 mod cog;
 mod common;
 mod complex;
+mod complex_map;
 mod cuda_emulation;
 // NVRTC is reached through the `cuda` feature: a CPU-only build has no kernels to compile
 #[cfg(feature = "cuda")]

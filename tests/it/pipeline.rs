@@ -871,3 +871,71 @@ fn clip_steps_fuse_like_every_elementwise_operation() {
         "{err}"
     );
 }
+
+/// Complex values flow through fused steps: a chain long enough that fusing it writes
+/// values out along the way writes them as complex128 (what the fused evaluation
+/// carries), and the result is the chain's, computed as one fused evaluation would; a
+/// complex map over a real GeoTIFF with nodata puts NaN + 0j where it is nodata.
+#[test]
+fn complex_values_flow_through_fused_steps_and_nodata() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // z: complex128 values (k, -k / 2) for k = 0..600
+    let z: Vec<f64> = (0..600)
+        .flat_map(|k| [f64::from(k), -f64::from(k) / 2.0])
+        .collect();
+    crate::common::write_npy(
+        &d.join("z.npy"),
+        tilestream::DType::C128,
+        &[20, 30],
+        bytemuck::cast_slice(&z),
+    );
+    // each step adds 1j to the previous value: a0 + 150j after 150 steps, each of which
+    // repeats its input twice so that fusing doubles the expression and writes values out
+    let mut toml = String::from("[inputs]\na0 = \"z.npy\"\n");
+    for i in 1..=150 {
+        toml.push_str(&format!(
+            "\n[[steps]]\nop = \"map\"\nexpr = \"(a{0} + a{0}) / 2 + 1j\"\nout = \"a{i}\"\n",
+            i - 1
+        ));
+    }
+    toml.push_str("\n[outputs]\na150 = \"chain.npy\"\n");
+    std::fs::write(d.join("chain.toml"), &toml).unwrap();
+    let plan = ok(&["run", p(&d.join("chain.toml")), "--dry-run"]);
+    assert!(
+        plan.matches("map '").count() > 1,
+        "no value written out: {plan}"
+    );
+    ok(&["run", p(&d.join("chain.toml"))]);
+    let out = d.join("chain.npy");
+    assert_eq!(
+        tilestream::TensorFile::open(&out).unwrap().dtype(),
+        tilestream::DType::C128
+    );
+    let got: Vec<f64> = bytemuck::pod_collect_to_vec(&crate::common::read_npy_data(&out));
+    for (k, g) in got.chunks_exact(2).enumerate() {
+        // (a + a) / 2 is a exactly, for these parts
+        assert_eq!(
+            (g[0], g[1]),
+            (k as f64, -(k as f64) / 2.0 + 150.0),
+            "element {k}"
+        );
+    }
+    // a real GeoTIFF with nodata 9 into a complex value: NaN + 0j at its nodata pixels
+    let (x, _) = nodata_scene(d, 20, 30);
+    let scene = format!("s={}", p(&d.join("scene.tif")));
+    let c = d.join("c.npy");
+    ok(&["map", "s * 1j + 1", p(&c), "--in", &scene]);
+    assert_eq!(
+        tilestream::TensorFile::open(&c).unwrap().dtype(),
+        tilestream::DType::C128
+    );
+    let got: Vec<f64> = bytemuck::pod_collect_to_vec(&crate::common::read_npy_data(&c));
+    for (k, g) in got.chunks_exact(2).enumerate() {
+        if x[k] == 9 {
+            assert!(g[0].is_nan() && g[1].to_bits() == 0, "element {k}: {g:?}");
+        } else {
+            assert_eq!((g[0], g[1]), (1.0, f64::from(x[k])), "element {k}");
+        }
+    }
+}

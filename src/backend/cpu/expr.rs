@@ -24,7 +24,8 @@ pub fn eval_tile(
     out.par_chunks_mut(BLOCK * JOB_BLOCKS * es)
         .enumerate()
         .for_each(|(j, o)| {
-            let mut scratch = vec![0.0f64; program.regs().max(1) * BLOCK + BLOCK];
+            // the registers, then room for a result's two parts interleaved
+            let mut scratch = vec![0.0f64; program.regs().max(1) * BLOCK + 2 * BLOCK];
             let job = |scratch: &mut [f64], o: &mut [u8]| {
                 for (b, ob) in o.chunks_mut(BLOCK * es).enumerate() {
                     let start = (j * JOB_BLOCKS + b) * BLOCK;
@@ -56,6 +57,11 @@ fn eval_block(
                 let d = in_dtypes[stream];
                 let bytes = &inputs[stream][start * d.size()..(start + len) * d.size()];
                 load(bytes, d, &mut regs[dst * BLOCK..dst * BLOCK + len]);
+            }
+            Instr::LoadPart { stream, imag, dst } => {
+                let d = in_dtypes[stream];
+                let bytes = &inputs[stream][start * d.size()..(start + len) * d.size()];
+                load_part(bytes, d, imag, &mut regs[dst * BLOCK..dst * BLOCK + len]);
             }
             Instr::Un(op, a, dst) => {
                 let (a, d) = operand_and_dst(regs, a, dst, len);
@@ -91,6 +97,21 @@ fn eval_block(
                 regs[dst * BLOCK..dst * BLOCK + len].copy_from_slice(&tail[..len]);
             }
         }
+    }
+    if out_dtype.is_complex() {
+        // the parts interleaved, as a complex array's bytes hold them; a real result's
+        // imaginary part is +0, as numpy casts it
+        let at = |o: Operand, i: usize| match o {
+            Operand::Reg(r) => regs[r * BLOCK + i],
+            Operand::Const(v) => v,
+        };
+        let im = program.result_imag().unwrap_or(Operand::Const(0.0));
+        for (i, t) in tail[..2 * len].chunks_exact_mut(2).enumerate() {
+            t[0] = at(program.result(), i);
+            t[1] = at(im, i);
+        }
+        store(&tail[..2 * len], out, out_dtype.part());
+        return;
     }
     let res: &[f64] = match program.result() {
         Operand::Reg(r) => &regs[r * BLOCK..r * BLOCK + len],
@@ -186,10 +207,32 @@ fn load(bytes: &[u8], d: DType, dst: &mut [f64]) {
     }, complex => unreachable!("complex arrays are refused before any kernel runs (DType::real_only)"));
 }
 
+/// Widens the real (or imaginary) parts of the complex elements `bytes` of dtype `d`
+/// into `dst`.
+fn load_part(bytes: &[u8], d: DType, imag: bool, dst: &mut [f64]) {
+    let off = usize::from(imag);
+    match d {
+        DType::C64 => dst
+            .iter_mut()
+            .zip(bytes.chunks_exact(8))
+            .for_each(|(o, c)| {
+                *o = f64::from(bytemuck::pod_read_unaligned::<f32>(
+                    &c[off * 4..off * 4 + 4],
+                ));
+            }),
+        DType::C128 => dst
+            .iter_mut()
+            .zip(bytes.chunks_exact(16))
+            .for_each(|(o, c)| *o = bytemuck::pod_read_unaligned::<f64>(&c[off * 8..off * 8 + 8])),
+        _ => unreachable!("a part is loaded from a complex stream only (Program::compile_typed)"),
+    }
+}
+
 use crate::dtype::store_f64 as store;
 
 /// Runs `f` compiled for AVX2 when the CPU has it (`eval_block` and the loops it calls are
-/// inlined into it), else as is. Both give the same bits: no FMA, the same IEEE operations.
+/// inlined into it), else as is. Both give the same bits: the same IEEE operations, no
+/// contraction of a multiply and an add (`Instr::Fma` is `mul_add`, rounded once either way).
 #[inline]
 fn with_avx2(f: impl FnOnce()) {
     #[cfg(target_arch = "x86_64")]
@@ -216,7 +259,7 @@ mod tests {
     use crate::ops::expr::parse;
 
     fn eval(src: &str, vars: &[(&str, f64)]) -> f64 {
-        let p = Program::compile(&parse(src).unwrap());
+        let p = Program::compile(&parse(src).unwrap()).unwrap();
         let bufs: Vec<Vec<u8>> = p
             .streams
             .iter()

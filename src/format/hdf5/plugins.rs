@@ -315,17 +315,49 @@ fn transpose8(mut x: u64) -> u64 {
 /// bytes: `src` holds, for each byte `b` of an element and bit `k` of it, a row of `m`
 /// bits (bit `e % 8` of byte `e / 8` is element `e`'s).
 fn untranspose(src: &[u8], dst: &mut [u8], m: usize, es: usize) {
-    let row = m / 8;
-    for b in 0..es {
-        let rows: [&[u8]; 8] = std::array::from_fn(|k| &src[(b * 8 + k) * row..][..row]);
-        for g in 0..row {
-            let mut x = 0u64;
-            for (k, r) in rows.iter().enumerate() {
-                x |= u64::from(r[g]) << (8 * k);
+    match es {
+        1 => untranspose_es::<1>(src, dst, m),
+        2 => untranspose_es::<2>(src, dst, m),
+        4 => untranspose_es::<4>(src, dst, m),
+        8 => untranspose_es::<8>(src, dst, m),
+        16 => untranspose_es::<16>(src, dst, m),
+        _ => {
+            let row = m / 8;
+            for b in 0..es {
+                let rows: [&[u8]; 8] = std::array::from_fn(|k| &src[(b * 8 + k) * row..][..row]);
+                for g in 0..row {
+                    let x = transpose8(gather(&rows, g));
+                    for j in 0..8 {
+                        dst[(g * 8 + j) * es + b] = (x >> (8 * j)) as u8;
+                    }
+                }
             }
-            let x = transpose8(x);
-            for j in 0..8 {
-                dst[(g * 8 + j) * es + b] = (x >> (8 * j)) as u8;
+        }
+    }
+}
+
+/// Byte `g` of each of 8 rows, row `k`'s in byte `k`.
+#[inline(always)]
+#[allow(clippy::inline_always)] // in the inner loop of every group of 8 elements
+fn gather(rows: &[&[u8]; 8], g: usize) -> u64 {
+    let mut x = 0u64;
+    for (k, r) in rows.iter().enumerate() {
+        x |= u64::from(r[g]) << (8 * k);
+    }
+    x
+}
+
+/// [`untranspose`] for elements of `ES` bytes: each group of 8 elements is built whole
+/// (its `8 * ES` bytes written in order), from one byte of each of its `8 * ES` bit rows.
+fn untranspose_es<const ES: usize>(src: &[u8], dst: &mut [u8], m: usize) {
+    let row = m / 8;
+    let rows: [[&[u8]; 8]; ES] =
+        std::array::from_fn(|b| std::array::from_fn(|k| &src[(b * 8 + k) * row..][..row]));
+    for (g, out) in dst[..m * ES].chunks_exact_mut(8 * ES).enumerate() {
+        let xs: [u64; ES] = std::array::from_fn(|b| transpose8(gather(&rows[b], g)));
+        for (j, e) in out.chunks_exact_mut(ES).enumerate() {
+            for (o, x) in e.iter_mut().zip(&xs) {
+                *o = (x >> (8 * j)) as u8;
             }
         }
     }

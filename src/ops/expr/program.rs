@@ -2,6 +2,11 @@
 //! subexpressions folded, each input reference a stream, registers numbered in order of
 //! first write. The scalar semantics of every operator ([`un`], [`bin`]) live here too,
 //! shared by constant folding and the CPU kernel (`src/backend/cpu/expr.rs`).
+//!
+//! Complex values never reach a backend as such: the compiler lowers each complex
+//! operation to real instructions on the two parts ([`Instr::LoadPart`] loads them),
+//! following the arithmetic numpy's complex128 loops perform, operation by operation
+//! (`complex.rs`). A backend runs the same real instructions either way.
 
 use super::{BinOp, Expr, UnOp};
 
@@ -38,6 +43,15 @@ pub enum Instr {
         /// The register written.
         dst: usize,
     },
+    /// `dst = stream[i].re` (or `.im`) as f64, from a complex64 or complex128 stream.
+    LoadPart {
+        /// The input stream (complex).
+        stream: usize,
+        /// The imaginary part if true, else the real part.
+        imag: bool,
+        /// The register written.
+        dst: usize,
+    },
     /// `dst = op(a)`.
     Un(UnOp, Operand, usize),
     /// `dst = op(a, b)`.
@@ -55,7 +69,31 @@ pub struct Program {
     pub streams: Vec<InputRef>,
     code: Vec<Instr>,
     result: Operand,
+    result_imag: Option<Operand>,
     regs: usize,
+    complex_streams: Vec<bool>,
+}
+
+/// Why an expression cannot be compiled: an operation numpy defines on complex values
+/// that tilestream does not compute (its message says which and what does work).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompileError {
+    /// What is wrong, in one line.
+    pub message: String,
+}
+
+impl std::fmt::Display for CompileError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A value while compiling: a real operand, or the real and imaginary operands of a
+/// complex one.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Val {
+    Real(Operand),
+    Complex(Operand, Operand),
 }
 
 pub(crate) fn un(op: UnOp, x: f64) -> f64 {
@@ -74,6 +112,13 @@ pub(crate) fn un(op: UnOp, x: f64) -> f64 {
         UnOp::Round => x.round_ties_even(),
         UnOp::IsNan => f64::from(u8::from(x.is_nan())),
     }
+}
+
+/// `y.atan2(x)`: the C library's `atan2`, kept out of line (the block loops call it
+/// per element).
+#[inline(never)]
+fn atan2(y: f64, x: f64) -> f64 {
+    y.atan2(x)
 }
 
 #[inline(always)]
@@ -113,25 +158,50 @@ pub(crate) fn bin(op: BinOp, a: f64, b: f64) -> f64 {
                 b
             }
         }
+        BinOp::Atan2 => atan2(a, b),
     }
 }
 
 impl Program {
-    /// Compiles a parsed expression (folding constant subexpressions).
-    #[must_use]
-    pub fn compile(e: &Expr) -> Program {
+    /// Compiles a parsed expression whose inputs are all real (folding constant
+    /// subexpressions).
+    ///
+    /// # Errors
+    /// As [`Program::compile_typed`], for complex literals and `complex()`.
+    pub fn compile(e: &Expr) -> Result<Program, CompileError> {
+        Self::compile_typed(e, |_| false)
+    }
+
+    /// Compiles a parsed expression; `is_complex` says which inputs (a name and an
+    /// optional leading-axis index) are complex.
+    ///
+    /// # Errors
+    /// [`CompileError`] for an operation on a complex value that is not computed
+    /// (`sqrt`, `exp`, `**`, ...).
+    pub fn compile_typed(
+        e: &Expr,
+        is_complex: impl Fn(&InputRef) -> bool,
+    ) -> Result<Program, CompileError> {
         let mut p = Program {
             streams: Vec::new(),
             code: Vec::new(),
             result: Operand::Const(0.0),
+            result_imag: None,
             regs: 0,
+            complex_streams: Vec::new(),
         };
-        p.result = p.emit(e);
-        p
+        match p.emit(e, &is_complex)? {
+            Val::Real(r) => p.result = r,
+            Val::Complex(re, im) => {
+                p.result = re;
+                p.result_imag = Some(im);
+            }
+        }
+        Ok(p)
     }
 
     /// The instructions, in order: what a backend translates (the CUDA backend into one
-    /// fused kernel, `src/backend/cuda/source.rs`).
+    /// fused kernel, `src/backend/cuda/source/map.rs`).
     #[must_use]
     pub fn code(&self) -> &[Instr] {
         &self.code
@@ -143,10 +213,29 @@ impl Program {
         self.regs
     }
 
-    /// The operand holding the result.
+    /// The operand holding the result (its real part when [`Program::result_imag`] is
+    /// `Some`).
     #[must_use]
     pub fn result(&self) -> Operand {
         self.result
+    }
+
+    /// The operand holding the result's imaginary part: `None` when the result is real.
+    #[must_use]
+    pub fn result_imag(&self) -> Option<Operand> {
+        self.result_imag
+    }
+
+    /// Whether the result is complex.
+    #[must_use]
+    pub fn is_complex(&self) -> bool {
+        self.result_imag.is_some()
+    }
+
+    /// Whether stream `k` was compiled as complex (read with [`Instr::LoadPart`]).
+    #[must_use]
+    pub fn stream_is_complex(&self, k: usize) -> bool {
+        self.complex_streams.get(k).copied().unwrap_or(false)
     }
 
     fn reg(&mut self) -> usize {
@@ -154,9 +243,126 @@ impl Program {
         self.regs - 1
     }
 
-    fn emit(&mut self, e: &Expr) -> Operand {
-        match e {
-            Expr::Num(v) => Operand::Const(*v),
+    /// `op(a)`, folded when `a` is a constant.
+    pub(super) fn un(&mut self, op: UnOp, a: Operand) -> Operand {
+        match a {
+            Operand::Const(v) => Operand::Const(un(op, v)),
+            x @ Operand::Reg(_) => {
+                let dst = self.reg();
+                self.code.push(Instr::Un(op, x, dst));
+                Operand::Reg(dst)
+            }
+        }
+    }
+
+    /// `op(a, b)`, folded when both are constants.
+    pub(super) fn bin(&mut self, op: BinOp, a: Operand, b: Operand) -> Operand {
+        match (a, b) {
+            (Operand::Const(x), Operand::Const(y)) => Operand::Const(bin(op, x, y)),
+            (x, y) => {
+                let dst = self.reg();
+                self.code.push(Instr::Bin(op, x, y, dst));
+                Operand::Reg(dst)
+            }
+        }
+    }
+
+    /// `c != 0 ? a : b`, folded when `c` is a constant.
+    pub(super) fn select(&mut self, c: Operand, a: Operand, b: Operand) -> Operand {
+        match c {
+            Operand::Const(c) => {
+                if c == 0.0 {
+                    b
+                } else {
+                    a
+                }
+            }
+            c @ Operand::Reg(_) => {
+                let dst = self.reg();
+                self.code.push(Instr::Where(c, a, b, dst));
+                Operand::Reg(dst)
+            }
+        }
+    }
+
+    /// `a * b + c` rounded once, folded when all three are constants.
+    pub(super) fn fma(&mut self, a: Operand, b: Operand, c: Operand) -> Operand {
+        match (a, b, c) {
+            (Operand::Const(a), Operand::Const(b), Operand::Const(c)) => {
+                Operand::Const(a.mul_add(b, c))
+            }
+            (a, b, c) => {
+                let dst = self.reg();
+                self.code.push(Instr::Fma(a, b, c, dst));
+                Operand::Reg(dst)
+            }
+        }
+    }
+
+    /// `op(x, y)` as the expression language defines it: `x ** 2`, `x ** 0.5` and
+    /// `x ** -1` are `x * x`, `sqrt(x)` and `1 / x`, as numpy's power computes them
+    /// (the C library's `pow` differs from `x * x` in the last place now and then).
+    fn real_binary(&mut self, op: BinOp, x: Operand, y: Operand) -> Operand {
+        match (op, x, y) {
+            (BinOp::Pow, Operand::Reg(_), Operand::Const(2.0)) => self.bin(BinOp::Mul, x, x),
+            (BinOp::Pow, Operand::Reg(_), Operand::Const(0.5)) => self.un(UnOp::Sqrt, x),
+            (BinOp::Pow, Operand::Reg(_), Operand::Const(-1.0)) => {
+                self.bin(BinOp::Div, Operand::Const(1.0), x)
+            }
+            _ => self.bin(op, x, y),
+        }
+    }
+
+    /// The stream of input `r` (added on first use) and whether it is complex.
+    fn stream(&mut self, r: InputRef, is_complex: &impl Fn(&InputRef) -> bool) -> usize {
+        if let Some(i) = self
+            .streams
+            .iter()
+            .position(|s| s.name == r.name && s.index == r.index)
+        {
+            return i;
+        }
+        self.complex_streams.push(is_complex(&r));
+        self.streams.push(r);
+        self.streams.len() - 1
+    }
+
+    /// One load per stream (and part) per block: the register of an earlier load, or a
+    /// new one.
+    fn load(&mut self, stream: usize, part: Option<bool>) -> Operand {
+        for ins in &self.code {
+            let hit = match (*ins, part) {
+                (Instr::Load { stream: s, dst }, None) if s == stream => Some(dst),
+                (
+                    Instr::LoadPart {
+                        stream: s,
+                        imag,
+                        dst,
+                    },
+                    Some(p),
+                ) if s == stream && imag == p => Some(dst),
+                _ => None,
+            };
+            if let Some(dst) = hit {
+                return Operand::Reg(dst);
+            }
+        }
+        let dst = self.reg();
+        self.code.push(match part {
+            None => Instr::Load { stream, dst },
+            Some(imag) => Instr::LoadPart { stream, imag, dst },
+        });
+        Operand::Reg(dst)
+    }
+
+    fn emit(
+        &mut self,
+        e: &Expr,
+        is_complex: &impl Fn(&InputRef) -> bool,
+    ) -> Result<Val, CompileError> {
+        Ok(match e {
+            Expr::Num(v) => Val::Real(Operand::Const(*v)),
+            Expr::Imag(v) => Val::Complex(Operand::Const(0.0), Operand::Const(*v)),
             Expr::Var {
                 name,
                 index,
@@ -167,69 +373,103 @@ impl Program {
                     index: *index,
                     column: *column,
                 };
-                let stream = match self
-                    .streams
-                    .iter()
-                    .position(|s| s.name == r.name && s.index == r.index)
-                {
-                    Some(i) => i,
-                    None => {
-                        self.streams.push(r);
-                        self.streams.len() - 1
+                let stream = self.stream(r, is_complex);
+                if self.complex_streams[stream] {
+                    let re = self.load(stream, Some(false));
+                    let im = self.load(stream, Some(true));
+                    Val::Complex(re, im)
+                } else {
+                    Val::Real(self.load(stream, None))
+                }
+            }
+            Expr::Unary(op, a) => match self.emit(a, is_complex)? {
+                Val::Real(a) => Val::Real(self.un(*op, a)),
+                Val::Complex(re, im) => self.complex_unary(*op, re, im)?,
+            },
+            Expr::Binary(op, a, b) => {
+                match (self.emit(a, is_complex)?, self.emit(b, is_complex)?) {
+                    (Val::Real(x), Val::Real(y)) => Val::Real(self.real_binary(*op, x, y)),
+                    (x, y) => self.complex_binary(*op, x, y)?,
+                }
+            }
+            Expr::Where(c, a, b) => {
+                let c = match self.emit(c, is_complex)? {
+                    Val::Real(c) => c,
+                    // numpy's truth of a complex number: either part non-zero
+                    Val::Complex(re, im) => {
+                        let r = self.bin(BinOp::Ne, re, Operand::Const(0.0));
+                        let i = self.bin(BinOp::Ne, im, Operand::Const(0.0));
+                        self.bin(BinOp::Max, r, i)
                     }
                 };
-                // one load per stream per block: reuse the register of an earlier load
-                for ins in &self.code {
-                    if let Instr::Load { stream: s, dst } = *ins
-                        && s == stream
-                    {
-                        return Operand::Reg(dst);
+                match (self.emit(a, is_complex)?, self.emit(b, is_complex)?) {
+                    (Val::Real(a), Val::Real(b)) => Val::Real(self.select(c, a, b)),
+                    (a, b) => {
+                        let ((ar, ai), (br, bi)) = (parts(a), parts(b));
+                        let re = self.select(c, ar, br);
+                        let im = self.select(c, ai, bi);
+                        Val::Complex(re, im)
                     }
                 }
-                let dst = self.reg();
-                self.code.push(Instr::Load { stream, dst });
-                Operand::Reg(dst)
             }
-            Expr::Unary(op, a) => match self.emit(a) {
-                Operand::Const(v) => Operand::Const(un(*op, v)),
-                x @ Operand::Reg(_) => {
-                    let dst = self.reg();
-                    self.code.push(Instr::Un(*op, x, dst));
-                    Operand::Reg(dst)
+            Expr::Fma(a, b, c) => match (
+                self.emit(a, is_complex)?,
+                self.emit(b, is_complex)?,
+                self.emit(c, is_complex)?,
+            ) {
+                (Val::Real(a), Val::Real(b), Val::Real(c)) => Val::Real(self.fma(a, b, c)),
+                _ => return Err(refused("fma()")),
+            },
+            Expr::Clip(x, lo, hi) => match (
+                self.emit(x, is_complex)?,
+                self.emit(lo, is_complex)?,
+                self.emit(hi, is_complex)?,
+            ) {
+                (Val::Real(x), Val::Real(lo), Val::Real(hi)) => {
+                    let m = self.bin(BinOp::Max, x, lo);
+                    Val::Real(self.bin(BinOp::Min, m, hi))
+                }
+                (x, lo, hi) => {
+                    let m = self.complex_clip_step(BinOp::Gt, x, lo);
+                    self.complex_clip_step(BinOp::Lt, m, hi)
                 }
             },
-            Expr::Binary(op, a, b) => match (self.emit(a), self.emit(b)) {
-                (Operand::Const(x), Operand::Const(y)) => Operand::Const(bin(*op, x, y)),
-                (x, y) => {
-                    let dst = self.reg();
-                    self.code.push(Instr::Bin(*op, x, y, dst));
-                    Operand::Reg(dst)
-                }
-            },
-            Expr::Where(c, a, b) => match (self.emit(c), self.emit(a), self.emit(b)) {
-                (Operand::Const(c), a, b) => {
-                    if c == 0.0 {
-                        b
-                    } else {
-                        a
+            Expr::Complex(f, a) => {
+                let a = self.emit(a, is_complex)?;
+                self.complex_fn(*f, a)
+            }
+            Expr::MakeComplex(a, b) => {
+                match (self.emit(a, is_complex)?, self.emit(b, is_complex)?) {
+                    (Val::Real(re), Val::Real(im)) => Val::Complex(re, im),
+                    _ => {
+                        return Err(CompileError {
+                            message: "complex(re, im) takes two real values: give real(z) or \
+                                      imag(z) of a complex one"
+                                .into(),
+                        });
                     }
                 }
-                (c, a, b) => {
-                    let dst = self.reg();
-                    self.code.push(Instr::Where(c, a, b, dst));
-                    Operand::Reg(dst)
-                }
-            },
-            Expr::Fma(a, b, c) => match (self.emit(a), self.emit(b), self.emit(c)) {
-                (Operand::Const(a), Operand::Const(b), Operand::Const(c)) => {
-                    Operand::Const(a.mul_add(b, c))
-                }
-                (a, b, c) => {
-                    let dst = self.reg();
-                    self.code.push(Instr::Fma(a, b, c, dst));
-                    Operand::Reg(dst)
-                }
-            },
-        }
+            }
+        })
+    }
+}
+
+/// The parts of a value: a real one is promoted as numpy promotes it, with an imaginary
+/// part of +0.
+pub(super) fn parts(v: Val) -> (Operand, Operand) {
+    match v {
+        Val::Real(x) => (x, Operand::Const(0.0)),
+        Val::Complex(re, im) => (re, im),
+    }
+}
+
+/// The refusal of `what` on a complex value.
+pub(super) fn refused(what: &str) -> CompileError {
+    CompileError {
+        message: format!(
+            "{what} of a complex value is not supported: complex values take + - * /, \
+             comparisons, abs, isnan, min, max, clip, where, real, imag, conj and angle \
+             (take abs() or real() first for the other functions; z * z is a square)"
+        ),
     }
 }

@@ -34,7 +34,7 @@ fn errors_point_at_columns() {
 
 #[test]
 fn streams_are_shared_and_constants_folded() {
-    let p = Program::compile(&parse("(s[7] - s[3]) / (s[7] + s[3]) + 2 * 3").unwrap());
+    let p = Program::compile(&parse("(s[7] - s[3]) / (s[7] + s[3]) + 2 * 3").unwrap()).unwrap();
     assert_eq!(p.streams.len(), 2);
     assert_eq!(
         p.code()
@@ -43,4 +43,101 @@ fn streams_are_shared_and_constants_folded() {
             .count(),
         2
     );
+}
+
+#[test]
+fn imaginary_literals_and_complex_functions_parse() {
+    assert_eq!(parse("2j").unwrap(), Expr::Imag(2.0));
+    assert_eq!(parse("1.5e-3J").unwrap(), Expr::Imag(1.5e-3));
+    // `2jx` is no literal: a number, then a name
+    assert!(
+        parse("2jx")
+            .unwrap_err()
+            .message
+            .contains("unexpected 'jx'")
+    );
+    assert!(matches!(
+        parse("conj(z)").unwrap(),
+        Expr::Complex(ComplexFn::Conj, _)
+    ));
+    assert!(matches!(
+        parse("complex(a, b)").unwrap(),
+        Expr::MakeComplex(..)
+    ));
+    assert!(matches!(
+        parse("atan2(a, b)").unwrap(),
+        Expr::Binary(BinOp::Atan2, ..)
+    ));
+    assert!(
+        parse("real(a, b)")
+            .unwrap_err()
+            .message
+            .contains("real() takes 1 argument, got 2")
+    );
+}
+
+#[test]
+fn complex_streams_load_each_part_once_and_results_have_two_parts() {
+    let e = parse("z * z + abs(z) + real(w)").unwrap();
+    let p = Program::compile_typed(&e, |r| r.name == "z").unwrap();
+    let parts = p
+        .code()
+        .iter()
+        .filter(|i| matches!(i, Instr::LoadPart { stream: 0, .. }))
+        .count();
+    assert_eq!(parts, 2);
+    assert!(p.stream_is_complex(0) && !p.stream_is_complex(1));
+    assert!(p.is_complex());
+    // a real value of complex inputs
+    let p = Program::compile_typed(&parse("abs(z)").unwrap(), |_| true).unwrap();
+    assert!(!p.is_complex() && p.result_imag().is_none());
+    // constants fold through the lowering: (1 + 2j) * 3j is -6 + 3j, and x's imaginary
+    // part (+0) plus 3 is 3
+    let p = Program::compile(&parse("x + (1 + 2j) * 3j").unwrap()).unwrap();
+    assert_eq!(p.code().len(), 2, "{:?}", p.code());
+    assert!(matches!(
+        p.code()[1],
+        Instr::Bin(BinOp::Add, Operand::Reg(0), Operand::Const(c), _) if c == -6.0
+    ));
+    assert_eq!(p.result_imag(), Some(Operand::Const(3.0)));
+}
+
+#[test]
+fn what_complex_values_do_not_take_is_refused() {
+    for (src, what) in [
+        ("sqrt(z)", "sqrt()"),
+        ("z ** 2", "**"),
+        ("fma(z, 1, 2)", "fma()"),
+        ("round(1j)", "round()"),
+        ("atan2(z, 1)", "atan2()"),
+    ] {
+        let err = Program::compile_typed(&parse(src).unwrap(), |_| true).unwrap_err();
+        assert!(
+            err.message
+                .starts_with(&format!("{what} of a complex value is not supported")),
+            "{src}: {err}"
+        );
+    }
+    let err = Program::compile(&parse("complex(1j, x)").unwrap()).unwrap_err();
+    assert!(err.message.contains("two real values"), "{err}");
+}
+
+#[test]
+fn numpy_power_shortcuts() {
+    // x ** 2, x ** 0.5 and x ** -1 are what numpy computes for them
+    let ops = |src: &str| {
+        let p = Program::compile(&parse(src).unwrap()).unwrap();
+        p.code()
+            .iter()
+            .filter_map(|i| match i {
+                Instr::Bin(op, ..) => Some(format!("{op:?}")),
+                Instr::Un(op, ..) => Some(format!("{op:?}")),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ops("x ** 2"), ["Mul"]);
+    assert_eq!(ops("x ** 0.5"), ["Sqrt"]);
+    assert_eq!(ops("x ** -1"), ["Div"]);
+    assert_eq!(ops("x ** 3"), ["Pow"]);
 }

@@ -136,8 +136,13 @@ impl Operation for MapSpec {
   tilestream map '(s[7] - s[3]) / (s[7] + s[3])' ndvi.npy --in s=scene.npy   # bands of one file
 
 Operators: + - * / ** (right-assoc), unary -, < <= > >= == != (give 1 or 0).
-Functions: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max clip(x,lo,hi)
-where(cond,a,b) fma(a,b,c) (a*b+c rounded once). Literals: 1, 2.5, 1e-3, nan, inf. Evaluated in f64, cast once at the end.
+Functions: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max atan2(y,x)
+clip(x,lo,hi) where(cond,a,b) fma(a,b,c) (a*b+c rounded once). Literals: 1, 2.5, 1e-3, nan,
+inf, 2j. Evaluated in f64, cast once at the end.
+
+Complex inputs and values (2j, complex(re,im)) take + - * / unary -, comparisons, abs isnan
+min max clip where, and real imag conj angle, computed as numpy computes complex128:
+  tilestream map 'abs(s[0] * conj(s[1]))' mag.npy --in s=slc_pair.npy
 
 Nodata: where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value), the
 output is the output's nodata value: --nodata, by default nan for a float output and the

@@ -15,6 +15,7 @@ pub fn map_kernel_name(program: &Program, inputs: &[DType], output: DType) -> St
     let mut h = std::collections::hash_map::DefaultHasher::new();
     format!("{:?}", program.code()).hash(&mut h);
     format!("{:?}", program.result()).hash(&mut h);
+    format!("{:?}", program.result_imag()).hash(&mut h);
     for d in inputs {
         d.name().hash(&mut h);
     }
@@ -69,31 +70,34 @@ fn binary(op: BinOp, a: &str, b: &str) -> String {
         BinOp::Ne => format!("({a} != {b} ? 1.0 : 0.0)"),
         BinOp::Min => format!("({a} != {a} || {b} != {b} ? {nan} : ({a} <= {b} ? {a} : {b}))"),
         BinOp::Max => format!("({a} != {a} || {b} != {b} ? {nan} : ({a} >= {b} ? {a} : {b}))"),
+        BinOp::Atan2 => format!("atan2({a}, {b})"),
     }
 }
 
 /// The NVRTC source of `program` as one fused kernel `name(in0, .., inK, y, n)`: each
 /// thread loads its element of every input as f64, runs the program's instructions in
 /// registers (the same f64 operations as the CPU's evaluator, with no contraction) and
-/// stores the result with the output's cast.
+/// stores the result with the output's cast. A complex input or output is passed as an
+/// array of its parts (`ts_f32` for complex64), element `i`'s parts at `2i` and `2i + 1`.
 #[must_use]
 pub fn map_source(name: &str, program: &Program, inputs: &[DType], output: DType) -> String {
     let mut s = String::with_capacity(COMMON.len() + 1024);
     s.push_str(COMMON);
     let _ = write!(s, "\nextern \"C\" __global__ void {name}(");
     for (k, d) in inputs.iter().enumerate() {
-        let _ = write!(s, "const {}* __restrict__ in{k}, ", cuda_type(*d));
+        let _ = write!(s, "const {}* __restrict__ in{k}, ", cuda_type(d.part()));
     }
     let _ = writeln!(
         s,
         "{}* __restrict__ y, unsigned long long n) {{",
-        cuda_type(output)
+        cuda_type(output.part())
     );
     let regs = program
         .code()
         .iter()
         .map(|i| match *i {
             Instr::Load { dst, .. }
+            | Instr::LoadPart { dst, .. }
             | Instr::Un(_, _, dst)
             | Instr::Bin(_, _, _, dst)
             | Instr::Where(_, _, _, dst)
@@ -111,6 +115,11 @@ pub fn map_source(name: &str, program: &Program, inputs: &[DType], output: DType
             Instr::Load { stream, dst } => format!(
                 "r{dst} = Elem<{}>::to_f64(in{stream}[i]);",
                 cuda_type(inputs[stream])
+            ),
+            Instr::LoadPart { stream, imag, dst } => format!(
+                "r{dst} = Elem<{}>::to_f64(in{stream}[2 * i + {}]);",
+                cuda_type(inputs[stream].part()),
+                u8::from(imag)
             ),
             Instr::Un(op, a, dst) => format!("r{dst} = {};", unary(op, &operand(a))),
             Instr::Bin(op, a, b, dst) => {
@@ -131,11 +140,23 @@ pub fn map_source(name: &str, program: &Program, inputs: &[DType], output: DType
         };
         let _ = writeln!(s, "        {line}");
     }
-    let _ = writeln!(
-        s,
-        "        y[i] = Elem<{}>::from_f64({});\n    }}\n}}",
-        cuda_type(output),
-        operand(program.result())
-    );
+    if output.is_complex() {
+        // a real result's imaginary part is +0, as numpy casts it
+        let t = cuda_type(output.part());
+        let im = program.result_imag().unwrap_or(Operand::Const(0.0));
+        let _ = writeln!(
+            s,
+            "        y[2 * i] = Elem<{t}>::from_f64({});\n        y[2 * i + 1] = Elem<{t}>::from_f64({});\n    }}\n}}",
+            operand(program.result()),
+            operand(im)
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "        y[i] = Elem<{}>::from_f64({});\n    }}\n}}",
+            cuda_type(output),
+            operand(program.result())
+        );
+    }
     s
 }

@@ -271,7 +271,8 @@ mod tests {
 
     #[test]
     fn a_map_program_becomes_one_fused_kernel() {
-        let p = Program::compile(&crate::ops::expr::parse("(a - b) / (a + b) * 2").unwrap());
+        let p =
+            Program::compile(&crate::ops::expr::parse("(a - b) / (a + b) * 2").unwrap()).unwrap();
         let name = map_kernel_name(&p, &[DType::U16, DType::U16], DType::F32);
         let src = map_source(&name, &p, &[DType::U16, DType::U16], DType::F32);
         assert!(src.contains(&format!("void {name}(const ts_u16* __restrict__ in0, const ts_u16* __restrict__ in1, ts_f32* __restrict__ y")), "{src}");
