@@ -55,6 +55,11 @@ def map(
     ``"where(x > 0, sqrt(x), 0)"``; inputs by name, ``s[3]`` for band 3 of ``s``) into
     ``out``. Returns the output Tensor (its ``report`` is the run's).
 
+    Complex inputs and values (``2j``, ``complex(re, im)``) take ``+ - * /``,
+    comparisons, ``abs isnan min max clip where`` and ``real imag conj angle``
+    (``"abs(s[0] * conj(s[1]))"``), computed bit for bit as numpy computes complex128;
+    a complex value is written as complex64 or complex128 (numpy's dtypes).
+
     Where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value) the output
     is ``nodata`` (a number or ``"nan"``; by default NaN for a float output and the
     inputs' shared nodata value for an integer one), which a GeoTIFF output carries as
