@@ -174,7 +174,8 @@ impl DType {
         Error::invalid(format!(
             "{what} of a {} array is not supported: complex arrays can be converted, \
              cast to a complex dtype, scaled and offset (affine), transposed, multiplied \
-             (matmul), used in expressions (map), and reduced with sum, mean, var and std",
+             (matmul), used in expressions (map), and reduced (every reduction but nanvar, \
+             nanstd and quantiles)",
             self.numpy_name()
         ))
     }

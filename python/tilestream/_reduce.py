@@ -73,14 +73,14 @@ def reduce(
     ``nansum``, ``nanmean``, ``nanmin``, ``nanmax``, ``nanvar``, ``nanstd``, and
     ``count`` of the elements that are not NaN; ``argmin`` and ``argmax``, numpy's: where
     the extreme first occurs, the first NaN if any, along one axis or as a flat index;
-    ``nanargmin`` and ``nanargmax`` leave NaN out, and refuse a slice of NaN alone as
-    numpy raises) over
+    ``nanargmin`` and ``nanargmax`` are numpy's too: a NaN stands as the infinity that
+    never wins, and a slice of NaN alone is refused as numpy raises) over
     ``axis`` (None: every element; an int, or a tuple of them as numpy's
     ``axis=(0, 2, 3)``) under the budget ``memory``; ``keepdims=True`` keeps the reduced
     axes as length 1. Returns an np.ndarray in the reduction's result dtype (f64 for
     sums, means, variances of any real input; complex128 for the sums and means of a
-    complex one, whose variances are f64 and which takes sum, mean, var and std alone;
-    the input's for min and max; int64 for count, argmin and argmax), exactly the bytes
+    complex one, whose variances are f64; the input's for min and max; int64 for count,
+    argmin and argmax), exactly the bytes
     ``tilestream reduce`` writes; with ``report=True``, a pair (array, RunReport).
 
     ``quantile`` (``q`` in [0, 1]), ``percentile`` (``q`` in [0, 100]), ``median`` and

@@ -1,5 +1,6 @@
 //! complex64 and complex128 arrays: read in both byte orders and both memory orders, and
-//! what tilestream runs on them (reductions that numpy defines as sums of the parts, casts
+//! what tilestream runs on them (reductions: sums of the parts, and the extremes, their
+//! positions and `nan` forms, checked element for element against numpy's loops; casts
 //! between complex dtypes and from real ones, affines, transposes, matmul, conversions to
 //! `.npy` and Zarr), checked against oracles computed here from the parts; GDAL's complex
 //! GeoTIFFs against GDAL; every other operation refused in one line, leaving nothing
@@ -169,6 +170,244 @@ fn complex_reductions_equal_numpys_in_every_order_at_every_budget() {
             }
         }
     }
+}
+
+/// Parts for the orderings: small integers, NaN in either part or both (each NaN
+/// element told apart by its other part), infinities of both signs, `+0` beside `-0`.
+fn awkward_parts(n: usize, seed: u64) -> Vec<f64> {
+    let mut rng = Lcg(seed);
+    (0..2 * n)
+        .map(|_| match rng.next_u64() % 40 {
+            0..=2 => f64::NAN,
+            3 => f64::INFINITY,
+            4 => f64::NEG_INFINITY,
+            5..=7 => -0.0,
+            8..=10 => 0.0,
+            r => (r % 7) as f64 - 3.0,
+        })
+        .collect()
+}
+
+fn cx(p: &[f64], k: usize) -> (f64, f64) {
+    (p[2 * k], p[2 * k + 1])
+}
+
+fn cx_nan(v: (f64, f64)) -> bool {
+    v.0.is_nan() || v.1.is_nan()
+}
+
+/// numpy's order of complex numbers without NaN: `a` before `b`, by real part, then
+/// imaginary part (`-0` and `0` equal).
+fn before(a: (f64, f64), b: (f64, f64), max: bool) -> bool {
+    let (a, b) = if max { (b, a) } else { (a, b) };
+    a.0 < b.0 || (a.0 == b.0 && a.1 < b.1)
+}
+
+/// The position in `idx` of the element numpy picks, written from numpy's loops
+/// (`umath/loops.c.src`, `arraytypes.c.src`, `lib/nanfunctions.py`): `None` where numpy
+/// raises (nanargmin of a slice of NaN alone).
+fn numpy_pick(op: Reduce, p: &[f64], idx: &[usize]) -> Option<usize> {
+    let v = |i: usize| cx(p, idx[i]);
+    let max = matches!(
+        op,
+        Reduce::Max | Reduce::ArgMax | Reduce::NanMax | Reduce::NanArgMax
+    );
+    match op {
+        // maximum.reduce and argmax: the first NaN, else the first strict extreme
+        Reduce::Min | Reduce::Max | Reduce::ArgMin | Reduce::ArgMax => {
+            let mut best = 0;
+            for i in 0..idx.len() {
+                if cx_nan(v(i)) {
+                    return Some(i);
+                }
+                if before(v(i), v(best), max) {
+                    best = i;
+                }
+            }
+            Some(best)
+        }
+        // fmax.reduce: NaN skipped; a slice of NaN alone keeps its first element
+        Reduce::NanMin | Reduce::NanMax => {
+            let mut best = 0;
+            for i in 1..idx.len() {
+                if !cx_nan(v(i)) && (cx_nan(v(best)) || before(v(i), v(best), max)) {
+                    best = i;
+                }
+            }
+            Some(best)
+        }
+        // _replace_nan(a, +-inf) then argmin/argmax; raises on a slice of NaN alone
+        Reduce::NanArgMin | Reduce::NanArgMax => {
+            if idx.iter().all(|&k| cx_nan(cx(p, k))) {
+                return None;
+            }
+            let fill = if max {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            };
+            let w = |i: usize| if cx_nan(v(i)) { (fill, 0.0) } else { v(i) };
+            Some((1..idx.len()).fold(0, |b, i| if before(w(i), w(b), max) { i } else { b }))
+        }
+        _ => unreachable!("{op:?}"),
+    }
+}
+
+#[test]
+fn complex_extremes_counts_and_nan_sums_pick_numpys_elements_at_every_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: &[(&[usize], ReduceOver, &[usize])] = &[
+        (&[20011, 13], ReduceOver::Axis(0), &[0]),
+        (&[20011, 13], ReduceOver::Axis(1), &[1]),
+        (&[20011, 13], ReduceOver::All, &[0, 1]),
+        (&[7, 11, 13], ReduceOver::Axes(0b101), &[0, 2]),
+        (&[4, 3], ReduceOver::Axis(1), &[1]),
+    ];
+    let picks = [
+        Reduce::Min,
+        Reduce::Max,
+        Reduce::NanMin,
+        Reduce::NanMax,
+        Reduce::ArgMin,
+        Reduce::ArgMax,
+        Reduce::NanArgMin,
+        Reduce::NanArgMax,
+    ];
+    let sums = [Reduce::Count, Reduce::NanSum, Reduce::NanMean, Reduce::Sum];
+    for dtype in DType::COMPLEX {
+        let size = dtype.size() / 2;
+        for (i, &(shape, over, axes)) in cases.iter().enumerate() {
+            let n: usize = shape.iter().product();
+            let mut p = awkward_parts(n, 40 + i as u64);
+            if shape.len() == 2 && shape[1] > 5 {
+                // a column of NaN alone, its elements told apart; one with NaN real parts
+                for r in 0..shape[0] {
+                    p[2 * (r * shape[1] + 3)] = f64::NAN;
+                    p[2 * (r * shape[1] + 3) + 1] = (r % 5) as f64;
+                    p[2 * (r * shape[1] + 5)] = f64::NAN;
+                }
+            }
+            if shape == [4, 3] {
+                // the ties numpy's replacement of NaN decides, and `-0` beside `0`
+                let (nan, inf) = (f64::NAN, f64::INFINITY);
+                p = vec![
+                    nan, 0.0, inf, 1.0, inf, 0.0, // nanargmin: 0
+                    nan, 5.0, -inf, -1.0, -inf, 0.0, // nanargmax: 0
+                    1.0, nan, 1.0, 0.0, 1.0, -0.0, // nanmin, nanmax: 1 + 0j
+                    -0.0, 0.0, 0.0, -0.0, nan, nan, // nanmin, nanmax: -0 + 0j
+                ];
+            }
+            let c_bytes = bytes_of(dtype, &p);
+            let files: Vec<TensorFile> =
+                [(false, false), (true, false), (false, true), (true, true)]
+                    .into_iter()
+                    .map(|(fortran, big)| {
+                        let f = d.join(format!("aw_{dtype}_{i}_{fortran}_{big}.npy"));
+                        write_stored(&f, dtype, shape, &c_bytes, fortran, big);
+                        TensorFile::open(&f).unwrap()
+                    })
+                    .collect();
+            let groups = groups(shape, axes);
+            let args_over = !matches!(over, ReduceOver::Axes(_));
+            for op in picks.into_iter().chain(sums) {
+                let is_arg = matches!(
+                    op,
+                    Reduce::ArgMin | Reduce::ArgMax | Reduce::NanArgMin | Reduce::NanArgMax
+                );
+                if is_arg && !args_over {
+                    continue;
+                }
+                let what = format!("{dtype} {shape:?} {over:?} {op:?}");
+                let mut want: Vec<u8> = Vec::new();
+                let mut refused = false;
+                for idx in &groups {
+                    if sums.contains(&op) {
+                        let kept: Vec<usize> = if op == Reduce::Sum {
+                            idx.clone()
+                        } else {
+                            idx.iter()
+                                .copied()
+                                .filter(|&k| !cx_nan(cx(&p, k)))
+                                .collect()
+                        };
+                        let re: f64 = kept.iter().map(|&k| p[2 * k]).sum();
+                        let im: f64 = kept.iter().map(|&k| p[2 * k + 1]).sum();
+                        let c = kept.len() as f64;
+                        let (re, im) = match op {
+                            Reduce::Count => {
+                                want.extend((kept.len() as i64).to_le_bytes());
+                                continue;
+                            }
+                            Reduce::NanMean => (re / c, im / c),
+                            _ => (re, im),
+                        };
+                        want.extend(re.to_le_bytes());
+                        want.extend(im.to_le_bytes());
+                        continue;
+                    }
+                    match numpy_pick(op, &p, idx) {
+                        None => refused = true,
+                        Some(at) if is_arg => {
+                            // along one axis, the index along it; else the flat index
+                            let along = match over {
+                                ReduceOver::Axis(a) => {
+                                    let stride: usize = shape[a + 1..].iter().product();
+                                    idx[at] / stride % shape[a]
+                                }
+                                _ => idx[at],
+                            };
+                            want.extend((along as i64).to_le_bytes());
+                        }
+                        Some(at) => {
+                            let k = idx[at];
+                            want.extend(&c_bytes[2 * size * k..2 * size * (k + 1)]);
+                        }
+                    }
+                }
+                for (k, x) in files.iter().enumerate() {
+                    // a Fortran-order file is decoded whole (k odd): 12 MiB holds it
+                    let small = if k % 2 == 1 { 12 << 20 } else { 1 << 20 };
+                    for budget in [small, 64 << 20] {
+                        let got = engine_on(DeviceRequest::Cpu, budget).reduce(x, op, over);
+                        if refused {
+                            let e = got
+                                .err()
+                                .unwrap_or_else(|| panic!("{what} ran"))
+                                .to_string();
+                            assert!(e.contains("NaN") && !e.contains('\n'), "{what}: {e}");
+                            continue;
+                        }
+                        let (a, report) = got.unwrap();
+                        assert!(report.peak_reserved_bytes <= budget, "{what}: {budget}");
+                        if budget == 1 << 20 && n > 100_000 {
+                            assert!(report.tiles > 1, "{what}: {} tiles", report.tiles);
+                        }
+                        if matches!(op, Reduce::Sum | Reduce::NanSum | Reduce::NanMean) {
+                            // the sums of small integers are exact in any order, but not
+                            // which NaN a sum of infinities ends on; numpy divides the
+                            // sums by the count: compared as values
+                            let (g, w) = (a.to_f64(), f64s(&want));
+                            assert!(
+                                g.iter()
+                                    .zip(&w)
+                                    .all(|(&g, &w)| close(g, w) || (g.is_nan() && w.is_nan())),
+                                "{what}: file {k} at {budget}"
+                            );
+                            continue;
+                        }
+                        assert!(a.bytes() == want, "{what}: file {k} at {budget}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn f64s(b: &[u8]) -> Vec<f64> {
+    b.chunks_exact(8)
+        .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
 }
 
 fn path(p: &Path) -> &str {
@@ -470,9 +709,8 @@ fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
     write_npy(&k, DType::C64, &[3, 3], &bytes_of(DType::C64, &parts(9, 4)));
     let convolve = format!("convolve:{}", path(&k));
     let cases: Vec<Vec<&str>> = vec![
-        vec!["reduce", x, o, "--op", "max"],
-        vec!["reduce", x, o, "--op", "nansum", "--axis", "0"],
-        vec!["reduce", x, o, "--op", "argmin"],
+        vec!["reduce", x, o, "--op", "nanvar", "--axis", "0"],
+        vec!["reduce", x, o, "--op", "nanstd"],
         vec!["reduce", x, o, "--op", "median"],
         vec!["reduce", x, o, "--op", "sum", "--dtype", "f32"],
         vec!["stencil", path(&w), o, "--filter", &convolve],

@@ -7,15 +7,21 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::dtype::Element;
 use crate::ops::reduce::{BLOCK_ELEMS, Geometry, TileReducer, WIDE};
 
 mod columns;
+mod complex;
 mod dispatch;
 mod kernels;
 
 pub use dispatch::{masked_reducer, reducer};
 pub(crate) use kernels::Kernel;
+
+/// What a reducer's elements may be: a real dtype's [`Element`](crate::dtype::Element)
+/// or a complex number ([`crate::dtype::Complex`]), which its own kernels compare and sum
+/// (`complex`).
+pub(crate) trait Item: bytemuck::Pod + Send + Sync + 'static {}
+impl<T: bytemuck::Pod + Send + Sync + 'static> Item for T {}
 
 /// One piece of a tile: rows `[ra, rb)` × columns `[ca, cb)` of the virtual matrix of one
 /// outer index; `at` is the index in the tile's data of element `(ra, ca)`.
@@ -91,7 +97,7 @@ impl<A: Copy> State<A> {
 /// additions whichever path runs: results are bit-identical between them. FMA is not
 /// enabled, since fusing would change rounding.
 #[inline]
-fn accumulate<T: Element, K: Kernel<T>>(
+fn accumulate<T: Item, K: Kernel<T>>(
     k: &K,
     data: &[T],
     vcols: usize,
@@ -115,7 +121,7 @@ fn accumulate<T: Element, K: Kernel<T>>(
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn accumulate_avx2<T: Element, K: Kernel<T>>(
+unsafe fn accumulate_avx2<T: Item, K: Kernel<T>>(
     k: &K,
     data: &[T],
     vcols: usize,
@@ -130,7 +136,7 @@ unsafe fn accumulate_avx2<T: Element, K: Kernel<T>>(
 // inline(always) so the body is compiled with AVX2 inside `accumulate_avx2`
 #[inline(always)]
 #[allow(clippy::inline_always)]
-fn accumulate_rows<T: Element, K: Kernel<T>>(
+fn accumulate_rows<T: Item, K: Kernel<T>>(
     k: &K,
     data: &[T],
     vcols: usize,
@@ -154,7 +160,7 @@ fn accumulate_rows<T: Element, K: Kernel<T>>(
 /// into `total` column by column: the operations of [`accumulate`] then a close, without
 /// the open block's round trip through memory (wide rows, where `block_rows` is 1).
 #[inline]
-fn accumulate_closed<T: Element, K: Kernel<T>>(
+fn accumulate_closed<T: Item, K: Kernel<T>>(
     k: &K,
     data: &[T],
     seg: Seg,
@@ -177,7 +183,7 @@ fn accumulate_closed<T: Element, K: Kernel<T>>(
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn accumulate_closed_avx2<T: Element, K: Kernel<T>>(
+unsafe fn accumulate_closed_avx2<T: Item, K: Kernel<T>>(
     k: &K,
     data: &[T],
     seg: Seg,
@@ -190,7 +196,7 @@ unsafe fn accumulate_closed_avx2<T: Element, K: Kernel<T>>(
 
 #[inline(always)]
 #[allow(clippy::inline_always)]
-fn accumulate_closed_row<T: Element, K: Kernel<T>>(
+fn accumulate_closed_row<T: Item, K: Kernel<T>>(
     k: &K,
     data: &[T],
     seg: Seg,
@@ -210,7 +216,7 @@ fn accumulate_closed_row<T: Element, K: Kernel<T>>(
 }
 
 /// Streaming reducer: feed it tiles in order, read the result at the end.
-pub(crate) struct Reducer<T: Element, K: Kernel<T>> {
+pub(crate) struct Reducer<T: Item, K: Kernel<T>> {
     k: K,
     g: Geometry,
     live: State<K::A>,
@@ -218,13 +224,13 @@ pub(crate) struct Reducer<T: Element, K: Kernel<T>> {
     threads: usize,
 }
 
-impl<T: Element, K: Kernel<T>> Reducer<T, K> {
+impl<T: Item, K: Kernel<T>> Reducer<T, K> {
     fn new(k: K, g: Geometry, threads: usize) -> Self {
         let zero = k.zero();
         let n_out = (g.outer * g.out_per_outer()) as usize;
         Reducer {
             live: State::new(zero, g.vcols()),
-            result: vec![K::O::from_f64(0.0); n_out],
+            result: vec![bytemuck::Zeroable::zeroed(); n_out],
             k,
             g,
             threads: threads.max(1),
@@ -418,7 +424,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
             let zero = self.k.zero();
             let mut acc = vec![zero; out.len()];
             for (c, a) in t.iter().enumerate() {
-                K::merge(&mut acc[self.g.column_output(c as u64).0 as usize], a);
+                K::fold(&mut acc[self.g.column_output(c as u64).0 as usize], a);
             }
             let n = self.g.per_output();
             for (r, a) in out.iter_mut().zip(&acc) {
@@ -489,7 +495,7 @@ impl<T: Element, K: Kernel<T>> Reducer<T, K> {
     }
 }
 
-impl<T: Element, K: Kernel<T> + Send> TileReducer for Reducer<T, K>
+impl<T: Item, K: Kernel<T> + Send> TileReducer for Reducer<T, K>
 where
     K::A: Send,
 {

@@ -75,18 +75,22 @@ impl Engine {
                 fmt_shape(shape)
             )));
         }
-        // a complex input is reduced as the array of its parts (see `Parts`)
-        let (g, acc) = match Parts::view(input, op, over)? {
+        // a complex input's variance is reduced as the array of its parts (see `Parts`)
+        let (g, acc, parts, out_dtype) = match Parts::view(input, op, over)? {
             Some((part_op, shape, over)) => (
                 Geometry::new(&shape, over)?,
                 part_op.acc_bytes(dtype.part(), false),
+                2,
+                part_op.output_dtype(dtype.part()),
             ),
             None => (
                 Geometry::new(shape, over)?,
                 op.acc_bytes(dtype, input.missing().is_some()),
+                1,
+                op.output_dtype(dtype),
             ),
         };
-        let result = g.outer * g.out_per_outer() * op.output_dtype(dtype.part()).size() as u64;
+        let result = g.outer * g.out_per_outer() * out_dtype.size() as u64;
         let states = (self.backend.threads() as u64 + 1) * g.state_bytes(acc);
         let over_txt = over.describe();
         let mut req = self.request(
@@ -114,8 +118,7 @@ impl Engine {
                 format!("result ({}) and accumulators", fmt_bytes(result))
             },
         );
-        // a complex element is two of the parts the reducer takes
-        let parts = if dtype.is_complex() { 2 } else { 1 };
+        // a complex element is two of the parts a variance's reducer takes
         req.scratch_per_elem = parts * g.scratch_per_elem(acc) + extra_scratch;
         // a complex input is reduced on the host
         if self.planning_device().is_some() && !dtype.is_complex() {
@@ -178,7 +181,11 @@ impl Engine {
             .reducer(op, input.dtype(), g, input.missing())?;
         // columns that fold into outputs (several separated axes) have no CUDA kernel:
         // the device's shifts are each column's own (nor do the positions)
-        let gpu = !g.folds() && op.on_device() && super::on_gpu(self.kernels_for(Family::Reduce));
+        // nor do complex inputs
+        let gpu = !g.folds()
+            && op.on_device()
+            && !input.dtype().is_complex()
+            && super::on_gpu(self.kernels_for(Family::Reduce));
         let (mut reducer, times) =
             self.stream_reducer(input, &plan, op, g, reducer, journal, gpu)?;
         // a pass resumed with every tile done never called the closure
@@ -224,22 +231,16 @@ impl Engine {
         restore_reducers(journal, &mut [&mut reducer])?;
         let out_shape = over.out_shape(input.shape());
         let bytes = reducer.into_bytes();
-        let array = match op {
-            // the parts' sums and means, side by side, are the complex sums and means
-            Reduce::Sum | Reduce::Mean => Array::from_bytes(DType::C128, out_shape.clone(), bytes)?,
-            // numpy's var of a complex array: the mean of |x - mean|^2, the sum of its
-            // parts' variances
-            _ => {
-                let parts = bytemuck::pod_collect_to_vec::<u8, f64>(&bytes);
-                let var = parts.chunks_exact(2).map(|p| p[0] + p[1]);
-                let values: Vec<f64> = if op == part_op {
-                    var.collect()
-                } else {
-                    var.map(f64::sqrt).collect()
-                };
-                Array::from_f64(DType::F64, out_shape.clone(), &values)?
-            }
+        // numpy's var of a complex array: the mean of |x - mean|^2, the sum of its parts'
+        // variances
+        let parts = bytemuck::pod_collect_to_vec::<u8, f64>(&bytes);
+        let var = parts.chunks_exact(2).map(|p| p[0] + p[1]);
+        let values: Vec<f64> = if op == part_op {
+            var.collect()
+        } else {
+            var.map(f64::sqrt).collect()
         };
+        let array = Array::from_f64(DType::F64, out_shape.clone(), &values)?;
         let report = self.report(
             &plan,
             Ran::on(Family::Reduce, plan.what.clone(), false),
@@ -543,25 +544,27 @@ pub(super) fn refuse_no_position(op: Reduce, array: &Array) -> Result<()> {
     }
 }
 
-/// A complex input's reduction as a reduction of the array of its parts: a complex array
+/// A complex input's variance as a reduction of the array of its parts: a complex array
 /// of shape `S` is, byte for byte, a real array of shape `S + [2]` (each element's real
-/// part, then its imaginary part), and its tiles are that array's. The sum (or mean) over
-/// some axes of `S` is the parts' sum over the same axes, the real and imaginary totals
-/// side by side: the bytes of the complex result. numpy's variance of a complex array is
-/// the mean of `|x - mean|^2`, the sum of its parts' variances (the standard deviation
-/// that sum's square root). The other reductions are refused: numpy orders complex numbers
-/// by real part then imaginary part for min and max, and a `nan` form leaves out an
-/// element whose either part is NaN, which no reduction of the parts does.
+/// part, then its imaginary part), and its tiles are that array's. numpy's variance of a
+/// complex array is the mean of `|x - mean|^2`, the sum of its parts' variances (the
+/// standard deviation that sum's square root): the parts' variances over the same axes of
+/// `S`, side by side. The other reductions of a complex input have kernels of their own
+/// (`backend::cpu::reduce`'s `complex`), but for the variances of the `nan` forms, which
+/// are refused: they leave out an element whose either part is NaN, which no variance of
+/// the parts does, and the shifts that keep a variance accurate are one per column.
 struct Parts {
     inner: Box<dyn TileReducer>,
 }
 
 impl Parts {
-    /// For a complex `input`: the reduction of its parts that makes `op` over `over`, the
-    /// parts' shape, and the axes reduced in it. `None` for a real input.
+    /// For a complex `input` whose `op` is a variance or deviation: the reduction of its
+    /// parts that makes it over `over`, the parts' shape, and the axes reduced in it.
+    /// `None` for a real input or another reduction.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a reduction complex inputs do not take.
+    /// [`Error::Invalid`] for a reduction complex inputs do not take: `nanvar`, `nanstd`,
+    /// and the `nan` forms and `count` of an input with a nodata value.
     fn view(
         input: &TensorFile,
         op: Reduce,
@@ -571,10 +574,27 @@ impl Parts {
         if !dtype.is_complex() {
             return Ok(None);
         }
+        if op.nodata_left_out(input.missing()).is_some() {
+            return Err(Error::invalid(format!(
+                "{} of a {} input with a nodata value is not supported: give no nodata \
+                 value (NaN is left out: an element whose either part is NaN)",
+                op.name(),
+                dtype.numpy_name()
+            )));
+        }
         let part_op = match op {
-            Reduce::Sum | Reduce::Mean | Reduce::Var { .. } => op,
+            Reduce::Var { .. } => op,
             Reduce::Std { ddof } => Reduce::Var { ddof },
-            _ => return Err(dtype.complex_refusal(&format!("reduce {}", op.name()))),
+            Reduce::NanVar { .. } | Reduce::NanStd { .. } => {
+                return Err(Error::invalid(format!(
+                    "{} of a {} array is not supported: take {} of an array without NaN \
+                     (complex sums, means, extremes, positions, counts and variances are)",
+                    op.name(),
+                    dtype.numpy_name(),
+                    &op.name()[3..]
+                )));
+            }
+            _ => return Ok(None),
         };
         let mut shape = input.shape().to_vec();
         let rank = shape.len();

@@ -2,7 +2,7 @@
 //! into exactly the result one run over the whole input gives.
 
 use super::super::{Array, Engine, Ran, RunReport};
-use super::refuse_no_position;
+use super::{Parts, refuse_no_position};
 use crate::backend::Family;
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
@@ -51,7 +51,17 @@ impl Engine {
         rows: std::ops::Range<u64>,
     ) -> Result<(Vec<Partial>, RunReport)> {
         let over = over.into();
-        input.dtype().real_only("a reduction in partials")?;
+        if input.dtype().is_complex() {
+            // the variances of a complex input are its parts', which have no partials
+            for &op in ops {
+                if op.is_moments() {
+                    return Err(input
+                        .dtype()
+                        .complex_refusal(&format!("{} in partials", op.name())));
+                }
+                Parts::view(input, op, over)?;
+            }
+        }
         let shape = input.shape();
         let n = shape.first().map_or(1, |&d| d as u64);
         let step = row_step(shape, over)?;

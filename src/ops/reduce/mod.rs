@@ -100,10 +100,11 @@ pub enum Reduce {
     ArgMin,
     /// Where the maximum first occurs (`argmax`), as [`Reduce::ArgMin`].
     ArgMax,
-    /// Where the minimum of the elements that are not NaN (nor nodata) first occurs
-    /// (numpy's `nanargmin`, i64); a slice with none is refused, as numpy raises.
+    /// numpy's `nanargmin` (i64): where the minimum first occurs, each element that is
+    /// NaN (or nodata) standing as `+inf` (so `[nan, inf]` gives 0, as numpy gives); a
+    /// slice of such elements alone is refused, as numpy raises.
     NanArgMin,
-    /// Where the maximum of the elements that are not NaN first occurs (`nanargmax`).
+    /// numpy's `nanargmax`, as [`Reduce::NanArgMin`] with NaN standing as `-inf`.
     NanArgMax,
 }
 
@@ -299,9 +300,19 @@ impl Reduce {
     pub fn acc_bytes(self, input: DType, nodata: bool) -> usize {
         let masked = nodata && self.skips_nan();
         let float = input.is_float() || masked;
+        if input.is_complex() {
+            // a complex input's own kernels: a pick is the element, its position and two
+            // counts; a sum the two parts and a count (a variance is its parts')
+            return match self {
+                Reduce::Count => 8,
+                Reduce::Sum | Reduce::Mean | Reduce::NanSum | Reduce::NanMean => 24,
+                _ if self.is_moments() => 16,
+                _ => 40,
+            };
+        }
         match self {
             Reduce::Var { .. } | Reduce::Std { .. } => 16,
-            Reduce::ArgMin | Reduce::ArgMax | Reduce::NanArgMin | Reduce::NanArgMax => 24,
+            Reduce::ArgMin | Reduce::ArgMax | Reduce::NanArgMin | Reduce::NanArgMax => 32,
             Reduce::NanVar { .. } | Reduce::NanStd { .. } => {
                 if float {
                     24

@@ -7,15 +7,14 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use super::{COLUMN_GROUP, Kernel, Reducer, State, TASK_ELEMS};
-use crate::dtype::Element;
+use super::{COLUMN_GROUP, Item, Kernel, Reducer, State, TASK_ELEMS};
 use crate::ops::reduce::COLUMN_PARTIALS;
 
 /// Rows `rows` of each column of `group` (runs of a column-major matrix, at most
 /// [`COLUMN_GROUP`] of them) pushed onto `acc`, row after row: for each column the
 /// operations [`accumulate`] applies to it when the rows come in C order, the columns
 /// interleaved so that their chains of dependent operations overlap.
-fn push_columns<T: Element, K: Kernel<T>>(
+fn push_columns<T: Item, K: Kernel<T>>(
     k: &K,
     group: &[&[T]],
     rows: Range<usize>,
@@ -37,7 +36,7 @@ fn push_columns<T: Element, K: Kernel<T>>(
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn push_columns_avx2<T: Element, K: Kernel<T>>(
+unsafe fn push_columns_avx2<T: Item, K: Kernel<T>>(
     k: &K,
     group: &[&[T]],
     rows: Range<usize>,
@@ -50,7 +49,7 @@ unsafe fn push_columns_avx2<T: Element, K: Kernel<T>>(
 /// [`push_columns`] for a CPU with AVX (`AVX`: the caller checked) or any.
 #[inline(always)]
 #[allow(clippy::inline_always)]
-fn push_columns_any<T: Element, K: Kernel<T>, const AVX: bool>(
+fn push_columns_any<T: Item, K: Kernel<T>, const AVX: bool>(
     k: &K,
     group: &[&[T]],
     rows: Range<usize>,
@@ -75,7 +74,7 @@ fn push_columns_any<T: Element, K: Kernel<T>, const AVX: bool>(
 /// [`push_columns_any`] for the first `W` columns of `group`; returns `W`.
 #[inline(always)]
 #[allow(clippy::inline_always)]
-fn push_fixed<T: Element, K: Kernel<T>, const W: usize, const AVX: bool>(
+fn push_fixed<T: Item, K: Kernel<T>, const W: usize, const AVX: bool>(
     k: &K,
     group: &[&[T]],
     rows: Range<usize>,
@@ -144,7 +143,7 @@ fn push_fixed<T: Element, K: Kernel<T>, const W: usize, const AVX: bool>(
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx")]
 #[inline]
-unsafe fn rows_of_8x8_words<T: Element>(cols: &[&[T]; 8], i: usize) -> [[T; 8]; 8] {
+unsafe fn rows_of_8x8_words<T: Item>(cols: &[&[T]; 8], i: usize) -> [[T; 8]; 8] {
     use std::arch::x86_64::{
         __m256, _mm256_loadu_ps, _mm256_permute2f128_ps, _mm256_shuffle_ps, _mm256_storeu_ps,
         _mm256_unpackhi_ps, _mm256_unpacklo_ps,
@@ -188,7 +187,7 @@ unsafe fn rows_of_8x8_words<T: Element>(cols: &[&[T]; 8], i: usize) -> [[T; 8]; 
     out
 }
 
-impl<T: Element, K: Kernel<T>> Reducer<T, K> {
+impl<T: Item, K: Kernel<T>> Reducer<T, K> {
     /// Feeds rows `row..row + rows` of columns `c0..c0 + cols` given column by column
     /// (see [`TileReducer::feed_columns`]) with the operations [`Reducer::feed`] applies
     /// when the rows come in C order: pushed onto the column's open block, merged into its

@@ -1,12 +1,13 @@
 //! Which [`Kernel`] runs a reduction: the reduction, the input's dtype and its nodata
 //! value pick one, as the CUDA backend's `Reduction::of` picks its kernel family.
 
-use super::Reducer;
+use super::complex::{self, ArgExtreme, Cx, Extreme, FMIN, PLAIN, REPLACE};
 use super::kernels::{
     ArgK, CountK, Every, FloatSum, IntSum, Kernel, MaxK, MinK, Moments, NanExtreme, NanFloatSum,
     NanMoments, NodataExtreme, NodataIntSum, NotNan, NotNodata, Valid,
 };
-use crate::dtype::{DType, Element};
+use super::{Item, Reducer};
+use crate::dtype::{Complex, DType, Element};
 use crate::ops::reduce::{Geometry, Reduce, TileReducer};
 
 /// Builds the CPU streaming reducer for `op` over `g` on elements of `dtype`, splitting
@@ -17,7 +18,7 @@ pub fn reducer(op: Reduce, dtype: DType, g: Geometry, threads: usize) -> Box<dyn
 }
 
 /// A boxed reducer of `k` over `g` on `th` threads.
-fn new<T: Element, K: Kernel<T> + Send + 'static>(
+fn new<T: Item, K: Kernel<T> + Send + 'static>(
     k: K,
     g: Geometry,
     th: usize,
@@ -200,5 +201,34 @@ pub fn masked_reducer(
             None if T::DTYPE.is_float() => float::<T, _>(op, g, threads, NotNan),
             None => int::<T>(op, g, threads),
         }
-    }, complex => unreachable!("complex arrays are reduced as their parts (Engine::reduce)"))
+    }, complex => {
+        debug_assert!(nodata.is_none(), "a complex input's nodata is refused (Engine::reduce)");
+        if dtype == DType::C64 {
+            complex::<Complex<f32>>(op, g, threads)
+        } else {
+            complex::<Complex<f64>>(op, g, threads)
+        }
+    })
+}
+
+/// The reductions of a complex input that are not its parts' (`super::complex`).
+fn complex<T: Cx>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
+    match op {
+        Reduce::Sum => new::<T, _>(complex::Sum::<false> { mean: false }, g, th),
+        Reduce::Mean => new::<T, _>(complex::Sum::<false> { mean: true }, g, th),
+        Reduce::NanSum => new::<T, _>(complex::Sum::<true> { mean: false }, g, th),
+        Reduce::NanMean => new::<T, _>(complex::Sum::<true> { mean: true }, g, th),
+        Reduce::Min => new::<T, _>(Extreme::<false, PLAIN>, g, th),
+        Reduce::Max => new::<T, _>(Extreme::<true, PLAIN>, g, th),
+        Reduce::NanMin => new::<T, _>(Extreme::<false, FMIN>, g, th),
+        Reduce::NanMax => new::<T, _>(Extreme::<true, FMIN>, g, th),
+        Reduce::ArgMin => new::<T, _>(ArgExtreme::<false, PLAIN>, g, th),
+        Reduce::ArgMax => new::<T, _>(ArgExtreme::<true, PLAIN>, g, th),
+        Reduce::NanArgMin => new::<T, _>(ArgExtreme::<false, REPLACE>, g, th),
+        Reduce::NanArgMax => new::<T, _>(ArgExtreme::<true, REPLACE>, g, th),
+        Reduce::Count => new::<T, _>(complex::Count, g, th),
+        Reduce::Var { .. } | Reduce::Std { .. } | Reduce::NanVar { .. } | Reduce::NanStd { .. } => {
+            unreachable!("a complex variance is its parts' (Engine::reduce), or refused")
+        }
+    }
 }

@@ -3,23 +3,33 @@
 //! the `nan` forms and `count` take ([`Valid`]). The driver that feeds them blocks of
 //! rows in a fixed order is `super`'s [`Reducer`](super::Reducer).
 
+use super::Item;
 use crate::dtype::Element;
 
 /// A reduction's arithmetic: accumulator, how elements enter it, how partials merge and
 /// how the result is finished.
-pub(crate) trait Kernel<T: Element>: Sync {
+pub(crate) trait Kernel<T: Item>: Sync {
     type A: bytemuck::Pod + Send + Sync;
-    type O: Element;
+    type O: bytemuck::Pod + Send + Sync;
     const NEEDS_SHIFT: bool;
     fn zero(&self) -> Self::A;
     fn push(&self, a: &mut Self::A, x: T, shift: f64);
+    /// Merges `b`, the partial of the elements that follow `a`'s in index order.
     fn merge(a: &mut Self::A, b: &Self::A);
+    /// Merges the total of a later column `b` of the same output into `a` (several axes
+    /// reduced: the columns of one output, in column order, each column's elements the
+    /// rows): by default as [`merge`](Self::merge).
+    fn fold(a: &mut Self::A, b: &Self::A) {
+        Self::merge(a, b);
+    }
     fn finish(&self, a: &Self::A, n: u64) -> Self::O;
-    /// The variance shift element `x` (a slice's first) gives: its value, or 0 where the
-    /// kernel leaves the element out (NaN, nodata), so that the shift is a value of the
-    /// data (`Engine::reduce_partials` takes shares' shifts by the same rule).
-    fn shift(&self, x: T) -> f64 {
-        x.to_f64()
+    /// The variance shift element `x` (a slice's first) gives, for the kernels that
+    /// need one ([`NEEDS_SHIFT`](Self::NEEDS_SHIFT), which override this): its value, or
+    /// 0 where the kernel leaves the element out (NaN, nodata), so that the shift is a
+    /// value of the data (`Engine::reduce_partials` takes shares' shifts by the same
+    /// rule). The others are never asked.
+    fn shift(&self, _x: T) -> f64 {
+        0.0
     }
     /// Finishes the one output of a run reduced in 8 interleaved lanes (the reduced run
     /// is innermost: lane `l` holds elements `l, l + 8, ...`) from the lanes' totals: by
@@ -139,6 +149,9 @@ impl<T: Element> Kernel<T> for Moments {
             raw.max(0.0)
         };
         if self.sqrt { var.sqrt() } else { var }
+    }
+    fn shift(&self, x: T) -> f64 {
+        x.to_f64()
     }
 }
 
@@ -473,15 +486,20 @@ impl<T: Element> Kernel<T> for MaxK {
 /// Where the minimum (`MAX` false) or maximum of a slice first occurs (numpy's `argmin`,
 /// `argmax`: the first occurrence of the extreme; the first NaN if there is one).
 ///
-/// The accumulator is `[value's bits, position, elements seen]`, the position counted
-/// from the partial's own first element (`NONE` while it has none). Partials merge in
-/// index order, the later one's position moved by the earlier one's count, so blocks,
-/// tiles and Dask shares give the position of one pass; a column's elements are its rows
-/// (the index along the reduced axis), a lane's are every 8th element
-/// ([`Kernel::finish_lanes`] turns them back into indices).
+/// The `nan` forms of a float input take numpy's `nanargmin` literally: an element left
+/// out (NaN, nodata) stands as `+inf` (`-inf` for the maximum), so `[nan, inf]` gives 0,
+/// as numpy gives; a slice with none kept gives -1, which the engine refuses. Those of an
+/// integer input (whose only missing value is its nodata value) skip it.
+///
+/// The accumulator is `[value's bits, position, elements seen, elements kept]`, the
+/// position counted from the partial's own first element (`NONE` while it has none).
+/// Partials merge in index order, the later one's position moved by the earlier one's
+/// count, so blocks, tiles and Dask shares give the position of one pass; a column's
+/// elements are its rows (the index along the reduced axis), a lane's are every 8th
+/// element ([`Kernel::finish_lanes`] turns them back into indices).
 pub(super) struct ArgK<M, const MAX: bool> {
-    /// Which elements are candidates ([`Every`] for `argmin`, [`NotNan`] or
-    /// [`NotNodata`] for the `nan` forms); the others are counted, never chosen.
+    /// Which elements are kept ([`Every`] for `argmin`, [`NotNan`] or [`NotNodata`] for
+    /// the `nan` forms); the others stand as the infinity that never wins, or are skipped.
     pub(super) valid: M,
 }
 impl<M, const MAX: bool> ArgK<M, MAX> {
@@ -517,24 +535,34 @@ impl<M, const MAX: bool> ArgK<M, MAX> {
     }
 }
 impl<T: Element, M: Valid<T>, const MAX: bool> Kernel<T> for ArgK<M, MAX> {
-    type A = [u64; 3];
+    type A = [u64; 4];
     type O = i64;
     const NEEDS_SHIFT: bool = false;
-    fn zero(&self) -> [u64; 3] {
-        [0, Self::NONE, 0]
+    fn zero(&self) -> [u64; 4] {
+        [0, Self::NONE, 0, 0]
     }
     #[inline(always)] // the hot loop must inline into the AVX2 clone
     #[allow(clippy::inline_always)]
-    fn push(&self, a: &mut [u64; 3], x: T, _: f64) {
-        if self.valid.ok(x) && (a[1] == Self::NONE || Self::better(x, Self::value::<T>(a[0]))) {
-            a[0] = Self::bits(x);
+    fn push(&self, a: &mut [u64; 4], x: T, _: f64) {
+        let ok = self.valid.ok(x);
+        // a float element left out stands as the infinity that never wins (numpy's
+        // nanargmin); an integer's is skipped
+        let stand = if MAX { T::LOWEST } else { T::HIGHEST };
+        let (candidate, v) = match (ok, T::DTYPE.is_float()) {
+            (true, _) => (true, x),
+            (false, true) => (true, stand),
+            (false, false) => (false, x),
+        };
+        if candidate && (a[1] == Self::NONE || Self::better(v, Self::value::<T>(a[0]))) {
+            a[0] = Self::bits(v);
             a[1] = a[2];
         }
         a[2] += 1;
+        a[3] += u64::from(ok);
     }
     #[inline(always)]
     #[allow(clippy::inline_always)]
-    fn merge(a: &mut [u64; 3], b: &[u64; 3]) {
+    fn merge(a: &mut [u64; 4], b: &[u64; 4]) {
         // `b` follows `a` in index order
         if b[1] != Self::NONE
             && (a[1] == Self::NONE || Self::better(Self::value::<T>(b[0]), Self::value::<T>(a[0])))
@@ -543,13 +571,21 @@ impl<T: Element, M: Valid<T>, const MAX: bool> Kernel<T> for ArgK<M, MAX> {
             a[1] = a[2] + b[1];
         }
         a[2] += b[2];
+        a[3] += b[3];
     }
-    fn finish(&self, a: &[u64; 3], _: u64) -> i64 {
+    fn finish(&self, a: &[u64; 4], _: u64) -> i64 {
         // an empty slice is refused before any run (numpy raises too); a slice with no
-        // valid element (nan forms) gives -1, which the engine refuses
-        if a[1] == Self::NONE { -1 } else { a[1] as i64 }
+        // element kept (nan forms) gives -1, which the engine refuses
+        if a[1] == Self::NONE || a[3] == 0 {
+            -1
+        } else {
+            a[1] as i64
+        }
     }
-    fn finish_lanes(&self, t: &[[u64; 3]], _: u64) -> i64 {
+    fn finish_lanes(&self, t: &[[u64; 4]], _: u64) -> i64 {
+        if t.iter().all(|a| a[3] == 0) {
+            return -1;
+        }
         // lane `l`'s position `p` is element `8 p + l`: the earliest of equal extremes wins
         let mut best: Option<(T, u64)> = None;
         for (l, a) in t.iter().enumerate() {
