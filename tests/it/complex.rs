@@ -339,6 +339,10 @@ fn complex_extremes_counts_and_nan_sums_pick_numpys_elements_at_every_budget() {
                                 want.extend((kept.len() as i64).to_le_bytes());
                                 continue;
                             }
+                            // numpy's true_divide by c + 0j (Smith's algorithm)
+                            Reduce::NanMean if c > 0.0 => {
+                                ((re + im * 0.0) * (1.0 / c), (im - re * 0.0) * (1.0 / c))
+                            }
                             Reduce::NanMean => (re / c, im / c),
                             _ => (re, im),
                         };
@@ -385,8 +389,7 @@ fn complex_extremes_counts_and_nan_sums_pick_numpys_elements_at_every_budget() {
                         }
                         if matches!(op, Reduce::Sum | Reduce::NanSum | Reduce::NanMean) {
                             // the sums of small integers are exact in any order, but not
-                            // which NaN a sum of infinities ends on; numpy divides the
-                            // sums by the count: compared as values
+                            // which NaN a sum of infinities ends on: compared as values
                             let (g, w) = (a.to_f64(), f64s(&want));
                             assert!(
                                 g.iter()

@@ -124,6 +124,7 @@ fn fixtures(dir: &Path) {
     t(&["gen", "img.npy", "--shape", "200x300", "--seed", "5"]);
     t(&["gen", "scene4.npy", "--shape", "4x600x700", "--seed", "6"]);
     t(&["gen", "batch.npy", "--shape", "16x3x32x32", "--seed", "7"]);
+    t(&["gen", "iq.npy", "--shape", "2x6x200x300", "--seed", "8"]);
     t(&["convert", "scene4.npy", "scene.tif", "--dtype", "u16"]);
     t(&["convert", "x.npy", "data.zarr"]);
     std::fs::write(dir.join("data.raw"), vec![7u8; 1000 * 512 * 2]).unwrap();

@@ -68,6 +68,7 @@ impl Cx for Complex<f64> {
 /// Whether `x < y` (`x > y` with `MAX`) in numpy's lexicographic order, for elements
 /// that are not NaN.
 #[inline]
+#[allow(clippy::float_cmp)] // numpy's order compares exactly
 fn before<T: Cx, const MAX: bool>(x: T, y: T) -> bool {
     let ((xr, xi), (yr, yi)) = (x.parts(), y.parts());
     if MAX {
@@ -276,15 +277,31 @@ impl<T: Cx, const NAN: bool> Kernel<T> for Sum<NAN> {
         a[2] += b[2];
     }
     fn finish(&self, a: &[f64; 3], _: u64) -> Complex<f64> {
-        // a slice with nothing kept: its mean is 0 / 0 in both parts, as numpy's
         if self.mean {
-            Complex {
-                re: a[0] / a[2],
-                im: a[1] / a[2],
-            }
+            numpy_mean(a[0], a[1], a[2])
         } else {
             Complex { re: a[0], im: a[1] }
         }
+    }
+}
+
+/// numpy's mean of a complex sum `re + im j` over `n` elements: the complex division by
+/// `n + 0j` of its `true_divide` loop (Smith's algorithm: `rat = 0 / n`, `scl = 1 / n`,
+/// each part `(re + im * rat) * scl`), not `re / n`: the two differ in the last place
+/// for some `n`, and an infinite part makes the other NaN (`mean([inf+0j])` is
+/// `inf+nanj`). A slice with nothing kept (`n = 0`) gives `0 / 0` in both parts.
+fn numpy_mean(re: f64, im: f64, n: f64) -> Complex<f64> {
+    if n == 0.0 {
+        return Complex {
+            re: re / n,
+            im: im / n,
+        };
+    }
+    let rat = 0.0 / n;
+    let scl = 1.0 / (n + 0.0 * rat);
+    Complex {
+        re: (re + im * rat) * scl,
+        im: (im - re * rat) * scl,
     }
 }
 
@@ -351,10 +368,10 @@ mod tests {
 
     #[test]
     fn picks_follow_numpy() {
-        let (nan, inf) = (f64::NAN, f64::INFINITY);
         // elements; then min, max, nanmin, nanmax and argmin, argmax, nanargmin,
         // nanargmax as numpy 2.4 gives them (-1: numpy raises "All-NaN slice")
         type Case = (Vec<C>, [C; 4], [i64; 4]);
+        let (nan, inf) = (f64::NAN, f64::INFINITY);
         let cases: Vec<Case> = vec![
             (
                 vec![c(1.0, 2.0), c(1.0, 1.0), c(0.0, 5.0)],
@@ -454,8 +471,8 @@ mod tests {
     fn columns_fold_in_numpys_order() {
         // two columns of one output, rows [r0, r1]: numpy visits (r0, c0), (r0, c1),
         // (r1, c0), (r1, c1); the first of equal minima is column 1's row 0
-        let nan = f64::NAN;
         type K = Extreme<false, PLAIN>;
+        let nan = f64::NAN;
         let k = K {};
         let col = |xs: &[C]| {
             let mut a = <K as Kernel<C>>::zero(&k);
