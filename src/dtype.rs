@@ -174,8 +174,8 @@ impl DType {
         Error::invalid(format!(
             "{what} of a {} array is not supported: complex arrays can be converted, \
              cast to a complex dtype, scaled and offset (affine), transposed, multiplied \
-             (matmul), used in expressions (map), and reduced (every reduction but nanvar, \
-             nanstd and quantiles)",
+             (matmul), used in expressions (map), and reduced (every reduction but \
+             quantiles, percentiles and medians)",
             self.numpy_name()
         ))
     }

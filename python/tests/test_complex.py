@@ -53,12 +53,15 @@ def test_reduces_as_numpy(tmp_path, dtype, order, byteorder):
     wide = a.astype(np.complex128)
     for axis in (0, 1, None):
         for op, want in (("sum", wide.sum(axis=axis)), ("mean", wide.mean(axis=axis)),
-                         ("var", wide.var(axis=axis)), ("std", wide.std(axis=axis, ddof=1))):
-            got = ts.reduce(p, op, axis=axis, ddof=1 if op == "std" else 0, memory="4MiB")
+                         ("var", wide.var(axis=axis)), ("std", wide.std(axis=axis, ddof=1)),
+                         ("nanvar", wide.var(axis=axis, ddof=1)),
+                         ("nanstd", wide.std(axis=axis))):
+            ddof = 1 if op in ("std", "nanvar") else 0
+            got = ts.reduce(p, op, axis=axis, ddof=ddof, memory="4MiB")
             assert got.dtype == np.asarray(want).dtype, (op, axis)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-9)
             # whatever the budget, the same bytes
-            again = ts.reduce(p, op, axis=axis, ddof=1 if op == "std" else 0, memory="64MiB")
+            again = ts.reduce(p, op, axis=axis, ddof=ddof, memory="64MiB")
             assert got.tobytes() == again.tobytes()
     b = values((6, 7, 8), dtype, 6)
     q = tmp_path / "b.npy"
@@ -127,6 +130,14 @@ def test_extremes_and_nan_forms_pick_what_numpy_picks(tmp_path, dtype, order, by
                     same = (g.view(np.uint64) == w.view(np.uint64)) | (np.isnan(g) & np.isnan(w))
                     assert same.all(), (op, axis, part)
                 assert got.tobytes() == ts.reduce(p, op, axis=axis, memory="64MiB").tobytes()
+            # variances of the elements that are not NaN (NaN where any is infinite)
+            for op, ddof in (("nanvar", 0), ("nanstd", 1)):
+                got = ts.reduce(p, op, axis=axis, ddof=ddof, memory=small)
+                want = getattr(np, op)(wide, axis=axis, ddof=ddof)
+                assert got.dtype == np.float64
+                np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+                assert got.tobytes() == ts.reduce(p, op, axis=axis, ddof=ddof,
+                                                  memory="64MiB").tobytes()
         # nanargmin and nanargmax: numpy raises on a slice of NaN alone, and so does tilestream
         for op, fn in (("nanargmin", np.nanargmin), ("nanargmax", np.nanargmax)):
             got = ts.reduce(p, op, axis=1, memory=small)
@@ -204,8 +215,8 @@ def test_what_complex_arrays_do_not_take_is_refused(tmp_path):
     p = tmp_path / "a.npy"
     np.save(p, values((40, 30), "complex64"))
     out = tmp_path / "out.npy"
-    for call in (lambda: ts.reduce(p, "nanvar"),
-                 lambda: ts.reduce(p, "nanstd", axis=0),
+    for call in (lambda: ts.reduce(p, "quantile", q=0.5),
+                 lambda: ts.reduce(p, "nanmedian", axis=0),
                  lambda: ts.reduce(p, "median"),
                  lambda: ts.cast(p, out, "f32"),
                  lambda: ts.affine(p, out, 2.0, dtype="f32"),

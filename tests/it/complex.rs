@@ -68,7 +68,10 @@ fn oracle(op: Reduce, parts: &[f64], idx: &[usize]) -> (f64, f64) {
     match op {
         Reduce::Sum => (re, im),
         Reduce::Mean => (re / n, im / n),
-        Reduce::Var { ddof } | Reduce::Std { ddof } => {
+        Reduce::Var { ddof }
+        | Reduce::Std { ddof }
+        | Reduce::NanVar { ddof }
+        | Reduce::NanStd { ddof } => {
             let (mr, mi) = (re / n, im / n);
             let ss: f64 = idx
                 .iter()
@@ -76,7 +79,7 @@ fn oracle(op: Reduce, parts: &[f64], idx: &[usize]) -> (f64, f64) {
                 .sum();
             let var = ss / (n - f64::from(ddof));
             (
-                if matches!(op, Reduce::Std { .. }) {
+                if matches!(op, Reduce::Std { .. } | Reduce::NanStd { .. }) {
                     var.sqrt()
                 } else {
                     var
@@ -108,6 +111,9 @@ fn complex_reductions_equal_numpys_in_every_order_at_every_budget() {
         Reduce::Mean,
         Reduce::Var { ddof: 0 },
         Reduce::Std { ddof: 1 },
+        // without NaN, nanvar is var (its own kernel, not the parts')
+        Reduce::NanVar { ddof: 1 },
+        Reduce::NanStd { ddof: 0 },
     ];
     for dtype in DType::COMPLEX {
         for (i, &(shape, over, axes)) in cases.iter().enumerate() {
@@ -274,7 +280,14 @@ fn complex_extremes_counts_and_nan_sums_pick_numpys_elements_at_every_budget() {
         Reduce::NanArgMin,
         Reduce::NanArgMax,
     ];
-    let sums = [Reduce::Count, Reduce::NanSum, Reduce::NanMean, Reduce::Sum];
+    let sums = [
+        Reduce::Count,
+        Reduce::NanSum,
+        Reduce::NanMean,
+        Reduce::Sum,
+        Reduce::NanVar { ddof: 0 },
+        Reduce::NanStd { ddof: 1 },
+    ];
     for dtype in DType::COMPLEX {
         let size = dtype.size() / 2;
         for (i, &(shape, over, axes)) in cases.iter().enumerate() {
@@ -344,6 +357,24 @@ fn complex_extremes_counts_and_nan_sums_pick_numpys_elements_at_every_budget() {
                                 ((re + im * 0.0) * (1.0 / c), (im - re * 0.0) * (1.0 / c))
                             }
                             Reduce::NanMean => (re / c, im / c),
+                            // numpy's nanvar: the mean of |x - mean|^2 over c - ddof, NaN
+                            // where that is not positive
+                            Reduce::NanVar { ddof } | Reduce::NanStd { ddof } => {
+                                let (mr, mi) = (re / c, im / c);
+                                let ss: f64 = kept
+                                    .iter()
+                                    .map(|&k| (p[2 * k] - mr).powi(2) + (p[2 * k + 1] - mi).powi(2))
+                                    .sum();
+                                let dof = c - f64::from(ddof);
+                                let var = if dof > 0.0 { ss / dof } else { f64::NAN };
+                                let v = if matches!(op, Reduce::NanStd { .. }) {
+                                    var.sqrt()
+                                } else {
+                                    var
+                                };
+                                want.extend(v.to_le_bytes());
+                                continue;
+                            }
                             _ => (re, im),
                         };
                         want.extend(re.to_le_bytes());
@@ -387,9 +418,17 @@ fn complex_extremes_counts_and_nan_sums_pick_numpys_elements_at_every_budget() {
                         if budget == 1 << 20 && n > 100_000 {
                             assert!(report.tiles > 1, "{what}: {} tiles", report.tiles);
                         }
-                        if matches!(op, Reduce::Sum | Reduce::NanSum | Reduce::NanMean) {
+                        if matches!(
+                            op,
+                            Reduce::Sum
+                                | Reduce::NanSum
+                                | Reduce::NanMean
+                                | Reduce::NanVar { .. }
+                                | Reduce::NanStd { .. }
+                        ) {
                             // the sums of small integers are exact in any order, but not
-                            // which NaN a sum of infinities ends on: compared as values
+                            // which NaN a sum of infinities ends on, and a variance is
+                            // not numpy's two passes: compared as values
                             let (g, w) = (a.to_f64(), f64s(&want));
                             assert!(
                                 g.iter()
@@ -712,8 +751,10 @@ fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
     write_npy(&k, DType::C64, &[3, 3], &bytes_of(DType::C64, &parts(9, 4)));
     let convolve = format!("convolve:{}", path(&k));
     let cases: Vec<Vec<&str>> = vec![
-        vec!["reduce", x, o, "--op", "nanvar", "--axis", "0"],
-        vec!["reduce", x, o, "--op", "nanstd"],
+        vec![
+            "reduce", x, o, "--op", "quantile", "--q", "0.5", "--axis", "0",
+        ],
+        vec!["reduce", x, o, "--op", "nanmedian"],
         vec!["reduce", x, o, "--op", "median"],
         vec!["reduce", x, o, "--op", "sum", "--dtype", "f32"],
         vec!["stencil", path(&w), o, "--filter", &convolve],

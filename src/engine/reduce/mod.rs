@@ -563,8 +563,8 @@ impl Parts {
     /// `None` for a real input or another reduction.
     ///
     /// # Errors
-    /// [`Error::Invalid`] for a reduction complex inputs do not take: `nanvar`, `nanstd`,
-    /// and the `nan` forms and `count` of an input with a nodata value.
+    /// [`Error::Invalid`] for a reduction complex inputs do not take: the `nan` forms and
+    /// `count` of an input with a nodata value.
     fn view(
         input: &TensorFile,
         op: Reduce,
@@ -585,15 +585,6 @@ impl Parts {
         let part_op = match op {
             Reduce::Var { .. } => op,
             Reduce::Std { ddof } => Reduce::Var { ddof },
-            Reduce::NanVar { .. } | Reduce::NanStd { .. } => {
-                return Err(Error::invalid(format!(
-                    "{} of a {} array is not supported: take {} of an array without NaN \
-                     (complex sums, means, extremes, positions, counts and variances are)",
-                    op.name(),
-                    dtype.numpy_name(),
-                    &op.name()[3..]
-                )));
-            }
             _ => return Ok(None),
         };
         let mut shape = input.shape().to_vec();

@@ -1,5 +1,5 @@
-//! The reductions of complex inputs that are not their parts' (sums, extremes, positions
-//! and counts), as numpy 2.x computes them.
+//! The reductions of complex inputs that are not their parts' (sums, extremes, positions,
+//! counts, the `nan` forms' variances), as numpy 2.x computes them.
 //!
 //! An element is missing, for the `nan` forms and `count`, when either part is NaN
 //! (numpy's `isnan` of a complex number). Sums and means add the parts in f64, in the
@@ -302,6 +302,72 @@ fn numpy_mean(re: f64, im: f64, n: f64) -> Complex<f64> {
     Complex {
         re: (re + im * rat) * scl,
         im: (im - re * rat) * scl,
+    }
+}
+
+/// The variance (`nanvar`) or standard deviation (`nanstd`) of the elements kept:
+/// numpy's mean of `|x - mean|^2` over `n - ddof`, the sum of the parts' variances; NaN
+/// where `n <= ddof`, as numpy gives.
+///
+/// The accumulator is `[n, real mean, real M2, imaginary mean, imaginary M2]`: each
+/// part's running mean and sum of squared deviations, updated element by element
+/// (Welford) and merged by Chan's formula, in index order, so every tiling gives the
+/// same bits and no shift is needed (the real kernels' shift is one value; a complex
+/// slice would need two).
+pub(super) struct NanMoments {
+    pub(super) ddof: u32,
+    pub(super) sqrt: bool,
+}
+
+/// Welford's update of a part's `[mean, M2]` by `x`, the `n`-th element.
+#[inline]
+fn welford(mean: &mut f64, m2: &mut f64, x: f64, n: f64) {
+    let d = x - *mean;
+    *mean += d / n;
+    *m2 += d * (x - *mean);
+}
+
+impl<T: Cx> Kernel<T> for NanMoments {
+    type A = [f64; 5];
+    type O = f64;
+    const NEEDS_SHIFT: bool = false;
+    fn zero(&self) -> [f64; 5] {
+        [0.0; 5]
+    }
+    #[inline]
+    fn push(&self, a: &mut [f64; 5], x: T, _: f64) {
+        if x.is_nan() {
+            return;
+        }
+        let (r, i) = x.parts();
+        a[0] += 1.0;
+        let [n, mr, qr, mi, qi] = a;
+        welford(mr, qr, r, *n);
+        welford(mi, qi, i, *n);
+    }
+    fn merge(a: &mut [f64; 5], b: &[f64; 5]) {
+        if b[0] == 0.0 {
+            return;
+        }
+        if a[0] == 0.0 {
+            *a = *b;
+            return;
+        }
+        let n = a[0] + b[0];
+        for (m, q) in [(1, 2), (3, 4)] {
+            let d = b[m] - a[m];
+            a[m] += d * (b[0] / n);
+            a[q] += b[q] + d * d * (a[0] * b[0] / n);
+        }
+        a[0] = n;
+    }
+    fn finish(&self, a: &[f64; 5], _: u64) -> f64 {
+        let dof = a[0] - f64::from(self.ddof);
+        if dof <= 0.0 {
+            return f64::NAN;
+        }
+        let var = (a[2] + a[4]) / dof;
+        if self.sqrt { var.sqrt() } else { var }
     }
 }
 

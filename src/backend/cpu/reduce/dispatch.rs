@@ -227,8 +227,10 @@ fn complex<T: Cx>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
         Reduce::NanArgMin => new::<T, _>(ArgExtreme::<false, REPLACE>, g, th),
         Reduce::NanArgMax => new::<T, _>(ArgExtreme::<true, REPLACE>, g, th),
         Reduce::Count => new::<T, _>(complex::Count, g, th),
-        Reduce::Var { .. } | Reduce::Std { .. } | Reduce::NanVar { .. } | Reduce::NanStd { .. } => {
-            unreachable!("a complex variance is its parts' (Engine::reduce), or refused")
+        Reduce::NanVar { ddof } => new::<T, _>(complex::NanMoments { ddof, sqrt: false }, g, th),
+        Reduce::NanStd { ddof } => new::<T, _>(complex::NanMoments { ddof, sqrt: true }, g, th),
+        Reduce::Var { .. } | Reduce::Std { .. } => {
+            unreachable!("a complex variance is its parts' (Engine::reduce)")
         }
     }
 }
