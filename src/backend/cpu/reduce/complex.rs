@@ -324,7 +324,9 @@ pub(super) struct NanMoments {
 fn welford(mean: &mut f64, m2: &mut f64, x: f64, n: f64) {
     let d = x - *mean;
     *mean += d / n;
-    *m2 += d * (x - *mean);
+    // the increment is d^2 (n - 1) / n >= 0 (its factors share a sign): its magnitude
+    // keeps an overflow (1e308 then -1e308) at +inf, as numpy's variance, not -inf
+    *m2 += (d * (x - *mean)).abs();
 }
 
 impl<T: Cx> Kernel<T> for NanMoments {
@@ -531,6 +533,25 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_variance_that_overflows_is_inf_as_numpys() {
+        // np.nanvar([1e308, -1e308]) is inf: pushed one after the other, or merged
+        let k = NanMoments {
+            ddof: 0,
+            sqrt: false,
+        };
+        let (hi, lo) = (c(1e308, 0.0), c(-1e308, 0.0));
+        let mut a = <NanMoments as Kernel<C>>::zero(&k);
+        k.push(&mut a, hi, 0.0);
+        k.push(&mut a, lo, 0.0);
+        assert_eq!(<NanMoments as Kernel<C>>::finish(&k, &a, 2), f64::INFINITY);
+        let (mut x, mut y) = ([0.0; 5], [0.0; 5]);
+        k.push(&mut x, hi, 0.0);
+        k.push(&mut y, lo, 0.0);
+        <NanMoments as Kernel<C>>::merge(&mut x, &y);
+        assert_eq!(<NanMoments as Kernel<C>>::finish(&k, &x, 2), f64::INFINITY);
     }
 
     #[test]
