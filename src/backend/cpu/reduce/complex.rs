@@ -546,12 +546,14 @@ mod tests {
         let mut a = <NanMoments as Kernel<C>>::zero(&k);
         k.push(&mut a, hi, 0.0);
         k.push(&mut a, lo, 0.0);
-        assert_eq!(<NanMoments as Kernel<C>>::finish(&k, &a, 2), f64::INFINITY);
+        let v = <NanMoments as Kernel<C>>::finish(&k, &a, 2);
+        assert!(v.is_infinite() && v > 0.0, "{v}");
         let (mut x, mut y) = ([0.0; 5], [0.0; 5]);
         k.push(&mut x, hi, 0.0);
         k.push(&mut y, lo, 0.0);
         <NanMoments as Kernel<C>>::merge(&mut x, &y);
-        assert_eq!(<NanMoments as Kernel<C>>::finish(&k, &x, 2), f64::INFINITY);
+        let v = <NanMoments as Kernel<C>>::finish(&k, &x, 2);
+        assert!(v.is_infinite() && v > 0.0, "{v}");
     }
 
     #[test]
