@@ -25,10 +25,12 @@
 //! is NaN; NaN compares false (`!=` true).
 //!
 //! Complex values (complex inputs, imaginary literals `2j`, `complex(re, im)`) take
-//! `+ - * /`, unary minus, the comparisons, `abs isnan min max clip where` and
-//! `real imag conj angle`, each computed as numpy computes it on complex128 (the
-//! compiler lowers them to real instructions on the parts: see [`Program`]); the other
-//! functions and `**` refuse them when the program is compiled.
+//! `+ - * / **`, unary minus, the comparisons, `abs isnan min max clip where round` and
+//! `real imag conj angle`, lowered to real instructions on the parts (see [`Program`]),
+//! and `sqrt exp log log1p sin cos tanh`, one instruction each with two results
+//! (`cmath.rs`): each computed as numpy computes it on complex128. What numpy does not
+//! define on complex values (`floor ceil atan2 fma`) is refused when the program is
+//! compiled.
 
 use std::fmt;
 
@@ -633,8 +635,10 @@ pub fn parse(src: &str) -> Result<Expr, ParseError> {
     Ok(e)
 }
 
+mod cmath;
 mod complex;
 mod program;
+pub(crate) use cmath::{complex_pow, complex_un};
 pub use program::{CompileError, InputRef, Instr, Operand, Program};
 pub(crate) use program::{bin, un};
 

@@ -758,7 +758,7 @@ fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
         vec!["reduce", x, o, "--op", "median"],
         vec!["reduce", x, o, "--op", "sum", "--dtype", "f32"],
         vec!["stencil", path(&w), o, "--filter", &convolve],
-        vec!["map", "sqrt(x)", o, "--in", &named],
+        vec!["map", "floor(x)", o, "--in", &named],
         vec!["map", "x * 2", o, "--in", &named, "--dtype", "f32"],
         vec!["affine", x, o, "--scale", "2", "--dtype", "f32"],
         vec!["cast", x, o, "--dtype", "f32"],

@@ -630,7 +630,7 @@ fn every_generate_kernel_matches_the_cpu_backend_bit_for_bit() {
 
 /// Expressions over complex values (`x` complex64, `y` complex128): every operation
 /// complex values take, as the compiler lowers it to real instructions.
-const COMPLEX_EXPRESSIONS: &[&str] = &[
+pub(crate) const COMPLEX_EXPRESSIONS: &[&str] = &[
     "x * y + x / y - 2j",
     "-x / 3 + conj(y) * 1.5",
     "abs(x) + abs(y) * 2",
@@ -678,19 +678,7 @@ fn every_complex_map_kernel_matches_the_cpu_backend_bit_for_bit() {
     let ins = [DType::C64, DType::C128];
     let mut src = String::from(PRELUDE);
     src.push_str(COMMON);
-    let mut main = String::from(
-        "#include <stdio.h>\nint main(int argc, char** argv) {\n    if (argc != 2) return 2;\n",
-    );
-    let _ = writeln!(
-        main,
-        "    static float x[{}]; static double y[{}]; static unsigned char out[{}];",
-        2 * n,
-        2 * n,
-        n * 16
-    );
-    main.push_str(
-        "    char p[4096]; snprintf(p, sizeof p, \"%s/x.bin\", argv[1]); FILE* f = fopen(p, \"rb\");\n    if (!f || fread(x, 1, sizeof x, f) != sizeof x) return 3; fclose(f);\n    snprintf(p, sizeof p, \"%s/y.bin\", argv[1]); f = fopen(p, \"rb\");\n    if (!f || fread(y, 1, sizeof y, f) != sizeof y) return 3; fclose(f);\n",
-    );
+    let mut main = complex_main(n, "unsigned char", n * 16);
     let mut cases = Vec::new();
     for (k, e) in COMPLEX_EXPRESSIONS.iter().enumerate() {
         let program = Program::compile_typed(&parse(e).unwrap(), |_| true).unwrap();
@@ -752,4 +740,223 @@ fn every_complex_map_kernel_matches_the_cpu_backend_bit_for_bit() {
         }
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
+
+/// The start of the host program of the complex kernels: `x` (`n` complex64 values) and
+/// `y` (`n` complex128) read from `x.bin` and `y.bin` in the directory its argument
+/// names, `out` an array of `len` elements of type `out`.
+fn complex_main(n: usize, out: &str, len: usize) -> String {
+    let mut main = String::from(
+        "#include <stdio.h>\nint main(int argc, char** argv) {\n    if (argc != 2) return 2;\n",
+    );
+    let _ = writeln!(
+        main,
+        "    static float x[{}]; static double y[{}]; static {out} out[{len}];",
+        2 * n,
+        2 * n,
+    );
+    main.push_str(
+        "    char p[4096]; snprintf(p, sizeof p, \"%s/x.bin\", argv[1]); FILE* f = fopen(p, \"rb\");\n    if (!f || fread(x, 1, sizeof x, f) != sizeof x) return 3; fclose(f);\n    snprintf(p, sizeof p, \"%s/y.bin\", argv[1]); f = fopen(p, \"rb\");\n    if (!f || fread(y, 1, sizeof y, f) != sizeof y) return 3; fclose(f);\n",
+    );
+    main
+}
+
+/// Complex functions of `map` (`x` complex64, `y` complex128): the device's are
+/// `kernels/cmath.cuh`, written from textbook algorithms; the CPU's are the C library's,
+/// as numpy's.
+pub(crate) const COMPLEX_FUNCTIONS: &[&str] = &[
+    "sqrt(x) + 0 * y",
+    "sqrt(y) + 0 * x",
+    "exp(y) + 0 * x",
+    "log(y) + 0 * x",
+    "log1p(y) + 0 * x",
+    "sin(y) + 0 * x",
+    "cos(y) + 0 * x",
+    "tanh(y) + 0 * x",
+    "y ** 3 + 0 * x",
+    "y ** -5 + 0 * x",
+    "y ** x",
+    "x ** 2.5 + 0 * y",
+];
+
+/// The complex functions of fused `map` kernels on the host against the CPU backend
+/// (the C library's `csqrt` and the others): at infinities, NaN, zeros of both signs and
+/// arguments whose intermediate results overflow, the same values (NaN for NaN, zeros
+/// and infinities with their signs); elsewhere within 3 units in the last place of the
+/// result's larger part (numpy's `log1p`, the same formula on both, exactly).
+#[test]
+#[cfg_attr(
+    not(tilestream_cxx),
+    ignore = "needs a C++ compiler with _Float16 (g++ 12 or later) as `c++` when the tests are built"
+)]
+fn complex_functions_on_the_device_match_the_c_library() {
+    use tilestream::backend::cuda::source::{CMATH, COMMON, map_kernel_name, map_source};
+    use tilestream::ops::expr::{Program, parse};
+    let dir = tempfile::tempdir().unwrap();
+    let backend = CpuBackend::new(Some(1)).unwrap();
+    let special = [
+        0.0,
+        -0.0,
+        1.0,
+        -2.5,
+        0.75,
+        710.5,
+        -800.0,
+        1e-310,
+        -1.5e308,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::NAN,
+    ];
+    // every pair of special parts, then parts over 30 orders of magnitude, then points
+    // near the unit circle and small integers (powers' exponents)
+    let mut parts: Vec<f64> = Vec::new();
+    for &r in &special {
+        for &i in &special {
+            parts.extend([r, i]);
+        }
+    }
+    let mut s = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        (s >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for _ in 0..3000 {
+        let m = (next() * 60.0 - 30.0).exp2() * if next() < 0.5 { -1.0 } else { 1.0 };
+        parts.push(m);
+    }
+    for k in 0..500 {
+        let t = k as f64 * 0.0125;
+        parts.extend([t.cos() * (1.0 + 1e-9 * next()), t.sin()]);
+    }
+    for k in 0..100 {
+        parts.extend([f64::from(k % 9) - 4.0, if k % 3 == 0 { 0.0 } else { 0.5 }]);
+    }
+    let n = parts.len() / 2;
+    let xs: Vec<f32> = parts.iter().rev().map(|&v| v as f32).collect();
+    let ys = parts;
+    let (xb, yb): (&[u8], &[u8]) = (bytemuck::cast_slice(&xs), bytemuck::cast_slice(&ys));
+    let mut src = String::from(PRELUDE);
+    src.push_str(COMMON);
+    src.push_str(CMATH);
+    let mut main = complex_main(n, "double", 2 * n);
+    let mut programs = Vec::new();
+    for (k, e) in COMPLEX_FUNCTIONS.iter().enumerate() {
+        let program = Program::compile_typed(&parse(e).unwrap(), |_| true).unwrap();
+        assert_eq!(program.streams.len(), 2, "{e}");
+        let ins = if program.streams[0].name == "x" {
+            [DType::C64, DType::C128]
+        } else {
+            [DType::C128, DType::C64]
+        };
+        let name = map_kernel_name(&program, &ins, DType::C128);
+        let kernel = map_source(&name, &program, &ins, DType::C128);
+        let body = kernel
+            .strip_prefix(COMMON)
+            .and_then(|k| k.strip_prefix(CMATH))
+            .expect("a complex function's kernel has the complex header after the common one");
+        src.push_str(body);
+        let args = if ins[0] == DType::C64 {
+            "(const ts_f32*)x, (const ts_f64*)y"
+        } else {
+            "(const ts_f64*)y, (const ts_f32*)x"
+        };
+        let _ = writeln!(
+            main,
+            "    {name}({args}, (ts_f64*)out, {n}ull); snprintf(p, sizeof p, \"%s/{k}.bin\", argv[1]); f = fopen(p, \"wb\"); fwrite(out, 1, sizeof out, f); fclose(f);"
+        );
+        programs.push((program, ins));
+    }
+    main.push_str("    return 0;\n}\n");
+    src.push_str(&main);
+    let exe = compile(dir.path(), &src);
+    std::fs::write(dir.path().join("x.bin"), xb).unwrap();
+    std::fs::write(dir.path().join("y.bin"), yb).unwrap();
+    let st = Command::new(&exe).arg(dir.path()).status().unwrap();
+    assert!(st.success(), "the emulated complex functions failed: {st}");
+    let mut bad = Vec::new();
+    let mut worst = vec![0.0f64; programs.len()];
+    for (k, (program, ins)) in programs.iter().enumerate() {
+        let got: Vec<f64> = std::fs::read(dir.path().join(format!("{k}.bin")))
+            .unwrap()
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let streams: Vec<&[u8]> = if ins[0] == DType::C64 {
+            vec![xb, yb]
+        } else {
+            vec![yb, xb]
+        };
+        let mut want = vec![0u8; n * 16];
+        backend
+            .map(program, &streams, ins, &mut want, DType::C128)
+            .unwrap();
+        let want: Vec<f64> = want
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let power = COMPLEX_FUNCTIONS[k].contains("**");
+        for e in 0..n {
+            let (g, w) = ([got[2 * e], got[2 * e + 1]], [want[2 * e], want[2 * e + 1]]);
+            let scale = w[0].abs().max(w[1].abs());
+            // a ** b = exp(b log a) carries log a's rounding times |b|: its condition
+            // number, 1 + |b| |log a|, scales the tolerance (any two implementations
+            // differ by that much)
+            let condition = if power {
+                let (a, b) = base_and_exponent(COMPLEX_FUNCTIONS[k], &xs, &ys, e);
+                1.0 + a.0.hypot(a.1).ln().abs().max(std::f64::consts::PI) * b.0.hypot(b.1)
+            } else {
+                1.0
+            };
+            let ulp = if scale.is_finite() && scale > 0.0 && condition.is_finite() {
+                // units in the last place of the larger part (at least the smallest
+                // normal's, for results that are subnormal)
+                (scale * f64::EPSILON).max(f64::MIN_POSITIVE * f64::EPSILON) * condition
+            } else {
+                0.0
+            };
+            for p in 0..2 {
+                let same = if w[p].is_nan() {
+                    g[p].is_nan()
+                } else if w[p].is_infinite() || w[p] == 0.0 || ulp == 0.0 {
+                    g[p].to_bits() == w[p].to_bits()
+                } else {
+                    let d = (g[p] - w[p]).abs() / ulp;
+                    worst[k] = worst[k].max(d);
+                    d <= 3.0
+                };
+                if !same && bad.len() < 20 {
+                    bad.push(format!(
+                        "'{}': element {e} ({:e}, {:e}) and ({:e}, {:e}): part {p}: kernel {:e}, CPU {:e}",
+                        COMPLEX_FUNCTIONS[k],
+                        f64::from(xs[2 * e]),
+                        f64::from(xs[2 * e + 1]),
+                        ys[2 * e],
+                        ys[2 * e + 1],
+                        g[p],
+                        w[p]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+    // numpy's log1p is the same formula on the same math library here
+    assert!(worst[4] == 0.0, "log1p differs: {} ulp", worst[4]);
+    eprintln!("largest differences, in ulp: {worst:?}");
+}
+
+/// The base and exponent of element `e` of one of [`COMPLEX_FUNCTIONS`]' powers.
+fn base_and_exponent(expr: &str, xs: &[f32], ys: &[f64], e: usize) -> ((f64, f64), (f64, f64)) {
+    let x = (f64::from(xs[2 * e]), f64::from(xs[2 * e + 1]));
+    let y = (ys[2 * e], ys[2 * e + 1]);
+    match expr {
+        "y ** x" => (y, x),
+        "y ** 3 + 0 * x" => (y, (3.0, 0.0)),
+        "y ** -5 + 0 * x" => (y, (5.0, 0.0)),
+        "x ** 2.5 + 0 * y" => (x, (2.5, 0.0)),
+        _ => unreachable!("{expr} is not a power"),
+    }
 }

@@ -94,6 +94,50 @@ fn every_fused_map_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
     }
 }
 
+/// The complex expressions and functions of `map` (`kernels/cmath.cuh` included where
+/// one is used), complex64 and complex128 inputs, written as complex128, complex64 and
+/// (a real value) f32: no spill, and no local memory but that of CUDA's sine and cosine
+/// (their reduction of a huge angle keeps a table there), so the functions' results,
+/// written through pointers, stay in registers.
+#[test]
+#[cfg_attr(
+    not(tilestream_nvrtc),
+    ignore = "set TILESTREAM_REQUIRE_NVRTC=1 with libnvrtc.so.13 on LD_LIBRARY_PATH (bash scripts/test does), in a build with the cuda feature, to compile the CUDA kernels"
+)]
+fn every_complex_map_kernel_compiles_for_compute_80_and_sm_90_without_spills() {
+    use tilestream::DType;
+    use tilestream::backend::cuda::source::{map_kernel_name, map_source};
+    use tilestream::ops::expr::{Program, parse};
+    let expressions = crate::cuda_emulation::COMPLEX_EXPRESSIONS
+        .iter()
+        .chain(crate::cuda_emulation::COMPLEX_FUNCTIONS);
+    for e in expressions {
+        let program = Program::compile_typed(&parse(e).unwrap(), |_| true).unwrap();
+        let ins = [DType::C64, DType::C128];
+        let outs: &[DType] = if program.is_complex() {
+            &[DType::C128, DType::C64]
+        } else {
+            &[DType::F32]
+        };
+        for &od in outs {
+            let name = map_kernel_name(&program, &ins, od);
+            let src = map_source(&name, &program, &ins, od);
+            for arch in ["compute_80", "sm_90"] {
+                let c = device::compile(&name, &src, arch, true)
+                    .unwrap_or_else(|err| panic!("'{e}' to {od}: {err}"));
+                assert!(c.ptx.contains(&format!(".entry {name}(")), "'{e}' {arch}");
+                let trig = ["exp", "sin", "cos", "tanh", "**"]
+                    .iter()
+                    .any(|f| e.contains(f));
+                assert!(
+                    trig || !c.ptx.contains(".local"),
+                    "'{e}' to {od}, {arch}: local memory used"
+                );
+            }
+        }
+    }
+}
+
 #[test]
 #[cfg_attr(
     not(tilestream_nvrtc),

@@ -5,7 +5,7 @@
 use rayon::prelude::*;
 
 use crate::dtype::{DType, Element};
-use crate::ops::expr::{BLOCK, BinOp, Instr, Operand, Program, bin, un};
+use crate::ops::expr::{BLOCK, BinOp, Instr, Operand, Program, bin, complex_pow, complex_un, un};
 
 /// Evaluates over one tile: `inputs[k]` holds the tile's elements of stream `k` (of
 /// dtype `in_dtypes[k]`), `out` receives the result cast to `out_dtype`.
@@ -37,6 +37,32 @@ pub fn eval_tile(
             };
             with_avx2(|| job(&mut scratch, o));
         });
+}
+
+/// Operand `o` at element `i` of the block.
+fn value(o: Operand, i: usize, regs: &[f64]) -> f64 {
+    match o {
+        Operand::Const(v) => v,
+        Operand::Reg(r) => regs[r * BLOCK + i],
+    }
+}
+
+/// Registers `dst_re` and `dst_im` of the block from `f(regs, i)` for each element `i`
+/// (the two parts of a complex function), through `tail` (two blocks).
+fn pairs(
+    regs: &mut [f64],
+    tail: &mut [f64],
+    len: usize,
+    dst_re: usize,
+    dst_im: usize,
+    f: impl Fn(&[f64], usize) -> (f64, f64),
+) {
+    let (re, im) = tail.split_at_mut(BLOCK);
+    for i in 0..len {
+        (re[i], im[i]) = f(regs, i);
+    }
+    regs[dst_re * BLOCK..dst_re * BLOCK + len].copy_from_slice(&re[..len]);
+    regs[dst_im * BLOCK..dst_im * BLOCK + len].copy_from_slice(&im[..len]);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -95,6 +121,31 @@ fn eval_block(
                     *t = val(a, i, regs).mul_add(val(b, i, regs), val(c, i, regs));
                 }
                 regs[dst * BLOCK..dst * BLOCK + len].copy_from_slice(&tail[..len]);
+            }
+            // one call of the C library per element, its two parts stored together
+            Instr::ComplexUn {
+                op,
+                re,
+                im,
+                dst_re,
+                dst_im,
+            } => {
+                pairs(regs, tail, len, dst_re, dst_im, |regs, i| {
+                    complex_un(op, value(re, i, regs), value(im, i, regs))
+                });
+            }
+            Instr::ComplexPow {
+                a,
+                b,
+                dst_re,
+                dst_im,
+            } => {
+                pairs(regs, tail, len, dst_re, dst_im, |regs, i| {
+                    complex_pow(
+                        (value(a.0, i, regs), value(a.1, i, regs)),
+                        (value(b.0, i, regs), value(b.1, i, regs)),
+                    )
+                });
             }
         }
     }

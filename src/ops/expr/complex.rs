@@ -17,11 +17,13 @@
 //! them: `(1.1 + 2.2j) * 3.3j` may differ in the last place from what Python's own
 //! complex arithmetic gives for those constants (no FMA, another division).
 
-use super::program::{CompileError, Program, Val, parts, refused};
+use super::cmath;
+use super::program::{CompileError, Program, Val, parts, undefined};
 use super::{BinOp, ComplexFn, Operand, UnOp};
 
 const ZERO: Operand = Operand::Const(0.0);
 const ONE: Operand = Operand::Const(1.0);
+const MINUS_ONE: Operand = Operand::Const(-1.0);
 const INF: Operand = Operand::Const(f64::INFINITY);
 const NAN: Operand = Operand::Const(f64::NAN);
 
@@ -43,16 +45,16 @@ impl Program {
                 let (r, i) = (self.un(UnOp::IsNan, re), self.un(UnOp::IsNan, im));
                 Val::Real(self.bin(BinOp::Max, r, i))
             }
-            UnOp::Sqrt => return Err(refused("sqrt()")),
-            UnOp::Exp => return Err(refused("exp()")),
-            UnOp::Log => return Err(refused("log()")),
-            UnOp::Log1p => return Err(refused("log1p()")),
-            UnOp::Sin => return Err(refused("sin()")),
-            UnOp::Cos => return Err(refused("cos()")),
-            UnOp::Tanh => return Err(refused("tanh()")),
-            UnOp::Floor => return Err(refused("floor()")),
-            UnOp::Ceil => return Err(refused("ceil()")),
-            UnOp::Round => return Err(refused("round()")),
+            op if cmath::is_complex_un(op) => self.complex_un(op, re, im),
+            // numpy's rint of a complex value rounds each part
+            UnOp::Round => {
+                let (r, i) = (self.un(UnOp::Round, re), self.un(UnOp::Round, im));
+                Val::Complex(r, i)
+            }
+            // numpy defines neither (its ufuncs have no complex loop)
+            UnOp::Floor => return Err(undefined("floor()")),
+            UnOp::Ceil => return Err(undefined("ceil()")),
+            _ => unreachable!("{op:?} is handled above"),
         })
     }
 
@@ -65,6 +67,7 @@ impl Program {
     ) -> Result<Val, CompileError> {
         let ((ar, ai), (br, bi)) = (parts(a), parts(b));
         Ok(match op {
+            BinOp::Pow => self.complex_power(a, b)?,
             BinOp::Add | BinOp::Sub => {
                 let (r, i) = (self.bin(op, ar, br), self.bin(op, ai, bi));
                 Val::Complex(r, i)
@@ -109,9 +112,51 @@ impl Program {
                 let i = self.select(keep, ai, bi);
                 Val::Complex(r, i)
             }
-            BinOp::Pow => return Err(refused("**")),
-            BinOp::Atan2 => return Err(refused("atan2()")),
+            // numpy's arctan2 has no complex loop
+            BinOp::Atan2 => return Err(undefined("atan2()")),
         })
+    }
+
+    /// `a ** b` with `a` or `b` complex, as numpy's `a ** b` computes it on arrays: a
+    /// real constant exponent takes numpy's shortcuts for a Python scalar (`** 2` is
+    /// `np.square`, numpy's product of `z * z`; `** -1` is `np.reciprocal`; `** 0.5` is
+    /// `np.sqrt`), any other exponent is `np.power` (`npy_cpow`).
+    fn complex_power(&mut self, a: Val, b: Val) -> Result<Val, CompileError> {
+        match (a, b) {
+            (Val::Complex(..), Val::Real(Operand::Const(2.0))) => {
+                self.complex_binary(BinOp::Mul, a, a)
+            }
+            (Val::Complex(re, im), Val::Real(Operand::Const(0.5))) => {
+                Ok(self.complex_un(UnOp::Sqrt, re, im))
+            }
+            (Val::Complex(re, im), Val::Real(Operand::Const(-1.0))) => {
+                Ok(self.complex_reciprocal(re, im))
+            }
+            (a, b) => Ok(self.complex_pow(parts(a), parts(b))),
+        }
+    }
+
+    /// numpy's `reciprocal` of a complex value (`loops.c.src`): Smith's division of 1
+    /// written with the divisor's smaller part over its larger.
+    fn complex_reciprocal(&mut self, re: Operand, im: Operand) -> Val {
+        let (ar, ai) = (self.un(UnOp::Abs, re), self.un(UnOp::Abs, im));
+        let first = self.bin(BinOp::Le, ai, ar);
+        // |im| <= |re|: r = im / re, d = re + im * r, (1 / d, -r / d)
+        let r = self.bin(BinOp::Div, im, re);
+        let t = self.bin(BinOp::Mul, im, r);
+        let d = self.bin(BinOp::Add, re, t);
+        let r1 = self.bin(BinOp::Div, ONE, d);
+        let nr = self.un(UnOp::Neg, r);
+        let i1 = self.bin(BinOp::Div, nr, d);
+        // else: r = re / im, d = re * r + im, (r / d, -1 / d)
+        let r = self.bin(BinOp::Div, re, im);
+        let t = self.bin(BinOp::Mul, re, r);
+        let d = self.bin(BinOp::Add, t, im);
+        let r2 = self.bin(BinOp::Div, r, d);
+        let i2 = self.bin(BinOp::Div, MINUS_ONE, d);
+        let r = self.select(first, r1, r2);
+        let i = self.select(first, i1, i2);
+        Val::Complex(r, i)
     }
 
     /// `f(a)`.

@@ -8,7 +8,7 @@
 //! following the arithmetic numpy's complex128 loops perform, operation by operation
 //! (`complex.rs`). A backend runs the same real instructions either way.
 
-use super::{BinOp, Expr, UnOp};
+use super::{BinOp, Expr, UnOp, cmath};
 
 /// An input reference in a compiled program: a name and an optional leading-axis index.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -60,6 +60,48 @@ pub enum Instr {
     Where(Operand, Operand, Operand, usize),
     /// `dst = a * b + c`, rounded once.
     Fma(Operand, Operand, Operand, usize),
+    /// `(dst_re, dst_im) = op(re + i im)` for `op` one of `sqrt exp log log1p sin cos
+    /// tanh`: a complex function as numpy computes it through the C library
+    /// (`cmath.rs`), both parts written by one call.
+    ComplexUn {
+        /// The function.
+        op: UnOp,
+        /// The argument's real part.
+        re: Operand,
+        /// The argument's imaginary part.
+        im: Operand,
+        /// The register of the result's real part.
+        dst_re: usize,
+        /// The register of the result's imaginary part (`dst_re + 1`).
+        dst_im: usize,
+    },
+    /// `(dst_re, dst_im) = a ** b` of complex values, as numpy's `np.power` computes it.
+    ComplexPow {
+        /// `a`'s parts.
+        a: (Operand, Operand),
+        /// `b`'s parts.
+        b: (Operand, Operand),
+        /// The register of the result's real part.
+        dst_re: usize,
+        /// The register of the result's imaginary part (`dst_re + 1`).
+        dst_im: usize,
+    },
+}
+
+impl Instr {
+    /// The last register the instruction writes.
+    #[must_use]
+    pub fn last_dst(&self) -> usize {
+        match *self {
+            Instr::Load { dst, .. }
+            | Instr::LoadPart { dst, .. }
+            | Instr::Un(_, _, dst)
+            | Instr::Bin(_, _, _, dst)
+            | Instr::Where(_, _, _, dst)
+            | Instr::Fma(_, _, _, dst) => dst,
+            Instr::ComplexUn { dst_im, .. } | Instr::ComplexPow { dst_im, .. } => dst_im,
+        }
+    }
 }
 
 /// A compiled expression: its distinct input references (streams) and a register program.
@@ -299,6 +341,45 @@ impl Program {
         }
     }
 
+    /// `op(re + i im)` for a function of [`cmath::is_complex_un`], folded when both parts
+    /// are constants.
+    pub(super) fn complex_un(&mut self, op: UnOp, re: Operand, im: Operand) -> Val {
+        if let (Operand::Const(r), Operand::Const(i)) = (re, im) {
+            let (r, i) = cmath::complex_un(op, r, i);
+            return Val::Complex(Operand::Const(r), Operand::Const(i));
+        }
+        let (dst_re, dst_im) = (self.reg(), self.reg());
+        self.code.push(Instr::ComplexUn {
+            op,
+            re,
+            im,
+            dst_re,
+            dst_im,
+        });
+        Val::Complex(Operand::Reg(dst_re), Operand::Reg(dst_im))
+    }
+
+    /// `a ** b` of complex values as numpy's `np.power`, folded when all four parts are
+    /// constants.
+    pub(super) fn complex_pow(&mut self, a: (Operand, Operand), b: (Operand, Operand)) -> Val {
+        if let (
+            (Operand::Const(ar), Operand::Const(ai)),
+            (Operand::Const(br), Operand::Const(bi)),
+        ) = (a, b)
+        {
+            let (r, i) = cmath::complex_pow((ar, ai), (br, bi));
+            return Val::Complex(Operand::Const(r), Operand::Const(i));
+        }
+        let (dst_re, dst_im) = (self.reg(), self.reg());
+        self.code.push(Instr::ComplexPow {
+            a,
+            b,
+            dst_re,
+            dst_im,
+        });
+        Val::Complex(Operand::Reg(dst_re), Operand::Reg(dst_im))
+    }
+
     /// `op(x, y)` as the expression language defines it: `x ** 2`, `x ** 0.5` and
     /// `x ** -1` are `x * x`, `sqrt(x)` and `1 / x`, as numpy's power computes them
     /// (the C library's `pow` differs from `x * x` in the last place now and then).
@@ -418,7 +499,7 @@ impl Program {
                 self.emit(c, is_complex)?,
             ) {
                 (Val::Real(a), Val::Real(b), Val::Real(c)) => Val::Real(self.fma(a, b, c)),
-                _ => return Err(refused("fma()")),
+                _ => return Err(undefined("fma()")),
             },
             Expr::Clip(x, lo, hi) => match (
                 self.emit(x, is_complex)?,
@@ -463,13 +544,13 @@ pub(super) fn parts(v: Val) -> (Operand, Operand) {
     }
 }
 
-/// The refusal of `what` on a complex value.
-pub(super) fn refused(what: &str) -> CompileError {
+/// The refusal of `what` on a complex value: numpy defines no such operation (its ufunc
+/// has no complex loop), so neither does tilestream.
+pub(super) fn undefined(what: &str) -> CompileError {
     CompileError {
         message: format!(
-            "{what} of a complex value is not supported: complex values take + - * /, \
-             comparisons, abs, isnan, min, max, clip, where, real, imag, conj and angle \
-             (take abs() or real() first for the other functions; z * z is a square)"
+            "{what} of a complex value is not defined (numpy has no complex form of it): \
+             take abs(), real() or imag() first"
         ),
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{COMMON, cuda_type};
+use super::{CMATH, COMMON, cuda_type};
 use crate::dtype::DType;
 use crate::ops::expr::{BinOp, Instr, Operand, Program, UnOp};
 
@@ -54,6 +54,21 @@ fn unary(op: UnOp, a: &str) -> String {
     }
 }
 
+/// The name of the device function of a complex `op` in `kernels/cmath.cuh`, after
+/// `ts_c`.
+fn complex_function(op: UnOp) -> &'static str {
+    match op {
+        UnOp::Sqrt => "sqrt",
+        UnOp::Exp => "exp",
+        UnOp::Log => "log",
+        UnOp::Log1p => "log1p",
+        UnOp::Sin => "sin",
+        UnOp::Cos => "cos",
+        UnOp::Tanh => "tanh",
+        _ => unreachable!("{op:?} of a complex value is refused when compiling"),
+    }
+}
+
 fn binary(op: BinOp, a: &str, b: &str) -> String {
     let nan = constant(f64::NAN);
     match op {
@@ -81,8 +96,15 @@ fn binary(op: BinOp, a: &str, b: &str) -> String {
 /// array of its parts (`ts_f32` for complex64), element `i`'s parts at `2i` and `2i + 1`.
 #[must_use]
 pub fn map_source(name: &str, program: &Program, inputs: &[DType], output: DType) -> String {
-    let mut s = String::with_capacity(COMMON.len() + 1024);
+    let mut s = String::with_capacity(COMMON.len() + CMATH.len() + 1024);
     s.push_str(COMMON);
+    if program
+        .code()
+        .iter()
+        .any(|i| matches!(i, Instr::ComplexUn { .. } | Instr::ComplexPow { .. }))
+    {
+        s.push_str(CMATH);
+    }
     let _ = write!(s, "\nextern \"C\" __global__ void {name}(");
     for (k, d) in inputs.iter().enumerate() {
         let _ = write!(s, "const {}* __restrict__ in{k}, ", cuda_type(d.part()));
@@ -95,14 +117,7 @@ pub fn map_source(name: &str, program: &Program, inputs: &[DType], output: DType
     let regs = program
         .code()
         .iter()
-        .map(|i| match *i {
-            Instr::Load { dst, .. }
-            | Instr::LoadPart { dst, .. }
-            | Instr::Un(_, _, dst)
-            | Instr::Bin(_, _, _, dst)
-            | Instr::Where(_, _, _, dst)
-            | Instr::Fma(_, _, _, dst) => dst + 1,
-        })
+        .map(|i| i.last_dst() + 1)
         .max()
         .unwrap_or(0);
     s.push_str("    TS_FOR_EACH(i, n) {\n");
@@ -136,6 +151,30 @@ pub fn map_source(name: &str, program: &Program, inputs: &[DType], output: DType
                 operand(a),
                 operand(b),
                 operand(c)
+            ),
+            Instr::ComplexUn {
+                op,
+                re,
+                im,
+                dst_re,
+                dst_im,
+            } => format!(
+                "ts_c{}({}, {}, &r{dst_re}, &r{dst_im});",
+                complex_function(op),
+                operand(re),
+                operand(im)
+            ),
+            Instr::ComplexPow {
+                a,
+                b,
+                dst_re,
+                dst_im,
+            } => format!(
+                "ts_cpow({}, {}, {}, {}, &r{dst_re}, &r{dst_im});",
+                operand(a.0),
+                operand(a.1),
+                operand(b.0),
+                operand(b.1)
             ),
         };
         let _ = writeln!(s, "        {line}");

@@ -17,6 +17,9 @@ use crate::ops::generate::Dist;
 
 /// Element types and casts shared by every kernel.
 pub const COMMON: &str = include_str!("../../../../kernels/common.cuh");
+/// The complex functions of fused `map` kernels (`kernels/cmath.cuh`), after [`COMMON`]
+/// in a kernel whose program uses one.
+pub const CMATH: &str = include_str!("../../../../kernels/cmath.cuh");
 /// Templates of the elementwise kernels.
 pub const ELEMENTWISE: &str = include_str!("../../../../kernels/elementwise.cu");
 /// Templates of the reduction kernels.
