@@ -87,6 +87,26 @@ def test_reductions_equal_one_process(client, tmp_path, rows):
             one = ts.reduce(p, op, axis, ddof=1, memory="16MiB")
             got = tsd.reduce(f, op, axis, ddof=1, client=client, block_rows=rows, memory="16MiB")
             assert got.tobytes() == one.tobytes(), ("fortran_be", axis, op, rows)
+    # complex arrays, NaN in either part of some elements: every share's partials merge
+    # into the one run's bytes, variances included (Welford's moments of each part,
+    # merged in index order)
+    rng = np.random.default_rng(12)
+    z = (rng.normal(size=(2500, 5)) * 3 + 100) + 1j * rng.normal(size=(2500, 5))
+    z[::17, 1] = complex(np.nan, 1.0)
+    z[5::19, 1] = complex(2.0, np.nan)
+    for dtype in ("complex128", "complex64"):
+        p = tmp_path / f"z_{dtype}.npy"
+        np.save(p, z.astype(dtype))
+        for axis in (0, None):
+            for op in ["var", "std", "nanvar", "nanstd", "nanmean", "sum", "min", "nanargmax"]:
+                one = ts.reduce(p, op, axis, ddof=1, memory="4MiB")
+                got = tsd.reduce(p, op, axis, ddof=1, client=client, block_rows=rows,
+                                 memory="3MiB")
+                assert got.tobytes() == one.tobytes(), (dtype, axis, op, rows)
+                if op in ("var", "nanvar"):
+                    want = getattr(np, op)(z.astype(dtype), axis=axis, ddof=1)
+                    np.testing.assert_allclose(got, want, rtol=1e-5 if dtype == "complex64"
+                                               else 1e-12)
 
 
 @pytest.mark.parametrize("rows", [None, 97, 1000])

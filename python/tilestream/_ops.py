@@ -55,10 +55,13 @@ def map(
     ``"where(x > 0, sqrt(x), 0)"``; inputs by name, ``s[3]`` for band 3 of ``s``) into
     ``out``. Returns the output Tensor (its ``report`` is the run's).
 
-    Complex inputs and values (``2j``, ``complex(re, im)``) take ``+ - * /``,
-    comparisons, ``abs isnan min max clip where`` and ``real imag conj angle``
-    (``"abs(s[0] * conj(s[1]))"``), computed bit for bit as numpy computes complex128;
-    a complex value is written as complex64 or complex128 (numpy's dtypes).
+    Complex inputs and values (``2j``, ``complex(re, im)``) take ``+ - * / **``,
+    comparisons, ``abs isnan min max clip where round``, ``sqrt exp log log1p sin cos
+    tanh`` and ``real imag conj angle`` (``"abs(s[0] * conj(s[1]))"``), computed bit for
+    bit as numpy computes complex128 (numpy's ``z ** 2``, ``z ** -1`` and ``z ** 0.5``
+    for a number exponent, ``np.power`` otherwise); ``floor ceil atan2 fma``, which numpy
+    does not define on complex values, are refused. A complex value is written as
+    complex64 or complex128 (numpy's dtypes).
 
     Where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value) the output
     is ``nodata`` (a number or ``"nan"``; by default NaN for a float output and the

@@ -75,21 +75,10 @@ impl Engine {
                 fmt_shape(shape)
             )));
         }
-        // a complex input's variance is reduced as the array of its parts (see `Parts`)
-        let (g, acc, parts, out_dtype) = match Parts::view(input, op, over)? {
-            Some((part_op, shape, over)) => (
-                Geometry::new(&shape, over)?,
-                part_op.acc_bytes(dtype.part(), false),
-                2,
-                part_op.output_dtype(dtype.part()),
-            ),
-            None => (
-                Geometry::new(shape, over)?,
-                op.acc_bytes(dtype, input.missing().is_some()),
-                1,
-                op.output_dtype(dtype),
-            ),
-        };
+        refuse_complex_nodata(input, op)?;
+        let g = Geometry::new(shape, over)?;
+        let acc = op.acc_bytes(dtype, input.missing().is_some());
+        let out_dtype = op.output_dtype(dtype);
         let result = g.outer * g.out_per_outer() * out_dtype.size() as u64;
         let states = (self.backend.threads() as u64 + 1) * g.state_bytes(acc);
         let over_txt = over.describe();
@@ -118,8 +107,7 @@ impl Engine {
                 format!("result ({}) and accumulators", fmt_bytes(result))
             },
         );
-        // a complex element is two of the parts a variance's reducer takes
-        req.scratch_per_elem = parts * g.scratch_per_elem(acc) + extra_scratch;
+        req.scratch_per_elem = g.scratch_per_elem(acc) + extra_scratch;
         // a complex input is reduced on the host
         if self.planning_device().is_some() && !dtype.is_complex() {
             // each stream's page-locked buffer of finished totals: at most
@@ -166,9 +154,6 @@ impl Engine {
         if let Some(columns) = self.plan_columns(input, op, over)? {
             return self.reduce_by_columns(input, op, columns, journal);
         }
-        if let Some((part_op, shape, parts_over)) = Parts::view(input, op, over)? {
-            return self.reduce_parts(input, op, over, (part_op, &shape, parts_over), journal);
-        }
         let plan = self.plan_reduce_rows(input, op, over)?;
         self.budget.reset_peak();
         let g = Geometry::new(input.shape(), over)?;
@@ -200,53 +185,6 @@ impl Engine {
             input.shape(),
             &out_shape,
             out_dtype,
-            times,
-        );
-        Ok((array, report))
-    }
-
-    /// [`Engine::reduce_with`] of a complex input: `op` over `over` as `part_op` over
-    /// `parts_over` of the array of its parts, of shape `parts_shape` (see [`Parts`]).
-    fn reduce_parts(
-        &self,
-        input: &TensorFile,
-        op: Reduce,
-        over: ReduceOver,
-        (part_op, parts_shape, parts_over): (Reduce, &[usize], ReduceOver),
-        journal: Option<&Journal>,
-    ) -> Result<(Array, RunReport)> {
-        let plan = self.plan_reduce_rows(input, op, over)?;
-        self.budget.reset_peak();
-        let g = Geometry::new(parts_shape, parts_over)?;
-        let _resident = self.budget.reserve(
-            "reduction result and accumulators",
-            plan.resident_bytes - input.read_scratch_bytes(),
-        )?;
-        let part = input.dtype().part();
-        let inner = self.backend.reducer(part_op, part, g, None)?;
-        let reducer: Box<dyn TileReducer> = Box::new(Parts { inner });
-        // on the host: a device kernel would take the tiles' starts as the parts'
-        let (mut reducer, times) =
-            self.stream_reducer(input, &plan, part_op, g, reducer, journal, false)?;
-        restore_reducers(journal, &mut [&mut reducer])?;
-        let out_shape = over.out_shape(input.shape());
-        let bytes = reducer.into_bytes();
-        // numpy's var of a complex array: the mean of |x - mean|^2, the sum of its parts'
-        // variances
-        let parts = bytemuck::pod_collect_to_vec::<u8, f64>(&bytes);
-        let var = parts.chunks_exact(2).map(|p| p[0] + p[1]);
-        let values: Vec<f64> = if op == part_op {
-            var.collect()
-        } else {
-            var.map(f64::sqrt).collect()
-        };
-        let array = Array::from_f64(DType::F64, out_shape.clone(), &values)?;
-        let report = self.report(
-            &plan,
-            Ran::on(Family::Reduce, plan.what.clone(), false),
-            input.shape(),
-            &out_shape,
-            array.dtype(),
             times,
         );
         Ok((array, report))
@@ -544,100 +482,21 @@ pub(super) fn refuse_no_position(op: Reduce, array: &Array) -> Result<()> {
     }
 }
 
-/// A complex input's variance as a reduction of the array of its parts: a complex array
-/// of shape `S` is, byte for byte, a real array of shape `S + [2]` (each element's real
-/// part, then its imaginary part), and its tiles are that array's. numpy's variance of a
-/// complex array is the mean of `|x - mean|^2`, the sum of its parts' variances (the
-/// standard deviation that sum's square root): the parts' variances over the same axes of
-/// `S`, side by side. The other reductions of a complex input have kernels of their own
-/// (`backend::cpu::reduce`'s `complex`), but for the variances of the `nan` forms, which
-/// are refused: they leave out an element whose either part is NaN, which no variance of
-/// the parts does, and the shifts that keep a variance accurate are one per column.
-struct Parts {
-    inner: Box<dyn TileReducer>,
-}
-
-impl Parts {
-    /// For a complex `input` whose `op` is a variance or deviation: the reduction of its
-    /// parts that makes it over `over`, the parts' shape, and the axes reduced in it.
-    /// `None` for a real input or another reduction.
-    ///
-    /// # Errors
-    /// [`Error::Invalid`] for a reduction complex inputs do not take: the `nan` forms and
-    /// `count` of an input with a nodata value.
-    fn view(
-        input: &TensorFile,
-        op: Reduce,
-        over: ReduceOver,
-    ) -> Result<Option<(Reduce, Vec<usize>, ReduceOver)>> {
-        let dtype = input.dtype();
-        if !dtype.is_complex() {
-            return Ok(None);
-        }
-        if op.nodata_left_out(input.missing()).is_some() {
-            return Err(Error::invalid(format!(
-                "{} of a {} input with a nodata value is not supported: give no nodata \
-                 value (NaN is left out: an element whose either part is NaN)",
-                op.name(),
-                dtype.numpy_name()
-            )));
-        }
-        let part_op = match op {
-            Reduce::Var { .. } => op,
-            Reduce::Std { ddof } => Reduce::Var { ddof },
-            _ => return Ok(None),
-        };
-        let mut shape = input.shape().to_vec();
-        let rank = shape.len();
-        shape.push(2);
-        // every axis of the input, none of the parts' own
-        let over = match over {
-            ReduceOver::All if rank == 1 => ReduceOver::Axis(0),
-            ReduceOver::All => ReduceOver::axes(&(0..rank).collect::<Vec<_>>())?,
-            o => o,
-        };
-        Ok(Some((part_op, shape, over)))
+/// Refuses the reductions that leave NaN out (and `count`) of a complex input with a
+/// nodata value: which of its elements a real nodata value would name is not settled,
+/// so none is left out silently.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the reduction.
+fn refuse_complex_nodata(input: &TensorFile, op: Reduce) -> Result<()> {
+    let dtype = input.dtype();
+    if dtype.is_complex() && op.nodata_left_out(input.missing()).is_some() {
+        return Err(Error::invalid(format!(
+            "{} of a {} input with a nodata value is not supported: give no nodata value \
+             (NaN is left out: an element whose either part is NaN)",
+            op.name(),
+            dtype.numpy_name()
+        )));
     }
-}
-
-impl TileReducer for Parts {
-    fn feed_bytes(&mut self, start: u64, bytes: &[u8]) {
-        self.inner.feed_bytes(2 * start, bytes);
-    }
-    fn into_bytes(self: Box<Self>) -> Vec<u8> {
-        self.inner.into_bytes()
-    }
-    fn state_len(&self) -> u64 {
-        self.inner.state_len()
-    }
-    fn state_parts(&self) -> Vec<&[u8]> {
-        self.inner.state_parts()
-    }
-    fn state_parts_mut(&mut self) -> Vec<&mut [u8]> {
-        self.inner.state_parts_mut()
-    }
-    fn finish_outers(&mut self, first: u64, totals: &[u8]) {
-        self.inner.finish_outers(first, totals);
-    }
-    fn collect_blocks(&mut self, shift: Option<&[f64]>) {
-        self.inner.collect_blocks(shift);
-    }
-    fn take_blocks(&mut self) -> Vec<u8> {
-        self.inner.take_blocks()
-    }
-    fn fold_blocks(&mut self, blocks: &[u8]) {
-        self.inner.fold_blocks(blocks);
-    }
-    fn finish_folded(&mut self) {
-        self.inner.finish_folded();
-    }
-    fn takes_columns(&self) -> bool {
-        false
-    }
-    fn feed_columns(&mut self, c0: usize, row: u64, runs: &[&[u8]]) {
-        self.inner.feed_columns(c0, row, runs);
-    }
-    fn finish_columns(&mut self) {
-        self.inner.finish_columns();
-    }
+    Ok(())
 }

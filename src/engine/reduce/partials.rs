@@ -2,7 +2,7 @@
 //! into exactly the result one run over the whole input gives.
 
 use super::super::{Array, Engine, Ran, RunReport};
-use super::{Parts, refuse_no_position};
+use super::{refuse_complex_nodata, refuse_no_position};
 use crate::backend::Family;
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
@@ -51,16 +51,8 @@ impl Engine {
         rows: std::ops::Range<u64>,
     ) -> Result<(Vec<Partial>, RunReport)> {
         let over = over.into();
-        if input.dtype().is_complex() {
-            // the variances of a complex input are its parts', which have no partials
-            for &op in ops {
-                if op.is_moments() {
-                    return Err(input
-                        .dtype()
-                        .complex_refusal(&format!("{} in partials", op.name())));
-                }
-                Parts::view(input, op, over)?;
-            }
+        for &op in ops {
+            refuse_complex_nodata(input, op)?;
         }
         let shape = input.shape();
         let n = shape.first().map_or(1, |&d| d as u64);
@@ -296,12 +288,17 @@ pub fn merge_partials(parts: &[Partial]) -> Result<Array> {
 
 /// The shifts a variance's block partials are taken about: the first row's values (the
 /// first element's, where all elements are reduced), and the same with NaN and nodata
-/// as 0 for the reductions that leave them out (as their kernels do).
+/// as 0 for the reductions that leave them out (as their kernels do); zeros for a
+/// complex input, whose kernel takes none.
 ///
 /// # Errors
 /// If the first row cannot be read.
 fn moment_shifts(input: &TensorFile, g: Geometry) -> Result<(Vec<f64>, Vec<f64>)> {
     let vc = g.vcols() as u64;
+    if input.dtype().is_complex() {
+        // a complex variance's kernel takes no shift (Welford's updates, Chan's merges)
+        return Ok((vec![0.0; vc as usize], vec![0.0; vc as usize]));
+    }
     let first = if g.inner > 1 { vc } else { 1 };
     let w = input.map_window(0, first)?;
     let v = Array::from_bytes(input.dtype(), vec![first as usize], w.bytes().to_vec())?.to_f64();

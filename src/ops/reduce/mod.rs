@@ -302,13 +302,11 @@ impl Reduce {
         let float = input.is_float() || masked;
         if input.is_complex() {
             // a complex input's own kernels: a pick is the element, its position and two
-            // counts; a sum the two parts and a count; a nan variance a count and each
-            // part's mean and M2 (a variance is its parts')
+            // counts; a sum the two parts and a count; a variance a count and each part's
+            // mean and M2
             return match self {
                 Reduce::Count => 8,
                 Reduce::Sum | Reduce::Mean | Reduce::NanSum | Reduce::NanMean => 24,
-                Reduce::NanVar { .. } | Reduce::NanStd { .. } => 40,
-                _ if self.is_moments() => 16,
                 _ => 40,
             };
         }

@@ -140,8 +140,9 @@ Functions: abs sqrt exp log log1p sin cos tanh floor ceil round isnan min max at
 clip(x,lo,hi) where(cond,a,b) fma(a,b,c) (a*b+c rounded once). Literals: 1, 2.5, 1e-3, nan,
 inf, 2j. Evaluated in f64, cast once at the end.
 
-Complex inputs and values (2j, complex(re,im)) take + - * / unary -, comparisons, abs isnan
-min max clip where, and real imag conj angle, computed as numpy computes complex128:
+Complex inputs and values (2j, complex(re,im)) take + - * / ** unary -, comparisons, abs
+isnan min max clip where round sqrt exp log log1p sin cos tanh, and real imag conj angle,
+computed as numpy computes complex128 (floor ceil atan2 fma: numpy has no complex form):
   tilestream map 'abs(s[0] * conj(s[1]))' mag.npy --in s=slc_pair.npy
 
 Nodata: where an input is nodata (a GeoTIFF pixel equal to its GDAL nodata value), the

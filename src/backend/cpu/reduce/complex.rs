@@ -305,16 +305,18 @@ fn numpy_mean(re: f64, im: f64, n: f64) -> Complex<f64> {
     }
 }
 
-/// The variance (`nanvar`) or standard deviation (`nanstd`) of the elements kept:
-/// numpy's mean of `|x - mean|^2` over `n - ddof`, the sum of the parts' variances; NaN
-/// where `n <= ddof`, as numpy gives.
+/// The variance (`var`, or `nanvar` when `NAN`) or standard deviation (`std`,
+/// `nanstd`) of the elements (those that are not NaN when `NAN`): numpy's mean of
+/// `|x - mean|^2` over `n - ddof`, the sum of the parts' variances; NaN where
+/// `n <= ddof` (as numpy's `nanvar`, and the real kernels' `var`), and where an element
+/// is NaN or infinite for `var` (`x - mean` is NaN there, as in numpy).
 ///
 /// The accumulator is `[n, real mean, real M2, imaginary mean, imaginary M2]`: each
 /// part's running mean and sum of squared deviations, updated element by element
 /// (Welford) and merged by Chan's formula, in index order, so every tiling gives the
 /// same bits and no shift is needed (the real kernels' shift is one value; a complex
 /// slice would need two).
-pub(super) struct NanMoments {
+pub(super) struct Moments<const NAN: bool> {
     pub(super) ddof: u32,
     pub(super) sqrt: bool,
 }
@@ -329,7 +331,7 @@ fn welford(mean: &mut f64, m2: &mut f64, x: f64, n: f64) {
     *m2 += (d * (x - *mean)).abs();
 }
 
-impl<T: Cx> Kernel<T> for NanMoments {
+impl<T: Cx, const NAN: bool> Kernel<T> for Moments<NAN> {
     type A = [f64; 5];
     type O = f64;
     const NEEDS_SHIFT: bool = false;
@@ -338,7 +340,7 @@ impl<T: Cx> Kernel<T> for NanMoments {
     }
     #[inline]
     fn push(&self, a: &mut [f64; 5], x: T, _: f64) {
-        if x.is_nan() {
+        if NAN && x.is_nan() {
             return;
         }
         let (r, i) = x.parts();
@@ -538,21 +540,21 @@ mod tests {
     #[test]
     fn a_variance_that_overflows_is_inf_as_numpys() {
         // np.nanvar([1e308, -1e308]) is inf: pushed one after the other, or merged
-        let k = NanMoments {
+        let k = Moments::<true> {
             ddof: 0,
             sqrt: false,
         };
         let (hi, lo) = (c(1e308, 0.0), c(-1e308, 0.0));
-        let mut a = <NanMoments as Kernel<C>>::zero(&k);
+        let mut a = <Moments<true> as Kernel<C>>::zero(&k);
         k.push(&mut a, hi, 0.0);
         k.push(&mut a, lo, 0.0);
-        let v = <NanMoments as Kernel<C>>::finish(&k, &a, 2);
+        let v = <Moments<true> as Kernel<C>>::finish(&k, &a, 2);
         assert!(v.is_infinite() && v > 0.0, "{v}");
         let (mut x, mut y) = ([0.0; 5], [0.0; 5]);
         k.push(&mut x, hi, 0.0);
         k.push(&mut y, lo, 0.0);
-        <NanMoments as Kernel<C>>::merge(&mut x, &y);
-        let v = <NanMoments as Kernel<C>>::finish(&k, &x, 2);
+        <Moments<true> as Kernel<C>>::merge(&mut x, &y);
+        let v = <Moments<true> as Kernel<C>>::finish(&k, &x, 2);
         assert!(v.is_infinite() && v > 0.0, "{v}");
     }
 

@@ -227,10 +227,13 @@ fn complex<T: Cx>(op: Reduce, g: Geometry, th: usize) -> Box<dyn TileReducer> {
         Reduce::NanArgMin => new::<T, _>(ArgExtreme::<false, REPLACE>, g, th),
         Reduce::NanArgMax => new::<T, _>(ArgExtreme::<true, REPLACE>, g, th),
         Reduce::Count => new::<T, _>(complex::Count, g, th),
-        Reduce::NanVar { ddof } => new::<T, _>(complex::NanMoments { ddof, sqrt: false }, g, th),
-        Reduce::NanStd { ddof } => new::<T, _>(complex::NanMoments { ddof, sqrt: true }, g, th),
-        Reduce::Var { .. } | Reduce::Std { .. } => {
-            unreachable!("a complex variance is its parts' (Engine::reduce)")
+        Reduce::Var { ddof } => new::<T, _>(complex::Moments::<false> { ddof, sqrt: false }, g, th),
+        Reduce::Std { ddof } => new::<T, _>(complex::Moments::<false> { ddof, sqrt: true }, g, th),
+        Reduce::NanVar { ddof } => {
+            new::<T, _>(complex::Moments::<true> { ddof, sqrt: false }, g, th)
+        }
+        Reduce::NanStd { ddof } => {
+            new::<T, _>(complex::Moments::<true> { ddof, sqrt: true }, g, th)
         }
     }
 }
