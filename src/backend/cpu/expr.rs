@@ -99,26 +99,18 @@ fn eval_block(
             }
             Instr::Bin(op, a, b, dst) => binary(regs, op, a, b, dst, len),
             Instr::Where(c, a, b, dst) => {
-                let val = |o: Operand, i: usize, regs: &[f64]| match o {
-                    Operand::Const(v) => v,
-                    Operand::Reg(r) => regs[r * BLOCK + i],
-                };
                 for (i, t) in tail[..len].iter_mut().enumerate() {
-                    *t = if val(c, i, regs) == 0.0 {
-                        val(b, i, regs)
+                    *t = if value(c, i, regs) == 0.0 {
+                        value(b, i, regs)
                     } else {
-                        val(a, i, regs)
+                        value(a, i, regs)
                     };
                 }
                 regs[dst * BLOCK..dst * BLOCK + len].copy_from_slice(&tail[..len]);
             }
             Instr::Fma(a, b, c, dst) => {
-                let val = |o: Operand, i: usize, regs: &[f64]| match o {
-                    Operand::Const(v) => v,
-                    Operand::Reg(r) => regs[r * BLOCK + i],
-                };
                 for (i, t) in tail[..len].iter_mut().enumerate() {
-                    *t = val(a, i, regs).mul_add(val(b, i, regs), val(c, i, regs));
+                    *t = value(a, i, regs).mul_add(value(b, i, regs), value(c, i, regs));
                 }
                 regs[dst * BLOCK..dst * BLOCK + len].copy_from_slice(&tail[..len]);
             }
@@ -152,14 +144,10 @@ fn eval_block(
     if out_dtype.is_complex() {
         // the parts interleaved, as a complex array's bytes hold them; a real result's
         // imaginary part is +0, as numpy casts it
-        let at = |o: Operand, i: usize| match o {
-            Operand::Reg(r) => regs[r * BLOCK + i],
-            Operand::Const(v) => v,
-        };
         let im = program.result_imag().unwrap_or(Operand::Const(0.0));
         for (i, t) in tail[..2 * len].chunks_exact_mut(2).enumerate() {
-            t[0] = at(program.result(), i);
-            t[1] = at(im, i);
+            t[0] = value(program.result(), i, regs);
+            t[1] = value(im, i, regs);
         }
         store(&tail[..2 * len], out, out_dtype.part());
         return;

@@ -17,7 +17,6 @@
 //! them: `(1.1 + 2.2j) * 3.3j` may differ in the last place from what Python's own
 //! complex arithmetic gives for those constants (no FMA, another division).
 
-use super::cmath;
 use super::program::{CompileError, Program, Val, parts, undefined};
 use super::{BinOp, ComplexFn, Operand, UnOp};
 
@@ -45,7 +44,14 @@ impl Program {
                 let (r, i) = (self.un(UnOp::IsNan, re), self.un(UnOp::IsNan, im));
                 Val::Real(self.bin(BinOp::Max, r, i))
             }
-            op if cmath::is_complex_un(op) => self.complex_un(op, re, im),
+            // the C library's, as numpy's (`cmath.rs`)
+            UnOp::Sqrt
+            | UnOp::Exp
+            | UnOp::Log
+            | UnOp::Log1p
+            | UnOp::Sin
+            | UnOp::Cos
+            | UnOp::Tanh => self.complex_un(op, re, im),
             // numpy's rint of a complex value rounds each part
             UnOp::Round => {
                 let (r, i) = (self.un(UnOp::Round, re), self.un(UnOp::Round, im));
@@ -54,7 +60,6 @@ impl Program {
             // numpy defines neither (its ufuncs have no complex loop)
             UnOp::Floor => return Err(undefined("floor()")),
             UnOp::Ceil => return Err(undefined("ceil()")),
-            _ => unreachable!("{op:?} is handled above"),
         })
     }
 

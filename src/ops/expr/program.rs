@@ -341,22 +341,20 @@ impl Program {
         }
     }
 
-    /// `op(re + i im)` for a function of [`cmath::is_complex_un`], folded when both parts
-    /// are constants.
+    /// `op(re + i im)` for one of `sqrt exp log log1p sin cos tanh`, folded when both
+    /// parts are constants.
     pub(super) fn complex_un(&mut self, op: UnOp, re: Operand, im: Operand) -> Val {
         if let (Operand::Const(r), Operand::Const(i)) = (re, im) {
             let (r, i) = cmath::complex_un(op, r, i);
             return Val::Complex(Operand::Const(r), Operand::Const(i));
         }
-        let (dst_re, dst_im) = (self.reg(), self.reg());
-        self.code.push(Instr::ComplexUn {
+        self.two_results(|dst_re, dst_im| Instr::ComplexUn {
             op,
             re,
             im,
             dst_re,
             dst_im,
-        });
-        Val::Complex(Operand::Reg(dst_re), Operand::Reg(dst_im))
+        })
     }
 
     /// `a ** b` of complex values as numpy's `np.power`, folded when all four parts are
@@ -370,13 +368,19 @@ impl Program {
             let (r, i) = cmath::complex_pow((ar, ai), (br, bi));
             return Val::Complex(Operand::Const(r), Operand::Const(i));
         }
-        let (dst_re, dst_im) = (self.reg(), self.reg());
-        self.code.push(Instr::ComplexPow {
+        self.two_results(|dst_re, dst_im| Instr::ComplexPow {
             a,
             b,
             dst_re,
             dst_im,
-        });
+        })
+    }
+
+    /// Pushes the instruction `make(dst_re, dst_im)` writing two new registers: a complex
+    /// value's parts.
+    fn two_results(&mut self, make: impl FnOnce(usize, usize) -> Instr) -> Val {
+        let (dst_re, dst_im) = (self.reg(), self.reg());
+        self.code.push(make(dst_re, dst_im));
         Val::Complex(Operand::Reg(dst_re), Operand::Reg(dst_im))
     }
 
