@@ -48,6 +48,26 @@ unsafe impl Zeroable for Complex<f64> {}
 // SAFETY: as above.
 unsafe impl Pod for Complex<f64> {}
 
+/// numpy's mean of a complex sum `re + im j` over `n` elements: the complex division by
+/// `n + 0j` of its `true_divide` loop (Smith's algorithm: `rat = 0 / n`, `scl = 1 / n`,
+/// each part `(re + im * rat) * scl`), not `re / n`: the two differ in the last place
+/// for some `n`, and an infinite part makes the other NaN (`mean([inf+0j])` is
+/// `inf+nanj`). A slice with nothing kept (`n = 0`) gives `0 / 0` in both parts.
+pub(crate) fn numpy_complex_mean(re: f64, im: f64, n: f64) -> Complex<f64> {
+    if n == 0.0 {
+        return Complex {
+            re: re / n,
+            im: im / n,
+        };
+    }
+    let rat = 0.0 / n;
+    let scl = 1.0 / (n + 0.0 * rat);
+    Complex {
+        re: (re + im * rat) * scl,
+        im: (im - re * rat) * scl,
+    }
+}
+
 /// The element type of a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DType {
@@ -175,7 +195,7 @@ impl DType {
             "{what} of a {} array is not supported: complex arrays can be converted, \
              cast to a complex dtype, scaled and offset (affine), transposed, multiplied \
              (matmul), used in expressions (map), and reduced (every reduction but \
-             quantiles, percentiles and medians)",
+             quantiles and percentiles)",
             self.numpy_name()
         ))
     }

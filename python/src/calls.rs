@@ -267,6 +267,21 @@ pub(crate) fn quantile_next(
     Ok((PyBytes::new(py, &state).unbind(), done))
 }
 
+/// Two shares' counts of a pass of the selection `state` as the counts of both (see
+/// `Selection::fold`: they are not added word by word).
+#[pyfunction]
+pub(crate) fn quantile_fold(
+    py: Python<'_>,
+    state: &[u8],
+    a: &[u8],
+    b: &[u8],
+) -> PyResult<Py<PyBytes>> {
+    let both = py
+        .detach(|| tilestream::ops::quantile::Selection::from_bytes(state)?.fold(a, b))
+        .map_err(to_py)?;
+    Ok(PyBytes::new(py, &both).unbind())
+}
+
 /// Whether the selection `state` is complete (no pass left to count).
 #[pyfunction]
 pub(crate) fn quantile_done(state: &[u8]) -> PyResult<bool> {

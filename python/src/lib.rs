@@ -54,6 +54,7 @@ fn _tilestream(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(calls::quantile_start, m)?)?;
     m.add_function(wrap_pyfunction!(calls::quantile_counts, m)?)?;
     m.add_function(wrap_pyfunction!(calls::quantile_next, m)?)?;
+    m.add_function(wrap_pyfunction!(calls::quantile_fold, m)?)?;
     m.add_function(wrap_pyfunction!(calls::quantile_done, m)?)?;
     m.add_function(wrap_pyfunction!(calls::quantile_finish, m)?)?;
     m.add_function(wrap_pyfunction!(calls::row_step, m)?)?;

@@ -435,6 +435,19 @@ def test_quantiles_equal_one_process_and_numpy(client, tmp_path, rows):
     f = tmp_path / "f.npy"
     np.save(f, data((700, 3), "float64", 7))
     same(tsd.reduce(f, "median", **kw), ts.reduce(f, "median"))
+    # complex medians: 128-bit keys, and a column holding NaN whose greatest NaN element
+    # (numpy's median there) may come from any share: the shares' picks are folded, not
+    # added
+    z = (data((700, 3), "float64", 8) + 1j * data((700, 3), "float64", 9)).astype("complex128")
+    z[[3, 350, 690], 1] = [complex(np.nan, 5), complex(2, np.nan), complex(np.nan, -1)]
+    z[::7, 2] = complex(np.nan, 0)
+    zp = tmp_path / "z.npy"
+    np.save(zp, z)
+    for op in ("median", "nanmedian"):
+        for axis in (0, None):
+            got = tsd.reduce(zp, op, axis, **kw)
+            same(got, ts.reduce(zp, op, axis))
+            assert got.tobytes() == np.asarray(getattr(np, op)(z, axis=axis)).tobytes(), op
 
 
 def test_bad_arguments_are_refused_in_one_line(client, tmp_path):

@@ -16,31 +16,25 @@ from .dask import _client, _gather, _shares, _src, _submit, _task_opts, _with_ro
 
 def _gather_counts(c: Any, kind: str, fn: Callable[..., Any],
                    shares: List[Tuple[int, int]],
-                   args: Callable[[Tuple[int, int]], tuple]) -> bytes:
-    """The sum of ``fn(*args(share))`` over every share, each a share's counts as bytes of
-    little-endian u64 (two lengths, then the counts): added as the tasks finish, so the
-    client holds the sum and one share's counts, not every share's. A failure cancels
-    the job's other tasks."""
+                   args: Callable[[Tuple[int, int]], tuple],
+                   fold: Callable[[bytes, bytes], bytes]) -> bytes:
+    """The counts of ``fn(*args(share))`` over every share, each a share's counts as
+    bytes, folded by ``fold`` as the tasks finish, so the client holds the counts so far
+    and one share's, not every share's. A failure cancels the job's other tasks."""
     from distributed import as_completed
 
     futures = _submit(c, kind, fn, shares, args)
-    total: Optional[np.ndarray] = None
+    total: Optional[bytes] = None
     try:
         for fut in as_completed(futures):
-            got = np.frombuffer(fut.result(), dtype="<u8")
+            got = fut.result()
             fut.release()
-            if total is None:
-                total = got.copy()
-            elif got.shape != total.shape or (got[:2] != total[:2]).any():
-                raise RuntimeError("tilestream.dask: the shares' counts are of different "
-                                   "passes")
-            else:
-                total[2:] += got[2:]
+            total = got if total is None else fold(total, got)
     except BaseException:
         c.cancel(futures)
         raise
     assert total is not None
-    return total.tobytes()
+    return total
 
 
 def _quantile_start_task(src: dict, op: str, axis: Optional[List[int]], qs: Any,
@@ -99,8 +93,10 @@ def _quantile(path: Any, op: str, axis: Any, q: Any, method: Optional[str], keep
                          threads, pure=False).result()
         done = _ts.quantile_done(state)
         while not done:
+            # each output's NaN words hold an element's bits, not a count: folded in Rust
             counts = _gather_counts(c, "quantile", _quantile_count_task, shares,
-                                    lambda s: (src, state, s, memory, threads, hook))
+                                    lambda s: (src, state, s, memory, threads, hook),
+                                    lambda a, b, st=state: _ts.quantile_fold(st, a, b))
             state, done = _ts.quantile_next(state, [counts])
         data, name, out_shape = _ts.quantile_finish(state)
         a = np.frombuffer(data, dtype=_np_dtype(name)).reshape(out_shape).copy()

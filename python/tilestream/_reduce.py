@@ -90,7 +90,10 @@ def reduce(
     exact: each rank's value is selected by counting digits of the values over a few
     passes of the file (one for 8- and 16-bit data, two for 32-bit, four for 64-bit),
     never by sorting a copy:
-    ``ts.reduce(scene, "percentile", axis=(1, 2), q=[2, 98])``.
+    ``ts.reduce(scene, "percentile", axis=(1, 2), q=[2, 98])``. ``median`` and
+    ``nanmedian`` also take complex inputs (numpy's order: real part, then imaginary part;
+    four passes for complex64, eight for complex128), bit for bit as numpy; quantiles and
+    percentiles of complex inputs are refused, as numpy refuses them.
 
     Nodata: the ``nan`` forms, ``count`` and the ``nan`` quantiles leave out the input's
     nodata pixels as they leave out NaN (GDAL's statistics skip them the same way); the

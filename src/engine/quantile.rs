@@ -9,10 +9,12 @@ use rayon::prelude::*;
 use super::{Array, Engine, Ran, RunReport, check_not_input, hold};
 use crate::backend::Family;
 use crate::budget::fmt_bytes;
-use crate::dtype::{DType, Element};
+use crate::dtype::{Complex, DType};
 use crate::error::{Error, Result};
 use crate::format::{TensorFile, fmt_shape};
-use crate::ops::quantile::{Quantiles, Selection, Step, counts_bytes, key, key_bits};
+use crate::ops::quantile::{
+    KeyWord, NAN_WORDS, Quantiles, Ranked, Selection, Step, counts_bytes, fold_nan, key_bits,
+};
 use crate::ops::reduce::{Geometry, Reduce, ReduceOver, TileReducer};
 use crate::plan::Plan;
 
@@ -56,9 +58,9 @@ impl Engine {
         spec: &Quantiles,
         width: Option<u32>,
     ) -> Result<(Plan, Digits)> {
-        input.dtype().real_only("a quantile")?;
         let shape = input.shape();
         let dtype = input.dtype();
+        refuse_complex(input, spec)?;
         let g = Geometry::new(shape, over)?;
         if input.info().is_empty() {
             return Err(Error::invalid(format!(
@@ -71,8 +73,10 @@ impl Engine {
         let outputs = g.outer * g.out_per_outer();
         let ranks = (2 * spec.q.len()) as u64;
         let out_bytes = outputs * spec.q.len() as u64 * spec.output_dtype(dtype).size() as u64;
-        // per output: its NaN count, group bounds, the ranks' targets; the fold table
-        let fixed = outputs * (8 + 4 + 24 * ranks) + if g.folds() { g.inner * 4 } else { 0 };
+        // per output: its NaN words and pick, group bounds, the ranks' targets; the fold
+        // table
+        let fixed = outputs * (8 * NAN_WORDS as u64 + 16 + 4 + 32 * ranks)
+            + if g.folds() { g.inner * 4 } else { 0 };
         let threads = self.backend.threads().max(1) as u64;
         let kbits = key_bits(dtype);
         let pick = |width: u32| {
@@ -155,7 +159,10 @@ impl Engine {
         let dtype = input.dtype();
         let (data, times) = crate::dispatch_dtype!(dtype, T => {
             self.select::<T>(input, &plan, over, spec, digits)?
-        }, complex => return Err(dtype.complex_refusal("a quantile")));
+        }, complex => match dtype {
+            DType::C64 => self.select::<Complex<f32>>(input, &plan, over, spec, digits)?,
+            _ => self.select::<Complex<f64>>(input, &plan, over, spec, digits)?,
+        });
         let out_dtype = spec.output_dtype(dtype);
         let out_shape = spec.out_shape(&over.out_shape(input.shape()));
         let array = Array::from_bytes(out_dtype, out_shape.clone(), data)?;
@@ -281,9 +288,13 @@ impl Engine {
         )?;
         let g = Geometry::new(sub.shape(), over)?;
         let step = sel.step();
+        let par = digits.copies > 1;
         let ((counts, nan), times) = crate::dispatch_dtype!(sub.dtype(), T => {
-            self.count_pass::<T>(&sub, &plan, g, step, digits.copies > 1, sel.missing())?
-        }, complex => return Err(sub.dtype().complex_refusal("a quantile")));
+            self.count_pass::<T>(&sub, &plan, g, step, par, sel.missing())?
+        }, complex => match sub.dtype() {
+            DType::C64 => self.count_pass::<Complex<f32>>(&sub, &plan, g, step, par, sel.missing())?,
+            _ => self.count_pass::<Complex<f64>>(&sub, &plan, g, step, par, sel.missing())?,
+        });
         let bytes = counts_bytes(&counts, &nan);
         let report = self.report(
             &plan,
@@ -298,7 +309,7 @@ impl Engine {
 
     /// The passes: the digits of every rank's key, most significant first, then each
     /// output's quantiles from the elements of those ranks.
-    fn select<T: Element>(
+    fn select<T: Ranked>(
         &self,
         input: &TensorFile,
         plan: &Plan,
@@ -310,7 +321,7 @@ impl Engine {
         let mut times = crate::scheduler::StageTimes::default();
         let mut sel = Selection::new(
             spec,
-            T::DTYPE,
+            T::RANKED,
             input.shape(),
             over,
             input.missing(),
@@ -328,7 +339,7 @@ impl Engine {
     /// One pass of `step`'s digit counts over `input`: the counters and, in the first
     /// pass, each output's NaN and nodata (`missing`) count.
     #[allow(clippy::type_complexity)]
-    fn count_pass<T: Element>(
+    fn count_pass<T: Ranked>(
         &self,
         input: &TensorFile,
         plan: &Plan,
@@ -345,14 +356,14 @@ impl Engine {
             g,
             cols,
             nan: if step.first {
-                vec![0; outputs]
+                vec![0; NAN_WORDS * outputs]
             } else {
                 Vec::new()
             },
             step,
             counts: Vec::new(),
             parallel,
-            nodata: missing.map(T::from_f64),
+            nodata: missing.map(T::of_f64),
             parts: Vec::new(),
             _t: std::marker::PhantomData,
         };
@@ -378,7 +389,7 @@ struct Pass<T> {
     _t: std::marker::PhantomData<T>,
 }
 
-impl<T: Element> Pass<T> {
+impl<T: Ranked> Pass<T> {
     /// Counts the elements `[start, start + data.len())` into `counts` (and `nan`).
     fn count(&self, start: u64, data: &[T], counts: &mut [u64], nan: &mut [u64]) {
         let g = &self.g;
@@ -397,14 +408,18 @@ impl<T: Element> Pass<T> {
                     Some(c) => u64::from(c[col as usize]),
                     None => col,
                 }) as usize;
-            if x.is_nan() || self.nodata.is_some_and(|m| x == m) {
+            if x.nan() || self.nodata.is_some_and(|m| x.is(m)) {
                 if first {
-                    nan[o] += 1;
+                    let w = &mut nan[NAN_WORDS * o..NAN_WORDS * (o + 1)];
+                    if T::PICKS {
+                        let b = x.bits();
+                        fold_nan(T::RANKED, w, &[1, b[0], b[1]]);
+                    } else {
+                        w[0] += 1;
+                    }
                 }
             } else {
-                let k = key(x);
-                let digit = ((k >> shift) & mask) as usize;
-                let top = k.checked_shr(high).unwrap_or(0);
+                let (digit, top) = x.key_of().split(shift, mask, high);
                 let (a, b) = (groups.starts[o] as usize, groups.starts[o + 1] as usize);
                 for gi in a..b {
                     if first || groups.prefix[gi] == top {
@@ -435,7 +450,7 @@ impl<T: Element> Pass<T> {
     }
 }
 
-impl<T: Element> TileReducer for Pass<T> {
+impl<T: Ranked> TileReducer for Pass<T> {
     fn feed_bytes(&mut self, start: u64, bytes: &[u8]) {
         let data = crate::dtype::typed::<T>(bytes);
         let size = self.step.counters();
@@ -448,7 +463,11 @@ impl<T: Element> TileReducer for Pass<T> {
             // once in `into_bytes`
             let mut parts = std::mem::take(&mut self.parts);
             if parts.is_empty() {
-                let nan = if self.step.first { outputs } else { 0 };
+                let nan = if self.step.first {
+                    NAN_WORDS * outputs
+                } else {
+                    0
+                };
                 parts = (0..rayon::current_num_threads().max(1))
                     .map(|_| (vec![0u64; size], vec![0u64; nan]))
                     .collect();
@@ -481,9 +500,7 @@ impl<T: Element> TileReducer for Pass<T> {
             for (a, b) in counts.iter_mut().zip(c) {
                 *a += b;
             }
-            for (a, b) in nan.iter_mut().zip(n) {
-                *a += b;
-            }
+            fold_nan(T::RANKED, &mut nan, &n);
         }
         let mut words = vec![counts.len() as u64];
         words.extend_from_slice(&counts);
@@ -513,4 +530,34 @@ impl<T: Element> TileReducer for Pass<T> {
     }
     fn feed_columns(&mut self, _: usize, _: u64, _: &[&[u8]]) {}
     fn finish_columns(&mut self) {}
+}
+
+/// Refuses what numpy does not define on complex inputs (quantiles and percentiles: the
+/// median is) and complex inputs whose nodata value the `nan` forms would leave out.
+///
+/// # Errors
+/// [`Error::Invalid`] naming the reduction.
+fn refuse_complex(input: &TensorFile, spec: &Quantiles) -> Result<()> {
+    let dtype = input.dtype();
+    if !dtype.is_complex() {
+        return Ok(());
+    }
+    if !spec.median {
+        return Err(Error::invalid(format!(
+            "{} of a {} array is not defined: numpy's quantile and percentile take real \
+             numbers only (median and nanmedian take complex ones; or reduce the real part, \
+             the imaginary part or abs with map first)",
+            spec.name,
+            dtype.numpy_name()
+        )));
+    }
+    if spec.skip_nan && input.missing().is_some_and(|m| !m.is_nan()) {
+        return Err(Error::invalid(format!(
+            "{} of a {} input with a nodata value is not supported: give no nodata value \
+             (NaN is left out: an element whose either part is NaN)",
+            spec.name,
+            dtype.numpy_name()
+        )));
+    }
+    Ok(())
 }

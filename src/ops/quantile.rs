@@ -25,13 +25,26 @@
 //! mean of the two middle elements (`(a + b) / 2`, in f64 for integers, in f32 for f16).
 //! A slice holding NaN gives NaN; the `nan` forms leave NaN out (NaN for a slice of NaN
 //! alone, without numpy's warning).
+//!
+//! # Complex inputs
+//! numpy's `quantile` and `percentile` take real numbers only; its `median` also takes
+//! complex ones, sorted by real part, then imaginary part (see [`ranked`] for their keys).
+//! The median is `np.mean` of the middle element or two: their sum from `+0` in the
+//! input's precision, divided by the count as numpy's `true_divide` divides by `n + 0j`
+//! (so `median([-0-1j])` is `0-1j`, and an infinite imaginary part makes the real part
+//! NaN, as in numpy). A slice holding NaN gives its greatest NaN element in numpy's
+//! order, bits as they are (numpy's `_median_nancheck`); `nanmedian` leaves those
+//! elements out and gives `nan+0j` for a slice of NaN alone (numpy's small-axis form;
+//! its 1-D form returns the slice's last element).
 
+mod ranked;
 mod selection;
 
+pub(crate) use ranked::{KeyWord, NAN_WORDS, Ranked, fold_nan};
 pub(crate) use selection::Step;
 pub use selection::{Selection, counts_bytes};
 
-use crate::dtype::{DType, Element};
+use crate::dtype::{Complex, DType, Element};
 use crate::error::{Error, Result};
 
 /// How a quantile between two elements is taken (numpy's `method`).
@@ -186,7 +199,7 @@ impl Quantiles {
     /// The result's dtype for an input of `input` dtype (numpy's).
     #[must_use]
     pub fn output_dtype(&self, input: DType) -> DType {
-        if self.method.picks() {
+        if self.method.picks() || input.is_complex() {
             input
         } else if !input.is_float() || (!self.scalar && !self.median) {
             DType::F64
@@ -346,6 +359,26 @@ fn lerp(x: f64, y: f64, d: f64, t: f64) -> f64 {
         y - d * (1.0 - t)
     } else {
         x + d * t
+    }
+}
+
+/// numpy's median of complex elements from the middle one (`b` unused) or two
+/// (`even`): `np.mean` of them (see the module's notes), in the parts' type `F`.
+pub(crate) fn complex_median<F: Element>(a: Complex<F>, b: Complex<F>, even: bool) -> Complex<F> {
+    // numpy's sum starts from +0 (so a -0 part becomes +0), in the input's precision
+    let sum = |x: F, y: Option<F>| {
+        let s = rd::<F>(0.0 + x.to_f64());
+        y.map_or(s, |y| rd::<F>(s + y.to_f64()))
+    };
+    let (second, n) = if even { (Some(b), 2.0) } else { (None, 1.0) };
+    let (re, im) = (
+        sum(a.re, second.map(|b| b.re)),
+        sum(a.im, second.map(|b| b.im)),
+    );
+    let m = crate::dtype::numpy_complex_mean(re, im, n);
+    Complex {
+        re: F::from_f64(m.re),
+        im: F::from_f64(m.im),
     }
 }
 

@@ -725,6 +725,188 @@ fn complex_matmul_equals_the_complex_product_at_every_budget() {
     }
 }
 
+/// numpy's sort order of complex numbers (`npysort`'s `less` of `cfloat_tag`): by real
+/// part, then imaginary part, NaN last in each (`R+Rj < R+nanj < nan+Rj < nan+nanj`).
+fn numpy_sort_lt(a: (f64, f64), b: (f64, f64)) -> bool {
+    let (ar, ai, br, bi) = (a.0, a.1, b.0, b.1);
+    // npysort writes `x == x` for "x is not NaN"
+    if ar < br {
+        !ai.is_nan() || bi.is_nan()
+    } else if ar > br {
+        bi.is_nan() && !ai.is_nan()
+    } else if ar == br || (ar.is_nan() && br.is_nan()) {
+        ai < bi || (bi.is_nan() && !ai.is_nan())
+    } else {
+        br.is_nan()
+    }
+}
+
+/// `x` rounded to the parts' precision of `dtype`.
+fn rd(dtype: DType, x: f64) -> f64 {
+    if dtype == DType::C64 {
+        f64::from(x as f32)
+    } else {
+        x
+    }
+}
+
+/// numpy's `median` (`nanmedian` when `skip_nan`) of the elements `idx`, from
+/// `lib/_function_base_impl.py`'s `_median`: the slice sorted in numpy's order; the last
+/// element if it is NaN (the greatest bits among the elements tied with it, where numpy
+/// leaves the choice to its partition); else `np.mean` of the middle one or two: their
+/// sum from `+0` in the parts' precision, then `true_divide` by `n + 0j` (Smith's
+/// division, in f64). `nanmedian` sorts the elements that are not NaN; `nan+0j` for none.
+fn numpy_median(dtype: DType, p: &[f64], idx: &[usize], skip_nan: bool) -> (f64, f64) {
+    let mut v: Vec<(f64, f64)> = idx.iter().map(|&k| cx(p, k)).collect();
+    if skip_nan {
+        v.retain(|&x| !cx_nan(x));
+        if v.is_empty() {
+            return (f64::NAN, 0.0);
+        }
+    }
+    v.sort_by(|&a, &b| {
+        if numpy_sort_lt(a, b) {
+            std::cmp::Ordering::Less
+        } else if numpy_sort_lt(b, a) {
+            std::cmp::Ordering::Greater
+        } else {
+            std::cmp::Ordering::Equal
+        }
+    });
+    let last = v[v.len() - 1];
+    if cx_nan(last) {
+        let bits = |x: (f64, f64)| (x.0.to_bits(), x.1.to_bits());
+        return v
+            .iter()
+            .copied()
+            .filter(|&x| !numpy_sort_lt(x, last))
+            .max_by_key(|&x| bits(x))
+            .unwrap();
+    }
+    let m = v.len() / 2;
+    let middle = if v.len() % 2 == 1 {
+        vec![v[m]]
+    } else {
+        vec![v[m - 1], v[m]]
+    };
+    let (mut re, mut im) = (0.0, 0.0);
+    for x in &middle {
+        re = rd(dtype, re + x.0);
+        im = rd(dtype, im + x.1);
+    }
+    let n = middle.len() as f64;
+    let rat = 0.0 / n;
+    let scl = 1.0 / (n + 0.0 * rat);
+    (
+        rd(dtype, (re + im * rat) * scl),
+        rd(dtype, (im - re * rat) * scl),
+    )
+}
+
+#[test]
+fn complex_medians_are_numpys_in_every_order_at_every_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cases: &[(&[usize], ReduceOver, &[usize])] = &[
+        (&[4001, 13], ReduceOver::Axis(0), &[0]),
+        (&[4000, 13], ReduceOver::Axis(0), &[0]),
+        (&[4000, 13], ReduceOver::Axis(1), &[1]),
+        (&[4001, 13], ReduceOver::All, &[0, 1]),
+        (&[7, 11, 13], ReduceOver::Axes(0b101), &[0, 2]),
+    ];
+    for dtype in DType::COMPLEX {
+        let size = dtype.size();
+        for (i, &(shape, over, axes)) in cases.iter().enumerate() {
+            let n: usize = shape.iter().product();
+            let mut p = awkward_parts(n, 70 + i as u64);
+            if shape.len() == 2 {
+                let big = if dtype == DType::C64 {
+                    f64::from(f32::MAX)
+                } else {
+                    f64::MAX
+                };
+                for r in 0..shape[0] {
+                    let at = |c: usize| 2 * (r * shape[1] + c);
+                    // real parts of both zero signs, sorted by their imaginary parts
+                    p[at(0)] = if r % 3 == 0 { -0.0 } else { 0.0 };
+                    p[at(0) + 1] = (r % 7) as f64 - 3.0;
+                    // no NaN: a sum of the two middles that overflows
+                    p[at(1)] = if r < shape[0] / 2 { big } else { -big / 2.0 };
+                    p[at(1) + 1] = big;
+                    // an infinite imaginary part: numpy's division makes the real NaN
+                    p[at(2)] = 1.0;
+                    p[at(2) + 1] = f64::INFINITY;
+                    // a column of NaN alone, of every class
+                    p[at(3)] = if r % 2 == 0 { f64::NAN } else { r as f64 };
+                    p[at(3) + 1] = if r % 3 == 0 { (r % 5) as f64 } else { f64::NAN };
+                    // the NaN classes: x+nanj and nan+yj only
+                    p[at(4)] = if r % 2 == 0 {
+                        f64::NAN
+                    } else {
+                        (r % 11) as f64
+                    };
+                    p[at(4) + 1] = if r % 2 == 0 {
+                        (r % 13) as f64
+                    } else {
+                        f64::NAN
+                    };
+                }
+            }
+            let c_bytes = bytes_of(dtype, &p);
+            // the values as stored (complex64 parts rounded)
+            let p: Vec<f64> = p.iter().map(|&x| rd(dtype, x)).collect();
+            let groups = groups(shape, axes);
+            for skip_nan in [false, true] {
+                let name = if skip_nan { "nanmedian" } else { "median" };
+                let q = tilestream::Quantiles::parse(name, None, false, None)
+                    .unwrap()
+                    .unwrap();
+                let want: Vec<u8> = groups
+                    .iter()
+                    .flat_map(|g| {
+                        let (re, im) = numpy_median(dtype, &p, g, skip_nan);
+                        bytes_of(dtype, &[re, im])
+                    })
+                    .collect();
+                for (fortran, big) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let f = d.join(format!("md_{dtype}_{i}_{fortran}_{big}.npy"));
+                    write_stored(&f, dtype, shape, &c_bytes, fortran, big);
+                    let x = TensorFile::open(&f).unwrap();
+                    // many tiles (a Fortran-order file is read through a chunk of
+                    // whole columns; over axis 1, each of the 4000 outputs counts its
+                    // own digits)
+                    let small = match (over, fortran) {
+                        (ReduceOver::Axis(1), _) => 8u64 << 20,
+                        (_, true) => 2 << 20,
+                        _ => 256 << 10,
+                    };
+                    for (budget, threads) in [(small, 2), (64 << 20, 1)] {
+                        {
+                            let e = engine_on(DeviceRequest::Cpu, budget)
+                                .with_threads(threads)
+                                .unwrap();
+                            let (got, report) = e.quantile(&x, over, &q).unwrap();
+                            assert_eq!(got.dtype(), dtype);
+                            assert!(report.peak_reserved_bytes <= budget);
+                            let got = got.bytes();
+                            for (o, g) in groups.iter().enumerate() {
+                                let (a, b) = (o * size, (o + 1) * size);
+                                assert_eq!(
+                                    got[a..b],
+                                    want[a..b],
+                                    "{name} {dtype} {shape:?} {over:?} output {o} \
+                                     fortran {fortran} big {big} budget {budget}: {:?}",
+                                    numpy_median(dtype, &p, g, skip_nan)
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
     let dir = tempfile::tempdir().unwrap();
@@ -754,8 +936,8 @@ fn what_complex_arrays_do_not_take_is_refused_in_one_line() {
         vec![
             "reduce", x, o, "--op", "quantile", "--q", "0.5", "--axis", "0",
         ],
-        vec!["reduce", x, o, "--op", "nanmedian"],
-        vec!["reduce", x, o, "--op", "median"],
+        vec!["reduce", x, o, "--op", "nanpercentile", "--q", "5,95"],
+        vec!["reduce", x, o, "--op", "nanmedian", "--in-nodata", "-9999"],
         vec!["reduce", x, o, "--op", "sum", "--dtype", "f32"],
         vec!["stencil", path(&w), o, "--filter", &convolve],
         vec!["map", "floor(x)", o, "--in", &named],

@@ -7,8 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Method, Quantiles, from_key, key_bits};
-use crate::dtype::{DType, Element};
+use super::ranked::{NAN_WORDS, Ranked, fold_nan};
+use super::{Method, Quantiles, complex_median, key_bits};
+use crate::dtype::{Complex, DType, Element};
 use crate::error::{Error, Result};
 use crate::ops::reduce::{Geometry, ReduceOver};
 
@@ -18,16 +19,16 @@ use crate::ops::reduce::{Geometry, ReduceOver};
 pub(crate) struct Groups {
     /// Output `o`'s groups are `starts[o]..starts[o + 1]`.
     pub(crate) starts: Vec<u32>,
-    pub(crate) prefix: Vec<u64>,
+    pub(crate) prefix: Vec<u128>,
 }
 
 impl Groups {
-    fn of(targets: &[Vec<(u64, u64)>]) -> Self {
+    fn of(targets: &[Vec<(u64, u128)>]) -> Self {
         let mut starts = Vec::with_capacity(targets.len() + 1);
         let mut prefix = Vec::new();
         starts.push(0);
         for ts in targets {
-            let mut p: Vec<u64> = ts.iter().map(|t| t.1).collect();
+            let mut p: Vec<u128> = ts.iter().map(|t| t.1).collect();
             p.sort_unstable();
             p.dedup();
             prefix.extend(p);
@@ -36,7 +37,7 @@ impl Groups {
         Groups { starts, prefix }
     }
 
-    fn find(&self, o: usize, prefix: u64) -> Option<usize> {
+    fn find(&self, o: usize, prefix: u128) -> Option<usize> {
         let (a, b) = (self.starts[o] as usize, self.starts[o + 1] as usize);
         (a..b).find(|&i| self.prefix[i] == prefix)
     }
@@ -44,7 +45,7 @@ impl Groups {
 
 /// What one pass counts: the digit `(key >> shift) & (2^width - 1)` of the elements
 /// whose higher digits are their group's prefix (every element in the first pass, which
-/// also counts each output's NaN and nodata elements).
+/// also counts each output's NaN and nodata elements, [`NAN_WORDS`] words per output).
 #[derive(Clone, Debug)]
 pub(crate) struct Step {
     pub(crate) first: bool,
@@ -59,6 +60,13 @@ impl Step {
         self.groups.prefix.len().max(1) << self.width
     }
 }
+
+/// The version of [`Selection::to_bytes`]'s layout (2: 128-bit prefixes, NaN elements).
+const VERSION: u32 = 2;
+/// Words per output in [`Selection::to_bytes`].
+const PER_OUTPUT: usize = 5;
+/// Words per rank in [`Selection::to_bytes`].
+const PER_TARGET: usize = 3;
 
 /// The header of [`Selection::to_bytes`]: what the selection is of.
 #[derive(Serialize, Deserialize)]
@@ -102,8 +110,11 @@ pub struct Selection {
     n: Vec<u64>,
     /// Whether an output held NaN (or, for the `nan` forms, nodata).
     nan: Vec<bool>,
+    /// Per output, the bits of its greatest NaN element (complex inputs: the median of
+    /// an output holding NaN).
+    nan_pick: Vec<[u64; 2]>,
     /// Per output, its ranks' (rank within its group, key prefix so far).
-    targets: Vec<Vec<(u64, u64)>>,
+    targets: Vec<Vec<(u64, u128)>>,
 }
 
 impl Selection {
@@ -132,6 +143,7 @@ impl Selection {
             per_output: g.per_output(),
             n: vec![0; outputs],
             nan: vec![false; outputs],
+            nan_pick: vec![[0; 2]; outputs],
             targets: vec![Vec::new(); outputs],
         })
     }
@@ -210,7 +222,8 @@ impl Selection {
     }
 
     /// Takes the counts of the pass [`Selection::step`] described (`nan`: per output,
-    /// its NaN and nodata elements, from the first pass) and finds each rank's next digit.
+    /// its NaN and nodata elements and greatest NaN element, [`NAN_WORDS`] words, from the
+    /// first pass) and finds each rank's next digit.
     ///
     /// # Errors
     /// [`Error::Invalid`] if the counts are not of that pass; [`Error::Internal`] if a
@@ -223,7 +236,7 @@ impl Selection {
         }
         let step = self.step();
         let outputs = self.outputs();
-        if counts.len() != step.counters() || (step.first && nan.len() != outputs) {
+        if counts.len() != step.counters() || (step.first && nan.len() != NAN_WORDS * outputs) {
             return Err(Error::invalid(format!(
                 "counts of {} and {} NaN counts are not of this pass ({} counters, {} outputs)",
                 counts.len(),
@@ -234,8 +247,10 @@ impl Selection {
         }
         if step.first {
             let spec = &self.spec;
-            for (o, &missing) in nan.iter().enumerate() {
+            for (o, w) in nan.chunks_exact(NAN_WORDS).enumerate() {
+                let missing = w[0];
                 self.nan[o] = missing > 0;
+                self.nan_pick[o] = [w[1], w[2]];
                 self.n[o] = if spec.skip_nan {
                     self.per_output.saturating_sub(missing)
                 } else {
@@ -266,7 +281,7 @@ impl Selection {
                     before += k;
                 }
                 *rank -= before;
-                *prefix = (*prefix << step.width) | digit as u64;
+                *prefix = (*prefix << step.width) | digit as u128;
             }
         }
         self.done += step.width;
@@ -283,22 +298,34 @@ impl Selection {
         let Some((first, rest)) = shares.split_first() else {
             return Err(Error::invalid("no share's counts to add"));
         };
-        let (mut counts, mut nan) = counts_from_bytes(first)?;
+        let mut total = first.to_vec();
         for s in rest {
-            let (c, n) = counts_from_bytes(s)?;
-            if c.len() != counts.len() || n.len() != nan.len() {
-                return Err(Error::invalid(
-                    "the shares' counts are of different passes: count every share of one pass",
-                ));
-            }
-            for (a, b) in counts.iter_mut().zip(c) {
-                *a += b;
-            }
-            for (a, b) in nan.iter_mut().zip(n) {
-                *a += b;
-            }
+            total = self.fold(&total, s)?;
         }
+        let (counts, nan) = counts_from_bytes(&total)?;
         self.take(&counts, &nan)
+    }
+
+    /// Two shares' counts of one pass (as [`counts_bytes`] wrote them) as the counts of
+    /// both: the counters and NaN counts added, each output's greatest NaN element kept
+    /// (its bits are not a count: shares' counts are folded by this, never added word by
+    /// word).
+    ///
+    /// # Errors
+    /// [`Error::Invalid`] for counts of different passes or bytes that are not counts.
+    pub fn fold(&self, a: &[u8], b: &[u8]) -> Result<Vec<u8>> {
+        let (mut counts, mut nan) = counts_from_bytes(a)?;
+        let (c, n) = counts_from_bytes(b)?;
+        if c.len() != counts.len() || n.len() != nan.len() {
+            return Err(Error::invalid(
+                "the shares' counts are of different passes: count every share of one pass",
+            ));
+        }
+        for (x, y) in counts.iter_mut().zip(c) {
+            *x += y;
+        }
+        fold_nan(self.dtype, &mut nan, &n);
+        Ok(counts_bytes(&counts, &nan))
     }
 
     /// The result's bytes, once [`Selection::is_done`]: quantile by quantile, output by
@@ -313,7 +340,53 @@ impl Selection {
                 self.passes_left()
             )));
         }
-        crate::dispatch_dtype!(self.dtype, T => Ok(self.finish_typed::<T>()), complex => Err(self.dtype.complex_refusal("a quantile")))
+        crate::dispatch_dtype!(self.dtype, T => Ok(self.finish_typed::<T>()), complex => Ok(match self.dtype {
+            DType::C64 => self.finish_complex::<f32>(),
+            _ => self.finish_complex::<f64>(),
+        }))
+    }
+
+    /// The medians of a complex input (its one quantile): see the module's notes of
+    /// [`super`].
+    fn finish_complex<F: Element + super::ranked::Part>(&self) -> Vec<u8>
+    where
+        Complex<F>: Ranked,
+    {
+        let mut out = Vec::with_capacity(self.outputs() * 2 * std::mem::size_of::<F>());
+        for o in 0..self.outputs() {
+            let n = self.n[o];
+            let v = if n == 0 {
+                // a slice of NaN alone (nanmedian): numpy's small-axis form fills NaN
+                Complex {
+                    re: F::from_f64(f64::NAN),
+                    im: F::from_f64(0.0),
+                }
+            } else if self.nan[o] && !self.spec.skip_nan {
+                let [re, im] = self.nan_pick[o];
+                Complex {
+                    re: F::from_bits64(re),
+                    im: F::from_bits64(im),
+                }
+            } else {
+                let ranks = self.spec.ranks(n);
+                let at = |r: u64| {
+                    let i = ranks.iter().position(|&x| x == r).unwrap_or(0);
+                    self.targets[o]
+                        .get(i)
+                        .map_or(Complex::<F>::of_f64(f64::NAN), |&(_, k)| {
+                            Complex::<F>::of_key(k)
+                        })
+                };
+                let m = n / 2;
+                if n % 2 == 1 {
+                    complex_median(at(m), at(m), false)
+                } else {
+                    complex_median(at(m - 1), at(m), true)
+                }
+            };
+            out.extend_from_slice(bytemuck::bytes_of(&v));
+        }
+        out
     }
 
     fn finish_typed<T: Element>(&self) -> Vec<u8> {
@@ -327,7 +400,7 @@ impl Selection {
             };
             let vals: Vec<T> = self.targets[o]
                 .iter()
-                .map(|&(_, k)| from_key::<T>(k))
+                .map(|&(_, k)| <T as Ranked>::of_key(k))
                 .collect();
             let at = |r: u64| -> T {
                 let i = ranks.iter().position(|&x| x == r).unwrap_or(0);
@@ -354,12 +427,13 @@ impl Selection {
 
     /// The state as bytes, for [`Selection::from_bytes`] in another process: a JSON
     /// header's length (u64, little-endian) and the header, then per output its element
-    /// count (u64), NaN flag (u64) and rank count (u64), then each rank's (rank, prefix).
+    /// count, NaN flag, greatest NaN element's bits (two words) and rank count, then each
+    /// rank's rank and key prefix (low, then high word): little-endian u64 words.
     #[must_use]
     pub fn to_bytes(&self) -> Vec<u8> {
         let (axis, axes) = crate::ops::reduce::PartialHeader::axis_fields(self.over);
         let header = Header {
-            version: 1,
+            version: VERSION,
             name: self.spec.name.clone(),
             q: self.spec.q.clone(),
             scalar: self.spec.scalar,
@@ -377,17 +451,20 @@ impl Selection {
             targets: self.targets.iter().map(Vec::len).sum(),
         };
         let json = serde_json::to_vec(&header).unwrap_or_default();
-        let mut words: Vec<u64> = Vec::with_capacity(3 * self.outputs());
+        let mut words: Vec<u64> = Vec::with_capacity(PER_OUTPUT * self.outputs());
         for o in 0..self.outputs() {
             words.extend([
                 self.n[o],
                 u64::from(self.nan[o]),
+                self.nan_pick[o][0],
+                self.nan_pick[o][1],
                 self.targets[o].len() as u64,
             ]);
         }
         for ts in &self.targets {
             for &(r, p) in ts {
-                words.extend([r, p]);
+                #[allow(clippy::cast_possible_truncation)] // the low word, then the high
+                words.extend([r, p as u64, (p >> 64) as u64]);
             }
         }
         let mut b = (json.len() as u64).to_le_bytes().to_vec();
@@ -412,8 +489,11 @@ impl Selection {
             .get(8..8usize.saturating_add(len))
             .ok_or_else(|| bad("its header is cut"))?;
         let h: Header = serde_json::from_slice(json).map_err(|e| bad(&e.to_string()))?;
-        if h.version != 1 {
-            return Err(bad(&format!("version {} (this is version 1)", h.version)));
+        if h.version != VERSION {
+            return Err(bad(&format!(
+                "version {} (this is version {VERSION})",
+                h.version
+            )));
         }
         let dtype: DType = h.dtype.parse()?;
         let over = match &h.axes {
@@ -443,22 +523,26 @@ impl Selection {
             .collect();
         if !body.len().is_multiple_of(8)
             || h.outputs != s.outputs()
-            || words.len() != 3 * h.outputs + 2 * h.targets
+            || words.len() != PER_OUTPUT * h.outputs + PER_TARGET * h.targets
             || h.done > key_bits(dtype)
             || h.per_output != s.per_output
         {
             return Err(bad("its counts do not match its header"));
         }
-        let mut at = 3 * h.outputs;
-        for o in 0..h.outputs {
-            s.n[o] = words[3 * o];
-            s.nan[o] = words[3 * o + 1] != 0;
-            let k = words[3 * o + 2] as usize;
-            let pairs = words
-                .get(at..at.saturating_add(2 * k))
+        let mut at = PER_OUTPUT * h.outputs;
+        for (o, w) in words[..at].chunks_exact(PER_OUTPUT).enumerate() {
+            s.n[o] = w[0];
+            s.nan[o] = w[1] != 0;
+            s.nan_pick[o] = [w[2], w[3]];
+            let k = w[4] as usize;
+            let ranks = words
+                .get(at..at.saturating_add(PER_TARGET * k))
                 .ok_or_else(|| bad("its ranks are cut"))?;
-            s.targets[o] = pairs.chunks_exact(2).map(|p| (p[0], p[1])).collect();
-            at += 2 * k;
+            s.targets[o] = ranks
+                .chunks_exact(PER_TARGET)
+                .map(|p| (p[0], u128::from(p[1]) | (u128::from(p[2]) << 64)))
+                .collect();
+            at += PER_TARGET * k;
         }
         s.done = h.done;
         Ok(s)
@@ -517,13 +601,13 @@ mod tests {
         while !s.is_done() {
             let st = s.step();
             let mut counts = vec![0u64; st.counters()];
-            let mut nan = vec![0u64; usize::from(st.first)];
+            let mut nan = vec![0u64; NAN_WORDS * usize::from(st.first)];
             let mask = (1u64 << st.width) - 1;
             for &x in &data {
                 let k = super::super::key(x);
                 let top = k.checked_shr(st.shift + st.width).unwrap_or(0);
                 for (gi, &p) in st.groups.prefix.iter().enumerate() {
-                    if st.first || p == top {
+                    if st.first || p == u128::from(top) {
                         counts[(gi << st.width) | ((k >> st.shift) & mask) as usize] += 1;
                     }
                 }

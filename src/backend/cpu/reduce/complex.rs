@@ -278,30 +278,10 @@ impl<T: Cx, const NAN: bool> Kernel<T> for Sum<NAN> {
     }
     fn finish(&self, a: &[f64; 3], _: u64) -> Complex<f64> {
         if self.mean {
-            numpy_mean(a[0], a[1], a[2])
+            crate::dtype::numpy_complex_mean(a[0], a[1], a[2])
         } else {
             Complex { re: a[0], im: a[1] }
         }
-    }
-}
-
-/// numpy's mean of a complex sum `re + im j` over `n` elements: the complex division by
-/// `n + 0j` of its `true_divide` loop (Smith's algorithm: `rat = 0 / n`, `scl = 1 / n`,
-/// each part `(re + im * rat) * scl`), not `re / n`: the two differ in the last place
-/// for some `n`, and an infinite part makes the other NaN (`mean([inf+0j])` is
-/// `inf+nanj`). A slice with nothing kept (`n = 0`) gives `0 / 0` in both parts.
-fn numpy_mean(re: f64, im: f64, n: f64) -> Complex<f64> {
-    if n == 0.0 {
-        return Complex {
-            re: re / n,
-            im: im / n,
-        };
-    }
-    let rat = 0.0 / n;
-    let scl = 1.0 / (n + 0.0 * rat);
-    Complex {
-        re: (re + im * rat) * scl,
-        im: (im - re * rat) * scl,
     }
 }
 
