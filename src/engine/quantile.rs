@@ -96,19 +96,26 @@ impl Engine {
         let cost = |d: &Digits| d.counters * 8 * d.copies + d.counters * 8;
         // of the widths whose counts fit in half the budget, the one with the least work:
         // each pass reads every element and clears, merges and scans every counter (about
-        // four touches each)
+        // four touches each); counted by one thread where the threads' copies do not fit
         let half = self.budget.limit() / 2;
         let elems = input.info().len();
         let work =
             |d: &Digits| u64::from(kbits.div_ceil(d.width)) * (elems + 4 * d.counters * d.copies);
-        let digits = match width {
-            Some(w) => pick(w),
-            None => DIGITS
+        let fits = |d: &Digits| fixed + out_bytes + cost(d) <= half;
+        let single = |d: Digits| Digits { copies: 1, ..d };
+        let least = |one: bool| {
+            DIGITS
                 .iter()
-                .map(|&w| pick(w))
-                .filter(|d| fixed + out_bytes + cost(d) <= half)
-                .min_by_key(|d| work(d))
-                .unwrap_or_else(|| pick(DIGITS[DIGITS.len() - 1])),
+                .map(|&w| if one { single(pick(w)) } else { pick(w) })
+                .filter(fits)
+                .min_by_key(work)
+        };
+        let digits = match width {
+            Some(w) if fits(&pick(w)) => pick(w),
+            Some(w) => single(pick(w)),
+            None => least(false)
+                .or_else(|| least(true))
+                .unwrap_or_else(|| single(pick(DIGITS[DIGITS.len() - 1]))),
         };
         let passes = kbits.div_ceil(digits.width);
         let mut req = self.request(
