@@ -28,7 +28,7 @@
 //!
 //! # Complex inputs
 //! numpy's `quantile` and `percentile` take real numbers only; its `median` also takes
-//! complex ones, sorted by real part, then imaginary part (see [`ranked`] for their keys).
+//! complex ones, sorted by real part, then imaginary part (`ranked.rs` gives their keys).
 //! The median is `np.mean` of the middle element or two: their sum from `+0` in the
 //! input's precision, divided by the count as numpy's `true_divide` divides by `n + 0j`
 //! (so `median([-0-1j])` is `0-1j`, and an infinite imaginary part makes the real part
